@@ -1,0 +1,283 @@
+// Globals, the model body and parallel blocks. Expressions live in Expressions.cpp.
+#include "frontend/Elaborator.h"
+
+#include "support/Text.h"
+
+#include <filesystem>
+#include <fmt/format.h>
+#include <fstream>
+#include <sstream>
+
+namespace epl::frontend {
+
+namespace {
+
+// Every op a model may expand to; beyond it the script is almost surely a mistake.
+constexpr size_t kMaxOps = 2'000'000;
+
+const std::set<std::string> kScalarTypes{"int", "float", "bool", "str"};
+
+} // namespace
+
+const char* kindName(Value::Kind k) {
+  switch (k) {
+  case Value::Kind::Int: return "an integer";
+  case Value::Kind::Float: return "a number";
+  case Value::Kind::Bool: return "a boolean";
+  case Value::Kind::String: return "a string";
+  case Value::Kind::Word: return "a word";
+  case Value::Kind::None: return "`none`";
+  case Value::Kind::Auto: return "`auto`";
+  case Value::Kind::Dim: return "a symbolic dim";
+  case Value::Kind::Tensor: return "a tensor";
+  case Value::Kind::List: return "a list";
+  case Value::Kind::Record: return "a record";
+  }
+  return "a value";
+}
+
+void Elaborator::fail(const ast::Expr& e, std::string message) {
+  diags_.error(e.loc, std::move(message)).length(e.length);
+  throw CompileAborted{};
+}
+
+void Elaborator::defineGlobal(const std::string& name, SourceLoc loc, const char* what) {
+  if (ir::findBuiltin(name)) {
+    diags_.error(loc, fmt::format("`{}` is a builtin and cannot be redefined", name))
+        .length(static_cast<uint32_t>(name.size()))
+        .help(fmt::format("choose another name for this {}", what));
+    throw CompileAborted{};
+  }
+  auto it = globalLocs_.find(name);
+  if (it != globalLocs_.end()) {
+    diags_.error(loc, fmt::format("`{}` is defined twice", name))
+        .length(static_cast<uint32_t>(name.size()))
+        .noteAt(it->second, "first defined here");
+    throw CompileAborted{};
+  }
+  globalLocs_[name] = loc;
+}
+
+// let, def and model names share one namespace, checked in load order (imports first).
+void Elaborator::declareGlobals() {
+  for (const ast::File& f : files_) {
+    for (const ast::Binding& b : f.lets) {
+      defineGlobal(b.name, b.loc, "constant");
+      globals_.vars[b.name] = eval(*b.value, globals_, nullptr);
+      if (globals_.vars[b.name].kind == Value::Kind::Tensor) fail(*b.value, "`let` needs a constant");
+      globals_.defined[b.name] = b.loc;
+    }
+    for (const ast::Function& fn : f.functions) {
+      defineGlobal(fn.name, fn.loc, fn.isModel ? "model" : "def");
+      if (fn.isModel) models_.push_back(&fn);
+      else defs_[fn.name] = &fn;
+    }
+  }
+}
+
+std::optional<ir::Module> Elaborator::run(uint32_t mainFile) {
+  std::vector<uint32_t> stack;
+  fileIds_[diags_.sources().path(mainFile)] = mainFile;
+  loaded_[mainFile] = false;
+  if (!load(mainFile, stack)) return std::nullopt;
+  try {
+    declareGlobals();
+  } catch (const CompileAborted&) {
+    return std::nullopt;
+  }
+  const ast::File& main = files_.back();
+  const ast::Function* chosen = nullptr;
+  if (!main.trains.empty()) {
+    const std::string& name = main.trains[0].target;
+    for (const auto* m : models_)
+      if (m->name == name) chosen = m;
+    if (!chosen) {
+      std::vector<std::string> names;
+      for (const auto* m : models_) names.push_back(m->name);
+      auto d = diags_.error(main.trains[0].targetLoc, fmt::format("unknown model `{}`", name));
+      d.length(static_cast<uint32_t>(name.size()));
+      std::string near = closestMatch(name, names);
+      if (!near.empty()) d.help(fmt::format("did you mean `{}`?", near));
+      return std::nullopt;
+    }
+  } else if (!models_.empty()) {
+    chosen = models_.back();
+  }
+  if (!chosen) {
+    diags_.error(SourceLoc{mainFile, 1, 1}, "no `model` in this script")
+        .help("declare one: model net(x: f32[B, 784], y: i32[B]) { … }");
+    return std::nullopt;
+  }
+  std::optional<ir::Module> result;
+  for (const auto* m : models_) {
+    auto module = elaborateModel(*m);
+    if (m == chosen) result = std::move(module);
+  }
+  if (!result || diags_.hasErrors()) return std::nullopt;
+  checkSettings(*result);
+  if (diags_.hasErrors()) return std::nullopt;
+  return result;
+}
+
+std::optional<ir::Module> Elaborator::elaborateModel(const ast::Function& model) {
+  ir::Module m;
+  m.modelName = model.name;
+  m.loc = model.loc;
+  nameCounts_.clear();
+  opBudget_ = kMaxOps;
+  try {
+    Frame frame;
+    bindModelInputs(model, m, frame);
+    Context ctx;
+    ctx.module = &m;
+    ctx.topLevel = true;
+    Value result = runBody(model.body, frame, ctx);
+    checkModelResult(model, result, m);
+  } catch (const CompileAborted&) {
+    return std::nullopt;
+  }
+  return m;
+}
+
+// model gpt(tokens: i32[B, seq]): each input a tensor whose first dim is the batch symbol.
+void Elaborator::bindModelInputs(const ast::Function& model, ir::Module& m, Frame& frame) {
+  if (model.params.empty()) {
+    diags_.error(model.loc, fmt::format("model `{}` has no inputs", model.name))
+        .help("a model takes its batch as tensors, e.g. (x: f32[B, 784], y: i32[B])");
+    throw CompileAborted{};
+  }
+  for (const ast::Param& p : model.params) {
+    if (!p.type.isTensor || p.type.dims.empty()) {
+      diags_.error(p.type.loc, fmt::format("model input `{}` must be a tensor with a batch dim", p.name))
+          .help("write it as e.g. f32[B, 784]");
+      throw CompileAborted{};
+    }
+    ir::Shape shape;
+    for (size_t i = 0; i < p.type.dims.size(); ++i) {
+      const ast::Expr& d = *p.type.dims[i];
+      if (d.kind == ast::ExprKind::Name && !frame.vars.count(d.text) && !globals_.vars.count(d.text))
+        frame.vars[d.text] = Value::ofDim(ir::Dim::symbol(d.text));
+      Value v = eval(d, frame, nullptr);
+      if (v.kind != Value::Kind::Int && v.kind != Value::Kind::Dim)
+        fail(d, fmt::format("a dim must be an integer or a name, found {}", kindName(v.kind)));
+      if (v.kind == Value::Kind::Int && v.i <= 0) fail(d, fmt::format("a dim must be positive, got {}", v.i));
+      shape.push_back(v.asDim());
+    }
+    const ir::Dim& batch = shape[0];
+    if (batch.isConstant() || batch.syms.size() != 1 || batch.coef != 1)
+      fail(*p.type.dims[0], "the first dim of a model input is the batch and must be a name such as `B`");
+    if (m.batchSymbol.empty()) m.batchSymbol = batch.syms[0];
+    else if (m.batchSymbol != batch.syms[0])
+      fail(*p.type.dims[0], fmt::format("every model input must share the batch dim `{}`", m.batchSymbol));
+    auto dtype = ir::parseDType(p.type.name);
+    int t = m.addTensor(p.name, ir::TensorType{*dtype, shape}, -1);
+    m.inputs.push_back(t);
+    frame.vars[p.name] = Value::ofTensor(t);
+    frame.defined[p.name] = p.loc;
+  }
+}
+
+void Elaborator::checkModelResult(const ast::Function& model, const Value& v, ir::Module& m) {
+  if (v.kind == Value::Kind::None) {
+    diags_.error(model.loc, fmt::format("model `{}` does not return its loss", model.name))
+        .help("end the model with `return loss`");
+    throw CompileAborted{};
+  }
+  if (v.kind != Value::Kind::Tensor || !m.tensors[v.tensor].type.shape.empty() ||
+      ir::isIntegral(m.tensors[v.tensor].type.dtype)) {
+    std::string got = v.kind == Value::Kind::Tensor ? "`" + m.tensors[v.tensor].type.str() + "`" : kindName(v.kind);
+    diags_.error(model.loc, fmt::format("model `{}` must return a scalar loss, got {}", model.name, got))
+        .help("return a loss such as `cross_entropy(logits, labels)`");
+    throw CompileAborted{};
+  }
+  m.outputs.push_back(v.tensor);
+}
+
+// Runs statements in order; returns the value of `return`, or None when there is none.
+Value Elaborator::runBody(const std::vector<ast::Stmt>& body, Frame& frame, Context& ctx) {
+  Value result;
+  bool returned = false;
+  for (const ast::Stmt& s : body) {
+    if (returned) {
+      diags_.error(s.loc, "code after `return` never runs");
+      throw CompileAborted{};
+    }
+    switch (s.kind) {
+    case ast::StmtKind::Assign: {
+      Value v = eval(*s.values[0], frame, &ctx);
+      if (s.targets.size() != 1) {
+        diags_.error(s.targetLocs[1], fmt::format("this expression gives one value, not {}", s.targets.size()));
+        throw CompileAborted{};
+      }
+      if (v.kind == Value::Kind::None)
+        fail(*s.values[0], "this expression has no value");
+      frame.vars[s.targets[0]] = v;
+      frame.defined.emplace(s.targets[0], s.targetLocs[0]);
+      break;
+    }
+    case ast::StmtKind::Parallel:
+      runParallel(*s.block, frame, ctx, returned, result);
+      break;
+    case ast::StmtKind::Return:
+      if (s.values.size() != 1) fail(*s.values[1], "return one value");
+      result = eval(*s.values[0], frame, &ctx);
+      returned = true;
+      break;
+    }
+  }
+  return result;
+}
+
+int64_t Elaborator::blockWidth(const ast::ParallelBlock& b, Frame& frame, Context& ctx) {
+  if (!b.width) return 0;
+  int64_t w = expectInt(*b.width, frame, &ctx, "a block width");
+  if (w <= 0 || w > 1'000'000)
+    fail(*b.width, fmt::format("a block width must be between 1 and 1000000, got {}", w));
+  return w;
+}
+
+// replicate(n) { … } at the top of a model is a pipeline stage; split(n) { … } is a stage
+// when at the top, else a tensor-parallel region of the enclosing stage.
+void Elaborator::runParallel(const ast::ParallelBlock& b, Frame& frame, Context& ctx,
+                             bool& returned, Value& result) {
+  bool isSplit = b.kind == ast::BlockKind::Split;
+  const char* kw = isSplit ? "split" : "replicate";
+  ir::Module& m = *ctx.module;
+  if (!ctx.topLevel && !isSplit) {
+    diags_.error(b.loc, "`replicate` blocks are pipeline stages and must be at the top of a model")
+        .length(9)
+        .help("ops outside `split` blocks already run replicated within their stage");
+    throw CompileAborted{};
+  }
+  if (!ctx.topLevel && m.splitScopeOf(ctx.scope) >= 0) {
+    diags_.error(b.loc, "`split` blocks do not nest").length(5)
+        .noteAt(m.scopes[m.splitScopeOf(ctx.scope)].loc, "inside this split");
+    throw CompileAborted{};
+  }
+  int64_t repeat = 1;
+  if (b.repeat) {
+    if (!ctx.topLevel) fail(*b.repeat, fmt::format("`repeat` on a block repeats a stage and needs a top-level block, not `{}` inside one", kw));
+    repeat = expectInt(*b.repeat, frame, &ctx, "a repeat count");
+    if (repeat <= 0 || repeat > 100000) fail(*b.repeat, fmt::format("a repeat count must be between 1 and 100000, got {}", repeat));
+  }
+  int64_t width = blockWidth(b, frame, ctx);
+  for (int64_t r = 0; r < repeat; ++r) {
+    ir::Scope scope;
+    scope.kind = ctx.topLevel ? ir::ScopeKind::Stage : ir::ScopeKind::Split;
+    scope.isSplitStage = ctx.topLevel && isSplit;
+    scope.parent = ctx.scope;
+    scope.width = static_cast<int>(width);
+    scope.isAuto = b.isAuto || (!b.width && isSplit);
+    scope.loc = b.loc;
+    Context inner = ctx;
+    inner.scope = m.addScope(scope);
+    inner.topLevel = false;
+    Value v = runBody(b.body, frame, inner);
+    if (v.kind != Value::Kind::None) {
+      returned = true;
+      result = v;
+    }
+  }
+}
+
+} // namespace epl::frontend

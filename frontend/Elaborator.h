@@ -1,0 +1,85 @@
+// Checks a loaded program and expands its model into IR: evaluates `let`s, inlines `def`
+// calls and `repeat`, infers symbolic shapes, and records parallel scopes.
+// One class, its parts in Loader.cpp, Elaborator.cpp, Expressions.cpp and Settings.cpp.
+#pragma once
+#include "frontend/Ast.h"
+#include "frontend/Frontend.h"
+#include "frontend/Value.h"
+
+#include <map>
+#include <set>
+
+namespace epl::frontend {
+
+class Elaborator {
+public:
+  Elaborator(Diagnostics& diags, const FrontendOptions& options) : diags_(diags), options_(options) {}
+  std::optional<ir::Module> run(uint32_t mainFile);
+
+private:
+  struct Frame {
+    std::map<std::string, Value> vars;
+    std::map<std::string, SourceLoc> defined;
+  };
+  // Where ops go while a body is expanded.
+  struct Context {
+    ir::Module* module = nullptr;
+    int scope = 0;
+    bool topLevel = false;       // directly in the model body
+    std::string namePrefix;      // "transformer_block.0/"
+    SourceLoc site;              // the model-body call being expanded, if inside a def
+    std::vector<const ast::Function*> callStack;
+  };
+
+  // Loader.cpp: parse files and follow imports.
+  bool load(uint32_t file, std::vector<uint32_t>& stack);
+  std::string resolveImport(const std::string& from, const std::string& path) const;
+  // Elaborator.cpp: globals, functions and statements.
+  void declareGlobals();
+  void defineGlobal(const std::string& name, SourceLoc loc, const char* what);
+  std::optional<ir::Module> elaborateModel(const ast::Function& model);
+  void bindModelInputs(const ast::Function& model, ir::Module& m, Frame& frame);
+  Value runBody(const std::vector<ast::Stmt>& body, Frame& frame, Context& ctx);
+  void runParallel(const ast::ParallelBlock& b, Frame& frame, Context& ctx, bool& returned, Value& result);
+  int64_t blockWidth(const ast::ParallelBlock& b, Frame& frame, Context& ctx);
+  void checkModelResult(const ast::Function& model, const Value& v, ir::Module& m);
+  // Expressions.cpp: expressions and calls.
+  Value eval(const ast::Expr& e, Frame& frame, Context* ctx);
+  Value evalBinary(const ast::Expr& e, Frame& frame, Context* ctx);
+  Value evalCall(const ast::Expr& e, Frame& frame, Context* ctx, bool inRepeat);
+  Value evalRepeat(const ast::Expr& e, Frame& frame, Context* ctx);
+  Value callBuiltin(const ir::OpInfo& info, const ast::Expr& call, std::vector<Value> args,
+                    Context& ctx, bool inRepeat);
+  Value callDef(const ast::Function& def, const ast::Expr& call, std::vector<Value> args,
+                Context& ctx, bool inRepeat);
+  std::vector<Value> bindArgs(const ast::Expr& call, const std::vector<std::string>& names,
+                              const std::vector<bool>& required, const std::vector<bool>& wordArgs,
+                              Frame& frame, Context* ctx,
+                              const std::string& what, std::vector<const ast::Expr*>& argExprs);
+  void bindParam(const ast::Param& p, const Value& v, const ast::Expr* argExpr, const ast::Expr& call,
+                 Frame& callee, const ast::Function& def, Context& ctx);
+  Value emitOp(ir::OpKind kind, const ast::Expr& at, std::vector<int> inputs, ir::Attrs attrs,
+               Context& ctx, const std::string& name, bool inRepeat);
+  std::string uniqueName(Context& ctx, const std::string& base, bool inRepeat);
+  Value lookup(const ast::Expr& e, Frame& frame);
+  int64_t expectInt(const ast::Expr& e, Frame& frame, Context* ctx, const std::string& what);
+  [[noreturn]] void fail(const ast::Expr& e, std::string message);
+  // Settings.cpp: policy and train blocks.
+  void checkSettings(ir::Module& m);
+  void applyPolicy(const ast::SettingsBlock& b, ir::Policy& p);
+  void applyTrain(const ast::SettingsBlock& b, ir::TrainConfig& t);
+
+  Diagnostics& diags_;
+  const FrontendOptions& options_;
+  std::vector<ast::File> files_;           // in load order, imports first
+  std::map<uint32_t, bool> loaded_;        // file id -> finished
+  std::map<std::string, uint32_t> fileIds_; // canonical path -> file id
+  Frame globals_;
+  std::map<std::string, const ast::Function*> defs_;
+  std::vector<const ast::Function*> models_;
+  std::map<std::string, SourceLoc> globalLocs_;
+  std::map<std::string, int> nameCounts_;
+  size_t opBudget_ = 0;
+};
+
+} // namespace epl::frontend

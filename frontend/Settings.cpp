@@ -1,0 +1,428 @@
+// Checks `policy` and `train` settings against typed key tables and fills ir::Policy and
+// ir::TrainConfig. Each bad key is its own error; keys are independent, so no cascade.
+#include "frontend/Settings.h"
+
+#include "frontend/Elaborator.h"
+#include "support/Text.h"
+
+#include <algorithm>
+#include <fmt/format.h>
+#include <functional>
+
+namespace epl::frontend {
+
+namespace {
+
+struct CallArg {
+  std::string name;
+  bool isString = false;
+  bool required = false;
+};
+
+// Call-shaped values a key accepts: `adamw(lr = 3e-4)`, `tokens("x.bin", seq = 128)`.
+struct CallSchema {
+  std::string group; // data, optimizer, lr_schedule, eval
+  std::string name;
+  std::vector<CallArg> args;
+  std::string doc;
+};
+
+const std::vector<CallSchema>& callSchemas() {
+  static const std::vector<CallSchema> t = {
+      {"data", "tokens", {{"path", true, true}, {"seq", false, true}, {"val_fraction", false, false}},
+       "uint16 little-endian token file (nanoGPT .bin); windows of seq + 1 tokens"},
+      {"data", "text", {{"path", true, true}, {"seq", false, true}, {"val_fraction", false, false}},
+       "raw text read as bytes (vocab 256); windows of seq + 1 bytes"},
+      {"data", "idx", {{"images", true, true}, {"labels", true, true}},
+       "IDX image and label files, gzip allowed (MNIST, Fashion-MNIST)"},
+      {"data", "synthetic", {{"samples", false, true}, {"classes", false, false}},
+       "seeded random inputs and targets"},
+      {"optimizer", "sgd", {{"lr", false, true}, {"momentum", false, false}, {"weight_decay", false, false}},
+       "stochastic gradient descent with optional momentum"},
+      {"optimizer", "adam",
+       {{"lr", false, true}, {"beta1", false, false}, {"beta2", false, false}, {"eps", false, false}, {"weight_decay", false, false}},
+       "Adam (L2 weight decay added to the gradient)"},
+      {"optimizer", "adamw",
+       {{"lr", false, true}, {"beta1", false, false}, {"beta2", false, false}, {"eps", false, false}, {"weight_decay", false, false}},
+       "Adam with decoupled weight decay"},
+      {"lr_schedule", "constant", {{"warmup", false, false}}, "constant rate after an optional linear warmup"},
+      {"lr_schedule", "linear", {{"warmup", false, false}, {"final_lr", false, false}},
+       "linear warmup, then linear decay to final_lr at the last step"},
+      {"lr_schedule", "cosine", {{"warmup", false, false}, {"min_lr", false, false}},
+       "linear warmup, then cosine decay to min_lr at the last step"},
+  };
+  return t;
+}
+
+using Apply = std::function<void(const ast::Setting&)>;
+
+struct Key {
+  KeyDoc doc;
+  Apply apply;
+};
+
+std::vector<std::string> keyNames(const std::vector<KeyDoc>& keys) {
+  std::vector<std::string> out;
+  for (const auto& k : keys) out.push_back(k.name);
+  return out;
+}
+
+} // namespace
+
+const std::vector<KeyDoc>& policyKeys() {
+  static const std::vector<KeyDoc> t = {
+      {"micro_batches", "integer >= 1", "1", "micro-batches per step (pipeline depth and gradient accumulation)"},
+      {"schedule", "gpipe | 1f1b | interleaved", "1f1b", "pipeline schedule"},
+      {"zero", "0 | 1 | 2 | 3", "0", "ZeRO stage: 1 shards optimizer states, 2 also gradients, 3 also parameters"},
+      {"recompute", "none | auto | every | [def names]", "none", "which blocks recompute activations in backward"},
+      {"offload", "none | optimizer | params", "none", "what lives off the device between uses (params needs zero = 3)"},
+      {"offload_to", "cpu | disk", "cpu", "where offloaded state goes"},
+      {"amp", "none | fp16 | bf16", "none", "mixed precision (fp16 uses a dynamic loss scale)"},
+      {"comm_dtype", "fp32 | bf16 | fp16", "fp32", "dtype of gradient reduction"},
+      {"bucket_mb", "integer MB or a size", "25", "gradient bucket size for the data-parallel reduction"},
+      {"comm_timeout", "seconds", "300", "a collective waiting longer ends the job, naming the instruction"},
+      {"device_memory", "size (e.g. 80GB)", "none", "memory of one device; a plan that does not fit is an error"},
+  };
+  return t;
+}
+
+const std::vector<KeyDoc>& trainKeys() {
+  static const std::vector<KeyDoc> t = {
+      {"data", "tokens(…) | text(…) | idx(…) | synthetic(…)", "required", "the training data"},
+      {"batch", "integer >= 1", "required", "global batch in samples, over all data-parallel ranks and micro-batches"},
+      {"optimizer", "sgd(…) | adam(…) | adamw(…)", "adamw(lr = 1e-3)", "the optimizer and its hyper-parameters"},
+      {"lr_schedule", "constant | linear(…) | cosine(…)", "constant", "learning-rate schedule over `steps`"},
+      {"steps", "integer >= 1", "100", "optimizer steps to run"},
+      {"clip_grad_norm", "number >= 0", "0 (off)", "clip the global gradient norm to this value"},
+      {"log_every", "integer >= 1", "10", "steps between log lines"},
+      {"eval", "{ every = n, batches = n }", "none", "evaluate on the validation split every n steps"},
+      {"checkpoint", "{ dir = \"…\", every = n, keep = n }", "none", "write checkpoints every n steps"},
+      {"seed", "integer >= 0", "0", "seed for initialisation, data order and dropout"},
+  };
+  return t;
+}
+
+const std::vector<KeyDoc>& settingCalls() {
+  static const std::vector<KeyDoc> t = [] {
+    std::vector<KeyDoc> out;
+    for (const auto& c : callSchemas()) {
+      std::vector<std::string> args;
+      for (const auto& a : c.args) args.push_back(a.name);
+      out.push_back({c.name, c.group, fmt::format("{}", fmt::join(args, ", ")), c.doc});
+    }
+    return out;
+  }();
+  return t;
+}
+
+namespace {
+
+// Typed readers for setting values. Each reports its own error and returns false.
+class SettingReader {
+public:
+  SettingReader(Diagnostics& d, std::function<Value(const ast::Expr&)> eval) : diags_(d), eval_(std::move(eval)) {}
+
+  void error(const ast::Expr& e, std::string msg, std::string help = "") {
+    auto d = diags_.error(e.loc, std::move(msg));
+    d.length(e.length);
+    if (!help.empty()) d.help(std::move(help));
+  }
+
+  bool integer(const ast::Setting& s, int64_t lo, int64_t hi, int64_t& out) {
+    Value v = eval_(*s.value);
+    if (v.kind != Value::Kind::Int) {
+      error(*s.value, fmt::format("`{}` must be an integer, found {}", s.key, kindName(v.kind)));
+      return false;
+    }
+    if (v.i < lo || v.i > hi) {
+      error(*s.value, hi == INT64_MAX ? fmt::format("`{}` must be at least {}, got {}", s.key, lo, v.i)
+                                      : fmt::format("`{}` must be between {} and {}, got {}", s.key, lo, hi, v.i));
+      return false;
+    }
+    out = v.i;
+    return true;
+  }
+
+  bool number(const ast::Setting& s, double lo, double& out) {
+    Value v = eval_(*s.value);
+    if (!v.isNumber()) {
+      error(*s.value, fmt::format("`{}` must be a number, found {}", s.key, kindName(v.kind)));
+      return false;
+    }
+    if (v.number() < lo) {
+      error(*s.value, fmt::format("`{}` must be at least {}, got {}", s.key, lo, v.number()));
+      return false;
+    }
+    out = v.number();
+    return true;
+  }
+
+  // A word from a fixed set; also accepts `none`, `auto` and quoted strings.
+  bool word(const ast::Setting& s, const std::vector<std::string>& allowed, std::string& out) {
+    const ast::Expr& e = *s.value;
+    std::string w;
+    if (e.kind == ast::ExprKind::Name || e.kind == ast::ExprKind::Word || e.kind == ast::ExprKind::String) w = e.text;
+    else if (e.kind == ast::ExprKind::None) w = "none";
+    else if (e.kind == ast::ExprKind::Auto) w = "auto";
+    else if (e.kind == ast::ExprKind::Int) w = std::to_string(e.intValue);
+    if (std::find(allowed.begin(), allowed.end(), w) == allowed.end()) {
+      std::string near = w.empty() ? "" : closestMatch(w, allowed);
+      error(e, fmt::format("`{}` must be one of `{}`{}", s.key, fmt::join(allowed, "`, `"),
+                           w.empty() ? "" : fmt::format(", found `{}`", w)),
+            near.empty() ? "" : fmt::format("did you mean `{}`?", near));
+      return false;
+    }
+    out = w;
+    return true;
+  }
+
+  bool string(const ast::Setting& s, std::string& out) {
+    Value v = eval_(*s.value);
+    if (v.kind != Value::Kind::String) {
+      error(*s.value, fmt::format("`{}` must be a string, found {}", s.key, kindName(v.kind)));
+      return false;
+    }
+    out = v.s;
+    return true;
+  }
+
+  // group(args…) or a bare group word, checked against callSchemas().
+  bool call(const ast::Setting& s, const std::string& group, ir::CallSpec& out) {
+    const ast::Expr& e = *s.value;
+    std::vector<std::string> names;
+    for (const auto& c : callSchemas())
+      if (c.group == group) names.push_back(c.name);
+    bool isCall = e.kind == ast::ExprKind::Call;
+    if (!isCall && e.kind != ast::ExprKind::Name) {
+      error(e, fmt::format("`{}` must be one of `{}`", s.key, fmt::join(names, "(…)`, `")));
+      return false;
+    }
+    const CallSchema* schema = nullptr;
+    for (const auto& c : callSchemas())
+      if (c.group == group && c.name == e.text) schema = &c;
+    if (!schema) {
+      std::string near = closestMatch(e.text, names);
+      error(e, fmt::format("unknown {} `{}`", group == "lr_schedule" ? "lr schedule" : group, e.text),
+            near.empty() ? fmt::format("expected one of `{}`", fmt::join(names, "`, `")) : fmt::format("did you mean `{}`?", near));
+      return false;
+    }
+    out = ir::CallSpec{schema->name, {}, {}, {}, e.loc};
+    std::vector<bool> given(schema->args.size(), false);
+    size_t pos = 0;
+    for (const ast::Arg& a : e.args) {
+      size_t slot = pos;
+      if (!a.keyword.empty()) {
+        slot = schema->args.size();
+        for (size_t i = 0; i < schema->args.size(); ++i)
+          if (schema->args[i].name == a.keyword) slot = i;
+        if (slot == schema->args.size()) {
+          std::vector<std::string> an;
+          for (const auto& x : schema->args) an.push_back(x.name);
+          std::string near = closestMatch(a.keyword, an);
+          auto d = diags_.error(a.keywordLoc, fmt::format("`{}` has no argument `{}`", schema->name, a.keyword));
+          d.length(static_cast<uint32_t>(a.keyword.size()));
+          if (!near.empty()) d.help(fmt::format("did you mean `{}`?", near));
+          return false;
+        }
+      } else if (pos++ >= schema->args.size()) {
+        error(*a.value, fmt::format("`{}` takes {} arguments but more were given", schema->name, schema->args.size()));
+        return false;
+      }
+      const CallArg& spec = schema->args[slot];
+      given[slot] = true;
+      Value v = eval_(*a.value);
+      if (spec.isString != (v.kind == Value::Kind::String) || (!spec.isString && !v.isNumber())) {
+        error(*a.value, fmt::format("argument `{}` of `{}` must be {}, found {}", spec.name, schema->name,
+                                    spec.isString ? "a string" : "a number", kindName(v.kind)));
+        return false;
+      }
+      if (spec.isString) out.positional.push_back(v.s);
+      else out.numbers[spec.name] = v.number();
+    }
+    for (size_t i = 0; i < schema->args.size(); ++i)
+      if (schema->args[i].required && !given[i]) {
+        error(e, fmt::format("`{}` is missing argument `{}`", schema->name, schema->args[i].name));
+        return false;
+      }
+    return true;
+  }
+
+  Diagnostics& diags() { return diags_; }
+
+private:
+  Diagnostics& diags_;
+  std::function<Value(const ast::Expr&)> eval_;
+};
+
+// Runs each setting through its key's reader; unknown and repeated keys are errors.
+void applyKeys(const ast::SettingsBlock& b, const std::vector<KeyDoc>& docs,
+               const std::map<std::string, Apply>& apply, const char* where, Diagnostics& diags,
+               std::map<std::string, SourceLoc>& keyLocs) {
+  for (const ast::Setting& s : b.settings) {
+    auto it = apply.find(s.key);
+    if (it == apply.end()) {
+      std::string near = closestMatch(s.key, keyNames(docs));
+      auto d = diags.error(s.loc, fmt::format("unknown {} key `{}`", where, s.key));
+      d.length(static_cast<uint32_t>(s.key.size()));
+      if (!near.empty()) d.help(fmt::format("did you mean `{}`?", near));
+      else d.note(fmt::format("{} keys: {}", where, fmt::join(keyNames(docs), ", ")));
+      continue;
+    }
+    if (keyLocs.count(s.key)) {
+      diags.error(s.loc, fmt::format("`{}` is set twice", s.key))
+          .length(static_cast<uint32_t>(s.key.size()))
+          .noteAt(keyLocs[s.key], "first set here");
+      continue;
+    }
+    keyLocs[s.key] = s.loc;
+    try {
+      it->second(s);
+    } catch (const CompileAborted&) {
+    }
+  }
+}
+
+} // namespace
+
+void Elaborator::applyPolicy(const ast::SettingsBlock& b, ir::Policy& p) {
+  SettingReader r(diags_, [this](const ast::Expr& e) { return eval(e, globals_, nullptr); });
+  std::string w;
+  int64_t i = 0;
+  std::map<std::string, Apply> a;
+  a["micro_batches"] = [&](const ast::Setting& s) { r.integer(s, 1, 1'000'000, p.microBatches); };
+  a["schedule"] = [&](const ast::Setting& s) {
+    if (r.word(s, {"gpipe", "1f1b", "interleaved"}, w))
+      p.schedule = w == "gpipe" ? ir::Schedule::GPipe : w == "1f1b" ? ir::Schedule::OneFOneB : ir::Schedule::Interleaved;
+  };
+  a["zero"] = [&](const ast::Setting& s) {
+    if (r.integer(s, 0, 3, i)) p.zero = static_cast<ir::ZeroStage>(i);
+  };
+  a["recompute"] = [&](const ast::Setting& s) {
+    if (s.value->kind == ast::ExprKind::List) {
+      p.recompute = ir::Recompute::Listed;
+      for (const auto& item : s.value->operands) {
+        if (item->kind != ast::ExprKind::Name || !defs_.count(item->text)) {
+          std::vector<std::string> names;
+          for (const auto& [n, d] : defs_) names.push_back(n);
+          std::string near = item->kind == ast::ExprKind::Name ? closestMatch(item->text, names) : "";
+          r.error(*item, fmt::format("`recompute` lists `def` blocks; `{}` is not one", item->text),
+                  near.empty() ? "" : fmt::format("did you mean `{}`?", near));
+          return;
+        }
+        p.recomputeBlocks.push_back(item->text);
+      }
+      return;
+    }
+    if (r.word(s, {"none", "auto", "every"}, w))
+      p.recompute = w == "none" ? ir::Recompute::None : w == "auto" ? ir::Recompute::Auto : ir::Recompute::Every;
+  };
+  a["offload"] = [&](const ast::Setting& s) {
+    if (r.word(s, {"none", "optimizer", "params"}, w))
+      p.offload = w == "none" ? ir::Offload::None : w == "optimizer" ? ir::Offload::Optimizer : ir::Offload::Params;
+  };
+  a["offload_to"] = [&](const ast::Setting& s) {
+    if (r.word(s, {"cpu", "disk"}, w)) p.offloadTo = w == "cpu" ? ir::OffloadTarget::Cpu : ir::OffloadTarget::Disk;
+  };
+  a["amp"] = [&](const ast::Setting& s) {
+    if (r.word(s, {"none", "fp16", "bf16"}, w)) p.amp = w == "none" ? ir::Amp::None : w == "fp16" ? ir::Amp::Fp16 : ir::Amp::Bf16;
+  };
+  a["comm_dtype"] = [&](const ast::Setting& s) {
+    if (r.word(s, {"fp32", "bf16", "fp16"}, w))
+      p.commDtype = w == "fp32" ? ir::DType::F32 : w == "bf16" ? ir::DType::BF16 : ir::DType::F16;
+  };
+  a["bucket_mb"] = [&](const ast::Setting& s) {
+    if (s.value->kind == ast::ExprKind::Size) p.bucketBytes = s.value->intValue;
+    else if (r.integer(s, 1, 1'000'000, i)) p.bucketBytes = i * 1'000'000;
+  };
+  a["comm_timeout"] = [&](const ast::Setting& s) {
+    double v = 0;
+    if (r.number(s, 0, v)) {
+      if (v <= 0) r.error(*s.value, "`comm_timeout` must be more than 0 seconds");
+      else p.commTimeoutSeconds = v;
+    }
+  };
+  a["device_memory"] = [&](const ast::Setting& s) {
+    if (s.value->kind != ast::ExprKind::Size || s.value->intValue <= 0)
+      r.error(*s.value, "`device_memory` must be a size such as 80GB");
+    else p.deviceMemoryBytes = s.value->intValue;
+  };
+  applyKeys(b, policyKeys(), a, "policy", diags_, p.keyLocs);
+  if (p.offload == ir::Offload::Params && p.zero != ir::ZeroStage::Parameters && p.keyLocs.count("offload"))
+    diags_.error(p.keyLocs["offload"], "`offload = params` needs `zero = 3`")
+        .length(7)
+        .note("parameters can only be offloaded once ZeRO-3 shards them")
+        .help("set `zero = 3`, or offload only the optimizer states with `offload = optimizer`");
+}
+
+void Elaborator::applyTrain(const ast::SettingsBlock& b, ir::TrainConfig& t) {
+  SettingReader r(diags_, [this](const ast::Expr& e) { return eval(e, globals_, nullptr); });
+  t.present = true;
+  t.model = b.target;
+  std::map<std::string, Apply> a;
+  a["data"] = [&](const ast::Setting& s) { r.call(s, "data", t.data); };
+  a["batch"] = [&](const ast::Setting& s) { r.integer(s, 1, INT64_MAX / 2, t.batch); };
+  a["optimizer"] = [&](const ast::Setting& s) { r.call(s, "optimizer", t.optimizer); };
+  a["lr_schedule"] = [&](const ast::Setting& s) { r.call(s, "lr_schedule", t.lrSchedule); };
+  a["steps"] = [&](const ast::Setting& s) { r.integer(s, 1, INT64_MAX / 2, t.steps); };
+  a["clip_grad_norm"] = [&](const ast::Setting& s) { r.number(s, 0, t.clipGradNorm); };
+  a["log_every"] = [&](const ast::Setting& s) { r.integer(s, 1, INT64_MAX / 2, t.logEvery); };
+  a["seed"] = [&](const ast::Setting& s) { r.integer(s, 0, INT64_MAX, t.seed); };
+  auto record = [&](const ast::Setting& s, const std::vector<std::string>& keys,
+                    const std::function<void(const ast::Setting&)>& field) {
+    if (s.value->kind != ast::ExprKind::Record) {
+      r.error(*s.value, fmt::format("`{}` must be a record such as {{ every = 100 }}", s.key));
+      return;
+    }
+    std::set<std::string> seen;
+    for (const ast::Setting& f : s.value->fields) {
+      if (std::find(keys.begin(), keys.end(), f.key) == keys.end()) {
+        std::string near = closestMatch(f.key, keys);
+        auto d = diags_.error(f.loc, fmt::format("unknown `{}` key `{}`", s.key, f.key));
+        d.length(static_cast<uint32_t>(f.key.size()));
+        if (!near.empty()) d.help(fmt::format("did you mean `{}`?", near));
+        continue;
+      }
+      if (!seen.insert(f.key).second) {
+        diags_.error(f.loc, fmt::format("`{}` is set twice", f.key)).length(static_cast<uint32_t>(f.key.size()));
+        continue;
+      }
+      field(f);
+    }
+  };
+  a["checkpoint"] = [&](const ast::Setting& s) {
+    int64_t keep = 0;
+    record(s, {"dir", "every", "keep"}, [&](const ast::Setting& f) {
+      if (f.key == "dir") r.string(f, t.checkpointDir);
+      else if (f.key == "every") r.integer(f, 1, INT64_MAX / 2, t.checkpointEvery);
+      else r.integer(f, 1, 1'000'000, keep);
+    });
+  };
+  a["eval"] = [&](const ast::Setting& s) {
+    t.eval = ir::CallSpec{"eval", {}, {{"every", 100}, {"batches", 10}}, {}, s.loc};
+    record(s, {"every", "batches"}, [&](const ast::Setting& f) {
+      int64_t v = 0;
+      if (r.integer(f, 1, INT64_MAX / 2, v)) t.eval.numbers[f.key] = static_cast<double>(v);
+    });
+  };
+  applyKeys(b, trainKeys(), a, "train", diags_, t.keyLocs);
+  for (const char* required : {"data", "batch"})
+    if (!t.keyLocs.count(required))
+      diags_.error(b.loc, fmt::format("`train` block is missing `{}`", required))
+          .length(5)
+          .help(std::string(required) == "data" ? "add e.g. `data = tokens(\"corpus.bin\", seq = 128)`"
+                                                : "add the global batch in samples, e.g. `batch = 64`");
+}
+
+void Elaborator::checkSettings(ir::Module& m) {
+  const ast::File& main = files_.back();
+  for (size_t i = 1; i < main.policies.size(); ++i)
+    diags_.error(main.policies[i].loc, "a script has at most one `policy` block").length(6)
+        .noteAt(main.policies[0].loc, "the first one is here");
+  for (size_t i = 1; i < main.trains.size(); ++i)
+    diags_.error(main.trains[i].loc, "a script has at most one `train` block").length(5)
+        .noteAt(main.trains[0].loc, "the first one is here");
+  if (!main.policies.empty()) applyPolicy(main.policies[0], m.policy);
+  if (!main.trains.empty()) applyTrain(main.trains[0], m.train);
+}
+
+} // namespace epl::frontend

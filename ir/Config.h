@@ -1,0 +1,62 @@
+// The typed `policy` and `train` settings of a script, as the passes and runtime read them.
+// The front end fills these after checking every key (frontend/Settings.cpp); defaults here.
+#pragma once
+#include "ir/Types.h"
+#include "support/SourceManager.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace epl::ir {
+
+enum class Schedule { GPipe, OneFOneB, Interleaved };
+enum class ZeroStage { None, OptimizerStates, Gradients, Parameters };
+enum class Recompute { None, Auto, Every, Listed };
+enum class Offload { None, Optimizer, Params };
+enum class OffloadTarget { Cpu, Disk };
+enum class Amp { None, Fp16, Bf16 };
+
+struct Policy {
+  int64_t microBatches = 1;
+  Schedule schedule = Schedule::OneFOneB;
+  ZeroStage zero = ZeroStage::None;
+  Recompute recompute = Recompute::None;
+  std::vector<std::string> recomputeBlocks; // with Recompute::Listed
+  Offload offload = Offload::None;
+  OffloadTarget offloadTo = OffloadTarget::Cpu;
+  Amp amp = Amp::None;
+  DType commDtype = DType::F32;
+  int64_t bucketBytes = 25'000'000;
+  double commTimeoutSeconds = 300;
+  int64_t deviceMemoryBytes = 0; // 0: not declared, no fit check
+  std::map<std::string, SourceLoc> keyLocs; // where each key was set, for later errors
+};
+
+// A call-shaped setting value: `adamw(lr = 3e-4)`, `tokens("data.bin", seq = 128)`.
+struct CallSpec {
+  std::string kind;
+  std::vector<std::string> positional; // strings and words, in order
+  std::map<std::string, double> numbers;
+  std::map<std::string, std::string> words;
+  SourceLoc loc;
+};
+
+struct TrainConfig {
+  bool present = false;
+  std::string model;
+  CallSpec data;
+  int64_t batch = 0; // global batch in samples; 0 when no train block
+  CallSpec optimizer{"adamw", {}, {{"lr", 1e-3}}, {}, {}};
+  CallSpec lrSchedule{"constant", {}, {}, {}, {}};
+  int64_t steps = 1;
+  double clipGradNorm = 0;
+  int64_t logEvery = 10;
+  CallSpec eval;     // kind "" when absent
+  std::string checkpointDir;
+  int64_t checkpointEvery = 0;
+  int64_t seed = 0;
+  std::map<std::string, SourceLoc> keyLocs;
+};
+
+} // namespace epl::ir

@@ -1,0 +1,49 @@
+// Module helpers: adding tensors and scopes, scope queries, byte counts.
+#include "ir/Module.h"
+
+#include "support/Assert.h"
+
+namespace epl::ir {
+
+std::string Layout::str() const {
+  switch (kind) {
+  case LayoutKind::DataParallel: return "data-parallel";
+  case LayoutKind::Replicated: return "replicated";
+  case LayoutKind::Sharded: return "sharded(" + std::to_string(dim) + ")";
+  case LayoutKind::Partial: return "partial";
+  }
+  return "?";
+}
+
+int Module::addTensor(std::string name, TensorType type, int producer) {
+  tensors.push_back(Tensor{std::move(name), std::move(type), producer, Layout{}});
+  return static_cast<int>(tensors.size()) - 1;
+}
+
+int Module::addScope(Scope s) {
+  EPL_ASSERT(s.parent >= 0 && s.parent < static_cast<int>(scopes.size()), "scope parent out of range");
+  scopes.push_back(s);
+  return static_cast<int>(scopes.size()) - 1;
+}
+
+int Module::stageScopeOf(int scope) const {
+  for (int s = scope; s > 0; s = scopes[s].parent)
+    if (scopes[s].kind == ScopeKind::Stage) return s;
+  return -1;
+}
+
+int Module::splitScopeOf(int scope) const {
+  for (int s = scope; s > 0; s = scopes[s].parent) {
+    if (scopes[s].kind == ScopeKind::Split) return s;
+    if (scopes[s].kind == ScopeKind::Stage && scopes[s].isSplitStage) return s;
+  }
+  return -1;
+}
+
+int64_t Module::tensorBytes(int tensor) const {
+  const Tensor& t = tensors[tensor];
+  auto n = numElements(t.type.shape, bindings);
+  return n ? *n * dtypeBytes(t.type.dtype) : -1;
+}
+
+} // namespace epl::ir

@@ -1,0 +1,134 @@
+// The IR: a module of ops over tensors and parameters, grouped into parallel scopes, plus
+// the plan the passes attach to it (mesh, layouts, per-rank figures). It knows no backend.
+#pragma once
+#include "ir/Config.h"
+#include "ir/Ops.h"
+#include "ir/Types.h"
+#include "support/SourceManager.h"
+
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace epl::ir {
+
+// Where an op runs in the training step. Forward only until autodiff exists.
+enum class Phase { Forward, Backward, Optimizer };
+
+// How a tensor is spread over the devices of its stage group (G devices, split width w,
+// c = G / w copies of the split region):
+//   DataParallel  each of the G devices holds 1/G of the micro-batch;
+//   Replicated    each device holds its copy's 1/c of the batch, whole along other dims;
+//   Sharded       like Replicated, but dim `dim` is cut in w pieces;
+//   Partial       like Replicated, but each device holds a partial sum.
+enum class LayoutKind { DataParallel, Replicated, Sharded, Partial };
+struct Layout {
+  LayoutKind kind = LayoutKind::DataParallel;
+  int dim = -1;
+  bool operator==(const Layout& o) const { return kind == o.kind && dim == o.dim; }
+  bool operator!=(const Layout& o) const { return !(*this == o); }
+  std::string str() const;
+};
+
+struct Tensor {
+  std::string name;
+  TensorType type;
+  int producer = -1; // op id; -1 for model inputs
+  Layout layout;
+};
+
+struct Param {
+  std::string name; // hierarchical: transformer_block.0/attention.qkv_weight
+  TensorType type;  // always concrete
+  int op = -1;
+  int shardDim = -1; // dim cut over the split width, -1 when every device holds it whole
+};
+
+enum class ScopeKind { Model, Stage, Split };
+struct Scope {
+  ScopeKind kind = ScopeKind::Model;
+  int parent = -1;
+  int width = 0; // replicate(n) / split(n); 0 when left out or `auto`
+  bool isAuto = false;
+  bool isSplitStage = false; // a top-level split(n) block: the whole stage is tensor-parallel
+  SourceLoc loc;
+};
+
+struct Op {
+  OpKind kind = OpKind::Add;
+  std::string name;
+  std::vector<int> inputs, outputs, params;
+  Attrs attrs;
+  int scope = 0;
+  int stage = -1;
+  Phase phase = Phase::Forward;
+  SourceLoc loc;  // where the op is written (maybe inside a def in another file)
+  SourceLoc site; // the statement in the model body it came from, for plans and errors
+  // Set by split-layout: the tensor-parallel form ("column", "heads", …; empty when the
+  // op is not split) and the layout each input must have.
+  std::string splitForm;
+  std::vector<Layout> inputLayouts;
+};
+
+// One pipeline stage of a model replica and the devices it owns.
+struct StagePlan {
+  int scope = -1;
+  int group = 1;      // devices in the stage group (G)
+  int splitWidth = 1; // widest split region in the stage (w)
+  int copies() const { return group / splitWidth; }
+  int firstLocalRank = 0; // offset of the group inside one replica
+  bool pinned = false;    // replicate(n) fixed the group size
+  SourceLoc loc;
+  // Filled by param-accounting.
+  int64_t paramCount = 0, paramBytes = 0;
+  int64_t rankParamCount = 0, rankParamBytes = 0; // held by each device of the group
+};
+
+struct Mesh {
+  int np = 1;
+  int dataParallel = 1; // outer data-parallel width (model replicas)
+  int replicaSize = 1;  // devices one replica needs
+  int64_t microBatch = 0; // samples per micro-batch per replica; 0 when unknown
+  std::vector<StagePlan> stages;
+  // Global rank of (replica, stage, local index).
+  int rank(int replica, int stage, int local) const {
+    return replica * replicaSize + stages[stage].firstLocalRank + local;
+  }
+};
+
+// Where the compiler inserted communication, for the plan and later the runtime.
+struct Bridge {
+  int op = -1; // the inserted communication op
+  std::string what; // human summary: "all-gather batch", "send/recv"
+  int fromStage = -1, toStage = -1;
+  int64_t bytes = -1; // per micro-batch moved into each receiving device; -1 unknown
+};
+
+struct Module {
+  std::string modelName;
+  std::string batchSymbol; // the first dim of the model inputs
+  std::vector<Tensor> tensors;
+  std::vector<Param> params;
+  std::vector<Op> ops; // in program order
+  std::vector<Scope> scopes{Scope{}};
+  std::vector<int> inputs;
+  std::vector<int> outputs;
+  SourceLoc loc;
+  Policy policy;
+  TrainConfig train;
+  std::map<std::string, int64_t> bindings; // symbol values once the mesh is known
+  Mesh mesh;
+  bool planned = false; // mesh assigned
+  std::vector<Bridge> bridges;
+
+  int addTensor(std::string name, TensorType type, int producer);
+  int addScope(Scope s);
+  // The stage scope enclosing a scope, or -1 for the model root.
+  int stageScopeOf(int scope) const;
+  // The split scope enclosing a scope (a split block, or a split stage), or -1.
+  int splitScopeOf(int scope) const;
+  int64_t tensorBytes(int tensor) const; // logical bytes under bindings, -1 unknown
+};
+
+} // namespace epl::ir

@@ -1,0 +1,87 @@
+// The op table: every builtin layer and op with its signature, shape rule, parameters and
+// what `split(n)` does to it; plus the communication ops that passes insert.
+#pragma once
+#include "ir/Types.h"
+
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace epl::ir {
+
+enum class OpKind {
+  // Layers with parameters.
+  Linear, Embedding, Positions, LayerNorm, RmsNorm, Attention, Mlp, Moe, Conv2d,
+  // Parameter-free ops.
+  Gelu, Relu, Silu, Tanh, Sigmoid, Softmax, Dropout, MaxPool, AvgPool,
+  Add, Sub, Mul, Scale, Flatten, Reshape, Transpose, Next,
+  // Losses.
+  CrossEntropy, Mse,
+  // Communication, inserted by passes (never written by users).
+  AllGather, AllReduce, AllToAll, Slice, SendRecv,
+};
+
+using Attr = std::variant<int64_t, double, bool, std::string, Shape>;
+using Attrs = std::map<std::string, Attr>;
+
+enum class ArgKind { Tensor, Int, Float, Bool, Word, Dims };
+
+struct ArgSpec {
+  std::string name;
+  ArgKind kind = ArgKind::Tensor;
+  bool required = true;
+  Attr defaultValue = int64_t{0}; // when not required
+  std::vector<std::string> words; // allowed values of a Word argument
+  std::string doc;
+};
+
+// What split(n) does to an op (docs/language.md, "split").
+enum class SplitRule {
+  Replicated,  // every device computes it whole (norms, positions)
+  Elementwise, // follows its input's layout
+  Linear,      // column-parallel on a whole input, row-parallel on a last-dim shard
+  Heads,       // attention heads divided
+  Hidden,      // mlp hidden width divided, output all-reduced
+  Vocab,       // embedding rows or loss vocabulary divided
+  Experts,     // moe experts divided, tokens moved by all-to-all
+  Channels,    // conv2d output channels divided
+  Communication,
+};
+
+struct ParamSpec {
+  std::string name; // suffix: weight, bias, qkv_weight…
+  Shape shape;
+  int splitDim = -1; // dim cut under split: set per rule by the split pass
+};
+
+struct OpInfo {
+  OpKind kind;
+  std::string name;       // the builtin's name in scripts (`cross_entropy`)
+  std::vector<ArgSpec> args; // tensors first
+  SplitRule split = SplitRule::Replicated;
+  bool builtin = true;    // callable from scripts
+  std::string summary;    // one line for docs and hover
+  std::string shapes;     // e.g. "x: [..., D] -> [..., out]"
+  int tensorArgs() const;
+};
+
+const OpInfo& opInfo(OpKind kind);
+// The builtin with this script name, or nullptr.
+const OpInfo* findBuiltin(const std::string& name);
+const std::vector<OpInfo>& allOps();
+
+// Output types of an op from its input types and attributes. On a mistake returns a message
+// for the user (lower case, no trailing period) and leaves `out` empty.
+std::string inferTypes(OpKind kind, const std::vector<TensorType>& in, const Attrs& attrs,
+                       std::vector<TensorType>& out);
+// Parameter shapes of a layer (empty for parameter-free ops). Inputs must be typed already.
+std::vector<ParamSpec> paramSpecs(OpKind kind, const std::vector<TensorType>& in,
+                                  const Attrs& attrs);
+
+int64_t intAttr(const Attrs& a, const std::string& key);
+double floatAttr(const Attrs& a, const std::string& key);
+std::string wordAttr(const Attrs& a, const std::string& key);
+std::string attrStr(const Attr& a);
+
+} // namespace epl::ir

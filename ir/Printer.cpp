@@ -1,0 +1,208 @@
+// Deterministic text for modules and plans: same module in, same bytes out.
+#include "ir/Printer.h"
+
+#include "support/Text.h"
+
+#include <fmt/format.h>
+#include <map>
+
+namespace epl::ir {
+
+namespace {
+
+const char* scopeKind(const Scope& s) {
+  switch (s.kind) {
+  case ScopeKind::Model: return "model";
+  case ScopeKind::Stage: return s.isSplitStage ? "stage split" : "stage replicate";
+  case ScopeKind::Split: return "split";
+  }
+  return "?";
+}
+
+std::string widthStr(const Scope& s) {
+  if (s.isAuto && s.width == 0) return "(auto)";
+  if (s.width == 0) return "";
+  return fmt::format("({}{})", s.width, s.isAuto ? ", auto" : "");
+}
+
+std::string attrList(const Attrs& attrs) {
+  if (attrs.empty()) return "";
+  std::vector<std::string> parts;
+  for (const auto& [k, v] : attrs) parts.push_back(k + " = " + attrStr(v));
+  return " {" + fmt::format("{}", fmt::join(parts, ", ")) + "}";
+}
+
+} // namespace
+
+void printModule(const Module& m, std::ostream& out) {
+  out << fmt::format("module @{}", m.modelName);
+  for (const auto& [sym, v] : m.bindings) out << fmt::format(" [{} = {}]", sym, v);
+  out << "\n";
+  for (size_t s = 1; s < m.scopes.size(); ++s) {
+    const Scope& sc = m.scopes[s];
+    out << fmt::format("  scope #{} {}{}", s, scopeKind(sc), widthStr(sc));
+    if (sc.parent > 0) out << fmt::format(" in #{}", sc.parent);
+    out << fmt::format(" at {}:{}\n", sc.loc.line, sc.loc.col);
+  }
+  for (int t : m.inputs) out << fmt::format("  input %{} : {}\n", m.tensors[t].name, m.tensors[t].type.str());
+  for (const Op& op : m.ops) {
+    std::vector<std::string> ins, outs;
+    for (int t : op.inputs) ins.push_back("%" + m.tensors[t].name);
+    for (int t : op.outputs) outs.push_back("%" + m.tensors[t].name);
+    out << fmt::format("  {} = {}({}){} : {}", fmt::join(outs, ", "), opInfo(op.kind).name, fmt::join(ins, ", "),
+                       attrList(op.attrs), m.tensors[op.outputs[0]].type.str());
+    if (op.scope > 0) out << fmt::format(" in #{}", op.scope);
+    if (op.stage >= 0) out << fmt::format(" stage {}", op.stage);
+    if (!op.splitForm.empty()) out << fmt::format(" split {}", op.splitForm);
+    if (op.stage >= 0 && m.tensors[op.outputs[0]].layout.kind != LayoutKind::DataParallel)
+      out << fmt::format(" -> {}", m.tensors[op.outputs[0]].layout.str());
+    out << "\n";
+    for (int p : op.params) {
+      const Param& prm = m.params[p];
+      out << fmt::format("      param @{} : {}", prm.name, prm.type.str());
+      if (prm.shardDim >= 0) out << fmt::format(" cut dim {}", prm.shardDim);
+      out << "\n";
+    }
+  }
+  for (int t : m.outputs) out << fmt::format("  return %{}\n", m.tensors[t].name);
+}
+
+namespace {
+
+// "0-1, 4-5": the global ranks of a stage group across all replicas.
+std::string rankRanges(const Mesh& mesh, int s) {
+  std::vector<std::string> parts;
+  for (int r = 0; r < mesh.dataParallel; ++r) {
+    int a = mesh.rank(r, s, 0), b = mesh.rank(r, s, mesh.stages[s].group - 1);
+    parts.push_back(a == b ? std::to_string(a) : fmt::format("{}-{}", a, b));
+  }
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+// The first path component of an op name, the layer a user wrote: "transformer_block.3".
+std::string layerOf(const std::string& opName) { return opName.substr(0, opName.find('/')); }
+
+// Splits "transformer_block.3" into ("transformer_block", 3); index -1 when there is none.
+std::pair<std::string, int> splitIndex(const std::string& layer) {
+  size_t dot = layer.rfind('.');
+  if (dot == std::string::npos || dot + 1 == layer.size()) return {layer, -1};
+  for (size_t i = dot + 1; i < layer.size(); ++i)
+    if (!isdigit(static_cast<unsigned char>(layer[i]))) return {layer, -1};
+  return {layer.substr(0, dot), std::stoi(layer.substr(dot + 1))};
+}
+
+struct LayerRow {
+  std::string name;
+  int first = -1, last = -1; // index range of collapsed repeats
+  int64_t params = 0;        // each
+  int count = 1;
+};
+
+// The layers of one stage in order, with consecutive repeats of one block collapsed.
+std::vector<LayerRow> stageLayers(const Module& m, int s) {
+  std::vector<std::string> order;
+  std::map<std::string, int64_t> params;
+  for (const Op& op : m.ops) {
+    if (op.stage != s || opInfo(op.kind).split == SplitRule::Communication) continue;
+    std::string layer = layerOf(op.name);
+    if (!params.count(layer)) {
+      order.push_back(layer);
+      params[layer] = 0;
+    }
+    for (int p : op.params) params[layer] += *numElements(m.params[p].type.shape, {});
+  }
+  std::vector<LayerRow> rows;
+  for (const auto& layer : order) {
+    auto [base, idx] = splitIndex(layer);
+    if (!rows.empty() && idx >= 0 && rows.back().first >= 0 && rows.back().name == base &&
+        rows.back().last + 1 == idx && rows.back().params == params[layer]) {
+      rows.back().last = idx;
+      ++rows.back().count;
+      continue;
+    }
+    rows.push_back(LayerRow{idx >= 0 ? base : layer, idx, idx, params[layer], 1});
+  }
+  return rows;
+}
+
+std::string rowName(const LayerRow& r) {
+  if (r.first < 0) return r.name;
+  if (r.first == r.last) return fmt::format("{}.{}", r.name, r.first);
+  return fmt::format("{}.{}-{}", r.name, r.first, r.last);
+}
+
+void printStage(const Module& m, int s, std::ostream& out) {
+  const StagePlan& st = m.mesh.stages[s];
+  std::string kind = st.scope < 0 ? "whole model" : m.scopes[st.scope].isSplitStage ? "split" : "replicate";
+  out << fmt::format("stage {} ({}, line {}): {} device{}, split width {}, {} cop{}; ranks {}\n", s, kind,
+                     st.loc.line, st.group, st.group == 1 ? "" : "s", st.splitWidth, st.copies(),
+                     st.copies() == 1 ? "y" : "ies", rankRanges(m.mesh, s));
+  out << fmt::format("  {:<34} {:>16} {:>10}\n", "layer", "params", "bytes");
+  for (const LayerRow& r : stageLayers(m, s)) {
+    std::string count = r.count > 1 ? fmt::format("{} x {}", r.count, withCommas(r.params)) : withCommas(r.params);
+    out << fmt::format("  {:<34} {:>16} {:>10}\n", rowName(r), count, formatBytes(4.0 * r.params * r.count));
+  }
+  for (size_t sc = 1; sc < m.scopes.size(); ++sc) {
+    if (m.scopes[sc].kind != ScopeKind::Split && !(m.scopes[sc].kind == ScopeKind::Stage && m.scopes[sc].isSplitStage))
+      continue;
+    std::vector<std::string> forms;
+    for (const Op& op : m.ops)
+      if (op.stage == s && m.splitScopeOf(op.scope) == static_cast<int>(sc) && !op.splitForm.empty())
+        forms.push_back(fmt::format("{} {}", op.name.substr(op.name.rfind('/') + 1), op.splitForm));
+    if (!forms.empty())
+      out << fmt::format("  split({}) at line {}: {}\n", m.scopes[sc].width, m.scopes[sc].loc.line, fmt::join(forms, ", "));
+  }
+  out << fmt::format("  {:<34} {:>16} {:>10}\n", "stage total", withCommas(st.paramCount), formatBytes(st.paramBytes));
+  out << fmt::format("  {:<34} {:>16} {:>10}\n", "held by each device", withCommas(st.rankParamCount),
+                     formatBytes(st.rankParamBytes));
+}
+
+void printBridges(const Module& m, std::ostream& out) {
+  out << "bridges (per micro-batch, bytes each receiving device gets):\n";
+  if (m.bridges.empty()) {
+    out << "  none\n";
+    return;
+  }
+  for (const Bridge& b : m.bridges) {
+    const Op& op = m.ops[b.op];
+    int t = op.inputs.empty() ? op.outputs[0] : op.inputs[0];
+    if (op.kind == OpKind::CrossEntropy) t = op.inputs[1];
+    std::string where = b.fromStage == b.toStage ? fmt::format("stage {}", b.toStage)
+                                                 : fmt::format("stage {} -> {}", b.fromStage, b.toStage);
+    std::string bytes = b.bytes < 0 ? "?" : formatBytes(static_cast<double>(b.bytes));
+    out << fmt::format("  {:<12} {:<36} {:<40} {:>10}  line {}\n", where, b.what,
+                       m.tensors[t].name + " " + m.tensors[t].type.str(), bytes, op.site.line);
+  }
+}
+
+} // namespace
+
+void printPlan(const Module& m, std::ostream& out) {
+  const Mesh& mesh = m.mesh;
+  int64_t total = 0;
+  for (const auto& st : mesh.stages) total += st.paramCount;
+  out << fmt::format("plan for model `{}` on {} device{}\n", m.modelName, mesh.np, mesh.np == 1 ? "" : "s");
+  int g = 1;
+  for (const auto& st : mesh.stages) g = std::max(g, st.splitWidth);
+  out << fmt::format("mesh: {} data-parallel x {} stage{} x split {}; one replica = {} devices\n", mesh.dataParallel,
+                     mesh.stages.size(), mesh.stages.size() == 1 ? "" : "s", g, mesh.replicaSize);
+  if (mesh.microBatch > 0)
+    out << fmt::format("batch: {} = {} micro-batches x {} data-parallel x {} samples ({} = {})\n", m.train.batch,
+                       m.policy.microBatches, mesh.dataParallel, mesh.microBatch, m.batchSymbol, mesh.microBatch);
+  else
+    out << fmt::format("batch: no `train` block; `{}` stays symbolic\n", m.batchSymbol);
+  out << fmt::format("params: {} ({}, f32)\n\n", withCommas(total), formatBytes(4.0 * total));
+  for (size_t s = 0; s < mesh.stages.size(); ++s) {
+    printStage(m, static_cast<int>(s), out);
+    out << "\n";
+  }
+  printBridges(m, out);
+  out << "\nparameter bytes per rank:\n";
+  for (size_t s = 0; s < mesh.stages.size(); ++s) {
+    const StagePlan& st = mesh.stages[s];
+    out << fmt::format("  ranks {}: {} params, {} each (stage {})\n", rankRanges(mesh, static_cast<int>(s)),
+                       withCommas(st.rankParamCount), formatBytes(st.rankParamBytes), s);
+  }
+}
+
+} // namespace epl::ir

@@ -1,0 +1,14 @@
+// Deterministic text forms of a Module: the IR itself and the plan a user reads.
+#pragma once
+#include "ir/Module.h"
+
+#include <ostream>
+
+namespace epl::ir {
+
+// The IR, one op a line: `%3 = attention(%2) {heads = 8} : f32[B, 128, 256]  # stage 0`.
+void printModule(const Module& m, std::ostream& out);
+// The plan: mesh, stages with their layers and parameters, bridges, per-rank bytes.
+void printPlan(const Module& m, std::ostream& out);
+
+} // namespace epl::ir

@@ -1,0 +1,178 @@
+// bridge-insertion: make every op's inputs arrive in the layout and stage it needs.
+//
+// Walking ops in program order, for each input:
+//   1. produced in another stage: convert it to data-parallel there, then send/recv it
+//      to this stage (regrouping the batch when the two groups differ in size);
+//   2. convert it to the layout the op needs (table below), reusing a conversion an
+//      earlier op of the same stage already made.
+// Conversions: partial -> all-reduce; data-parallel -> whole: all-gather the batch over
+// the split group; cut -> whole: all-gather that dim; whole -> cut or data-parallel: a
+// local slice (no transfer). Experts add an all-to-all before and after.
+#include "passes/Passes.h"
+
+#include "support/Assert.h"
+
+#include <fmt/format.h>
+#include <map>
+#include <tuple>
+
+namespace epl::passes {
+
+namespace {
+
+using ir::Layout;
+using ir::LayoutKind;
+
+class BridgeInsertion : public Pass {
+public:
+  const char* name() const override { return "bridge-insertion"; }
+
+  bool run(ir::Module& m, PassContext&) override {
+    m_ = &m;
+    std::vector<ir::Op> old = std::move(m.ops);
+    m.ops.clear();
+    m.bridges.clear();
+    cache_.clear();
+    rename_.clear();
+    std::vector<int> newId(old.size(), -1);
+    for (size_t i = 0; i < old.size(); ++i) {
+      ir::Op op = std::move(old[i]);
+      for (size_t k = 0; k < op.inputs.size(); ++k) op.inputs[k] = arrive(op.inputs[k], op, k);
+      bool experts = op.splitForm == "experts";
+      if (experts) op.inputs[0] = allToAll(op.inputs[0], op, "dispatch");
+      newId[i] = static_cast<int>(m.ops.size());
+      bool vocabLoss = op.kind == ir::OpKind::CrossEntropy && op.splitForm == "vocab";
+      for (int t : op.outputs) m.tensors[t].producer = newId[i];
+      for (int p : op.params) m.params[p].op = newId[i];
+      int out = op.outputs[0];
+      m.ops.push_back(std::move(op));
+      // Both may append ops, so no reference into m.ops is held across them.
+      if (experts) rename_[out] = allToAll(out, m.ops[newId[i]], "combine");
+      if (vocabLoss) recordVocabLoss(newId[i]);
+    }
+    return !m.bridges.empty();
+  }
+
+private:
+  // Bytes of `tensor` on one device when the batch symbol counts `samples` samples.
+  int64_t bytesWith(int tensor, int64_t samples) const {
+    if (!m_->bindings.count(m_->batchSymbol)) return -1;
+    auto b = m_->bindings;
+    b[m_->batchSymbol] = samples;
+    auto n = ir::numElements(m_->tensors[tensor].type.shape, b);
+    return n ? *n * ir::dtypeBytes(m_->tensors[tensor].type.dtype) : -1;
+  }
+  int64_t micro() const { return m_->mesh.microBatch; }
+  const ir::StagePlan& stage(int s) const { return m_->mesh.stages[s]; }
+
+  int emit(ir::OpKind kind, int input, int stage, int scope, SourceLoc loc, ir::Attrs attrs,
+           const std::string& suffix, const std::string& what, int64_t bytes, int fromStage) {
+    ir::Op op;
+    op.kind = kind;
+    op.name = m_->tensors[input].name + "." + suffix;
+    op.inputs = {input};
+    op.attrs = std::move(attrs);
+    op.scope = scope;
+    op.stage = stage;
+    op.loc = loc;
+    op.site = loc;
+    op.inputLayouts = {m_->tensors[input].layout};
+    int id = static_cast<int>(m_->ops.size());
+    int out = m_->addTensor(op.name, m_->tensors[input].type, id);
+    op.outputs = {out};
+    m_->ops.push_back(std::move(op));
+    m_->bridges.push_back(ir::Bridge{id, what, fromStage, stage, bytes});
+    return out;
+  }
+
+  // Converts `t` (in stage `s`, region scope `scope`) to layout `to`.
+  int convert(int t, Layout to, int s, int scope, SourceLoc loc) {
+    Layout from = m_->tensors[t].layout;
+    if (from == to) return t;
+    auto key = std::make_tuple(t, static_cast<int>(to.kind), to.dim, s);
+    auto hit = cache_.find(key);
+    if (hit != cache_.end()) return hit->second;
+    int64_t copyBytes = micro() ? bytesWith(t, micro() / stage(s).copies()) : -1;
+    int out = -1;
+    auto dimName = [](int d) { return d < 0 ? std::string("batch") : "dim " + std::to_string(d); };
+    if (from.kind == LayoutKind::Partial) {
+      out = emit(ir::OpKind::AllReduce, t, s, scope, loc, {}, "reduced", "all-reduce", copyBytes, s);
+      m_->tensors[out].layout = Layout{LayoutKind::Replicated, -1};
+    } else if (from.kind == LayoutKind::Replicated) {
+      int d = to.kind == LayoutKind::Sharded ? to.dim : -1;
+      out = emit(ir::OpKind::Slice, t, s, scope, loc, {{"dim", std::string(dimName(d))}}, "slice",
+                 "slice " + dimName(d), 0, s);
+      m_->tensors[out].layout = to;
+      cache_[key] = out;
+      return out;
+    } else {
+      int d = from.kind == LayoutKind::Sharded ? from.dim : -1;
+      out = emit(ir::OpKind::AllGather, t, s, scope, loc, {{"dim", std::string(dimName(d))}}, "gathered",
+                 "all-gather " + dimName(d), copyBytes, s);
+      m_->tensors[out].layout = Layout{LayoutKind::Replicated, -1};
+    }
+    out = convert(out, to, s, scope, loc);
+    cache_[key] = out;
+    return out;
+  }
+
+  // The tensor op `op` reads as its input `k`: renamed, moved across stages, converted.
+  int arrive(int t, const ir::Op& op, size_t k) {
+    auto r = rename_.find(t);
+    if (r != rename_.end()) t = r->second;
+    int producer = m_->tensors[t].producer;
+    int from = producer >= 0 ? m_->ops[producer].stage : op.stage;
+    if (from != op.stage) {
+      auto key = std::make_tuple(t, -1, -1, op.stage);
+      auto hit = cache_.find(key);
+      if (hit != cache_.end()) {
+        t = hit->second;
+      } else {
+        const ir::Op& prod = m_->ops[producer];
+        int dp = convert(t, Layout{}, from, prod.scope, prod.site);
+        std::string what = stage(from).group == stage(op.stage).group
+                               ? "send/recv"
+                               : fmt::format("send/recv, regroup {} -> {} devices", stage(from).group, stage(op.stage).group);
+        int64_t bytes = micro() ? bytesWith(dp, micro() / stage(op.stage).group) : -1;
+        t = emit(ir::OpKind::SendRecv, dp, op.stage, 0, op.site,
+                 {{"from_stage", int64_t{from}}, {"to_stage", int64_t{op.stage}}}, "to_stage" + std::to_string(op.stage),
+                 what, bytes, from);
+        m_->tensors[t].layout = Layout{};
+        cache_[key] = t;
+      }
+    }
+    Layout want = k < op.inputLayouts.size() ? op.inputLayouts[k] : Layout{};
+    return convert(t, want, op.stage, op.scope, op.site);
+  }
+
+  // `op` is copied: emit() grows m.ops, which may move it.
+  int allToAll(int t, ir::Op op, const char* phase) {
+    int64_t topK = ir::intAttr(op.attrs, "top_k");
+    int64_t bytes = micro() ? bytesWith(t, micro() / stage(op.stage).group) * topK : -1;
+    int out = emit(ir::OpKind::AllToAll, t, op.stage, op.scope, op.site, {{"phase", std::string(phase)}}, phase,
+                   std::string("all-to-all ") + phase, bytes, op.stage);
+    m_->tensors[out].layout = Layout{};
+    return out;
+  }
+
+  // A vocabulary-parallel loss reduces three per-token figures (max, sum of exp, target
+  // logit) over the split group; listed so the plan shows every byte moved.
+  void recordVocabLoss(int opId) {
+    const ir::Op& op = m_->ops[opId];
+    int targets = op.inputs[1];
+    int opStage = op.stage;
+    int64_t bytes = micro() ? bytesWith(targets, micro() / stage(opStage).copies()) : -1;
+    if (bytes > 0) bytes = bytes / ir::dtypeBytes(m_->tensors[targets].type.dtype) * 4 * 3;
+    m_->bridges.push_back(ir::Bridge{opId, "all-reduce x3 (vocab-parallel loss)", opStage, opStage, bytes});
+  }
+
+  ir::Module* m_ = nullptr;
+  std::map<std::tuple<int, int, int, int>, int> cache_;
+  std::map<int, int> rename_;
+};
+
+} // namespace
+
+std::unique_ptr<Pass> createBridgeInsertionPass() { return std::make_unique<BridgeInsertion>(); }
+
+} // namespace epl::passes

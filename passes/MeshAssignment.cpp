@@ -1,0 +1,170 @@
+// mesh-assignment: size the device mesh and the micro-batch.
+//
+//   1. Each split region gets a width: its own `split(n)`, or for `split`/`split(auto)`
+//      the widest explicit width in the model, else the widest of 8, 4, 2 that divides
+//      what the region cuts and -np.
+//   2. A stage's split width w is its widest region; g is the widest over all stages.
+//   3. Each stage group has g devices, or n when `replicate(n)` pins it; it must be a
+//      multiple of the stage's w. One replica needs the sum of the groups.
+//   4. -np must be a multiple of that sum; the quotient is the outer data-parallel width.
+//   5. global batch = micro-batch x micro_batches x data-parallel width, and each stage
+//      must divide its micro-batch over its devices. The batch symbol binds to it.
+#include "passes/Passes.h"
+
+#include <fmt/format.h>
+
+namespace epl::passes {
+
+namespace {
+
+// The sizes a region cuts under split, for choosing an `auto` width.
+std::vector<int64_t> cutSizes(const ir::Module& m, int region) {
+  std::vector<int64_t> out;
+  for (const ir::Op& op : m.ops) {
+    if (m.splitScopeOf(op.scope) != region) continue;
+    switch (op.kind) {
+    case ir::OpKind::Attention: out.push_back(ir::intAttr(op.attrs, "heads")); break;
+    case ir::OpKind::Mlp: out.push_back(ir::intAttr(op.attrs, "hidden")); break;
+    case ir::OpKind::Moe: out.push_back(ir::intAttr(op.attrs, "experts")); break;
+    case ir::OpKind::Embedding: out.push_back(ir::intAttr(op.attrs, "vocab")); break;
+    case ir::OpKind::Linear: out.push_back(ir::intAttr(op.attrs, "out")); break;
+    case ir::OpKind::Conv2d: out.push_back(ir::intAttr(op.attrs, "channels")); break;
+    default: break;
+    }
+  }
+  return out;
+}
+
+class MeshAssignment : public Pass {
+public:
+  const char* name() const override { return "mesh-assignment"; }
+
+  bool run(ir::Module& m, PassContext& ctx) override {
+    ir::Mesh& mesh = m.mesh;
+    int p = static_cast<int>(mesh.stages.size());
+    std::vector<int> regionStage = regionsByStage(m);
+    resolveWidths(m, ctx, regionStage);
+    int g = 1;
+    for (auto& st : mesh.stages) st.splitWidth = 1;
+    for (size_t r = 0; r < regionStage.size(); ++r)
+      if (regionStage[r] >= 0) {
+        auto& st = mesh.stages[regionStage[r]];
+        st.splitWidth = std::max(st.splitWidth, m.scopes[r].width);
+        g = std::max(g, st.splitWidth);
+      }
+    int offset = 0;
+    for (int s = 0; s < p; ++s) {
+      ir::StagePlan& st = mesh.stages[s];
+      st.group = st.pinned ? m.scopes[st.scope].width : g;
+      if (st.group % st.splitWidth != 0) {
+        ctx.diags.error(st.loc, fmt::format("stage {} has {} devices, which cannot hold a split of width {}", s,
+                                            st.group, st.splitWidth))
+            .length(9)
+            .help(fmt::format("make `replicate({})` a multiple of {}", st.group, st.splitWidth));
+        return true;
+      }
+      st.firstLocalRank = offset;
+      offset += st.group;
+    }
+    mesh.replicaSize = offset;
+    mesh.np = ctx.np > 0 ? ctx.np : offset;
+    if (mesh.np % mesh.replicaSize != 0) {
+      auto d = ctx.diags.error(m.loc, fmt::format("-np {} is not a multiple of the {} devices one replica of `{}` needs",
+                                                  mesh.np, mesh.replicaSize, m.modelName));
+      d.length(static_cast<uint32_t>(m.modelName.size()));
+      for (int s = 0; s < p; ++s)
+        d.note(fmt::format("stage {}: {} devices (split width {})", s, mesh.stages[s].group, mesh.stages[s].splitWidth));
+      d.help(fmt::format("use -np {}, {} or another multiple of {}", mesh.replicaSize, 2 * mesh.replicaSize, mesh.replicaSize));
+      return true;
+    }
+    mesh.dataParallel = mesh.np / mesh.replicaSize;
+    checkSchedule(m, ctx);
+    bindBatch(m, ctx);
+    m.planned = !ctx.diags.hasErrors();
+    return true;
+  }
+
+private:
+  // The stage of every split region (indexed by scope id), -1 for other scopes.
+  static std::vector<int> regionsByStage(const ir::Module& m) {
+    std::vector<int> out(m.scopes.size(), -1);
+    for (const ir::Op& op : m.ops) {
+      int r = m.splitScopeOf(op.scope);
+      if (r >= 0) out[r] = op.stage;
+    }
+    return out;
+  }
+
+  void resolveWidths(ir::Module& m, PassContext& ctx, const std::vector<int>& regionStage) {
+    int explicitMax = 0;
+    for (size_t r = 0; r < m.scopes.size(); ++r)
+      if (regionStage[r] >= 0 && !m.scopes[r].isAuto) explicitMax = std::max(explicitMax, m.scopes[r].width);
+    int p = static_cast<int>(m.mesh.stages.size());
+    for (size_t r = 0; r < m.scopes.size(); ++r) {
+      ir::Scope& sc = m.scopes[r];
+      if (regionStage[r] < 0 || !sc.isAuto) continue;
+      if (explicitMax > 0) {
+        sc.width = explicitMax;
+        continue;
+      }
+      sc.width = 1;
+      auto sizes = cutSizes(m, static_cast<int>(r));
+      for (int w : {8, 4, 2}) {
+        bool fits = ctx.np == 0 || ctx.np % (p * w) == 0;
+        for (int64_t s : sizes) fits = fits && s % w == 0;
+        if (fits) {
+          sc.width = w;
+          break;
+        }
+      }
+    }
+  }
+
+  void checkSchedule(ir::Module& m, PassContext& ctx) {
+    const ir::Policy& pol = m.policy;
+    if (pol.schedule == ir::Schedule::Interleaved && m.mesh.stages.size() < 2 && pol.keyLocs.count("schedule"))
+      ctx.diags.error(pol.keyLocs.at("schedule"), "`schedule = interleaved` needs at least two pipeline stages")
+          .length(8)
+          .help("use `gpipe` or `1f1b`, or split the model into `replicate { … }` stages");
+  }
+
+  void bindBatch(ir::Module& m, PassContext& ctx) {
+    if (!m.train.present || m.train.batch <= 0) return;
+    ir::Mesh& mesh = m.mesh;
+    int64_t mb = m.policy.microBatches, dp = mesh.dataParallel, batch = m.train.batch;
+    SourceLoc at = m.train.keyLocs.count("batch") ? m.train.keyLocs.at("batch") : m.loc;
+    if (batch % (mb * dp) != 0) {
+      ctx.diags.error(at, fmt::format("global batch {} is not divisible by micro_batches ({}) x data-parallel width ({}) = {}",
+                                      batch, mb, dp, mb * dp))
+          .length(5)
+          .help(fmt::format("make `batch` a multiple of {}", mb * dp));
+      return;
+    }
+    int64_t micro = batch / (mb * dp);
+    for (size_t s = 0; s < mesh.stages.size(); ++s) {
+      const ir::StagePlan& st = mesh.stages[s];
+      // Ops outside split regions spread the micro-batch over the whole group; a stage
+      // that is all split regions spreads it over its copies.
+      bool loose = false;
+      for (const ir::Op& op : m.ops) loose = loose || (op.stage == static_cast<int>(s) && m.splitScopeOf(op.scope) < 0);
+      int64_t devices = loose ? st.group : st.copies();
+      if (micro % devices != 0) {
+        int64_t need = mb * dp * devices;
+        ctx.diags.error(at, fmt::format("a micro-batch of {} samples cannot be divided over the {} devices of stage {}",
+                                        micro, devices, s))
+            .length(5)
+            .note(fmt::format("micro-batch = batch {} / (micro_batches {} x data-parallel {})", batch, mb, dp))
+            .help(fmt::format("make `batch` a multiple of {}", need));
+        return;
+      }
+    }
+    mesh.microBatch = micro;
+    m.bindings[m.batchSymbol] = micro;
+  }
+};
+
+} // namespace
+
+std::unique_ptr<Pass> createMeshAssignmentPass() { return std::make_unique<MeshAssignment>(); }
+
+} // namespace epl::passes

@@ -1,0 +1,48 @@
+// The pass interface and the pass manager that runs a linear list of passes.
+#pragma once
+#include "ir/Module.h"
+#include "support/Diagnostics.h"
+
+#include <memory>
+#include <ostream>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace epl::passes {
+
+struct PassContext {
+  Diagnostics& diags;
+  int np = 0; // devices requested; 0 means "one model replica"
+};
+
+class Pass {
+public:
+  virtual ~Pass() = default;
+  virtual const char* name() const = 0; // kebab-case, as in --print-after
+  // Rewrites or annotates the module; returns whether it changed anything. User mistakes
+  // go to ctx.diags; the manager stops after a pass that reported an error.
+  virtual bool run(ir::Module& m, PassContext& ctx) = 0;
+};
+
+struct PassManagerOptions {
+  std::set<std::string> printAfter; // pass names, or "all"
+  bool timePasses = false;
+  bool verifyEach = false; // run the IR verifier after every pass (test builds turn it on)
+  std::ostream* out = nullptr; // where --print-after and --time-passes write
+};
+
+class PassManager {
+public:
+  explicit PassManager(PassManagerOptions options) : options_(std::move(options)) {}
+  void add(std::unique_ptr<Pass> pass) { passes_.push_back(std::move(pass)); }
+  // Runs every pass in order; false when one reported an error.
+  bool run(ir::Module& m, PassContext& ctx);
+  std::vector<std::string> names() const;
+
+private:
+  PassManagerOptions options_;
+  std::vector<std::unique_ptr<Pass>> passes_;
+};
+
+} // namespace epl::passes

@@ -1,0 +1,22 @@
+// The pass pipeline. Order matters where noted.
+#include "passes/Pipeline.h"
+
+#include "passes/Passes.h"
+
+namespace epl::passes {
+
+void buildPipeline(PassManager& pm) {
+  pm.add(createShapeInferencePass());
+  // Stages come before the mesh: group sizes are per stage.
+  pm.add(createStagePartitionPass());
+  // The mesh fixes split widths and the micro-batch, which the split rules and the byte
+  // counts of bridges need.
+  pm.add(createMeshAssignmentPass());
+  pm.add(createSplitLayoutPass());
+  // Bridges follow layouts: a conversion is inserted only where a consumer's layout
+  // differs from its producer's.
+  pm.add(createBridgeInsertionPass());
+  pm.add(createParamAccountingPass());
+}
+
+} // namespace epl::passes

@@ -1,0 +1,167 @@
+// split-layout: choose each op's tensor-parallel form inside `split` regions.
+//
+// Layouts follow the data, as in Megatron-LM: a linear on a whole input is column-parallel
+// and leaves its output cut along the last dim; a linear on such a cut input is
+// row-parallel and leaves partial sums. attention splits heads, mlp its hidden width,
+// embedding and cross_entropy the vocabulary, moe its experts, conv2d its output channels.
+// Elementwise ops keep a layout their inputs share; everything else wants whole tensors.
+// Outside split regions every tensor is data-parallel (the batch spread over the group).
+#include "passes/Passes.h"
+
+#include <fmt/format.h>
+
+namespace epl::passes {
+
+namespace {
+
+using ir::Layout;
+using ir::LayoutKind;
+
+const Layout kData{LayoutKind::DataParallel, -1};
+const Layout kWhole{LayoutKind::Replicated, -1};
+Layout cutAlong(int dim) { return Layout{LayoutKind::Sharded, dim}; }
+const Layout kPartial{LayoutKind::Partial, -1};
+
+class SplitLayout : public Pass {
+public:
+  const char* name() const override { return "split-layout"; }
+
+  bool run(ir::Module& m, PassContext& ctx) override {
+    for (size_t i = 0; i < m.ops.size(); ++i) {
+      ir::Op& op = m.ops[i];
+      int region = m.splitScopeOf(op.scope);
+      int width = region >= 0 ? m.scopes[region].width : 1;
+      op.inputLayouts.assign(op.inputs.size(), kData);
+      op.splitForm.clear();
+      Layout out = kData;
+      if (width > 1 && !assign(m, op, width, region, out, ctx)) return true;
+      for (int t : op.outputs) m.tensors[t].layout = out;
+    }
+    return true;
+  }
+
+private:
+  // Layout a tensor has where `op` reads it (a producer outside the region gives data-parallel).
+  Layout current(const ir::Module& m, int tensor) const { return m.tensors[tensor].layout; }
+
+  bool divides(const ir::Op& op, const ir::Module& m, int region, int64_t size, int width, const char* what,
+               PassContext& ctx) {
+    if (size % width == 0) return true;
+    auto d = ctx.diags.error(op.site, fmt::format("{} ({}) must be divisible by split width ({})", what, size, width));
+    if (op.site.line == op.loc.line && op.site.file == op.loc.file)
+      d.length(static_cast<uint32_t>(ir::opInfo(op.kind).name.size()));
+    else
+      d.noteAt(op.loc, fmt::format("the op it cuts: `{}`", op.name));
+    d.noteAt(m.scopes[region].loc, fmt::format("split width {} set here", width));
+    return false;
+  }
+
+  void shard(ir::Module& m, const ir::Op& op, size_t param, int dim) { m.params[op.params[param]].shardDim = dim; }
+
+  bool assign(ir::Module& m, ir::Op& op, int w, int region, Layout& out, PassContext& ctx) {
+    auto rank = [&](int t) { return static_cast<int>(m.tensors[t].type.shape.size()); };
+    int x = op.inputs.empty() ? -1 : op.inputs[0];
+    std::fill(op.inputLayouts.begin(), op.inputLayouts.end(), kWhole);
+    switch (ir::opInfo(op.kind).split) {
+    case ir::SplitRule::Linear: {
+      int64_t in = m.tensors[x].type.shape.back().coef, n = ir::intAttr(op.attrs, "out");
+      if (current(m, x) == cutAlong(rank(x) - 1)) {
+        if (!divides(op, m, region, in, w, "`linear` input width", ctx)) return false;
+        op.splitForm = "row";
+        op.inputLayouts[0] = cutAlong(rank(x) - 1);
+        shard(m, op, 0, 1);
+        out = kPartial;
+      } else {
+        if (!divides(op, m, region, n, w, "`linear` output width", ctx)) return false;
+        op.splitForm = "column";
+        shard(m, op, 0, 0);
+        if (op.params.size() > 1) shard(m, op, 1, 0);
+        out = cutAlong(rank(x) - 1);
+      }
+      return true;
+    }
+    case ir::SplitRule::Heads:
+      if (!divides(op, m, region, ir::intAttr(op.attrs, "heads"), w, "heads", ctx)) return false;
+      op.splitForm = "heads";
+      shard(m, op, 0, 0), shard(m, op, 1, 0), shard(m, op, 2, 1);
+      out = kPartial;
+      return true;
+    case ir::SplitRule::Hidden:
+      if (!divides(op, m, region, ir::intAttr(op.attrs, "hidden"), w, "mlp hidden width", ctx)) return false;
+      op.splitForm = "hidden";
+      shard(m, op, 0, 0), shard(m, op, 1, 0), shard(m, op, 2, 1);
+      out = kPartial;
+      return true;
+    case ir::SplitRule::Experts:
+      if (!divides(op, m, region, ir::intAttr(op.attrs, "experts"), w, "experts", ctx)) return false;
+      op.splitForm = "experts";
+      // Tokens stay spread over the group; all-to-all moves them to their experts' owners.
+      op.inputLayouts[0] = kData;
+      for (size_t p = 1; p < op.params.size(); ++p) shard(m, op, p, 0);
+      out = kData;
+      return true;
+    case ir::SplitRule::Channels: {
+      int64_t inC = m.tensors[x].type.shape[1].coef, outC = ir::intAttr(op.attrs, "channels");
+      if (current(m, x) == cutAlong(1)) {
+        if (!divides(op, m, region, inC, w, "`conv2d` input channels", ctx)) return false;
+        op.splitForm = "row";
+        op.inputLayouts[0] = cutAlong(1);
+        shard(m, op, 0, 1);
+        out = kPartial;
+      } else {
+        if (!divides(op, m, region, outC, w, "`conv2d` channels", ctx)) return false;
+        op.splitForm = "column";
+        shard(m, op, 0, 0);
+        if (op.params.size() > 1) shard(m, op, 1, 0);
+        out = cutAlong(1);
+      }
+      return true;
+    }
+    case ir::SplitRule::Vocab:
+      return assignVocab(m, op, w, region, out, ctx);
+    case ir::SplitRule::Elementwise: {
+      // Keep a layout all inputs share (not partial sums, which must be reduced first).
+      Layout l = current(m, op.inputs[0]);
+      bool same = l.kind != LayoutKind::Partial;
+      for (int t : op.inputs) same = same && current(m, t) == l && rank(t) == rank(op.inputs[0]);
+      if (same) {
+        std::fill(op.inputLayouts.begin(), op.inputLayouts.end(), l);
+        out = l;
+        return true;
+      }
+      out = kWhole;
+      return true;
+    }
+    case ir::SplitRule::Replicated:
+    case ir::SplitRule::Communication:
+      out = kWhole;
+      return true;
+    }
+    return true;
+  }
+
+  bool assignVocab(ir::Module& m, ir::Op& op, int w, int region, Layout& out, PassContext& ctx) {
+    if (op.kind == ir::OpKind::Embedding) {
+      if (!divides(op, m, region, ir::intAttr(op.attrs, "vocab"), w, "vocab", ctx)) return false;
+      op.splitForm = "vocab";
+      shard(m, op, 0, 0);
+      out = kPartial;
+      return true;
+    }
+    // cross_entropy: vocabulary-parallel when the logits arrive cut along the vocab.
+    int logits = op.inputs[0];
+    int last = static_cast<int>(m.tensors[logits].type.shape.size()) - 1;
+    if (m.tensors[logits].layout == cutAlong(last)) {
+      op.splitForm = "vocab";
+      op.inputLayouts[0] = cutAlong(last);
+    }
+    out = kWhole;
+    return true;
+  }
+};
+
+} // namespace
+
+std::unique_ptr<Pass> createSplitLayoutPass() { return std::make_unique<SplitLayout>(); }
+
+} // namespace epl::passes

@@ -1,0 +1,65 @@
+// stage-partition: assign each op to a pipeline stage.
+//
+// Rules (docs/language.md, "Stages"):
+//   1. Each top-level `replicate`/`split` block (after `repeat` expansion) is one stage,
+//      in program order. A model with no blocks is one replicated stage.
+//   2. An op inside a block belongs to that block's stage.
+//   3. An op outside every block joins the next stage in program order, or the last
+//      stage when no block follows it (the embedding before stage 0, the loss after the
+//      final block).
+#include "passes/Passes.h"
+
+#include <fmt/format.h>
+
+namespace epl::passes {
+
+namespace {
+
+class StagePartition : public Pass {
+public:
+  const char* name() const override { return "stage-partition"; }
+
+  bool run(ir::Module& m, PassContext& ctx) override {
+    m.mesh.stages.clear();
+    std::vector<int> stageOfScope(m.scopes.size(), -1);
+    for (size_t s = 1; s < m.scopes.size(); ++s) {
+      const ir::Scope& sc = m.scopes[s];
+      if (sc.kind != ir::ScopeKind::Stage) continue;
+      ir::StagePlan st;
+      st.scope = static_cast<int>(s);
+      st.loc = sc.loc;
+      st.pinned = !sc.isSplitStage && sc.width > 0;
+      stageOfScope[s] = static_cast<int>(m.mesh.stages.size());
+      m.mesh.stages.push_back(st);
+    }
+    if (m.mesh.stages.empty()) {
+      ir::StagePlan st;
+      st.loc = m.loc;
+      m.mesh.stages.push_back(st);
+    }
+    int last = static_cast<int>(m.mesh.stages.size()) - 1;
+    std::vector<int> counts(m.mesh.stages.size(), 0);
+    // Walk backwards so a loose op can take the stage of the next staged op.
+    int next = last;
+    for (size_t i = m.ops.size(); i-- > 0;) {
+      ir::Op& op = m.ops[i];
+      int scope = m.stageScopeOf(op.scope);
+      op.stage = scope >= 0 ? stageOfScope[scope] : next;
+      next = op.stage;
+      ++counts[op.stage];
+    }
+    for (size_t s = 0; s < counts.size(); ++s)
+      if (counts[s] == 0) {
+        ctx.diags.error(m.mesh.stages[s].loc, fmt::format("stage {} has no ops", s))
+            .help("remove the empty block, or move layers into it");
+        return true;
+      }
+    return true;
+  }
+};
+
+} // namespace
+
+std::unique_ptr<Pass> createStagePartitionPass() { return std::make_unique<StagePartition>(); }
+
+} // namespace epl::passes

@@ -1,0 +1,20 @@
+// Small text helpers shared by the layers: suggestions, byte and count formatting.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace epl {
+
+// Edit distance between two words (insertions, deletions, substitutions).
+size_t editDistance(const std::string& a, const std::string& b);
+// The closest candidate within a small edit distance, or "" when none is close.
+std::string closestMatch(const std::string& word, const std::vector<std::string>& candidates);
+// 1234567 -> "1,234,567".
+std::string withCommas(int64_t n);
+// Bytes in decimal units with three significant digits: "9.60 MB", "2.80 TB".
+std::string formatBytes(double bytes);
+// A count in short form: 124.4M, 174.6B.
+std::string formatCount(double n);
+
+} // namespace epl

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Builds EPL and runs every test: the normal build, then the whole suite again under
+# AddressSanitizer + UndefinedBehaviorSanitizer. Installs missing Debian packages first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+
+bash tools/setup.sh build
+(cd build && ctest --output-on-failure -j "$jobs")
+
+if [ "${EPL_SKIP_SANITIZERS:-0}" != 1 ]; then
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DEPL_SANITIZE=ON >/dev/null
+  cmake --build build-asan
+  (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+     ctest --output-on-failure -j "$jobs")
+fi

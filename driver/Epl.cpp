@@ -51,12 +51,16 @@ frontend::FrontendOptions frontendOptions(const PlanOptions& options) {
 } // namespace
 
 std::optional<ir::Module> planFile(const std::string& path, Session& session, const PlanOptions& options) {
-  return runPasses(frontend::compileFile(path, session.diags, frontendOptions(options)), session, options);
+  std::optional<ir::Module> m;
+  runWithLargeStack([&] { m = runPasses(frontend::compileFile(path, session.diags, frontendOptions(options)), session, options); });
+  return m;
 }
 
 std::optional<ir::Module> planText(const std::string& name, const std::string& text, Session& session,
                                    const PlanOptions& options) {
-  return runPasses(frontend::compileText(name, text, session.diags, frontendOptions(options)), session, options);
+  std::optional<ir::Module> m;
+  runWithLargeStack([&] { m = runPasses(frontend::compileText(name, text, session.diags, frontendOptions(options)), session, options); });
+  return m;
 }
 
 void runWithLargeStack(const std::function<void()>& fn) {

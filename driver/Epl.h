@@ -33,7 +33,7 @@ public:
 std::string stdlibDir();
 
 // Front end and passes on a file (or on text named `name`). nullopt when an error was
-// reported to session.diags.
+// reported to session.diags. Runs on a thread with a large stack (runWithLargeStack).
 std::optional<ir::Module> planFile(const std::string& path, Session& session, const PlanOptions& options);
 std::optional<ir::Module> planText(const std::string& name, const std::string& text, Session& session,
                                    const PlanOptions& options);

@@ -53,8 +53,7 @@ std::optional<epl::ir::Module> plan(const Common& c, epl::Session& session) {
   o.verifyEach = c.verifyEach;
   o.importPath = c.importPath;
   o.passOutput = &std::cout;
-  std::optional<epl::ir::Module> m;
-  epl::runWithLargeStack([&] { m = epl::planFile(c.script, session, o); });
+  std::optional<epl::ir::Module> m = epl::planFile(c.script, session, o);
   session.diags.print(std::cerr, isatty(2));
   return m;
 }

@@ -17,6 +17,16 @@ constexpr size_t kMaxOps = 2'000'000;
 
 const std::set<std::string> kScalarTypes{"int", "float", "bool", "str"};
 
+// The value of the first `return` in a body, looking inside its blocks, or null.
+const ast::Expr* returnValue(const std::vector<ast::Stmt>& body) {
+  for (const ast::Stmt& s : body) {
+    if (s.kind == ast::StmtKind::Return) return s.values[0].get();
+    if (s.kind == ast::StmtKind::Parallel)
+      if (const ast::Expr* e = returnValue(s.block->body)) return e;
+  }
+  return nullptr;
+}
+
 } // namespace
 
 const char* kindName(Value::Kind k) {
@@ -77,7 +87,9 @@ void Elaborator::declareGlobals() {
 
 std::optional<ir::Module> Elaborator::run(uint32_t mainFile) {
   std::vector<uint32_t> stack;
-  fileIds_[diags_.sources().path(mainFile)] = mainFile;
+  // Keyed like resolved imports, so an import of the main script is seen as a cycle.
+  std::error_code ec;
+  fileIds_[std::filesystem::weakly_canonical(diags_.sources().path(mainFile), ec).string()] = mainFile;
   loaded_[mainFile] = false;
   if (!load(mainFile, stack)) return std::nullopt;
   try {
@@ -180,13 +192,16 @@ void Elaborator::bindModelInputs(const ast::Function& model, ir::Module& m, Fram
 void Elaborator::checkModelResult(const ast::Function& model, const Value& v, ir::Module& m) {
   if (v.kind == Value::Kind::None) {
     diags_.error(model.loc, fmt::format("model `{}` does not return its loss", model.name))
+        .length(static_cast<uint32_t>(model.name.size()))
         .help("end the model with `return loss`");
     throw CompileAborted{};
   }
   if (v.kind != Value::Kind::Tensor || !m.tensors[v.tensor].type.shape.empty() ||
       ir::isIntegral(m.tensors[v.tensor].type.dtype)) {
     std::string got = v.kind == Value::Kind::Tensor ? "`" + m.tensors[v.tensor].type.str() + "`" : kindName(v.kind);
-    diags_.error(model.loc, fmt::format("model `{}` must return a scalar loss, got {}", model.name, got))
+    const ast::Expr* at = returnValue(model.body);
+    diags_.error(at ? at->loc : model.loc, fmt::format("model `{}` must return a scalar loss, got {}", model.name, got))
+        .length(at ? at->length : static_cast<uint32_t>(model.name.size()))
         .help("return a loss such as `cross_entropy(logits, labels)`");
     throw CompileAborted{};
   }

@@ -361,14 +361,17 @@ void Elaborator::bindParam(const ast::Param& p, const Value& v, const ast::Expr*
 
 Value Elaborator::callDef(const ast::Function& def, const ast::Expr& call, std::vector<Value> args,
                           Context& ctx, bool inRepeat) {
-  for (const auto* f : ctx.callStack)
-    if (f == &def) {
-      diags_.error(call.loc, fmt::format("`{}` calls itself", def.name))
-          .length(call.length)
-          .noteAt(def.loc, fmt::format("`{}` is defined here", def.name))
-          .help("EPL expands every `def` at compile time; repeat a block with `repeat(k) f(x)`");
-      throw CompileAborted{};
-    }
+  auto self = std::find(ctx.callStack.begin(), ctx.callStack.end(), &def);
+  if (self != ctx.callStack.end()) {
+    std::vector<std::string> via; // the defs between, for mutual recursion
+    for (auto it = self + 1; it != ctx.callStack.end(); ++it) via.push_back("`" + (*it)->name + "`");
+    diags_.error(call.loc, via.empty() ? fmt::format("`{}` calls itself", def.name)
+                                       : fmt::format("`{}` calls itself through {}", def.name, fmt::join(via, ", ")))
+        .length(call.length)
+        .noteAt(def.loc, fmt::format("`{}` is defined here", def.name))
+        .help("EPL expands every `def` at compile time; repeat a block with `repeat(k) f(x)`");
+    throw CompileAborted{};
+  }
   Frame callee;
   Context inner = ctx;
   inner.callStack.push_back(&def);
@@ -396,6 +399,12 @@ Value Elaborator::callDef(const ast::Function& def, const ast::Expr& call, std::
         .length(static_cast<uint32_t>(def.name.size()))
         .help("end the def with `return x`");
     throw CompileAborted{};
+  }
+  if (def.result && def.result->isTensor != (result.kind == Value::Kind::Tensor)) {
+    std::string got = result.kind == Value::Kind::Tensor ? "`" + ctx.module->tensors[result.tensor].type.str() + "`"
+                                                         : kindName(result.kind);
+    fail(call, fmt::format("`{}` returns {}, not the declared `{}{}`", def.name, got, def.result->name,
+                           def.result->isTensor ? "[…]" : ""));
   }
   if (def.result && result.kind == Value::Kind::Tensor) {
     const ir::TensorType& t = ctx.module->tensors[result.tensor].type;

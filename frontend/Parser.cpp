@@ -5,6 +5,7 @@
 #include "EplParser.h"
 #include "antlr4-runtime.h"
 
+#include <algorithm>
 #include <charconv>
 #include <fmt/format.h>
 
@@ -48,6 +49,56 @@ std::string found(const antlr4::Token* t) {
   return "`" + t->getText() + "`";
 }
 
+bool isKeyword(size_t type) {
+  switch (type) {
+  case Lx::IMPORT: case Lx::LET: case Lx::DEF: case Lx::MODEL: case Lx::RETURN: case Lx::REPLICATE:
+  case Lx::SPLIT: case Lx::REPEAT: case Lx::AUTO: case Lx::POLICY: case Lx::TRAIN: case Lx::TRUE:
+  case Lx::FALSE: case Lx::NONE: case Lx::DTYPE: return true;
+  default: return false;
+  }
+}
+
+// Tokens that begin a top-level item: where a forgotten `}` or `)` is usually noticed.
+bool startsItem(const antlr4::Token* t) {
+  switch (t->getType()) {
+  case antlr4::Token::EOF: case Lx::IMPORT: case Lx::LET: case Lx::DEF: case Lx::MODEL: case Lx::POLICY:
+  case Lx::TRAIN: return true;
+  default: return false;
+  }
+}
+
+// A keyword where a name belongs: `let model = 4`, `def split(…)`, or `split = relu(x)`
+// (read as the start of a block, so the parser trips on the `=` after the keyword). Not
+// `k: f32 = 1.0`, where the keyword is a type.
+const antlr4::Token* misusedKeyword(antlr4::TokenStream& tokens, const antlr4::Token* offending,
+                                    const antlr4::misc::IntervalSet& expected) {
+  size_t i = offending->getTokenIndex();
+  auto isBinder = [](const antlr4::Token* t) { return t->getText() == "=" || t->getText() == ":"; };
+  if (isKeyword(offending->getType()) && expected.contains(static_cast<size_t>(Lx::ID)) &&
+      (expected.size() == 1 || (i + 1 < tokens.size() && isBinder(tokens.get(i + 1)))))
+    return offending;
+  if (isBinder(offending) && i > 0 && isKeyword(tokens.get(i - 1)->getType()) &&
+      !(i > 1 && tokens.get(i - 2)->getText() == ":"))
+    return tokens.get(i - 1);
+  return nullptr;
+}
+
+// The innermost bracket still open where `offending` stands, or null.
+const antlr4::Token* unclosedBracket(antlr4::TokenStream& tokens, const antlr4::Token* offending) {
+  std::vector<const antlr4::Token*> open;
+  for (size_t i = 0; i < offending->getTokenIndex() && i < tokens.size(); ++i) {
+    const std::string& s = tokens.get(i)->getText();
+    if (s == "(" || s == "[" || s == "{") open.push_back(tokens.get(i));
+    else if (!open.empty() && (s == ")" || s == "]" || s == "}")) open.pop_back();
+  }
+  return open.empty() ? nullptr : open.back();
+}
+
+std::string closerOf(const antlr4::Token* open) {
+  const std::string& s = open->getText();
+  return s == "(" ? ")" : s == "[" ? "]" : "}";
+}
+
 // Turns ANTLR's syntax errors into one diagnostic: the first error of the file.
 class ErrorListener : public antlr4::BaseErrorListener {
 public:
@@ -64,15 +115,31 @@ public:
       diags_.error(loc, "syntax error: " + msg);
       return;
     }
+    antlr4::TokenStream& tokens = *parser->getTokenStream();
+    antlr4::misc::IntervalSet expectedSet = parser->getExpectedTokens();
+    if (const antlr4::Token* kw = misusedKeyword(tokens, offending, expectedSet)) {
+      diags_.error(locOf(file_, kw), fmt::format("expected a name, found keyword `{}`", kw->getText()))
+          .length(lengthOf(kw))
+          .help(fmt::format("`{}` is a keyword; choose another name", kw->getText()));
+      return;
+    }
     std::vector<std::string> expected;
-    for (size_t t : parser->getExpectedTokens().toList())
-      expected.push_back(tokenName(parser->getVocabulary(), t));
-    std::string what = expected.size() == 1 ? "expected " + expected[0]
+    if (expectedSet.contains(static_cast<size_t>(Lx::INT))) expected.push_back("an expression"); // only expressions start with one
+    else
+      for (size_t t : expectedSet.toList()) expected.push_back(tokenName(parser->getVocabulary(), t));
+    // A forgotten closing bracket: name it, and point at the bracket it would close.
+    const antlr4::Token* open = unclosedBracket(tokens, offending);
+    bool closes = open && std::find(expected.begin(), expected.end(), "`" + closerOf(open) + "`") != expected.end();
+    bool missingCloser = closes && (expected.size() <= 4 || startsItem(offending));
+    std::string what = missingCloser && expected.size() > 4 ? "expected `" + closerOf(open) + "`"
+                       : expected.size() == 1               ? "expected " + expected[0]
                        : expected.size() <= 4 && !expected.empty()
                            ? "expected one of " + fmt::format("{}", fmt::join(expected, ", "))
                            : "unexpected " + found(offending);
-    if (expected.size() <= 4 && !expected.empty()) what += ", found " + found(offending);
-    diags_.error(loc, what).length(lengthOf(offending));
+    if ((expected.size() <= 4 && !expected.empty()) || missingCloser) what += ", found " + found(offending);
+    auto d = diags_.error(loc, what);
+    d.length(lengthOf(offending));
+    if (missingCloser) d.noteAt(locOf(file_, open), fmt::format("to match this `{}`", open->getText()));
   }
 
 private:
@@ -398,8 +465,40 @@ private:
 
 } // namespace
 
+// The location of the first byte that is not valid UTF-8 (ANTLR's input stream throws on
+// those), or an invalid location when the text is clean.
+SourceLoc firstInvalidUtf8(uint32_t file, const std::string& text) {
+  uint32_t line = 1, col = 1;
+  for (size_t i = 0; i < text.size();) {
+    auto c = static_cast<unsigned char>(text[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    bool ok = n != 0 && i + n <= text.size();
+    for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(text[i + k]) & 0xc0) == 0x80;
+    if (ok && n == 2) ok = c >= 0xc2;
+    if (!ok) return SourceLoc{file, line, col};
+    if (c == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+    i += n;
+  }
+  return SourceLoc{};
+}
+
 std::optional<ast::File> parseFile(uint32_t fileId, Diagnostics& diags) {
   const std::string& text = diags.sources().text(fileId);
+  if (text.size() > kMaxSourceBytes) {
+    diags.error(SourceLoc{fileId, 1, 1}, fmt::format("this file is larger than {} bytes", kMaxSourceBytes))
+        .note("EPL scripts are small; the limit keeps the parser's memory and stack bounded");
+    return std::nullopt;
+  }
+  SourceLoc bad = firstInvalidUtf8(fileId, text);
+  if (bad.valid()) {
+    diags.error(bad, "this file is not valid UTF-8").note("EPL scripts are UTF-8 text");
+    return std::nullopt;
+  }
   antlr4::ANTLRInputStream input(text);
   Lx lexer(&input);
   lexer.removeErrorListeners();

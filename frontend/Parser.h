@@ -9,6 +9,8 @@ namespace epl::frontend {
 
 // Deepest bracket nesting accepted; deeper input gets an error, never a stack overflow.
 constexpr int kMaxNesting = 256;
+// Largest source file accepted (1 MiB): a single expression that long still parses.
+constexpr size_t kMaxSourceBytes = size_t{1} << 20;
 
 // Parses the file `fileId` of diags.sources(). Reports the first syntax error (one mistake,
 // one error) and returns nullopt; otherwise the file's AST.

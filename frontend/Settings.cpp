@@ -33,8 +33,9 @@ const std::vector<CallSchema>& callSchemas() {
        "uint16 little-endian token file (nanoGPT .bin); windows of seq + 1 tokens"},
       {"data", "text", {{"path", true, true}, {"seq", false, true}, {"val_fraction", false, false}},
        "raw text read as bytes (vocab 256); windows of seq + 1 bytes"},
-      {"data", "idx", {{"images", true, true}, {"labels", true, true}},
-       "IDX image and label files, gzip allowed (MNIST, Fashion-MNIST)"},
+      {"data", "idx",
+       {{"images", true, true}, {"labels", true, true}, {"test_images", true, false}, {"test_labels", true, false}},
+       "IDX image and label files, gzip allowed (MNIST, Fashion-MNIST); the test pair is the evaluation split"},
       {"data", "synthetic", {{"samples", false, true}, {"classes", false, false}},
        "seeded random inputs and targets"},
       {"optimizer", "sgd", {{"lr", false, true}, {"momentum", false, false}, {"weight_decay", false, false}},
@@ -131,11 +132,13 @@ public:
   bool integer(const ast::Setting& s, int64_t lo, int64_t hi, int64_t& out) {
     Value v = eval_(*s.value);
     if (v.kind != Value::Kind::Int) {
-      error(*s.value, fmt::format("`{}` must be an integer, found {}", s.key, kindName(v.kind)));
+      bool quoted = v.kind == Value::Kind::String && !v.s.empty() && v.s.find_first_not_of("0123456789") == std::string::npos;
+      error(*s.value, fmt::format("`{}` must be an integer, found {}", s.key, kindName(v.kind)),
+            quoted ? fmt::format("write the number without quotes: `{} = {}`", s.key, v.s) : "");
       return false;
     }
     if (v.i < lo || v.i > hi) {
-      error(*s.value, hi == INT64_MAX ? fmt::format("`{}` must be at least {}, got {}", s.key, lo, v.i)
+      error(*s.value, hi >= INT64_MAX / 2 ? fmt::format("`{}` must be at least {}, got {}", s.key, lo, v.i)
                                       : fmt::format("`{}` must be between {} and {}, got {}", s.key, lo, hi, v.i));
       return false;
     }
@@ -206,7 +209,7 @@ public:
             near.empty() ? fmt::format("expected one of `{}`", fmt::join(names, "`, `")) : fmt::format("did you mean `{}`?", near));
       return false;
     }
-    out = ir::CallSpec{schema->name, {}, {}, {}, e.loc};
+    out = ir::CallSpec{schema->name, {}, {}, e.loc};
     std::vector<bool> given(schema->args.size(), false);
     size_t pos = 0;
     for (const ast::Arg& a : e.args) {
@@ -236,7 +239,7 @@ public:
                                     spec.isString ? "a string" : "a number", kindName(v.kind)));
         return false;
       }
-      if (spec.isString) out.positional.push_back(v.s);
+      if (spec.isString) out.strings[spec.name] = v.s;
       else out.numbers[spec.name] = v.number();
     }
     for (size_t i = 0; i < schema->args.size(); ++i)
@@ -398,23 +401,35 @@ void Elaborator::applyTrain(const ast::SettingsBlock& b, ir::TrainConfig& t) {
     });
   };
   a["eval"] = [&](const ast::Setting& s) {
-    t.eval = ir::CallSpec{"eval", {}, {{"every", 100}, {"batches", 10}}, {}, s.loc};
+    t.eval = ir::CallSpec{"eval", {}, {{"every", 100}, {"batches", 10}}, s.loc};
     record(s, {"every", "batches"}, [&](const ast::Setting& f) {
       int64_t v = 0;
       if (r.integer(f, 1, INT64_MAX / 2, v)) t.eval.numbers[f.key] = static_cast<double>(v);
     });
   };
   applyKeys(b, trainKeys(), a, "train", diags_, t.keyLocs);
-  for (const char* required : {"data", "batch"})
-    if (!t.keyLocs.count(required))
-      diags_.error(b.loc, fmt::format("`train` block is missing `{}`", required))
-          .length(5)
-          .help(std::string(required) == "data" ? "add e.g. `data = tokens(\"corpus.bin\", seq = 128)`"
-                                                : "add the global batch in samples, e.g. `batch = 64`");
+  // One error for both: an empty `train` block is one mistake.
+  bool noData = !t.keyLocs.count("data"), noBatch = !t.keyLocs.count("batch");
+  if (noData || noBatch) {
+    auto d = diags_.error(b.loc, noData && noBatch ? std::string("`train` block is missing `data` and `batch`")
+                                                   : fmt::format("`train` block is missing `{}`", noData ? "data" : "batch"));
+    d.length(5);
+    if (noData) d.help("add e.g. `data = tokens(\"corpus.bin\", seq = 128)`");
+    if (noBatch) d.help("add the global batch in samples, e.g. `batch = 64`");
+  }
 }
 
 void Elaborator::checkSettings(ir::Module& m) {
   const ast::File& main = files_.back();
+  // Only the main script's settings are read; in an imported file they would be ignored.
+  for (size_t f = 0; f + 1 < files_.size(); ++f) {
+    for (const auto& b : files_[f].policies)
+      diags_.error(b.loc, "a `policy` block is only allowed in the main script").length(6)
+          .note("this file is imported, so its settings would be ignored");
+    for (const auto& b : files_[f].trains)
+      diags_.error(b.loc, "a `train` block is only allowed in the main script").length(5)
+          .note("this file is imported, so its settings would be ignored");
+  }
   for (size_t i = 1; i < main.policies.size(); ++i)
     diags_.error(main.policies[i].loc, "a script has at most one `policy` block").length(6)
         .noteAt(main.policies[0].loc, "the first one is here");

@@ -36,9 +36,8 @@ struct Policy {
 // A call-shaped setting value: `adamw(lr = 3e-4)`, `tokens("data.bin", seq = 128)`.
 struct CallSpec {
   std::string kind;
-  std::vector<std::string> positional; // strings and words, in order
+  std::map<std::string, std::string> strings; // path arguments by name
   std::map<std::string, double> numbers;
-  std::map<std::string, std::string> words;
   SourceLoc loc;
 };
 
@@ -47,8 +46,8 @@ struct TrainConfig {
   std::string model;
   CallSpec data;
   int64_t batch = 0; // global batch in samples; 0 when no train block
-  CallSpec optimizer{"adamw", {}, {{"lr", 1e-3}}, {}, {}};
-  CallSpec lrSchedule{"constant", {}, {}, {}, {}};
+  CallSpec optimizer{"adamw", {}, {{"lr", 1e-3}}, {}};
+  CallSpec lrSchedule{"constant", {}, {}, {}};
   int64_t steps = 1;
   double clipGradNorm = 0;
   int64_t logEvery = 10;

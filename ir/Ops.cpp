@@ -53,10 +53,10 @@ std::vector<OpInfo> buildTable() {
       S::Replicated, "learned position embedding, added to a [B, seq, dim] input",
       "-> f32[seq, dim]");
   add(K::LayerNorm, "layer_norm", {x(), optFloat("eps", 1e-5, "added to the variance")},
-      S::Replicated, "layer normalisation over the last dim, with scale and shift",
+      S::RowWise, "layer normalisation over the last dim, with scale and shift",
       "x: [..., D] -> [..., D]");
   add(K::RmsNorm, "rms_norm", {x(), optFloat("eps", 1e-6, "added to the mean square")},
-      S::Replicated, "root-mean-square normalisation over the last dim, with scale",
+      S::RowWise, "root-mean-square normalisation over the last dim, with scale",
       "x: [..., D] -> [..., D]");
   add(K::Attention, "attention",
       {x(), integer("heads", "attention heads, must divide D"),
@@ -82,7 +82,7 @@ std::vector<OpInfo> buildTable() {
   add(K::Silu, "silu", {x()}, S::Elementwise, "x * sigmoid(x)", "same shape");
   add(K::Tanh, "tanh", {x()}, S::Elementwise, "hyperbolic tangent", "same shape");
   add(K::Sigmoid, "sigmoid", {x()}, S::Elementwise, "logistic function", "same shape");
-  add(K::Softmax, "softmax", {x()}, S::Replicated, "softmax over the last dim", "same shape");
+  add(K::Softmax, "softmax", {x()}, S::RowWise, "softmax over the last dim", "same shape");
   add(K::Dropout, "dropout", {x(), optFloat("p", 0.1, "probability of zeroing, in [0, 1)")},
       S::Elementwise, "seeded dropout, identity in evaluation", "same shape");
   add(K::MaxPool, "max_pool",

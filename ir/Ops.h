@@ -38,7 +38,8 @@ struct ArgSpec {
 
 // What split(n) does to an op (docs/language.md, "split").
 enum class SplitRule {
-  Replicated,  // every device computes it whole (norms, positions)
+  Replicated,  // every device computes it whole (positions, reshapes)
+  RowWise,     // works on the last dim of each row: any layout but a cut last dim
   Elementwise, // follows its input's layout
   Linear,      // column-parallel on a whole input, row-parallel on a last-dim shard
   Heads,       // attention heads divided

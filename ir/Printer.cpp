@@ -3,6 +3,7 @@
 
 #include "support/Text.h"
 
+#include <algorithm>
 #include <fmt/format.h>
 #include <map>
 
@@ -69,13 +70,31 @@ void printModule(const Module& m, std::ostream& out) {
 
 namespace {
 
-// "0-1, 4-5": the global ranks of a stage group across all replicas.
+// "0-1, 4-5": the global ranks of a stage group across all replicas; past four replicas
+// "0-7, 64-71, …, 960-967 (16 replicas, every 64)".
 std::string rankRanges(const Mesh& mesh, int s) {
-  std::vector<std::string> parts;
-  for (int r = 0; r < mesh.dataParallel; ++r) {
+  auto range = [&](int r) {
     int a = mesh.rank(r, s, 0), b = mesh.rank(r, s, mesh.stages[s].group - 1);
-    parts.push_back(a == b ? std::to_string(a) : fmt::format("{}-{}", a, b));
+    return a == b ? std::to_string(a) : fmt::format("{}-{}", a, b);
+  };
+  if (mesh.dataParallel > 4)
+    return fmt::format("{}, {}, …, {} ({} replicas, every {})", range(0), range(1), range(mesh.dataParallel - 1),
+                       mesh.dataParallel, mesh.replicaSize);
+  std::vector<std::string> parts;
+  for (int r = 0; r < mesh.dataParallel; ++r) parts.push_back(range(r));
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+// Groups equal strings that repeat, keeping first-seen order: "attention heads x12".
+std::string countedList(const std::vector<std::string>& items) {
+  std::vector<std::pair<std::string, int>> counts;
+  for (const auto& i : items) {
+    auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == i; });
+    if (it == counts.end()) counts.emplace_back(i, 1);
+    else ++it->second;
   }
+  std::vector<std::string> parts;
+  for (const auto& [item, n] : counts) parts.push_back(n == 1 ? item : fmt::format("{} x{}", item, n));
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
@@ -150,29 +169,93 @@ void printStage(const Module& m, int s, std::ostream& out) {
       if (op.stage == s && m.splitScopeOf(op.scope) == static_cast<int>(sc) && !op.splitForm.empty())
         forms.push_back(fmt::format("{} {}", op.name.substr(op.name.rfind('/') + 1), op.splitForm));
     if (!forms.empty())
-      out << fmt::format("  split({}) at line {}: {}\n", m.scopes[sc].width, m.scopes[sc].loc.line, fmt::join(forms, ", "));
+      out << fmt::format("  split({}) at line {}: {}\n", m.scopes[sc].width, m.scopes[sc].loc.line, countedList(forms));
   }
   out << fmt::format("  {:<34} {:>16} {:>10}\n", "stage total", withCommas(st.paramCount), formatBytes(st.paramBytes));
   out << fmt::format("  {:<34} {:>16} {:>10}\n", "held by each device", withCommas(st.rankParamCount),
                      formatBytes(st.rankParamBytes));
 }
 
+struct BridgeRow {
+  std::string where, what, tensor, type, bytes;
+  uint32_t line = 0;
+  int first = -1;         // layer index of the block the tensor belongs to, -1 when none
+  std::string base, rest; // "transformer_block", "/attention"
+};
+
+BridgeRow bridgeRow(const Module& m, const Bridge& b) {
+  const Op& op = m.ops[b.op];
+  int t = op.inputs.empty() ? op.outputs[0] : op.inputs[0];
+  if (op.kind == OpKind::CrossEntropy) t = op.inputs[1];
+  BridgeRow r;
+  r.where = b.fromStage == b.toStage ? fmt::format("stage {}", b.toStage) : fmt::format("stage {} -> {}", b.fromStage, b.toStage);
+  r.what = b.what;
+  r.tensor = m.tensors[t].name;
+  r.type = m.tensors[t].type.str();
+  r.bytes = b.bytes < 0 ? "?" : formatBytes(static_cast<double>(b.bytes));
+  r.line = op.site.line;
+  std::string layer = layerOf(r.tensor);
+  auto [base, idx] = splitIndex(layer);
+  if (idx >= 0) {
+    r.first = idx;
+    r.base = base;
+    r.rest = r.tensor.substr(layer.size());
+  }
+  return r;
+}
+
+// A run of bridge rows from one block instance (same base and index), or one row.
+struct BridgeUnit {
+  std::vector<BridgeRow> rows;
+  int first = -1, last = -1;
+  // Whether the first `n` rows of `o` repeat this unit's rows, but for the index.
+  bool repeatedBy(const BridgeUnit& o, size_t n) const {
+    if (first < 0 || o.first < 0 || rows.size() != n || o.rows.size() < n) return false;
+    for (size_t i = 0; i < n; ++i) {
+      const BridgeRow &a = rows[i], &b = o.rows[i];
+      if (a.base != b.base || a.rest != b.rest || a.where != b.where || a.what != b.what || a.type != b.type ||
+          a.bytes != b.bytes)
+        return false;
+    }
+    return true;
+  }
+};
+
+// One line a bridge; the bridges of consecutive repeats of one block fold into one
+// group of lines, `x12`.
 void printBridges(const Module& m, std::ostream& out) {
   out << "bridges (per micro-batch, bytes each receiving device gets):\n";
   if (m.bridges.empty()) {
     out << "  none\n";
     return;
   }
+  std::vector<BridgeUnit> units;
   for (const Bridge& b : m.bridges) {
-    const Op& op = m.ops[b.op];
-    int t = op.inputs.empty() ? op.outputs[0] : op.inputs[0];
-    if (op.kind == OpKind::CrossEntropy) t = op.inputs[1];
-    std::string where = b.fromStage == b.toStage ? fmt::format("stage {}", b.toStage)
-                                                 : fmt::format("stage {} -> {}", b.fromStage, b.toStage);
-    std::string bytes = b.bytes < 0 ? "?" : formatBytes(static_cast<double>(b.bytes));
-    out << fmt::format("  {:<12} {:<36} {:<40} {:>10}  line {}\n", where, b.what,
-                       m.tensors[t].name + " " + m.tensors[t].type.str(), bytes, op.site.line);
+    BridgeRow r = bridgeRow(m, b);
+    if (!units.empty() && r.first >= 0 && units.back().first == r.first && units.back().rows[0].base == r.base)
+      units.back().rows.push_back(r);
+    else
+      units.push_back(BridgeUnit{{r}, r.first, r.first});
   }
+  std::vector<BridgeUnit> folded;
+  for (BridgeUnit& u : units) {
+    // The last block of a stage adds the boundary's rows after the repeated ones.
+    size_t n = folded.empty() ? 0 : folded.back().rows.size();
+    if (!folded.empty() && folded.back().last + 1 == u.first && folded.back().repeatedBy(u, n)) {
+      folded.back().last = u.first;
+      if (u.rows.size() == n) continue;
+      u.rows.erase(u.rows.begin(), u.rows.begin() + static_cast<std::ptrdiff_t>(n));
+    }
+    folded.push_back(u);
+  }
+  for (const BridgeUnit& u : folded)
+    for (const BridgeRow& r : u.rows) {
+      bool many = u.first != u.last;
+      std::string name = many ? fmt::format("{}.{}-{}{}", r.base, u.first, u.last, r.rest) : r.tensor;
+      std::string times = many ? fmt::format(" x{}", u.last - u.first + 1) : "";
+      out << fmt::format("  {:<12} {:<36} {:<40} {:>10}{}  line {}\n", r.where, r.what, name + " " + r.type, r.bytes,
+                         times, r.line);
+    }
 }
 
 } // namespace

@@ -1,13 +1,16 @@
 // bridge-insertion: make every op's inputs arrive in the layout and stage it needs.
 //
 // Walking ops in program order, for each input:
-//   1. produced in another stage: convert it to data-parallel there, then send/recv it
-//      to this stage (regrouping the batch when the two groups differ in size);
+//   1. produced in another stage: send/recv it to this stage (regrouping the batch when
+//      the groups differ). It crosses data-parallel, or whole when it comes out of a
+//      split region (each device sends its copy's piece, as Megatron-LM does); partial
+//      sums are reduced and cut dims gathered first;
 //   2. convert it to the layout the op needs (table below), reusing a conversion an
 //      earlier op of the same stage already made.
 // Conversions: partial -> all-reduce; data-parallel -> whole: all-gather the batch over
 // the split group; cut -> whole: all-gather that dim; whole -> cut or data-parallel: a
-// local slice (no transfer). Experts add an all-to-all before and after.
+// local slice (no transfer). Experts add an all-to-all before and after. Model inputs
+// need none: the data loader reads what each device needs.
 #include "passes/Passes.h"
 
 #include "support/Assert.h"
@@ -121,7 +124,10 @@ private:
     auto r = rename_.find(t);
     if (r != rename_.end()) t = r->second;
     int producer = m_->tensors[t].producer;
-    int from = producer >= 0 ? m_->ops[producer].stage : op.stage;
+    // Model inputs come from the data loader, which reads on each device the piece of
+    // the batch the op's layout asks for: no bridge.
+    if (producer < 0) return t;
+    int from = m_->ops[producer].stage;
     if (from != op.stage) {
       auto key = std::make_tuple(t, -1, -1, op.stage);
       auto hit = cache_.find(key);
@@ -129,15 +135,21 @@ private:
         t = hit->second;
       } else {
         const ir::Op& prod = m_->ops[producer];
-        int dp = convert(t, Layout{}, from, prod.scope, prod.site);
-        std::string what = stage(from).group == stage(op.stage).group
+        bool whole = m_->tensors[t].layout.kind != LayoutKind::DataParallel;
+        Layout crossing = whole ? Layout{LayoutKind::Replicated, -1} : Layout{};
+        int sent = convert(t, crossing, from, prod.scope, prod.site);
+        // Pieces per group: data-parallel spreads the micro-batch over all devices,
+        // whole tensors over the copies of the split region.
+        int srcPieces = whole ? stage(from).copies() : stage(from).group;
+        int dstPieces = whole ? stage(op.stage).copies() : stage(op.stage).group;
+        std::string what = srcPieces == dstPieces && stage(from).group == stage(op.stage).group
                                ? "send/recv"
                                : fmt::format("send/recv, regroup {} -> {} devices", stage(from).group, stage(op.stage).group);
-        int64_t bytes = micro() ? bytesWith(dp, micro() / stage(op.stage).group) : -1;
-        t = emit(ir::OpKind::SendRecv, dp, op.stage, 0, op.site,
+        int64_t bytes = micro() ? bytesWith(sent, micro() / dstPieces) : -1;
+        t = emit(ir::OpKind::SendRecv, sent, op.stage, 0, op.site,
                  {{"from_stage", int64_t{from}}, {"to_stage", int64_t{op.stage}}}, "to_stage" + std::to_string(op.stage),
                  what, bytes, from);
-        m_->tensors[t].layout = Layout{};
+        m_->tensors[t].layout = crossing;
         cache_[key] = t;
       }
     }

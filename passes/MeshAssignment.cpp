@@ -73,7 +73,8 @@ public:
                                                   mesh.np, mesh.replicaSize, m.modelName));
       d.length(static_cast<uint32_t>(m.modelName.size()));
       for (int s = 0; s < p; ++s)
-        d.note(fmt::format("stage {}: {} devices (split width {})", s, mesh.stages[s].group, mesh.stages[s].splitWidth));
+        d.note(fmt::format("stage {}: {} device{} (split width {})", s, mesh.stages[s].group,
+                           mesh.stages[s].group == 1 ? "" : "s", mesh.stages[s].splitWidth));
       d.help(fmt::format("use -np {}, {} or another multiple of {}", mesh.replicaSize, 2 * mesh.replicaSize, mesh.replicaSize));
       return true;
     }
@@ -141,13 +142,14 @@ private:
       return;
     }
     int64_t micro = batch / (mb * dp);
+    // Ops outside split regions spread the micro-batch over the whole group; a stage
+    // that is all split regions spreads it over its copies.
+    std::vector<bool> loose(mesh.stages.size(), false);
+    for (const ir::Op& op : m.ops)
+      if (m.splitScopeOf(op.scope) < 0) loose[op.stage] = true;
     for (size_t s = 0; s < mesh.stages.size(); ++s) {
       const ir::StagePlan& st = mesh.stages[s];
-      // Ops outside split regions spread the micro-batch over the whole group; a stage
-      // that is all split regions spreads it over its copies.
-      bool loose = false;
-      for (const ir::Op& op : m.ops) loose = loose || (op.stage == static_cast<int>(s) && m.splitScopeOf(op.scope) < 0);
-      int64_t devices = loose ? st.group : st.copies();
+      int64_t devices = loose[s] ? st.group : st.copies();
       if (micro % devices != 0) {
         int64_t need = mb * dp * devices;
         ctx.diags.error(at, fmt::format("a micro-batch of {} samples cannot be divided over the {} devices of stage {}",

@@ -39,9 +39,12 @@ public:
   // Runs every pass in order; false when one reported an error.
   bool run(ir::Module& m, PassContext& ctx);
   std::vector<std::string> names() const;
+  // Milliseconds each pass took in the last run, in order.
+  const std::vector<std::pair<std::string, double>>& timings() const { return times_; }
 
 private:
   PassManagerOptions options_;
+  std::vector<std::pair<std::string, double>> times_;
   std::vector<std::unique_ptr<Pass>> passes_;
 };
 

@@ -13,7 +13,8 @@ namespace epl::passes {
 
 bool PassManager::run(ir::Module& m, PassContext& ctx) {
   using Clock = std::chrono::steady_clock;
-  std::vector<std::pair<std::string, double>> times;
+  std::vector<std::pair<std::string, double>>& times = times_;
+  times.clear();
   bool ok = true;
   for (auto& pass : passes_) {
     auto start = Clock::now();

@@ -132,6 +132,17 @@ private:
       out = kWhole;
       return true;
     }
+    case ir::SplitRule::RowWise: {
+      // Rows are independent: keep data-parallel or whole inputs as they are.
+      Layout l = current(m, x);
+      if (l.kind == LayoutKind::DataParallel || (l.kind == LayoutKind::Sharded && l.dim != rank(x) - 1)) {
+        op.inputLayouts[0] = l;
+        out = l;
+      } else {
+        out = kWhole;
+      }
+      return true;
+    }
     case ir::SplitRule::Replicated:
     case ir::SplitRule::Communication:
       out = kWhole;

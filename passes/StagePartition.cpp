@@ -6,7 +6,8 @@
 //   2. An op inside a block belongs to that block's stage.
 //   3. An op outside every block joins the next stage in program order, or the last
 //      stage when no block follows it (the embedding before stage 0, the loss after the
-//      final block).
+//      final block), and behaves as if written inside that stage's block: joining a
+//      top-level `split(n)` stage, it is tensor-parallel too.
 #include "passes/Passes.h"
 
 #include <fmt/format.h>
@@ -45,6 +46,8 @@ public:
       ir::Op& op = m.ops[i];
       int scope = m.stageScopeOf(op.scope);
       op.stage = scope >= 0 ? stageOfScope[scope] : next;
+      int stageScope = m.mesh.stages[op.stage].scope;
+      if (scope < 0 && op.scope == 0 && stageScope >= 0) op.scope = stageScope;
       next = op.stage;
       ++counts[op.stage];
     }

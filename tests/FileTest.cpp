@@ -200,8 +200,7 @@ int main(int argc, char** argv) {
   std::stringstream output;
   options.passOutput = &output;
   epl::Session session;
-  std::optional<epl::ir::Module> m;
-  epl::runWithLargeStack([&] { m = epl::planFile(path, session, options); });
+  std::optional<epl::ir::Module> m = epl::planFile(path, session, options);
   if (m && run[0] == "plan") {
     epl::ir::printPlan(*m, output);
     if (printIr) epl::ir::printModule(*m, output);

@@ -9,6 +9,7 @@
 #include "passes/Passes.h"
 
 #include <fmt/format.h>
+#include <map>
 
 namespace epl::passes {
 
@@ -27,6 +28,9 @@ public:
   const char* name() const override { return "split-layout"; }
 
   bool run(ir::Module& m, PassContext& ctx) override {
+    readers_.clear();
+    for (size_t i = 0; i < m.ops.size(); ++i)
+      for (int t : m.ops[i].inputs) readers_[t].push_back(static_cast<int>(i));
     for (size_t i = 0; i < m.ops.size(); ++i) {
       ir::Op& op = m.ops[i];
       int region = m.splitScopeOf(op.scope);
@@ -41,6 +45,17 @@ public:
   }
 
 private:
+  // Whether every op reading `tensor` is a moe (experts want tokens spread, not gathered).
+  bool onlyExpertsRead(const ir::Module& m, int tensor) const {
+    auto it = readers_.find(tensor);
+    if (it == readers_.end()) return false;
+    for (int op : it->second)
+      if (ir::opInfo(m.ops[op].kind).split != ir::SplitRule::Experts) return false;
+    return true;
+  }
+
+  std::map<int, std::vector<int>> readers_; // tensor -> ops that read it
+
   // Layout a tensor has where `op` reads it (a producer outside the region gives data-parallel).
   Layout current(const ir::Module& m, int tensor) const { return m.tensors[tensor].layout; }
 
@@ -133,9 +148,12 @@ private:
       return true;
     }
     case ir::SplitRule::RowWise: {
-      // Rows are independent: keep data-parallel or whole inputs as they are.
+      // Rows are independent, so a norm could run data-parallel; that pays only when
+      // experts read it (they want tokens spread). Otherwise gather its input once, as
+      // Megatron-LM does, so a residual beside it reuses the gathered tensor.
       Layout l = current(m, x);
-      if (l.kind == LayoutKind::DataParallel || (l.kind == LayoutKind::Sharded && l.dim != rank(x) - 1)) {
+      bool forExperts = l.kind == LayoutKind::DataParallel && onlyExpertsRead(m, op.outputs[0]);
+      if (forExperts || (l.kind == LayoutKind::Sharded && l.dim != rank(x) - 1)) {
         op.inputLayouts[0] = l;
         out = l;
       } else {

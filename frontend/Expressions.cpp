@@ -71,6 +71,12 @@ Value Elaborator::eval(const ast::Expr& e, Frame& frame, Context* ctx) {
 
 namespace {
 
+// "`layers` (6)" for a named operand, "6" for a literal or a larger expression.
+std::string operandText(const ast::Expr& e, int64_t value) {
+  if (e.kind == ast::ExprKind::Name) return fmt::format("`{}` ({})", e.text, value);
+  return std::to_string(value);
+}
+
 bool checkedArith(char op, int64_t a, int64_t b, int64_t& r) {
   switch (op) {
   case '+': return !__builtin_add_overflow(a, b, &r);
@@ -92,7 +98,7 @@ Value Elaborator::evalBinary(const ast::Expr& e, Frame& frame, Context* ctx) {
     if (op == "/" || op == "//" || op == "%") {
       if (b.i == 0) fail(e, "division by zero");
       if (op == "/" && a.i % b.i != 0)
-        fail(e, fmt::format("{} is not divisible by {}", a.i, b.i));
+        fail(e, fmt::format("{} is not divisible by {}", operandText(*e.operands[0], a.i), operandText(*e.operands[1], b.i)));
       if (a.i == INT64_MIN && b.i == -1) fail(e, "integer overflow");
       if (op == "%") return Value::ofInt(a.i % b.i);
       int64_t q = a.i / b.i;
@@ -271,8 +277,14 @@ Value Elaborator::evalCall(const ast::Expr& e, Frame& frame, Context* ctx, bool 
       case ir::ArgKind::Word:
         if (v.kind != VK::Word && v.kind != VK::String) wrong("a word");
         if (std::find(spec.words.begin(), spec.words.end(), v.s) == spec.words.end())
-          fail(at, fmt::format("argument `{}` of `{}` must be one of {}, found `{}`", spec.name, e.text,
-                               fmt::format("`{}`", fmt::join(spec.words, "`, `")), v.s));
+          {
+            std::string near = closestMatch(v.s, spec.words);
+            auto d = diags_.error(at.loc, fmt::format("argument `{}` of `{}` must be one of {}, found `{}`", spec.name,
+                                                      e.text, fmt::format("`{}`", fmt::join(spec.words, "`, `")), v.s));
+            d.length(at.length);
+            if (!near.empty()) d.help(fmt::format("did you mean `{}`?", near));
+            throw CompileAborted{};
+          }
         break;
       case ir::ArgKind::Dims:
         if (v.kind != VK::List) wrong("a list of dims");
@@ -407,9 +419,22 @@ Value Elaborator::callDef(const ast::Function& def, const ast::Expr& call, std::
                            def.result->isTensor ? "[…]" : ""));
   }
   if (def.result && result.kind == Value::Kind::Tensor) {
+    // The declared dims are read in the def's own frame, where its parameters' dims
+    // (B, T, D, …) are bound; a name bound nowhere matches anything.
     const ir::TensorType& t = ctx.module->tensors[result.tensor].type;
-    if (ir::parseDType(def.result->name) != t.dtype || def.result->dims.size() != t.shape.size())
-      fail(call, fmt::format("`{}` returns `{}`, not the declared `{}[…]`", def.name, t.str(), def.result->name));
+    bool same = ir::parseDType(def.result->name) == t.dtype && def.result->dims.size() == t.shape.size();
+    std::vector<std::string> declared;
+    for (size_t i = 0; i < def.result->dims.size(); ++i) {
+      const ast::Expr& d = *def.result->dims[i];
+      bool free = d.kind == ast::ExprKind::Name && !callee.vars.count(d.text) && !globals_.vars.count(d.text);
+      Value v = free ? Value::ofWord(d.text) : eval(d, callee, nullptr);
+      bool isDim = v.kind == Value::Kind::Int || v.kind == Value::Kind::Dim;
+      declared.push_back(isDim ? v.asDim().str() : d.text);
+      if (same && !free && (!isDim || v.asDim() != t.shape[i])) same = false;
+    }
+    if (!same)
+      fail(call, fmt::format("`{}` returns `{}`, not the declared `{}[{}]`", def.name, t.str(), def.result->name,
+                             fmt::join(declared, ", ")));
   }
   return result;
 }

@@ -57,7 +57,11 @@ bool Elaborator::load(uint32_t file, std::vector<uint32_t>& stack) {
     std::ifstream in(path, std::ios::binary);
     std::stringstream text;
     text << in.rdbuf();
-    uint32_t id = diags_.sources().add(path, text.str());
+    // Shown in diagnostics relative to the working folder when it lies below it.
+    std::error_code ec;
+    std::string shown = fs::proximate(path, ec).string();
+    if (ec || shown.rfind("..", 0) == 0) shown = path;
+    uint32_t id = diags_.sources().add(shown, text.str());
     fileIds_[path] = id;
     loaded_[id] = false;
     ok = load(id, stack) && ok;

@@ -157,7 +157,9 @@ bool checkTokens(uint32_t file, antlr4::CommonTokenStream& tokens, Diagnostics& 
       diags.error(locOf(file, t), fmt::format("unexpected character `{}`", t->getText()));
       return false;
     case Lx::UNTERMINATED_STRING:
-      diags.error(locOf(file, t), "unterminated string").help("close the string with `\"` on the same line");
+      diags.error(locOf(file, t), "unterminated string")
+          .length(lengthOf(t))
+          .help("close the string with `\"` on the same line");
       return false;
     default: break;
     }

@@ -423,7 +423,7 @@ std::string inferTypes(OpKind kind, const std::vector<TensorType>& in, const Att
       return fail(fmt::format("`cross_entropy` needs integer targets, got {}", tensorStr(tg)));
     Shape lead(lg.shape.begin(), lg.shape.end() - 1);
     if (lead != tg.shape)
-      return fail(fmt::format("shape mismatch: `cross_entropy` logits {} need targets {}, got {}",
+      return fail(fmt::format("shape mismatch: `cross_entropy` logits {} need targets `{}`, got {}",
                               tensorStr(lg), shapeStr(lead), tensorStr(tg)));
     out.push_back(TensorType{lg.dtype, {}});
     return "";

@@ -82,7 +82,11 @@ struct StagePlan {
   SourceLoc loc;
   // Filled by param-accounting.
   int64_t paramCount = 0, paramBytes = 0;
-  int64_t rankParamCount = 0, rankParamBytes = 0; // held by each device of the group
+  int64_t rankParamCount = 0, rankParamBytes = 0; // held by each device of the group (f32)
+  // Model states on each device under the policy's amp, optimizer, ZeRO and offload.
+  int64_t stateParamBytes = 0, stateGradBytes = 0, stateOptimizerBytes = 0;
+  int64_t offloadedBytes = 0; // moved off the device by `offload`
+  int64_t modelStateBytes() const { return stateParamBytes + stateGradBytes + stateOptimizerBytes; }
 };
 
 struct Mesh {

@@ -174,6 +174,10 @@ void printStage(const Module& m, int s, std::ostream& out) {
   out << fmt::format("  {:<34} {:>16} {:>10}\n", "stage total", withCommas(st.paramCount), formatBytes(st.paramBytes));
   out << fmt::format("  {:<34} {:>16} {:>10}\n", "held by each device", withCommas(st.rankParamCount),
                      formatBytes(st.rankParamBytes));
+  out << fmt::format("  model states per device: {} params + {} grads + {} optimizer = {}", formatBytes(st.stateParamBytes),
+                     formatBytes(st.stateGradBytes), formatBytes(st.stateOptimizerBytes), formatBytes(st.modelStateBytes()));
+  if (st.offloadedBytes > 0) out << fmt::format("; {} offloaded", formatBytes(st.offloadedBytes));
+  out << "\n";
 }
 
 struct BridgeRow {
@@ -274,17 +278,21 @@ void printPlan(const Module& m, std::ostream& out) {
                        m.policy.microBatches, mesh.dataParallel, mesh.microBatch, m.batchSymbol, mesh.microBatch);
   else
     out << fmt::format("batch: no `train` block; `{}` stays symbolic\n", m.batchSymbol);
-  out << fmt::format("params: {} ({}, f32)\n\n", withCommas(total), formatBytes(4.0 * total));
+  out << fmt::format("params: {} ({}, f32)\n", withCommas(total), formatBytes(4.0 * total));
+  static const char* amp[] = {"fp32", "fp16", "bf16"};
+  static const char* zero[] = {"none", "1 (optimizer states)", "2 (+ gradients)", "3 (+ parameters)"};
+  out << fmt::format("model states: {} with {}, ZeRO {}\n\n", amp[static_cast<int>(m.policy.amp)],
+                     m.train.optimizer.kind, zero[static_cast<int>(m.policy.zero)]);
   for (size_t s = 0; s < mesh.stages.size(); ++s) {
     printStage(m, static_cast<int>(s), out);
     out << "\n";
   }
   printBridges(m, out);
-  out << "\nparameter bytes per rank:\n";
+  out << "\nparameters per rank:\n";
   for (size_t s = 0; s < mesh.stages.size(); ++s) {
     const StagePlan& st = mesh.stages[s];
-    out << fmt::format("  ranks {}: {} params, {} each (stage {})\n", rankRanges(mesh, static_cast<int>(s)),
-                       withCommas(st.rankParamCount), formatBytes(st.rankParamBytes), s);
+    out << fmt::format("  ranks {}: {} params, {} each; model states {} (stage {})\n", rankRanges(mesh, static_cast<int>(s)),
+                       withCommas(st.rankParamCount), formatBytes(st.rankParamBytes), formatBytes(st.modelStateBytes()), s);
   }
 }
 

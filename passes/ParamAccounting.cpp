@@ -1,32 +1,111 @@
-// param-accounting: parameters and their bytes per stage and per device.
+// param-accounting: parameters, and the model states (parameters, gradients, optimizer
+// states) each device holds, per stage; rejects a plan whose model states alone exceed
+// the declared `device_memory`.
 //
-// A parameter cut by split-layout is held 1/w by each device of its split group; every
-// device of a stage group holds the same amount (the copies of a region are alike).
+// Bytes per parameter, after the ZeRO paper (Rajbhandari et al.), with Psi parameters:
+//   amp none:        4 param + 4 grad + optimizer (adam/adamw 8, sgd+momentum 4, sgd 0)
+//   amp fp16/bf16:   2 param + 2 grad + 4 fp32 master + the same optimizer moments
+// so mixed-precision Adam holds 16 Psi. ZeRO over the N devices that hold the same shard
+// (outer data-parallel x copies in the stage) divides: stage 1 the optimizer states
+// (4 Psi + 12 Psi / N), stage 2 also gradients (2 Psi + 14 Psi / N), stage 3 also
+// parameters (16 Psi / N). `offload = optimizer` moves optimizer states off the device;
+// `offload = params` (ZeRO-3) moves parameters too.
 #include "passes/Passes.h"
+
+#include "support/Text.h"
+
+#include <fmt/format.h>
 
 namespace epl::passes {
 
 namespace {
 
+struct StateBytes {
+  int64_t param = 4, grad = 4, optimizer = 8;
+};
+
+StateBytes bytesPerParam(const ir::Module& m) {
+  StateBytes b;
+  bool half = m.policy.amp != ir::Amp::None;
+  const ir::CallSpec& opt = m.train.optimizer;
+  int64_t moments = 8;
+  if (opt.kind == "sgd") {
+    auto mom = opt.numbers.find("momentum");
+    moments = mom != opt.numbers.end() && mom->second != 0 ? 4 : 0;
+  }
+  b.param = half ? 2 : 4;
+  b.grad = half ? 2 : 4;
+  b.optimizer = moments + (half ? 4 : 0);
+  return b;
+}
+
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 class ParamAccounting : public Pass {
 public:
   const char* name() const override { return "param-accounting"; }
 
-  bool run(ir::Module& m, PassContext&) override {
-    for (auto& st : m.mesh.stages) st.paramCount = st.paramBytes = st.rankParamCount = st.rankParamBytes = 0;
+  bool run(ir::Module& m, PassContext& ctx) override {
+    for (auto& st : m.mesh.stages) st = clearFigures(st);
+    StateBytes per = bytesPerParam(m);
+    ir::ZeroStage zero = m.policy.zero;
     for (const ir::Param& p : m.params) {
       const ir::Op& op = m.ops[p.op];
       ir::StagePlan& st = m.mesh.stages[op.stage];
       int64_t n = *ir::numElements(p.type.shape, {});
-      int64_t bytes = n * ir::dtypeBytes(p.type.dtype);
       int region = m.splitScopeOf(op.scope);
       int64_t ways = p.shardDim >= 0 && region >= 0 ? m.scopes[region].width : 1;
+      // Devices holding this same shard: ZeRO partitions states over them.
+      int64_t holders = static_cast<int64_t>(m.mesh.dataParallel) * (region >= 0 ? st.copies() : st.group);
+      int64_t local = n / ways;
       st.paramCount += n;
-      st.paramBytes += bytes;
-      st.rankParamCount += n / ways;
-      st.rankParamBytes += bytes / ways;
+      st.paramBytes += n * ir::dtypeBytes(p.type.dtype);
+      st.rankParamCount += local;
+      st.rankParamBytes += local * ir::dtypeBytes(p.type.dtype);
+      auto shard = [&](bool sharded, int64_t bytes) { return sharded ? ceilDiv(local, holders) * bytes : local * bytes; };
+      int64_t params = shard(zero >= ir::ZeroStage::Parameters, per.param);
+      int64_t grads = shard(zero >= ir::ZeroStage::Gradients, per.grad);
+      int64_t optimizer = shard(zero >= ir::ZeroStage::OptimizerStates, per.optimizer);
+      if (m.policy.offload != ir::Offload::None) {
+        st.offloadedBytes += optimizer;
+        optimizer = 0;
+      }
+      if (m.policy.offload == ir::Offload::Params) {
+        st.offloadedBytes += params;
+        params = 0;
+      }
+      st.stateParamBytes += params;
+      st.stateGradBytes += grads;
+      st.stateOptimizerBytes += optimizer;
     }
+    checkFit(m, ctx);
     return true;
+  }
+
+private:
+  static ir::StagePlan clearFigures(ir::StagePlan st) {
+    st.paramCount = st.paramBytes = st.rankParamCount = st.rankParamBytes = 0;
+    st.stateParamBytes = st.stateGradBytes = st.stateOptimizerBytes = st.offloadedBytes = 0;
+    return st;
+  }
+
+  // Model states are a floor on a device's memory: activations and buffers come on top,
+  // so a plan whose states alone do not fit cannot run.
+  void checkFit(const ir::Module& m, PassContext& ctx) {
+    int64_t limit = m.policy.deviceMemoryBytes;
+    if (limit <= 0) return;
+    for (size_t s = 0; s < m.mesh.stages.size(); ++s) {
+      const ir::StagePlan& st = m.mesh.stages[s];
+      if (st.modelStateBytes() <= limit) continue;
+      ctx.diags.error(m.policy.keyLocs.at("device_memory"),
+                      fmt::format("model states need {} on each device of stage {}, more than `device_memory` ({})",
+                                  formatBytes(st.modelStateBytes()), s, formatBytes(limit)))
+          .length(13)
+          .note(fmt::format("parameters {} + gradients {} + optimizer states {}", formatBytes(st.stateParamBytes),
+                            formatBytes(st.stateGradBytes), formatBytes(st.stateOptimizerBytes)))
+          .help("raise `zero`, use `amp`, offload the optimizer, split wider or add stages");
+      return;
+    }
   }
 };
 

@@ -14,6 +14,12 @@
 
 namespace epl {
 
+std::vector<std::string> passNames() {
+  passes::PassManager pm(passes::PassManagerOptions{});
+  passes::buildPipeline(pm);
+  return pm.names();
+}
+
 std::string stdlibDir() {
   if (const char* env = std::getenv("EPL_STDLIB")) return env;
   std::error_code ec;

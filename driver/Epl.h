@@ -29,6 +29,9 @@ public:
   Diagnostics diags;
 };
 
+// The names of the passes, in pipeline order (for --print-after).
+std::vector<std::string> passNames();
+
 // The folder `import "std/…"` resolves in: $EPL_STDLIB, else the install or source tree.
 std::string stdlibDir();
 

@@ -38,9 +38,12 @@ struct Common {
 
 void addCommon(CLI::App* cmd, Common& c) {
   cmd->add_option("script", c.script, "the .epl script")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--np,-n", c.np, "number of devices (ranks), as mpirun's -np")->check(CLI::Range(1, 1 << 24));
+  cmd->add_option("--np,-n", c.np, "number of devices (ranks); -np N works too, as in mpirun")->check(CLI::Range(1, 1 << 24));
   cmd->add_option("-I,--import-path", c.importPath, "extra folder for imports (searched before stdlib/)");
-  cmd->add_option("--print-after", c.printAfter, "print the IR after these passes (or `all`)");
+  std::vector<std::string> passNames = epl::passNames();
+  passNames.push_back("all");
+  cmd->add_option("--print-after", c.printAfter, "print the IR after these passes (or `all`)")
+      ->check(CLI::IsMember(passNames));
   cmd->add_flag("--time-passes", c.timePasses, "print the time each pass took");
   cmd->add_flag("--verify-each", c.verifyEach, "verify the IR after every pass");
 }
@@ -61,7 +64,7 @@ std::optional<epl::ir::Module> plan(const Common& c, epl::Session& session) {
 } // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"EPL: declare a parallel training job in one script, check it, plan it"};
+  CLI::App app{"EPL: declare a parallel training job in one script, check it, plan it", "epl"};
   app.set_version_flag("--version", std::string("epl ") + EPL_VERSION);
   app.require_subcommand(1);
 
@@ -73,10 +76,20 @@ int main(int argc, char** argv) {
   bool printIr = false;
   planCmd->add_flag("--ir", printIr, "print the final IR after the plan");
 
+  // An unknown command is named as such (CLI11 would only say one is required).
+  if (argc > 1 && argv[1][0] != '-') {
+    try {
+      app.get_subcommand(argv[1]);
+    } catch (const CLI::OptionNotFound&) {
+      std::cerr << "error: unknown command `" << argv[1] << "`\n  = help: the commands are `check` and `plan`; see `epl --help`\n";
+      return 2;
+    }
+  }
   try {
     app.parse(normaliseArgs(argc, argv));
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // Help and version exit 0; usage mistakes exit 2, as most command-line tools do.
+    return app.exit(e) == 0 ? 0 : 2;
   }
   if (*check) return plan(checkArgs, *std::make_unique<epl::Session>()) ? 0 : 1;
   epl::Session session;

@@ -20,7 +20,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double msSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+double msSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
 
 std::string readFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -30,8 +32,8 @@ std::string readFile(const std::string& path) {
 }
 
 // One full compilation; fills per-phase milliseconds. False on a compile error.
-bool compileOnce(const std::string& path, const std::string& text, const std::string& stdlibText, int np,
-                 std::map<std::string, double>& phases, std::vector<std::string>& order) {
+bool compileOnce(const std::string& path, const std::string& text, const std::string& stdlibText,
+                 int np, std::map<std::string, double>& phases, std::vector<std::string>& order) {
   auto record = [&](const std::string& name, double ms) {
     if (!phases.count(name)) order.push_back(name);
     phases[name] = ms;
@@ -41,7 +43,8 @@ bool compileOnce(const std::string& path, const std::string& text, const std::st
     epl::Session s;
     auto t = Clock::now();
     uint32_t a = s.sources.add(path, text), b = s.sources.add("std/nn.epl", stdlibText);
-    bool ok = epl::frontend::parseFile(a, s.diags).has_value() && epl::frontend::parseFile(b, s.diags).has_value();
+    bool ok = epl::frontend::parseFile(a, s.diags).has_value() &&
+              epl::frontend::parseFile(b, s.diags).has_value();
     record("parse (script + stdlib)", msSince(t));
     if (!ok) return false;
   }
@@ -56,7 +59,8 @@ bool compileOnce(const std::string& path, const std::string& text, const std::st
   epl::passes::buildPipeline(pm);
   epl::passes::PassContext ctx{session.diags, np};
   bool ok = pm.run(*m, ctx);
-  for (const auto& [name, ms] : pm.timings()) record("pass " + name, ms);
+  for (const auto& [name, ms] : pm.timings())
+    record("pass " + name, ms);
   session.diags.print(std::cerr);
   return ok;
 }
@@ -89,7 +93,8 @@ int main(int argc, char** argv) {
     }
     if (!compileOnce(path, text, stdlibText, np, phases, o)) return 1;
     if (order.empty()) order = o;
-    for (const auto& [k, v] : phases) samples[k].push_back(v);
+    for (const auto& [k, v] : phases)
+      samples[k].push_back(v);
   }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -101,9 +106,10 @@ int main(int argc, char** argv) {
     options.np = np;
     auto m = epl::planFile(path, session, options);
     int64_t params = 0;
-    for (const auto& st : m->mesh.stages) params += st.paramCount;
-    fmt::print("plan benchmark: {} on {} devices ({} ops, {} params, {} bridges), {} repetitions\n", path, np,
-               m->ops.size(), params, m->bridges.size(), reps);
+    for (const auto& st : m->mesh.stages)
+      params += st.paramCount;
+    fmt::print("plan benchmark: {} on {} devices ({} ops, {} params, {} bridges), {} repetitions\n",
+               path, np, m->ops.size(), params, m->bridges.size(), reps);
   }
   fmt::print("{:<36} {:>12} {:>12}\n", "phase", "median ms", "min ms");
   for (const auto& name : order)

@@ -33,7 +33,8 @@ std::string stdlibDir() {
 
 namespace {
 
-std::optional<ir::Module> runPasses(std::optional<ir::Module> m, Session& session, const PlanOptions& options) {
+std::optional<ir::Module> runPasses(std::optional<ir::Module> m, Session& session,
+                                    const PlanOptions& options) {
   if (!m) return std::nullopt;
   passes::PassManagerOptions pmOptions;
   pmOptions.printAfter = options.printAfter;
@@ -56,16 +57,23 @@ frontend::FrontendOptions frontendOptions(const PlanOptions& options) {
 
 } // namespace
 
-std::optional<ir::Module> planFile(const std::string& path, Session& session, const PlanOptions& options) {
+std::optional<ir::Module> planFile(const std::string& path, Session& session,
+                                   const PlanOptions& options) {
   std::optional<ir::Module> m;
-  runWithLargeStack([&] { m = runPasses(frontend::compileFile(path, session.diags, frontendOptions(options)), session, options); });
+  runWithLargeStack([&] {
+    m = runPasses(frontend::compileFile(path, session.diags, frontendOptions(options)), session,
+                  options);
+  });
   return m;
 }
 
-std::optional<ir::Module> planText(const std::string& name, const std::string& text, Session& session,
-                                   const PlanOptions& options) {
+std::optional<ir::Module> planText(const std::string& name, const std::string& text,
+                                   Session& session, const PlanOptions& options) {
   std::optional<ir::Module> m;
-  runWithLargeStack([&] { m = runPasses(frontend::compileText(name, text, session.diags, frontendOptions(options)), session, options); });
+  runWithLargeStack([&] {
+    m = runPasses(frontend::compileText(name, text, session.diags, frontendOptions(options)),
+                  session, options);
+  });
   return m;
 }
 

@@ -13,12 +13,12 @@
 namespace epl {
 
 struct PlanOptions {
-  int np = 0;                         // devices; 0 means one model replica
-  std::set<std::string> printAfter;   // pass names whose IR to print, or "all"
+  int np = 0;                       // devices; 0 means one model replica
+  std::set<std::string> printAfter; // pass names whose IR to print, or "all"
   bool timePasses = false;
-  bool verifyEach = false;            // verify the IR after every pass
+  bool verifyEach = false;             // verify the IR after every pass
   std::vector<std::string> importPath; // searched after the script's folder; stdlib/ is added
-  std::ostream* passOutput = nullptr; // where --print-after / --time-passes write
+  std::ostream* passOutput = nullptr;  // where --print-after / --time-passes write
 };
 
 // Owns the sources and diagnostics of one compilation.
@@ -37,9 +37,10 @@ std::string stdlibDir();
 
 // Front end and passes on a file (or on text named `name`). nullopt when an error was
 // reported to session.diags. Runs on a thread with a large stack (runWithLargeStack).
-std::optional<ir::Module> planFile(const std::string& path, Session& session, const PlanOptions& options);
-std::optional<ir::Module> planText(const std::string& name, const std::string& text, Session& session,
+std::optional<ir::Module> planFile(const std::string& path, Session& session,
                                    const PlanOptions& options);
+std::optional<ir::Module> planText(const std::string& name, const std::string& text,
+                                   Session& session, const PlanOptions& options);
 
 // Runs `fn` on a thread with a large stack, so deep but legal input cannot overflow it.
 void runWithLargeStack(const std::function<void()>& fn);

@@ -19,8 +19,10 @@ std::vector<std::string> normaliseArgs(int argc, char** argv) {
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "-np") a = "--np";
-    else if (a.rfind("-np=", 0) == 0) a = "--np=" + a.substr(4);
+    if (a == "-np")
+      a = "--np";
+    else if (a.rfind("-np=", 0) == 0)
+      a = "--np=" + a.substr(4);
     args.push_back(a);
   }
   std::reverse(args.begin(), args.end()); // CLI11 takes a reversed vector
@@ -38,8 +40,10 @@ struct Common {
 
 void addCommon(CLI::App* cmd, Common& c) {
   cmd->add_option("script", c.script, "the .epl script")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--np,-n", c.np, "number of devices (ranks); -np N works too, as in mpirun")->check(CLI::Range(1, 1 << 24));
-  cmd->add_option("-I,--import-path", c.importPath, "extra folder for imports (searched before stdlib/)");
+  cmd->add_option("--np,-n", c.np, "number of devices (ranks); -np N works too, as in mpirun")
+      ->check(CLI::Range(1, 1 << 24));
+  cmd->add_option("-I,--import-path", c.importPath,
+                  "extra folder for imports (searched before stdlib/)");
   std::vector<std::string> passNames = epl::passNames();
   passNames.push_back("all");
   cmd->add_option("--print-after", c.printAfter, "print the IR after these passes (or `all`)")
@@ -69,9 +73,11 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   Common checkArgs, planArgs;
-  CLI::App* check = app.add_subcommand("check", "report errors in a script (no output when it is fine)");
+  CLI::App* check =
+      app.add_subcommand("check", "report errors in a script (no output when it is fine)");
   addCommon(check, checkArgs);
-  CLI::App* planCmd = app.add_subcommand("plan", "print the parallel plan: mesh, stages, bridges, bytes per rank");
+  CLI::App* planCmd =
+      app.add_subcommand("plan", "print the parallel plan: mesh, stages, bridges, bytes per rank");
   addCommon(planCmd, planArgs);
   bool printIr = false;
   planCmd->add_flag("--ir", printIr, "print the final IR after the plan");
@@ -81,7 +87,8 @@ int main(int argc, char** argv) {
     try {
       app.get_subcommand(argv[1]);
     } catch (const CLI::OptionNotFound&) {
-      std::cerr << "error: unknown command `" << argv[1] << "`\n  = help: the commands are `check` and `plan`; see `epl --help`\n";
+      std::cerr << "error: unknown command `" << argv[1]
+                << "`\n  = help: the commands are `check` and `plan`; see `epl --help`\n";
       return 2;
     }
   }

@@ -26,8 +26,21 @@ struct Setting {
 };
 
 enum class ExprKind {
-  Int, Float, Size, String, Word, Bool, Auto, None, // literals
-  Name, Neg, Binary, Call, Repeat, Record, List,
+  Int,
+  Float,
+  Size,
+  String,
+  Word,
+  Bool,
+  Auto,
+  None, // literals
+  Name,
+  Neg,
+  Binary,
+  Call,
+  Repeat,
+  Record,
+  List,
 };
 
 struct Expr {
@@ -63,7 +76,7 @@ struct ParallelBlock {
   BlockKind kind = BlockKind::Replicate;
   ExprPtr repeat; // repeat(k) before the block, or null
   bool isAuto = false;
-  ExprPtr width;  // null when left out or auto
+  ExprPtr width; // null when left out or auto
   std::vector<Stmt> body;
   SourceLoc loc;
 };

@@ -31,17 +31,28 @@ const ast::Expr* returnValue(const std::vector<ast::Stmt>& body) {
 
 const char* kindName(Value::Kind k) {
   switch (k) {
-  case Value::Kind::Int: return "an integer";
-  case Value::Kind::Float: return "a number";
-  case Value::Kind::Bool: return "a boolean";
-  case Value::Kind::String: return "a string";
-  case Value::Kind::Word: return "a word";
-  case Value::Kind::None: return "`none`";
-  case Value::Kind::Auto: return "`auto`";
-  case Value::Kind::Dim: return "a symbolic dim";
-  case Value::Kind::Tensor: return "a tensor";
-  case Value::Kind::List: return "a list";
-  case Value::Kind::Record: return "a record";
+  case Value::Kind::Int:
+    return "an integer";
+  case Value::Kind::Float:
+    return "a number";
+  case Value::Kind::Bool:
+    return "a boolean";
+  case Value::Kind::String:
+    return "a string";
+  case Value::Kind::Word:
+    return "a word";
+  case Value::Kind::None:
+    return "`none`";
+  case Value::Kind::Auto:
+    return "`auto`";
+  case Value::Kind::Dim:
+    return "a symbolic dim";
+  case Value::Kind::Tensor:
+    return "a tensor";
+  case Value::Kind::List:
+    return "a list";
+  case Value::Kind::Record:
+    return "a record";
   }
   return "a value";
 }
@@ -74,13 +85,16 @@ void Elaborator::declareGlobals() {
     for (const ast::Binding& b : f.lets) {
       defineGlobal(b.name, b.loc, "constant");
       globals_.vars[b.name] = eval(*b.value, globals_, nullptr);
-      if (globals_.vars[b.name].kind == Value::Kind::Tensor) fail(*b.value, "`let` needs a constant");
+      if (globals_.vars[b.name].kind == Value::Kind::Tensor)
+        fail(*b.value, "`let` needs a constant");
       globals_.defined[b.name] = b.loc;
     }
     for (const ast::Function& fn : f.functions) {
       defineGlobal(fn.name, fn.loc, fn.isModel ? "model" : "def");
-      if (fn.isModel) models_.push_back(&fn);
-      else defs_[fn.name] = &fn;
+      if (fn.isModel)
+        models_.push_back(&fn);
+      else
+        defs_[fn.name] = &fn;
     }
   }
 }
@@ -89,7 +103,8 @@ std::optional<ir::Module> Elaborator::run(uint32_t mainFile) {
   std::vector<uint32_t> stack;
   // Keyed like resolved imports, so an import of the main script is seen as a cycle.
   std::error_code ec;
-  fileIds_[std::filesystem::weakly_canonical(diags_.sources().path(mainFile), ec).string()] = mainFile;
+  fileIds_[std::filesystem::weakly_canonical(diags_.sources().path(mainFile), ec).string()] =
+      mainFile;
   loaded_[mainFile] = false;
   if (!load(mainFile, stack)) return std::nullopt;
   try {
@@ -105,7 +120,8 @@ std::optional<ir::Module> Elaborator::run(uint32_t mainFile) {
       if (m->name == name) chosen = m;
     if (!chosen) {
       std::vector<std::string> names;
-      for (const auto* m : models_) names.push_back(m->name);
+      for (const auto* m : models_)
+        names.push_back(m->name);
       auto d = diags_.error(main.trains[0].targetLoc, fmt::format("unknown model `{}`", name));
       d.length(static_cast<uint32_t>(name.size()));
       std::string near = closestMatch(name, names);
@@ -160,27 +176,34 @@ void Elaborator::bindModelInputs(const ast::Function& model, ir::Module& m, Fram
   }
   for (const ast::Param& p : model.params) {
     if (!p.type.isTensor || p.type.dims.empty()) {
-      diags_.error(p.type.loc, fmt::format("model input `{}` must be a tensor with a batch dim", p.name))
+      diags_
+          .error(p.type.loc,
+                 fmt::format("model input `{}` must be a tensor with a batch dim", p.name))
           .help("write it as e.g. f32[B, 784]");
       throw CompileAborted{};
     }
     ir::Shape shape;
     for (size_t i = 0; i < p.type.dims.size(); ++i) {
       const ast::Expr& d = *p.type.dims[i];
-      if (d.kind == ast::ExprKind::Name && !frame.vars.count(d.text) && !globals_.vars.count(d.text))
+      if (d.kind == ast::ExprKind::Name && !frame.vars.count(d.text) &&
+          !globals_.vars.count(d.text))
         frame.vars[d.text] = Value::ofDim(ir::Dim::symbol(d.text));
       Value v = eval(d, frame, nullptr);
       if (v.kind != Value::Kind::Int && v.kind != Value::Kind::Dim)
         fail(d, fmt::format("a dim must be an integer or a name, found {}", kindName(v.kind)));
-      if (v.kind == Value::Kind::Int && v.i <= 0) fail(d, fmt::format("a dim must be positive, got {}", v.i));
+      if (v.kind == Value::Kind::Int && v.i <= 0)
+        fail(d, fmt::format("a dim must be positive, got {}", v.i));
       shape.push_back(v.asDim());
     }
     const ir::Dim& batch = shape[0];
     if (batch.isConstant() || batch.syms.size() != 1 || batch.coef != 1)
-      fail(*p.type.dims[0], "the first dim of a model input is the batch and must be a name such as `B`");
-    if (m.batchSymbol.empty()) m.batchSymbol = batch.syms[0];
+      fail(*p.type.dims[0],
+           "the first dim of a model input is the batch and must be a name such as `B`");
+    if (m.batchSymbol.empty())
+      m.batchSymbol = batch.syms[0];
     else if (m.batchSymbol != batch.syms[0])
-      fail(*p.type.dims[0], fmt::format("every model input must share the batch dim `{}`", m.batchSymbol));
+      fail(*p.type.dims[0],
+           fmt::format("every model input must share the batch dim `{}`", m.batchSymbol));
     auto dtype = ir::parseDType(p.type.name);
     int t = m.addTensor(p.name, ir::TensorType{*dtype, shape}, -1);
     m.inputs.push_back(t);
@@ -198,9 +221,12 @@ void Elaborator::checkModelResult(const ast::Function& model, const Value& v, ir
   }
   if (v.kind != Value::Kind::Tensor || !m.tensors[v.tensor].type.shape.empty() ||
       ir::isIntegral(m.tensors[v.tensor].type.dtype)) {
-    std::string got = v.kind == Value::Kind::Tensor ? "`" + m.tensors[v.tensor].type.str() + "`" : kindName(v.kind);
+    std::string got = v.kind == Value::Kind::Tensor ? "`" + m.tensors[v.tensor].type.str() + "`"
+                                                    : kindName(v.kind);
     const ast::Expr* at = returnValue(model.body);
-    diags_.error(at ? at->loc : model.loc, fmt::format("model `{}` must return a scalar loss, got {}", model.name, got))
+    diags_
+        .error(at ? at->loc : model.loc,
+               fmt::format("model `{}` must return a scalar loss, got {}", model.name, got))
         .length(at ? at->length : static_cast<uint32_t>(model.name.size()))
         .help("return a loss such as `cross_entropy(logits, labels)`");
     throw CompileAborted{};
@@ -221,11 +247,11 @@ Value Elaborator::runBody(const std::vector<ast::Stmt>& body, Frame& frame, Cont
     case ast::StmtKind::Assign: {
       Value v = eval(*s.values[0], frame, &ctx);
       if (s.targets.size() != 1) {
-        diags_.error(s.targetLocs[1], fmt::format("this expression gives one value, not {}", s.targets.size()));
+        diags_.error(s.targetLocs[1],
+                     fmt::format("this expression gives one value, not {}", s.targets.size()));
         throw CompileAborted{};
       }
-      if (v.kind == Value::Kind::None)
-        fail(*s.values[0], "this expression has no value");
+      if (v.kind == Value::Kind::None) fail(*s.values[0], "this expression has no value");
       frame.vars[s.targets[0]] = v;
       frame.defined.emplace(s.targets[0], s.targetLocs[0]);
       break;
@@ -265,15 +291,20 @@ void Elaborator::runParallel(const ast::ParallelBlock& b, Frame& frame, Context&
     throw CompileAborted{};
   }
   if (!ctx.topLevel && m.splitScopeOf(ctx.scope) >= 0) {
-    diags_.error(b.loc, "`split` blocks do not nest").length(5)
+    diags_.error(b.loc, "`split` blocks do not nest")
+        .length(5)
         .noteAt(m.scopes[m.splitScopeOf(ctx.scope)].loc, "inside this split");
     throw CompileAborted{};
   }
   int64_t repeat = 1;
   if (b.repeat) {
-    if (!ctx.topLevel) fail(*b.repeat, fmt::format("`repeat` on a block repeats a stage and needs a top-level block, not `{}` inside one", kw));
+    if (!ctx.topLevel)
+      fail(*b.repeat, fmt::format("`repeat` on a block repeats a stage and needs a top-level "
+                                  "block, not `{}` inside one",
+                                  kw));
     repeat = expectInt(*b.repeat, frame, &ctx, "a repeat count");
-    if (repeat <= 0 || repeat > 100000) fail(*b.repeat, fmt::format("a repeat count must be between 1 and 100000, got {}", repeat));
+    if (repeat <= 0 || repeat > 100000)
+      fail(*b.repeat, fmt::format("a repeat count must be between 1 and 100000, got {}", repeat));
   }
   int64_t width = blockWidth(b, frame, ctx);
   for (int64_t r = 0; r < repeat; ++r) {

@@ -13,7 +13,8 @@ namespace epl::frontend {
 
 class Elaborator {
 public:
-  Elaborator(Diagnostics& diags, const FrontendOptions& options) : diags_(diags), options_(options) {}
+  Elaborator(Diagnostics& diags, const FrontendOptions& options)
+      : diags_(diags), options_(options) {}
   std::optional<ir::Module> run(uint32_t mainFile);
 
 private:
@@ -25,9 +26,9 @@ private:
   struct Context {
     ir::Module* module = nullptr;
     int scope = 0;
-    bool topLevel = false;       // directly in the model body
-    std::string namePrefix;      // "transformer_block.0/"
-    SourceLoc site;              // the model-body call being expanded, if inside a def
+    bool topLevel = false;  // directly in the model body
+    std::string namePrefix; // "transformer_block.0/"
+    SourceLoc site;         // the model-body call being expanded, if inside a def
     std::vector<const ast::Function*> callStack;
   };
 
@@ -40,7 +41,8 @@ private:
   std::optional<ir::Module> elaborateModel(const ast::Function& model);
   void bindModelInputs(const ast::Function& model, ir::Module& m, Frame& frame);
   Value runBody(const std::vector<ast::Stmt>& body, Frame& frame, Context& ctx);
-  void runParallel(const ast::ParallelBlock& b, Frame& frame, Context& ctx, bool& returned, Value& result);
+  void runParallel(const ast::ParallelBlock& b, Frame& frame, Context& ctx, bool& returned,
+                   Value& result);
   int64_t blockWidth(const ast::ParallelBlock& b, Frame& frame, Context& ctx);
   void checkModelResult(const ast::Function& model, const Value& v, ir::Module& m);
   // Expressions.cpp: expressions and calls.
@@ -54,10 +56,10 @@ private:
                 Context& ctx, bool inRepeat);
   std::vector<Value> bindArgs(const ast::Expr& call, const std::vector<std::string>& names,
                               const std::vector<bool>& required, const std::vector<bool>& wordArgs,
-                              Frame& frame, Context* ctx,
-                              const std::string& what, std::vector<const ast::Expr*>& argExprs);
-  void bindParam(const ast::Param& p, const Value& v, const ast::Expr* argExpr, const ast::Expr& call,
-                 Frame& callee, const ast::Function& def, Context& ctx);
+                              Frame& frame, Context* ctx, const std::string& what,
+                              std::vector<const ast::Expr*>& argExprs);
+  void bindParam(const ast::Param& p, const Value& v, const ast::Expr* argExpr,
+                 const ast::Expr& call, Frame& callee, const ast::Function& def, Context& ctx);
   Value emitOp(ir::OpKind kind, const ast::Expr& at, std::vector<int> inputs, ir::Attrs attrs,
                Context& ctx, const std::string& name, bool inRepeat);
   std::string uniqueName(Context& ctx, const std::string& base, bool inRepeat);
@@ -71,8 +73,8 @@ private:
 
   Diagnostics& diags_;
   const FrontendOptions& options_;
-  std::vector<ast::File> files_;           // in load order, imports first
-  std::map<uint32_t, bool> loaded_;        // file id -> finished
+  std::vector<ast::File> files_;            // in load order, imports first
+  std::map<uint32_t, bool> loaded_;         // file id -> finished
   std::map<std::string, uint32_t> fileIds_; // canonical path -> file id
   Frame globals_;
   std::map<std::string, const ast::Function*> defs_;

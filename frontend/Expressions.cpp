@@ -14,36 +14,54 @@ Value Elaborator::lookup(const ast::Expr& e, Frame& frame) {
   it = globals_.vars.find(e.text);
   if (it != globals_.vars.end()) return it->second;
   std::vector<std::string> names;
-  for (const auto& [n, v] : frame.vars) names.push_back(n);
-  for (const auto& [n, v] : globals_.vars) names.push_back(n);
+  for (const auto& [n, v] : frame.vars)
+    names.push_back(n);
+  for (const auto& [n, v] : globals_.vars)
+    names.push_back(n);
   auto d = diags_.error(e.loc, fmt::format("unknown name `{}`", e.text));
   d.length(e.length);
   std::string near = closestMatch(e.text, names);
-  if (!near.empty()) d.help(fmt::format("did you mean `{}`?", near));
+  if (!near.empty())
+    d.help(fmt::format("did you mean `{}`?", near));
   else if (ir::findBuiltin(e.text) || defs_.count(e.text))
     d.help(fmt::format("`{}` is a layer: call it, as in `{}(x, …)`", e.text, e.text));
   throw CompileAborted{};
 }
 
-int64_t Elaborator::expectInt(const ast::Expr& e, Frame& frame, Context* ctx, const std::string& what) {
+int64_t Elaborator::expectInt(const ast::Expr& e, Frame& frame, Context* ctx,
+                              const std::string& what) {
   Value v = eval(e, frame, ctx);
   if (v.kind == Value::Kind::Dim)
-    fail(e, fmt::format("{} must be a known integer, but `{}` depends on the batch", what, v.dim.str()));
-  if (v.kind != Value::Kind::Int) fail(e, fmt::format("{} must be an integer, found {}", what, kindName(v.kind)));
+    fail(e, fmt::format("{} must be a known integer, but `{}` depends on the batch", what,
+                        v.dim.str()));
+  if (v.kind != Value::Kind::Int)
+    fail(e, fmt::format("{} must be an integer, found {}", what, kindName(v.kind)));
   return v.i;
 }
 
 Value Elaborator::eval(const ast::Expr& e, Frame& frame, Context* ctx) {
   using K = ast::ExprKind;
   switch (e.kind) {
-  case K::Int: case K::Size: return Value::ofInt(e.intValue);
-  case K::Float: return Value::ofFloat(e.floatValue);
-  case K::Bool: return Value::ofBool(e.intValue != 0);
-  case K::String: return Value::ofString(e.text);
-  case K::Word: return Value::ofWord(e.text);
-  case K::Auto: { Value v; v.kind = Value::Kind::Auto; return v; }
-  case K::None: return Value{};
-  case K::Name: return lookup(e, frame);
+  case K::Int:
+  case K::Size:
+    return Value::ofInt(e.intValue);
+  case K::Float:
+    return Value::ofFloat(e.floatValue);
+  case K::Bool:
+    return Value::ofBool(e.intValue != 0);
+  case K::String:
+    return Value::ofString(e.text);
+  case K::Word:
+    return Value::ofWord(e.text);
+  case K::Auto: {
+    Value v;
+    v.kind = Value::Kind::Auto;
+    return v;
+  }
+  case K::None:
+    return Value{};
+  case K::Name:
+    return lookup(e, frame);
   case K::Neg: {
     Value v = eval(*e.operands[0], frame, ctx);
     if (v.kind == Value::Kind::Int) {
@@ -55,16 +73,21 @@ Value Elaborator::eval(const ast::Expr& e, Frame& frame, Context* ctx) {
       return emitOp(ir::OpKind::Scale, e, {v.tensor}, {{"factor", -1.0}}, *ctx, "scale", false);
     fail(e, fmt::format("cannot negate {}", kindName(v.kind)));
   }
-  case K::Binary: return evalBinary(e, frame, ctx);
-  case K::Call: return evalCall(e, frame, ctx, false);
-  case K::Repeat: return evalRepeat(e, frame, ctx);
+  case K::Binary:
+    return evalBinary(e, frame, ctx);
+  case K::Call:
+    return evalCall(e, frame, ctx, false);
+  case K::Repeat:
+    return evalRepeat(e, frame, ctx);
   case K::List: {
     Value v;
     v.kind = Value::Kind::List;
-    for (const auto& item : e.operands) v.items.push_back(eval(*item, frame, ctx));
+    for (const auto& item : e.operands)
+      v.items.push_back(eval(*item, frame, ctx));
     return v;
   }
-  case K::Record: fail(e, "a record `{ … }` is only allowed as a setting value");
+  case K::Record:
+    fail(e, "a record `{ … }` is only allowed as a setting value");
   }
   fail(e, "unsupported expression");
 }
@@ -79,9 +102,12 @@ std::string operandText(const ast::Expr& e, int64_t value) {
 
 bool checkedArith(char op, int64_t a, int64_t b, int64_t& r) {
   switch (op) {
-  case '+': return !__builtin_add_overflow(a, b, &r);
-  case '-': return !__builtin_sub_overflow(a, b, &r);
-  case '*': return !__builtin_mul_overflow(a, b, &r);
+  case '+':
+    return !__builtin_add_overflow(a, b, &r);
+  case '-':
+    return !__builtin_sub_overflow(a, b, &r);
+  case '*':
+    return !__builtin_mul_overflow(a, b, &r);
   }
   return false;
 }
@@ -98,7 +124,8 @@ Value Elaborator::evalBinary(const ast::Expr& e, Frame& frame, Context* ctx) {
     if (op == "/" || op == "//" || op == "%") {
       if (b.i == 0) fail(e, "division by zero");
       if (op == "/" && a.i % b.i != 0)
-        fail(e, fmt::format("{} is not divisible by {}", operandText(*e.operands[0], a.i), operandText(*e.operands[1], b.i)));
+        fail(e, fmt::format("{} is not divisible by {}", operandText(*e.operands[0], a.i),
+                            operandText(*e.operands[1], b.i)));
       if (a.i == INT64_MIN && b.i == -1) fail(e, "integer overflow");
       if (op == "%") return Value::ofInt(a.i % b.i);
       int64_t q = a.i / b.i;
@@ -106,7 +133,8 @@ Value Elaborator::evalBinary(const ast::Expr& e, Frame& frame, Context* ctx) {
       return Value::ofInt(q);
     }
     int64_t r = 0;
-    if (!checkedArith(op[0], a.i, b.i, r)) fail(e, fmt::format("integer overflow in {} {} {}", a.i, op, b.i));
+    if (!checkedArith(op[0], a.i, b.i, r))
+      fail(e, fmt::format("integer overflow in {} {} {}", a.i, op, b.i));
     return Value::ofInt(r);
   }
   if (a.isNumber() && b.isNumber()) {
@@ -126,10 +154,12 @@ Value Elaborator::evalBinary(const ast::Expr& e, Frame& frame, Context* ctx) {
       if (!q) fail(e, fmt::format("`{}` is not divisible by {}", a.dim.str(), b.i));
       return Value::ofDim(*q);
     }
-    fail(e, fmt::format("`{}` on the symbolic dim `{}` is not supported; only `*` and exact `/` are",
-                        op, (a.kind == VK::Dim ? a : b).dim.str()));
+    fail(e,
+         fmt::format("`{}` on the symbolic dim `{}` is not supported; only `*` and exact `/` are",
+                     op, (a.kind == VK::Dim ? a : b).dim.str()));
   }
-  if (a.kind == VK::Tensor && b.kind == VK::Tensor && ctx && (op == "+" || op == "-" || op == "*")) {
+  if (a.kind == VK::Tensor && b.kind == VK::Tensor && ctx &&
+      (op == "+" || op == "-" || op == "*")) {
     ir::OpKind k = op == "+" ? ir::OpKind::Add : op == "-" ? ir::OpKind::Sub : ir::OpKind::Mul;
     return emitOp(k, e, {a.tensor, b.tensor}, {}, *ctx, ir::opInfo(k).name, false);
   }
@@ -154,12 +184,13 @@ std::string Elaborator::uniqueName(Context& ctx, const std::string& base, bool i
   return name;
 }
 
-Value Elaborator::emitOp(ir::OpKind kind, const ast::Expr& at, std::vector<int> inputs, ir::Attrs attrs,
-                         Context& ctx, const std::string& name, bool inRepeat) {
+Value Elaborator::emitOp(ir::OpKind kind, const ast::Expr& at, std::vector<int> inputs,
+                         ir::Attrs attrs, Context& ctx, const std::string& name, bool inRepeat) {
   ir::Module& m = *ctx.module;
   if (opBudget_-- == 0) fail(at, "the model expands to more than 2,000,000 ops");
   std::vector<ir::TensorType> in, out;
-  for (int t : inputs) in.push_back(m.tensors[t].type);
+  for (int t : inputs)
+    in.push_back(m.tensors[t].type);
   std::string err = ir::inferTypes(kind, in, attrs, out);
   if (!err.empty()) fail(at, err);
   ir::Op op;
@@ -171,21 +202,25 @@ Value Elaborator::emitOp(ir::OpKind kind, const ast::Expr& at, std::vector<int> 
   op.site = ctx.site.valid() ? ctx.site : at.loc;
   int id = static_cast<int>(m.ops.size());
   for (const auto& spec : ir::paramSpecs(kind, in, attrs)) {
-    m.params.push_back(ir::Param{op.name + "." + spec.name, ir::TensorType{ir::DType::F32, spec.shape}, id, -1});
+    m.params.push_back(
+        ir::Param{op.name + "." + spec.name, ir::TensorType{ir::DType::F32, spec.shape}, id, -1});
     op.params.push_back(static_cast<int>(m.params.size()) - 1);
   }
   op.attrs = std::move(attrs);
   for (size_t k = 0; k < out.size(); ++k)
-    op.outputs.push_back(m.addTensor(op.name + (out.size() > 1 ? "." + std::to_string(k) : ""), out[k], id));
+    op.outputs.push_back(
+        m.addTensor(op.name + (out.size() > 1 ? "." + std::to_string(k) : ""), out[k], id));
   m.ops.push_back(std::move(op));
   return Value::ofTensor(m.ops.back().outputs[0]);
 }
 
 // Positional then keyword arguments against a parameter list. Reports arity mistakes.
-std::vector<Value> Elaborator::bindArgs(const ast::Expr& call, const std::vector<std::string>& names,
-                                        const std::vector<bool>& required, const std::vector<bool>& wordArgs,
-                                        Frame& frame, Context* ctx,
-                                        const std::string& what, std::vector<const ast::Expr*>& argExprs) {
+std::vector<Value> Elaborator::bindArgs(const ast::Expr& call,
+                                        const std::vector<std::string>& names,
+                                        const std::vector<bool>& required,
+                                        const std::vector<bool>& wordArgs, Frame& frame,
+                                        Context* ctx, const std::string& what,
+                                        std::vector<const ast::Expr*>& argExprs) {
   std::vector<Value> vals(names.size());
   std::vector<bool> given(names.size(), false);
   argExprs.assign(names.size(), nullptr);
@@ -200,7 +235,8 @@ std::vector<Value> Elaborator::bindArgs(const ast::Expr& call, const std::vector
     } else {
       auto it = std::find(names.begin(), names.end(), a.keyword);
       if (it == names.end()) {
-        auto d = diags_.error(a.keywordLoc, fmt::format("{} has no argument `{}`", what, a.keyword));
+        auto d =
+            diags_.error(a.keywordLoc, fmt::format("{} has no argument `{}`", what, a.keyword));
         d.length(static_cast<uint32_t>(a.keyword.size()));
         std::string near = closestMatch(a.keyword, names);
         if (!near.empty()) d.help(fmt::format("did you mean `{}`?", near));
@@ -217,7 +253,8 @@ std::vector<Value> Elaborator::bindArgs(const ast::Expr& call, const std::vector
     argExprs[slot] = a.value.get();
     // A bare name for a word argument (`act = gelu`) is the word itself, not a variable.
     const ast::Expr& v = *a.value;
-    bool bareWord = wordArgs[slot] && v.kind == ast::ExprKind::Name && !frame.vars.count(v.text) && !globals_.vars.count(v.text);
+    bool bareWord = wordArgs[slot] && v.kind == ast::ExprKind::Name && !frame.vars.count(v.text) &&
+                    !globals_.vars.count(v.text);
     vals[slot] = bareWord ? Value::ofWord(v.text) : eval(v, frame, ctx);
   }
   for (size_t i = 0; i < names.size(); ++i)
@@ -233,14 +270,16 @@ Value Elaborator::evalCall(const ast::Expr& e, Frame& frame, Context* ctx, bool 
     std::vector<std::string> names;
     for (const auto& op : ir::allOps())
       if (op.builtin) names.push_back(op.name);
-    for (const auto& [n, d] : defs_) names.push_back(n);
+    for (const auto& [n, d] : defs_)
+      names.push_back(n);
     auto d = diags_.error(e.loc, fmt::format("unknown layer or function `{}`", e.text));
     d.length(e.length);
     std::string near = closestMatch(e.text, names);
     if (!near.empty()) d.help(fmt::format("did you mean `{}`?", near));
     throw CompileAborted{};
   }
-  if (!ctx) fail(e, fmt::format("`{}` makes tensors and can only be called inside a model or def", e.text));
+  if (!ctx)
+    fail(e, fmt::format("`{}` makes tensors and can only be called inside a model or def", e.text));
   std::vector<std::string> names;
   std::vector<bool> required, wordArgs;
   std::vector<const ast::Expr*> argExprs;
@@ -250,14 +289,19 @@ Value Elaborator::evalCall(const ast::Expr& e, Frame& frame, Context* ctx, bool 
       required.push_back(a.required);
       wordArgs.push_back(a.kind == ir::ArgKind::Word);
     }
-    auto vals = bindArgs(e, names, required, wordArgs, frame, ctx, fmt::format("`{}`", e.text), argExprs);
+    auto vals =
+        bindArgs(e, names, required, wordArgs, frame, ctx, fmt::format("`{}`", e.text), argExprs);
     for (size_t i = 0; i < vals.size(); ++i)
       if (!argExprs[i]) {
         const ir::Attr& d = info->args[i].defaultValue;
-        if (auto* iv = std::get_if<int64_t>(&d)) vals[i] = Value::ofInt(*iv);
-        else if (auto* fv = std::get_if<double>(&d)) vals[i] = Value::ofFloat(*fv);
-        else if (auto* bv = std::get_if<bool>(&d)) vals[i] = Value::ofBool(*bv);
-        else vals[i] = Value::ofWord(std::get<std::string>(d));
+        if (auto* iv = std::get_if<int64_t>(&d))
+          vals[i] = Value::ofInt(*iv);
+        else if (auto* fv = std::get_if<double>(&d))
+          vals[i] = Value::ofFloat(*fv);
+        else if (auto* bv = std::get_if<bool>(&d))
+          vals[i] = Value::ofBool(*bv);
+        else
+          vals[i] = Value::ofWord(std::get<std::string>(d));
       }
     // Check argument kinds here, where each argument's location is known.
     for (size_t i = 0; i < vals.size(); ++i) {
@@ -267,24 +311,33 @@ Value Elaborator::evalCall(const ast::Expr& e, Frame& frame, Context* ctx, bool 
       using VK = Value::Kind;
       auto wrong = [&](const char* want) {
         fail(at, fmt::format("argument `{}` of `{}` must be {}, found {}", spec.name, e.text, want,
-                             v.kind == VK::Dim ? "the symbolic dim `" + v.dim.str() + "`" : kindName(v.kind)));
+                             v.kind == VK::Dim ? "the symbolic dim `" + v.dim.str() + "`"
+                                               : kindName(v.kind)));
       };
       switch (spec.kind) {
-      case ir::ArgKind::Tensor: if (v.kind != VK::Tensor) wrong("a tensor"); break;
-      case ir::ArgKind::Int: if (v.kind != VK::Int) wrong("an integer"); break;
-      case ir::ArgKind::Float: if (!v.isNumber()) wrong("a number"); break;
-      case ir::ArgKind::Bool: if (v.kind != VK::Bool) wrong("`true` or `false`"); break;
+      case ir::ArgKind::Tensor:
+        if (v.kind != VK::Tensor) wrong("a tensor");
+        break;
+      case ir::ArgKind::Int:
+        if (v.kind != VK::Int) wrong("an integer");
+        break;
+      case ir::ArgKind::Float:
+        if (!v.isNumber()) wrong("a number");
+        break;
+      case ir::ArgKind::Bool:
+        if (v.kind != VK::Bool) wrong("`true` or `false`");
+        break;
       case ir::ArgKind::Word:
         if (v.kind != VK::Word && v.kind != VK::String) wrong("a word");
-        if (std::find(spec.words.begin(), spec.words.end(), v.s) == spec.words.end())
-          {
-            std::string near = closestMatch(v.s, spec.words);
-            auto d = diags_.error(at.loc, fmt::format("argument `{}` of `{}` must be one of {}, found `{}`", spec.name,
-                                                      e.text, fmt::format("`{}`", fmt::join(spec.words, "`, `")), v.s));
-            d.length(at.length);
-            if (!near.empty()) d.help(fmt::format("did you mean `{}`?", near));
-            throw CompileAborted{};
-          }
+        if (std::find(spec.words.begin(), spec.words.end(), v.s) == spec.words.end()) {
+          std::string near = closestMatch(v.s, spec.words);
+          auto d = diags_.error(
+              at.loc, fmt::format("argument `{}` of `{}` must be one of {}, found `{}`", spec.name,
+                                  e.text, fmt::format("`{}`", fmt::join(spec.words, "`, `")), v.s));
+          d.length(at.length);
+          if (!near.empty()) d.help(fmt::format("did you mean `{}`?", near));
+          throw CompileAborted{};
+        }
         break;
       case ir::ArgKind::Dims:
         if (v.kind != VK::List) wrong("a list of dims");
@@ -301,26 +354,38 @@ Value Elaborator::evalCall(const ast::Expr& e, Frame& frame, Context* ctx, bool 
     required.push_back(!p.defaultValue);
     wordArgs.push_back(!p.type.isTensor && p.type.name == "str");
   }
-  auto vals = bindArgs(e, names, required, wordArgs, frame, ctx, fmt::format("`{}`", e.text), argExprs);
+  auto vals =
+      bindArgs(e, names, required, wordArgs, frame, ctx, fmt::format("`{}`", e.text), argExprs);
   return callDef(fn, e, std::move(vals), *ctx, inRepeat);
 }
 
-Value Elaborator::callBuiltin(const ir::OpInfo& info, const ast::Expr& call, std::vector<Value> args,
-                              Context& ctx, bool inRepeat) {
+Value Elaborator::callBuiltin(const ir::OpInfo& info, const ast::Expr& call,
+                              std::vector<Value> args, Context& ctx, bool inRepeat) {
   std::vector<int> inputs;
   ir::Attrs attrs;
   for (size_t i = 0; i < args.size(); ++i) {
     const ir::ArgSpec& spec = info.args[i];
     const Value& v = args[i];
     switch (spec.kind) {
-    case ir::ArgKind::Tensor: inputs.push_back(v.tensor); break;
-    case ir::ArgKind::Int: attrs[spec.name] = v.i; break;
-    case ir::ArgKind::Float: attrs[spec.name] = v.number(); break;
-    case ir::ArgKind::Bool: attrs[spec.name] = v.i != 0; break;
-    case ir::ArgKind::Word: attrs[spec.name] = v.s; break;
+    case ir::ArgKind::Tensor:
+      inputs.push_back(v.tensor);
+      break;
+    case ir::ArgKind::Int:
+      attrs[spec.name] = v.i;
+      break;
+    case ir::ArgKind::Float:
+      attrs[spec.name] = v.number();
+      break;
+    case ir::ArgKind::Bool:
+      attrs[spec.name] = v.i != 0;
+      break;
+    case ir::ArgKind::Word:
+      attrs[spec.name] = v.s;
+      break;
     case ir::ArgKind::Dims: {
       ir::Shape s;
-      for (const auto& item : v.items) s.push_back(item.asDim());
+      for (const auto& item : v.items)
+        s.push_back(item.asDim());
       attrs[spec.name] = s;
       break;
     }
@@ -331,11 +396,14 @@ Value Elaborator::callBuiltin(const ir::OpInfo& info, const ast::Expr& call, std
 
 // Binds one `def` parameter: checks the kind, and for a tensor unifies its declared dims
 // with the argument's (a new name binds, a known one must match).
-void Elaborator::bindParam(const ast::Param& p, const Value& v, const ast::Expr* argExpr, const ast::Expr& call,
-                           Frame& callee, const ast::Function& def, Context& ctx) {
+void Elaborator::bindParam(const ast::Param& p, const Value& v, const ast::Expr* argExpr,
+                           const ast::Expr& call, Frame& callee, const ast::Function& def,
+                           Context& ctx) {
   const ast::Expr& at = argExpr ? *argExpr : call;
   auto mismatch = [&](const std::string& want, const std::string& got) {
-    diags_.error(at.loc, fmt::format("argument `{}` of `{}` expects {}, got {}", p.name, def.name, want, got))
+    diags_
+        .error(at.loc,
+               fmt::format("argument `{}` of `{}` expects {}, got {}", p.name, def.name, want, got))
         .length(at.length)
         .noteAt(p.loc, fmt::format("`{}` is declared here", p.name));
     throw CompileAborted{};
@@ -354,18 +422,24 @@ void Elaborator::bindParam(const ast::Param& p, const Value& v, const ast::Expr*
   std::string want = p.type.name + "[…]";
   if (ir::parseDType(p.type.name) != actual.dtype || actual.shape.size() != p.type.dims.size()) {
     std::vector<std::string> dims;
-    for (const auto& d : p.type.dims) dims.push_back(d->kind == ast::ExprKind::Name ? d->text : "_");
+    for (const auto& d : p.type.dims)
+      dims.push_back(d->kind == ast::ExprKind::Name ? d->text : "_");
     mismatch(fmt::format("`{}[{}]`", p.type.name, fmt::join(dims, ", ")), "`" + actual.str() + "`");
   }
   for (size_t i = 0; i < p.type.dims.size(); ++i) {
     const ast::Expr& d = *p.type.dims[i];
-    if (d.kind == ast::ExprKind::Name && !callee.vars.count(d.text) && !globals_.vars.count(d.text)) {
+    if (d.kind == ast::ExprKind::Name && !callee.vars.count(d.text) &&
+        !globals_.vars.count(d.text)) {
       callee.vars[d.text] = Value::ofDim(actual.shape[i]);
       continue;
     }
     Value dv = eval(d, callee, nullptr);
-    if ((dv.kind != Value::Kind::Int && dv.kind != Value::Kind::Dim) || dv.asDim() != actual.shape[i])
-      mismatch(fmt::format("dim {} to be `{}`", i, dv.kind == Value::Kind::Int || dv.kind == Value::Kind::Dim ? dv.asDim().str() : "?"),
+    if ((dv.kind != Value::Kind::Int && dv.kind != Value::Kind::Dim) ||
+        dv.asDim() != actual.shape[i])
+      mismatch(fmt::format("dim {} to be `{}`", i,
+                           dv.kind == Value::Kind::Int || dv.kind == Value::Kind::Dim
+                               ? dv.asDim().str()
+                               : "?"),
                "`" + actual.str() + "`");
   }
   callee.vars[p.name] = v;
@@ -376,9 +450,12 @@ Value Elaborator::callDef(const ast::Function& def, const ast::Expr& call, std::
   auto self = std::find(ctx.callStack.begin(), ctx.callStack.end(), &def);
   if (self != ctx.callStack.end()) {
     std::vector<std::string> via; // the defs between, for mutual recursion
-    for (auto it = self + 1; it != ctx.callStack.end(); ++it) via.push_back("`" + (*it)->name + "`");
-    diags_.error(call.loc, via.empty() ? fmt::format("`{}` calls itself", def.name)
-                                       : fmt::format("`{}` calls itself through {}", def.name, fmt::join(via, ", ")))
+    for (auto it = self + 1; it != ctx.callStack.end(); ++it)
+      via.push_back("`" + (*it)->name + "`");
+    diags_
+        .error(call.loc, via.empty() ? fmt::format("`{}` calls itself", def.name)
+                                     : fmt::format("`{}` calls itself through {}", def.name,
+                                                   fmt::join(via, ", ")))
         .length(call.length)
         .noteAt(def.loc, fmt::format("`{}` is defined here", def.name))
         .help("EPL expands every `def` at compile time; repeat a block with `repeat(k) f(x)`");
@@ -395,7 +472,8 @@ Value Elaborator::callDef(const ast::Function& def, const ast::Expr& call, std::
   std::vector<const ast::Expr*> bySlot(def.params.size(), nullptr);
   size_t pos = 0;
   for (const auto& a : call.args) {
-    if (a.keyword.empty()) bySlot[pos++] = a.value.get();
+    if (a.keyword.empty())
+      bySlot[pos++] = a.value.get();
     else
       for (size_t i = 0; i < def.params.size(); ++i)
         if (def.params[i].name == a.keyword) bySlot[i] = a.value.get();
@@ -413,28 +491,31 @@ Value Elaborator::callDef(const ast::Function& def, const ast::Expr& call, std::
     throw CompileAborted{};
   }
   if (def.result && def.result->isTensor != (result.kind == Value::Kind::Tensor)) {
-    std::string got = result.kind == Value::Kind::Tensor ? "`" + ctx.module->tensors[result.tensor].type.str() + "`"
-                                                         : kindName(result.kind);
-    fail(call, fmt::format("`{}` returns {}, not the declared `{}{}`", def.name, got, def.result->name,
-                           def.result->isTensor ? "[…]" : ""));
+    std::string got = result.kind == Value::Kind::Tensor
+                          ? "`" + ctx.module->tensors[result.tensor].type.str() + "`"
+                          : kindName(result.kind);
+    fail(call, fmt::format("`{}` returns {}, not the declared `{}{}`", def.name, got,
+                           def.result->name, def.result->isTensor ? "[…]" : ""));
   }
   if (def.result && result.kind == Value::Kind::Tensor) {
     // The declared dims are read in the def's own frame, where its parameters' dims
     // (B, T, D, …) are bound; a name bound nowhere matches anything.
     const ir::TensorType& t = ctx.module->tensors[result.tensor].type;
-    bool same = ir::parseDType(def.result->name) == t.dtype && def.result->dims.size() == t.shape.size();
+    bool same =
+        ir::parseDType(def.result->name) == t.dtype && def.result->dims.size() == t.shape.size();
     std::vector<std::string> declared;
     for (size_t i = 0; i < def.result->dims.size(); ++i) {
       const ast::Expr& d = *def.result->dims[i];
-      bool free = d.kind == ast::ExprKind::Name && !callee.vars.count(d.text) && !globals_.vars.count(d.text);
+      bool free = d.kind == ast::ExprKind::Name && !callee.vars.count(d.text) &&
+                  !globals_.vars.count(d.text);
       Value v = free ? Value::ofWord(d.text) : eval(d, callee, nullptr);
       bool isDim = v.kind == Value::Kind::Int || v.kind == Value::Kind::Dim;
       declared.push_back(isDim ? v.asDim().str() : d.text);
       if (same && !free && (!isDim || v.asDim() != t.shape[i])) same = false;
     }
     if (!same)
-      fail(call, fmt::format("`{}` returns `{}`, not the declared `{}[{}]`", def.name, t.str(), def.result->name,
-                             fmt::join(declared, ", ")));
+      fail(call, fmt::format("`{}` returns `{}`, not the declared `{}[{}]`", def.name, t.str(),
+                             def.result->name, fmt::join(declared, ", ")));
   }
   return result;
 }
@@ -442,13 +523,15 @@ Value Elaborator::callDef(const ast::Function& def, const ast::Expr& call, std::
 // repeat(k) f(x, …): f applied k times, each output fed back as the first argument.
 Value Elaborator::evalRepeat(const ast::Expr& e, Frame& frame, Context* ctx) {
   int64_t k = expectInt(*e.operands[0], frame, ctx, "a repeat count");
-  if (k <= 0 || k > 100000) fail(*e.operands[0], fmt::format("a repeat count must be between 1 and 100000, got {}", k));
+  if (k <= 0 || k > 100000)
+    fail(*e.operands[0], fmt::format("a repeat count must be between 1 and 100000, got {}", k));
   if (e.args.empty() || !e.args[0].keyword.empty())
     fail(e, "`repeat(k) f(x, …)` needs the value to thread through as f's first argument");
   if (!ctx) fail(e, "`repeat` can only be used inside a model or def");
   const ast::Expr& first = *e.args[0].value;
   if (first.kind != ast::ExprKind::Name)
-    fail(first, "the first argument of a repeated call must be a name, e.g. `repeat(6) block(x, 8)`");
+    fail(first,
+         "the first argument of a repeated call must be a name, e.g. `repeat(6) block(x, 8)`");
   // The threaded name is rebound in a copy of the frame, so the caller's `x` is unchanged.
   Frame local = frame;
   Value v;

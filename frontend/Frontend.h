@@ -19,7 +19,7 @@ struct FrontendOptions {
 std::optional<ir::Module> compileFile(const std::string& path, Diagnostics& diags,
                                       const FrontendOptions& options);
 // The same, for text that did not come from a file (tests, the language server).
-std::optional<ir::Module> compileText(const std::string& name, std::string text,
-                                      Diagnostics& diags, const FrontendOptions& options);
+std::optional<ir::Module> compileText(const std::string& name, std::string text, Diagnostics& diags,
+                                      const FrontendOptions& options);
 
 } // namespace epl::frontend

@@ -15,7 +15,8 @@ namespace fs = std::filesystem;
 
 std::string Elaborator::resolveImport(const std::string& from, const std::string& path) const {
   std::vector<fs::path> candidates{fs::path(from).parent_path() / path};
-  for (const auto& dir : options_.importPath) candidates.push_back(fs::path(dir) / path);
+  for (const auto& dir : options_.importPath)
+    candidates.push_back(fs::path(dir) / path);
   for (const auto& c : candidates) {
     std::error_code ec;
     if (fs::is_regular_file(c, ec)) return fs::weakly_canonical(c, ec).string();
@@ -38,7 +39,8 @@ bool Elaborator::load(uint32_t file, std::vector<uint32_t>& stack) {
       d.length(static_cast<uint32_t>(imp.path.size() + 2));
       std::string where = fs::path(from).parent_path().string();
       d.note(fmt::format("searched `{}`", where.empty() ? "." : where));
-      for (const auto& dir : options_.importPath) d.note(fmt::format("searched `{}`", dir));
+      for (const auto& dir : options_.importPath)
+        d.note(fmt::format("searched `{}`", dir));
       ok = false;
       continue;
     }
@@ -46,7 +48,8 @@ bool Elaborator::load(uint32_t file, std::vector<uint32_t>& stack) {
     if (known != fileIds_.end()) {
       if (!loaded_[known->second]) {
         std::string chain;
-        for (uint32_t f : stack) chain += fs::path(diags_.sources().path(f)).filename().string() + " -> ";
+        for (uint32_t f : stack)
+          chain += fs::path(diags_.sources().path(f)).filename().string() + " -> ";
         diags_.error(imp.loc, fmt::format("import cycle: `{}` imports itself", imp.path))
             .length(static_cast<uint32_t>(imp.path.size() + 2))
             .note(chain + fs::path(path).filename().string());

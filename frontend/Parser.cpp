@@ -28,14 +28,22 @@ uint32_t lengthOf(const antlr4::Token* t) {
 // How a token type reads in an error message.
 std::string tokenName(const antlr4::dfa::Vocabulary& vocab, size_t type) {
   switch (type) {
-  case antlr4::Token::EOF: return "end of file";
-  case Lx::ID: return "a name";
-  case Lx::INT: return "an integer";
-  case Lx::FLOAT: return "a number";
-  case Lx::STRING: return "a string";
-  case Lx::SIZE: return "a size";
-  case Lx::WORD: return "a word";
-  case Lx::DTYPE: return "a dtype";
+  case antlr4::Token::EOF:
+    return "end of file";
+  case Lx::ID:
+    return "a name";
+  case Lx::INT:
+    return "an integer";
+  case Lx::FLOAT:
+    return "a number";
+  case Lx::STRING:
+    return "a string";
+  case Lx::SIZE:
+    return "a size";
+  case Lx::WORD:
+    return "a word";
+  case Lx::DTYPE:
+    return "a dtype";
   default: {
     std::string n = vocab.getLiteralName(type);
     if (n.size() >= 2 && n.front() == '\'') n = n.substr(1, n.size() - 2);
@@ -51,19 +59,40 @@ std::string found(const antlr4::Token* t) {
 
 bool isKeyword(size_t type) {
   switch (type) {
-  case Lx::IMPORT: case Lx::LET: case Lx::DEF: case Lx::MODEL: case Lx::RETURN: case Lx::REPLICATE:
-  case Lx::SPLIT: case Lx::REPEAT: case Lx::AUTO: case Lx::POLICY: case Lx::TRAIN: case Lx::TRUE:
-  case Lx::FALSE: case Lx::NONE: case Lx::DTYPE: return true;
-  default: return false;
+  case Lx::IMPORT:
+  case Lx::LET:
+  case Lx::DEF:
+  case Lx::MODEL:
+  case Lx::RETURN:
+  case Lx::REPLICATE:
+  case Lx::SPLIT:
+  case Lx::REPEAT:
+  case Lx::AUTO:
+  case Lx::POLICY:
+  case Lx::TRAIN:
+  case Lx::TRUE:
+  case Lx::FALSE:
+  case Lx::NONE:
+  case Lx::DTYPE:
+    return true;
+  default:
+    return false;
   }
 }
 
 // Tokens that begin a top-level item: where a forgotten `}` or `)` is usually noticed.
 bool startsItem(const antlr4::Token* t) {
   switch (t->getType()) {
-  case antlr4::Token::EOF: case Lx::IMPORT: case Lx::LET: case Lx::DEF: case Lx::MODEL: case Lx::POLICY:
-  case Lx::TRAIN: return true;
-  default: return false;
+  case antlr4::Token::EOF:
+  case Lx::IMPORT:
+  case Lx::LET:
+  case Lx::DEF:
+  case Lx::MODEL:
+  case Lx::POLICY:
+  case Lx::TRAIN:
+    return true;
+  default:
+    return false;
   }
 }
 
@@ -88,8 +117,10 @@ const antlr4::Token* unclosedBracket(antlr4::TokenStream& tokens, const antlr4::
   std::vector<const antlr4::Token*> open;
   for (size_t i = 0; i < offending->getTokenIndex() && i < tokens.size(); ++i) {
     const std::string& s = tokens.get(i)->getText();
-    if (s == "(" || s == "[" || s == "{") open.push_back(tokens.get(i));
-    else if (!open.empty() && (s == ")" || s == "]" || s == "}")) open.pop_back();
+    if (s == "(" || s == "[" || s == "{")
+      open.push_back(tokens.get(i));
+    else if (!open.empty() && (s == ")" || s == "]" || s == "}"))
+      open.pop_back();
   }
   return open.empty() ? nullptr : open.back();
 }
@@ -118,28 +149,35 @@ public:
     antlr4::TokenStream& tokens = *parser->getTokenStream();
     antlr4::misc::IntervalSet expectedSet = parser->getExpectedTokens();
     if (const antlr4::Token* kw = misusedKeyword(tokens, offending, expectedSet)) {
-      diags_.error(locOf(file_, kw), fmt::format("expected a name, found keyword `{}`", kw->getText()))
+      diags_
+          .error(locOf(file_, kw),
+                 fmt::format("expected a name, found keyword `{}`", kw->getText()))
           .length(lengthOf(kw))
           .help(fmt::format("`{}` is a keyword; choose another name", kw->getText()));
       return;
     }
     std::vector<std::string> expected;
-    if (expectedSet.contains(static_cast<size_t>(Lx::INT))) expected.push_back("an expression"); // only expressions start with one
+    if (expectedSet.contains(static_cast<size_t>(Lx::INT)))
+      expected.push_back("an expression"); // only expressions start with one
     else
-      for (size_t t : expectedSet.toList()) expected.push_back(tokenName(parser->getVocabulary(), t));
+      for (size_t t : expectedSet.toList())
+        expected.push_back(tokenName(parser->getVocabulary(), t));
     // A forgotten closing bracket: name it, and point at the bracket it would close.
     const antlr4::Token* open = unclosedBracket(tokens, offending);
-    bool closes = open && std::find(expected.begin(), expected.end(), "`" + closerOf(open) + "`") != expected.end();
+    bool closes = open && std::find(expected.begin(), expected.end(), "`" + closerOf(open) + "`") !=
+                              expected.end();
     bool missingCloser = closes && (expected.size() <= 4 || startsItem(offending));
     std::string what = missingCloser && expected.size() > 4 ? "expected `" + closerOf(open) + "`"
                        : expected.size() == 1               ? "expected " + expected[0]
                        : expected.size() <= 4 && !expected.empty()
                            ? "expected one of " + fmt::format("{}", fmt::join(expected, ", "))
                            : "unexpected " + found(offending);
-    if ((expected.size() <= 4 && !expected.empty()) || missingCloser) what += ", found " + found(offending);
+    if ((expected.size() <= 4 && !expected.empty()) || missingCloser)
+      what += ", found " + found(offending);
     auto d = diags_.error(loc, what);
     d.length(lengthOf(offending));
-    if (missingCloser) d.noteAt(locOf(file_, open), fmt::format("to match this `{}`", open->getText()));
+    if (missingCloser)
+      d.noteAt(locOf(file_, open), fmt::format("to match this `{}`", open->getText()));
   }
 
 private:
@@ -161,7 +199,8 @@ bool checkTokens(uint32_t file, antlr4::CommonTokenStream& tokens, Diagnostics& 
           .length(lengthOf(t))
           .help("close the string with `\"` on the same line");
       return false;
-    default: break;
+    default:
+      break;
     }
     const std::string& s = t->getText();
     if (s == "(" || s == "[" || s == "{") {
@@ -186,12 +225,19 @@ public:
     ast::File f;
     f.fileId = file_;
     for (auto* item : ctx->item()) {
-      if (auto* c = item->importDecl()) f.imports.push_back(importDecl(c));
-      else if (auto* c = item->letDecl()) letDecl(c, f.lets);
-      else if (auto* c = item->defDecl()) f.functions.push_back(defDecl(c));
-      else if (auto* c = item->modelDecl()) f.functions.push_back(modelDecl(c));
-      else if (auto* c = item->policyDecl()) f.policies.push_back(settingsBlock(c->POLICY()->getSymbol(), nullptr, c->setting()));
-      else if (auto* c = item->trainDecl()) f.trains.push_back(settingsBlock(c->TRAIN()->getSymbol(), c->ID()->getSymbol(), c->setting()));
+      if (auto* c = item->importDecl())
+        f.imports.push_back(importDecl(c));
+      else if (auto* c = item->letDecl())
+        letDecl(c, f.lets);
+      else if (auto* c = item->defDecl())
+        f.functions.push_back(defDecl(c));
+      else if (auto* c = item->modelDecl())
+        f.functions.push_back(modelDecl(c));
+      else if (auto* c = item->policyDecl())
+        f.policies.push_back(settingsBlock(c->POLICY()->getSymbol(), nullptr, c->setting()));
+      else if (auto* c = item->trainDecl())
+        f.trains.push_back(
+            settingsBlock(c->TRAIN()->getSymbol(), c->ID()->getSymbol(), c->setting()));
     }
     return f;
   }
@@ -248,7 +294,8 @@ private:
       t.isTensor = true;
       t.name = tt->DTYPE()->getText();
       if (tt->dimList())
-        for (auto* e : tt->dimList()->expr()) t.dims.push_back(expr(e));
+        for (auto* e : tt->dimList()->expr())
+          t.dims.push_back(expr(e));
     } else {
       t.name = dynamic_cast<G::ScalarTypeContext*>(c)->ID()->getText();
     }
@@ -258,7 +305,8 @@ private:
   // block : '{' stmt* '}'
   std::vector<ast::Stmt> block(G::BlockContext* c) {
     std::vector<ast::Stmt> out;
-    for (auto* s : c->stmt()) out.push_back(stmt(s));
+    for (auto* s : c->stmt())
+      out.push_back(stmt(s));
     return out;
   }
 
@@ -279,7 +327,8 @@ private:
     } else {
       auto* r = dynamic_cast<G::ReturnStmtContext*>(c);
       s.kind = ast::StmtKind::Return;
-      for (auto* e : r->expr()) s.values.push_back(expr(e));
+      for (auto* e : r->expr())
+        s.values.push_back(expr(e));
     }
     return s;
   }
@@ -291,8 +340,10 @@ private:
     b->loc = loc(c->kind);
     if (c->REPEAT()) b->repeat = expr(c->expr());
     if (auto* w = c->width()) {
-      if (w->AUTO()) b->isAuto = true;
-      else b->width = expr(w->expr());
+      if (w->AUTO())
+        b->isAuto = true;
+      else
+        b->width = expr(w->expr());
     }
     b->body = block(c->block());
     return b;
@@ -325,12 +376,14 @@ private:
     if (auto* p = dynamic_cast<G::ParenExprContext*>(c)) return expr(p->expr());
     if (auto* rec = dynamic_cast<G::RecordExprContext*>(c)) {
       auto e = node(ast::ExprKind::Record, rec->getStart());
-      for (auto* s : rec->setting()) e->fields.push_back(setting(s));
+      for (auto* s : rec->setting())
+        e->fields.push_back(setting(s));
       return e;
     }
     if (auto* l = dynamic_cast<G::ListExprContext*>(c)) {
       auto e = node(ast::ExprKind::List, l->getStart());
-      for (auto* item : l->expr()) e->operands.push_back(expr(item));
+      for (auto* item : l->expr())
+        e->operands.push_back(expr(item));
       return e;
     }
     if (auto* lit = dynamic_cast<G::LiteralExprContext*>(c)) return literal(lit->literal());
@@ -390,13 +443,16 @@ private:
       e->text = unquote(text);
       return e;
     }
-    case Lx::TRUE: case Lx::FALSE: {
+    case Lx::TRUE:
+    case Lx::FALSE: {
       auto e = node(ast::ExprKind::Bool, t);
       e->intValue = t->getType() == Lx::TRUE;
       return e;
     }
-    case Lx::AUTO: return node(ast::ExprKind::Auto, t);
-    case Lx::NONE: return node(ast::ExprKind::None, t);
+    case Lx::AUTO:
+      return node(ast::ExprKind::Auto, t);
+    case Lx::NONE:
+      return node(ast::ExprKind::None, t);
     default: {
       auto e = node(ast::ExprKind::Word, t);
       e->text = text;
@@ -417,7 +473,8 @@ private:
       b.target = target->getText();
       b.targetLoc = loc(target);
     }
-    for (auto* s : settings) b.settings.push_back(setting(s));
+    for (auto* s : settings)
+      b.settings.push_back(setting(s));
     return b;
   }
 
@@ -437,9 +494,14 @@ private:
     size_t unit = text.find_first_not_of("0123456789.");
     double v = std::stod(text.substr(0, unit));
     std::string u = text.substr(unit);
-    double scale = u == "KB" ? 1e3 : u == "MB" ? 1e6 : u == "GB" ? 1e9 : u == "TB" ? 1e12
-                 : u == "KiB" ? 1024.0 : u == "MiB" ? 1048576.0 : u == "GiB" ? 1073741824.0
-                                                                 : 1099511627776.0;
+    double scale = u == "KB"    ? 1e3
+                   : u == "MB"  ? 1e6
+                   : u == "GB"  ? 1e9
+                   : u == "TB"  ? 1e12
+                   : u == "KiB" ? 1024.0
+                   : u == "MiB" ? 1048576.0
+                   : u == "GiB" ? 1073741824.0
+                                : 1099511627776.0;
     double bytes = v * scale;
     if (!(bytes < 9.2e18)) {
       diags_.error(loc(t), fmt::format("size `{}` is too large", text)).length(lengthOf(t));
@@ -475,7 +537,8 @@ SourceLoc firstInvalidUtf8(uint32_t file, const std::string& text) {
     auto c = static_cast<unsigned char>(text[i]);
     size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
     bool ok = n != 0 && i + n <= text.size();
-    for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(text[i + k]) & 0xc0) == 0x80;
+    for (size_t k = 1; ok && k < n; ++k)
+      ok = (static_cast<unsigned char>(text[i + k]) & 0xc0) == 0x80;
     if (ok && n == 2) ok = c >= 0xc2;
     if (!ok) return SourceLoc{file, line, col};
     if (c == '\n') {
@@ -492,7 +555,9 @@ SourceLoc firstInvalidUtf8(uint32_t file, const std::string& text) {
 std::optional<ast::File> parseFile(uint32_t fileId, Diagnostics& diags) {
   const std::string& text = diags.sources().text(fileId);
   if (text.size() > kMaxSourceBytes) {
-    diags.error(SourceLoc{fileId, 1, 1}, fmt::format("this file is larger than {} bytes", kMaxSourceBytes))
+    diags
+        .error(SourceLoc{fileId, 1, 1},
+               fmt::format("this file is larger than {} bytes", kMaxSourceBytes))
         .note("EPL scripts are small; the limit keeps the parser's memory and stack bounded");
     return std::nullopt;
   }

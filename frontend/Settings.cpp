@@ -29,27 +29,57 @@ struct CallSchema {
 
 const std::vector<CallSchema>& callSchemas() {
   static const std::vector<CallSchema> t = {
-      {"data", "tokens", {{"path", true, true}, {"seq", false, true}, {"val_fraction", false, false}},
+      {"data",
+       "tokens",
+       {{"path", true, true}, {"seq", false, true}, {"val_fraction", false, false}},
        "uint16 little-endian token file (nanoGPT .bin); windows of seq + 1 tokens"},
-      {"data", "text", {{"path", true, true}, {"seq", false, true}, {"val_fraction", false, false}},
+      {"data",
+       "text",
+       {{"path", true, true}, {"seq", false, true}, {"val_fraction", false, false}},
        "raw text read as bytes (vocab 256); windows of seq + 1 bytes"},
-      {"data", "idx",
-       {{"images", true, true}, {"labels", true, true}, {"test_images", true, false}, {"test_labels", true, false}},
-       "IDX image and label files, gzip allowed (MNIST, Fashion-MNIST); the test pair is the evaluation split"},
-      {"data", "synthetic", {{"samples", false, true}, {"classes", false, false}},
+      {"data",
+       "idx",
+       {{"images", true, true},
+        {"labels", true, true},
+        {"test_images", true, false},
+        {"test_labels", true, false}},
+       "IDX image and label files, gzip allowed (MNIST, Fashion-MNIST); the test pair is the "
+       "evaluation split"},
+      {"data",
+       "synthetic",
+       {{"samples", false, true}, {"classes", false, false}},
        "seeded random inputs and targets"},
-      {"optimizer", "sgd", {{"lr", false, true}, {"momentum", false, false}, {"weight_decay", false, false}},
+      {"optimizer",
+       "sgd",
+       {{"lr", false, true}, {"momentum", false, false}, {"weight_decay", false, false}},
        "stochastic gradient descent with optional momentum"},
-      {"optimizer", "adam",
-       {{"lr", false, true}, {"beta1", false, false}, {"beta2", false, false}, {"eps", false, false}, {"weight_decay", false, false}},
+      {"optimizer",
+       "adam",
+       {{"lr", false, true},
+        {"beta1", false, false},
+        {"beta2", false, false},
+        {"eps", false, false},
+        {"weight_decay", false, false}},
        "Adam (L2 weight decay added to the gradient)"},
-      {"optimizer", "adamw",
-       {{"lr", false, true}, {"beta1", false, false}, {"beta2", false, false}, {"eps", false, false}, {"weight_decay", false, false}},
+      {"optimizer",
+       "adamw",
+       {{"lr", false, true},
+        {"beta1", false, false},
+        {"beta2", false, false},
+        {"eps", false, false},
+        {"weight_decay", false, false}},
        "Adam with decoupled weight decay"},
-      {"lr_schedule", "constant", {{"warmup", false, false}}, "constant rate after an optional linear warmup"},
-      {"lr_schedule", "linear", {{"warmup", false, false}, {"final_lr", false, false}},
+      {"lr_schedule",
+       "constant",
+       {{"warmup", false, false}},
+       "constant rate after an optional linear warmup"},
+      {"lr_schedule",
+       "linear",
+       {{"warmup", false, false}, {"final_lr", false, false}},
        "linear warmup, then linear decay to final_lr at the last step"},
-      {"lr_schedule", "cosine", {{"warmup", false, false}, {"min_lr", false, false}},
+      {"lr_schedule",
+       "cosine",
+       {{"warmup", false, false}, {"min_lr", false, false}},
        "linear warmup, then cosine decay to min_lr at the last step"},
   };
   return t;
@@ -64,7 +94,8 @@ struct Key {
 
 std::vector<std::string> keyNames(const std::vector<KeyDoc>& keys) {
   std::vector<std::string> out;
-  for (const auto& k : keys) out.push_back(k.name);
+  for (const auto& k : keys)
+    out.push_back(k.name);
   return out;
 }
 
@@ -72,17 +103,24 @@ std::vector<std::string> keyNames(const std::vector<KeyDoc>& keys) {
 
 const std::vector<KeyDoc>& policyKeys() {
   static const std::vector<KeyDoc> t = {
-      {"micro_batches", "integer >= 1", "1", "micro-batches per step (pipeline depth and gradient accumulation)"},
+      {"micro_batches", "integer >= 1", "1",
+       "micro-batches per step (pipeline depth and gradient accumulation)"},
       {"schedule", "gpipe | 1f1b | interleaved", "1f1b", "pipeline schedule"},
-      {"zero", "0 | 1 | 2 | 3", "0", "ZeRO stage: 1 shards optimizer states, 2 also gradients, 3 also parameters"},
-      {"recompute", "none | auto | every | [def names]", "none", "which blocks recompute activations in backward"},
-      {"offload", "none | optimizer | params", "none", "what lives off the device between uses (params needs zero = 3)"},
+      {"zero", "0 | 1 | 2 | 3", "0",
+       "ZeRO stage: 1 shards optimizer states, 2 also gradients, 3 also parameters"},
+      {"recompute", "none | auto | every | [def names]", "none",
+       "which blocks recompute activations in backward"},
+      {"offload", "none | optimizer | params", "none",
+       "what lives off the device between uses (params needs zero = 3)"},
       {"offload_to", "cpu | disk", "cpu", "where offloaded state goes"},
       {"amp", "none | fp16 | bf16", "none", "mixed precision (fp16 uses a dynamic loss scale)"},
       {"comm_dtype", "fp32 | bf16 | fp16", "fp32", "dtype of gradient reduction"},
-      {"bucket_mb", "integer MB or a size", "25", "gradient bucket size for the data-parallel reduction"},
-      {"comm_timeout", "seconds", "300", "a collective waiting longer ends the job, naming the instruction"},
-      {"device_memory", "size (e.g. 80GB)", "none", "memory of one device; a plan that does not fit is an error"},
+      {"bucket_mb", "integer MB or a size", "25",
+       "gradient bucket size for the data-parallel reduction"},
+      {"comm_timeout", "seconds", "300",
+       "a collective waiting longer ends the job, naming the instruction"},
+      {"device_memory", "size (e.g. 80GB)", "none",
+       "memory of one device; a plan that does not fit is an error"},
   };
   return t;
 }
@@ -90,14 +128,19 @@ const std::vector<KeyDoc>& policyKeys() {
 const std::vector<KeyDoc>& trainKeys() {
   static const std::vector<KeyDoc> t = {
       {"data", "tokens(…) | text(…) | idx(…) | synthetic(…)", "required", "the training data"},
-      {"batch", "integer >= 1", "required", "global batch in samples, over all data-parallel ranks and micro-batches"},
-      {"optimizer", "sgd(…) | adam(…) | adamw(…)", "adamw(lr = 1e-3)", "the optimizer and its hyper-parameters"},
-      {"lr_schedule", "constant | linear(…) | cosine(…)", "constant", "learning-rate schedule over `steps`"},
+      {"batch", "integer >= 1", "required",
+       "global batch in samples, over all data-parallel ranks and micro-batches"},
+      {"optimizer", "sgd(…) | adam(…) | adamw(…)", "adamw(lr = 1e-3)",
+       "the optimizer and its hyper-parameters"},
+      {"lr_schedule", "constant | linear(…) | cosine(…)", "constant",
+       "learning-rate schedule over `steps`"},
       {"steps", "integer >= 1", "100", "optimizer steps to run"},
       {"clip_grad_norm", "number >= 0", "0 (off)", "clip the global gradient norm to this value"},
       {"log_every", "integer >= 1", "10", "steps between log lines"},
-      {"eval", "{ every = n, batches = n }", "none", "evaluate on the validation split every n steps"},
-      {"checkpoint", "{ dir = \"…\", every = n, keep = n }", "none", "write checkpoints every n steps"},
+      {"eval", "{ every = n, batches = n }", "none",
+       "evaluate on the validation split every n steps"},
+      {"checkpoint", "{ dir = \"…\", every = n, keep = n }", "none",
+       "write checkpoints every n steps"},
       {"seed", "integer >= 0", "0", "seed for initialisation, data order and dropout"},
   };
   return t;
@@ -108,7 +151,8 @@ const std::vector<KeyDoc>& settingCalls() {
     std::vector<KeyDoc> out;
     for (const auto& c : callSchemas()) {
       std::vector<std::string> args;
-      for (const auto& a : c.args) args.push_back(a.name);
+      for (const auto& a : c.args)
+        args.push_back(a.name);
       out.push_back({c.name, c.group, fmt::format("{}", fmt::join(args, ", ")), c.doc});
     }
     return out;
@@ -121,7 +165,8 @@ namespace {
 // Typed readers for setting values. Each reports its own error and returns false.
 class SettingReader {
 public:
-  SettingReader(Diagnostics& d, std::function<Value(const ast::Expr&)> eval) : diags_(d), eval_(std::move(eval)) {}
+  SettingReader(Diagnostics& d, std::function<Value(const ast::Expr&)> eval)
+      : diags_(d), eval_(std::move(eval)) {}
 
   void error(const ast::Expr& e, std::string msg, std::string help = "") {
     auto d = diags_.error(e.loc, std::move(msg));
@@ -132,14 +177,17 @@ public:
   bool integer(const ast::Setting& s, int64_t lo, int64_t hi, int64_t& out) {
     Value v = eval_(*s.value);
     if (v.kind != Value::Kind::Int) {
-      bool quoted = v.kind == Value::Kind::String && !v.s.empty() && v.s.find_first_not_of("0123456789") == std::string::npos;
+      bool quoted = v.kind == Value::Kind::String && !v.s.empty() &&
+                    v.s.find_first_not_of("0123456789") == std::string::npos;
       error(*s.value, fmt::format("`{}` must be an integer, found {}", s.key, kindName(v.kind)),
             quoted ? fmt::format("write the number without quotes: `{} = {}`", s.key, v.s) : "");
       return false;
     }
     if (v.i < lo || v.i > hi) {
-      error(*s.value, hi >= INT64_MAX / 2 ? fmt::format("`{}` must be at least {}, got {}", s.key, lo, v.i)
-                                      : fmt::format("`{}` must be between {} and {}, got {}", s.key, lo, hi, v.i));
+      error(*s.value,
+            hi >= INT64_MAX / 2
+                ? fmt::format("`{}` must be at least {}, got {}", s.key, lo, v.i)
+                : fmt::format("`{}` must be between {} and {}, got {}", s.key, lo, hi, v.i));
       return false;
     }
     out = v.i;
@@ -164,14 +212,20 @@ public:
   bool word(const ast::Setting& s, const std::vector<std::string>& allowed, std::string& out) {
     const ast::Expr& e = *s.value;
     std::string w;
-    if (e.kind == ast::ExprKind::Name || e.kind == ast::ExprKind::Word || e.kind == ast::ExprKind::String) w = e.text;
-    else if (e.kind == ast::ExprKind::None) w = "none";
-    else if (e.kind == ast::ExprKind::Auto) w = "auto";
-    else if (e.kind == ast::ExprKind::Int) w = std::to_string(e.intValue);
+    if (e.kind == ast::ExprKind::Name || e.kind == ast::ExprKind::Word ||
+        e.kind == ast::ExprKind::String)
+      w = e.text;
+    else if (e.kind == ast::ExprKind::None)
+      w = "none";
+    else if (e.kind == ast::ExprKind::Auto)
+      w = "auto";
+    else if (e.kind == ast::ExprKind::Int)
+      w = std::to_string(e.intValue);
     if (std::find(allowed.begin(), allowed.end(), w) == allowed.end()) {
       std::string near = w.empty() ? "" : closestMatch(w, allowed);
-      error(e, fmt::format("`{}` must be one of `{}`{}", s.key, fmt::join(allowed, "`, `"),
-                           w.empty() ? "" : fmt::format(", found `{}`", w)),
+      error(e,
+            fmt::format("`{}` must be one of `{}`{}", s.key, fmt::join(allowed, "`, `"),
+                        w.empty() ? "" : fmt::format(", found `{}`", w)),
             near.empty() ? "" : fmt::format("did you mean `{}`?", near));
       return false;
     }
@@ -205,8 +259,10 @@ public:
       if (c.group == group && c.name == e.text) schema = &c;
     if (!schema) {
       std::string near = closestMatch(e.text, names);
-      error(e, fmt::format("unknown {} `{}`", group == "lr_schedule" ? "lr schedule" : group, e.text),
-            near.empty() ? fmt::format("expected one of `{}`", fmt::join(names, "`, `")) : fmt::format("did you mean `{}`?", near));
+      error(e,
+            fmt::format("unknown {} `{}`", group == "lr_schedule" ? "lr schedule" : group, e.text),
+            near.empty() ? fmt::format("expected one of `{}`", fmt::join(names, "`, `"))
+                         : fmt::format("did you mean `{}`?", near));
       return false;
     }
     out = ir::CallSpec{schema->name, {}, {}, e.loc};
@@ -220,27 +276,33 @@ public:
           if (schema->args[i].name == a.keyword) slot = i;
         if (slot == schema->args.size()) {
           std::vector<std::string> an;
-          for (const auto& x : schema->args) an.push_back(x.name);
+          for (const auto& x : schema->args)
+            an.push_back(x.name);
           std::string near = closestMatch(a.keyword, an);
-          auto d = diags_.error(a.keywordLoc, fmt::format("`{}` has no argument `{}`", schema->name, a.keyword));
+          auto d = diags_.error(a.keywordLoc,
+                                fmt::format("`{}` has no argument `{}`", schema->name, a.keyword));
           d.length(static_cast<uint32_t>(a.keyword.size()));
           if (!near.empty()) d.help(fmt::format("did you mean `{}`?", near));
           return false;
         }
       } else if (pos++ >= schema->args.size()) {
-        error(*a.value, fmt::format("`{}` takes {} arguments but more were given", schema->name, schema->args.size()));
+        error(*a.value, fmt::format("`{}` takes {} arguments but more were given", schema->name,
+                                    schema->args.size()));
         return false;
       }
       const CallArg& spec = schema->args[slot];
       given[slot] = true;
       Value v = eval_(*a.value);
       if (spec.isString != (v.kind == Value::Kind::String) || (!spec.isString && !v.isNumber())) {
-        error(*a.value, fmt::format("argument `{}` of `{}` must be {}, found {}", spec.name, schema->name,
-                                    spec.isString ? "a string" : "a number", kindName(v.kind)));
+        error(*a.value,
+              fmt::format("argument `{}` of `{}` must be {}, found {}", spec.name, schema->name,
+                          spec.isString ? "a string" : "a number", kindName(v.kind)));
         return false;
       }
-      if (spec.isString) out.strings[spec.name] = v.s;
-      else out.numbers[spec.name] = v.number();
+      if (spec.isString)
+        out.strings[spec.name] = v.s;
+      else
+        out.numbers[spec.name] = v.number();
     }
     for (size_t i = 0; i < schema->args.size(); ++i)
       if (schema->args[i].required && !given[i]) {
@@ -267,8 +329,10 @@ void applyKeys(const ast::SettingsBlock& b, const std::vector<KeyDoc>& docs,
       std::string near = closestMatch(s.key, keyNames(docs));
       auto d = diags.error(s.loc, fmt::format("unknown {} key `{}`", where, s.key));
       d.length(static_cast<uint32_t>(s.key.size()));
-      if (!near.empty()) d.help(fmt::format("did you mean `{}`?", near));
-      else d.note(fmt::format("{} keys: {}", where, fmt::join(keyNames(docs), ", ")));
+      if (!near.empty())
+        d.help(fmt::format("did you mean `{}`?", near));
+      else
+        d.note(fmt::format("{} keys: {}", where, fmt::join(keyNames(docs), ", ")));
       continue;
     }
     if (keyLocs.count(s.key)) {
@@ -295,7 +359,9 @@ void Elaborator::applyPolicy(const ast::SettingsBlock& b, ir::Policy& p) {
   a["micro_batches"] = [&](const ast::Setting& s) { r.integer(s, 1, 1'000'000, p.microBatches); };
   a["schedule"] = [&](const ast::Setting& s) {
     if (r.word(s, {"gpipe", "1f1b", "interleaved"}, w))
-      p.schedule = w == "gpipe" ? ir::Schedule::GPipe : w == "1f1b" ? ir::Schedule::OneFOneB : ir::Schedule::Interleaved;
+      p.schedule = w == "gpipe"  ? ir::Schedule::GPipe
+                   : w == "1f1b" ? ir::Schedule::OneFOneB
+                                 : ir::Schedule::Interleaved;
   };
   a["zero"] = [&](const ast::Setting& s) {
     if (r.integer(s, 0, 3, i)) p.zero = static_cast<ir::ZeroStage>(i);
@@ -306,8 +372,10 @@ void Elaborator::applyPolicy(const ast::SettingsBlock& b, ir::Policy& p) {
       for (const auto& item : s.value->operands) {
         if (item->kind != ast::ExprKind::Name || !defs_.count(item->text)) {
           std::vector<std::string> names;
-          for (const auto& [n, d] : defs_) names.push_back(n);
-          std::string near = item->kind == ast::ExprKind::Name ? closestMatch(item->text, names) : "";
+          for (const auto& [n, d] : defs_)
+            names.push_back(n);
+          std::string near =
+              item->kind == ast::ExprKind::Name ? closestMatch(item->text, names) : "";
           r.error(*item, fmt::format("`recompute` lists `def` blocks; `{}` is not one", item->text),
                   near.empty() ? "" : fmt::format("did you mean `{}`?", near));
           return;
@@ -317,40 +385,52 @@ void Elaborator::applyPolicy(const ast::SettingsBlock& b, ir::Policy& p) {
       return;
     }
     if (r.word(s, {"none", "auto", "every"}, w))
-      p.recompute = w == "none" ? ir::Recompute::None : w == "auto" ? ir::Recompute::Auto : ir::Recompute::Every;
+      p.recompute = w == "none"   ? ir::Recompute::None
+                    : w == "auto" ? ir::Recompute::Auto
+                                  : ir::Recompute::Every;
   };
   a["offload"] = [&](const ast::Setting& s) {
     if (r.word(s, {"none", "optimizer", "params"}, w))
-      p.offload = w == "none" ? ir::Offload::None : w == "optimizer" ? ir::Offload::Optimizer : ir::Offload::Params;
+      p.offload = w == "none"        ? ir::Offload::None
+                  : w == "optimizer" ? ir::Offload::Optimizer
+                                     : ir::Offload::Params;
   };
   a["offload_to"] = [&](const ast::Setting& s) {
-    if (r.word(s, {"cpu", "disk"}, w)) p.offloadTo = w == "cpu" ? ir::OffloadTarget::Cpu : ir::OffloadTarget::Disk;
+    if (r.word(s, {"cpu", "disk"}, w))
+      p.offloadTo = w == "cpu" ? ir::OffloadTarget::Cpu : ir::OffloadTarget::Disk;
   };
   a["amp"] = [&](const ast::Setting& s) {
-    if (r.word(s, {"none", "fp16", "bf16"}, w)) p.amp = w == "none" ? ir::Amp::None : w == "fp16" ? ir::Amp::Fp16 : ir::Amp::Bf16;
+    if (r.word(s, {"none", "fp16", "bf16"}, w))
+      p.amp = w == "none" ? ir::Amp::None : w == "fp16" ? ir::Amp::Fp16 : ir::Amp::Bf16;
   };
   a["comm_dtype"] = [&](const ast::Setting& s) {
     if (r.word(s, {"fp32", "bf16", "fp16"}, w))
       p.commDtype = w == "fp32" ? ir::DType::F32 : w == "bf16" ? ir::DType::BF16 : ir::DType::F16;
   };
   a["bucket_mb"] = [&](const ast::Setting& s) {
-    if (s.value->kind == ast::ExprKind::Size) p.bucketBytes = s.value->intValue;
-    else if (r.integer(s, 1, 1'000'000, i)) p.bucketBytes = i * 1'000'000;
+    if (s.value->kind == ast::ExprKind::Size)
+      p.bucketBytes = s.value->intValue;
+    else if (r.integer(s, 1, 1'000'000, i))
+      p.bucketBytes = i * 1'000'000;
   };
   a["comm_timeout"] = [&](const ast::Setting& s) {
     double v = 0;
     if (r.number(s, 0, v)) {
-      if (v <= 0) r.error(*s.value, "`comm_timeout` must be more than 0 seconds");
-      else p.commTimeoutSeconds = v;
+      if (v <= 0)
+        r.error(*s.value, "`comm_timeout` must be more than 0 seconds");
+      else
+        p.commTimeoutSeconds = v;
     }
   };
   a["device_memory"] = [&](const ast::Setting& s) {
     if (s.value->kind != ast::ExprKind::Size || s.value->intValue <= 0)
       r.error(*s.value, "`device_memory` must be a size such as 80GB");
-    else p.deviceMemoryBytes = s.value->intValue;
+    else
+      p.deviceMemoryBytes = s.value->intValue;
   };
   applyKeys(b, policyKeys(), a, "policy", diags_, p.keyLocs);
-  if (p.offload == ir::Offload::Params && p.zero != ir::ZeroStage::Parameters && p.keyLocs.count("offload"))
+  if (p.offload == ir::Offload::Params && p.zero != ir::ZeroStage::Parameters &&
+      p.keyLocs.count("offload"))
     diags_.error(p.keyLocs["offload"], "`offload = params` needs `zero = 3`")
         .length(7)
         .note("parameters can only be offloaded once ZeRO-3 shards them")
@@ -386,7 +466,8 @@ void Elaborator::applyTrain(const ast::SettingsBlock& b, ir::TrainConfig& t) {
         continue;
       }
       if (!seen.insert(f.key).second) {
-        diags_.error(f.loc, fmt::format("`{}` is set twice", f.key)).length(static_cast<uint32_t>(f.key.size()));
+        diags_.error(f.loc, fmt::format("`{}` is set twice", f.key))
+            .length(static_cast<uint32_t>(f.key.size()));
         continue;
       }
       field(f);
@@ -395,9 +476,12 @@ void Elaborator::applyTrain(const ast::SettingsBlock& b, ir::TrainConfig& t) {
   a["checkpoint"] = [&](const ast::Setting& s) {
     int64_t keep = 0;
     record(s, {"dir", "every", "keep"}, [&](const ast::Setting& f) {
-      if (f.key == "dir") r.string(f, t.checkpointDir);
-      else if (f.key == "every") r.integer(f, 1, INT64_MAX / 2, t.checkpointEvery);
-      else r.integer(f, 1, 1'000'000, keep);
+      if (f.key == "dir")
+        r.string(f, t.checkpointDir);
+      else if (f.key == "every")
+        r.integer(f, 1, INT64_MAX / 2, t.checkpointEvery);
+      else
+        r.integer(f, 1, 1'000'000, keep);
     });
   };
   a["eval"] = [&](const ast::Setting& s) {
@@ -411,8 +495,10 @@ void Elaborator::applyTrain(const ast::SettingsBlock& b, ir::TrainConfig& t) {
   // One error for both: an empty `train` block is one mistake.
   bool noData = !t.keyLocs.count("data"), noBatch = !t.keyLocs.count("batch");
   if (noData || noBatch) {
-    auto d = diags_.error(b.loc, noData && noBatch ? std::string("`train` block is missing `data` and `batch`")
-                                                   : fmt::format("`train` block is missing `{}`", noData ? "data" : "batch"));
+    auto d = diags_.error(
+        b.loc, noData && noBatch
+                   ? std::string("`train` block is missing `data` and `batch`")
+                   : fmt::format("`train` block is missing `{}`", noData ? "data" : "batch"));
     d.length(5);
     if (noData) d.help("add e.g. `data = tokens(\"corpus.bin\", seq = 128)`");
     if (noBatch) d.help("add the global batch in samples, e.g. `batch = 64`");
@@ -424,17 +510,21 @@ void Elaborator::checkSettings(ir::Module& m) {
   // Only the main script's settings are read; in an imported file they would be ignored.
   for (size_t f = 0; f + 1 < files_.size(); ++f) {
     for (const auto& b : files_[f].policies)
-      diags_.error(b.loc, "a `policy` block is only allowed in the main script").length(6)
+      diags_.error(b.loc, "a `policy` block is only allowed in the main script")
+          .length(6)
           .note("this file is imported, so its settings would be ignored");
     for (const auto& b : files_[f].trains)
-      diags_.error(b.loc, "a `train` block is only allowed in the main script").length(5)
+      diags_.error(b.loc, "a `train` block is only allowed in the main script")
+          .length(5)
           .note("this file is imported, so its settings would be ignored");
   }
   for (size_t i = 1; i < main.policies.size(); ++i)
-    diags_.error(main.policies[i].loc, "a script has at most one `policy` block").length(6)
+    diags_.error(main.policies[i].loc, "a script has at most one `policy` block")
+        .length(6)
         .noteAt(main.policies[0].loc, "the first one is here");
   for (size_t i = 1; i < main.trains.size(); ++i)
-    diags_.error(main.trains[i].loc, "a script has at most one `train` block").length(5)
+    diags_.error(main.trains[i].loc, "a script has at most one `train` block")
+        .length(5)
         .noteAt(main.trains[0].loc, "the first one is here");
   if (!main.policies.empty()) applyPolicy(main.policies[0], m.policy);
   if (!main.trains.empty()) applyTrain(main.trains[0], m.train);

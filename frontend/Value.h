@@ -18,16 +18,49 @@ struct Value {
   int tensor = -1;
   std::vector<Value> items;
 
-  static Value ofInt(int64_t v) { Value x; x.kind = Kind::Int; x.i = v; return x; }
-  static Value ofFloat(double v) { Value x; x.kind = Kind::Float; x.f = v; return x; }
-  static Value ofBool(bool v) { Value x; x.kind = Kind::Bool; x.i = v; return x; }
-  static Value ofString(std::string v) { Value x; x.kind = Kind::String; x.s = std::move(v); return x; }
-  static Value ofWord(std::string v) { Value x; x.kind = Kind::Word; x.s = std::move(v); return x; }
-  static Value ofTensor(int t) { Value x; x.kind = Kind::Tensor; x.tensor = t; return x; }
+  static Value ofInt(int64_t v) {
+    Value x;
+    x.kind = Kind::Int;
+    x.i = v;
+    return x;
+  }
+  static Value ofFloat(double v) {
+    Value x;
+    x.kind = Kind::Float;
+    x.f = v;
+    return x;
+  }
+  static Value ofBool(bool v) {
+    Value x;
+    x.kind = Kind::Bool;
+    x.i = v;
+    return x;
+  }
+  static Value ofString(std::string v) {
+    Value x;
+    x.kind = Kind::String;
+    x.s = std::move(v);
+    return x;
+  }
+  static Value ofWord(std::string v) {
+    Value x;
+    x.kind = Kind::Word;
+    x.s = std::move(v);
+    return x;
+  }
+  static Value ofTensor(int t) {
+    Value x;
+    x.kind = Kind::Tensor;
+    x.tensor = t;
+    return x;
+  }
   // A dim: an Int when it is a constant, a Dim otherwise.
   static Value ofDim(const ir::Dim& d) {
     if (d.isConstant()) return ofInt(d.coef);
-    Value x; x.kind = Kind::Dim; x.dim = d; return x;
+    Value x;
+    x.kind = Kind::Dim;
+    x.dim = d;
+    return x;
   }
   bool isNumber() const { return kind == Kind::Int || kind == Kind::Float; }
   double number() const { return kind == Kind::Int ? static_cast<double>(i) : f; }

@@ -29,7 +29,7 @@ struct Policy {
   DType commDtype = DType::F32;
   int64_t bucketBytes = 25'000'000;
   double commTimeoutSeconds = 300;
-  int64_t deviceMemoryBytes = 0; // 0: not declared, no fit check
+  int64_t deviceMemoryBytes = 0;            // 0: not declared, no fit check
   std::map<std::string, SourceLoc> keyLocs; // where each key was set, for later errors
 };
 
@@ -51,7 +51,7 @@ struct TrainConfig {
   int64_t steps = 1;
   double clipGradNorm = 0;
   int64_t logEvery = 10;
-  CallSpec eval;     // kind "" when absent
+  CallSpec eval; // kind "" when absent
   std::string checkpointDir;
   int64_t checkpointEvery = 0;
   int64_t seed = 0;

@@ -7,10 +7,14 @@ namespace epl::ir {
 
 std::string Layout::str() const {
   switch (kind) {
-  case LayoutKind::DataParallel: return "data-parallel";
-  case LayoutKind::Replicated: return "replicated";
-  case LayoutKind::Sharded: return "sharded(" + std::to_string(dim) + ")";
-  case LayoutKind::Partial: return "partial";
+  case LayoutKind::DataParallel:
+    return "data-parallel";
+  case LayoutKind::Replicated:
+    return "replicated";
+  case LayoutKind::Sharded:
+    return "sharded(" + std::to_string(dim) + ")";
+  case LayoutKind::Partial:
+    return "partial";
   }
   return "?";
 }
@@ -21,7 +25,8 @@ int Module::addTensor(std::string name, TensorType type, int producer) {
 }
 
 int Module::addScope(Scope s) {
-  EPL_ASSERT(s.parent >= 0 && s.parent < static_cast<int>(scopes.size()), "scope parent out of range");
+  EPL_ASSERT(s.parent >= 0 && s.parent < static_cast<int>(scopes.size()),
+             "scope parent out of range");
   scopes.push_back(s);
   return static_cast<int>(scopes.size()) - 1;
 }

@@ -91,8 +91,8 @@ struct StagePlan {
 
 struct Mesh {
   int np = 1;
-  int dataParallel = 1; // outer data-parallel width (model replicas)
-  int replicaSize = 1;  // devices one replica needs
+  int dataParallel = 1;   // outer data-parallel width (model replicas)
+  int replicaSize = 1;    // devices one replica needs
   int64_t microBatch = 0; // samples per micro-batch per replica; 0 when unknown
   std::vector<StagePlan> stages;
   // Global rank of (replica, stage, local index).
@@ -103,7 +103,7 @@ struct Mesh {
 
 // Where the compiler inserted communication, for the plan and later the runtime.
 struct Bridge {
-  int op = -1; // the inserted communication op
+  int op = -1;      // the inserted communication op
   std::string what; // human summary: "all-gather batch", "send/recv"
   int fromStage = -1, toStage = -1;
   int64_t bytes = -1; // per micro-batch moved into each receiving device; -1 unknown

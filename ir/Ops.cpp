@@ -43,8 +43,9 @@ std::vector<OpInfo> buildTable() {
     t.push_back(OpInfo{k, std::move(name), std::move(args), split, true, std::move(summary),
                        std::move(shapes)});
   };
-  add(K::Linear, "linear", {x(), integer("out", "output width"), optBool("bias", true, "add a bias")},
-      S::Linear, "affine map y = x W^T + b", "x: [..., D] -> [..., out]");
+  add(K::Linear, "linear",
+      {x(), integer("out", "output width"), optBool("bias", true, "add a bias")}, S::Linear,
+      "affine map y = x W^T + b", "x: [..., D] -> [..., out]");
   add(K::Embedding, "embedding",
       {tensor("tokens", "integer token ids"), integer("vocab", "number of rows"),
        integer("dim", "embedding width")},
@@ -52,12 +53,10 @@ std::vector<OpInfo> buildTable() {
   add(K::Positions, "positions", {integer("seq", "positions"), integer("dim", "width")},
       S::Replicated, "learned position embedding, added to a [B, seq, dim] input",
       "-> f32[seq, dim]");
-  add(K::LayerNorm, "layer_norm", {x(), optFloat("eps", 1e-5, "added to the variance")},
-      S::RowWise, "layer normalisation over the last dim, with scale and shift",
-      "x: [..., D] -> [..., D]");
-  add(K::RmsNorm, "rms_norm", {x(), optFloat("eps", 1e-6, "added to the mean square")},
-      S::RowWise, "root-mean-square normalisation over the last dim, with scale",
-      "x: [..., D] -> [..., D]");
+  add(K::LayerNorm, "layer_norm", {x(), optFloat("eps", 1e-5, "added to the variance")}, S::RowWise,
+      "layer normalisation over the last dim, with scale and shift", "x: [..., D] -> [..., D]");
+  add(K::RmsNorm, "rms_norm", {x(), optFloat("eps", 1e-6, "added to the mean square")}, S::RowWise,
+      "root-mean-square normalisation over the last dim, with scale", "x: [..., D] -> [..., D]");
   add(K::Attention, "attention",
       {x(), integer("heads", "attention heads, must divide D"),
        optBool("causal", true, "mask future positions")},
@@ -102,7 +101,8 @@ std::vector<OpInfo> buildTable() {
   add(K::Flatten, "flatten", {x()}, S::Replicated, "keep the batch dim, flatten the rest",
       "x: [B, ...] -> [B, n]");
   add(K::Reshape, "reshape",
-      {x(), ArgSpec{"shape", ArgKind::Dims, true, int64_t{0}, {}, "new shape, one entry may be -1"}},
+      {x(),
+       ArgSpec{"shape", ArgKind::Dims, true, int64_t{0}, {}, "new shape, one entry may be -1"}},
       S::Replicated, "same elements, new shape", "x -> shape");
   add(K::Transpose, "transpose", {x(), integer("dim0", "first dim"), integer("dim1", "second dim")},
       S::Replicated, "swap two dims (negative counts from the end)", "swapped shape");
@@ -111,11 +111,13 @@ std::vector<OpInfo> buildTable() {
       "tokens: i32[B, T] -> i32[B, T]");
   add(K::CrossEntropy, "cross_entropy",
       {tensor("logits", "unnormalised scores"), tensor("targets", "class ids")}, S::Vocab,
-      "mean softmax cross-entropy (fused with log-softmax)", "logits: [..., V], targets: i32[...] -> f32[]");
+      "mean softmax cross-entropy (fused with log-softmax)",
+      "logits: [..., V], targets: i32[...] -> f32[]");
   add(K::Mse, "mse", {tensor("pred", "prediction"), tensor("target", "target")}, S::Replicated,
       "mean squared error", "pred: [...], target: [...] -> f32[]");
   auto comm = [&](K k, std::string name, std::string summary) {
-    t.push_back(OpInfo{k, std::move(name), {x()}, S::Communication, false, std::move(summary), "same shape"});
+    t.push_back(OpInfo{
+        k, std::move(name), {x()}, S::Communication, false, std::move(summary), "same shape"});
   };
   comm(K::AllGather, "all_gather", "gather the pieces of a tensor along a dim");
   comm(K::AllReduce, "all_reduce", "sum partial results");
@@ -125,7 +127,9 @@ std::vector<OpInfo> buildTable() {
   return t;
 }
 
-std::string tensorStr(const TensorType& t) { return "`" + t.str() + "`"; }
+std::string tensorStr(const TensorType& t) {
+  return "`" + t.str() + "`";
+}
 
 // Right-aligned broadcasting of two shapes, as in NumPy.
 bool broadcast(const Shape& a, const Shape& b, Shape& out) {
@@ -135,19 +139,26 @@ bool broadcast(const Shape& a, const Shape& b, Shape& out) {
     const Dim* da = i < a.size() ? &a[a.size() - 1 - i] : nullptr;
     const Dim* db = i < b.size() ? &b[b.size() - 1 - i] : nullptr;
     Dim& o = out[n - 1 - i];
-    if (!da) o = *db;
-    else if (!db) o = *da;
-    else if (*da == *db) o = *da;
-    else if (*da == Dim::constant(1)) o = *db;
-    else if (*db == Dim::constant(1)) o = *da;
-    else return false;
+    if (!da)
+      o = *db;
+    else if (!db)
+      o = *da;
+    else if (*da == *db)
+      o = *da;
+    else if (*da == Dim::constant(1))
+      o = *db;
+    else if (*db == Dim::constant(1))
+      o = *da;
+    else
+      return false;
   }
   return true;
 }
 
 // The last dim as a known integer, or an error naming the op.
 std::string knownLast(const std::string& op, const TensorType& t, int64_t& v) {
-  if (t.shape.empty()) return fmt::format("`{}` needs an input with at least one dim, got {}", op, tensorStr(t));
+  if (t.shape.empty())
+    return fmt::format("`{}` needs an input with at least one dim, got {}", op, tensorStr(t));
   const Dim& d = t.shape.back();
   if (!d.isConstant())
     return fmt::format("`{}` needs a known input width, but the last dim of {} is `{}`", op,
@@ -200,7 +211,8 @@ std::string inferReshape(const TensorType& x, const Shape& target, std::vector<T
     }
   }
   Dim total = Dim::constant(1);
-  for (const auto& d : x.shape) total = total * d;
+  for (const auto& d : x.shape)
+    total = total * d;
   Shape s = target;
   if (wild >= 0) {
     // total / known must be a monomial: divide constants, cancel symbols.
@@ -226,7 +238,8 @@ std::string inferReshape(const TensorType& x, const Shape& target, std::vector<T
 
 int OpInfo::tensorArgs() const {
   int n = 0;
-  for (const auto& a : args) n += a.kind == ArgKind::Tensor;
+  for (const auto& a : args)
+    n += a.kind == ArgKind::Tensor;
   return n;
 }
 
@@ -262,7 +275,8 @@ double floatAttr(const Attrs& a, const std::string& key) {
 }
 std::string wordAttr(const Attrs& a, const std::string& key) {
   auto it = a.find(key);
-  EPL_ASSERT(it != a.end() && std::holds_alternative<std::string>(it->second), "missing word attribute");
+  EPL_ASSERT(it != a.end() && std::holds_alternative<std::string>(it->second),
+             "missing word attribute");
   return std::get<std::string>(it->second);
 }
 
@@ -313,7 +327,9 @@ std::string inferTypes(OpKind kind, const std::vector<TensorType>& in, const Att
     out.push_back(TensorType{DType::F32, {Dim::constant(seq), Dim::constant(dim)}});
     return "";
   }
-  case K::LayerNorm: case K::RmsNorm: case K::Softmax: {
+  case K::LayerNorm:
+  case K::RmsNorm:
+  case K::Softmax: {
     int64_t d = 0;
     if (!(err = knownLast(op, in[0], d)).empty() || !(err = needFloat(op, in[0])).empty())
       return fail(err);
@@ -352,21 +368,27 @@ std::string inferTypes(OpKind kind, const std::vector<TensorType>& in, const Att
   case K::Conv2d: {
     int64_t c = intAttr(attrs, "channels"), k = intAttr(attrs, "kernel");
     int64_t st = intAttr(attrs, "stride"), pad = intAttr(attrs, "padding");
-    if (!(err = positive(op, "channels", c)).empty() || !(err = positive(op, "kernel", k)).empty() ||
-        !(err = positive(op, "stride", st)).empty())
+    if (!(err = positive(op, "channels", c)).empty() ||
+        !(err = positive(op, "kernel", k)).empty() || !(err = positive(op, "stride", st)).empty())
       return fail(err);
     if (pad < 0) return fail("`conv2d` padding must not be negative");
     if (in[0].shape.size() == 4 && !in[0].shape[1].isConstant())
       return fail(fmt::format("`conv2d` needs known input channels, got {}", tensorStr(in[0])));
     return inferImage(op, in[0], c, k, st, pad, out);
   }
-  case K::MaxPool: case K::AvgPool: {
+  case K::MaxPool:
+  case K::AvgPool: {
     int64_t k = intAttr(attrs, "kernel"), st = intAttr(attrs, "stride");
     if (!(err = positive(op, "kernel", k)).empty()) return fail(err);
     if (st < 0) return fail(fmt::format("`{}` stride must not be negative", op));
     return inferImage(op, in[0], 0, k, st == 0 ? k : st, 0, out);
   }
-  case K::Gelu: case K::Relu: case K::Silu: case K::Tanh: case K::Sigmoid: case K::Scale:
+  case K::Gelu:
+  case K::Relu:
+  case K::Silu:
+  case K::Tanh:
+  case K::Sigmoid:
+  case K::Scale:
     if (!(err = needFloat(op, in[0])).empty()) return fail(err);
     out.push_back(in[0]);
     return "";
@@ -376,14 +398,18 @@ std::string inferTypes(OpKind kind, const std::vector<TensorType>& in, const Att
     out.push_back(in[0]);
     return "";
   }
-  case K::Add: case K::Sub: case K::Mul: {
+  case K::Add:
+  case K::Sub:
+  case K::Mul: {
     static const char* sym[] = {"+", "-", "*"};
     const char* s = sym[kind == K::Add ? 0 : kind == K::Sub ? 1 : 2];
     if (in[0].dtype != in[1].dtype)
-      return fail(fmt::format("`{}` needs tensors of one dtype, got {} and {}", s, tensorStr(in[0]), tensorStr(in[1])));
+      return fail(fmt::format("`{}` needs tensors of one dtype, got {} and {}", s, tensorStr(in[0]),
+                              tensorStr(in[1])));
     Shape b;
     if (!broadcast(in[0].shape, in[1].shape, b))
-      return fail(fmt::format("shape mismatch: cannot apply `{}` to {} and {}", s, tensorStr(in[0]), tensorStr(in[1])));
+      return fail(fmt::format("shape mismatch: cannot apply `{}` to {} and {}", s, tensorStr(in[0]),
+                              tensorStr(in[1])));
     out.push_back(TensorType{in[0].dtype, b});
     return "";
   }
@@ -391,7 +417,8 @@ std::string inferTypes(OpKind kind, const std::vector<TensorType>& in, const Att
     if (in[0].shape.size() < 2)
       return fail(fmt::format("`flatten` needs at least two dims, got {}", tensorStr(in[0])));
     Dim rest = Dim::constant(1);
-    for (size_t i = 1; i < in[0].shape.size(); ++i) rest = rest * in[0].shape[i];
+    for (size_t i = 1; i < in[0].shape.size(); ++i)
+      rest = rest * in[0].shape[i];
     out.push_back(TensorType{in[0].dtype, {in[0].shape[0], rest}});
     return "";
   }
@@ -403,8 +430,8 @@ std::string inferTypes(OpKind kind, const std::vector<TensorType>& in, const Att
     if (a < 0) a += r;
     if (b < 0) b += r;
     if (a < 0 || a >= r || b < 0 || b >= r)
-      return fail(fmt::format("`transpose` dims ({}, {}) out of range for {}", intAttr(attrs, "dim0"),
-                              intAttr(attrs, "dim1"), tensorStr(in[0])));
+      return fail(fmt::format("`transpose` dims ({}, {}) out of range for {}",
+                              intAttr(attrs, "dim0"), intAttr(attrs, "dim1"), tensorStr(in[0])));
     Shape s = in[0].shape;
     std::swap(s[a], s[b]);
     out.push_back(TensorType{in[0].dtype, s});
@@ -418,7 +445,8 @@ std::string inferTypes(OpKind kind, const std::vector<TensorType>& in, const Att
   case K::CrossEntropy: {
     const TensorType &lg = in[0], &tg = in[1];
     int64_t v = 0;
-    if (!(err = knownLast(op, lg, v)).empty() || !(err = needFloat(op, lg)).empty()) return fail(err);
+    if (!(err = knownLast(op, lg, v)).empty() || !(err = needFloat(op, lg)).empty())
+      return fail(err);
     if (!isIntegral(tg.dtype))
       return fail(fmt::format("`cross_entropy` needs integer targets, got {}", tensorStr(tg)));
     Shape lead(lg.shape.begin(), lg.shape.end() - 1);
@@ -430,11 +458,16 @@ std::string inferTypes(OpKind kind, const std::vector<TensorType>& in, const Att
   }
   case K::Mse:
     if (!(in[0].shape == in[1].shape))
-      return fail(fmt::format("shape mismatch: `mse` got {} and {}", tensorStr(in[0]), tensorStr(in[1])));
+      return fail(
+          fmt::format("shape mismatch: `mse` got {} and {}", tensorStr(in[0]), tensorStr(in[1])));
     if (!(err = needFloat(op, in[0])).empty()) return fail(err);
     out.push_back(TensorType{in[0].dtype, {}});
     return "";
-  case K::AllGather: case K::AllReduce: case K::AllToAll: case K::Slice: case K::SendRecv:
+  case K::AllGather:
+  case K::AllReduce:
+  case K::AllToAll:
+  case K::Slice:
+  case K::SendRecv:
     out.push_back(in[0]);
     return "";
   }
@@ -463,19 +496,25 @@ std::vector<ParamSpec> paramSpecs(OpKind kind, const std::vector<TensorType>& in
     return {{"weight", {c(last())}}};
   case K::Attention: {
     int64_t d = last();
-    return {{"qkv_weight", {c(3 * d), c(d)}}, {"qkv_bias", {c(3 * d)}},
-            {"proj_weight", {c(d), c(d)}}, {"proj_bias", {c(d)}}};
+    return {{"qkv_weight", {c(3 * d), c(d)}},
+            {"qkv_bias", {c(3 * d)}},
+            {"proj_weight", {c(d), c(d)}},
+            {"proj_bias", {c(d)}}};
   }
   case K::Mlp: {
     int64_t d = last(), f = intAttr(attrs, "hidden");
-    return {{"fc1_weight", {c(f), c(d)}}, {"fc1_bias", {c(f)}},
-            {"fc2_weight", {c(d), c(f)}}, {"fc2_bias", {c(d)}}};
+    return {{"fc1_weight", {c(f), c(d)}},
+            {"fc1_bias", {c(f)}},
+            {"fc2_weight", {c(d), c(f)}},
+            {"fc2_bias", {c(d)}}};
   }
   case K::Moe: {
     int64_t d = last(), e = intAttr(attrs, "experts"), f = intAttr(attrs, "hidden");
     return {{"router_weight", {c(e), c(d)}},
-            {"fc1_weight", {c(e), c(f), c(d)}}, {"fc1_bias", {c(e), c(f)}},
-            {"fc2_weight", {c(e), c(d), c(f)}}, {"fc2_bias", {c(e), c(d)}}};
+            {"fc1_weight", {c(e), c(f), c(d)}},
+            {"fc1_bias", {c(e), c(f)}},
+            {"fc2_weight", {c(e), c(d), c(f)}},
+            {"fc2_bias", {c(e), c(d)}}};
   }
   case K::Conv2d: {
     int64_t ch = intAttr(attrs, "channels"), k = intAttr(attrs, "kernel");

@@ -12,14 +12,42 @@ namespace epl::ir {
 
 enum class OpKind {
   // Layers with parameters.
-  Linear, Embedding, Positions, LayerNorm, RmsNorm, Attention, Mlp, Moe, Conv2d,
+  Linear,
+  Embedding,
+  Positions,
+  LayerNorm,
+  RmsNorm,
+  Attention,
+  Mlp,
+  Moe,
+  Conv2d,
   // Parameter-free ops.
-  Gelu, Relu, Silu, Tanh, Sigmoid, Softmax, Dropout, MaxPool, AvgPool,
-  Add, Sub, Mul, Scale, Flatten, Reshape, Transpose, Next,
+  Gelu,
+  Relu,
+  Silu,
+  Tanh,
+  Sigmoid,
+  Softmax,
+  Dropout,
+  MaxPool,
+  AvgPool,
+  Add,
+  Sub,
+  Mul,
+  Scale,
+  Flatten,
+  Reshape,
+  Transpose,
+  Next,
   // Losses.
-  CrossEntropy, Mse,
+  CrossEntropy,
+  Mse,
   // Communication, inserted by passes (never written by users).
-  AllGather, AllReduce, AllToAll, Slice, SendRecv,
+  AllGather,
+  AllReduce,
+  AllToAll,
+  Slice,
+  SendRecv,
 };
 
 using Attr = std::variant<int64_t, double, bool, std::string, Shape>;
@@ -58,12 +86,12 @@ struct ParamSpec {
 
 struct OpInfo {
   OpKind kind;
-  std::string name;       // the builtin's name in scripts (`cross_entropy`)
+  std::string name;          // the builtin's name in scripts (`cross_entropy`)
   std::vector<ArgSpec> args; // tensors first
   SplitRule split = SplitRule::Replicated;
-  bool builtin = true;    // callable from scripts
-  std::string summary;    // one line for docs and hover
-  std::string shapes;     // e.g. "x: [..., D] -> [..., out]"
+  bool builtin = true; // callable from scripts
+  std::string summary; // one line for docs and hover
+  std::string shapes;  // e.g. "x: [..., D] -> [..., out]"
   int tensorArgs() const;
 };
 

@@ -13,9 +13,12 @@ namespace {
 
 const char* scopeKind(const Scope& s) {
   switch (s.kind) {
-  case ScopeKind::Model: return "model";
-  case ScopeKind::Stage: return s.isSplitStage ? "stage split" : "stage replicate";
-  case ScopeKind::Split: return "split";
+  case ScopeKind::Model:
+    return "model";
+  case ScopeKind::Stage:
+    return s.isSplitStage ? "stage split" : "stage replicate";
+  case ScopeKind::Split:
+    return "split";
   }
   return "?";
 }
@@ -29,7 +32,8 @@ std::string widthStr(const Scope& s) {
 std::string attrList(const Attrs& attrs) {
   if (attrs.empty()) return "";
   std::vector<std::string> parts;
-  for (const auto& [k, v] : attrs) parts.push_back(k + " = " + attrStr(v));
+  for (const auto& [k, v] : attrs)
+    parts.push_back(k + " = " + attrStr(v));
   return " {" + fmt::format("{}", fmt::join(parts, ", ")) + "}";
 }
 
@@ -37,7 +41,8 @@ std::string attrList(const Attrs& attrs) {
 
 void printModule(const Module& m, std::ostream& out) {
   out << fmt::format("module @{}", m.modelName);
-  for (const auto& [sym, v] : m.bindings) out << fmt::format(" [{} = {}]", sym, v);
+  for (const auto& [sym, v] : m.bindings)
+    out << fmt::format(" [{} = {}]", sym, v);
   out << "\n";
   for (size_t s = 1; s < m.scopes.size(); ++s) {
     const Scope& sc = m.scopes[s];
@@ -45,13 +50,17 @@ void printModule(const Module& m, std::ostream& out) {
     if (sc.parent > 0) out << fmt::format(" in #{}", sc.parent);
     out << fmt::format(" at {}:{}\n", sc.loc.line, sc.loc.col);
   }
-  for (int t : m.inputs) out << fmt::format("  input %{} : {}\n", m.tensors[t].name, m.tensors[t].type.str());
+  for (int t : m.inputs)
+    out << fmt::format("  input %{} : {}\n", m.tensors[t].name, m.tensors[t].type.str());
   for (const Op& op : m.ops) {
     std::vector<std::string> ins, outs;
-    for (int t : op.inputs) ins.push_back("%" + m.tensors[t].name);
-    for (int t : op.outputs) outs.push_back("%" + m.tensors[t].name);
-    out << fmt::format("  {} = {}({}){} : {}", fmt::join(outs, ", "), opInfo(op.kind).name, fmt::join(ins, ", "),
-                       attrList(op.attrs), m.tensors[op.outputs[0]].type.str());
+    for (int t : op.inputs)
+      ins.push_back("%" + m.tensors[t].name);
+    for (int t : op.outputs)
+      outs.push_back("%" + m.tensors[t].name);
+    out << fmt::format("  {} = {}({}){} : {}", fmt::join(outs, ", "), opInfo(op.kind).name,
+                       fmt::join(ins, ", "), attrList(op.attrs),
+                       m.tensors[op.outputs[0]].type.str());
     if (op.scope > 0) out << fmt::format(" in #{}", op.scope);
     if (op.stage >= 0) out << fmt::format(" stage {}", op.stage);
     if (!op.splitForm.empty()) out << fmt::format(" split {}", op.splitForm);
@@ -65,7 +74,8 @@ void printModule(const Module& m, std::ostream& out) {
       out << "\n";
     }
   }
-  for (int t : m.outputs) out << fmt::format("  return %{}\n", m.tensors[t].name);
+  for (int t : m.outputs)
+    out << fmt::format("  return %{}\n", m.tensors[t].name);
 }
 
 namespace {
@@ -78,10 +88,11 @@ std::string rankRanges(const Mesh& mesh, int s) {
     return a == b ? std::to_string(a) : fmt::format("{}-{}", a, b);
   };
   if (mesh.dataParallel > 4)
-    return fmt::format("{}, {}, …, {} ({} replicas, every {})", range(0), range(1), range(mesh.dataParallel - 1),
-                       mesh.dataParallel, mesh.replicaSize);
+    return fmt::format("{}, {}, …, {} ({} replicas, every {})", range(0), range(1),
+                       range(mesh.dataParallel - 1), mesh.dataParallel, mesh.replicaSize);
   std::vector<std::string> parts;
-  for (int r = 0; r < mesh.dataParallel; ++r) parts.push_back(range(r));
+  for (int r = 0; r < mesh.dataParallel; ++r)
+    parts.push_back(range(r));
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
@@ -89,17 +100,23 @@ std::string rankRanges(const Mesh& mesh, int s) {
 std::string countedList(const std::vector<std::string>& items) {
   std::vector<std::pair<std::string, int>> counts;
   for (const auto& i : items) {
-    auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == i; });
-    if (it == counts.end()) counts.emplace_back(i, 1);
-    else ++it->second;
+    auto it =
+        std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == i; });
+    if (it == counts.end())
+      counts.emplace_back(i, 1);
+    else
+      ++it->second;
   }
   std::vector<std::string> parts;
-  for (const auto& [item, n] : counts) parts.push_back(n == 1 ? item : fmt::format("{} x{}", item, n));
+  for (const auto& [item, n] : counts)
+    parts.push_back(n == 1 ? item : fmt::format("{} x{}", item, n));
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
 // The first path component of an op name, the layer a user wrote: "transformer_block.3".
-std::string layerOf(const std::string& opName) { return opName.substr(0, opName.find('/')); }
+std::string layerOf(const std::string& opName) {
+  return opName.substr(0, opName.find('/'));
+}
 
 // Splits "transformer_block.3" into ("transformer_block", 3); index -1 when there is none.
 std::pair<std::string, int> splitIndex(const std::string& layer) {
@@ -128,7 +145,8 @@ std::vector<LayerRow> stageLayers(const Module& m, int s) {
       order.push_back(layer);
       params[layer] = 0;
     }
-    for (int p : op.params) params[layer] += *numElements(m.params[p].type.shape, {});
+    for (int p : op.params)
+      params[layer] += *numElements(m.params[p].type.shape, {});
   }
   std::vector<LayerRow> rows;
   for (const auto& layer : order) {
@@ -152,30 +170,39 @@ std::string rowName(const LayerRow& r) {
 
 void printStage(const Module& m, int s, std::ostream& out) {
   const StagePlan& st = m.mesh.stages[s];
-  std::string kind = st.scope < 0 ? "whole model" : m.scopes[st.scope].isSplitStage ? "split" : "replicate";
-  out << fmt::format("stage {} ({}, line {}): {} device{}, split width {}, {} cop{}; ranks {}\n", s, kind,
-                     st.loc.line, st.group, st.group == 1 ? "" : "s", st.splitWidth, st.copies(),
-                     st.copies() == 1 ? "y" : "ies", rankRanges(m.mesh, s));
+  std::string kind = st.scope < 0                      ? "whole model"
+                     : m.scopes[st.scope].isSplitStage ? "split"
+                                                       : "replicate";
+  out << fmt::format("stage {} ({}, line {}): {} device{}, split width {}, {} cop{}; ranks {}\n", s,
+                     kind, st.loc.line, st.group, st.group == 1 ? "" : "s", st.splitWidth,
+                     st.copies(), st.copies() == 1 ? "y" : "ies", rankRanges(m.mesh, s));
   out << fmt::format("  {:<34} {:>16} {:>10}\n", "layer", "params", "bytes");
   for (const LayerRow& r : stageLayers(m, s)) {
-    std::string count = r.count > 1 ? fmt::format("{} x {}", r.count, withCommas(r.params)) : withCommas(r.params);
-    out << fmt::format("  {:<34} {:>16} {:>10}\n", rowName(r), count, formatBytes(4.0 * r.params * r.count));
+    std::string count =
+        r.count > 1 ? fmt::format("{} x {}", r.count, withCommas(r.params)) : withCommas(r.params);
+    out << fmt::format("  {:<34} {:>16} {:>10}\n", rowName(r), count,
+                       formatBytes(4.0 * r.params * r.count));
   }
   for (size_t sc = 1; sc < m.scopes.size(); ++sc) {
-    if (m.scopes[sc].kind != ScopeKind::Split && !(m.scopes[sc].kind == ScopeKind::Stage && m.scopes[sc].isSplitStage))
+    if (m.scopes[sc].kind != ScopeKind::Split &&
+        !(m.scopes[sc].kind == ScopeKind::Stage && m.scopes[sc].isSplitStage))
       continue;
     std::vector<std::string> forms;
     for (const Op& op : m.ops)
-      if (op.stage == s && m.splitScopeOf(op.scope) == static_cast<int>(sc) && !op.splitForm.empty())
+      if (op.stage == s && m.splitScopeOf(op.scope) == static_cast<int>(sc) &&
+          !op.splitForm.empty())
         forms.push_back(fmt::format("{} {}", op.name.substr(op.name.rfind('/') + 1), op.splitForm));
     if (!forms.empty())
-      out << fmt::format("  split({}) at line {}: {}\n", m.scopes[sc].width, m.scopes[sc].loc.line, countedList(forms));
+      out << fmt::format("  split({}) at line {}: {}\n", m.scopes[sc].width, m.scopes[sc].loc.line,
+                         countedList(forms));
   }
-  out << fmt::format("  {:<34} {:>16} {:>10}\n", "stage total", withCommas(st.paramCount), formatBytes(st.paramBytes));
-  out << fmt::format("  {:<34} {:>16} {:>10}\n", "held by each device", withCommas(st.rankParamCount),
-                     formatBytes(st.rankParamBytes));
-  out << fmt::format("  model states per device: {} params + {} grads + {} optimizer = {}", formatBytes(st.stateParamBytes),
-                     formatBytes(st.stateGradBytes), formatBytes(st.stateOptimizerBytes), formatBytes(st.modelStateBytes()));
+  out << fmt::format("  {:<34} {:>16} {:>10}\n", "stage total", withCommas(st.paramCount),
+                     formatBytes(st.paramBytes));
+  out << fmt::format("  {:<34} {:>16} {:>10}\n", "held by each device",
+                     withCommas(st.rankParamCount), formatBytes(st.rankParamBytes));
+  out << fmt::format("  model states per device: {} params + {} grads + {} optimizer = {}",
+                     formatBytes(st.stateParamBytes), formatBytes(st.stateGradBytes),
+                     formatBytes(st.stateOptimizerBytes), formatBytes(st.modelStateBytes()));
   if (st.offloadedBytes > 0) out << fmt::format("; {} offloaded", formatBytes(st.offloadedBytes));
   out << "\n";
 }
@@ -192,7 +219,8 @@ BridgeRow bridgeRow(const Module& m, const Bridge& b) {
   int t = op.inputs.empty() ? op.outputs[0] : op.inputs[0];
   if (op.kind == OpKind::CrossEntropy) t = op.inputs[1];
   BridgeRow r;
-  r.where = b.fromStage == b.toStage ? fmt::format("stage {}", b.toStage) : fmt::format("stage {} -> {}", b.fromStage, b.toStage);
+  r.where = b.fromStage == b.toStage ? fmt::format("stage {}", b.toStage)
+                                     : fmt::format("stage {} -> {}", b.fromStage, b.toStage);
   r.what = b.what;
   r.tensor = m.tensors[t].name;
   r.type = m.tensors[t].type.str();
@@ -217,8 +245,8 @@ struct BridgeUnit {
     if (first < 0 || o.first < 0 || rows.size() != n || o.rows.size() < n) return false;
     for (size_t i = 0; i < n; ++i) {
       const BridgeRow &a = rows[i], &b = o.rows[i];
-      if (a.base != b.base || a.rest != b.rest || a.where != b.where || a.what != b.what || a.type != b.type ||
-          a.bytes != b.bytes)
+      if (a.base != b.base || a.rest != b.rest || a.where != b.where || a.what != b.what ||
+          a.type != b.type || a.bytes != b.bytes)
         return false;
     }
     return true;
@@ -236,7 +264,8 @@ void printBridges(const Module& m, std::ostream& out) {
   std::vector<BridgeUnit> units;
   for (const Bridge& b : m.bridges) {
     BridgeRow r = bridgeRow(m, b);
-    if (!units.empty() && r.first >= 0 && units.back().first == r.first && units.back().rows[0].base == r.base)
+    if (!units.empty() && r.first >= 0 && units.back().first == r.first &&
+        units.back().rows[0].base == r.base)
       units.back().rows.push_back(r);
     else
       units.push_back(BridgeUnit{{r}, r.first, r.first});
@@ -255,10 +284,11 @@ void printBridges(const Module& m, std::ostream& out) {
   for (const BridgeUnit& u : folded)
     for (const BridgeRow& r : u.rows) {
       bool many = u.first != u.last;
-      std::string name = many ? fmt::format("{}.{}-{}{}", r.base, u.first, u.last, r.rest) : r.tensor;
+      std::string name =
+          many ? fmt::format("{}.{}-{}{}", r.base, u.first, u.last, r.rest) : r.tensor;
       std::string times = many ? fmt::format(" x{}", u.last - u.first + 1) : "";
-      out << fmt::format("  {:<12} {:<36} {:<40} {:>10}{}  line {}\n", r.where, r.what, name + " " + r.type, r.bytes,
-                         times, r.line);
+      out << fmt::format("  {:<12} {:<36} {:<40} {:>10}{}  line {}\n", r.where, r.what,
+                         name + " " + r.type, r.bytes, times, r.line);
     }
 }
 
@@ -267,20 +297,26 @@ void printBridges(const Module& m, std::ostream& out) {
 void printPlan(const Module& m, std::ostream& out) {
   const Mesh& mesh = m.mesh;
   int64_t total = 0;
-  for (const auto& st : mesh.stages) total += st.paramCount;
-  out << fmt::format("plan for model `{}` on {} device{}\n", m.modelName, mesh.np, mesh.np == 1 ? "" : "s");
+  for (const auto& st : mesh.stages)
+    total += st.paramCount;
+  out << fmt::format("plan for model `{}` on {} device{}\n", m.modelName, mesh.np,
+                     mesh.np == 1 ? "" : "s");
   int g = 1;
-  for (const auto& st : mesh.stages) g = std::max(g, st.splitWidth);
-  out << fmt::format("mesh: {} data-parallel x {} stage{} x split {}; one replica = {} devices\n", mesh.dataParallel,
-                     mesh.stages.size(), mesh.stages.size() == 1 ? "" : "s", g, mesh.replicaSize);
+  for (const auto& st : mesh.stages)
+    g = std::max(g, st.splitWidth);
+  out << fmt::format("mesh: {} data-parallel x {} stage{} x split {}; one replica = {} devices\n",
+                     mesh.dataParallel, mesh.stages.size(), mesh.stages.size() == 1 ? "" : "s", g,
+                     mesh.replicaSize);
   if (mesh.microBatch > 0)
-    out << fmt::format("batch: {} = {} micro-batches x {} data-parallel x {} samples ({} = {})\n", m.train.batch,
-                       m.policy.microBatches, mesh.dataParallel, mesh.microBatch, m.batchSymbol, mesh.microBatch);
+    out << fmt::format("batch: {} = {} micro-batches x {} data-parallel x {} samples ({} = {})\n",
+                       m.train.batch, m.policy.microBatches, mesh.dataParallel, mesh.microBatch,
+                       m.batchSymbol, mesh.microBatch);
   else
     out << fmt::format("batch: no `train` block; `{}` stays symbolic\n", m.batchSymbol);
   out << fmt::format("params: {} ({}, f32)\n", withCommas(total), formatBytes(4.0 * total));
   static const char* amp[] = {"fp32", "fp16", "bf16"};
-  static const char* zero[] = {"none", "1 (optimizer states)", "2 (+ gradients)", "3 (+ parameters)"};
+  static const char* zero[] = {"none", "1 (optimizer states)", "2 (+ gradients)",
+                               "3 (+ parameters)"};
   out << fmt::format("model states: {} with {}, ZeRO {}\n\n", amp[static_cast<int>(m.policy.amp)],
                      m.train.optimizer.kind, zero[static_cast<int>(m.policy.zero)]);
   for (size_t s = 0; s < mesh.stages.size(); ++s) {
@@ -291,8 +327,9 @@ void printPlan(const Module& m, std::ostream& out) {
   out << "\nparameters per rank:\n";
   for (size_t s = 0; s < mesh.stages.size(); ++s) {
     const StagePlan& st = mesh.stages[s];
-    out << fmt::format("  ranks {}: {} params, {} each; model states {} (stage {})\n", rankRanges(mesh, static_cast<int>(s)),
-                       withCommas(st.rankParamCount), formatBytes(st.rankParamBytes), formatBytes(st.modelStateBytes()), s);
+    out << fmt::format("  ranks {}: {} params, {} each; model states {} (stage {})\n",
+                       rankRanges(mesh, static_cast<int>(s)), withCommas(st.rankParamCount),
+                       formatBytes(st.rankParamBytes), formatBytes(st.modelStateBytes()), s);
   }
 }
 

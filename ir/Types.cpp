@@ -7,11 +7,16 @@ namespace epl::ir {
 
 const char* dtypeName(DType t) {
   switch (t) {
-  case DType::F32: return "f32";
-  case DType::F16: return "f16";
-  case DType::BF16: return "bf16";
-  case DType::I32: return "i32";
-  case DType::I64: return "i64";
+  case DType::F32:
+    return "f32";
+  case DType::F16:
+    return "f16";
+  case DType::BF16:
+    return "bf16";
+  case DType::I32:
+    return "i32";
+  case DType::I64:
+    return "i64";
   }
   return "?";
 }
@@ -24,14 +29,21 @@ std::optional<DType> parseDType(const std::string& name) {
 
 int64_t dtypeBytes(DType t) {
   switch (t) {
-  case DType::F32: case DType::I32: return 4;
-  case DType::F16: case DType::BF16: return 2;
-  case DType::I64: return 8;
+  case DType::F32:
+  case DType::I32:
+    return 4;
+  case DType::F16:
+  case DType::BF16:
+    return 2;
+  case DType::I64:
+    return 8;
   }
   return 4;
 }
 
-bool isIntegral(DType t) { return t == DType::I32 || t == DType::I64; }
+bool isIntegral(DType t) {
+  return t == DType::I32 || t == DType::I64;
+}
 
 Dim Dim::operator*(const Dim& o) const {
   Dim r{coef * o.coef, syms};
@@ -75,7 +87,9 @@ std::string shapeStr(const Shape& s) {
   return out + "]";
 }
 
-std::string TensorType::str() const { return dtypeName(dtype) + shapeStr(shape); }
+std::string TensorType::str() const {
+  return dtypeName(dtype) + shapeStr(shape);
+}
 
 std::optional<int64_t> numElements(const Shape& s, const std::map<std::string, int64_t>& b) {
   int64_t n = 1;

@@ -8,9 +8,12 @@ namespace epl::ir {
 
 namespace {
 
-void checkOp(const Module& m, size_t i, std::vector<bool>& defined, std::vector<std::string>& errs) {
+void checkOp(const Module& m, size_t i, std::vector<bool>& defined,
+             std::vector<std::string>& errs) {
   const Op& op = m.ops[i];
-  auto bad = [&](std::string what) { errs.push_back(fmt::format("op {} `{}`: {}", i, op.name, what)); };
+  auto bad = [&](std::string what) {
+    errs.push_back(fmt::format("op {} `{}`: {}", i, op.name, what));
+  };
   int nt = static_cast<int>(m.tensors.size());
   for (int t : op.inputs) {
     if (t < 0 || t >= nt) return bad("input id out of range");
@@ -26,11 +29,13 @@ void checkOp(const Module& m, size_t i, std::vector<bool>& defined, std::vector<
     if (p < 0 || p >= static_cast<int>(m.params.size())) return bad("param id out of range");
     if (m.params[p].op != static_cast<int>(i)) bad("param belongs to another op");
   }
-  if (op.scope < 0 || op.scope >= static_cast<int>(m.scopes.size())) return bad("scope out of range");
+  if (op.scope < 0 || op.scope >= static_cast<int>(m.scopes.size()))
+    return bad("scope out of range");
   if (m.planned && (op.stage < 0 || op.stage >= static_cast<int>(m.mesh.stages.size())))
     bad("no stage after planning");
   std::vector<TensorType> in, out;
-  for (int t : op.inputs) in.push_back(m.tensors[t].type);
+  for (int t : op.inputs)
+    in.push_back(m.tensors[t].type);
   int want = opInfo(op.kind).tensorArgs();
   if (static_cast<int>(in.size()) != want)
     return bad(fmt::format("has {} inputs, the op table says {}", in.size(), want));
@@ -39,7 +44,8 @@ void checkOp(const Module& m, size_t i, std::vector<bool>& defined, std::vector<
   if (out.size() != op.outputs.size()) return bad("output count differs from the op table");
   for (size_t k = 0; k < out.size(); ++k)
     if (!(out[k] == m.tensors[op.outputs[k]].type))
-      bad(fmt::format("output type {} differs from inferred {}", m.tensors[op.outputs[k]].type.str(), out[k].str()));
+      bad(fmt::format("output type {} differs from inferred {}",
+                      m.tensors[op.outputs[k]].type.str(), out[k].str()));
 }
 
 } // namespace
@@ -57,19 +63,23 @@ std::vector<std::string> verify(const Module& m) {
   for (size_t s = 1; s < m.scopes.size(); ++s)
     if (m.scopes[s].parent < 0 || m.scopes[s].parent >= static_cast<int>(s))
       errs.push_back(fmt::format("scope {} has a bad parent", s));
-  for (size_t i = 0; i < m.ops.size(); ++i) checkOp(m, i, defined, errs);
+  for (size_t i = 0; i < m.ops.size(); ++i)
+    checkOp(m, i, defined, errs);
   for (int t : m.outputs)
     if (t < 0 || t >= static_cast<int>(m.tensors.size()) || !defined[t])
       errs.push_back("model output is not defined");
   if (m.planned) {
     int sum = 0;
     for (const auto& st : m.mesh.stages) {
-      if (st.group % st.splitWidth != 0) errs.push_back("stage group not a multiple of its split width");
+      if (st.group % st.splitWidth != 0)
+        errs.push_back("stage group not a multiple of its split width");
       if (st.firstLocalRank != sum) errs.push_back("stage groups are not contiguous");
       sum += st.group;
     }
-    if (sum != m.mesh.replicaSize) errs.push_back("replica size differs from the sum of stage groups");
-    if (m.mesh.replicaSize * m.mesh.dataParallel != m.mesh.np) errs.push_back("mesh does not cover -np");
+    if (sum != m.mesh.replicaSize)
+      errs.push_back("replica size differs from the sum of stage groups");
+    if (m.mesh.replicaSize * m.mesh.dataParallel != m.mesh.np)
+      errs.push_back("mesh does not cover -np");
   }
   return errs;
 }

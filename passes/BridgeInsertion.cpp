@@ -40,13 +40,16 @@ public:
     std::vector<int> newId(old.size(), -1);
     for (size_t i = 0; i < old.size(); ++i) {
       ir::Op op = std::move(old[i]);
-      for (size_t k = 0; k < op.inputs.size(); ++k) op.inputs[k] = arrive(op.inputs[k], op, k);
+      for (size_t k = 0; k < op.inputs.size(); ++k)
+        op.inputs[k] = arrive(op.inputs[k], op, k);
       bool experts = op.splitForm == "experts";
       if (experts) op.inputs[0] = allToAll(op.inputs[0], op, "dispatch");
       newId[i] = static_cast<int>(m.ops.size());
       bool vocabLoss = op.kind == ir::OpKind::CrossEntropy && op.splitForm == "vocab";
-      for (int t : op.outputs) m.tensors[t].producer = newId[i];
-      for (int p : op.params) m.params[p].op = newId[i];
+      for (int t : op.outputs)
+        m.tensors[t].producer = newId[i];
+      for (int p : op.params)
+        m.params[p].op = newId[i];
       int out = op.outputs[0];
       m.ops.push_back(std::move(op));
       // Both may append ops, so no reference into m.ops is held across them.
@@ -99,7 +102,8 @@ private:
     int out = -1;
     auto dimName = [](int d) { return d < 0 ? std::string("batch") : "dim " + std::to_string(d); };
     if (from.kind == LayoutKind::Partial) {
-      out = emit(ir::OpKind::AllReduce, t, s, scope, loc, {}, "reduced", "all-reduce", copyBytes, s);
+      out =
+          emit(ir::OpKind::AllReduce, t, s, scope, loc, {}, "reduced", "all-reduce", copyBytes, s);
       m_->tensors[out].layout = Layout{LayoutKind::Replicated, -1};
     } else if (from.kind == LayoutKind::Replicated) {
       int d = to.kind == LayoutKind::Sharded ? to.dim : -1;
@@ -110,8 +114,8 @@ private:
       return out;
     } else {
       int d = from.kind == LayoutKind::Sharded ? from.dim : -1;
-      out = emit(ir::OpKind::AllGather, t, s, scope, loc, {{"dim", std::string(dimName(d))}}, "gathered",
-                 "all-gather " + dimName(d), copyBytes, s);
+      out = emit(ir::OpKind::AllGather, t, s, scope, loc, {{"dim", std::string(dimName(d))}},
+                 "gathered", "all-gather " + dimName(d), copyBytes, s);
       m_->tensors[out].layout = Layout{LayoutKind::Replicated, -1};
     }
     out = convert(out, to, s, scope, loc);
@@ -144,11 +148,12 @@ private:
         int dstPieces = whole ? stage(op.stage).copies() : stage(op.stage).group;
         std::string what = srcPieces == dstPieces && stage(from).group == stage(op.stage).group
                                ? "send/recv"
-                               : fmt::format("send/recv, regroup {} -> {} devices", stage(from).group, stage(op.stage).group);
+                               : fmt::format("send/recv, regroup {} -> {} devices",
+                                             stage(from).group, stage(op.stage).group);
         int64_t bytes = micro() ? bytesWith(sent, micro() / dstPieces) : -1;
         t = emit(ir::OpKind::SendRecv, sent, op.stage, 0, op.site,
-                 {{"from_stage", int64_t{from}}, {"to_stage", int64_t{op.stage}}}, "to_stage" + std::to_string(op.stage),
-                 what, bytes, from);
+                 {{"from_stage", int64_t{from}}, {"to_stage", int64_t{op.stage}}},
+                 "to_stage" + std::to_string(op.stage), what, bytes, from);
         m_->tensors[t].layout = crossing;
         cache_[key] = t;
       }
@@ -161,8 +166,9 @@ private:
   int allToAll(int t, ir::Op op, const char* phase) {
     int64_t topK = ir::intAttr(op.attrs, "top_k");
     int64_t bytes = micro() ? bytesWith(t, micro() / stage(op.stage).group) * topK : -1;
-    int out = emit(ir::OpKind::AllToAll, t, op.stage, op.scope, op.site, {{"phase", std::string(phase)}}, phase,
-                   std::string("all-to-all ") + phase, bytes, op.stage);
+    int out =
+        emit(ir::OpKind::AllToAll, t, op.stage, op.scope, op.site, {{"phase", std::string(phase)}},
+             phase, std::string("all-to-all ") + phase, bytes, op.stage);
     m_->tensors[out].layout = Layout{};
     return out;
   }
@@ -175,7 +181,8 @@ private:
     int opStage = op.stage;
     int64_t bytes = micro() ? bytesWith(targets, micro() / stage(opStage).copies()) : -1;
     if (bytes > 0) bytes = bytes / ir::dtypeBytes(m_->tensors[targets].type.dtype) * 4 * 3;
-    m_->bridges.push_back(ir::Bridge{opId, "all-reduce x3 (vocab-parallel loss)", opStage, opStage, bytes});
+    m_->bridges.push_back(
+        ir::Bridge{opId, "all-reduce x3 (vocab-parallel loss)", opStage, opStage, bytes});
   }
 
   ir::Module* m_ = nullptr;
@@ -185,6 +192,8 @@ private:
 
 } // namespace
 
-std::unique_ptr<Pass> createBridgeInsertionPass() { return std::make_unique<BridgeInsertion>(); }
+std::unique_ptr<Pass> createBridgeInsertionPass() {
+  return std::make_unique<BridgeInsertion>();
+}
 
 } // namespace epl::passes

@@ -23,13 +23,26 @@ std::vector<int64_t> cutSizes(const ir::Module& m, int region) {
   for (const ir::Op& op : m.ops) {
     if (m.splitScopeOf(op.scope) != region) continue;
     switch (op.kind) {
-    case ir::OpKind::Attention: out.push_back(ir::intAttr(op.attrs, "heads")); break;
-    case ir::OpKind::Mlp: out.push_back(ir::intAttr(op.attrs, "hidden")); break;
-    case ir::OpKind::Moe: out.push_back(ir::intAttr(op.attrs, "experts")); break;
-    case ir::OpKind::Embedding: out.push_back(ir::intAttr(op.attrs, "vocab")); break;
-    case ir::OpKind::Linear: out.push_back(ir::intAttr(op.attrs, "out")); break;
-    case ir::OpKind::Conv2d: out.push_back(ir::intAttr(op.attrs, "channels")); break;
-    default: break;
+    case ir::OpKind::Attention:
+      out.push_back(ir::intAttr(op.attrs, "heads"));
+      break;
+    case ir::OpKind::Mlp:
+      out.push_back(ir::intAttr(op.attrs, "hidden"));
+      break;
+    case ir::OpKind::Moe:
+      out.push_back(ir::intAttr(op.attrs, "experts"));
+      break;
+    case ir::OpKind::Embedding:
+      out.push_back(ir::intAttr(op.attrs, "vocab"));
+      break;
+    case ir::OpKind::Linear:
+      out.push_back(ir::intAttr(op.attrs, "out"));
+      break;
+    case ir::OpKind::Conv2d:
+      out.push_back(ir::intAttr(op.attrs, "channels"));
+      break;
+    default:
+      break;
     }
   }
   return out;
@@ -45,7 +58,8 @@ public:
     std::vector<int> regionStage = regionsByStage(m);
     resolveWidths(m, ctx, regionStage);
     int g = 1;
-    for (auto& st : mesh.stages) st.splitWidth = 1;
+    for (auto& st : mesh.stages)
+      st.splitWidth = 1;
     for (size_t r = 0; r < regionStage.size(); ++r)
       if (regionStage[r] >= 0) {
         auto& st = mesh.stages[regionStage[r]];
@@ -57,8 +71,10 @@ public:
       ir::StagePlan& st = mesh.stages[s];
       st.group = st.pinned ? m.scopes[st.scope].width : g;
       if (st.group % st.splitWidth != 0) {
-        ctx.diags.error(st.loc, fmt::format("stage {} has {} devices, which cannot hold a split of width {}", s,
-                                            st.group, st.splitWidth))
+        ctx.diags
+            .error(st.loc,
+                   fmt::format("stage {} has {} devices, which cannot hold a split of width {}", s,
+                               st.group, st.splitWidth))
             .length(9)
             .help(fmt::format("make `replicate({})` a multiple of {}", st.group, st.splitWidth));
         return true;
@@ -69,13 +85,15 @@ public:
     mesh.replicaSize = offset;
     mesh.np = ctx.np > 0 ? ctx.np : offset;
     if (mesh.np % mesh.replicaSize != 0) {
-      auto d = ctx.diags.error(m.loc, fmt::format("-np {} is not a multiple of the {} devices one replica of `{}` needs",
-                                                  mesh.np, mesh.replicaSize, m.modelName));
+      auto d = ctx.diags.error(
+          m.loc, fmt::format("-np {} is not a multiple of the {} devices one replica of `{}` needs",
+                             mesh.np, mesh.replicaSize, m.modelName));
       d.length(static_cast<uint32_t>(m.modelName.size()));
       for (int s = 0; s < p; ++s)
         d.note(fmt::format("stage {}: {} device{} (split width {})", s, mesh.stages[s].group,
                            mesh.stages[s].group == 1 ? "" : "s", mesh.stages[s].splitWidth));
-      d.help(fmt::format("use -np {}, {} or another multiple of {}", mesh.replicaSize, 2 * mesh.replicaSize, mesh.replicaSize));
+      d.help(fmt::format("use -np {}, {} or another multiple of {}", mesh.replicaSize,
+                         2 * mesh.replicaSize, mesh.replicaSize));
       return true;
     }
     mesh.dataParallel = mesh.np / mesh.replicaSize;
@@ -99,7 +117,8 @@ private:
   void resolveWidths(ir::Module& m, PassContext& ctx, const std::vector<int>& regionStage) {
     int explicitMax = 0;
     for (size_t r = 0; r < m.scopes.size(); ++r)
-      if (regionStage[r] >= 0 && !m.scopes[r].isAuto) explicitMax = std::max(explicitMax, m.scopes[r].width);
+      if (regionStage[r] >= 0 && !m.scopes[r].isAuto)
+        explicitMax = std::max(explicitMax, m.scopes[r].width);
     int p = static_cast<int>(m.mesh.stages.size());
     for (size_t r = 0; r < m.scopes.size(); ++r) {
       ir::Scope& sc = m.scopes[r];
@@ -112,7 +131,8 @@ private:
       auto sizes = cutSizes(m, static_cast<int>(r));
       for (int w : {8, 4, 2}) {
         bool fits = ctx.np == 0 || ctx.np % (p * w) == 0;
-        for (int64_t s : sizes) fits = fits && s % w == 0;
+        for (int64_t s : sizes)
+          fits = fits && s % w == 0;
         if (fits) {
           sc.width = w;
           break;
@@ -123,8 +143,11 @@ private:
 
   void checkSchedule(ir::Module& m, PassContext& ctx) {
     const ir::Policy& pol = m.policy;
-    if (pol.schedule == ir::Schedule::Interleaved && m.mesh.stages.size() < 2 && pol.keyLocs.count("schedule"))
-      ctx.diags.error(pol.keyLocs.at("schedule"), "`schedule = interleaved` needs at least two pipeline stages")
+    if (pol.schedule == ir::Schedule::Interleaved && m.mesh.stages.size() < 2 &&
+        pol.keyLocs.count("schedule"))
+      ctx.diags
+          .error(pol.keyLocs.at("schedule"),
+                 "`schedule = interleaved` needs at least two pipeline stages")
           .length(8)
           .help("use `gpipe` or `1f1b`, or split the model into `replicate { … }` stages");
   }
@@ -135,8 +158,10 @@ private:
     int64_t mb = m.policy.microBatches, dp = mesh.dataParallel, batch = m.train.batch;
     SourceLoc at = m.train.keyLocs.count("batch") ? m.train.keyLocs.at("batch") : m.loc;
     if (batch % (mb * dp) != 0) {
-      ctx.diags.error(at, fmt::format("global batch {} is not divisible by micro_batches ({}) x data-parallel width ({}) = {}",
-                                      batch, mb, dp, mb * dp))
+      ctx.diags
+          .error(at, fmt::format("global batch {} is not divisible by micro_batches ({}) x "
+                                 "data-parallel width ({}) = {}",
+                                 batch, mb, dp, mb * dp))
           .length(5)
           .help(fmt::format("make `batch` a multiple of {}", mb * dp));
       return;
@@ -152,10 +177,15 @@ private:
       int64_t devices = loose[s] ? st.group : st.copies();
       if (micro % devices != 0) {
         int64_t need = mb * dp * devices;
-        ctx.diags.error(at, fmt::format("a micro-batch of {} samples cannot be divided over the {} devices of stage {}",
-                                        micro, devices, s))
+        ctx.diags
+            .error(
+                at,
+                fmt::format(
+                    "a micro-batch of {} samples cannot be divided over the {} devices of stage {}",
+                    micro, devices, s))
             .length(5)
-            .note(fmt::format("micro-batch = batch {} / (micro_batches {} x data-parallel {})", batch, mb, dp))
+            .note(fmt::format("micro-batch = batch {} / (micro_batches {} x data-parallel {})",
+                              batch, mb, dp))
             .help(fmt::format("make `batch` a multiple of {}", need));
         return;
       }
@@ -167,6 +197,8 @@ private:
 
 } // namespace
 
-std::unique_ptr<Pass> createMeshAssignmentPass() { return std::make_unique<MeshAssignment>(); }
+std::unique_ptr<Pass> createMeshAssignmentPass() {
+  return std::make_unique<MeshAssignment>();
+}
 
 } // namespace epl::passes

@@ -39,14 +39,17 @@ StateBytes bytesPerParam(const ir::Module& m) {
   return b;
 }
 
-int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceilDiv(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 class ParamAccounting : public Pass {
 public:
   const char* name() const override { return "param-accounting"; }
 
   bool run(ir::Module& m, PassContext& ctx) override {
-    for (auto& st : m.mesh.stages) st = clearFigures(st);
+    for (auto& st : m.mesh.stages)
+      st = clearFigures(st);
     StateBytes per = bytesPerParam(m);
     ir::ZeroStage zero = m.policy.zero;
     for (const ir::Param& p : m.params) {
@@ -56,13 +59,16 @@ public:
       int region = m.splitScopeOf(op.scope);
       int64_t ways = p.shardDim >= 0 && region >= 0 ? m.scopes[region].width : 1;
       // Devices holding this same shard: ZeRO partitions states over them.
-      int64_t holders = static_cast<int64_t>(m.mesh.dataParallel) * (region >= 0 ? st.copies() : st.group);
+      int64_t holders =
+          static_cast<int64_t>(m.mesh.dataParallel) * (region >= 0 ? st.copies() : st.group);
       int64_t local = n / ways;
       st.paramCount += n;
       st.paramBytes += n * ir::dtypeBytes(p.type.dtype);
       st.rankParamCount += local;
       st.rankParamBytes += local * ir::dtypeBytes(p.type.dtype);
-      auto shard = [&](bool sharded, int64_t bytes) { return sharded ? ceilDiv(local, holders) * bytes : local * bytes; };
+      auto shard = [&](bool sharded, int64_t bytes) {
+        return sharded ? ceilDiv(local, holders) * bytes : local * bytes;
+      };
       int64_t params = shard(zero >= ir::ZeroStage::Parameters, per.param);
       int64_t grads = shard(zero >= ir::ZeroStage::Gradients, per.grad);
       int64_t optimizer = shard(zero >= ir::ZeroStage::OptimizerStates, per.optimizer);
@@ -97,12 +103,16 @@ private:
     for (size_t s = 0; s < m.mesh.stages.size(); ++s) {
       const ir::StagePlan& st = m.mesh.stages[s];
       if (st.modelStateBytes() <= limit) continue;
-      ctx.diags.error(m.policy.keyLocs.at("device_memory"),
-                      fmt::format("model states need {} on each device of stage {}, more than `device_memory` ({})",
-                                  formatBytes(st.modelStateBytes()), s, formatBytes(limit)))
+      ctx.diags
+          .error(
+              m.policy.keyLocs.at("device_memory"),
+              fmt::format(
+                  "model states need {} on each device of stage {}, more than `device_memory` ({})",
+                  formatBytes(st.modelStateBytes()), s, formatBytes(limit)))
           .length(13)
-          .note(fmt::format("parameters {} + gradients {} + optimizer states {}", formatBytes(st.stateParamBytes),
-                            formatBytes(st.stateGradBytes), formatBytes(st.stateOptimizerBytes)))
+          .note(fmt::format("parameters {} + gradients {} + optimizer states {}",
+                            formatBytes(st.stateParamBytes), formatBytes(st.stateGradBytes),
+                            formatBytes(st.stateOptimizerBytes)))
           .help("raise `zero`, use `amp`, offload the optimizer, split wider or add stages");
       return;
     }
@@ -111,6 +121,8 @@ private:
 
 } // namespace
 
-std::unique_ptr<Pass> createParamAccountingPass() { return std::make_unique<ParamAccounting>(); }
+std::unique_ptr<Pass> createParamAccountingPass() {
+  return std::make_unique<ParamAccounting>();
+}
 
 } // namespace epl::passes

@@ -28,7 +28,7 @@ public:
 struct PassManagerOptions {
   std::set<std::string> printAfter; // pass names, or "all"
   bool timePasses = false;
-  bool verifyEach = false; // run the IR verifier after every pass (test builds turn it on)
+  bool verifyEach = false;     // run the IR verifier after every pass (test builds turn it on)
   std::ostream* out = nullptr; // where --print-after and --time-passes write
 };
 

@@ -19,7 +19,8 @@ bool PassManager::run(ir::Module& m, PassContext& ctx) {
   for (auto& pass : passes_) {
     auto start = Clock::now();
     pass->run(m, ctx);
-    times.emplace_back(pass->name(), std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    times.emplace_back(pass->name(),
+                       std::chrono::duration<double, std::milli>(Clock::now() - start).count());
     if (ctx.diags.hasErrors()) {
       ok = false;
       break;
@@ -27,12 +28,15 @@ bool PassManager::run(ir::Module& m, PassContext& ctx) {
     if (options_.verifyEach) {
       auto problems = ir::verify(m);
       if (!problems.empty()) {
-        std::fprintf(stderr, "internal error: IR verification failed after pass `%s`:\n", pass->name());
-        for (const auto& p : problems) std::fprintf(stderr, "  %s\n", p.c_str());
+        std::fprintf(stderr, "internal error: IR verification failed after pass `%s`:\n",
+                     pass->name());
+        for (const auto& p : problems)
+          std::fprintf(stderr, "  %s\n", p.c_str());
         std::abort();
       }
     }
-    if (options_.out && (options_.printAfter.count(pass->name()) || options_.printAfter.count("all"))) {
+    if (options_.out &&
+        (options_.printAfter.count(pass->name()) || options_.printAfter.count("all"))) {
       *options_.out << fmt::format("// ----- IR after {} -----\n", pass->name());
       ir::printModule(m, *options_.out);
     }
@@ -51,7 +55,8 @@ bool PassManager::run(ir::Module& m, PassContext& ctx) {
 
 std::vector<std::string> PassManager::names() const {
   std::vector<std::string> out;
-  for (const auto& p : passes_) out.push_back(p->name());
+  for (const auto& p : passes_)
+    out.push_back(p->name());
   return out;
 }
 

@@ -15,7 +15,8 @@ public:
     bool changed = false;
     for (ir::Op& op : m.ops) {
       std::vector<ir::TensorType> in, out;
-      for (int t : op.inputs) in.push_back(m.tensors[t].type);
+      for (int t : op.inputs)
+        in.push_back(m.tensors[t].type);
       std::string err = ir::inferTypes(op.kind, in, op.attrs, out);
       if (!err.empty()) {
         // The front end checks each op as it builds it, so this is a user mistake only
@@ -38,6 +39,8 @@ public:
 
 } // namespace
 
-std::unique_ptr<Pass> createShapeInferencePass() { return std::make_unique<ShapeInference>(); }
+std::unique_ptr<Pass> createShapeInferencePass() {
+  return std::make_unique<ShapeInference>();
+}
 
 } // namespace epl::passes

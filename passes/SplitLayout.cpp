@@ -20,7 +20,9 @@ using ir::LayoutKind;
 
 const Layout kData{LayoutKind::DataParallel, -1};
 const Layout kWhole{LayoutKind::Replicated, -1};
-Layout cutAlong(int dim) { return Layout{LayoutKind::Sharded, dim}; }
+Layout cutAlong(int dim) {
+  return Layout{LayoutKind::Sharded, dim};
+}
 const Layout kPartial{LayoutKind::Partial, -1};
 
 class SplitLayout : public Pass {
@@ -30,7 +32,8 @@ public:
   bool run(ir::Module& m, PassContext& ctx) override {
     readers_.clear();
     for (size_t i = 0; i < m.ops.size(); ++i)
-      for (int t : m.ops[i].inputs) readers_[t].push_back(static_cast<int>(i));
+      for (int t : m.ops[i].inputs)
+        readers_[t].push_back(static_cast<int>(i));
     for (size_t i = 0; i < m.ops.size(); ++i) {
       ir::Op& op = m.ops[i];
       int region = m.splitScopeOf(op.scope);
@@ -39,7 +42,8 @@ public:
       op.splitForm.clear();
       Layout out = kData;
       if (width > 1 && !assign(m, op, width, region, out, ctx)) return true;
-      for (int t : op.outputs) m.tensors[t].layout = out;
+      for (int t : op.outputs)
+        m.tensors[t].layout = out;
     }
     return true;
   }
@@ -59,10 +63,11 @@ private:
   // Layout a tensor has where `op` reads it (a producer outside the region gives data-parallel).
   Layout current(const ir::Module& m, int tensor) const { return m.tensors[tensor].layout; }
 
-  bool divides(const ir::Op& op, const ir::Module& m, int region, int64_t size, int width, const char* what,
-               PassContext& ctx) {
+  bool divides(const ir::Op& op, const ir::Module& m, int region, int64_t size, int width,
+               const char* what, PassContext& ctx) {
     if (size % width == 0) return true;
-    auto d = ctx.diags.error(op.site, fmt::format("{} ({}) must be divisible by split width ({})", what, size, width));
+    auto d = ctx.diags.error(
+        op.site, fmt::format("{} ({}) must be divisible by split width ({})", what, size, width));
     if (op.site.line == op.loc.line && op.site.file == op.loc.file)
       d.length(static_cast<uint32_t>(ir::opInfo(op.kind).name.size()));
     else
@@ -71,7 +76,9 @@ private:
     return false;
   }
 
-  void shard(ir::Module& m, const ir::Op& op, size_t param, int dim) { m.params[op.params[param]].shardDim = dim; }
+  void shard(ir::Module& m, const ir::Op& op, size_t param, int dim) {
+    m.params[op.params[param]].shardDim = dim;
+  }
 
   bool assign(ir::Module& m, ir::Op& op, int w, int region, Layout& out, PassContext& ctx) {
     auto rank = [&](int t) { return static_cast<int>(m.tensors[t].type.shape.size()); };
@@ -79,21 +86,10 @@ private:
     std::fill(op.inputLayouts.begin(), op.inputLayouts.end(), kWhole);
     switch (ir::opInfo(op.kind).split) {
     case ir::SplitRule::Linear: {
-      int64_t in = m.tensors[x].type.shape.back().coef, n = ir::intAttr(op.attrs, "out");
-      if (current(m, x) == cutAlong(rank(x) - 1)) {
-        if (!divides(op, m, region, in, w, "`linear` input width", ctx)) return false;
-        op.splitForm = "row";
-        op.inputLayouts[0] = cutAlong(rank(x) - 1);
-        shard(m, op, 0, 1);
-        out = kPartial;
-      } else {
-        if (!divides(op, m, region, n, w, "`linear` output width", ctx)) return false;
-        op.splitForm = "column";
-        shard(m, op, 0, 0);
-        if (op.params.size() > 1) shard(m, op, 1, 0);
-        out = cutAlong(rank(x) - 1);
-      }
-      return true;
+      int d = rank(x) - 1;
+      int64_t in = m.tensors[x].type.shape[d].coef, n = ir::intAttr(op.attrs, "out");
+      return columnOrRow(m, op, w, region, d, in, n, "`linear` input width",
+                         "`linear` output width", out, ctx);
     }
     case ir::SplitRule::Heads:
       if (!divides(op, m, region, ir::intAttr(op.attrs, "heads"), w, "heads", ctx)) return false;
@@ -102,35 +98,26 @@ private:
       out = kPartial;
       return true;
     case ir::SplitRule::Hidden:
-      if (!divides(op, m, region, ir::intAttr(op.attrs, "hidden"), w, "mlp hidden width", ctx)) return false;
+      if (!divides(op, m, region, ir::intAttr(op.attrs, "hidden"), w, "mlp hidden width", ctx))
+        return false;
       op.splitForm = "hidden";
       shard(m, op, 0, 0), shard(m, op, 1, 0), shard(m, op, 2, 1);
       out = kPartial;
       return true;
     case ir::SplitRule::Experts:
-      if (!divides(op, m, region, ir::intAttr(op.attrs, "experts"), w, "experts", ctx)) return false;
+      if (!divides(op, m, region, ir::intAttr(op.attrs, "experts"), w, "experts", ctx))
+        return false;
       op.splitForm = "experts";
       // Tokens stay spread over the group; all-to-all moves them to their experts' owners.
       op.inputLayouts[0] = kData;
-      for (size_t p = 1; p < op.params.size(); ++p) shard(m, op, p, 0);
+      for (size_t p = 1; p < op.params.size(); ++p)
+        shard(m, op, p, 0);
       out = kData;
       return true;
     case ir::SplitRule::Channels: {
-      int64_t inC = m.tensors[x].type.shape[1].coef, outC = ir::intAttr(op.attrs, "channels");
-      if (current(m, x) == cutAlong(1)) {
-        if (!divides(op, m, region, inC, w, "`conv2d` input channels", ctx)) return false;
-        op.splitForm = "row";
-        op.inputLayouts[0] = cutAlong(1);
-        shard(m, op, 0, 1);
-        out = kPartial;
-      } else {
-        if (!divides(op, m, region, outC, w, "`conv2d` channels", ctx)) return false;
-        op.splitForm = "column";
-        shard(m, op, 0, 0);
-        if (op.params.size() > 1) shard(m, op, 1, 0);
-        out = cutAlong(1);
-      }
-      return true;
+      int64_t in = m.tensors[x].type.shape[1].coef, n = ir::intAttr(op.attrs, "channels");
+      return columnOrRow(m, op, w, region, 1, in, n, "`conv2d` input channels", "`conv2d` channels",
+                         out, ctx);
     }
     case ir::SplitRule::Vocab:
       return assignVocab(m, op, w, region, out, ctx);
@@ -138,7 +125,8 @@ private:
       // Keep a layout all inputs share (not partial sums, which must be reduced first).
       Layout l = current(m, op.inputs[0]);
       bool same = l.kind != LayoutKind::Partial;
-      for (int t : op.inputs) same = same && current(m, t) == l && rank(t) == rank(op.inputs[0]);
+      for (int t : op.inputs)
+        same = same && current(m, t) == l && rank(t) == rank(op.inputs[0]);
       if (same) {
         std::fill(op.inputLayouts.begin(), op.inputLayouts.end(), l);
         out = l;
@@ -169,6 +157,27 @@ private:
     return true;
   }
 
+  // A weight [out, in, …] applied along dim `d` of the input: column-parallel (cut `out`,
+  // output cut along d) on a whole input, row-parallel (cut `in`, partial sums) on an
+  // input already cut along d.
+  bool columnOrRow(ir::Module& m, ir::Op& op, int w, int region, int d, int64_t in, int64_t outSize,
+                   const char* inWhat, const char* outWhat, Layout& out, PassContext& ctx) {
+    if (current(m, op.inputs[0]) == cutAlong(d)) {
+      if (!divides(op, m, region, in, w, inWhat, ctx)) return false;
+      op.splitForm = "row";
+      op.inputLayouts[0] = cutAlong(d);
+      shard(m, op, 0, 1);
+      out = kPartial;
+      return true;
+    }
+    if (!divides(op, m, region, outSize, w, outWhat, ctx)) return false;
+    op.splitForm = "column";
+    shard(m, op, 0, 0);
+    if (op.params.size() > 1) shard(m, op, 1, 0);
+    out = cutAlong(d);
+    return true;
+  }
+
   bool assignVocab(ir::Module& m, ir::Op& op, int w, int region, Layout& out, PassContext& ctx) {
     if (op.kind == ir::OpKind::Embedding) {
       if (!divides(op, m, region, ir::intAttr(op.attrs, "vocab"), w, "vocab", ctx)) return false;
@@ -191,6 +200,8 @@ private:
 
 } // namespace
 
-std::unique_ptr<Pass> createSplitLayoutPass() { return std::make_unique<SplitLayout>(); }
+std::unique_ptr<Pass> createSplitLayoutPass() {
+  return std::make_unique<SplitLayout>();
+}
 
 } // namespace epl::passes

@@ -63,6 +63,8 @@ public:
 
 } // namespace
 
-std::unique_ptr<Pass> createStagePartitionPass() { return std::make_unique<StagePartition>(); }
+std::unique_ptr<Pass> createStagePartitionPass() {
+  return std::make_unique<StagePartition>();
+}
 
 } // namespace epl::passes

@@ -3,11 +3,11 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define EPL_ASSERT(cond, msg)                                                                  \
-  do {                                                                                     \
-    if (!(cond)) {                                                                         \
-      std::fprintf(stderr, "internal error: %s\n  at %s:%d (%s)\n", msg, __FILE__, __LINE__, \
-                   #cond);                                                                 \
-      std::abort();                                                                        \
-    }                                                                                      \
+#define EPL_ASSERT(cond, msg)                                                                      \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      std::fprintf(stderr, "internal error: %s\n  at %s:%d (%s)\n", msg, __FILE__, __LINE__,       \
+                   #cond);                                                                         \
+      std::abort();                                                                                \
+    }                                                                                              \
   } while (0)

@@ -25,20 +25,20 @@ Diagnostics::Builder& Diagnostics::Builder::length(uint32_t n) {
   return *this;
 }
 
-Diagnostics::Builder Diagnostics::error(SourceLoc loc, std::string message) {
+Diagnostics::Builder Diagnostics::report(Severity severity, SourceLoc loc, std::string message) {
   Diagnostic d;
-  d.severity = Severity::Error;
+  d.severity = severity;
   d.loc = loc;
   d.message = std::move(message);
   return Builder(*this, std::move(d));
 }
 
+Diagnostics::Builder Diagnostics::error(SourceLoc loc, std::string message) {
+  return report(Severity::Error, loc, std::move(message));
+}
+
 Diagnostics::Builder Diagnostics::warning(SourceLoc loc, std::string message) {
-  Diagnostic d;
-  d.severity = Severity::Warning;
-  d.loc = loc;
-  d.message = std::move(message);
-  return Builder(*this, std::move(d));
+  return report(Severity::Warning, loc, std::move(message));
 }
 
 void Diagnostics::record(Diagnostic d) {
@@ -64,8 +64,10 @@ void renderSnippet(std::string& out, const SourceManager& sm, SourceLoc loc, uin
   if (shown.size() > 200) shown = shown.substr(0, 200) + "…";
   uint32_t col = loc.col == 0 ? 1 : loc.col;
   uint32_t width = std::max<uint32_t>(1, length);
-  if (col - 1 < shown.size()) width = std::min<uint32_t>(width, shown.size() - (col - 1));
-  else width = 1;
+  if (col - 1 < shown.size())
+    width = std::min<uint32_t>(width, shown.size() - (col - 1));
+  else
+    width = 1;
   out += fmt::format("{} |\n{} | {}\n{} | {}{}{}\n", pad, lineNo, shown, pad,
                      std::string(std::min<uint32_t>(col - 1, 201), ' '), std::string(width, '^'),
                      label ? std::string(" ") + label : "");
@@ -87,13 +89,16 @@ std::string Diagnostics::render(const Diagnostic& d, bool color) const {
     renderSnippet(out, sources_, loc, 1);
   }
   std::string pad = d.loc.valid() ? std::string(std::to_string(d.loc.line).size(), ' ') : "";
-  for (const auto& n : d.plainNotes) out += fmt::format("{} = note: {}\n", pad, n);
-  for (const auto& h : d.helps) out += fmt::format("{} = help: {}\n", pad, h);
+  for (const auto& n : d.plainNotes)
+    out += fmt::format("{} = note: {}\n", pad, n);
+  for (const auto& h : d.helps)
+    out += fmt::format("{} = help: {}\n", pad, h);
   return out;
 }
 
 void Diagnostics::print(std::ostream& out, bool color) const {
-  for (const auto& d : diags_) out << render(d, color) << "\n";
+  for (const auto& d : diags_)
+    out << render(d, color) << "\n";
 }
 
 } // namespace epl

@@ -23,7 +23,7 @@ struct Diagnostic {
   Severity severity = Severity::Error;
   std::string message;
   SourceLoc loc;
-  uint32_t length = 1; // carets under the location
+  uint32_t length = 1;                                  // carets under the location
   std::vector<std::pair<SourceLoc, std::string>> notes; // `note:` with their own location
   std::vector<std::string> helps;                       // `= help:` lines
   std::vector<std::string> plainNotes;                  // `= note:` lines
@@ -40,7 +40,9 @@ public:
   class Builder {
   public:
     Builder(Diagnostics& d, Diagnostic diag) : owner_(&d), diag_(std::move(diag)) {}
-    Builder(Builder&& o) noexcept : owner_(o.owner_), diag_(std::move(o.diag_)) { o.owner_ = nullptr; }
+    Builder(Builder&& o) noexcept : owner_(o.owner_), diag_(std::move(o.diag_)) {
+      o.owner_ = nullptr;
+    }
     Builder(const Builder&) = delete;
     ~Builder();
     Builder& help(std::string text);
@@ -53,6 +55,7 @@ public:
     Diagnostic diag_;
   };
 
+  Builder report(Severity severity, SourceLoc loc, std::string message);
   Builder error(SourceLoc loc, std::string message);
   Builder warning(SourceLoc loc, std::string message);
 

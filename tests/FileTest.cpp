@@ -49,15 +49,17 @@ std::vector<std::string> lines(const std::string& text) {
   std::vector<std::string> out;
   std::stringstream ss(text);
   std::string l;
-  while (std::getline(ss, l)) out.push_back(l);
+  while (std::getline(ss, l))
+    out.push_back(l);
   return out;
 }
 
 // FileCheck-style matching of CHECK, CHECK-NEXT and CHECK-NOT lines (whitespace runs fold).
-bool matchChecks(const std::vector<std::pair<std::string, std::string>>& checks, const std::string& output) {
+bool matchChecks(const std::vector<std::pair<std::string, std::string>>& checks,
+                 const std::string& output) {
   auto out = lines(output);
-  size_t pos = 0;    // next output line to search from
-  size_t last = 0;   // line of the last match + 1
+  size_t pos = 0;  // next output line to search from
+  size_t last = 0; // line of the last match + 1
   std::vector<std::string> nots;
   for (const auto& [kind, pattern] : checks) {
     std::string p = collapse(pattern);
@@ -76,13 +78,15 @@ bool matchChecks(const std::vector<std::pair<std::string, std::string>>& checks,
         }
     }
     if (found == out.size()) {
-      std::cerr << "FAIL: " << kind << ": " << pattern << "\n  not found after output line " << pos + 1 << "\n";
+      std::cerr << "FAIL: " << kind << ": " << pattern << "\n  not found after output line "
+                << pos + 1 << "\n";
       return false;
     }
     for (const auto& n : nots)
       for (size_t i = last; i < found; ++i)
         if (collapse(out[i]).find(n) != std::string::npos) {
-          std::cerr << "FAIL: CHECK-NOT: " << n << "\n  found at output line " << i + 1 << ": " << out[i] << "\n";
+          std::cerr << "FAIL: CHECK-NOT: " << n << "\n  found at output line " << i + 1 << ": "
+                    << out[i] << "\n";
           return false;
         }
     nots.clear();
@@ -92,39 +96,50 @@ bool matchChecks(const std::vector<std::pair<std::string, std::string>>& checks,
   for (const auto& n : nots)
     for (size_t i = last; i < out.size(); ++i)
       if (collapse(out[i]).find(n) != std::string::npos) {
-        std::cerr << "FAIL: CHECK-NOT: " << n << "\n  found at output line " << i + 1 << ": " << out[i] << "\n";
+        std::cerr << "FAIL: CHECK-NOT: " << n << "\n  found at output line " << i + 1 << ": "
+                  << out[i] << "\n";
         return false;
       }
   return true;
 }
 
-bool matchDiagnostics(const std::vector<Expected>& expected, const epl::Diagnostics& diags, const std::string& self) {
+bool matchDiagnostics(const std::vector<Expected>& expected, const epl::Diagnostics& diags,
+                      const std::string& self) {
   std::vector<bool> used(diags.all().size(), false);
   bool ok = true;
   for (const Expected& e : expected) {
     bool hit = false;
     for (size_t i = 0; i < diags.all().size() && !hit; ++i) {
       const epl::Diagnostic& d = diags.all()[i];
-      if (used[i] || d.severity != epl::Severity::Error || d.message.find(e.message) == std::string::npos) continue;
+      if (used[i] || d.severity != epl::Severity::Error ||
+          d.message.find(e.message) == std::string::npos)
+        continue;
       std::string path = d.loc.valid() ? diags.sources().path(d.loc.file) : "";
       std::string want = e.file.empty() ? self : e.file;
-      bool fileOk = e.file.empty() ? path == self
-                                   : path.size() >= want.size() && path.compare(path.size() - want.size(), want.size(), want) == 0;
+      bool fileOk = e.file.empty()
+                        ? path == self
+                        : path.size() >= want.size() &&
+                              path.compare(path.size() - want.size(), want.size(), want) == 0;
       if (!fileOk || d.loc.line != e.line || (e.col && d.loc.col != e.col)) continue;
       bool extras = true;
       for (const auto& h : e.helps)
-        extras = extras && std::any_of(d.helps.begin(), d.helps.end(), [&](const std::string& x) { return x.find(h) != std::string::npos; });
+        extras = extras && std::any_of(d.helps.begin(), d.helps.end(), [&](const std::string& x) {
+                   return x.find(h) != std::string::npos;
+                 });
       for (const auto& n : e.notes) {
-        bool any = std::any_of(d.plainNotes.begin(), d.plainNotes.end(), [&](const std::string& x) { return x.find(n) != std::string::npos; });
-        for (const auto& [loc, text] : d.notes) any = any || text.find(n) != std::string::npos;
+        bool any = std::any_of(d.plainNotes.begin(), d.plainNotes.end(), [&](const std::string& x) {
+          return x.find(n) != std::string::npos;
+        });
+        for (const auto& [loc, text] : d.notes)
+          any = any || text.find(n) != std::string::npos;
         extras = extras && any;
       }
       if (!extras) continue;
       used[i] = hit = true;
     }
     if (!hit) {
-      std::cerr << "FAIL: expected error (comment at line " << e.atLine << ") not reported: " << e.line << ":" << e.col
-                << " {{" << e.message << "}}\n";
+      std::cerr << "FAIL: expected error (comment at line " << e.atLine
+                << ") not reported: " << e.line << ":" << e.col << " {{" << e.message << "}}\n";
       ok = false;
     }
   }
@@ -153,7 +168,8 @@ int main(int argc, char** argv) {
   std::vector<Expected> expected;
   std::regex runRe(R"(#\s*RUN:\s*(.*)$)");
   std::regex checkRe(R"(#\s*(CHECK|CHECK-NEXT|CHECK-NOT):\s?(.*)$)");
-  std::regex errRe(R"(#\s*expected-error@(?:([^:\s]+\.epl):)?([+-]?\d+)(?::(\d+))?\s*\{\{(.*)\}\})");
+  std::regex errRe(
+      R"(#\s*expected-error@(?:([^:\s]+\.epl):)?([+-]?\d+)(?::(\d+))?\s*\{\{(.*)\}\})");
   std::regex extraRe(R"(#\s*expected-(help|note)\s*\{\{(.*)\}\})");
   for (size_t i = 0; i < src.size(); ++i) {
     std::smatch m;
@@ -161,21 +177,24 @@ int main(int argc, char** argv) {
     if (std::regex_search(src[i], m, runRe)) {
       std::stringstream words(m[1].str());
       std::string w;
-      while (words >> w) run.push_back(w);
+      while (words >> w)
+        run.push_back(w);
     } else if (std::regex_search(src[i], m, checkRe)) {
       checks.emplace_back(m[1].str(), m[2].str());
     } else if (std::regex_search(src[i], m, errRe)) {
       Expected e;
       e.file = m[1].str();
       std::string l = m[2].str();
-      e.line = static_cast<uint32_t>(l[0] == '+' || l[0] == '-' ? lineNo + std::stoi(l) : std::stoi(l));
+      e.line =
+          static_cast<uint32_t>(l[0] == '+' || l[0] == '-' ? lineNo + std::stoi(l) : std::stoi(l));
       e.col = m[3].matched ? static_cast<uint32_t>(std::stoi(m[3].str())) : 0;
       e.message = m[4].str();
       e.atLine = lineNo;
       expected.push_back(e);
     } else if (std::regex_search(src[i], m, extraRe)) {
       if (expected.empty()) {
-        std::cerr << "expected-" << m[1].str() << " at line " << lineNo << " follows no expected-error\n";
+        std::cerr << "expected-" << m[1].str() << " at line " << lineNo
+                  << " follows no expected-error\n";
         return 2;
       }
       (m[1].str() == "help" ? expected.back().helps : expected.back().notes).push_back(m[2].str());
@@ -189,9 +208,12 @@ int main(int argc, char** argv) {
   options.verifyEach = true;
   bool printIr = false;
   for (size_t i = 1; i < run.size(); ++i) {
-    if ((run[i] == "-np" || run[i] == "--np") && i + 1 < run.size()) options.np = std::stoi(run[++i]);
-    else if (run[i] == "--print-after" && i + 1 < run.size()) options.printAfter.insert(run[++i]);
-    else if (run[i] == "--ir") printIr = true;
+    if ((run[i] == "-np" || run[i] == "--np") && i + 1 < run.size())
+      options.np = std::stoi(run[++i]);
+    else if (run[i] == "--print-after" && i + 1 < run.size())
+      options.printAfter.insert(run[++i]);
+    else if (run[i] == "--ir")
+      printIr = true;
     else {
       std::cerr << "unknown RUN option `" << run[i] << "`\n";
       return 2;
@@ -211,10 +233,12 @@ int main(int argc, char** argv) {
   if (expected.empty() && !m) ok = false;
   ok = matchChecks(checks, output.str() + diagText.str()) && ok;
   if (!ok) {
-    std::cerr << "---- output ----\n" << output.str() << "---- diagnostics ----\n" << diagText.str();
+    std::cerr << "---- output ----\n"
+              << output.str() << "---- diagnostics ----\n"
+              << diagText.str();
     return 1;
   }
-  std::cout << "ok: " << std::filesystem::path(path).filename().string() << " (" << checks.size() << " checks, "
-            << expected.size() << " expected errors)\n";
+  std::cout << "ok: " << std::filesystem::path(path).filename().string() << " (" << checks.size()
+            << " checks, " << expected.size() << " expected errors)\n";
   return 0;
 }

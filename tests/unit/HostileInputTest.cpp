@@ -21,14 +21,16 @@ Outcome plan(const std::string& text, int np = 0) {
   options.verifyEach = true;
   Outcome out;
   out.planned = epl::planText("input.epl", text, session, options).has_value();
-  for (const auto& d : session.diags.all()) out.errors += d.message + "\n";
+  for (const auto& d : session.diags.all())
+    out.errors += d.message + "\n";
   return out;
 }
 
 std::string repeatText(const std::string& s, int n) {
   std::string out;
   out.reserve(s.size() * n);
-  for (int i = 0; i < n; ++i) out += s;
+  for (int i = 0; i < n; ++i)
+    out += s;
   return out;
 }
 
@@ -47,7 +49,8 @@ TEST_CASE("binary junk is a syntax error, never a crash") {
   std::mt19937 rng(7);
   for (int round = 0; round < 50; ++round) {
     std::string junk(1 + rng() % 4096, '\0');
-    for (char& c : junk) c = static_cast<char>(rng() & 0xff);
+    for (char& c : junk)
+      c = static_cast<char>(rng() & 0xff);
     auto r = plan(junk);
     CHECK_FALSE(r.planned);
     CHECK_FALSE(r.errors.empty());
@@ -62,7 +65,8 @@ TEST_CASE("10000 nested blocks stop at the nesting limit") {
 }
 
 TEST_CASE("10000 nested parentheses stop at the nesting limit") {
-  std::string text = "let a = " + repeatText("(", 10000) + "1" + repeatText(")", 10000) + "\n" + kHead + kTail;
+  std::string text =
+      "let a = " + repeatText("(", 10000) + "1" + repeatText(")", 10000) + "\n" + kHead + kTail;
   auto r = plan(text);
   CHECK_FALSE(r.planned);
   CHECK(r.errors == "nesting deeper than 256 levels\n");
@@ -136,7 +140,8 @@ TEST_CASE("huge repeat counts are bounded") {
 }
 
 TEST_CASE("many stages plan in linear time") {
-  std::string text = "model m(x: f32[B, 4], y: i32[B]) {\n  repeat(20000) replicate { x = relu(x) }\n" + kTail;
+  std::string text =
+      "model m(x: f32[B, 4], y: i32[B]) {\n  repeat(20000) replicate { x = relu(x) }\n" + kTail;
   auto r = plan(text, 20000);
   CHECK(r.planned);
 }

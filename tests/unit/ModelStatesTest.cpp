@@ -28,7 +28,8 @@ train net {{
   options.np = np;
   auto m = epl::planText("states.epl", text, session, options);
   if (!m) {
-    for (const auto& d : session.diags.all()) FAIL(d.message);
+    for (const auto& d : session.diags.all())
+      FAIL(d.message);
     return -1;
   }
   REQUIRE(m->mesh.stages.size() == 1);
@@ -48,7 +49,7 @@ TEST_CASE("mixed-precision Adam model states follow the ZeRO formulas") {
 }
 
 TEST_CASE("fp32 and SGD model states") {
-  CHECK(modelStates("amp = none", "adam(lr = 1e-3)", 1) == 16 * kPsi);         // 4 + 4 + 8
+  CHECK(modelStates("amp = none", "adam(lr = 1e-3)", 1) == 16 * kPsi); // 4 + 4 + 8
   CHECK(modelStates("amp = none", "sgd(lr = 0.1, momentum = 0.9)", 1) == 12 * kPsi);
   CHECK(modelStates("amp = none", "sgd(lr = 0.1)", 1) == 8 * kPsi);
   CHECK(modelStates("amp = none zero = 1", "sgd(lr = 0.1, momentum = 0.9)", 4) == 8 * kPsi + kPsi);

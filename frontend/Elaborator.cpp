@@ -87,7 +87,6 @@ void Elaborator::declareGlobals() {
       globals_.vars[b.name] = eval(*b.value, globals_, nullptr);
       if (globals_.vars[b.name].kind == Value::Kind::Tensor)
         fail(*b.value, "`let` needs a constant");
-      globals_.defined[b.name] = b.loc;
     }
     for (const ast::Function& fn : f.functions) {
       defineGlobal(fn.name, fn.loc, fn.isModel ? "model" : "def");
@@ -208,7 +207,6 @@ void Elaborator::bindModelInputs(const ast::Function& model, ir::Module& m, Fram
     int t = m.addTensor(p.name, ir::TensorType{*dtype, shape}, -1);
     m.inputs.push_back(t);
     frame.vars[p.name] = Value::ofTensor(t);
-    frame.defined[p.name] = p.loc;
   }
 }
 
@@ -253,7 +251,6 @@ Value Elaborator::runBody(const std::vector<ast::Stmt>& body, Frame& frame, Cont
       }
       if (v.kind == Value::Kind::None) fail(*s.values[0], "this expression has no value");
       frame.vars[s.targets[0]] = v;
-      frame.defined.emplace(s.targets[0], s.targetLocs[0]);
       break;
     }
     case ast::StmtKind::Parallel:

@@ -20,7 +20,6 @@ public:
 private:
   struct Frame {
     std::map<std::string, Value> vars;
-    std::map<std::string, SourceLoc> defined;
   };
   // Where ops go while a body is expanded.
   struct Context {

@@ -90,11 +90,33 @@ void Elaborator::declareGlobals() {
     }
     for (const ast::Function& fn : f.functions) {
       defineGlobal(fn.name, fn.loc, fn.isModel ? "model" : "def");
+      checkSignature(fn);
       if (fn.isModel)
         models_.push_back(&fn);
       else
         defs_[fn.name] = &fn;
     }
+  }
+}
+
+// Parameter types are checked where they are declared, so a `def` no model calls still
+// gets them checked (its body is checked where it is expanded, at each call).
+void Elaborator::checkSignature(const ast::Function& fn) {
+  std::vector<std::string> names(kScalarTypes.begin(), kScalarTypes.end());
+  std::set<std::string> seen;
+  for (const ast::Param& p : fn.params) {
+    if (!seen.insert(p.name).second) {
+      diags_.error(p.loc, fmt::format("parameter `{}` is declared twice", p.name))
+          .length(static_cast<uint32_t>(p.name.size()));
+      throw CompileAborted{};
+    }
+    if (p.type.isTensor || kScalarTypes.count(p.type.name)) continue;
+    std::string near = closestMatch(p.type.name, names);
+    auto d = diags_.error(p.type.loc, fmt::format("unknown type `{}`", p.type.name));
+    d.length(static_cast<uint32_t>(p.type.name.size()));
+    d.help(near.empty() ? "parameter types are a tensor type such as f32[B, D], or int, float, bool, str"
+                        : fmt::format("did you mean `{}`?", near));
+    throw CompileAborted{};
   }
 }
 

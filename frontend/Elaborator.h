@@ -59,6 +59,10 @@ private:
                               std::vector<const ast::Expr*>& argExprs);
   void bindParam(const ast::Param& p, const Value& v, const ast::Expr* argExpr,
                  const ast::Expr& call, Frame& callee, const ast::Function& def, Context& ctx);
+  Value defaultValue(const ast::Param& p, Frame& callee);
+  void checkBatchFirst(const ast::Expr& at, const ir::Module& m, const std::string& op,
+                       const std::vector<ir::TensorType>& out);
+  void checkSignature(const ast::Function& fn);
   Value emitOp(ir::OpKind kind, const ast::Expr& at, std::vector<int> inputs, ir::Attrs attrs,
                Context& ctx, const std::string& name, bool inRepeat);
   std::string uniqueName(Context& ctx, const std::string& base, bool inRepeat);

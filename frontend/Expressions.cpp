@@ -43,8 +43,12 @@ Value Elaborator::eval(const ast::Expr& e, Frame& frame, Context* ctx) {
   using K = ast::ExprKind;
   switch (e.kind) {
   case K::Int:
-  case K::Size:
     return Value::ofInt(e.intValue);
+  case K::Size: {
+    Value v = Value::ofInt(e.intValue);
+    v.isSize = true;
+    return v;
+  }
   case K::Float:
     return Value::ofFloat(e.floatValue);
   case K::Bool:
@@ -127,10 +131,13 @@ Value Elaborator::evalBinary(const ast::Expr& e, Frame& frame, Context* ctx) {
         fail(e, fmt::format("{} is not divisible by {}", operandText(*e.operands[0], a.i),
                             operandText(*e.operands[1], b.i)));
       if (a.i == INT64_MIN && b.i == -1) fail(e, "integer overflow");
-      if (op == "%") return Value::ofInt(a.i % b.i);
-      int64_t q = a.i / b.i;
-      if (op == "//" && (a.i % b.i != 0) && ((a.i < 0) != (b.i < 0))) --q;
-      return Value::ofInt(q);
+      // `//` and `%` floor, as in Python: (a // b) * b + a % b == a for every sign.
+      int64_t q = a.i / b.i, r = a.i % b.i;
+      if (r != 0 && ((r < 0) != (b.i < 0))) {
+        --q;
+        r += b.i;
+      }
+      return Value::ofInt(op == "%" ? r : q);
     }
     int64_t r = 0;
     if (!checkedArith(op[0], a.i, b.i, r))
@@ -184,6 +191,26 @@ std::string Elaborator::uniqueName(Context& ctx, const std::string& base, bool i
   return name;
 }
 
+// A parameter's default, read in the callee's frame; a bare name for a `str` parameter is
+// a word (`act: str = gelu`), as it is in a call.
+Value Elaborator::defaultValue(const ast::Param& p, Frame& callee) {
+  const ast::Expr& d = *p.defaultValue;
+  bool bare = d.kind == ast::ExprKind::Name && !callee.vars.count(d.text) && !globals_.vars.count(d.text);
+  if (!p.type.isTensor && p.type.name == "str" && bare) return Value::ofWord(d.text);
+  return eval(d, callee, nullptr);
+}
+
+// The batch is dim 0 of every tensor that has one: data parallelism cuts there.
+void Elaborator::checkBatchFirst(const ast::Expr& at, const ir::Module& m, const std::string& op,
+                                 const std::vector<ir::TensorType>& out) {
+  const std::string& b = m.batchSymbol;
+  for (const auto& t : out)
+    for (size_t i = 1; i < t.shape.size(); ++i)
+      if (std::count(t.shape[i].syms.begin(), t.shape[i].syms.end(), b))
+        fail(at, fmt::format("`{}` would move the batch dim `{}` to dim {} of `{}`; the batch must stay first", op,
+                             b, i, t.str()));
+}
+
 Value Elaborator::emitOp(ir::OpKind kind, const ast::Expr& at, std::vector<int> inputs,
                          ir::Attrs attrs, Context& ctx, const std::string& name, bool inRepeat) {
   ir::Module& m = *ctx.module;
@@ -193,6 +220,7 @@ Value Elaborator::emitOp(ir::OpKind kind, const ast::Expr& at, std::vector<int> 
     in.push_back(m.tensors[t].type);
   std::string err = ir::inferTypes(kind, in, attrs, out);
   if (!err.empty()) fail(at, err);
+  checkBatchFirst(at, m, ir::opInfo(kind).name, out);
   ir::Op op;
   op.kind = kind;
   op.name = uniqueName(ctx, name, inRepeat);
@@ -225,14 +253,18 @@ std::vector<Value> Elaborator::bindArgs(const ast::Expr& call,
   std::vector<bool> given(names.size(), false);
   argExprs.assign(names.size(), nullptr);
   size_t positional = 0;
+  bool sawKeyword = false;
   for (const ast::Arg& a : call.args) {
     size_t slot = 0;
     if (a.keyword.empty()) {
+      if (sawKeyword)
+        fail(*a.value, "a positional argument cannot follow a keyword argument");
       if (positional >= names.size())
         fail(*a.value, fmt::format("{} takes {} argument{} but more were given", what, names.size(),
                                    names.size() == 1 ? "" : "s"));
       slot = positional++;
     } else {
+      sawKeyword = true;
       auto it = std::find(names.begin(), names.end(), a.keyword);
       if (it == names.end()) {
         auto d =
@@ -480,7 +512,7 @@ Value Elaborator::callDef(const ast::Function& def, const ast::Expr& call, std::
   }
   for (size_t i = 0; i < def.params.size(); ++i) {
     const ast::Param& p = def.params[i];
-    Value v = bySlot[i] ? args[i] : eval(*p.defaultValue, callee, nullptr);
+    Value v = bySlot[i] ? args[i] : defaultValue(p, callee);
     bindParam(p, v, bySlot[i], call, callee, def, ctx);
   }
   Value result = runBody(def.body, callee, inner);

@@ -50,7 +50,9 @@ bool Elaborator::load(uint32_t file, std::vector<uint32_t>& stack) {
         std::string chain;
         for (uint32_t f : stack)
           chain += fs::path(diags_.sources().path(f)).filename().string() + " -> ";
-        diags_.error(imp.loc, fmt::format("import cycle: `{}` imports itself", imp.path))
+        bool self = known->second == file;
+        diags_.error(imp.loc, self ? fmt::format("import cycle: `{}` imports itself", imp.path)
+                                   : fmt::format("import cycle: `{}` is already being imported", imp.path))
             .length(static_cast<uint32_t>(imp.path.size() + 2))
             .note(chain + fs::path(path).filename().string());
         ok = false;

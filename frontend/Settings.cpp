@@ -13,15 +13,28 @@ namespace epl::frontend {
 
 namespace {
 
+enum class ArgType { String, Number, Integer };
+
+// One argument of a call-shaped value, with the range its number must lie in.
 struct CallArg {
   std::string name;
-  bool isString = false;
+  ArgType type = ArgType::Number;
   bool required = false;
+  double lo = 0, hi = 1e300;
+  bool loOpen = false; // lo itself is not allowed (a learning rate must be > 0)
 };
+
+CallArg path(std::string name, bool required = true) { return {std::move(name), ArgType::String, required}; }
+CallArg count(std::string name, bool required, double lo) { return {std::move(name), ArgType::Integer, required, lo}; }
+CallArg positive(std::string name, bool required = false) {
+  return {std::move(name), ArgType::Number, required, 0, 1e300, true};
+}
+CallArg nonNegative(std::string name) { return {std::move(name), ArgType::Number, false, 0}; }
+CallArg fraction(std::string name) { return {std::move(name), ArgType::Number, false, 0, 1}; } // [0, 1)
 
 // Call-shaped values a key accepts: `adamw(lr = 3e-4)`, `tokens("x.bin", seq = 128)`.
 struct CallSchema {
-  std::string group; // data, optimizer, lr_schedule, eval
+  std::string group; // data, optimizer, lr_schedule
   std::string name;
   std::vector<CallArg> args;
   std::string doc;
@@ -29,68 +42,33 @@ struct CallSchema {
 
 const std::vector<CallSchema>& callSchemas() {
   static const std::vector<CallSchema> t = {
-      {"data",
-       "tokens",
-       {{"path", true, true}, {"seq", false, true}, {"val_fraction", false, false}},
+      {"data", "tokens", {path("path"), count("seq", true, 1), fraction("val_fraction")},
        "uint16 little-endian token file (nanoGPT .bin); windows of seq + 1 tokens"},
-      {"data",
-       "text",
-       {{"path", true, true}, {"seq", false, true}, {"val_fraction", false, false}},
+      {"data", "text", {path("path"), count("seq", true, 1), fraction("val_fraction")},
        "raw text read as bytes (vocab 256); windows of seq + 1 bytes"},
-      {"data",
-       "idx",
-       {{"images", true, true},
-        {"labels", true, true},
-        {"test_images", true, false},
-        {"test_labels", true, false}},
+      {"data", "idx", {path("images"), path("labels"), path("test_images", false), path("test_labels", false)},
        "IDX image and label files, gzip allowed (MNIST, Fashion-MNIST); the test pair is the "
        "evaluation split"},
-      {"data",
-       "synthetic",
-       {{"samples", false, true}, {"classes", false, false}},
+      {"data", "synthetic", {count("samples", true, 1), count("classes", false, 1)},
        "seeded random inputs and targets"},
-      {"optimizer",
-       "sgd",
-       {{"lr", false, true}, {"momentum", false, false}, {"weight_decay", false, false}},
+      {"optimizer", "sgd", {positive("lr", true), fraction("momentum"), nonNegative("weight_decay")},
        "stochastic gradient descent with optional momentum"},
-      {"optimizer",
-       "adam",
-       {{"lr", false, true},
-        {"beta1", false, false},
-        {"beta2", false, false},
-        {"eps", false, false},
-        {"weight_decay", false, false}},
+      {"optimizer", "adam",
+       {positive("lr", true), fraction("beta1"), fraction("beta2"), positive("eps"), nonNegative("weight_decay")},
        "Adam (L2 weight decay added to the gradient)"},
-      {"optimizer",
-       "adamw",
-       {{"lr", false, true},
-        {"beta1", false, false},
-        {"beta2", false, false},
-        {"eps", false, false},
-        {"weight_decay", false, false}},
+      {"optimizer", "adamw",
+       {positive("lr", true), fraction("beta1"), fraction("beta2"), positive("eps"), nonNegative("weight_decay")},
        "Adam with decoupled weight decay"},
-      {"lr_schedule",
-       "constant",
-       {{"warmup", false, false}},
-       "constant rate after an optional linear warmup"},
-      {"lr_schedule",
-       "linear",
-       {{"warmup", false, false}, {"final_lr", false, false}},
+      {"lr_schedule", "constant", {count("warmup", false, 0)}, "constant rate after an optional linear warmup"},
+      {"lr_schedule", "linear", {count("warmup", false, 0), nonNegative("final_lr")},
        "linear warmup, then linear decay to final_lr at the last step"},
-      {"lr_schedule",
-       "cosine",
-       {{"warmup", false, false}, {"min_lr", false, false}},
+      {"lr_schedule", "cosine", {count("warmup", false, 0), nonNegative("min_lr")},
        "linear warmup, then cosine decay to min_lr at the last step"},
   };
   return t;
 }
 
 using Apply = std::function<void(const ast::Setting&)>;
-
-struct Key {
-  KeyDoc doc;
-  Apply apply;
-};
 
 std::vector<std::string> keyNames(const std::vector<KeyDoc>& keys) {
   std::vector<std::string> out;
@@ -165,8 +143,20 @@ namespace {
 // Typed readers for setting values. Each reports its own error and returns false.
 class SettingReader {
 public:
-  SettingReader(Diagnostics& d, std::function<Value(const ast::Expr&)> eval)
-      : diags_(d), eval_(std::move(eval)) {}
+  SettingReader(Diagnostics& d, std::function<Value(const ast::Expr&)> eval,
+                const std::map<std::string, Value>& constants)
+      : diags_(d), eval_(std::move(eval)), constants_(constants) {}
+
+  // A size in bytes: a literal with a unit, or a `let` bound to one.
+  bool size(const ast::Setting& s, int64_t& out) {
+    Value v = eval_(*s.value);
+    if (v.kind != Value::Kind::Int || !v.isSize || v.i <= 0) {
+      error(*s.value, fmt::format("`{}` must be a size such as 80GB", s.key));
+      return false;
+    }
+    out = v.i;
+    return true;
+  }
 
   void error(const ast::Expr& e, std::string msg, std::string help = "") {
     auto d = diags_.error(e.loc, std::move(msg));
@@ -212,8 +202,12 @@ public:
   bool word(const ast::Setting& s, const std::vector<std::string>& allowed, std::string& out) {
     const ast::Expr& e = *s.value;
     std::string w;
-    if (e.kind == ast::ExprKind::Name || e.kind == ast::ExprKind::Word ||
-        e.kind == ast::ExprKind::String)
+    auto constant = e.kind == ast::ExprKind::Name ? constants_.find(e.text) : constants_.end();
+    if (constant != constants_.end() &&
+        (constant->second.kind == Value::Kind::Word || constant->second.kind == Value::Kind::String))
+      w = constant->second.s; // `let s = 1f1b` then `schedule = s`
+    else if (e.kind == ast::ExprKind::Name || e.kind == ast::ExprKind::Word ||
+             e.kind == ast::ExprKind::String)
       w = e.text;
     else if (e.kind == ast::ExprKind::None)
       w = "none";
@@ -268,41 +262,16 @@ public:
     out = ir::CallSpec{schema->name, {}, {}, e.loc};
     std::vector<bool> given(schema->args.size(), false);
     size_t pos = 0;
+    bool sawKeyword = false;
     for (const ast::Arg& a : e.args) {
-      size_t slot = pos;
-      if (!a.keyword.empty()) {
-        slot = schema->args.size();
-        for (size_t i = 0; i < schema->args.size(); ++i)
-          if (schema->args[i].name == a.keyword) slot = i;
-        if (slot == schema->args.size()) {
-          std::vector<std::string> an;
-          for (const auto& x : schema->args)
-            an.push_back(x.name);
-          std::string near = closestMatch(a.keyword, an);
-          auto d = diags_.error(a.keywordLoc,
-                                fmt::format("`{}` has no argument `{}`", schema->name, a.keyword));
-          d.length(static_cast<uint32_t>(a.keyword.size()));
-          if (!near.empty()) d.help(fmt::format("did you mean `{}`?", near));
-          return false;
-        }
-      } else if (pos++ >= schema->args.size()) {
-        error(*a.value, fmt::format("`{}` takes {} arguments but more were given", schema->name,
-                                    schema->args.size()));
+      size_t slot = slotOf(*schema, a, pos, sawKeyword);
+      if (slot == SIZE_MAX) return false;
+      if (given[slot]) {
+        error(*a.value, fmt::format("argument `{}` is given twice", schema->args[slot].name));
         return false;
       }
-      const CallArg& spec = schema->args[slot];
       given[slot] = true;
-      Value v = eval_(*a.value);
-      if (spec.isString != (v.kind == Value::Kind::String) || (!spec.isString && !v.isNumber())) {
-        error(*a.value,
-              fmt::format("argument `{}` of `{}` must be {}, found {}", spec.name, schema->name,
-                          spec.isString ? "a string" : "a number", kindName(v.kind)));
-        return false;
-      }
-      if (spec.isString)
-        out.strings[spec.name] = v.s;
-      else
-        out.numbers[spec.name] = v.number();
+      if (!readArg(*schema, schema->args[slot], *a.value, out)) return false;
     }
     for (size_t i = 0; i < schema->args.size(); ++i)
       if (schema->args[i].required && !given[i]) {
@@ -312,11 +281,67 @@ public:
     return true;
   }
 
+  // The argument slot `a` fills, or SIZE_MAX after reporting why it fills none.
+  size_t slotOf(const CallSchema& schema, const ast::Arg& a, size_t& pos, bool& sawKeyword) {
+    if (a.keyword.empty()) {
+      if (sawKeyword) {
+        error(*a.value, "a positional argument cannot follow a keyword argument");
+        return SIZE_MAX;
+      }
+      if (pos >= schema.args.size()) {
+        error(*a.value, fmt::format("`{}` takes {} arguments but more were given", schema.name, schema.args.size()));
+        return SIZE_MAX;
+      }
+      return pos++;
+    }
+    sawKeyword = true;
+    std::vector<std::string> names;
+    for (size_t i = 0; i < schema.args.size(); ++i) {
+      if (schema.args[i].name == a.keyword) return i;
+      names.push_back(schema.args[i].name);
+    }
+    std::string near = closestMatch(a.keyword, names);
+    auto d = diags_.error(a.keywordLoc, fmt::format("`{}` has no argument `{}`", schema.name, a.keyword));
+    d.length(static_cast<uint32_t>(a.keyword.size()));
+    if (!near.empty()) d.help(fmt::format("did you mean `{}`?", near));
+    return SIZE_MAX;
+  }
+
+  // Checks one argument's kind and range and stores it in `out`.
+  bool readArg(const CallSchema& schema, const CallArg& spec, const ast::Expr& at, ir::CallSpec& out) {
+    Value v = eval_(at);
+    const char* want = spec.type == ArgType::String ? "a string" : spec.type == ArgType::Integer ? "an integer" : "a number";
+    bool ok = spec.type == ArgType::String ? v.kind == Value::Kind::String
+              : spec.type == ArgType::Integer ? v.kind == Value::Kind::Int
+                                               : v.isNumber();
+    if (!ok) {
+      error(at, fmt::format("argument `{}` of `{}` must be {}, found {}", spec.name, schema.name, want, kindName(v.kind)));
+      return false;
+    }
+    if (spec.type == ArgType::String) {
+      out.strings[spec.name] = v.s;
+      return true;
+    }
+    double x = v.number();
+    bool below = spec.loOpen ? x <= spec.lo : x < spec.lo;
+    bool above = spec.hi == 1 ? x >= 1 : x > spec.hi;
+    if (below || above) {
+      std::string range = spec.hi == 1 ? fmt::format("in [{}, 1)", spec.lo)
+                          : spec.loOpen ? fmt::format("more than {}", spec.lo)
+                                        : fmt::format("at least {}", spec.lo);
+      error(at, fmt::format("argument `{}` of `{}` must be {}, got {}", spec.name, schema.name, range, x));
+      return false;
+    }
+    out.numbers[spec.name] = x;
+    return true;
+  }
+
   Diagnostics& diags() { return diags_; }
 
 private:
   Diagnostics& diags_;
   std::function<Value(const ast::Expr&)> eval_;
+  const std::map<std::string, Value>& constants_;
 };
 
 // Runs each setting through its key's reader; unknown and repeated keys are errors.
@@ -352,7 +377,8 @@ void applyKeys(const ast::SettingsBlock& b, const std::vector<KeyDoc>& docs,
 } // namespace
 
 void Elaborator::applyPolicy(const ast::SettingsBlock& b, ir::Policy& p) {
-  SettingReader r(diags_, [this](const ast::Expr& e) { return eval(e, globals_, nullptr); });
+  SettingReader r(
+      diags_, [this](const ast::Expr& e) { return eval(e, globals_, nullptr); }, globals_.vars);
   std::string w;
   int64_t i = 0;
   std::map<std::string, Apply> a;
@@ -408,8 +434,10 @@ void Elaborator::applyPolicy(const ast::SettingsBlock& b, ir::Policy& p) {
       p.commDtype = w == "fp32" ? ir::DType::F32 : w == "bf16" ? ir::DType::BF16 : ir::DType::F16;
   };
   a["bucket_mb"] = [&](const ast::Setting& s) {
-    if (s.value->kind == ast::ExprKind::Size)
-      p.bucketBytes = s.value->intValue;
+    // A size counts bytes; a plain integer counts megabytes.
+    Value v = eval(*s.value, globals_, nullptr);
+    if (v.kind == Value::Kind::Int && v.isSize && v.i > 0)
+      p.bucketBytes = v.i;
     else if (r.integer(s, 1, 1'000'000, i))
       p.bucketBytes = i * 1'000'000;
   };
@@ -422,12 +450,7 @@ void Elaborator::applyPolicy(const ast::SettingsBlock& b, ir::Policy& p) {
         p.commTimeoutSeconds = v;
     }
   };
-  a["device_memory"] = [&](const ast::Setting& s) {
-    if (s.value->kind != ast::ExprKind::Size || s.value->intValue <= 0)
-      r.error(*s.value, "`device_memory` must be a size such as 80GB");
-    else
-      p.deviceMemoryBytes = s.value->intValue;
-  };
+  a["device_memory"] = [&](const ast::Setting& s) { r.size(s, p.deviceMemoryBytes); };
   applyKeys(b, policyKeys(), a, "policy", diags_, p.keyLocs);
   if (p.offload == ir::Offload::Params && p.zero != ir::ZeroStage::Parameters &&
       p.keyLocs.count("offload"))
@@ -438,7 +461,8 @@ void Elaborator::applyPolicy(const ast::SettingsBlock& b, ir::Policy& p) {
 }
 
 void Elaborator::applyTrain(const ast::SettingsBlock& b, ir::TrainConfig& t) {
-  SettingReader r(diags_, [this](const ast::Expr& e) { return eval(e, globals_, nullptr); });
+  SettingReader r(
+      diags_, [this](const ast::Expr& e) { return eval(e, globals_, nullptr); }, globals_.vars);
   t.present = true;
   t.model = b.target;
   std::map<std::string, Apply> a;
@@ -474,15 +498,20 @@ void Elaborator::applyTrain(const ast::SettingsBlock& b, ir::TrainConfig& t) {
     }
   };
   a["checkpoint"] = [&](const ast::Setting& s) {
-    int64_t keep = 0;
+    std::set<std::string> given;
     record(s, {"dir", "every", "keep"}, [&](const ast::Setting& f) {
+      given.insert(f.key);
       if (f.key == "dir")
         r.string(f, t.checkpointDir);
       else if (f.key == "every")
         r.integer(f, 1, INT64_MAX / 2, t.checkpointEvery);
       else
-        r.integer(f, 1, 1'000'000, keep);
+        r.integer(f, 1, 1'000'000, t.checkpointKeep);
     });
+    for (const char* required : {"dir", "every"})
+      if (s.value->kind == ast::ExprKind::Record && !given.count(required))
+        r.error(*s.value, fmt::format("`checkpoint` needs `{}`", required),
+                "write e.g. checkpoint = { dir = \"ckpt\", every = 100 }");
   };
   a["eval"] = [&](const ast::Setting& s) {
     t.eval = ir::CallSpec{"eval", {}, {{"every", 100}, {"batches", 10}}, s.loc};

@@ -17,6 +17,7 @@ struct Value {
   ir::Dim dim;   // Dim: a symbolic dimension such as B
   int tensor = -1;
   std::vector<Value> items;
+  bool isSize = false; // an Int written with a unit (25MB): a count of bytes
 
   static Value ofInt(int64_t v) {
     Value x;

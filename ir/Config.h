@@ -48,12 +48,13 @@ struct TrainConfig {
   int64_t batch = 0; // global batch in samples; 0 when no train block
   CallSpec optimizer{"adamw", {}, {{"lr", 1e-3}}, {}};
   CallSpec lrSchedule{"constant", {}, {}, {}};
-  int64_t steps = 1;
+  int64_t steps = 100;
   double clipGradNorm = 0;
   int64_t logEvery = 10;
   CallSpec eval; // kind "" when absent
   std::string checkpointDir;
   int64_t checkpointEvery = 0;
+  int64_t checkpointKeep = 0; // 0: keep every checkpoint
   int64_t seed = 0;
   std::map<std::string, SourceLoc> keyLocs;
 };

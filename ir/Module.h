@@ -79,6 +79,7 @@ struct StagePlan {
   int copies() const { return group / splitWidth; }
   int firstLocalRank = 0; // offset of the group inside one replica
   bool pinned = false;    // replicate(n) fixed the group size
+  bool allSplit = false;  // every op is in a split region: the stage runs on its copies
   SourceLoc loc;
   // Filled by param-accounting.
   int64_t paramCount = 0, paramBytes = 0;

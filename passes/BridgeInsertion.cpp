@@ -15,6 +15,7 @@
 
 #include "support/Assert.h"
 
+#include <algorithm>
 #include <fmt/format.h>
 #include <map>
 #include <tuple>
@@ -91,10 +92,24 @@ private:
     return out;
   }
 
+  // Whether `t` has the batch in dim 0 (scalars and position tables do not).
+  bool hasBatch(int t) const {
+    const ir::Shape& shape = m_->tensors[t].type.shape;
+    return !shape.empty() && std::count(shape[0].syms.begin(), shape[0].syms.end(), m_->batchSymbol) > 0;
+  }
+
+  // Data-parallel and whole are one layout where there is nothing to gather: in a stage
+  // without split regions (each copy is one device), or for a tensor without a batch.
+  bool sameAs(int t, Layout from, Layout to, int s) const {
+    if (from == to) return true;
+    auto batchOnly = [](Layout l) { return l.kind == LayoutKind::DataParallel || l.kind == LayoutKind::Replicated; };
+    return batchOnly(from) && batchOnly(to) && (stage(s).splitWidth == 1 || !hasBatch(t));
+  }
+
   // Converts `t` (in stage `s`, region scope `scope`) to layout `to`.
   int convert(int t, Layout to, int s, int scope, SourceLoc loc) {
     Layout from = m_->tensors[t].layout;
-    if (from == to) return t;
+    if (sameAs(t, from, to, s)) return t;
     auto key = std::make_tuple(t, static_cast<int>(to.kind), to.dim, s);
     auto hit = cache_.find(key);
     if (hit != cache_.end()) return hit->second;
@@ -139,7 +154,9 @@ private:
         t = hit->second;
       } else {
         const ir::Op& prod = m_->ops[producer];
-        bool whole = m_->tensors[t].layout.kind != LayoutKind::DataParallel;
+        // A stage of split regions only holds whole tensors (its micro-batch need not
+        // divide over all its devices).
+        bool whole = m_->tensors[t].layout.kind != LayoutKind::DataParallel || stage(op.stage).allSplit;
         Layout crossing = whole ? Layout{LayoutKind::Replicated, -1} : Layout{};
         int sent = convert(t, crossing, from, prod.scope, prod.site);
         // Pieces per group: data-parallel spreads the micro-batch over all devices,

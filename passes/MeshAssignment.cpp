@@ -167,14 +167,11 @@ private:
       return;
     }
     int64_t micro = batch / (mb * dp);
-    // Ops outside split regions spread the micro-batch over the whole group; a stage
-    // that is all split regions spreads it over its copies.
-    std::vector<bool> loose(mesh.stages.size(), false);
-    for (const ir::Op& op : m.ops)
-      if (m.splitScopeOf(op.scope) < 0) loose[op.stage] = true;
     for (size_t s = 0; s < mesh.stages.size(); ++s) {
+      // Ops outside split regions spread the micro-batch over the whole group; a stage
+      // that is all split regions spreads it over its copies.
       const ir::StagePlan& st = mesh.stages[s];
-      int64_t devices = loose[s] ? st.group : st.copies();
+      int64_t devices = st.allSplit ? st.copies() : st.group;
       if (micro % devices != 0) {
         int64_t need = mb * dp * devices;
         ctx.diags

@@ -125,6 +125,9 @@ private:
       // Keep a layout all inputs share (not partial sums, which must be reduced first).
       Layout l = current(m, op.inputs[0]);
       bool same = l.kind != LayoutKind::Partial;
+      // A pooling window must not straddle a cut along height or width.
+      bool pool = op.kind == ir::OpKind::MaxPool || op.kind == ir::OpKind::AvgPool;
+      if (pool && l.kind == LayoutKind::Sharded && l.dim >= 2) same = false;
       for (int t : op.inputs)
         same = same && current(m, t) == l && rank(t) == rank(op.inputs[0]);
       if (same) {

@@ -51,6 +51,9 @@ public:
       next = op.stage;
       ++counts[op.stage];
     }
+    for (auto& st : m.mesh.stages) st.allSplit = true;
+    for (const ir::Op& op : m.ops)
+      if (m.splitScopeOf(op.scope) < 0) m.mesh.stages[op.stage].allSplit = false;
     for (size_t s = 0; s < counts.size(); ++s)
       if (counts[s] == 0) {
         ctx.diags.error(m.mesh.stages[s].loc, fmt::format("stage {} has no ops", s))

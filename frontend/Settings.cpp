@@ -1,6 +1,6 @@
 // Checks `policy` and `train` settings against typed key tables and fills ir::Policy and
 // ir::TrainConfig. Each bad key is its own error; keys are independent, so no cascade.
-#include "frontend/Settings.h"
+#include "frontend/SettingSchemas.h"
 
 #include "frontend/Elaborator.h"
 #include "support/Text.h"
@@ -12,62 +12,6 @@
 namespace epl::frontend {
 
 namespace {
-
-enum class ArgType { String, Number, Integer };
-
-// One argument of a call-shaped value, with the range its number must lie in.
-struct CallArg {
-  std::string name;
-  ArgType type = ArgType::Number;
-  bool required = false;
-  double lo = 0, hi = 1e300;
-  bool loOpen = false; // lo itself is not allowed (a learning rate must be > 0)
-};
-
-CallArg path(std::string name, bool required = true) { return {std::move(name), ArgType::String, required}; }
-CallArg count(std::string name, bool required, double lo) { return {std::move(name), ArgType::Integer, required, lo}; }
-CallArg positive(std::string name, bool required = false) {
-  return {std::move(name), ArgType::Number, required, 0, 1e300, true};
-}
-CallArg nonNegative(std::string name) { return {std::move(name), ArgType::Number, false, 0}; }
-CallArg fraction(std::string name) { return {std::move(name), ArgType::Number, false, 0, 1}; } // [0, 1)
-
-// Call-shaped values a key accepts: `adamw(lr = 3e-4)`, `tokens("x.bin", seq = 128)`.
-struct CallSchema {
-  std::string group; // data, optimizer, lr_schedule
-  std::string name;
-  std::vector<CallArg> args;
-  std::string doc;
-};
-
-const std::vector<CallSchema>& callSchemas() {
-  static const std::vector<CallSchema> t = {
-      {"data", "tokens", {path("path"), count("seq", true, 1), fraction("val_fraction")},
-       "uint16 little-endian token file (nanoGPT .bin); windows of seq + 1 tokens"},
-      {"data", "text", {path("path"), count("seq", true, 1), fraction("val_fraction")},
-       "raw text read as bytes (vocab 256); windows of seq + 1 bytes"},
-      {"data", "idx", {path("images"), path("labels"), path("test_images", false), path("test_labels", false)},
-       "IDX image and label files, gzip allowed (MNIST, Fashion-MNIST); the test pair is the "
-       "evaluation split"},
-      {"data", "synthetic", {count("samples", true, 1), count("classes", false, 1)},
-       "seeded random inputs and targets"},
-      {"optimizer", "sgd", {positive("lr", true), fraction("momentum"), nonNegative("weight_decay")},
-       "stochastic gradient descent with optional momentum"},
-      {"optimizer", "adam",
-       {positive("lr", true), fraction("beta1"), fraction("beta2"), positive("eps"), nonNegative("weight_decay")},
-       "Adam (L2 weight decay added to the gradient)"},
-      {"optimizer", "adamw",
-       {positive("lr", true), fraction("beta1"), fraction("beta2"), positive("eps"), nonNegative("weight_decay")},
-       "Adam with decoupled weight decay"},
-      {"lr_schedule", "constant", {count("warmup", false, 0)}, "constant rate after an optional linear warmup"},
-      {"lr_schedule", "linear", {count("warmup", false, 0), nonNegative("final_lr")},
-       "linear warmup, then linear decay to final_lr at the last step"},
-      {"lr_schedule", "cosine", {count("warmup", false, 0), nonNegative("min_lr")},
-       "linear warmup, then cosine decay to min_lr at the last step"},
-  };
-  return t;
-}
-
 using Apply = std::function<void(const ast::Setting&)>;
 
 std::vector<std::string> keyNames(const std::vector<KeyDoc>& keys) {
@@ -78,65 +22,6 @@ std::vector<std::string> keyNames(const std::vector<KeyDoc>& keys) {
 }
 
 } // namespace
-
-const std::vector<KeyDoc>& policyKeys() {
-  static const std::vector<KeyDoc> t = {
-      {"micro_batches", "integer >= 1", "1",
-       "micro-batches per step (pipeline depth and gradient accumulation)"},
-      {"schedule", "gpipe | 1f1b | interleaved", "1f1b", "pipeline schedule"},
-      {"zero", "0 | 1 | 2 | 3", "0",
-       "ZeRO stage: 1 shards optimizer states, 2 also gradients, 3 also parameters"},
-      {"recompute", "none | auto | every | [def names]", "none",
-       "which blocks recompute activations in backward"},
-      {"offload", "none | optimizer | params", "none",
-       "what lives off the device between uses (params needs zero = 3)"},
-      {"offload_to", "cpu | disk", "cpu", "where offloaded state goes"},
-      {"amp", "none | fp16 | bf16", "none", "mixed precision (fp16 uses a dynamic loss scale)"},
-      {"comm_dtype", "fp32 | bf16 | fp16", "fp32", "dtype of gradient reduction"},
-      {"bucket_mb", "integer MB or a size", "25",
-       "gradient bucket size for the data-parallel reduction"},
-      {"comm_timeout", "seconds", "300",
-       "a collective waiting longer ends the job, naming the instruction"},
-      {"device_memory", "size (e.g. 80GB)", "none",
-       "memory of one device; a plan that does not fit is an error"},
-  };
-  return t;
-}
-
-const std::vector<KeyDoc>& trainKeys() {
-  static const std::vector<KeyDoc> t = {
-      {"data", "tokens(…) | text(…) | idx(…) | synthetic(…)", "required", "the training data"},
-      {"batch", "integer >= 1", "required",
-       "global batch in samples, over all data-parallel ranks and micro-batches"},
-      {"optimizer", "sgd(…) | adam(…) | adamw(…)", "adamw(lr = 1e-3)",
-       "the optimizer and its hyper-parameters"},
-      {"lr_schedule", "constant | linear(…) | cosine(…)", "constant",
-       "learning-rate schedule over `steps`"},
-      {"steps", "integer >= 1", "100", "optimizer steps to run"},
-      {"clip_grad_norm", "number >= 0", "0 (off)", "clip the global gradient norm to this value"},
-      {"log_every", "integer >= 1", "10", "steps between log lines"},
-      {"eval", "{ every = n, batches = n }", "none",
-       "evaluate on the validation split every n steps"},
-      {"checkpoint", "{ dir = \"…\", every = n, keep = n }", "none",
-       "write checkpoints every n steps"},
-      {"seed", "integer >= 0", "0", "seed for initialisation, data order and dropout"},
-  };
-  return t;
-}
-
-const std::vector<KeyDoc>& settingCalls() {
-  static const std::vector<KeyDoc> t = [] {
-    std::vector<KeyDoc> out;
-    for (const auto& c : callSchemas()) {
-      std::vector<std::string> args;
-      for (const auto& a : c.args)
-        args.push_back(a.name);
-      out.push_back({c.name, c.group, fmt::format("{}", fmt::join(args, ", ")), c.doc});
-    }
-    return out;
-  }();
-  return t;
-}
 
 namespace {
 
@@ -203,8 +88,8 @@ public:
     const ast::Expr& e = *s.value;
     std::string w;
     auto constant = e.kind == ast::ExprKind::Name ? constants_.find(e.text) : constants_.end();
-    if (constant != constants_.end() &&
-        (constant->second.kind == Value::Kind::Word || constant->second.kind == Value::Kind::String))
+    if (constant != constants_.end() && (constant->second.kind == Value::Kind::Word ||
+                                         constant->second.kind == Value::Kind::String))
       w = constant->second.s; // `let s = 1f1b` then `schedule = s`
     else if (e.kind == ast::ExprKind::Name || e.kind == ast::ExprKind::Word ||
              e.kind == ast::ExprKind::String)
@@ -289,7 +174,8 @@ public:
         return SIZE_MAX;
       }
       if (pos >= schema.args.size()) {
-        error(*a.value, fmt::format("`{}` takes {} arguments but more were given", schema.name, schema.args.size()));
+        error(*a.value, fmt::format("`{}` takes {} arguments but more were given", schema.name,
+                                    schema.args.size()));
         return SIZE_MAX;
       }
       return pos++;
@@ -301,21 +187,26 @@ public:
       names.push_back(schema.args[i].name);
     }
     std::string near = closestMatch(a.keyword, names);
-    auto d = diags_.error(a.keywordLoc, fmt::format("`{}` has no argument `{}`", schema.name, a.keyword));
+    auto d = diags_.error(a.keywordLoc,
+                          fmt::format("`{}` has no argument `{}`", schema.name, a.keyword));
     d.length(static_cast<uint32_t>(a.keyword.size()));
     if (!near.empty()) d.help(fmt::format("did you mean `{}`?", near));
     return SIZE_MAX;
   }
 
   // Checks one argument's kind and range and stores it in `out`.
-  bool readArg(const CallSchema& schema, const CallArg& spec, const ast::Expr& at, ir::CallSpec& out) {
+  bool readArg(const CallSchema& schema, const CallArg& spec, const ast::Expr& at,
+               ir::CallSpec& out) {
     Value v = eval_(at);
-    const char* want = spec.type == ArgType::String ? "a string" : spec.type == ArgType::Integer ? "an integer" : "a number";
-    bool ok = spec.type == ArgType::String ? v.kind == Value::Kind::String
+    const char* want = spec.type == ArgType::String    ? "a string"
+                       : spec.type == ArgType::Integer ? "an integer"
+                                                       : "a number";
+    bool ok = spec.type == ArgType::String    ? v.kind == Value::Kind::String
               : spec.type == ArgType::Integer ? v.kind == Value::Kind::Int
-                                               : v.isNumber();
+                                              : v.isNumber();
     if (!ok) {
-      error(at, fmt::format("argument `{}` of `{}` must be {}, found {}", spec.name, schema.name, want, kindName(v.kind)));
+      error(at, fmt::format("argument `{}` of `{}` must be {}, found {}", spec.name, schema.name,
+                            want, kindName(v.kind)));
       return false;
     }
     if (spec.type == ArgType::String) {
@@ -326,10 +217,11 @@ public:
     bool below = spec.loOpen ? x <= spec.lo : x < spec.lo;
     bool above = spec.hi == 1 ? x >= 1 : x > spec.hi;
     if (below || above) {
-      std::string range = spec.hi == 1 ? fmt::format("in [{}, 1)", spec.lo)
+      std::string range = spec.hi == 1  ? fmt::format("in [{}, 1)", spec.lo)
                           : spec.loOpen ? fmt::format("more than {}", spec.lo)
                                         : fmt::format("at least {}", spec.lo);
-      error(at, fmt::format("argument `{}` of `{}` must be {}, got {}", spec.name, schema.name, range, x));
+      error(at, fmt::format("argument `{}` of `{}` must be {}, got {}", spec.name, schema.name,
+                            range, x));
       return false;
     }
     out.numbers[spec.name] = x;

@@ -1,5 +1,5 @@
 // The syntax tree of one .epl file, with a source location on every node.
-// Built from the ANTLR parse tree by frontend/AstBuilder.cpp; nothing else sees ANTLR.
+// Built from the ANTLR parse tree by frontend/Parser.cpp; nothing else sees ANTLR.
 #pragma once
 #include "support/SourceManager.h"
 

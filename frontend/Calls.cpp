@@ -298,7 +298,14 @@ Value Elaborator::callDef(const ast::Function& def, const ast::Expr& call, std::
         .help("end the def with `return x`");
     throw CompileAborted{};
   }
-  if (def.result && def.result->isTensor != (result.kind == Value::Kind::Tensor)) {
+  const std::string resultType = def.result && !def.result->isTensor ? def.result->name : "";
+  bool scalarMismatch = (resultType == "int" && result.kind != Value::Kind::Int) ||
+                        (resultType == "float" && !result.isNumber()) ||
+                        (resultType == "bool" && result.kind != Value::Kind::Bool) ||
+                        (resultType == "str" && result.kind != Value::Kind::String &&
+                         result.kind != Value::Kind::Word);
+  if (def.result &&
+      (scalarMismatch || def.result->isTensor != (result.kind == Value::Kind::Tensor))) {
     std::string got = result.kind == Value::Kind::Tensor
                           ? "`" + ctx.module->tensors[result.tensor].type.str() + "`"
                           : kindName(result.kind);

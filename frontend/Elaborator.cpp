@@ -111,13 +111,19 @@ void Elaborator::checkSignature(const ast::Function& fn) {
       throw CompileAborted{};
     }
     if (p.type.isTensor || kScalarTypes.count(p.type.name)) continue;
-    std::string near = closestMatch(p.type.name, names);
-    auto d = diags_.error(p.type.loc, fmt::format("unknown type `{}`", p.type.name));
-    d.length(static_cast<uint32_t>(p.type.name.size()));
-    d.help(near.empty() ? "parameter types are a tensor type such as f32[B, D], or int, float, bool, str"
-                        : fmt::format("did you mean `{}`?", near));
-    throw CompileAborted{};
+    unknownType(p.type, names);
   }
+  if (fn.result && !fn.result->isTensor && !kScalarTypes.count(fn.result->name))
+    unknownType(*fn.result, names);
+}
+
+void Elaborator::unknownType(const ast::TypeRef& type, const std::vector<std::string>& names) {
+  std::string near = closestMatch(type.name, names);
+  auto d = diags_.error(type.loc, fmt::format("unknown type `{}`", type.name));
+  d.length(static_cast<uint32_t>(type.name.size()));
+  d.help(near.empty() ? "types are a tensor type such as f32[B, D], or int, float, bool, str"
+                      : fmt::format("did you mean `{}`?", near));
+  throw CompileAborted{};
 }
 
 std::optional<ir::Module> Elaborator::run(uint32_t mainFile) {

@@ -1,6 +1,7 @@
 // Checks a loaded program and expands its model into IR: evaluates `let`s, inlines `def`
 // calls and `repeat`, infers symbolic shapes, and records parallel scopes.
-// One class, its parts in Loader.cpp, Elaborator.cpp, Expressions.cpp and Settings.cpp.
+// One class, its parts in Loader.cpp, Elaborator.cpp, Expressions.cpp, Calls.cpp and
+// Settings.cpp.
 #pragma once
 #include "frontend/Ast.h"
 #include "frontend/Frontend.h"
@@ -47,6 +48,7 @@ private:
   // Expressions.cpp: expressions and calls.
   Value eval(const ast::Expr& e, Frame& frame, Context* ctx);
   Value evalBinary(const ast::Expr& e, Frame& frame, Context* ctx);
+  Value evalInts(const ast::Expr& e, const Value& a, const Value& b);
   Value evalCall(const ast::Expr& e, Frame& frame, Context* ctx, bool inRepeat);
   Value evalRepeat(const ast::Expr& e, Frame& frame, Context* ctx);
   Value callBuiltin(const ir::OpInfo& info, const ast::Expr& call, std::vector<Value> args,
@@ -63,6 +65,7 @@ private:
   void checkBatchFirst(const ast::Expr& at, const ir::Module& m, const std::string& op,
                        const std::vector<ir::TensorType>& out);
   void checkSignature(const ast::Function& fn);
+  [[noreturn]] void unknownType(const ast::TypeRef& type, const std::vector<std::string>& names);
   Value emitOp(ir::OpKind kind, const ast::Expr& at, std::vector<int> inputs, ir::Attrs attrs,
                Context& ctx, const std::string& name, bool inRepeat);
   std::string uniqueName(Context& ctx, const std::string& base, bool inRepeat);

@@ -118,31 +118,42 @@ bool checkedArith(char op, int64_t a, int64_t b, int64_t& r) {
 
 } // namespace
 
+// Integer arithmetic: exact, overflow-checked; `/` must divide, `//` and `%` floor.
+Value Elaborator::evalInts(const ast::Expr& e, const Value& a, const Value& b) {
+  const std::string& op = e.text;
+  if (op == "/" || op == "//" || op == "%") {
+    if (b.i == 0) fail(e, "division by zero");
+    if (op == "/" && a.i % b.i != 0)
+      fail(e, fmt::format("{} is not divisible by {}", operandText(*e.operands[0], a.i),
+                          operandText(*e.operands[1], b.i)));
+    if (a.i == INT64_MIN && b.i == -1) fail(e, "integer overflow");
+    // `//` and `%` floor, as in Python: (a // b) * b + a % b == a for every sign.
+    int64_t q = a.i / b.i, r = a.i % b.i;
+    if (r != 0 && ((r < 0) != (b.i < 0))) {
+      --q;
+      r += b.i;
+    }
+    return Value::ofInt(op == "%" ? r : q);
+  }
+  int64_t r = 0;
+  if (!checkedArith(op[0], a.i, b.i, r))
+    fail(e, fmt::format("integer overflow in {} {} {}", a.i, op, b.i));
+  return Value::ofInt(r);
+}
+
 // Integers: exact arithmetic, `/` must divide (so `layers / 2` never drops a layer), `//`
 // floors. Symbolic dims multiply. Tensors: + - * elementwise, or scaled by a number.
 Value Elaborator::evalBinary(const ast::Expr& e, Frame& frame, Context* ctx) {
   Value a = eval(*e.operands[0], frame, ctx), b = eval(*e.operands[1], frame, ctx);
+
   const std::string& op = e.text;
   using VK = Value::Kind;
   if (a.kind == VK::Int && b.kind == VK::Int) {
-    if (op == "/" || op == "//" || op == "%") {
-      if (b.i == 0) fail(e, "division by zero");
-      if (op == "/" && a.i % b.i != 0)
-        fail(e, fmt::format("{} is not divisible by {}", operandText(*e.operands[0], a.i),
-                            operandText(*e.operands[1], b.i)));
-      if (a.i == INT64_MIN && b.i == -1) fail(e, "integer overflow");
-      // `//` and `%` floor, as in Python: (a // b) * b + a % b == a for every sign.
-      int64_t q = a.i / b.i, r = a.i % b.i;
-      if (r != 0 && ((r < 0) != (b.i < 0))) {
-        --q;
-        r += b.i;
-      }
-      return Value::ofInt(op == "%" ? r : q);
-    }
-    int64_t r = 0;
-    if (!checkedArith(op[0], a.i, b.i, r))
-      fail(e, fmt::format("integer overflow in {} {} {}", a.i, op, b.i));
-    return Value::ofInt(r);
+    // Arithmetic on a size gives a size (`2 * 8GB`); a size over a size is a ratio.
+    Value r = evalInts(e, a, b);
+    bool ratio = a.isSize && b.isSize && (op == "/" || op == "//");
+    r.isSize = (a.isSize || b.isSize) && !ratio;
+    return r;
   }
   if (a.isNumber() && b.isNumber()) {
     double x = a.number(), y = b.number();
@@ -212,7 +223,13 @@ Value Elaborator::emitOp(ir::OpKind kind, const ast::Expr& at, std::vector<int> 
   for (int t : inputs)
     in.push_back(m.tensors[t].type);
   std::string err = ir::inferTypes(kind, in, attrs, out);
-  if (!err.empty()) fail(at, err);
+  if (!err.empty()) {
+    auto d = diags_.error(at.loc, err);
+    d.length(at.length);
+    // Inside a def (maybe in stdlib/), also show the model line that expanded it.
+    if (ctx.site.valid()) d.noteAt(ctx.site, "in the expansion of this call");
+    throw CompileAborted{};
+  }
   checkBatchFirst(at, m, ir::opInfo(kind).name, out);
   ir::Op op;
   op.kind = kind;

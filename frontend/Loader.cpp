@@ -51,8 +51,10 @@ bool Elaborator::load(uint32_t file, std::vector<uint32_t>& stack) {
         for (uint32_t f : stack)
           chain += fs::path(diags_.sources().path(f)).filename().string() + " -> ";
         bool self = known->second == file;
-        diags_.error(imp.loc, self ? fmt::format("import cycle: `{}` imports itself", imp.path)
-                                   : fmt::format("import cycle: `{}` is already being imported", imp.path))
+        diags_
+            .error(imp.loc,
+                   self ? fmt::format("import cycle: `{}` imports itself", imp.path)
+                        : fmt::format("import cycle: `{}` is already being imported", imp.path))
             .length(static_cast<uint32_t>(imp.path.size() + 2))
             .note(chain + fs::path(path).filename().string());
         ok = false;

@@ -88,9 +88,11 @@ public:
     const ast::Expr& e = *s.value;
     std::string w;
     auto constant = e.kind == ast::ExprKind::Name ? constants_.find(e.text) : constants_.end();
-    if (constant != constants_.end() && (constant->second.kind == Value::Kind::Word ||
-                                         constant->second.kind == Value::Kind::String))
+    Value::Kind ck = constant != constants_.end() ? constant->second.kind : Value::Kind::Int;
+    if (ck == Value::Kind::Word || ck == Value::Kind::String)
       w = constant->second.s; // `let s = 1f1b` then `schedule = s`
+    else if (ck == Value::Kind::None || ck == Value::Kind::Auto)
+      w = ck == Value::Kind::None ? "none" : "auto";
     else if (e.kind == ast::ExprKind::Name || e.kind == ast::ExprKind::Word ||
              e.kind == ast::ExprKind::String)
       w = e.text;

@@ -95,14 +95,17 @@ private:
   // Whether `t` has the batch in dim 0 (scalars and position tables do not).
   bool hasBatch(int t) const {
     const ir::Shape& shape = m_->tensors[t].type.shape;
-    return !shape.empty() && std::count(shape[0].syms.begin(), shape[0].syms.end(), m_->batchSymbol) > 0;
+    return !shape.empty() &&
+           std::count(shape[0].syms.begin(), shape[0].syms.end(), m_->batchSymbol) > 0;
   }
 
   // Data-parallel and whole are one layout where there is nothing to gather: in a stage
   // without split regions (each copy is one device), or for a tensor without a batch.
   bool sameAs(int t, Layout from, Layout to, int s) const {
     if (from == to) return true;
-    auto batchOnly = [](Layout l) { return l.kind == LayoutKind::DataParallel || l.kind == LayoutKind::Replicated; };
+    auto batchOnly = [](Layout l) {
+      return l.kind == LayoutKind::DataParallel || l.kind == LayoutKind::Replicated;
+    };
     return batchOnly(from) && batchOnly(to) && (stage(s).splitWidth == 1 || !hasBatch(t));
   }
 
@@ -156,17 +159,17 @@ private:
         const ir::Op& prod = m_->ops[producer];
         // A stage of split regions only holds whole tensors (its micro-batch need not
         // divide over all its devices).
-        bool whole = m_->tensors[t].layout.kind != LayoutKind::DataParallel || stage(op.stage).allSplit;
+        bool whole =
+            m_->tensors[t].layout.kind != LayoutKind::DataParallel || stage(op.stage).allSplit;
         Layout crossing = whole ? Layout{LayoutKind::Replicated, -1} : Layout{};
         int sent = convert(t, crossing, from, prod.scope, prod.site);
         // Pieces per group: data-parallel spreads the micro-batch over all devices,
         // whole tensors over the copies of the split region.
         int srcPieces = whole ? stage(from).copies() : stage(from).group;
         int dstPieces = whole ? stage(op.stage).copies() : stage(op.stage).group;
-        std::string what = srcPieces == dstPieces && stage(from).group == stage(op.stage).group
-                               ? "send/recv"
-                               : fmt::format("send/recv, regroup {} -> {} devices",
-                                             stage(from).group, stage(op.stage).group);
+        std::string what = srcPieces == dstPieces ? "send/recv"
+                                                  : fmt::format("send/recv, batch split {} -> {}",
+                                                                srcPieces, dstPieces);
         int64_t bytes = micro() ? bytesWith(sent, micro() / dstPieces) : -1;
         t = emit(ir::OpKind::SendRecv, sent, op.stage, 0, op.site,
                  {{"from_stage", int64_t{from}}, {"to_stage", int64_t{op.stage}}},

@@ -158,7 +158,20 @@ private:
     return e;
   }
 
+  // Every later stage walks expressions recursively, so their depth is bounded here
+  // (`1 + 1 + …` nests one level per operator).
   ast::ExprPtr expr(G::ExprContext* c) {
+    if (++exprDepth_ > kMaxNesting) {
+      diags_.error(loc(c), fmt::format("expression nested deeper than {} levels", kMaxNesting))
+          .note("split it into steps with `let` or intermediate names");
+      throw CompileAborted{};
+    }
+    ast::ExprPtr e = exprBody(c);
+    --exprDepth_;
+    return e;
+  }
+
+  ast::ExprPtr exprBody(G::ExprContext* c) {
     if (auto* n = dynamic_cast<G::NegExprContext*>(c)) {
       auto e = node(ast::ExprKind::Neg, n->getStart());
       e->operands.push_back(expr(n->expr()));
@@ -326,6 +339,7 @@ private:
 
   uint32_t file_;
   Diagnostics& diags_;
+  int exprDepth_ = 0;
 };
 
 } // namespace

@@ -9,7 +9,7 @@ namespace epl::frontend {
 
 // Deepest bracket nesting accepted; deeper input gets an error, never a stack overflow.
 constexpr int kMaxNesting = 256;
-// Largest source file accepted (1 MiB): a single expression that long still parses.
+// Largest source file accepted (1 MiB), which bounds the parser's memory.
 constexpr size_t kMaxSourceBytes = size_t{1} << 20;
 
 // Parses the file `fileId` of diags.sources(). Reports the first syntax error (one mistake,

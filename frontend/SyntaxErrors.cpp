@@ -178,7 +178,14 @@ void ErrorListener::syntaxError(antlr4::Recognizer* recognizer, antlr4::Token* o
 // and nesting deep enough to exhaust the parser's stack.
 bool checkTokens(uint32_t file, antlr4::CommonTokenStream& tokens, Diagnostics& diags) {
   int depth = 0;
+  int minusRun = 0; // `- - - x`: the parser recurses once per prefix minus
   for (antlr4::Token* t : tokens.getTokens()) {
+    minusRun = t->getText() == "-" ? minusRun + 1 : 0;
+    if (minusRun > kMaxNesting) {
+      diags.error(locOf(file, t), fmt::format("nesting deeper than {} levels", kMaxNesting))
+          .note("EPL limits the depth of brackets, blocks and expressions to keep compilation bounded");
+      return false;
+    }
     switch (t->getType()) {
     case Lx::BAD_CHAR:
       diags.error(locOf(file, t), fmt::format("unexpected character `{}`", t->getText()));
@@ -195,7 +202,7 @@ bool checkTokens(uint32_t file, antlr4::CommonTokenStream& tokens, Diagnostics& 
     if (s == "(" || s == "[" || s == "{") {
       if (++depth > kMaxNesting) {
         diags.error(locOf(file, t), fmt::format("nesting deeper than {} levels", kMaxNesting))
-            .note("EPL limits the depth of brackets and blocks to keep compilation bounded");
+            .note("EPL limits the depth of brackets, blocks and expressions to keep compilation bounded");
         return false;
       }
     } else if (s == ")" || s == "]" || s == "}") {

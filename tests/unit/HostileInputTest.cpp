@@ -72,12 +72,16 @@ TEST_CASE("10000 nested parentheses stop at the nesting limit") {
   CHECK(r.errors == "nesting deeper than 256 levels\n");
 }
 
-TEST_CASE("long flat expressions are fine") {
-  std::string sum = "1" + repeatText(" + 1", 100000);
-  auto r = plan("let a = " + sum + "\n" + kHead + kTail);
-  CHECK(r.planned);
+TEST_CASE("expressions deeper than the limit are an error, never a stack overflow") {
+  // `1 + 1 + …` nests one level per operator; 256 levels is the limit.
+  CHECK(plan("let a = 1" + repeatText(" + 1", 255) + "\n" + kHead + kTail).planned);
+  auto sum = plan("let a = 1" + repeatText(" + 1", 100000) + "\n" + kHead + kTail);
+  CHECK_FALSE(sum.planned);
+  CHECK(sum.errors == "expression nested deeper than 256 levels\n");
+  CHECK(plan("let a = " + repeatText("-", 200) + "1\n" + kHead + kTail).planned);
   auto neg = plan("let a = " + repeatText("-", 100000) + "1\n" + kHead + kTail);
-  CHECK(neg.planned);
+  CHECK_FALSE(neg.planned);
+  CHECK(neg.errors == "nesting deeper than 256 levels\n");
 }
 
 TEST_CASE("an integer past 2^63 is an error") {
@@ -122,7 +126,7 @@ TEST_CASE("an import cycle is an error, not a hang") {
 }
 
 TEST_CASE("a very long line renders a shortened caret line") {
-  std::string text = kHead + "  z = " + repeatText("x + ", 50000) + "q\n" + kTail;
+  std::string text = kHead + "  z = q" + repeatText(" ", 50000) + "+ x\n" + kTail;
   epl::Session session;
   epl::PlanOptions options;
   auto m = epl::planText("long.epl", text, session, options);

@@ -16,7 +16,11 @@ struct PlanOptions {
   int np = 0;                       // devices; 0 means one model replica
   std::set<std::string> printAfter; // pass names whose IR to print, or "all"
   bool timePasses = false;
-  bool verifyEach = false;             // verify the IR after every pass
+#ifdef NDEBUG
+  bool verifyEach = false; // verify the IR after every pass (on in debug and test builds)
+#else
+  bool verifyEach = true;
+#endif
   std::vector<std::string> importPath; // searched after the script's folder; stdlib/ is added
   std::ostream* passOutput = nullptr;  // where --print-after / --time-passes write
 };

@@ -32,13 +32,14 @@ bool isWord(const std::string& s) {
 // such as '->' or '{' are punctuation and are left out.
 std::set<std::string> grammarKeywords(const std::string& g) {
   std::set<std::string> out;
-  std::string rule;       // the rule being read; empty between rules
-  std::string lastName;   // the last bare name seen before the rule's ':'
+  std::string rule;     // the rule being read; empty between rules
+  std::string lastName; // the last bare name seen before the rule's ':'
   bool inRule = false;
   for (size_t i = 0; i < g.size(); ++i) {
     char c = g[i];
     if (c == '/' && i + 1 < g.size() && g[i + 1] == '/') { // line comment
-      while (i < g.size() && g[i] != '\n') ++i;
+      while (i < g.size() && g[i] != '\n')
+        ++i;
       continue;
     }
     if (c == '/' && i + 1 < g.size() && g[i + 1] == '*') { // block comment
@@ -52,16 +53,21 @@ std::set<std::string> grammarKeywords(const std::string& g) {
         if (g[i] == '\\' && i + 1 < g.size()) ++i;
         lit += g[i];
       }
-      if (inRule && !rule.empty() && std::isupper(static_cast<unsigned char>(rule[0])) && isWord(lit)) out.insert(lit);
+      if (inRule && !rule.empty() && std::isupper(static_cast<unsigned char>(rule[0])) &&
+          isWord(lit))
+        out.insert(lit);
       continue;
     }
     if (c == '[') { // a character set such as [a-zA-Z_]: no literals inside
-      while (i < g.size() && g[i] != ']') i += g[i] == '\\' ? 2 : 1;
+      while (i < g.size() && g[i] != ']')
+        i += g[i] == '\\' ? 2 : 1;
       continue;
     }
     if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
       size_t start = i;
-      while (i + 1 < g.size() && (std::isalnum(static_cast<unsigned char>(g[i + 1])) || g[i + 1] == '_')) ++i;
+      while (i + 1 < g.size() &&
+             (std::isalnum(static_cast<unsigned char>(g[i + 1])) || g[i + 1] == '_'))
+        ++i;
       if (!inRule) lastName = g.substr(start, i - start + 1);
       continue;
     }
@@ -85,8 +91,8 @@ bool backticked(const std::string& doc, const std::string& name) {
 
 TEST_CASE("the grammar scan finds the keywords", "[docs]") {
   std::set<std::string> keywords = grammarKeywords(readSource("grammar/Epl.g4"));
-  for (const char* k : {"import", "let", "def", "model", "return", "replicate", "split", "repeat", "auto",
-                        "policy", "train", "true", "false", "none"}) {
+  for (const char* k : {"import", "let", "def", "model", "return", "replicate", "split", "repeat",
+                        "auto", "policy", "train", "true", "false", "none"}) {
     INFO("keyword " << k);
     CHECK(keywords.count(k) == 1);
   }

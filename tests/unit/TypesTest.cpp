@@ -1,0 +1,38 @@
+// Symbolic dims and the text helpers behind every message and plan.
+#include "ir/Types.h"
+#include "support/Text.h"
+
+#include <catch2/catch.hpp>
+
+using epl::ir::Dim;
+
+TEST_CASE("dims multiply, divide exactly and evaluate") {
+  Dim b = Dim::symbol("B"), t = Dim::symbol("T");
+  CHECK((b * Dim::constant(4)).str() == "4*B");
+  CHECK((t * b).str() == "B*T"); // symbols sorted: B*T == T*B
+  CHECK(t * b == b * t);
+  CHECK((Dim::constant(12) * b).divide(4)->str() == "3*B");
+  CHECK_FALSE((Dim::constant(6) * b).divide(4).has_value());
+  CHECK((Dim::constant(2) * b).eval({{"B", 8}}) == 16);
+  CHECK_FALSE(b.eval({}).has_value());
+  CHECK(epl::ir::shapeStr({b, Dim::constant(128)}) == "[B, 128]");
+}
+
+TEST_CASE("numbers print for people") {
+  CHECK(epl::withCommas(175222972416) == "175,222,972,416");
+  CHECK(epl::withCommas(-1234) == "-1,234");
+  CHECK(epl::withCommas(0) == "0");
+  CHECK(epl::formatBytes(512) == "512 B");
+  CHECK(epl::formatBytes(262144) == "262 KB");
+  CHECK(epl::formatBytes(9.87e6) == "9.87 MB");
+  CHECK(epl::formatBytes(100.7e6) == "101 MB");
+  CHECK(epl::formatBytes(999.9e6) == "1.00 GB");
+  CHECK(epl::formatCount(124.4e6) == "124M");
+}
+
+TEST_CASE("suggestions pick close names only") {
+  CHECK(epl::closestMatch("shedule", {"schedule", "zero", "amp"}) == "schedule");
+  CHECK(epl::closestMatch("adamww", {"sgd", "adam", "adamw"}) == "adamw");
+  CHECK(epl::closestMatch("xyz", {"schedule", "zero"}).empty());
+  CHECK(epl::editDistance("kitten", "sitting") == 3);
+}

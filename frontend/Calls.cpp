@@ -13,8 +13,7 @@ namespace epl::frontend {
 // a word (`act: str = gelu`), as it is in a call.
 Value Elaborator::defaultValue(const ast::Param& p, Frame& callee) {
   const ast::Expr& d = *p.defaultValue;
-  bool bare =
-      d.kind == ast::ExprKind::Name && !callee.vars.count(d.text) && !globals_.vars.count(d.text);
+  bool bare = unbound(d, callee);
   if (!p.type.isTensor && p.type.name == "str" && bare) return Value::ofWord(d.text);
   return eval(d, callee, nullptr);
 }
@@ -61,8 +60,7 @@ std::vector<Value> Elaborator::bindArgs(const ast::Expr& call,
     argExprs[slot] = a.value.get();
     // A bare name for a word argument (`act = gelu`) is the word itself, not a variable.
     const ast::Expr& v = *a.value;
-    bool bareWord = wordArgs[slot] && v.kind == ast::ExprKind::Name && !frame.vars.count(v.text) &&
-                    !globals_.vars.count(v.text);
+    bool bareWord = wordArgs[slot] && unbound(v, frame);
     vals[slot] = bareWord ? Value::ofWord(v.text) : eval(v, frame, ctx);
   }
   for (size_t i = 0; i < names.size(); ++i)
@@ -236,8 +234,7 @@ void Elaborator::bindParam(const ast::Param& p, const Value& v, const ast::Expr*
   }
   for (size_t i = 0; i < p.type.dims.size(); ++i) {
     const ast::Expr& d = *p.type.dims[i];
-    if (d.kind == ast::ExprKind::Name && !callee.vars.count(d.text) &&
-        !globals_.vars.count(d.text)) {
+    if (unbound(d, callee)) {
       callee.vars[d.text] = Value::ofDim(actual.shape[i]);
       continue;
     }
@@ -321,8 +318,7 @@ Value Elaborator::callDef(const ast::Function& def, const ast::Expr& call, std::
     std::vector<std::string> declared;
     for (size_t i = 0; i < def.result->dims.size(); ++i) {
       const ast::Expr& d = *def.result->dims[i];
-      bool free = d.kind == ast::ExprKind::Name && !callee.vars.count(d.text) &&
-                  !globals_.vars.count(d.text);
+      bool free = unbound(d, callee);
       Value v = free ? Value::ofWord(d.text) : eval(d, callee, nullptr);
       bool isDim = v.kind == Value::Kind::Int || v.kind == Value::Kind::Dim;
       declared.push_back(isDim ? v.asDim().str() : d.text);

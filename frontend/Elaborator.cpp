@@ -212,9 +212,7 @@ void Elaborator::bindModelInputs(const ast::Function& model, ir::Module& m, Fram
     ir::Shape shape;
     for (size_t i = 0; i < p.type.dims.size(); ++i) {
       const ast::Expr& d = *p.type.dims[i];
-      if (d.kind == ast::ExprKind::Name && !frame.vars.count(d.text) &&
-          !globals_.vars.count(d.text))
-        frame.vars[d.text] = Value::ofDim(ir::Dim::symbol(d.text));
+      if (unbound(d, frame)) frame.vars[d.text] = Value::ofDim(ir::Dim::symbol(d.text));
       Value v = eval(d, frame, nullptr);
       if (v.kind != Value::Kind::Int && v.kind != Value::Kind::Dim)
         fail(d, fmt::format("a dim must be an integer or a name, found {}", kindName(v.kind)));

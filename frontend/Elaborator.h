@@ -70,6 +70,8 @@ private:
                Context& ctx, const std::string& name, bool inRepeat);
   std::string uniqueName(Context& ctx, const std::string& base, bool inRepeat);
   Value lookup(const ast::Expr& e, Frame& frame);
+  // A bare name bound neither in `frame` nor globally: a new dim symbol, or a word.
+  bool unbound(const ast::Expr& e, const Frame& frame) const;
   int64_t expectInt(const ast::Expr& e, Frame& frame, Context* ctx, const std::string& what);
   [[noreturn]] void fail(const ast::Expr& e, std::string message);
   // Settings.cpp: policy and train blocks.

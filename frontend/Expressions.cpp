@@ -8,6 +8,10 @@
 
 namespace epl::frontend {
 
+bool Elaborator::unbound(const ast::Expr& e, const Frame& frame) const {
+  return e.kind == ast::ExprKind::Name && !frame.vars.count(e.text) && !globals_.vars.count(e.text);
+}
+
 Value Elaborator::lookup(const ast::Expr& e, Frame& frame) {
   auto it = frame.vars.find(e.text);
   if (it != frame.vars.end()) return it->second;

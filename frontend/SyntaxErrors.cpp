@@ -183,7 +183,8 @@ bool checkTokens(uint32_t file, antlr4::CommonTokenStream& tokens, Diagnostics& 
     minusRun = t->getText() == "-" ? minusRun + 1 : 0;
     if (minusRun > kMaxNesting) {
       diags.error(locOf(file, t), fmt::format("nesting deeper than {} levels", kMaxNesting))
-          .note("EPL limits the depth of brackets, blocks and expressions to keep compilation bounded");
+          .note("EPL limits the depth of brackets, blocks and expressions to keep compilation "
+                "bounded");
       return false;
     }
     switch (t->getType()) {
@@ -202,7 +203,8 @@ bool checkTokens(uint32_t file, antlr4::CommonTokenStream& tokens, Diagnostics& 
     if (s == "(" || s == "[" || s == "{") {
       if (++depth > kMaxNesting) {
         diags.error(locOf(file, t), fmt::format("nesting deeper than {} levels", kMaxNesting))
-            .note("EPL limits the depth of brackets, blocks and expressions to keep compilation bounded");
+            .note("EPL limits the depth of brackets, blocks and expressions to keep compilation "
+                  "bounded");
         return false;
       }
     } else if (s == ")" || s == "]" || s == "}") {

@@ -51,7 +51,8 @@ public:
       next = op.stage;
       ++counts[op.stage];
     }
-    for (auto& st : m.mesh.stages) st.allSplit = true;
+    for (auto& st : m.mesh.stages)
+      st.allSplit = true;
     for (const ir::Op& op : m.ops)
       if (m.splitScopeOf(op.scope) < 0) m.mesh.stages[op.stage].allSplit = false;
     for (size_t s = 0; s < counts.size(); ++s)

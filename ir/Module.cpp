@@ -45,10 +45,4 @@ int Module::splitScopeOf(int scope) const {
   return -1;
 }
 
-int64_t Module::tensorBytes(int tensor) const {
-  const Tensor& t = tensors[tensor];
-  auto n = numElements(t.type.shape, bindings);
-  return n ? *n * dtypeBytes(t.type.dtype) : -1;
-}
-
 } // namespace epl::ir

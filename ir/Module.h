@@ -133,7 +133,6 @@ struct Module {
   int stageScopeOf(int scope) const;
   // The split scope enclosing a scope (a split block, or a split stage), or -1.
   int splitScopeOf(int scope) const;
-  int64_t tensorBytes(int tensor) const; // logical bytes under bindings, -1 unknown
 };
 
 } // namespace epl::ir

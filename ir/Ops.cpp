@@ -149,6 +149,25 @@ const OpInfo& opInfo(OpKind kind) {
   std::abort();
 }
 
+std::string cutAttr(OpKind kind) {
+  switch (kind) {
+  case OpKind::Attention:
+    return "heads";
+  case OpKind::Mlp:
+    return "hidden";
+  case OpKind::Moe:
+    return "experts";
+  case OpKind::Embedding:
+    return "vocab";
+  case OpKind::Linear:
+    return "out";
+  case OpKind::Conv2d:
+    return "channels";
+  default:
+    return "";
+  }
+}
+
 const OpInfo* findBuiltin(const std::string& name) {
   for (const auto& i : allOps())
     if (i.builtin && i.name == name) return &i;
@@ -167,13 +186,6 @@ double floatAttr(const Attrs& a, const std::string& key) {
   EPL_ASSERT(std::holds_alternative<double>(it->second), "attribute is not a number");
   return std::get<double>(it->second);
 }
-std::string wordAttr(const Attrs& a, const std::string& key) {
-  auto it = a.find(key);
-  EPL_ASSERT(it != a.end() && std::holds_alternative<std::string>(it->second),
-             "missing word attribute");
-  return std::get<std::string>(it->second);
-}
-
 std::string attrStr(const Attr& a) {
   if (auto* i = std::get_if<int64_t>(&a)) return std::to_string(*i);
   if (auto* d = std::get_if<double>(&a)) return fmt::format("{}", *d);

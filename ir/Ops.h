@@ -81,7 +81,6 @@ enum class SplitRule {
 struct ParamSpec {
   std::string name; // suffix: weight, bias, qkv_weight…
   Shape shape;
-  int splitDim = -1; // dim cut under split: set per rule by the split pass
 };
 
 struct OpInfo {
@@ -96,6 +95,9 @@ struct OpInfo {
 };
 
 const OpInfo& opInfo(OpKind kind);
+// The attribute `split(n)` divides for an op (`heads` of attention, `out` of a column
+// linear, …), or "" when split cuts nothing of it.
+std::string cutAttr(OpKind kind);
 // The builtin with this script name, or nullptr.
 const OpInfo* findBuiltin(const std::string& name);
 const std::vector<OpInfo>& allOps();
@@ -110,7 +112,6 @@ std::vector<ParamSpec> paramSpecs(OpKind kind, const std::vector<TensorType>& in
 
 int64_t intAttr(const Attrs& a, const std::string& key);
 double floatAttr(const Attrs& a, const std::string& key);
-std::string wordAttr(const Attrs& a, const std::string& key);
 std::string attrStr(const Attr& a);
 
 } // namespace epl::ir

@@ -21,29 +21,9 @@ namespace {
 std::vector<int64_t> cutSizes(const ir::Module& m, int region) {
   std::vector<int64_t> out;
   for (const ir::Op& op : m.ops) {
-    if (m.splitScopeOf(op.scope) != region) continue;
-    switch (op.kind) {
-    case ir::OpKind::Attention:
-      out.push_back(ir::intAttr(op.attrs, "heads"));
-      break;
-    case ir::OpKind::Mlp:
-      out.push_back(ir::intAttr(op.attrs, "hidden"));
-      break;
-    case ir::OpKind::Moe:
-      out.push_back(ir::intAttr(op.attrs, "experts"));
-      break;
-    case ir::OpKind::Embedding:
-      out.push_back(ir::intAttr(op.attrs, "vocab"));
-      break;
-    case ir::OpKind::Linear:
-      out.push_back(ir::intAttr(op.attrs, "out"));
-      break;
-    case ir::OpKind::Conv2d:
-      out.push_back(ir::intAttr(op.attrs, "channels"));
-      break;
-    default:
-      break;
-    }
+    std::string attr = ir::cutAttr(op.kind);
+    if (m.splitScopeOf(op.scope) == region && !attr.empty())
+      out.push_back(ir::intAttr(op.attrs, attr));
   }
   return out;
 }

@@ -76,6 +76,9 @@ private:
     return false;
   }
 
+  // The size split divides for `op` (its heads, hidden width, experts, …).
+  static int64_t cut(const ir::Op& op) { return ir::intAttr(op.attrs, ir::cutAttr(op.kind)); }
+
   void shard(ir::Module& m, const ir::Op& op, size_t param, int dim) {
     m.params[op.params[param]].shardDim = dim;
   }
@@ -87,26 +90,24 @@ private:
     switch (ir::opInfo(op.kind).split) {
     case ir::SplitRule::Linear: {
       int d = rank(x) - 1;
-      int64_t in = m.tensors[x].type.shape[d].coef, n = ir::intAttr(op.attrs, "out");
+      int64_t in = m.tensors[x].type.shape[d].coef, n = cut(op);
       return columnOrRow(m, op, w, region, d, in, n, "`linear` input width",
                          "`linear` output width", out, ctx);
     }
     case ir::SplitRule::Heads:
-      if (!divides(op, m, region, ir::intAttr(op.attrs, "heads"), w, "heads", ctx)) return false;
+      if (!divides(op, m, region, cut(op), w, "heads", ctx)) return false;
       op.splitForm = "heads";
       shard(m, op, 0, 0), shard(m, op, 1, 0), shard(m, op, 2, 1);
       out = kPartial;
       return true;
     case ir::SplitRule::Hidden:
-      if (!divides(op, m, region, ir::intAttr(op.attrs, "hidden"), w, "mlp hidden width", ctx))
-        return false;
+      if (!divides(op, m, region, cut(op), w, "mlp hidden width", ctx)) return false;
       op.splitForm = "hidden";
       shard(m, op, 0, 0), shard(m, op, 1, 0), shard(m, op, 2, 1);
       out = kPartial;
       return true;
     case ir::SplitRule::Experts:
-      if (!divides(op, m, region, ir::intAttr(op.attrs, "experts"), w, "experts", ctx))
-        return false;
+      if (!divides(op, m, region, cut(op), w, "experts", ctx)) return false;
       op.splitForm = "experts";
       // Tokens stay spread over the group; all-to-all moves them to their experts' owners.
       op.inputLayouts[0] = kData;
@@ -115,7 +116,7 @@ private:
       out = kData;
       return true;
     case ir::SplitRule::Channels: {
-      int64_t in = m.tensors[x].type.shape[1].coef, n = ir::intAttr(op.attrs, "channels");
+      int64_t in = m.tensors[x].type.shape[1].coef, n = cut(op);
       return columnOrRow(m, op, w, region, 1, in, n, "`conv2d` input channels", "`conv2d` channels",
                          out, ctx);
     }
@@ -183,7 +184,7 @@ private:
 
   bool assignVocab(ir::Module& m, ir::Op& op, int w, int region, Layout& out, PassContext& ctx) {
     if (op.kind == ir::OpKind::Embedding) {
-      if (!divides(op, m, region, ir::intAttr(op.attrs, "vocab"), w, "vocab", ctx)) return false;
+      if (!divides(op, m, region, cut(op), w, "vocab", ctx)) return false;
       op.splitForm = "vocab";
       shard(m, op, 0, 0);
       out = kPartial;

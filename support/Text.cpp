@@ -60,9 +60,4 @@ std::string formatBytes(double bytes) {
   return threeDigits(bytes, units, 6, 1000.0);
 }
 
-std::string formatCount(double n) {
-  static const char* const units[] = {"", "K", "M", "B", "T"};
-  return threeDigits(n, units, 5, 1000.0);
-}
-
 } // namespace epl

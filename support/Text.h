@@ -14,7 +14,5 @@ std::string closestMatch(const std::string& word, const std::vector<std::string>
 std::string withCommas(int64_t n);
 // Bytes in decimal units with three significant digits: "9.60 MB", "2.80 TB".
 std::string formatBytes(double bytes);
-// A count in short form: 124.4M, 174.6B.
-std::string formatCount(double n);
 
 } // namespace epl

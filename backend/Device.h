@@ -1,0 +1,97 @@
+// The device interface the interpreter runs on: device memory, explicit host <-> device
+// copies, ordered streams with events, and kernels. The CPU device finishes each call
+// before it returns; a CUDA device only queues it on a stream. So the interpreter never
+// reads device memory from the host without `copyToHost` followed by `synchronize` (or
+// waiting on an event), and the same interpreter drives both.
+#pragma once
+#include "ir/Ops.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace epl::backend {
+
+// A tensor in device memory with a concrete shape. `data` is null for a tensor a kernel
+// does not read or write (its shape is still set, e.g. for broadcasting in backward).
+struct TensorView {
+  void* data = nullptr;
+  ir::DType dtype = ir::DType::F32;
+  std::vector<int64_t> shape;
+
+  int64_t numel() const;
+  int64_t bytes() const;
+  float* f32() const { return static_cast<float*>(data); }
+  int32_t* i32() const { return static_cast<int32_t*>(data); }
+};
+
+// One kernel launch for a builtin op.
+//
+// Forward:  in  = the op's tensor inputs, then its params (in ir::paramSpecs order);
+//           out = the op's output, then the saved tensors of ir::gradInfo.
+// Backward: in  = [grad of the output, each tensor input, each param, the output, each
+//                  saved tensor]; inputs and output have null data unless ir::gradInfo
+//                  says the backward reads them;
+//           out = [grad of each tensor input, grad of each param]; null data where no
+//                  gradient is wanted (integer inputs, model inputs).
+//           accumulate[i]: add into out[i] instead of overwriting it.
+struct KernelCall {
+  ir::OpKind kind = ir::OpKind::Add;
+  bool backward = false;
+  bool training = true; // dropout is the identity when false
+  const ir::Attrs* attrs = nullptr;
+  std::vector<TensorView> in, out;
+  std::vector<bool> accumulate;
+  uint64_t seed = 0; // dropout: the same seed in the forward and its backward
+};
+
+enum class OptimizerKind { Sgd, Adam, AdamW };
+
+// One optimizer update of one parameter, PyTorch's formulas (torch.optim.SGD / Adam /
+// AdamW). The gradient is first multiplied by gradScale (1/micro_batches, clipping).
+// Sgd uses state1 as the momentum buffer (null data without momentum); Adam and AdamW use
+// state1 = exp_avg, state2 = exp_avg_sq.
+struct OptimizerCall {
+  OptimizerKind kind = OptimizerKind::AdamW;
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weightDecay = 0.f,
+        momentum = 0.f;
+  int64_t step = 1; // 1-based, for bias correction and the first momentum step
+  float gradScale = 1.f;
+  TensorView param, grad, state1, state2;
+};
+
+using StreamId = int; // 0 is the compute stream
+using EventId = int;
+
+class Device {
+public:
+  virtual ~Device() = default;
+  virtual std::string name() const = 0;
+
+  // Device memory, 64-byte aligned. release(nullptr) does nothing.
+  virtual void* allocate(int64_t bytes) = 0;
+  virtual void release(void* p) = 0;
+  virtual void copyToDevice(void* dst, const void* src, int64_t bytes, StreamId s = 0) = 0;
+  virtual void copyToHost(void* dst, const void* src, int64_t bytes, StreamId s = 0) = 0;
+  virtual void copyOnDevice(void* dst, const void* src, int64_t bytes, StreamId s = 0) = 0;
+  virtual void fillZero(void* dst, int64_t bytes, StreamId s = 0) = 0;
+
+  // Kernels.
+  virtual void launch(const KernelCall& call, StreamId s = 0) = 0;
+  virtual void optimizerStep(const OptimizerCall& call, StreamId s = 0) = 0;
+  // *result (one f32 in device memory) = sum of x^2, or += when accumulate.
+  virtual void sumSquares(const TensorView& x, float* result, bool accumulate,
+                          StreamId s = 0) = 0;
+  virtual void scale(const TensorView& x, float factor, StreamId s = 0) = 0;
+
+  // Ordering between streams, and with the host.
+  virtual EventId record(StreamId s) = 0;
+  virtual void wait(StreamId s, EventId e) = 0;
+  virtual void synchronize() = 0;
+};
+
+// The CPU device: OpenBLAS for GEMMs, `threads` worker threads for the rest (0: all cores).
+std::unique_ptr<Device> makeCpuDevice(int threads = 0);
+
+} // namespace epl::backend

@@ -1,0 +1,199 @@
+// Activations: gelu (tanh approximation), relu, silu, tanh, sigmoid, softmax over the last
+// dim, and seeded dropout. Elementwise loops run in parallel over fixed chunks, so results do
+// not depend on the thread count.
+//
+// Shape legend: n elements; N rows and C columns for softmax.
+#include "backend/cpu/KernelUtil.h"
+#include "backend/cpu/Kernels.h"
+
+#include <algorithm>
+
+namespace epl::backend::cpu {
+
+namespace {
+
+constexpr int64_t kParallelMin = 16384;       // below this, one thread is faster
+constexpr float kGeluC = 0.7978845608028654f; // sqrt(2 / pi)
+constexpr float kGeluA = 0.044715f;
+
+inline float geluOf(float x) {
+  float t = tanhf32(kGeluC * (x + kGeluA * x * x * x));
+  return 0.5f * x * (1.f + t);
+}
+
+inline float geluGrad(float x) {
+  float t = tanhf32(kGeluC * (x + kGeluA * x * x * x));
+  return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kGeluC * (1.f + 3.f * kGeluA * x * x);
+}
+
+inline float siluGrad(float x) {
+  float s = sigmoidf32(x);
+  return s * (1.f + x * (1.f - s));
+}
+
+// Forward: in = [x], out = [y]. Backward: in = [dy, x, y], out = [dx].
+template <class F> void forwardMap(const KernelCall& c, F f) {
+  expectArity(c, 1, 1);
+  const float* x = c.in[0].f32();
+  float* y = c.out[0].f32();
+  int64_t n = c.in[0].numel();
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = f(x[i]);
+}
+
+// dx (+)= dy * f(v) where v is x or y, whichever the rule reads.
+template <class F> void backwardMap(const KernelCall& c, const TensorView& v, F f) {
+  expectArity(c, 3, 1);
+  GradOut dx = gradOut(c, 0);
+  if (!dx) return;
+  const float *dy = c.in[0].f32(), *vp = v.f32();
+  int64_t n = c.in[0].numel();
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    dx.put(i, dy[i] * f(vp[i]));
+}
+
+void softmaxRow(const float* x, float* y, int64_t cols) {
+  float m = x[0];
+  for (int64_t j = 1; j < cols; ++j)
+    m = std::max(m, x[j]);
+  double s = 0; // a double sum keeps long rows (a vocabulary) accurate
+  for (int64_t j = 0; j < cols; ++j) {
+    y[j] = expf32(x[j] - m);
+    s += y[j];
+  }
+  float inv = static_cast<float>(1.0 / s);
+  for (int64_t j = 0; j < cols; ++j)
+    y[j] *= inv;
+}
+
+// Counter-based hash of (seed, element index): the same mask in forward and backward, on any
+// thread count, without storing it.
+inline uint32_t mix32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352dU;
+  x ^= x >> 15;
+  x *= 0x846ca68bU;
+  x ^= x >> 16;
+  return x;
+}
+
+struct DropoutMask {
+  uint32_t k1, k2, threshold; // keep element i iff hash(i) >> 8 >= threshold
+  float keepScale;
+  DropoutMask(uint64_t seed, double p) {
+    k1 = mix32(static_cast<uint32_t>(seed) ^ 0x9e3779b9U);
+    k2 = mix32(static_cast<uint32_t>(seed >> 32) + k1);
+    threshold = static_cast<uint32_t>(std::llround(p * 16777216.0));
+    keepScale = static_cast<float>(1.0 / (1.0 - p));
+  }
+  float factor(int64_t i) const {
+    uint32_t lo = static_cast<uint32_t>(i), hi = static_cast<uint32_t>(i >> 32);
+    uint32_t h = mix32(mix32(lo ^ k1 ^ (hi * 0x85ebca6bU)) + k2);
+    return (h >> 8) >= threshold ? keepScale : 0.f;
+  }
+};
+
+// y = x * mask(i) (identity when not training); backward dx = dy * the same mask.
+void dropoutApply(const KernelCall& c, const float* src, const GradOut& dst, int64_t n) {
+  double p = attrFloat(c, "p");
+  if (!c.training || p == 0) {
+    writeOrAdd(dst, src, n);
+    return;
+  }
+  DropoutMask mask(c.seed, p);
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    dst.put(i, src[i] * mask.factor(i));
+}
+
+} // namespace
+
+Act parseAct(const std::string& word) {
+  if (word == "gelu") return Act::Gelu;
+  if (word == "relu") return Act::Relu;
+  EPL_ASSERT(word == "silu", "unknown activation");
+  return Act::Silu;
+}
+
+void actForward(Act a, const float* x, float* y, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    float v = x[i];
+    y[i] = a == Act::Gelu ? geluOf(v) : a == Act::Relu ? std::max(v, 0.f) : v * sigmoidf32(v);
+  }
+}
+
+void actBackwardInPlace(Act a, const float* x, float* g, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    float v = x[i];
+    g[i] *= a == Act::Gelu ? geluGrad(v) : a == Act::Relu ? (v > 0.f ? 1.f : 0.f) : siluGrad(v);
+  }
+}
+
+void gelu(const KernelCall& c) {
+  if (!c.backward) return forwardMap(c, [](float v) { return geluOf(v); });
+  backwardMap(c, c.in[1], [](float v) { return geluGrad(v); });
+}
+
+void relu(const KernelCall& c) {
+  if (!c.backward) return forwardMap(c, [](float v) { return std::max(v, 0.f); });
+  backwardMap(c, c.in[2], [](float y) { return y > 0.f ? 1.f : 0.f; });
+}
+
+void silu(const KernelCall& c) {
+  if (!c.backward) return forwardMap(c, [](float v) { return v * sigmoidf32(v); });
+  backwardMap(c, c.in[1], [](float v) { return siluGrad(v); });
+}
+
+void tanh(const KernelCall& c) {
+  if (!c.backward) return forwardMap(c, [](float v) { return tanhf32(v); });
+  backwardMap(c, c.in[2], [](float y) { return 1.f - y * y; });
+}
+
+void sigmoid(const KernelCall& c) {
+  if (!c.backward) return forwardMap(c, [](float v) { return sigmoidf32(v); });
+  backwardMap(c, c.in[2], [](float y) { return y * (1.f - y); });
+}
+
+// Forward: in = [x [N, C]], out = [y]. Backward: in = [dy, x, y], out = [dx]; it reads y.
+void softmax(const KernelCall& c) {
+  int64_t cols = lastDim(c.in[0]), rows = rowsOf(c.in[0]);
+  if (!c.backward) {
+    expectArity(c, 1, 1);
+    const float* x = c.in[0].f32();
+    float* y = c.out[0].f32();
+#pragma omp parallel for schedule(static) if (rows * cols > kParallelMin)
+    for (int64_t r = 0; r < rows; ++r)
+      softmaxRow(x + r * cols, y + r * cols, cols);
+    return;
+  }
+  expectArity(c, 3, 1);
+  GradOut dx = gradOut(c, 0);
+  if (!dx) return;
+  const float *dy = c.in[0].f32(), *y = c.in[2].f32();
+#pragma omp parallel for schedule(static) if (rows * cols > kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *gr = dy + r * cols, *yr = y + r * cols;
+    double dot = 0;
+    for (int64_t j = 0; j < cols; ++j)
+      dot += gr[j] * yr[j];
+    for (int64_t j = 0; j < cols; ++j)
+      dx.put(r * cols + j, yr[j] * (gr[j] - static_cast<float>(dot)));
+  }
+}
+
+// Forward: in = [x], out = [y]. Backward: in = [dy, x, y] (neither read), out = [dx].
+void dropout(const KernelCall& c) {
+  if (!c.backward) {
+    expectArity(c, 1, 1);
+    dropoutApply(c, c.in[0].f32(), GradOut{c.out[0].f32(), false}, c.in[0].numel());
+    return;
+  }
+  expectArity(c, 3, 1);
+  if (GradOut dx = gradOut(c, 0)) dropoutApply(c, c.in[0].f32(), dx, c.in[0].numel());
+}
+
+} // namespace epl::backend::cpu

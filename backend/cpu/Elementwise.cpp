@@ -1,0 +1,287 @@
+// Elementwise ops: add, sub, mul with NumPy broadcasting (either operand may broadcast),
+// scale, flatten/reshape (a copy) and transpose of two dims.
+//
+// Shape legend: R rows and K columns of a collapsed broadcast; A, M, N the dims around two
+// transposed ones ([A, I, M, J, N] -> [A, J, M, I, N]).
+#include "backend/cpu/KernelUtil.h"
+#include "backend/cpu/Kernels.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace epl::backend::cpu {
+
+namespace {
+
+constexpr int64_t kParallelMin = 16384;
+
+enum class BinOp { Add, Sub, Mul };
+
+// out = a op b as a loop nest: output dims and each operand's element strides (0 where it
+// broadcasts), with adjacent dims merged where both operands allow, so the innermost loop is
+// as long as possible.
+struct Nest {
+  std::vector<int64_t> dims, sa, sb;
+};
+
+std::vector<int64_t> padTo(const std::vector<int64_t>& s, size_t rank) {
+  std::vector<int64_t> p(rank - s.size(), 1);
+  p.insert(p.end(), s.begin(), s.end());
+  return p;
+}
+
+std::vector<int64_t> stridesOf(const std::vector<int64_t>& s, const std::vector<int64_t>& out) {
+  std::vector<int64_t> st(s.size());
+  int64_t acc = 1;
+  for (size_t i = s.size(); i-- > 0;) {
+    st[i] = (s[i] == 1 && out[i] != 1) ? 0 : acc;
+    acc *= s[i];
+  }
+  return st;
+}
+
+Nest makeNest(const std::vector<int64_t>& out, const std::vector<int64_t>& a,
+              const std::vector<int64_t>& b) {
+  auto pa = padTo(a, out.size()), pb = padTo(b, out.size());
+  auto sa = stridesOf(pa, out), sb = stridesOf(pb, out);
+  Nest n;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == 1) continue;
+    bool merge = !n.dims.empty() && n.sa.back() == sa[i] * out[i] && n.sb.back() == sb[i] * out[i];
+    if (merge) {
+      n.dims.back() *= out[i];
+      n.sa.back() = sa[i];
+      n.sb.back() = sb[i];
+    } else {
+      n.dims.push_back(out[i]);
+      n.sa.push_back(sa[i]);
+      n.sb.push_back(sb[i]);
+    }
+  }
+  if (n.dims.empty()) n = Nest{{1}, {1}, {1}};
+  return n;
+}
+
+// Offsets of operands a and b for the first element of outer row r (all dims but the last).
+void rowOffsets(const Nest& n, int64_t r, int64_t& oa, int64_t& ob) {
+  oa = ob = 0;
+  for (size_t i = n.dims.size() - 1; i-- > 0;) {
+    int64_t idx = r % n.dims[i];
+    r /= n.dims[i];
+    oa += idx * n.sa[i];
+    ob += idx * n.sb[i];
+  }
+}
+
+template <class T> inline T apply(BinOp op, T x, T y) {
+  return op == BinOp::Add ? x + y : op == BinOp::Sub ? x - y : x * y;
+}
+
+// One inner row of length k with unit or zero strides.
+template <class T, class Store>
+void innerRow(BinOp op, const T* a, int64_t sa, const T* b, int64_t sb, int64_t k, Store st) {
+  if (sa && sb)
+    for (int64_t j = 0; j < k; ++j)
+      st(j, apply(op, a[j], b[j]));
+  else if (sa)
+    for (int64_t j = 0; j < k; ++j)
+      st(j, apply(op, a[j], b[0]));
+  else if (sb)
+    for (int64_t j = 0; j < k; ++j)
+      st(j, apply(op, a[0], b[j]));
+  else
+    for (int64_t j = 0; j < k; ++j)
+      st(j, apply(op, a[0], b[0]));
+}
+
+// y (+)= a op b over the output shape. `acc` adds into y (gradients).
+template <class T>
+void broadcastBinary(BinOp op, const T* a, const std::vector<int64_t>& as, const T* b,
+                     const std::vector<int64_t>& bs, T* y, const std::vector<int64_t>& ys,
+                     bool acc) {
+  Nest n = makeNest(ys, as, bs);
+  int64_t k = n.dims.back(), rows = 1;
+  for (size_t i = 0; i + 1 < n.dims.size(); ++i)
+    rows *= n.dims[i];
+  int64_t sa = n.sa.back(), sb = n.sb.back();
+  if (rows == 1) { // one long row: split it into chunks instead
+    constexpr int64_t kChunk = 8192;
+#pragma omp parallel for schedule(static) if (k > kParallelMin)
+    for (int64_t j0 = 0; j0 < k; j0 += kChunk) {
+      T* yr = y + j0;
+      auto st = [&](int64_t j, T v) { yr[j] = acc ? yr[j] + v : v; };
+      innerRow(op, a + j0 * sa, sa, b + j0 * sb, sb, std::min(kChunk, k - j0), st);
+    }
+    return;
+  }
+#pragma omp parallel for schedule(static) if (rows * k > kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t oa, ob;
+    rowOffsets(n, r, oa, ob);
+    T* yr = y + r * k;
+    auto st = [&](int64_t j, T v) { yr[j] = acc ? yr[j] + v : v; };
+    innerRow(op, a + oa, sa, b + ob, sb, k, st);
+  }
+}
+
+// dst (+)= alpha * (src summed over the dims where dst broadcasts to src's shape).
+void reduceTo(const float* src, const std::vector<int64_t>& srcShape, const GradOut& dst,
+              const std::vector<int64_t>& dstShape, float alpha) {
+  // Collapse (src, dst) as a nest: dst strides are 0 on reduced dims.
+  Nest n = makeNest(srcShape, dstShape, srcShape);
+  size_t r = n.dims.size();
+  if (r == 2 && n.sa[0] == 0 && n.sa[1] == 1) { // [R, K] -> [K]: column sums
+    float* tmp = scratch(6, n.dims[1]);
+    columnSum(src, n.dims[0], n.dims[1], GradOut{tmp, false});
+    for (int64_t j = 0; j < n.dims[1]; ++j)
+      dst.put(j, alpha * tmp[j]);
+    return;
+  }
+  int64_t total = 1, outN = 1;
+  for (size_t i = 0; i < r; ++i) {
+    total *= n.dims[i];
+    if (n.sa[i]) outN *= n.dims[i];
+  }
+  // General: each dst element sums its src elements in lexicographic order.
+  std::vector<int64_t> keep, red, keepStride, redStride;
+  for (size_t i = 0; i < r; ++i) {
+    (n.sa[i] ? keep : red).push_back(n.dims[i]);
+    (n.sa[i] ? keepStride : redStride).push_back(n.sb[i]);
+  }
+  int64_t redN = total / std::max<int64_t>(outN, 1);
+#pragma omp parallel for schedule(static) if (total > kParallelMin)
+  for (int64_t j = 0; j < outN; ++j) {
+    int64_t base = 0, rem = j;
+    for (size_t i = keep.size(); i-- > 0;) {
+      base += (rem % keep[i]) * keepStride[i];
+      rem /= keep[i];
+    }
+    float s = 0;
+    for (int64_t q = 0; q < redN; ++q) {
+      int64_t off = base, rq = q;
+      for (size_t i = red.size(); i-- > 0;) {
+        off += (rq % red[i]) * redStride[i];
+        rq /= red[i];
+      }
+      s += src[off];
+    }
+    dst.put(j, alpha * s);
+  }
+}
+
+bool sameShape(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  return padTo(a, std::max(a.size(), b.size())) == padTo(b, std::max(a.size(), b.size()));
+}
+
+// Backward of a op b for one operand x (index i: 0 = a, 1 = b), with `other` the other operand.
+// in = [dy, a, b, y], out = [da, db].
+void binaryGrad(const KernelCall& c, BinOp op, int i) {
+  GradOut dx = gradOut(c, i);
+  if (!dx) return;
+  const TensorView &dy = c.in[0], &x = c.in[1 + i], &other = c.in[2 - i];
+  int64_t n = dy.numel();
+  const float* src = dy.f32();
+  float alpha = (op == BinOp::Sub && i == 1) ? -1.f : 1.f;
+  if (op == BinOp::Mul) { // src = dy * other over the output shape
+    float* tmp = sameShape(x.shape, dy.shape) ? nullptr : scratch(5, n);
+    if (!tmp) {
+      broadcastBinary(BinOp::Mul, src, dy.shape, other.f32(), other.shape, dx.p, dy.shape, dx.acc);
+      return;
+    }
+    broadcastBinary(BinOp::Mul, src, dy.shape, other.f32(), other.shape, tmp, dy.shape, false);
+    src = tmp;
+  }
+  if (sameShape(x.shape, dy.shape) && alpha == 1.f) return writeOrAdd(dx, src, n);
+  reduceTo(src, dy.shape, dx, x.shape, alpha);
+}
+
+void binary(const KernelCall& c, BinOp op) {
+  if (!c.backward) {
+    expectArity(c, 2, 1);
+    const TensorView &a = c.in[0], &b = c.in[1], &y = c.out[0];
+    if (y.dtype == ir::DType::I32)
+      return broadcastBinary(op, a.i32(), a.shape, b.i32(), b.shape, y.i32(), y.shape, false);
+    EPL_ASSERT(y.dtype == ir::DType::F32, "elementwise ops take f32 or i32");
+    return broadcastBinary(op, a.f32(), a.shape, b.f32(), b.shape, y.f32(), y.shape, false);
+  }
+  expectArity(c, 4, 2);
+  binaryGrad(c, op, 0);
+  binaryGrad(c, op, 1);
+}
+
+// out[a, j, m, i, n] = in[a, i, m, j, n] for shape in = [A, I, M, J, N].
+void transposeCopy(const float* in, float* out, int64_t a, int64_t ni, int64_t m, int64_t nj,
+                   int64_t n, bool acc) {
+  int64_t outer = a * nj * m * ni;
+#pragma omp parallel for schedule(static) if (outer * n > kParallelMin)
+  for (int64_t o = 0; o < outer; ++o) { // o enumerates (a, j, m, i) of the output
+    int64_t i = o % ni, rest = o / ni;
+    int64_t mm = rest % m, rest2 = rest / m;
+    int64_t j = rest2 % nj, aa = rest2 / nj;
+    const float* src = in + (((aa * ni + i) * m + mm) * nj + j) * n;
+    float* dst = out + o * n;
+    for (int64_t e = 0; e < n; ++e)
+      dst[e] = acc ? dst[e] + src[e] : src[e];
+  }
+}
+
+} // namespace
+
+void add(const KernelCall& c) {
+  binary(c, BinOp::Add);
+}
+void sub(const KernelCall& c) {
+  binary(c, BinOp::Sub);
+}
+void mul(const KernelCall& c) {
+  binary(c, BinOp::Mul);
+}
+
+// Forward: in = [x], out = [y]. Backward: in = [dy, x, y], out = [dx].
+void scale(const KernelCall& c) {
+  float f = static_cast<float>(attrFloat(c, "factor"));
+  int64_t n = c.in[0].numel();
+  expectArity(c, c.backward ? 3 : 1, 1);
+  GradOut dst = c.backward ? gradOut(c, 0) : GradOut{c.out[0].f32(), false};
+  if (!dst) return;
+  const float* src = c.in[0].f32();
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    dst.put(i, f * src[i]);
+}
+
+// Flatten and reshape keep the elements in order: the output is a copy of the input.
+void reshape(const KernelCall& c) {
+  expectArity(c, c.backward ? 3 : 1, 1);
+  if (!c.backward) {
+    if (c.out[0].data != c.in[0].data)
+      std::memcpy(c.out[0].data, c.in[0].data, static_cast<size_t>(c.in[0].bytes()));
+    return;
+  }
+  if (GradOut dx = gradOut(c, 0)) writeOrAdd(dx, c.in[0].f32(), c.in[0].numel());
+}
+
+// Forward: in = [x], out = [y]. Backward: in = [dy, x, y], out = [dx] (dy transposed back).
+void transpose(const KernelCall& c) {
+  expectArity(c, c.backward ? 3 : 1, 1);
+  const TensorView& src = c.in[0]; // x forward, dy (already in the output's shape) backward
+  int64_t rank = static_cast<int64_t>(src.shape.size());
+  int64_t d0 = attrInt(c, "dim0"), d1 = attrInt(c, "dim1");
+  d0 = d0 < 0 ? d0 + rank : d0;
+  d1 = d1 < 0 ? d1 + rank : d1;
+  if (d0 > d1) std::swap(d0, d1);
+  auto prod = [&](int64_t from, int64_t to) {
+    int64_t p = 1;
+    for (int64_t i = from; i < to; ++i)
+      p *= src.shape[i];
+    return p;
+  };
+  GradOut dst = c.backward ? gradOut(c, 0) : GradOut{c.out[0].f32(), false};
+  if (!dst) return;
+  EPL_ASSERT(src.dtype == ir::DType::F32, "transpose takes f32");
+  if (d0 == d1) return writeOrAdd(dst, src.f32(), src.numel());
+  transposeCopy(src.f32(), dst.p, prod(0, d0), src.shape[d0], prod(d0 + 1, d1), src.shape[d1],
+                prod(d1 + 1, rank), dst.acc);
+}
+
+} // namespace epl::backend::cpu

@@ -1,0 +1,162 @@
+// Helpers shared by the CPU kernel families (see KernelUtil.h).
+//
+// Shape legend: N rows, C columns.
+#include "backend/cpu/KernelUtil.h"
+
+#include <algorithm>
+#include <cblas.h>
+#include <cstdlib>
+#include <memory>
+#include <variant>
+
+namespace epl::backend::cpu {
+
+void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
+              static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+
+namespace {
+
+const ir::Attr& attrOrDefault(const KernelCall& c, const std::string& key) {
+  if (c.attrs) {
+    auto it = c.attrs->find(key);
+    if (it != c.attrs->end()) return it->second;
+  }
+  for (const auto& a : ir::opInfo(c.kind).args)
+    if (a.name == key && !a.required) return a.defaultValue;
+  EPL_ASSERT(false, "kernel call lacks a required attribute");
+  std::abort();
+}
+
+} // namespace
+
+int64_t attrInt(const KernelCall& c, const std::string& key) {
+  const ir::Attr& a = attrOrDefault(c, key);
+  EPL_ASSERT(std::holds_alternative<int64_t>(a), "attribute is not an integer");
+  return std::get<int64_t>(a);
+}
+
+double attrFloat(const KernelCall& c, const std::string& key) {
+  const ir::Attr& a = attrOrDefault(c, key);
+  if (auto* i = std::get_if<int64_t>(&a)) return static_cast<double>(*i);
+  EPL_ASSERT(std::holds_alternative<double>(a), "attribute is not a number");
+  return std::get<double>(a);
+}
+
+bool attrBool(const KernelCall& c, const std::string& key) {
+  const ir::Attr& a = attrOrDefault(c, key);
+  EPL_ASSERT(std::holds_alternative<bool>(a), "attribute is not a bool");
+  return std::get<bool>(a);
+}
+
+std::string attrWord(const KernelCall& c, const std::string& key) {
+  const ir::Attr& a = attrOrDefault(c, key);
+  EPL_ASSERT(std::holds_alternative<std::string>(a), "attribute is not a word");
+  return std::get<std::string>(a);
+}
+
+GradOut gradOut(const KernelCall& c, size_t i) {
+  EPL_ASSERT(i < c.out.size(), "backward call has too few outputs");
+  const TensorView& t = c.out[i];
+  if (!t.data) return {};
+  EPL_ASSERT(t.dtype == ir::DType::F32, "gradients are f32");
+  return GradOut{t.f32(), i < c.accumulate.size() && c.accumulate[i]};
+}
+
+void expectArity(const KernelCall& c, size_t in, size_t out) {
+  EPL_ASSERT(c.in.size() == in, "kernel call has the wrong number of inputs");
+  EPL_ASSERT(c.out.size() == out, "kernel call has the wrong number of outputs");
+}
+
+void broadcastRows(float* y, const float* b, int64_t rows, int64_t cols) {
+#pragma omp parallel for schedule(static) if (rows * cols > 65536)
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(y + r * cols, b, sizeof(float) * cols);
+}
+
+void columnSum(const float* x, int64_t rows, int64_t cols, GradOut out) {
+  constexpr int64_t kCols = 64, kRows = 64;
+  int64_t chunks = (cols + kCols - 1) / kCols;
+#pragma omp parallel for schedule(static) if (rows * cols > 32768)
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    int64_t c0 = ch * kCols, w = std::min(kCols, cols - c0);
+    float total[kCols] = {}, part[kCols];
+    for (int64_t r0 = 0; r0 < rows; r0 += kRows) {
+      std::fill(part, part + w, 0.f);
+      for (int64_t r = r0; r < std::min(rows, r0 + kRows); ++r) {
+        const float* row = x + r * cols + c0;
+        for (int64_t j = 0; j < w; ++j)
+          part[j] += row[j];
+      }
+      for (int64_t j = 0; j < w; ++j)
+        total[j] += part[j];
+    }
+    for (int64_t j = 0; j < w; ++j)
+      out.put(c0 + j, total[j]);
+  }
+}
+
+void writeOrAdd(const GradOut& dst, const float* src, int64_t n) {
+  if (!dst.acc) {
+    if (dst.p != src) std::memcpy(dst.p, src, sizeof(float) * n);
+    return;
+  }
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i)
+    dst.p[i] += src[i];
+}
+
+void zeroUnlessAcc(const GradOut& dst, int64_t n) {
+  if (!dst.acc) std::memset(dst.p, 0, sizeof(float) * n);
+}
+
+namespace {
+
+struct FreeDeleter {
+  void operator()(float* p) const { std::free(p); }
+};
+
+struct ScratchSlot {
+  std::unique_ptr<float, FreeDeleter> data;
+  int64_t capacity = 0;
+};
+
+constexpr int kScratchSlots = 8;
+
+} // namespace
+
+float* scratch(int slot, int64_t n) {
+  thread_local ScratchSlot slots[kScratchSlots];
+  EPL_ASSERT(slot >= 0 && slot < kScratchSlots, "scratch slot out of range");
+  ScratchSlot& s = slots[slot];
+  if (n > s.capacity) {
+    int64_t bytes = (std::max<int64_t>(n, 16) * 4 + 63) / 64 * 64;
+    s.data.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+    EPL_ASSERT(s.data, "out of memory for kernel scratch");
+    s.capacity = bytes / 4;
+  }
+  return s.data.get();
+}
+
+double sumDouble(const float* x, int64_t n) {
+  constexpr int64_t kBlock = 4096;
+  int64_t blocks = (n + kBlock - 1) / kBlock;
+  double* part = reinterpret_cast<double*>(scratch(7, 2 * blocks));
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t b = 0; b < blocks; ++b) {
+    double s = 0;
+    for (int64_t i = b * kBlock; i < std::min(n, (b + 1) * kBlock); ++i)
+      s += x[i];
+    part[b] = s;
+  }
+  double total = 0;
+  for (int64_t b = 0; b < blocks; ++b)
+    total += part[b];
+  return total;
+}
+
+} // namespace epl::backend::cpu

@@ -1,0 +1,106 @@
+// Helpers shared by the CPU kernel families: the one sgemm entry point, attributes with
+// the op table's defaults, gradient outputs with their accumulate flag, deterministic
+// column sums, scratch buffers and a vectorisable exp.
+//
+// Shape legend: N rows (every dim but the last), C columns (the last dim).
+#pragma once
+#include "backend/Device.h"
+#include "support/Assert.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+namespace epl::backend::cpu {
+
+// Row-major C[M, N] = alpha * op(A)[M, K] op(B)[K, N] + beta * C, through cblas_sgemm.
+void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// Attributes of the call, falling back to the op table's default for a missing optional one.
+int64_t attrInt(const KernelCall& c, const std::string& key);
+double attrFloat(const KernelCall& c, const std::string& key);
+bool attrBool(const KernelCall& c, const std::string& key);
+std::string attrWord(const KernelCall& c, const std::string& key);
+
+// One gradient output: null when not wanted; `acc` adds into it instead of overwriting.
+struct GradOut {
+  float* p = nullptr;
+  bool acc = false;
+  explicit operator bool() const { return p != nullptr; }
+  float beta() const { return acc ? 1.f : 0.f; } // for gemm into it
+  void put(int64_t i, float v) const { p[i] = acc ? p[i] + v : v; }
+};
+GradOut gradOut(const KernelCall& c, size_t i);
+
+// Arity checks for a kernel's call.
+void expectArity(const KernelCall& c, size_t in, size_t out);
+
+inline int64_t lastDim(const TensorView& t) {
+  return t.shape.empty() ? 1 : t.shape.back();
+}
+inline int64_t rowsOf(const TensorView& t) {
+  int64_t c = lastDim(t);
+  return c == 0 ? 0 : t.numel() / c;
+}
+
+// y[n, :] = b for every row (before a gemm with beta 1 adds x W^T).
+void broadcastRows(float* y, const float* b, int64_t rows, int64_t cols);
+// out[c] (+)= sum over rows of x[r, c]. Columns are split among threads and each column is
+// summed in a fixed blocked order, so the result does not depend on the thread count.
+void columnSum(const float* x, int64_t rows, int64_t cols, GradOut out);
+// dst (+)= src, elementwise.
+void writeOrAdd(const GradOut& dst, const float* src, int64_t n);
+// dst = 0 unless accumulating.
+void zeroUnlessAcc(const GradOut& dst, int64_t n);
+
+// A grow-only buffer per slot and thread, so hot kernels do not page-fault fresh memory on
+// every call. Slots keep buffers that are live at the same time apart.
+float* scratch(int slot, int64_t n);
+
+// Sum with a fixed blocked order in double: reductions to a scalar (losses, norms).
+double sumDouble(const float* x, int64_t n);
+
+// exp(x) within ~2 ulp, written so loops over it vectorise (no libm call, no float to int
+// conversion). Below -103.9 (and for -inf) it returns exactly 0; NaN stays NaN.
+inline float expf32(float x) {
+  constexpr float kShifter = 12582912.f; // 1.5 * 2^23: adding it rounds to an integer
+  float xc = x < -103.9f ? -103.9f : (x > 88.7f ? 88.7f : x);
+  float t = xc * 1.44269504088896341f + kShifter;
+  float n = t - kShifter;
+  int32_t tb, sb;
+  std::memcpy(&tb, &t, 4);
+  std::memcpy(&sb, &kShifter, 4);
+  int32_t ni = tb - sb;
+  float r = xc - n * 0.693145751953125f; // ln2 split in two, the first part exact in n * it
+  r = r - n * 1.428606765330187e-06f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.f;
+  // 2^n in two halves, so n down to -150 stays a normal power of two.
+  int32_t n1 = ni >> 1, n2 = ni - n1;
+  int32_t b1 = (n1 + 127) << 23, b2 = (n2 + 127) << 23;
+  float s1, s2;
+  std::memcpy(&s1, &b1, 4);
+  std::memcpy(&s2, &b2, 4);
+  float e = p * s1 * s2;
+  return x < -103.9f ? 0.f : e;
+}
+
+inline float sigmoidf32(float x) {
+  return 1.f / (1.f + expf32(-x));
+}
+
+// tanh through exp; the absolute error is a few ulp of 1, which is what gelu needs.
+inline float tanhf32(float x) {
+  float e = expf32(-2.f * std::fabs(x));
+  float t = (1.f - e) / (1.f + e);
+  return std::copysign(t, x);
+}
+
+} // namespace epl::backend::cpu

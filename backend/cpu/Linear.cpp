@@ -1,0 +1,46 @@
+// linear: y = x W^T + b, and its backward, as three sgemm calls and a column sum.
+//
+// Shape legend: N rows (every dim of x but the last), D input width, O output width.
+#include "backend/cpu/KernelUtil.h"
+#include "backend/cpu/Kernels.h"
+
+namespace epl::backend::cpu {
+
+namespace {
+
+// in = [x [N, D], W [O, D], b [O]?], out = [y [N, O]].
+void linearForward(const KernelCall& c, bool hasBias) {
+  const TensorView &x = c.in[0], &w = c.in[1];
+  int64_t d = lastDim(x), n = rowsOf(x), o = w.shape[0];
+  float* y = c.out[0].f32();
+  if (hasBias) broadcastRows(y, c.in[2].f32(), n, o);
+  gemm(false, true, n, o, d, 1.f, x.f32(), d, w.f32(), d, hasBias ? 1.f : 0.f, y, o);
+}
+
+// in = [dy [N, O], x, W, b?, y], out = [dx [N, D], dW [O, D], db [O]?].
+void linearBackward(const KernelCall& c, bool hasBias) {
+  const TensorView &dy = c.in[0], &x = c.in[1], &w = c.in[2];
+  int64_t d = lastDim(x), n = rowsOf(x), o = w.shape[0];
+  if (GradOut dx = gradOut(c, 0))
+    gemm(false, false, n, d, o, 1.f, dy.f32(), o, w.f32(), d, dx.beta(), dx.p, d);
+  if (GradOut dw = gradOut(c, 1))
+    gemm(true, false, o, d, n, 1.f, dy.f32(), o, x.f32(), d, dw.beta(), dw.p, d);
+  if (hasBias)
+    if (GradOut db = gradOut(c, 2)) columnSum(dy.f32(), n, o, db);
+}
+
+} // namespace
+
+void linear(const KernelCall& c) {
+  bool hasBias = attrBool(c, "bias");
+  size_t params = hasBias ? 2 : 1;
+  if (!c.backward) {
+    expectArity(c, 1 + params, 1);
+    linearForward(c, hasBias);
+  } else {
+    expectArity(c, 3 + params, 1 + params);
+    linearBackward(c, hasBias);
+  }
+}
+
+} // namespace epl::backend::cpu

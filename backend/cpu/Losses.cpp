@@ -1,0 +1,108 @@
+// Losses: cross-entropy fused with log-softmax, and mean squared error. Both reduce to an
+// f32 scalar through a fixed-order double sum, so the loss does not depend on threads.
+//
+// Shape legend: N rows (every dim of the logits but the last), V classes, n elements.
+#include "backend/cpu/KernelUtil.h"
+#include "backend/cpu/Kernels.h"
+
+#include <algorithm>
+
+namespace epl::backend::cpu {
+
+namespace {
+
+constexpr int64_t kParallelMin = 16384;
+
+// Log-sum-exp of one row of logits.
+float rowLse(const float* x, int64_t v) {
+  float m = x[0];
+  for (int64_t j = 1; j < v; ++j)
+    m = std::max(m, x[j]);
+  double s = 0; // a double sum keeps large vocabularies accurate
+  for (int64_t j = 0; j < v; ++j)
+    s += expf32(x[j] - m);
+  return m + static_cast<float>(std::log(s));
+}
+
+int32_t checkedTarget(const int32_t* t, int64_t r, int64_t v) {
+  int32_t k = t[r];
+  EPL_ASSERT(k >= 0 && k < v, "cross_entropy target out of range of the classes");
+  return k;
+}
+
+// in = [logits [N, V], targets i32 [N]], out = [loss f32[], lse [N]].
+void crossEntropyForward(const KernelCall& c) {
+  const TensorView& logits = c.in[0];
+  int64_t v = lastDim(logits), n = rowsOf(logits);
+  const float* x = logits.f32();
+  const int32_t* t = c.in[1].i32();
+  float* lse = c.out[1].f32();
+  float* rowLoss = scratch(0, n);
+#pragma omp parallel for schedule(static) if (n * v > kParallelMin)
+  for (int64_t r = 0; r < n; ++r) {
+    lse[r] = rowLse(x + r * v, v);
+    rowLoss[r] = lse[r] - x[r * v + checkedTarget(t, r, v)];
+  }
+  c.out[0].f32()[0] = static_cast<float>(sumDouble(rowLoss, n) / static_cast<double>(n));
+}
+
+// in = [dloss f32[], logits, targets, loss, lse], out = [dlogits, dtargets (never)].
+// dlogits = dloss / N * (softmax(logits) - onehot(target)).
+void crossEntropyBackward(const KernelCall& c) {
+  GradOut dx = gradOut(c, 0);
+  if (!dx) return;
+  const TensorView& logits = c.in[1];
+  int64_t v = lastDim(logits), n = rowsOf(logits);
+  const float *x = logits.f32(), *lse = c.in[4].f32();
+  const int32_t* t = c.in[2].i32();
+  float g = c.in[0].f32()[0] / static_cast<float>(n);
+#pragma omp parallel for schedule(static) if (n * v > kParallelMin)
+  for (int64_t r = 0; r < n; ++r) {
+    const float* xr = x + r * v;
+    float l = lse[r];
+    for (int64_t j = 0; j < v; ++j)
+      dx.put(r * v + j, g * expf32(xr[j] - l));
+    int32_t k = checkedTarget(t, r, v);
+    dx.p[r * v + k] -= g;
+  }
+}
+
+} // namespace
+
+void crossEntropy(const KernelCall& c) {
+  if (!c.backward) {
+    expectArity(c, 2, 2);
+    return crossEntropyForward(c);
+  }
+  expectArity(c, 5, 2);
+  crossEntropyBackward(c);
+}
+
+// Forward: in = [pred, target], out = [loss f32[]] = mean((pred - target)^2).
+// Backward: in = [dloss, pred, target, loss], out = [dpred, dtarget].
+void mse(const KernelCall& c) {
+  if (!c.backward) {
+    expectArity(c, 2, 1);
+    int64_t n = c.in[0].numel();
+    const float *p = c.in[0].f32(), *t = c.in[1].f32();
+    float* sq = scratch(0, n);
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i)
+      sq[i] = (p[i] - t[i]) * (p[i] - t[i]);
+    c.out[0].f32()[0] = static_cast<float>(sumDouble(sq, n) / static_cast<double>(n));
+    return;
+  }
+  expectArity(c, 4, 2);
+  int64_t n = c.in[1].numel();
+  const float *p = c.in[1].f32(), *t = c.in[2].f32();
+  float g = 2.f * c.in[0].f32()[0] / static_cast<float>(n);
+  GradOut dp = gradOut(c, 0), dt = gradOut(c, 1);
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    float d = g * (p[i] - t[i]);
+    if (dp) dp.put(i, d);
+    if (dt) dt.put(i, -d);
+  }
+}
+
+} // namespace epl::backend::cpu

@@ -1,0 +1,107 @@
+// Optimizer updates with torch.optim's formulas and operation order (SGD with momentum,
+// Adam, AdamW), plus the sum of squares and the in-place scale used for gradient clipping.
+//
+// Shape legend: n elements of one parameter.
+#include "backend/cpu/KernelUtil.h"
+#include "backend/cpu/Kernels.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace epl::backend::cpu {
+
+namespace {
+
+constexpr int64_t kParallelMin = 16384;
+
+// torch.optim.SGD (dampening 0, no Nesterov): d = g + wd p; buf = d on the first step, else
+// momentum * buf + d; p -= lr * buf.
+void sgd(const OptimizerCall& c, int64_t n) {
+  float *p = c.param.f32(), *buf = c.state1.f32();
+  const float* g = c.grad.f32();
+  float gs = c.gradScale, wd = c.weightDecay, mom = c.momentum, negLr = -c.lr;
+  bool useBuf = mom != 0.f;
+  EPL_ASSERT(!useBuf || buf, "sgd with momentum needs a momentum buffer");
+  bool first = c.step <= 1;
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    float d = g[i] * gs;
+    if (wd != 0.f) d = d + wd * p[i];
+    if (useBuf) {
+      buf[i] = first ? d : buf[i] * mom + d;
+      d = buf[i];
+    }
+    p[i] = p[i] + negLr * d;
+  }
+}
+
+// torch.optim.Adam / AdamW (no amsgrad): AdamW first decays p by (1 - lr wd); Adam adds wd p
+// to the gradient. m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+// p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
+void adam(const OptimizerCall& c, int64_t n, bool decoupled) {
+  float *p = c.param.f32(), *m = c.state1.f32(), *v = c.state2.f32();
+  EPL_ASSERT(m && v, "adam needs both moment buffers");
+  const float* g = c.grad.f32();
+  double t = static_cast<double>(c.step);
+  double bc1 = 1.0 - std::pow(static_cast<double>(c.beta1), t);
+  double bc2 = 1.0 - std::pow(static_cast<double>(c.beta2), t);
+  float negStep = static_cast<float>(-(static_cast<double>(c.lr) / bc1));
+  float bc2Sqrt = static_cast<float>(std::sqrt(bc2));
+  float b1 = c.beta1, b2 = c.beta2, a1 = static_cast<float>(1.0 - c.beta1),
+        a2 = static_cast<float>(1.0 - c.beta2), eps = c.eps, gs = c.gradScale;
+  float wd = decoupled ? 0.f : c.weightDecay;
+  float decay = decoupled ? static_cast<float>(1.0 - double(c.lr) * c.weightDecay) : 1.f;
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    float pi = p[i] * decay;
+    float d = g[i] * gs;
+    if (wd != 0.f) d = d + wd * pi;
+    m[i] = m[i] * b1 + a1 * d;
+    v[i] = v[i] * b2 + a2 * (d * d);
+    float denom = std::sqrt(v[i]) / bc2Sqrt + eps;
+    p[i] = pi + negStep * (m[i] / denom);
+  }
+}
+
+} // namespace
+
+void optimizerStep(const OptimizerCall& c) {
+  int64_t n = c.param.numel();
+  EPL_ASSERT(c.grad.numel() == n, "optimizer gradient and parameter differ in size");
+  switch (c.kind) {
+  case OptimizerKind::Sgd:
+    return sgd(c, n);
+  case OptimizerKind::Adam:
+    return adam(c, n, false);
+  case OptimizerKind::AdamW:
+    return adam(c, n, true);
+  }
+}
+
+void sumSquares(const TensorView& x, float* result, bool accumulate) {
+  constexpr int64_t kBlock = 4096;
+  int64_t n = x.numel(), blocks = (n + kBlock - 1) / kBlock;
+  const float* p = x.f32();
+  double* part = reinterpret_cast<double*>(scratch(0, 2 * blocks));
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t b = 0; b < blocks; ++b) {
+    double s = 0;
+    for (int64_t i = b * kBlock; i < std::min(n, (b + 1) * kBlock); ++i)
+      s += static_cast<double>(p[i]) * p[i];
+    part[b] = s;
+  }
+  double total = 0;
+  for (int64_t b = 0; b < blocks; ++b)
+    total += part[b];
+  *result = accumulate ? *result + static_cast<float>(total) : static_cast<float>(total);
+}
+
+void scaleInPlace(const TensorView& x, float factor) {
+  int64_t n = x.numel();
+  float* p = x.f32();
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    p[i] *= factor;
+}
+
+} // namespace epl::backend::cpu

@@ -1,0 +1,555 @@
+#!/usr/bin/python3
+"""Oracle tests of the CPU kernels against PyTorch.
+
+Usage: test_ops.py PATH/TO/epl_kernel_probe FAMILY
+
+For each case, random fp32 inputs and parameters go through the kernel probe (forward and
+backward through makeCpuDevice()->launch) and through the same computation written plainly
+in torch, in float64, with autograd for the gradients. The reference is float64 so the
+error measured is the kernel's own, not the sum of two fp32 errors.
+
+Error of a result a against its reference b:  max|a - b| / max(max|b|, 1e-6)
+(relative to the largest reference value, with an absolute floor for all-zero
+references). Every output, every saved tensor the backward reads, and the gradient of
+every float input and every parameter must be within TOL.
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+TOL = 1e-5
+FLOOR = 1e-6
+
+torch.set_num_threads(1)
+
+
+def rel_err(ours, ref):
+    ours = torch.as_tensor(ours, dtype=torch.float64)
+    ref = ref.detach().to(torch.float64)
+    if ours.numel() == 0:
+        return 0.0
+    return float((ours - ref).abs().max() / max(float(ref.abs().max()), FLOOR))
+
+
+class Probe:
+    """Writes a case, runs the probe on it, reads the results back."""
+
+    def __init__(self, exe, tmp):
+        self.exe, self.tmp, self.count = exe, tmp, 0
+
+    def _path(self, name):
+        return os.path.join(self.dir, name)
+
+    def _write(self, t, name):
+        arr = t.detach().numpy()
+        arr = arr.astype("<i4" if arr.dtype.kind == "i" else "<f4")
+        arr.tofile(self._path(name))
+        return self._path(name)
+
+    def _read(self, name, shape, dtype="<f4"):
+        return torch.from_numpy(np.fromfile(self._path(name), dtype=dtype).reshape(shape).copy())
+
+    def new_dir(self):
+        self.count += 1
+        self.dir = os.path.join(self.tmp, "case%d" % self.count)
+        os.makedirs(self.dir)
+
+    def run_json(self, case):
+        path = self._path("case.json")
+        case["out_dir"] = self.dir
+        with open(path, "w") as f:
+            json.dump(case, f)
+        r = subprocess.run([self.exe, path], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError("probe failed (%d): %s" % (r.returncode, r.stderr.strip()))
+
+    def op(self, op, attrs, inputs, params, out_shape, saved=(), dy=None, accumulate=None,
+           acc_init=None, want=None, training=True, seed=0, backward=True, repeat=2):
+        """Runs op; returns (out, [saved], [grads of inputs then params]).
+        saved: (shape, dtype) of each saved tensor."""
+        self.new_dir()
+        case = {"op": op, "attrs": attrs, "training": training, "seed": seed,
+                "backward": backward, "repeat": repeat,
+                "inputs": [{"dtype": "i32" if t.dtype == torch.int32 else "f32",
+                            "shape": list(t.shape), "path": self._write(t, "in%d.bin" % i)}
+                           for i, t in enumerate(inputs)],
+                "params": [{"shape": list(t.shape), "path": self._write(t, "p%d.bin" % i)}
+                           for i, t in enumerate(params)]}
+        if dy is not None:
+            case["dy"] = self._write(dy, "dy.bin")
+        if accumulate is not None:
+            case["accumulate"] = accumulate
+            case["acc_init"] = [self._write(t, "acc%d.bin" % i) if t is not None else ""
+                                for i, t in enumerate(acc_init)]
+        if want is not None:
+            case["want"] = want
+        self.run_json(case)
+        out = self._read("out.bin", out_shape)
+        sv = [self._read("saved%d.bin" % i, s, "<i4" if d == "i32" else "<f4")
+              for i, (s, d) in enumerate(saved)]
+        grads = []
+        if backward:
+            for i, t in enumerate(list(inputs) + list(params)):
+                grads.append(self._read("grad%d.bin" % i, tuple(t.shape)))
+        return out, sv, grads
+
+
+class Report:
+    def __init__(self):
+        self.worst, self.failures = {}, []
+
+    def check(self, case, what, ours, ref, tol=TOL):
+        e = rel_err(ours, ref)
+        op = case.split("[")[0]
+        self.worst[op] = max(self.worst.get(op, 0.0), e)
+        status = "ok" if e <= tol else "FAIL"
+        print("  %-48s %-14s err %.2e  %s" % (case, what, e, status))
+        if e > tol:
+            self.failures.append("%s %s: %.3e > %.1e" % (case, what, e, tol))
+
+    def expect(self, case, what, cond, detail=""):
+        print("  %-48s %-14s %s %s" % (case, what, "ok" if cond else "FAIL", detail))
+        if not cond:
+            self.failures.append("%s %s %s" % (case, what, detail))
+
+
+def rand(*shape, scale=1.0):
+    return torch.randn(size=tuple(shape), dtype=torch.float32) * scale
+
+
+def run_case(probe, rep, name, op, attrs, inputs, params, ref_fn, saved_ref=None,
+             accumulate=False, want=None, training=True, seed=0):
+    """ref_fn(inputs64, params64) -> output (float64, differentiable). saved_ref(inputs64,
+    params64) -> list of (tensor, dtype str) the forward saves, checked too."""
+    ins64 = [t.double().requires_grad_() if t.is_floating_point() else t.long() for t in inputs]
+    ps64 = [t.double().requires_grad_() for t in params]
+    out = ref_fn(ins64, ps64)
+    dy = rand(*out.shape)
+    out.backward(dy.double())
+    ref_grads = [t.grad if t.is_floating_point() and t.grad is not None else
+                 (torch.zeros(t.shape, dtype=torch.float64) if t.is_floating_point() else None)
+                 for t in ins64 + ps64]
+    saved = [] if saved_ref is None else saved_ref(
+        [t.detach() for t in ins64], [t.detach() for t in ps64])
+    acc_flags, acc_init = None, None
+    if accumulate:
+        acc_flags = [t.is_floating_point() for t in inputs + params]
+        acc_init = [rand(*t.shape) if f else None for t, f in zip(inputs + params, acc_flags)]
+    o, sv, grads = probe.op(op, attrs, inputs, params, tuple(out.shape),
+                            [(tuple(s.shape), d) for s, d in saved], dy, acc_flags, acc_init,
+                            want, training, seed)
+    rep.check(name, "out", o, out)
+    for i, ((s, d), ours) in enumerate(zip(saved, sv)):
+        if d == "i32":
+            rep.expect(name, "saved%d" % i, torch.equal(ours.long(), s.long()))
+        else:
+            rep.check(name, "saved%d" % i, ours, s)
+    labels = ["d_in%d" % i for i in range(len(inputs))] + ["d_p%d" % i for i in range(len(params))]
+    for i, (g, ref) in enumerate(zip(grads, ref_grads)):
+        if ref is None or (want is not None and not want[i]):
+            continue
+        if accumulate:
+            ref = ref + acc_init[i].double()
+        rep.check(name, labels[i], g, ref)
+
+
+# ---------------------------------------------------------------------------------------
+# Families
+
+
+def fam_linear(probe, rep):
+    for shape, out, bias in [((4, 7), 5, True), ((3, 5, 16), 33, True), ((2, 9, 64), 48, False),
+                             ((1, 1), 1, True), ((17, 128), 256, True)]:
+        d = shape[-1]
+        x, w = rand(*shape), rand(out, d, scale=d ** -0.5)
+        params = [w] + ([rand(out)] if bias else [])
+        ref = (lambda i, p: F.linear(i[0], p[0], p[1] if len(p) > 1 else None))
+        run_case(probe, rep, "linear[%s,out=%d,bias=%s]" % (shape, out, bias), "linear",
+                 {"out": out, "bias": bias}, [x], params, ref)
+    x, w, b = rand(6, 10), rand(4, 10), rand(4)
+    ref = lambda i, p: F.linear(i[0], p[0], p[1])
+    run_case(probe, rep, "linear[accumulate]", "linear", {"out": 4}, [x], [w, b], ref,
+             accumulate=True)
+    run_case(probe, rep, "linear[no dx]", "linear", {"out": 4}, [x], [w, b], ref,
+             want=[False, True, True])
+
+
+def fam_embedding(probe, rep):
+    for shape, vocab, dim in [((4,), 10, 3), ((2, 9), 17, 8), ((3, 64), 256, 32)]:
+        tok = torch.randint(0, vocab, shape, dtype=torch.int32)
+        tok.view(-1)[0] = tok.view(-1)[-1]  # repeated ids accumulate in the gradient
+        w = rand(vocab, dim)
+        run_case(probe, rep, "embedding[%s,V=%d,D=%d]" % (shape, vocab, dim), "embedding",
+                 {"vocab": vocab, "dim": dim}, [tok], [w], lambda i, p: F.embedding(i[0], p[0]))
+    tok = torch.randint(0, 5, (3, 4), dtype=torch.int32)
+    run_case(probe, rep, "embedding[accumulate]", "embedding", {"vocab": 5, "dim": 6}, [tok],
+             [rand(5, 6)], lambda i, p: F.embedding(i[0], p[0]), accumulate=True)
+    for seq, dim in [(5, 3), (128, 64)]:
+        run_case(probe, rep, "positions[T=%d,D=%d]" % (seq, dim), "positions",
+                 {"seq": seq, "dim": dim}, [], [rand(seq, dim)], lambda i, p: p[0] * 1.0)
+    run_case(probe, rep, "positions[accumulate]", "positions", {"seq": 4, "dim": 2}, [],
+             [rand(4, 2)], lambda i, p: p[0] * 1.0, accumulate=True)
+
+
+def layer_norm_saved(i, p, eps):
+    x = i[0]
+    mean = x.mean(-1)
+    var = x.var(-1, unbiased=False)
+    return [(mean, "f32"), ((var + eps).rsqrt(), "f32")]
+
+
+def rms_ref(x, w, eps):
+    return x * (x.pow(2).mean(-1, keepdim=True) + eps).rsqrt() * w
+
+
+def fam_norms(probe, rep):
+    for shape in [(4, 7), (2, 5, 32), (3, 9, 256), (1, 1)]:
+        d = shape[-1]
+        x = rand(*shape) * 3 + 1
+        w, b = 1 + 0.1 * rand(d), 0.1 * rand(d)
+        eps = 1e-5
+        run_case(probe, rep, "layer_norm[%s]" % (shape,), "layer_norm", {"eps": eps}, [x], [w, b],
+                 lambda i, p: F.layer_norm(i[0], (d,), p[0], p[1], eps),
+                 lambda i, p: layer_norm_saved(i, p, eps))
+        run_case(probe, rep, "rms_norm[%s]" % (shape,), "rms_norm", {"eps": 1e-6}, [x], [w],
+                 lambda i, p: rms_ref(i[0], p[0], 1e-6),
+                 lambda i, p: [((i[0].pow(2).mean(-1) + 1e-6).rsqrt(), "f32")])
+    x, w, b = rand(3, 8), rand(8), rand(8)
+    run_case(probe, rep, "layer_norm[accumulate]", "layer_norm", {}, [x], [w, b],
+             lambda i, p: F.layer_norm(i[0], (8,), p[0], p[1], 1e-5), accumulate=True)
+    run_case(probe, rep, "rms_norm[accumulate]", "rms_norm", {}, [x], [w],
+             lambda i, p: rms_ref(i[0], p[0], 1e-6), accumulate=True)
+
+
+def attention_parts(x, wqkv, bqkv, wp, bp, heads, causal):
+    B, T, D = x.shape
+    hd = D // heads
+    qkv = x @ wqkv.t() + bqkv
+    q, k, v = qkv.split(D, dim=-1)
+    split = lambda t: t.reshape(B, T, heads, hd).transpose(1, 2)
+    q, k, v = split(q), split(k), split(v)
+    s = q @ k.transpose(-1, -2) / math.sqrt(hd)
+    if causal:
+        mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+        s = s.masked_fill(mask, float("-inf"))
+    ctx = (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(B, T, D)
+    y = ctx @ wp.t() + bp
+    return y, qkv, ctx, torch.logsumexp(s, -1)
+
+
+def fam_attention(probe, rep):
+    cases = [(1, 5, 8, 2, True), (2, 7, 12, 3, False), (2, 64, 32, 4, True),
+             (1, 100, 16, 2, True), (2, 130, 24, 3, False), (1, 130, 24, 1, True),
+             (3, 128, 64, 8, True), (1, 1, 4, 1, True), (1, 200, 32, 2, False)]
+    for B, T, D, H, causal in cases:
+        x = rand(B, T, D)
+        params = [rand(3 * D, D, scale=D ** -0.5), 0.1 * rand(3 * D), rand(D, D, scale=D ** -0.5),
+                  0.1 * rand(D)]
+        name = "attention[B=%d,T=%d,D=%d,H=%d,causal=%s]" % (B, T, D, H, causal)
+        run_case(probe, rep, name, "attention", {"heads": H, "causal": causal}, [x], params,
+                 lambda i, p: attention_parts(i[0], *p, H, causal)[0],
+                 lambda i, p: [(t, "f32") for t in attention_parts(i[0], *p, H, causal)[1:]])
+    B, T, D, H = 2, 70, 16, 2
+    params = [rand(3 * D, D, scale=D ** -0.5), rand(3 * D), rand(D, D, scale=D ** -0.5), rand(D)]
+    run_case(probe, rep, "attention[accumulate]", "attention", {"heads": H}, [rand(B, T, D)],
+             params, lambda i, p: attention_parts(i[0], *p, H, True)[0], accumulate=True)
+
+
+def act_ref(h, act):
+    return {"gelu": lambda t: F.gelu(t, approximate="tanh"), "relu": F.relu,
+            "silu": F.silu}[act](h)
+
+
+def fam_mlp(probe, rep):
+    for shape, hidden, act in [((4, 6), 10, "gelu"), ((2, 9, 32), 128, "gelu"),
+                               ((3, 5, 16), 24, "relu"), ((7, 12), 33, "silu"),
+                               ((2, 64, 64), 256, "gelu")]:
+        d = shape[-1]
+        x = rand(*shape)
+        params = [rand(hidden, d, scale=d ** -0.5), 0.1 * rand(hidden),
+                  rand(d, hidden, scale=hidden ** -0.5), 0.1 * rand(d)]
+        h_of = lambda i, p: i[0] @ p[0].t() + p[1]
+        run_case(probe, rep, "mlp[%s,F=%d,%s]" % (shape, hidden, act), "mlp",
+                 {"hidden": hidden, "act": act}, [x], params,
+                 lambda i, p: act_ref(h_of(i, p), act) @ p[2].t() + p[3],
+                 lambda i, p: [(h_of(i, p), "f32")])
+    x = rand(3, 8)
+    params = [rand(12, 8), rand(12), rand(8, 12), rand(8)]
+    run_case(probe, rep, "mlp[accumulate]", "mlp", {"hidden": 12}, [x], params,
+             lambda i, p: act_ref(i[0] @ p[0].t() + p[1], "gelu") @ p[2].t() + p[3],
+             accumulate=True)
+
+
+def moe_parts(x, wr, w1, b1, w2, b2, k):
+    D = x.shape[-1]
+    xs = x.reshape(-1, D)
+    gates = torch.softmax(xs @ wr.t(), -1)
+    idx = torch.sort(-gates.detach(), dim=-1, stable=True).indices[:, :k]
+    sel = gates.gather(1, idx)
+    w = sel / sel.sum(-1, keepdim=True)
+    out = torch.zeros_like(xs)
+    hs = torch.zeros(xs.shape[0], k, w1.shape[1], dtype=xs.dtype)
+    for slot in range(k):
+        for e in range(wr.shape[0]):
+            m = idx[:, slot] == e
+            if not m.any():
+                continue
+            h = xs[m] @ w1[e].t() + b1[e]
+            hs[m, slot] = h.detach()
+            y = F.gelu(h, approximate="tanh") @ w2[e].t() + b2[e]
+            out = out.index_add(0, m.nonzero()[:, 0], w[m, slot:slot + 1] * y)
+    lead = x.shape[:-1]
+    return out.reshape(x.shape), gates.reshape(*lead, -1), hs.reshape(*lead, k, -1)
+
+
+def fam_moe(probe, rep):
+    for shape, E, Fh, k in [((5, 8), 4, 6, 1), ((5, 8), 4, 6, 2), ((2, 9, 16), 3, 32, 2),
+                            ((2, 7, 12), 5, 10, 3), ((4, 32, 32), 8, 64, 2), ((3, 4), 2, 5, 2)]:
+        D = shape[-1]
+        x = rand(*shape)
+        params = [rand(E, D), rand(E, Fh, D, scale=D ** -0.5), 0.1 * rand(E, Fh),
+                  rand(E, D, Fh, scale=Fh ** -0.5), 0.1 * rand(E, D)]
+        run_case(probe, rep, "moe[%s,E=%d,F=%d,k=%d]" % (shape, E, Fh, k), "moe",
+                 {"experts": E, "hidden": Fh, "top_k": k}, [x], params,
+                 lambda i, p: moe_parts(i[0], *p, k)[0],
+                 lambda i, p: [(t, "f32") for t in moe_parts(i[0], *p, k)[1:]])
+    x = rand(6, 8)
+    params = [rand(4, 8), rand(4, 6, 8), rand(4, 6), rand(4, 8, 6), rand(4, 8)]
+    run_case(probe, rep, "moe[accumulate]", "moe", {"experts": 4, "hidden": 6, "top_k": 2}, [x],
+             params, lambda i, p: moe_parts(i[0], *p, 2)[0], accumulate=True)
+
+
+def fam_conv(probe, rep):
+    for (B, C, H, W), co, k, st, pad, bias in [
+            ((1, 1, 5, 5), 1, 3, 1, 0, True), ((2, 3, 8, 7), 4, 3, 1, 1, True),
+            ((2, 3, 9, 9), 5, 3, 2, 1, False), ((1, 4, 11, 6), 3, 5, 3, 2, True),
+            ((3, 2, 6, 6), 6, 1, 1, 0, True), ((2, 16, 14, 14), 32, 3, 1, 1, True),
+            ((1, 2, 4, 4), 3, 4, 1, 0, True)]:
+        x = rand(B, C, H, W)
+        params = [rand(co, C, k, k, scale=(C * k * k) ** -0.5)] + ([rand(co)] if bias else [])
+        run_case(probe, rep, "conv2d[%s,co=%d,k=%d,s=%d,p=%d]" % ((B, C, H, W), co, k, st, pad),
+                 "conv2d", {"channels": co, "kernel": k, "stride": st, "padding": pad,
+                            "bias": bias}, [x], params,
+                 lambda i, p: F.conv2d(i[0], p[0], p[1] if len(p) > 1 else None, st, pad))
+    x = rand(2, 3, 6, 6)
+    run_case(probe, rep, "conv2d[accumulate]", "conv2d",
+             {"channels": 2, "kernel": 3, "padding": 1}, [x], [rand(2, 3, 3, 3), rand(2)],
+             lambda i, p: F.conv2d(i[0], p[0], p[1], 1, 1), accumulate=True)
+
+
+def fam_pooling(probe, rep):
+    for shape, k, st in [((1, 1, 4, 4), 2, 0), ((2, 3, 7, 9), 2, 0), ((2, 2, 9, 9), 3, 2),
+                         ((1, 3, 8, 8), 3, 1), ((2, 4, 6, 5), 2, 3), ((1, 1, 5, 5), 5, 0)]:
+        x = rand(*shape)
+        s = st if st else k
+        def argmax(i, p):
+            _, idx = F.max_pool2d(i[0], k, s, return_indices=True)
+            return [(idx, "i32")]
+        run_case(probe, rep, "max_pool[%s,k=%d,s=%d]" % (shape, k, st), "max_pool",
+                 {"kernel": k, "stride": st}, [x], [], lambda i, p: F.max_pool2d(i[0], k, s),
+                 argmax)
+        run_case(probe, rep, "avg_pool[%s,k=%d,s=%d]" % (shape, k, st), "avg_pool",
+                 {"kernel": k, "stride": st}, [x], [], lambda i, p: F.avg_pool2d(i[0], k, s))
+    x = rand(2, 2, 6, 6)
+    run_case(probe, rep, "max_pool[accumulate]", "max_pool", {"kernel": 3, "stride": 1}, [x], [],
+             lambda i, p: F.max_pool2d(i[0], 3, 1), accumulate=True)
+    run_case(probe, rep, "avg_pool[accumulate]", "avg_pool", {"kernel": 3, "stride": 1}, [x], [],
+             lambda i, p: F.avg_pool2d(i[0], 3, 1), accumulate=True)
+
+
+def fam_activations(probe, rep):
+    refs = {"gelu": lambda t: F.gelu(t, approximate="tanh"), "relu": F.relu, "silu": F.silu,
+            "tanh": torch.tanh, "sigmoid": torch.sigmoid, "softmax": lambda t: t.softmax(-1)}
+    for op, fn in refs.items():
+        for shape in [(7,), (3, 5), (4, 33, 17), (2, 100000)]:
+            x = rand(*shape) * 3
+            run_case(probe, rep, "%s[%s]" % (op, shape), op, {}, [x], [],
+                     lambda i, p, fn=fn: fn(i[0]))
+        run_case(probe, rep, "%s[accumulate]" % op, op, {}, [rand(4, 9)], [],
+                 lambda i, p, fn=fn: fn(i[0]), accumulate=True)
+    x = rand(3, 8) * 40  # saturating inputs
+    for op in ["gelu", "silu", "tanh", "sigmoid", "softmax"]:
+        run_case(probe, rep, "%s[large inputs]" % op, op, {}, [x], [],
+                 lambda i, p, fn=refs[op]: fn(i[0]))
+
+
+def fam_elementwise(probe, rep):
+    ops = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b}
+    shapes = [((3, 4), (3, 4)), ((2, 5, 8), (5, 8)), ((5, 8), (2, 5, 8)), ((4, 1, 6), (1, 3, 1)),
+              ((4, 6), (6,)), ((4, 6), (4, 1)), ((2, 3, 4, 5), (3, 1, 5)), ((7,), (1,)),
+              ((1,), (3, 2)), ((2, 1, 3), (2, 4, 1)), ((32, 128, 64), (128, 64))]
+    for op, fn in ops.items():
+        for sa, sb in shapes:
+            run_case(probe, rep, "%s[%s,%s]" % (op, sa, sb), op, {}, [rand(*sa), rand(*sb)], [],
+                     lambda i, p, fn=fn: fn(i[0], i[1]))
+        run_case(probe, rep, "%s[accumulate]" % op, op, {}, [rand(3, 4), rand(4)], [],
+                 lambda i, p, fn=fn: fn(i[0], i[1]), accumulate=True)
+    a, b = torch.randint(-50, 50, (3, 4), dtype=torch.int32), torch.randint(-50, 50, (4,),
+                                                                            dtype=torch.int32)
+    for op, fn in ops.items():
+        o, _, _ = probe.op(op, {}, [a, b], [], (3, 4), backward=False)
+        rep.expect("%s[i32]" % op, "out", torch.equal(o.view(torch.int32), fn(a, b)))
+    for shape, f in [((3, 4), 0.5), ((2, 3, 70000), -1.25)]:
+        run_case(probe, rep, "scale[%s,%g]" % (shape, f), "scale", {"factor": f}, [rand(*shape)],
+                 [], lambda i, p: i[0] * f)
+    run_case(probe, rep, "scale[accumulate]", "scale", {"factor": 3.0}, [rand(5)], [],
+             lambda i, p: i[0] * 3.0, accumulate=True)
+    for shape in [(2, 3, 4), (5, 2, 2, 3)]:
+        run_case(probe, rep, "flatten[%s]" % (shape,), "flatten", {}, [rand(*shape)], [],
+                 lambda i, p, s=shape: i[0].reshape(s[0], -1))
+    for shape, to in [((2, 3, 4), [6, -1]), ((4, 6), [2, 2, 6]), ((2, 3, 4), [24])]:
+        run_case(probe, rep, "reshape[%s->%s]" % (shape, to), "reshape", {"shape": to},
+                 [rand(*shape)], [], lambda i, p, to=to: i[0].reshape(to))
+    run_case(probe, rep, "reshape[accumulate]", "reshape", {"shape": [3, 2]}, [rand(2, 3)], [],
+             lambda i, p: i[0].reshape(3, 2), accumulate=True)
+    for shape, d0, d1 in [((3, 4), 0, 1), ((2, 3, 4), 1, 2), ((2, 3, 4, 5), 0, 2),
+                          ((2, 3, 4, 5), -1, -3), ((2, 3), 1, 1), ((4, 2, 8, 16), 1, 2)]:
+        run_case(probe, rep, "transpose[%s,%d,%d]" % (shape, d0, d1), "transpose",
+                 {"dim0": d0, "dim1": d1}, [rand(*shape)], [],
+                 lambda i, p, d0=d0, d1=d1: i[0].transpose(d0, d1))
+    run_case(probe, rep, "transpose[accumulate]", "transpose", {"dim0": 0, "dim1": 1},
+             [rand(3, 5)], [], lambda i, p: i[0].transpose(0, 1), accumulate=True)
+
+
+def fam_losses(probe, rep):
+    for lead, V in [((4,), 5), ((2, 7), 13), ((3, 64), 256), ((1,), 1), ((2, 33), 1000)]:
+        logits = rand(*lead, V) * 3
+        tgt = torch.randint(0, V, lead, dtype=torch.int32)
+        run_case(probe, rep, "cross_entropy[%s,V=%d]" % (lead, V), "cross_entropy", {},
+                 [logits, tgt], [],
+                 lambda i, p, V=V: F.cross_entropy(i[0].reshape(-1, V), i[1].reshape(-1)),
+                 lambda i, p: [(torch.logsumexp(i[0], -1), "f32")])
+    run_case(probe, rep, "cross_entropy[accumulate]", "cross_entropy", {},
+             [rand(3, 4), torch.randint(0, 4, (3,), dtype=torch.int32)], [],
+             lambda i, p: F.cross_entropy(i[0], i[1]), accumulate=True)
+    for shape in [(5,), (3, 4), (2, 50, 300)]:
+        run_case(probe, rep, "mse[%s]" % (shape,), "mse", {}, [rand(*shape), rand(*shape)], [],
+                 lambda i, p: F.mse_loss(i[0], i[1]))
+    run_case(probe, rep, "mse[accumulate]", "mse", {}, [rand(3, 4), rand(3, 4)], [],
+             lambda i, p: F.mse_loss(i[0], i[1]), accumulate=True)
+
+
+def fam_optimizers(probe, rep):
+    f32 = lambda v: float(np.float32(v))
+    configs = [
+        ("sgd", dict(lr=0.1), {}),
+        ("sgd", dict(lr=0.05, momentum=0.9), {}),
+        ("sgd", dict(lr=0.05, momentum=0.9, weight_decay=0.01), {"grad_scale": 0.25}),
+        ("adam", dict(lr=1e-3), {}),
+        ("adam", dict(lr=3e-3, betas=(0.8, 0.95), eps=1e-6, weight_decay=0.1), {}),
+        ("adamw", dict(lr=3e-4, weight_decay=0.1), {}),
+        ("adamw", dict(lr=1e-2, betas=(0.9, 0.99), weight_decay=0.01), {"grad_scale": 0.5}),
+    ]
+    cls = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
+    for kind, hp, extra in configs:
+        if kind != "sgd":
+            hp.setdefault("betas", (0.9, 0.999))  # rounded to f32 below, as the call holds them
+        hp = {k: (tuple(f32(x) for x in v) if isinstance(v, tuple) else f32(v))
+              for k, v in hp.items()}
+        gs = f32(extra.get("grad_scale", 1.0))
+        shape, steps = (37, 53), 6
+        p0 = rand(*shape)
+        grads = [rand(*shape) for _ in range(steps)]
+        probe.new_dir()
+        case = {"mode": "optimizer", "kind": kind, "shape": list(shape), "grad_scale": gs,
+                "param": probe._write(p0, "p.bin"),
+                "grads": [probe._write(g, "g%d.bin" % i) for i, g in enumerate(grads)],
+                "lr": hp["lr"], "weight_decay": hp.get("weight_decay", 0.0),
+                "momentum": hp.get("momentum", 0.0), "eps": hp.get("eps", f32(1e-8))}
+        if "betas" in hp:
+            case["beta1"], case["beta2"] = hp["betas"]
+        probe.run_json(case)
+        p = p0.clone().requires_grad_()
+        opt = cls[kind]([p], **hp)
+        for g in grads:
+            p.grad = g * gs
+            opt.step()
+        name = "%s[%s]" % (kind, ",".join("%s=%s" % kv for kv in sorted(hp.items())) +
+                           (",gs=%g" % gs if gs != 1 else ""))
+        rep.check(name, "param", probe._read("param.bin", shape), p)
+        st = opt.state[p]
+        if kind == "sgd" and "momentum" in hp:
+            rep.check(name, "momentum", probe._read("state1.bin", shape), st["momentum_buffer"])
+        if kind != "sgd":
+            rep.check(name, "exp_avg", probe._read("state1.bin", shape), st["exp_avg"])
+            rep.check(name, "exp_avg_sq", probe._read("state2.bin", shape), st["exp_avg_sq"])
+    for n in [7, 100003]:
+        x = rand(n)
+        probe.new_dir()
+        probe.run_json({"mode": "reduce", "shape": [n], "x": probe._write(x, "x.bin"),
+                        "init": 2.5, "factor": 0.3})
+        r = probe._read("sumsq.bin", (2,))
+        ss = x.double().pow(2).sum()
+        rep.check("sum_squares[n=%d]" % n, "plain", r[0:1], ss.reshape(1))
+        rep.check("sum_squares[n=%d]" % n, "accumulate", r[1:2], (ss + 2.5).reshape(1))
+        rep.check("scale_in_place[n=%d]" % n, "x", probe._read("scaled.bin", (n,)),
+                  x.double() * float(np.float32(0.3)))
+
+
+def fam_dropout(probe, rep):
+    n, p = 200000, 0.3
+    x = rand(4, n // 4).abs() + 0.5  # never zero, so a zero in y means dropped
+    dy = rand(4, n // 4)
+    def run(seed, training=True):
+        probe.new_dir()
+        case = {"op": "dropout", "attrs": {"p": p}, "training": training, "seed": seed,
+                "repeat": 2, "params": [], "dy": probe._write(dy, "dy.bin"),
+                "inputs": [{"shape": list(x.shape), "path": probe._write(x, "x.bin")}]}
+        probe.run_json(case)
+        return probe._read("out.bin", x.shape), probe._read("grad0.bin", x.shape)
+    y, dx = run(1234)
+    dropped = (y == 0)
+    frac = float(dropped.double().mean())
+    sigma = math.sqrt(p * (1 - p) / n)
+    rep.expect("dropout[p=0.3]", "fraction", abs(frac - p) < 5 * sigma,
+               "zeroed %.4f, expected %.2f +- %.4f" % (frac, p, 5 * sigma))
+    rep.check("dropout[p=0.3]", "kept values", y[~dropped], x[~dropped].double() / (1 - p))
+    rep.expect("dropout[p=0.3]", "grad mask", torch.equal(dx == 0, dropped))
+    rep.check("dropout[p=0.3]", "grad values", dx[~dropped], dy[~dropped].double() / (1 - p))
+    y2, _ = run(1234)
+    rep.expect("dropout[p=0.3]", "same seed", torch.equal(y, y2))
+    y3, _ = run(1235)
+    overlap = float(((y3 == 0) & dropped).double().mean())
+    rep.expect("dropout[p=0.3]", "other seed", not torch.equal(y3 == 0, dropped) and
+               abs(overlap - p * p) < 5 * sigma, "both dropped %.4f, expected %.3f" %
+               (overlap, p * p))
+    y4, dx4 = run(1234, training=False)
+    rep.expect("dropout[eval]", "identity", torch.equal(y4, x) and torch.equal(dx4, dy))
+    run_case(probe, rep, "dropout[p=0]", "dropout", {"p": 0.0}, [rand(3, 5)], [],
+             lambda i, p: i[0] * 1.0)
+
+
+FAMILIES = {name[4:]: fn for name, fn in globals().items() if name.startswith("fam_")}
+
+
+def main():
+    if len(sys.argv) != 3 or sys.argv[2] not in FAMILIES:
+        print("usage: test_ops.py PROBE {%s}" % "|".join(FAMILIES))
+        return 2
+    torch.manual_seed(20240)
+    rep = Report()
+    with tempfile.TemporaryDirectory(prefix="epl-oracle-") as tmp:
+        probe = Probe(os.path.abspath(sys.argv[1]), tmp)
+        try:
+            FAMILIES[sys.argv[2]](probe, rep)
+        except RuntimeError as e:
+            rep.failures.append(str(e))
+            print("  " + str(e))
+    print("max error per op (tolerance %.0e):" % TOL)
+    for op, e in sorted(rep.worst.items()):
+        print("  %-16s %.2e" % (op, e))
+    if rep.failures:
+        print("%d failure(s):\n  %s" % (len(rep.failures), "\n  ".join(rep.failures)))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -51,6 +51,7 @@ std::optional<ir::Module> runPasses(std::optional<ir::Module> m, Session& sessio
 frontend::FrontendOptions frontendOptions(const PlanOptions& options) {
   frontend::FrontendOptions f;
   f.importPath = options.importPath;
+  f.overrides = options.overrides;
   f.importPath.push_back(stdlibDir());
   return f;
 }

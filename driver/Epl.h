@@ -22,6 +22,7 @@ struct PlanOptions {
   bool verifyEach = true;
 #endif
   std::vector<std::string> importPath; // searched after the script's folder; stdlib/ is added
+  std::vector<std::string> overrides;  // `policy.zero=1`, `train.steps=20` (--set)
   std::ostream* passOutput = nullptr;  // where --print-after / --time-passes write
 };
 

@@ -78,6 +78,7 @@ private:
   void checkSettings(ir::Module& m);
   void applyPolicy(const ast::SettingsBlock& b, ir::Policy& p);
   void applyTrain(const ast::SettingsBlock& b, ir::TrainConfig& t);
+  void applyOverride(const std::string& text, ir::Module& m);
 
   Diagnostics& diags_;
   const FrontendOptions& options_;

@@ -12,6 +12,9 @@ namespace epl::frontend {
 struct FrontendOptions {
   // Folders searched for imports after the importing script's own folder.
   std::vector<std::string> importPath;
+  // Settings from the command line, `policy.zero=1` or `train.steps=20`, applied after the
+  // script's own with the same checks (errors point into the override's text).
+  std::vector<std::string> overrides;
 };
 
 // Loads `path`, parses and checks it, and lowers its model (the one `train` names, or the

@@ -3,6 +3,7 @@
 #include "frontend/SettingSchemas.h"
 
 #include "frontend/Elaborator.h"
+#include "frontend/Parser.h"
 #include "support/Text.h"
 
 #include <algorithm>
@@ -451,6 +452,37 @@ void Elaborator::checkSettings(ir::Module& m) {
         .noteAt(main.trains[0].loc, "the first one is here");
   if (!main.policies.empty()) applyPolicy(main.policies[0], m.policy);
   if (!main.trains.empty()) applyTrain(main.trains[0], m.train);
+  for (const std::string& o : options_.overrides)
+    if (!diags_.hasErrors()) applyOverride(o, m);
+}
+
+// `policy.zero=1` / `train.steps=20`: parsed as a one-key block of its own, so the value is
+// read and checked exactly as in a script; a later key replaces the script's.
+void Elaborator::applyOverride(const std::string& text, ir::Module& m) {
+  size_t eq = text.find('='), dot = text.find('.');
+  std::string block = dot < eq ? text.substr(0, dot) : "";
+  std::string key = dot < eq ? text.substr(dot + 1, eq - dot - 1) : "";
+  std::string value = eq == std::string::npos ? "" : text.substr(eq + 1);
+  bool isTrain = block == "train";
+  if ((block != "policy" && !isTrain) || key.empty() || value.empty()) {
+    uint32_t id = diags_.sources().add("--set", text);
+    diags_.error(SourceLoc{id, 1, 1}, fmt::format("cannot read the setting `{}`", text))
+        .length(static_cast<uint32_t>(std::max<size_t>(text.size(), 1)))
+        .help("write `policy.KEY=VALUE` or `train.KEY=VALUE`, e.g. `--set policy.zero=1`");
+    return;
+  }
+  if (isTrain && !m.train.present) {
+    diags_.error(
+        m.loc, fmt::format("`--set {}` needs a `train {}` block in the script", text, m.modelName));
+    return;
+  }
+  std::string source = isTrain ? fmt::format("train {} {{ {} = {} }}", m.modelName, key, value)
+                               : fmt::format("policy {{ {} = {} }}", key, value);
+  uint32_t id = diags_.sources().add(fmt::format("--set {}", text), source);
+  auto file = parseFile(id, diags_);
+  if (!file) return;
+  if (isTrain && file->trains.size() == 1) applyTrain(file->trains[0], m.train);
+  if (!isTrain && file->policies.size() == 1) applyPolicy(file->policies[0], m.policy);
 }
 
 } // namespace epl::frontend

@@ -19,6 +19,12 @@ std::string Layout::str() const {
   return "?";
 }
 
+std::optional<int64_t> Module::bytesOf(int t) const {
+  auto n = numElements(tensors[t].type.shape, bindings);
+  if (!n) return std::nullopt;
+  return *n * dtypeBytes(tensors[t].type.dtype);
+}
+
 int Module::addTensor(std::string name, TensorType type, int producer) {
   tensors.push_back(Tensor{std::move(name), std::move(type), producer, Layout{}});
   return static_cast<int>(tensors.size()) - 1;

@@ -3,17 +3,20 @@
 #pragma once
 #include "ir/Config.h"
 #include "ir/Ops.h"
+#include "ir/Program.h"
 #include "ir/Types.h"
 #include "support/SourceManager.h"
 
 #include <map>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
 
 namespace epl::ir {
 
-// Where an op runs in the training step. Forward only until autodiff exists.
+// Where an op runs in the training step: the model's forward ops, the backward ops
+// autodiff adds, and the optimizer ops after them.
 enum class Phase { Forward, Backward, Optimizer };
 
 // How a tensor is spread over the devices of its stage group (G devices, split width w,
@@ -43,6 +46,7 @@ struct Param {
   TensorType type;  // always concrete
   int op = -1;
   int shardDim = -1; // dim cut over the split width, -1 when every device holds it whole
+  int grad = -1;     // its gradient tensor, once autodiff ran
 };
 
 enum class ScopeKind { Model, Stage, Split };
@@ -69,6 +73,11 @@ struct Op {
   // op is not split) and the layout each input must have.
   std::string splitForm;
   std::vector<Layout> inputLayouts;
+  // Backward ops (autodiff): the forward op they differentiate, and for each output
+  // whether it adds into a gradient an earlier backward op already wrote. Their inputs
+  // and outputs follow backend::KernelCall's order; -1 marks a tensor not needed.
+  int forward = -1;
+  std::vector<bool> accumulate;
 };
 
 // One pipeline stage of a model replica and the devices it owns.
@@ -126,8 +135,15 @@ struct Module {
   Mesh mesh;
   bool planned = false; // mesh assigned
   std::vector<Bridge> bridges;
+  // Training (autodiff onwards): the seed gradient of the loss, the global gradient norm
+  // when clipping, and each rank's instruction stream.
+  int lossGrad = -1;
+  int gradNorm = -1;
+  std::vector<Program> programs;
 
   int addTensor(std::string name, TensorType type, int producer);
+  // Bytes of tensor t under the bindings; nullopt while a dim is unbound.
+  std::optional<int64_t> bytesOf(int t) const;
   int addScope(Scope s);
   // The stage scope enclosing a scope, or -1 for the model root.
   int stageScopeOf(int scope) const;

@@ -125,6 +125,20 @@ std::vector<OpInfo> buildTable() {
   comm(K::AllToAll, "all_to_all", "exchange token slices between expert shards");
   comm(K::Slice, "slice", "keep this device's piece of a tensor (no transfer)");
   comm(K::SendRecv, "send_recv", "move an activation to the next stage");
+  t.push_back(OpInfo{K::GradNorm,
+                     "grad_norm",
+                     {},
+                     S::Replicated,
+                     false,
+                     "global L2 norm of the parameter gradients, for clipping",
+                     "-> f32[]"});
+  t.push_back(OpInfo{K::OptimizerStep,
+                     "optimizer_step",
+                     {},
+                     S::Replicated,
+                     false,
+                     "update one parameter (and its optimizer state) from its gradient",
+                     ""});
   return t;
 }
 

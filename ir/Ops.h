@@ -48,6 +48,9 @@ enum class OpKind {
   AllToAll,
   Slice,
   SendRecv,
+  // Training, inserted by autodiff.
+  GradNorm,      // the global L2 norm of every parameter gradient
+  OptimizerStep, // one parameter's update from its gradient
 };
 
 using Attr = std::variant<int64_t, double, bool, std::string, Shape>;

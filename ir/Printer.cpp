@@ -52,15 +52,26 @@ void printModule(const Module& m, std::ostream& out) {
   }
   for (int t : m.inputs)
     out << fmt::format("  input %{} : {}\n", m.tensors[t].name, m.tensors[t].type.str());
+  auto ref = [&](int t) { return t < 0 ? std::string("_") : "%" + m.tensors[t].name; };
   for (const Op& op : m.ops) {
     std::vector<std::string> ins, outs;
     for (int t : op.inputs)
-      ins.push_back("%" + m.tensors[t].name);
-    for (int t : op.outputs)
-      outs.push_back("%" + m.tensors[t].name);
-    out << fmt::format("  {} = {}({}){} : {}", fmt::join(outs, ", "), opInfo(op.kind).name,
-                       fmt::join(ins, ", "), attrList(op.attrs),
-                       m.tensors[op.outputs[0]].type.str());
+      ins.push_back(ref(t));
+    for (size_t k = 0; k < op.outputs.size(); ++k)
+      outs.push_back((k < op.accumulate.size() && op.accumulate[k] ? "+" : "") +
+                     ref(op.outputs[k]));
+    out << "  ";
+    if (!outs.empty()) out << fmt::format("{} = ", fmt::join(outs, ", "));
+    out << fmt::format("{}{}({}){}", opInfo(op.kind).name,
+                       op.phase == Phase::Backward ? ".backward" : "", fmt::join(ins, ", "),
+                       attrList(op.attrs));
+    if (op.phase == Phase::Forward) out << " : " << m.tensors[op.outputs[0]].type.str();
+    if (op.phase != Phase::Forward) {
+      for (int p : op.params)
+        out << fmt::format(" @{}", m.params[p].name);
+      out << "\n";
+      continue;
+    }
     if (op.scope > 0) out << fmt::format(" in #{}", op.scope);
     if (op.stage >= 0) out << fmt::format(" stage {}", op.stage);
     if (!op.splitForm.empty()) out << fmt::format(" split {}", op.splitForm);
@@ -139,7 +150,9 @@ std::vector<LayerRow> stageLayers(const Module& m, int s) {
   std::vector<std::string> order;
   std::map<std::string, int64_t> params;
   for (const Op& op : m.ops) {
-    if (op.stage != s || opInfo(op.kind).split == SplitRule::Communication) continue;
+    if (op.stage != s || op.phase != Phase::Forward ||
+        opInfo(op.kind).split == SplitRule::Communication)
+      continue;
     std::string layer = layerOf(op.name);
     if (!params.count(layer)) {
       order.push_back(layer);
@@ -189,8 +202,8 @@ void printStage(const Module& m, int s, std::ostream& out) {
       continue;
     std::vector<std::string> forms;
     for (const Op& op : m.ops)
-      if (op.stage == s && m.splitScopeOf(op.scope) == static_cast<int>(sc) &&
-          !op.splitForm.empty())
+      if (op.stage == s && op.phase == Phase::Forward &&
+          m.splitScopeOf(op.scope) == static_cast<int>(sc) && !op.splitForm.empty())
         forms.push_back(fmt::format("{} {}", op.name.substr(op.name.rfind('/') + 1), op.splitForm));
     if (!forms.empty())
       out << fmt::format("  split({}) at line {}: {}\n", m.scopes[sc].width, m.scopes[sc].loc.line,

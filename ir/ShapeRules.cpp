@@ -302,6 +302,11 @@ std::string inferTypes(OpKind kind, const std::vector<TensorType>& in, const Att
   case K::SendRecv:
     out.push_back(in[0]);
     return "";
+  case K::GradNorm:
+    out.push_back(TensorType{DType::F32, {}});
+    return "";
+  case K::OptimizerStep:
+    return "";
   }
   return "unknown op";
 }

@@ -8,9 +8,44 @@ namespace epl::ir {
 
 namespace {
 
+// Backward and optimizer ops: ids in range, a tensor is redefined only to accumulate.
+void checkTrainingOp(const Module& m, size_t i, std::vector<bool>& defined,
+                     std::vector<std::string>& errs) {
+  const Op& op = m.ops[i];
+  auto bad = [&](std::string what) {
+    errs.push_back(fmt::format("op {} `{}` ({}): {}", i, op.name,
+                               op.phase == Phase::Backward ? "backward" : "optimizer", what));
+  };
+  int nt = static_cast<int>(m.tensors.size());
+  for (int t : op.inputs) {
+    if (t < -1 || t >= nt) return bad("input id out of range");
+    if (t >= 0 && !defined[t])
+      bad(fmt::format("uses tensor `{}` before it is defined", m.tensors[t].name));
+  }
+  if (op.phase == Phase::Backward && op.accumulate.size() != op.outputs.size())
+    return bad("one accumulate flag per output");
+  for (size_t k = 0; k < op.outputs.size(); ++k) {
+    int t = op.outputs[k];
+    if (t < -1 || t >= nt) return bad("output id out of range");
+    if (t < 0) continue;
+    bool adds = op.phase == Phase::Backward && op.accumulate[k];
+    bool param = m.tensors[t].producer < 0;
+    if (adds && !defined[t] && !param)
+      bad(fmt::format("adds into `{}` before it is written", m.tensors[t].name));
+    if (!adds && defined[t]) bad(fmt::format("tensor `{}` defined twice", m.tensors[t].name));
+    defined[t] = true;
+  }
+  if (op.phase == Phase::Backward && (op.forward < 0 || op.forward >= static_cast<int>(i) ||
+                                      m.ops[op.forward].phase != Phase::Forward))
+    bad("does not name an earlier forward op");
+  if (m.planned && (op.stage < 0 || op.stage >= static_cast<int>(m.mesh.stages.size())))
+    bad("no stage after planning");
+}
+
 void checkOp(const Module& m, size_t i, std::vector<bool>& defined,
              std::vector<std::string>& errs) {
   const Op& op = m.ops[i];
+  if (op.phase != Phase::Forward) return checkTrainingOp(m, i, defined, errs);
   auto bad = [&](std::string what) {
     errs.push_back(fmt::format("op {} `{}`: {}", i, op.name, what));
   };
@@ -41,7 +76,8 @@ void checkOp(const Module& m, size_t i, std::vector<bool>& defined,
     return bad(fmt::format("has {} inputs, the op table says {}", in.size(), want));
   std::string err = inferTypes(op.kind, in, op.attrs, out);
   if (!err.empty()) return bad("does not type-check: " + err);
-  if (out.size() != op.outputs.size()) return bad("output count differs from the op table");
+  // Autodiff appends the tensors the backward reads after the op's own outputs.
+  if (out.size() > op.outputs.size()) return bad("output count differs from the op table");
   for (size_t k = 0; k < out.size(); ++k)
     if (!(out[k] == m.tensors[op.outputs[k]].type))
       bad(fmt::format("output type {} differs from inferred {}",
@@ -60,6 +96,7 @@ std::vector<std::string> verify(const Module& m) {
     }
     defined[t] = true;
   }
+  if (m.lossGrad >= 0) defined[m.lossGrad] = true; // seeded by the step, not by an op
   for (size_t s = 1; s < m.scopes.size(); ++s)
     if (m.scopes[s].parent < 0 || m.scopes[s].parent >= static_cast<int>(s))
       errs.push_back(fmt::format("scope {} has a bad parent", s));

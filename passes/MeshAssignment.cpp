@@ -9,6 +9,7 @@
 //   4. -np must be a multiple of that sum; the quotient is the outer data-parallel width.
 //   5. global batch = micro-batch x micro_batches x data-parallel width, and each stage
 //      must divide its micro-batch over its devices. The batch symbol binds to it.
+//   With -np 1 every split width is 1: one device runs the whole model.
 #include "passes/Passes.h"
 
 #include <fmt/format.h>
@@ -35,6 +36,9 @@ public:
   bool run(ir::Module& m, PassContext& ctx) override {
     ir::Mesh& mesh = m.mesh;
     int p = static_cast<int>(mesh.stages.size());
+    if (ctx.np == 1)
+      for (size_t s = 1; s < m.scopes.size(); ++s)
+        m.scopes[s] = oneDevice(m.scopes[s]);
     std::vector<int> regionStage = regionsByStage(m);
     resolveWidths(m, ctx, regionStage);
     int g = 1;
@@ -84,6 +88,12 @@ public:
   }
 
 private:
+  static ir::Scope oneDevice(ir::Scope sc) {
+    sc.width = 1;
+    sc.isAuto = false;
+    return sc;
+  }
+
   // The stage of every split region (indexed by scope id), -1 for other scopes.
   static std::vector<int> regionsByStage(const ir::Module& m) {
     std::vector<int> out(m.scopes.size(), -1);

@@ -23,5 +23,14 @@ std::unique_ptr<Pass> createSplitLayoutPass();
 std::unique_ptr<Pass> createBridgeInsertionPass();
 // Counts parameters and bytes per stage and per device.
 std::unique_ptr<Pass> createParamAccountingPass();
+// The backward graph as IR (one backward op per forward op on the path to the loss, with
+// the tensors it reads saved by the forward), then a grad-norm op when clipping and one
+// optimizer op per parameter. Nothing without a `train` block.
+std::unique_ptr<Pass> createAutodiffPass();
+// Each rank's instruction stream for a training step and for evaluation.
+std::unique_ptr<Pass> createSchedulePass();
+// Liveness and buffer reuse: every activation's offset in its rank's arena, and the
+// rank's peak bytes.
+std::unique_ptr<Pass> createMemoryPlanPass();
 
 } // namespace epl::passes

@@ -17,6 +17,12 @@ void buildPipeline(PassManager& pm) {
   // differs from its producer's.
   pm.add(createBridgeInsertionPass());
   pm.add(createParamAccountingPass());
+  // Training. Autodiff follows the planning passes because they annotate forward ops
+  // only; the split and pipeline rewrites of backward ops come with multi-rank streams.
+  pm.add(createAutodiffPass());
+  pm.add(createSchedulePass());
+  // The memory plan reads the streams: liveness is over instructions.
+  pm.add(createMemoryPlanPass());
 }
 
 } // namespace epl::passes

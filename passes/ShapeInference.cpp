@@ -14,6 +14,7 @@ public:
   bool run(ir::Module& m, PassContext& ctx) override {
     bool changed = false;
     for (ir::Op& op : m.ops) {
+      if (op.phase != ir::Phase::Forward) continue;
       std::vector<ir::TensorType> in, out;
       for (int t : op.inputs)
         in.push_back(m.tensors[t].type);
@@ -24,7 +25,8 @@ public:
         ctx.diags.error(op.loc, err);
         return changed;
       }
-      EPL_ASSERT(out.size() == op.outputs.size(), "op output count differs from the op table");
+      // Outputs past the op table's are the tensors autodiff saves for the backward.
+      EPL_ASSERT(out.size() <= op.outputs.size(), "op output count differs from the op table");
       for (size_t k = 0; k < out.size(); ++k) {
         ir::TensorType& t = m.tensors[op.outputs[k]].type;
         if (!(t == out[k])) {

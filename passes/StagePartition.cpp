@@ -8,6 +8,8 @@
 //      stage when no block follows it (the embedding before stage 0, the loss after the
 //      final block), and behaves as if written inside that stage's block: joining a
 //      top-level `split(n)` stage, it is tensor-parallel too.
+//   4. With -np 1 the whole model is one stage on the one device: the reference run that
+//      every parallel plan must match (docs/language.md, "-np 1").
 #include "passes/Passes.h"
 
 #include <fmt/format.h>
@@ -22,6 +24,7 @@ public:
 
   bool run(ir::Module& m, PassContext& ctx) override {
     m.mesh.stages.clear();
+    if (ctx.np == 1) return oneStage(m);
     std::vector<int> stageOfScope(m.scopes.size(), -1);
     for (size_t s = 1; s < m.scopes.size(); ++s) {
       const ir::Scope& sc = m.scopes[s];
@@ -61,6 +64,16 @@ public:
             .help("remove the empty block, or move layers into it");
         return true;
       }
+    return true;
+  }
+
+private:
+  static bool oneStage(ir::Module& m) {
+    ir::StagePlan st;
+    st.loc = m.loc;
+    m.mesh.stages.push_back(st);
+    for (ir::Op& op : m.ops)
+      op.stage = 0;
     return true;
   }
 };

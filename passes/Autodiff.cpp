@@ -1,0 +1,184 @@
+// autodiff: the backward graph and the optimizer step, as IR.
+//
+//   1. The model's output must be a scalar float: the loss.
+//   2. A tensor needs a gradient when it depends on a parameter through differentiable
+//      ops (model inputs and integer tensors never do).
+//   3. Walking the forward ops backwards, each op whose output has a gradient gets one
+//      backward op (inputs and outputs in backend::KernelCall's order). The forward op
+//      gains the tensors its backward reads (ir::gradInfo's saved list) as extra outputs.
+//      A tensor read by several ops gets one gradient buffer: the first backward op to
+//      reach it writes it, later ones add into it.
+//   4. Parameter gradients live across micro-batches, so every write to them adds; the
+//      step starts by zeroing them.
+//   5. After the backward: a grad-norm op when `clip_grad_norm` is set, then one
+//      optimizer-step op per parameter.
+#include "ir/GradRules.h"
+#include "passes/Passes.h"
+
+#include <fmt/format.h>
+
+namespace epl::passes {
+
+namespace {
+
+class Autodiff : public Pass {
+public:
+  const char* name() const override { return "autodiff"; }
+
+  bool run(ir::Module& m, PassContext& ctx) override {
+    if (!m.train.present || m.lossGrad >= 0) return false;
+    if (!checkLoss(m, ctx)) return true;
+    m_ = &m;
+    markNeedsGrad();
+    grad_.assign(m.tensors.size(), -1);
+    int loss = m.outputs[0];
+    m.lossGrad = grad_[loss] =
+        m.addTensor(m.tensors[loss].name + ".grad", m.tensors[loss].type, -1);
+    int forwardOps = static_cast<int>(m.ops.size());
+    for (int i = forwardOps; i-- > 0;)
+      if (m.ops[i].phase == ir::Phase::Forward) differentiate(i);
+    addOptimizer();
+    return true;
+  }
+
+private:
+  static bool checkLoss(const ir::Module& m, PassContext& ctx) {
+    const ir::TensorType& t = m.tensors[m.outputs.at(0)].type;
+    if (m.outputs.size() == 1 && t.shape.empty() && !ir::isIntegral(t.dtype)) return true;
+    ctx.diags
+        .error(m.loc,
+               fmt::format("`{}` must return one scalar loss to be trained, but it returns `{}`",
+                           m.modelName, t.str()))
+        .length(static_cast<uint32_t>(m.modelName.size()))
+        .help("end the model with a loss such as `cross_entropy(logits, labels)` or `mse(…)`");
+    return false;
+  }
+
+  void markNeedsGrad() {
+    needs_.assign(m_->tensors.size(), false);
+    for (const ir::Op& op : m_->ops) {
+      if (op.phase != ir::Phase::Forward ||
+          !ir::gradInfo(op.kind, types(op), op.attrs).differentiable)
+        continue;
+      bool any = !op.params.empty();
+      for (int t : op.inputs)
+        any = any || needs_[t];
+      for (int t : op.outputs)
+        needs_[t] = any && !ir::isIntegral(m_->tensors[t].type.dtype);
+    }
+  }
+
+  std::vector<ir::TensorType> types(const ir::Op& op) const {
+    std::vector<ir::TensorType> in;
+    for (int t : op.inputs)
+      in.push_back(m_->tensors[t].type);
+    return in;
+  }
+
+  // The gradient buffer of tensor t for a new contribution: (id, adds into it).
+  std::pair<int, bool> gradOf(int t) {
+    if (!needs_[t]) return {-1, false};
+    if (grad_[t] >= 0) return {grad_[t], true};
+    grad_[t] = m_->addTensor(m_->tensors[t].name + ".grad", m_->tensors[t].type, -1);
+    return {grad_[t], false};
+  }
+
+  void differentiate(int i) {
+    ir::Op fwd = m_->ops[i]; // copy: addTensor/ops.push_back may move storage
+    int y = fwd.outputs[0];
+    if (grad_[y] < 0) return;
+    ir::GradInfo info = ir::gradInfo(fwd.kind, types(fwd), fwd.attrs);
+    if (!info.differentiable) return;
+    std::vector<int> saved;
+    for (size_t k = 0; k < info.saved.size(); ++k) {
+      int t = m_->addTensor(fmt::format("{}.saved{}", m_->tensors[y].name, k), info.saved[k], i);
+      m_->ops[i].outputs.push_back(t);
+      saved.push_back(t);
+    }
+    ir::Op bwd;
+    bwd.kind = fwd.kind;
+    bwd.name = fwd.name;
+    bwd.attrs = fwd.attrs;
+    bwd.scope = fwd.scope;
+    bwd.stage = fwd.stage;
+    bwd.phase = ir::Phase::Backward;
+    bwd.loc = fwd.loc;
+    bwd.site = fwd.site;
+    bwd.forward = i;
+    bwd.params = fwd.params;
+    bwd.inputs.push_back(grad_[y]);
+    for (int t : fwd.inputs)
+      bwd.inputs.push_back(info.needsInputs ? t : -1);
+    bwd.inputs.push_back(info.needsOutput ? y : -1);
+    bwd.inputs.insert(bwd.inputs.end(), saved.begin(), saved.end());
+    for (int t : fwd.inputs) {
+      auto [g, adds] = gradOf(t);
+      bwd.outputs.push_back(g);
+      bwd.accumulate.push_back(adds);
+    }
+    int id = static_cast<int>(m_->ops.size());
+    for (int p : fwd.params) {
+      ir::Param& param = m_->params[p];
+      param.grad = m_->addTensor(param.name + ".grad", param.type, -1);
+      bwd.outputs.push_back(param.grad);
+      bwd.accumulate.push_back(true);
+    }
+    for (int t : bwd.outputs)
+      if (t >= 0 && m_->tensors[t].producer < 0 && !isParamGrad(t)) m_->tensors[t].producer = id;
+    m_->ops.push_back(std::move(bwd));
+  }
+
+  bool isParamGrad(int t) const {
+    for (const ir::Param& p : m_->params)
+      if (p.grad == t) return true;
+    return false;
+  }
+
+  void addOptimizer() {
+    ir::Module& m = *m_;
+    std::vector<int> grads;
+    for (const ir::Param& p : m.params)
+      if (p.grad >= 0) grads.push_back(p.grad);
+    if (m.train.clipGradNorm > 0) {
+      ir::Op norm = trainingOp(ir::OpKind::GradNorm, "grad_norm");
+      norm.inputs = grads;
+      m.gradNorm = m.addTensor("grad_norm", ir::TensorType{ir::DType::F32, {}},
+                               static_cast<int>(m.ops.size()));
+      norm.outputs = {m.gradNorm};
+      m.ops.push_back(std::move(norm));
+    }
+    for (size_t p = 0; p < m.params.size(); ++p) {
+      if (m.params[p].grad < 0) continue;
+      ir::Op step = trainingOp(ir::OpKind::OptimizerStep, m.train.optimizer.kind);
+      step.inputs = {m.params[p].grad};
+      if (m.gradNorm >= 0) step.inputs.push_back(m.gradNorm);
+      step.params = {static_cast<int>(p)};
+      step.stage = m.ops[m.params[p].op].stage;
+      step.site = m.ops[m.params[p].op].site;
+      m.ops.push_back(std::move(step));
+    }
+  }
+
+  ir::Op trainingOp(ir::OpKind kind, std::string name) const {
+    ir::Op op;
+    op.kind = kind;
+    op.name = std::move(name);
+    op.phase = ir::Phase::Optimizer;
+    op.stage = 0;
+    op.loc = op.site =
+        m_->train.keyLocs.count("optimizer") ? m_->train.keyLocs.at("optimizer") : m_->loc;
+    return op;
+  }
+
+  ir::Module* m_ = nullptr;
+  std::vector<bool> needs_;
+  std::vector<int> grad_;
+};
+
+} // namespace
+
+std::unique_ptr<Pass> createAutodiffPass() {
+  return std::make_unique<Autodiff>();
+}
+
+} // namespace epl::passes

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 pkgs=(build-essential cmake ninja-build ccache pkg-config
       antlr4 libantlr4-runtime-dev libfmt-dev libcli11-dev nlohmann-json3-dev catch2
-      libopenmpi-dev openmpi-bin libopenblas-dev)
+      libopenmpi-dev openmpi-bin libopenblas-dev zlib1g-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

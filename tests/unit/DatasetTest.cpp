@@ -1,0 +1,479 @@
+// The data sources on small generated files: what each reads, and every error it reports,
+// with the message naming the file.
+#include "interp/data/Dataset.h"
+#include "DataTestFiles.h"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <numeric>
+#include <set>
+#include <unistd.h>
+
+using namespace epl;
+using namespace epl::data;
+using Catch::Matchers::Contains;
+using epl::testing::TempDir;
+
+namespace {
+
+ir::CallSpec call(std::string kind, std::map<std::string, std::string> strings,
+                  std::map<std::string, double> numbers = {}) {
+  return ir::CallSpec{std::move(kind), std::move(strings), std::move(numbers), {}};
+}
+
+// 12 images of 2 x 3 pixels (image i, pixel j holds 10 i + j) and labels i % 4.
+constexpr uint32_t kImages = 12, kRows = 2, kCols = 3;
+std::vector<uint8_t> pixels(uint32_t count) {
+  std::vector<uint8_t> v;
+  for (uint32_t i = 0; i < count; ++i)
+    for (uint32_t j = 0; j < kRows * kCols; ++j)
+      v.push_back(static_cast<uint8_t>(10 * i + j));
+  return v;
+}
+std::vector<uint8_t> labels(uint32_t count) {
+  std::vector<uint8_t> v;
+  for (uint32_t i = 0; i < count; ++i)
+    v.push_back(static_cast<uint8_t>(i % 4));
+  return v;
+}
+std::string imageFile(uint32_t count = kImages) {
+  return testing::idxBytes({count, kRows, kCols}, pixels(count));
+}
+std::string labelFile(uint32_t count = kImages) {
+  return testing::idxBytes({count}, labels(count));
+}
+
+const std::vector<InputSpec> kClassifier = {{"images", ir::DType::F32, {1, kRows, kCols}},
+                                            {"labels", ir::DType::I32, {}}};
+
+struct Batch {
+  std::vector<float> images;
+  std::vector<int32_t> labels;
+};
+Batch readIdx(const Dataset& d, Split s, const std::vector<int64_t>& ids) {
+  Batch b{std::vector<float>(ids.size() * kRows * kCols), std::vector<int32_t>(ids.size())};
+  d.read(s, ids, {b.images.data(), b.labels.data()}, nullptr);
+  return b;
+}
+
+// Opens `spec` expecting a DataError whose message contains each of `parts`.
+void expectError(const ir::CallSpec& spec, const std::vector<InputSpec>& inputs,
+                 const std::vector<std::string>& parts, const std::string& baseDir = "") {
+  try {
+    openDataset(spec, inputs, 0, baseDir);
+    FAIL("no error for " << spec.kind);
+  } catch (const DataError& e) {
+    INFO(e.what());
+    for (const auto& p : parts)
+      CHECK_THAT(e.what(), Contains(p));
+  }
+}
+
+} // namespace
+
+TEST_CASE("idx reads plain files and keeps the last 10% for validation", "[data]") {
+  TempDir dir;
+  testing::writeBytes(dir.file("images"), imageFile());
+  testing::writeBytes(dir.file("labels"), labelFile());
+  auto d =
+      openDataset(call("idx", {{"images", dir.file("images")}, {"labels", dir.file("labels")}}),
+                  kClassifier, 0, "");
+  CHECK(d->size(Split::Train) == 11);
+  CHECK(d->size(Split::Validation) == 1);
+  CHECK_FALSE(d->hasNextTokens());
+  CHECK(d->maxToken() == -1);
+  CHECK(d->maxLabel() == 3);
+  CHECK(d->describe() == "idx: 11 train / 1 validation samples of 2 x 3 (validation: the last "
+                         "10% of the training files)");
+
+  Batch b = readIdx(*d, Split::Train, {5, 0});
+  for (int j = 0; j < 6; ++j) {
+    CHECK(b.images[j] == static_cast<float>(50 + j) / 255.0f);
+    CHECK(b.images[6 + j] == static_cast<float>(j) / 255.0f);
+  }
+  CHECK(b.labels == std::vector<int32_t>{1, 0});
+  Batch v = readIdx(*d, Split::Validation, {0}); // image 11
+  CHECK(v.images[0] == 110.0f / 255.0f);
+  CHECK(v.labels[0] == 3);
+}
+
+TEST_CASE("idx reads gzip files, the test pair as validation, paths relative to the script",
+          "[data]") {
+  TempDir dir;
+  testing::writeBytes(dir.file("train-images.gz"), testing::gzipped(imageFile()));
+  testing::writeBytes(dir.file("train-labels.gz"), testing::gzipped(labelFile()));
+  testing::writeBytes(dir.file("test-images"), imageFile(5)); // plain and gzip mix
+  testing::writeBytes(dir.file("test-labels.gz"), testing::gzipped(labelFile(5)));
+  // Labels first: inputs are matched by kind, not position.
+  std::vector<InputSpec> inputs = {{"y", ir::DType::I32, {}}, {"x", ir::DType::F32, {6}}};
+  auto d = openDataset(call("idx", {{"images", "train-images.gz"},
+                                    {"labels", "train-labels.gz"},
+                                    {"test_images", "test-images"},
+                                    {"test_labels", "test-labels.gz"}}),
+                       inputs, 0, dir.path);
+  CHECK(d->size(Split::Train) == 12);
+  CHECK(d->size(Split::Validation) == 5);
+  CHECK(d->describe() == "idx: 12 train / 5 validation samples of 2 x 3");
+  std::vector<int32_t> y(2);
+  std::vector<float> x(12);
+  d->read(Split::Train, {11, 3}, {y.data(), x.data()}, nullptr);
+  CHECK(y == std::vector<int32_t>{3, 3});
+  CHECK(x[0] == 110.0f / 255.0f);
+  CHECK(x[11] == 35.0f / 255.0f);
+  d->read(Split::Validation, {4, 1}, {y.data(), x.data()}, nullptr);
+  CHECK(y == std::vector<int32_t>{0, 1});
+  CHECK(x[6] == 10.0f / 255.0f);
+}
+
+TEST_CASE("idx accepts signed and wider label types", "[data]") {
+  TempDir dir;
+  testing::writeBytes(dir.file("images"), imageFile(2));
+  std::string labels16 = testing::idxBytes({2}, {0x01, 0x02, 0x00, 0x07}, 0x0B);
+  testing::writeBytes(dir.file("labels"), labels16);
+  auto d = openDataset(call("idx", {{"images", dir.file("images")},
+                                    {"labels", dir.file("labels")},
+                                    {"test_images", dir.file("images")},
+                                    {"test_labels", dir.file("labels")}}),
+                       kClassifier, 0, "");
+  Batch b = readIdx(*d, Split::Train, {0, 1});
+  CHECK(b.labels == std::vector<int32_t>{258, 7});
+  CHECK(d->maxLabel() == 258);
+}
+
+TEST_CASE("idx errors name the file and what is wrong", "[data]") {
+  TempDir dir;
+  std::string images = dir.file("images.gz"), labels = dir.file("labels");
+  testing::writeBytes(images, testing::gzipped(imageFile()));
+  testing::writeBytes(labels, labelFile());
+  auto spec = [&](std::string img, std::string lab) {
+    return call("idx", {{"images", img}, {"labels", lab}});
+  };
+
+  SECTION("missing file") {
+    expectError(spec(dir.file("nope.gz"), labels), kClassifier,
+                {"`" + dir.file("nope.gz") + "` does not exist"});
+  }
+  SECTION("a folder") {
+    expectError(spec(dir.path, labels), kClassifier, {dir.path, "folder"});
+  }
+  SECTION("truncated gzip") {
+    std::string gz = testing::gzipped(imageFile());
+    testing::writeBytes(dir.file("cut.gz"), gz.substr(0, gz.size() / 2));
+    expectError(spec(dir.file("cut.gz"), labels), kClassifier,
+                {"`" + dir.file("cut.gz") + "` is truncated", "gzip"});
+  }
+  SECTION("corrupt gzip (bad checksum)") {
+    std::string gz = testing::gzipped(imageFile());
+    gz[gz.size() - 6] ^= 0x55; // inside the CRC-32 trailer
+    testing::writeBytes(dir.file("bad.gz"), gz);
+    expectError(spec(dir.file("bad.gz"), labels), kClassifier,
+                {"`" + dir.file("bad.gz") + "` is corrupt", "incorrect data check"});
+  }
+  SECTION("garbage after the gzip stream") {
+    testing::writeBytes(dir.file("tail.gz"), testing::gzipped(imageFile()) + "xyz");
+    expectError(spec(dir.file("tail.gz"), labels), kClassifier,
+                {"`" + dir.file("tail.gz") + "` has 3 bytes of trailing data"});
+  }
+  SECTION("labels given as images: wrong magic") {
+    expectError(spec(labels, labels), kClassifier,
+                {"`" + labels + "` is not an IDX image file: magic number 0x00000801"});
+  }
+  SECTION("not an IDX file at all") {
+    testing::writeBytes(dir.file("png"), "\x89PNG\r\n\x1a\n");
+    expectError(spec(images, dir.file("png")), kClassifier,
+                {"`" + dir.file("png") + "` is not an IDX label file: magic number 0x89504e47"});
+  }
+  SECTION("short header") {
+    testing::writeBytes(dir.file("short"), std::string("\0\0", 2));
+    expectError(spec(dir.file("short"), labels), kClassifier,
+                {"`" + dir.file("short") + "` is truncated: expected an IDX header"});
+  }
+  SECTION("truncated image data") {
+    std::string bytes = imageFile();
+    testing::writeBytes(dir.file("cut"), bytes.substr(0, 40));
+    expectError(spec(dir.file("cut"), labels), kClassifier,
+                {"`" + dir.file("cut") +
+                 "` is truncated: expected 88 bytes for 12 images of 2 x 3, "
+                 "got 40"});
+  }
+  SECTION("bytes after the data") {
+    testing::writeBytes(dir.file("long"), labelFile() + "ab");
+    expectError(spec(images, dir.file("long")), kClassifier,
+                {"`" + dir.file("long") + "` has 2 bytes after its 12 labels"});
+  }
+  SECTION("count mismatch") {
+    testing::writeBytes(dir.file("labels11"), labelFile(11));
+    expectError(
+        spec(images, dir.file("labels11")), kClassifier,
+        {"`" + images + "` holds 12 images but `" + dir.file("labels11") + "` holds 11 labels"});
+  }
+  SECTION("negative label") {
+    testing::writeBytes(dir.file("signed"),
+                        testing::idxBytes({12}, {0, 1, 2, 0xff, 0, 0, 0, 0, 0, 0, 0, 0}, 0x09));
+    expectError(spec(images, dir.file("signed")), kClassifier,
+                {"`" + dir.file("signed") + "` holds label -1 at index 3"});
+  }
+  SECTION("image size does not match the model input") {
+    std::vector<InputSpec> wrong = {{"images", ir::DType::F32, {1, 28, 28}},
+                                    {"labels", ir::DType::I32, {}}};
+    expectError(spec(images, labels), wrong,
+                {"model input `images: f32[B, 1, 28, 28]` holds 784 values per sample",
+                 "`" + images + "` are 2 x 3 = 6"});
+  }
+  SECTION("wrong number of inputs") {
+    expectError(spec(images, labels), {kClassifier[0]},
+                {"`idx` data feeds two model inputs", "the model takes `images`"});
+  }
+  SECTION("two float inputs") {
+    std::vector<InputSpec> wrong = {kClassifier[0], {"more", ir::DType::F32, {}}};
+    expectError(spec(images, labels), wrong, {"`idx` data feeds two model inputs"});
+  }
+  SECTION("labels that are not scalars") {
+    std::vector<InputSpec> wrong = {kClassifier[0], {"labels", ir::DType::I32, {4}}};
+    expectError(spec(images, labels), wrong, {"`labels: i32[B, 4]` must hold one label"});
+  }
+  SECTION("half-precision images") {
+    std::vector<InputSpec> wrong = {{"images", ir::DType::BF16, {6}}, kClassifier[1]};
+    expectError(spec(images, labels), wrong, {"`images: bf16[B, 6]` is bf16", "as f32"});
+  }
+  SECTION("a test pair needs both files") {
+    expectError(call("idx", {{"images", images}, {"labels", labels}, {"test_images", images}}),
+                kClassifier, {"needs both `test_images` and `test_labels`"});
+  }
+  SECTION("test images of another size") {
+    testing::writeBytes(dir.file("t-img"), testing::idxBytes({1, 3, 2}, {1, 2, 3, 4, 5, 6}));
+    testing::writeBytes(dir.file("t-lab"), labelFile(1));
+    expectError(call("idx", {{"images", images},
+                             {"labels", labels},
+                             {"test_images", dir.file("t-img")},
+                             {"test_labels", dir.file("t-lab")}}),
+                kClassifier, {"images in `" + dir.file("t-img") + "` are 3 x 2", "2 x 3"});
+  }
+}
+
+namespace {
+
+// A token file of n uint16 tokens: token i is (i * 7919) % 50000.
+uint16_t tokenAt(int64_t i) {
+  return static_cast<uint16_t>((i * 7919) % 50000);
+}
+std::string tokenFile(int64_t n) {
+  std::string s;
+  for (int64_t i = 0; i < n; ++i) {
+    s += static_cast<char>(tokenAt(i) & 0xff);
+    s += static_cast<char>(tokenAt(i) >> 8);
+  }
+  return s;
+}
+std::vector<InputSpec> tokenInput(int64_t seq) {
+  return {{"tokens", ir::DType::I32, {seq}}};
+}
+
+} // namespace
+
+TEST_CASE("tokens cuts the file into windows of seq + 1 with next-token targets", "[data]") {
+  TempDir dir;
+  testing::writeBytes(dir.file("corpus.bin"), tokenFile(1000));
+  const int64_t seq = 16;
+  auto d = openDataset(call("tokens", {{"path", "corpus.bin"}}, {{"seq", seq}}), tokenInput(seq), 0,
+                       dir.path);
+  // 900 training tokens give (900 - 1) / 16 = 56 windows, 100 validation tokens 6.
+  CHECK(d->size(Split::Train) == 56);
+  CHECK(d->size(Split::Validation) == 6);
+  CHECK(d->hasNextTokens());
+  int64_t maxToken = 0;
+  for (int64_t i = 0; i < 1000; ++i)
+    maxToken = std::max<int64_t>(maxToken, tokenAt(i));
+  CHECK(d->maxToken() == maxToken);
+  CHECK(d->describe() == "tokens: 1,000 tokens, 56 train / 6 validation windows of 17 (seq 16 + "
+                         "1), the last 10% for validation");
+
+  std::vector<int32_t> in(2 * seq), next(2 * seq);
+  d->read(Split::Train, {55, 0}, {in.data()}, next.data());
+  for (int64_t t = 0; t < seq; ++t) {
+    CHECK(in[t] == tokenAt(55 * seq + t));
+    CHECK(next[t] == tokenAt(55 * seq + t + 1));
+    CHECK(in[seq + t] == tokenAt(t));
+    CHECK(next[seq + t] == tokenAt(t + 1));
+  }
+  CHECK(55 * seq + seq < 900); // the last training window stays in the training part
+  d->read(Split::Validation, {5, 0}, {in.data()}, nullptr); // `next` may be null
+  for (int64_t t = 0; t < seq; ++t) {
+    CHECK(in[t] == tokenAt(900 + 5 * seq + t));
+    CHECK(in[seq + t] == tokenAt(900 + t));
+  }
+}
+
+TEST_CASE("tokens takes val_fraction, and 0 leaves no validation split", "[data]") {
+  TempDir dir;
+  testing::writeBytes(dir.file("c.bin"), tokenFile(101));
+  auto d =
+      openDataset(call("tokens", {{"path", dir.file("c.bin")}}, {{"seq", 10}, {"val_fraction", 0}}),
+                  tokenInput(10), 0, "");
+  CHECK(d->size(Split::Train) == 10);
+  CHECK(d->size(Split::Validation) == 0);
+  d = openDataset(
+      call("tokens", {{"path", dir.file("c.bin")}}, {{"seq", 10}, {"val_fraction", 0.5}}),
+      tokenInput(10), 0, "");
+  CHECK(d->size(Split::Train) == 5);      // 51 tokens
+  CHECK(d->size(Split::Validation) == 4); // 50 tokens
+}
+
+TEST_CASE("text reads bytes as tokens of vocab 256", "[data]") {
+  TempDir dir;
+  std::string text = "hello, world! \xff\x01 the quick brown fox jumps over the lazy dog";
+  testing::writeBytes(dir.file("t.txt"), text);
+  auto d = openDataset(call("text", {{"path", "t.txt"}}, {{"seq", 4}, {"val_fraction", 0}}),
+                       tokenInput(4), 0, dir.path);
+  CHECK(d->size(Split::Train) == static_cast<int64_t>(text.size() - 1) / 4);
+  CHECK(d->maxToken() == 255);
+  std::vector<int32_t> in(4), next(4);
+  d->read(Split::Train, {3}, {in.data()}, next.data());
+  CHECK(in == std::vector<int32_t>{'!', ' ', 255, 1}); // window 3 starts at byte 12
+  CHECK(next == std::vector<int32_t>{' ', 255, 1, ' '});
+}
+
+TEST_CASE("textToTokens writes one uint16 per byte", "[data]") {
+  TempDir dir;
+  testing::writeBytes(dir.file("t.txt"), std::string("ab\xff\0z", 5));
+  textToTokens(dir.file("t.txt"), dir.file("t.bin"));
+  CHECK(testing::readBytes(dir.file("t.bin")) == std::string("a\0b\0\xff\0\0\0z\0", 10));
+  // Converting again replaces the file.
+  testing::writeBytes(dir.file("t.txt"), "c");
+  textToTokens(dir.file("t.txt"), dir.file("t.bin"));
+  CHECK(testing::readBytes(dir.file("t.bin")) == std::string("c\0", 2));
+  CHECK_THROWS_WITH(textToTokens(dir.file("none.txt"), dir.file("x.bin")),
+                    Contains("`" + dir.file("none.txt") + "` does not exist"));
+  CHECK_THROWS_WITH(textToTokens(dir.file("t.txt"), dir.file("no/such/dir/x.bin")),
+                    Contains(dir.file("no/such/dir/x.bin")));
+}
+
+TEST_CASE("token data errors name the file and what is wrong", "[data]") {
+  TempDir dir;
+  std::string path = dir.file("c.bin");
+  testing::writeBytes(path, tokenFile(100));
+  auto spec = [&](int64_t seq) { return call("tokens", {{"path", path}}, {{"seq", seq}}); };
+
+  SECTION("odd byte count") {
+    testing::writeBytes(path, tokenFile(100) + "x");
+    expectError(spec(8), tokenInput(8), {"`" + path + "` has an odd number of bytes (201)"});
+  }
+  SECTION("too few tokens") {
+    expectError(spec(90), tokenInput(90),
+                {"`" + path +
+                 "` holds 100 tokens, too few for one training window of seq + 1 = "
+                 "91 tokens after the last 10% kept for validation"});
+  }
+  SECTION("missing file") {
+    expectError(call("tokens", {{"path", "gone.bin"}}, {{"seq", 8}}), tokenInput(8),
+                {"`" + dir.file("gone.bin") + "` does not exist"}, dir.path);
+  }
+  SECTION("unreadable file") {
+    if (getuid() == 0) return; // root reads anything
+    testing::writeBytes(dir.file("locked.bin"), tokenFile(100));
+    std::filesystem::permissions(dir.file("locked.bin"), std::filesystem::perms::none);
+    expectError(call("tokens", {{"path", dir.file("locked.bin")}}, {{"seq", 8}}), tokenInput(8),
+                {"cannot read `" + dir.file("locked.bin") + "`: permission denied"});
+  }
+  SECTION("input of the wrong length") {
+    expectError(spec(8), tokenInput(16),
+                {"model input `tokens: i32[B, 16]` does not fit `tokens` data with seq = 8",
+                 "`tokens: i32[B, 8]`"});
+  }
+  SECTION("float input") {
+    expectError(spec(8), {{"tokens", ir::DType::F32, {8}}},
+                {"model input `tokens: f32[B, 8]` does not fit"});
+  }
+  SECTION("two inputs") {
+    expectError(spec(8), {tokenInput(8)[0], {"labels", ir::DType::I32, {}}},
+                {"`tokens` data feeds one model input", "`tokens`, `labels`"});
+  }
+  SECTION("text too short") {
+    testing::writeBytes(dir.file("t.txt"), "abc");
+    expectError(call("text", {{"path", dir.file("t.txt")}}, {{"seq", 3}}), tokenInput(3),
+                {"`" + dir.file("t.txt") + "` holds 3 tokens, too few"});
+  }
+  SECTION("val_fraction out of range") {
+    expectError(call("tokens", {{"path", path}}, {{"seq", 8}, {"val_fraction", 1}}), tokenInput(8),
+                {"`val_fraction` of `tokens` must be in [0, 1)"});
+  }
+  SECTION("unknown source") {
+    expectError(call("parquet", {}), tokenInput(8), {"unknown data source `parquet`"});
+  }
+}
+
+TEST_CASE("synthetic samples are a pure function of seed and id", "[data]") {
+  std::vector<InputSpec> inputs = {{"x", ir::DType::F32, {3, 4}}, {"y", ir::DType::I32, {}}};
+  auto d = openDataset(call("synthetic", {}, {{"samples", 1000}, {"classes", 7}}), inputs, 42, "");
+  CHECK(d->size(Split::Train) == 1000);
+  CHECK(d->size(Split::Validation) == 100);
+  CHECK_FALSE(d->hasNextTokens());
+  CHECK(d->maxLabel() == 6);
+  CHECK(d->describe() == "synthetic: 1,000 train / 100 validation samples, seed 42, 7 classes");
+
+  auto read = [&](const Dataset& ds, Split s, std::vector<int64_t> ids) {
+    std::pair<std::vector<float>, std::vector<int32_t>> out{std::vector<float>(12 * ids.size()),
+                                                            std::vector<int32_t>(ids.size())};
+    ds.read(s, ids, {out.first.data(), out.second.data()}, nullptr);
+    return out;
+  };
+  auto both = read(*d, Split::Train, {7, 3});
+  auto seven = read(*d, Split::Train, {7});
+  auto three = read(*d, Split::Train, {3});
+  CHECK(std::vector<float>(both.first.begin(), both.first.begin() + 12) == seven.first);
+  CHECK(std::vector<float>(both.first.begin() + 12, both.first.end()) == three.first);
+  CHECK(both.second == std::vector<int32_t>{seven.second[0], three.second[0]});
+
+  // Validation samples are others; another seed gives other values.
+  CHECK(read(*d, Split::Validation, {7}).first != seven.first);
+  auto other =
+      openDataset(call("synthetic", {}, {{"samples", 1000}, {"classes", 7}}), inputs, 43, "");
+  CHECK(read(*other, Split::Train, {7}).first != seven.first);
+
+  // Roughly N(0, 1) and uniform over the classes.
+  std::vector<int64_t> all(1000);
+  std::iota(all.begin(), all.end(), 0);
+  auto data = read(*d, Split::Train, all);
+  double sum = 0, sq = 0;
+  for (float v : data.first) {
+    sum += v;
+    sq += double(v) * v;
+  }
+  double n = static_cast<double>(data.first.size()), mean = sum / n;
+  CHECK(std::abs(mean) < 0.05);
+  CHECK(std::abs(sq / n - mean * mean - 1) < 0.05);
+  std::vector<int> counts(7);
+  for (int32_t y : data.second) {
+    REQUIRE(y >= 0);
+    REQUIRE(y < 7);
+    ++counts[static_cast<size_t>(y)];
+  }
+  for (int c : counts)
+    CHECK(c > 100);
+}
+
+TEST_CASE("synthetic gives next-token targets to a sequence input", "[data]") {
+  auto d = openDataset(call("synthetic", {}, {{"samples", 10}}), tokenInput(5), 1, "");
+  CHECK(d->hasNextTokens());
+  CHECK(d->maxToken() == 9); // classes default to 10
+  CHECK(d->size(Split::Validation) == 1);
+  std::vector<int32_t> in(10), next(10);
+  d->read(Split::Train, {2, 9}, {in.data()}, next.data());
+  for (int s = 0; s < 2; ++s)
+    for (int t = 0; t + 1 < 5; ++t)
+      CHECK(next[s * 5 + t] == in[s * 5 + t + 1]);
+  for (int32_t v : next) {
+    CHECK(v >= 0);
+    CHECK(v < 10);
+  }
+}
+
+TEST_CASE("synthetic errors", "[data]") {
+  expectError(call("synthetic", {}, {{"samples", 10}}), {}, {"needs a model input"});
+  expectError(call("synthetic", {}, {{"samples", 10}}), {{"x", ir::DType::I64, {}}},
+              {"model input `x: i64[B]` is i64", "as i32"});
+  expectError(call("synthetic", {}, {}), tokenInput(4), {"`synthetic` needs `samples`"});
+  expectError(call("synthetic", {}, {{"samples", 2.5}}), tokenInput(4),
+              {"argument `samples` of `synthetic` must be an integer >= 1, got 2.5"});
+}

@@ -1,9 +1,214 @@
-// Attention kernels (not yet written).
+// attention: fused qkv projection, scaled dot-product attention per head, output
+// projection. The attention itself is flash-attention style: the scores of one head are
+// never held as a T x T matrix, only as one Q x K tile per thread.
+//
+// Forward, for each (batch, head, block of Q query rows), in parallel:
+//   1. for each block of K keys (up to the diagonal when causal):
+//      S = scale * q k^T (sgemm into the tile), masked;
+//      new row max m', rescale the running sum l and the output row by exp(m - m');
+//      P = exp(S - m'); l += rowsum(P); out += P v (sgemm).
+//   2. out /= l; lse = m + log(l) is saved for the backward.
+// Backward, for each (batch, head) in parallel (one task owns that head's dq, dk, dv):
+//   Dvec = rowsum(dout * out); for each key block j, for each query block i that sees it:
+//   P = exp(scale q_i k_j^T - lse_i); dv_j += P^T dout_i; dP = dout_i v_j^T;
+//   dS = P (dP - Dvec_i); dq_i += scale dS k_j; dk_j += scale dS^T q_i.
+// The loops run in a fixed order inside each task, so the result does not depend on
+// scheduling. GEMMs, large and per tile, all go through sgemm.
+//
+// Shape legend: B batch, T time, D width, H heads, E head width (D / H), Q query rows and
+// K key rows of a tile.
 #include "backend/cpu/KernelUtil.h"
 #include "backend/cpu/Kernels.h"
 
+#include <algorithm>
+#include <limits>
+
 namespace epl::backend::cpu {
-void attention(const KernelCall&) {
-  EPL_ASSERT(false, "attention: not implemented yet");
+
+namespace {
+
+constexpr int64_t kBlockQ = 64, kBlockK = 64;
+
+struct Dims {
+  int64_t b, t, d, h, e;
+  float scale;
+  bool causal;
+};
+
+Dims dimsOf(const KernelCall& c, const TensorView& x) {
+  EPL_ASSERT(x.shape.size() == 3, "attention input must be [B, T, D]");
+  Dims s{x.shape[0], x.shape[1], x.shape[2], attrInt(c, "heads"), 0, 0.f, attrBool(c, "causal")};
+  EPL_ASSERT(s.h > 0 && s.d % s.h == 0, "attention heads must divide the width");
+  s.e = s.d / s.h;
+  s.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.e)));
+  return s;
 }
+
+// Keys of the block starting at k0 that query row `row` may see: all kn, or up to the diagonal.
+inline int64_t visibleKeys(const Dims& s, int64_t row, int64_t k0, int64_t kn) {
+  return s.causal ? std::clamp<int64_t>(row - k0 + 1, 0, kn) : kn;
+}
+
+// Online-softmax update of one tile row: turns scores into probabilities relative to the new
+// running max, and returns the factor that rescales the row's earlier sum and output.
+inline float onlineSoftmaxRow(float* srow, int64_t valid, int64_t kn, float& m, float& l) {
+  float mx = m;
+  for (int64_t j = 0; j < valid; ++j)
+    mx = std::max(mx, srow[j]);
+  float alpha = expf32(m - mx), sum = 0;
+  for (int64_t j = 0; j < valid; ++j) {
+    srow[j] = expf32(srow[j] - mx);
+    sum += srow[j];
+  }
+  std::fill(srow + valid, srow + kn, 0.f);
+  l = l * alpha + sum;
+  m = mx;
+  return alpha;
+}
+
+// Forward for the query rows [q0, q0 + Q) of head hi in batch bi. Accumulates straight into
+// ctx (row stride D); writes lse [B, H, T].
+void forwardBlock(const Dims& s, const float* qkv, int64_t bi, int64_t hi, int64_t q0, float* ctx,
+                  float* lse, float* tile, float* m, float* l) {
+  const int64_t ld = 3 * s.d;
+  const float* q = qkv + bi * s.t * ld + hi * s.e;
+  const float *k = q + s.d, *v = q + 2 * s.d;
+  int64_t rows = std::min(kBlockQ, s.t - q0), kEnd = s.causal ? q0 + rows : s.t;
+  float* o = ctx + (bi * s.t + q0) * s.d + hi * s.e;
+  for (int64_t i = 0; i < rows; ++i) {
+    m[i] = -std::numeric_limits<float>::infinity();
+    l[i] = 0.f;
+    std::fill(o + i * s.d, o + i * s.d + s.e, 0.f);
+  }
+  for (int64_t k0 = 0; k0 < kEnd; k0 += kBlockK) {
+    int64_t kn = std::min(kBlockK, kEnd - k0);
+    gemm(false, true, rows, kn, s.e, s.scale, q + q0 * ld, ld, k + k0 * ld, ld, 0.f, tile, kn);
+    for (int64_t i = 0; i < rows; ++i) {
+      int64_t valid = visibleKeys(s, q0 + i, k0, kn);
+      float alpha = onlineSoftmaxRow(tile + i * kn, valid, kn, m[i], l[i]);
+      if (alpha != 1.f)
+        for (int64_t j = 0; j < s.e; ++j)
+          o[i * s.d + j] *= alpha;
+    }
+    gemm(false, false, rows, s.e, kn, 1.f, tile, kn, v + k0 * ld, ld, 1.f, o, s.d);
+  }
+  float* lseRow = lse + (bi * s.h + hi) * s.t + q0;
+  for (int64_t i = 0; i < rows; ++i) {
+    float inv = 1.f / l[i];
+    for (int64_t j = 0; j < s.e; ++j)
+      o[i * s.d + j] *= inv;
+    lseRow[i] = m[i] + std::log(l[i]);
+  }
+}
+
+// in = [x, Wqkv [3D, D], bqkv [3D], Wp [D, D], bp [D]], out = [y, qkv [B, T, 3D],
+// ctx [B, T, D], lse [B, H, T]].
+void attentionForward(const KernelCall& c) {
+  const TensorView& x = c.in[0];
+  Dims s = dimsOf(c, x);
+  int64_t n = s.b * s.t;
+  float *y = c.out[0].f32(), *qkv = c.out[1].f32(), *ctx = c.out[2].f32(), *lse = c.out[3].f32();
+  broadcastRows(qkv, c.in[2].f32(), n, 3 * s.d);
+  gemm(false, true, n, 3 * s.d, s.d, 1.f, x.f32(), s.d, c.in[1].f32(), s.d, 1.f, qkv, 3 * s.d);
+  int64_t qBlocks = (s.t + kBlockQ - 1) / kBlockQ, tasks = s.b * s.h * qBlocks;
+  {
+    SerialBlas serial;
+#pragma omp parallel
+    {
+      float *tile = scratch(3, kBlockQ * kBlockK), *ml = scratch(4, 2 * kBlockQ);
+#pragma omp for schedule(dynamic)
+      for (int64_t task = 0; task < tasks; ++task) {
+        int64_t qb = task % qBlocks, bh = task / qBlocks;
+        forwardBlock(s, qkv, bh / s.h, bh % s.h, qb * kBlockQ, ctx, lse, tile, ml, ml + kBlockQ);
+      }
+    }
+  }
+  broadcastRows(y, c.in[4].f32(), n, s.d);
+  gemm(false, true, n, s.d, s.d, 1.f, ctx, s.d, c.in[3].f32(), s.d, 1.f, y, s.d);
+}
+
+// Per-thread tiles of the backward.
+struct BackwardTiles {
+  float *p, *dp, *dvec;
+};
+
+// Backward through the attention of head hi in batch bi: dq, dk, dv of that head go into
+// dqkv (zeroed by the caller). dctx and ctx have row stride D.
+void backwardHead(const Dims& s, const float* qkv, const float* ctx, const float* dctx,
+                  const float* lse, int64_t bi, int64_t hi, float* dqkv, const BackwardTiles& w) {
+  const int64_t ld = 3 * s.d, off = bi * s.t * ld + hi * s.e, offO = bi * s.t * s.d + hi * s.e;
+  const float *q = qkv + off, *k = q + s.d, *v = q + 2 * s.d;
+  float *dq = dqkv + off, *dk = dq + s.d, *dv = dq + 2 * s.d;
+  const float *o = ctx + offO, *dO = dctx + offO, *lseRow = lse + (bi * s.h + hi) * s.t;
+  for (int64_t t = 0; t < s.t; ++t) {
+    float acc = 0;
+    for (int64_t j = 0; j < s.e; ++j)
+      acc += dO[t * s.d + j] * o[t * s.d + j];
+    w.dvec[t] = acc;
+  }
+  for (int64_t k0 = 0; k0 < s.t; k0 += kBlockK) {
+    int64_t kn = std::min(kBlockK, s.t - k0);
+    for (int64_t q0 = s.causal ? k0 / kBlockQ * kBlockQ : 0; q0 < s.t; q0 += kBlockQ) {
+      int64_t rows = std::min(kBlockQ, s.t - q0);
+      gemm(false, true, rows, kn, s.e, s.scale, q + q0 * ld, ld, k + k0 * ld, ld, 0.f, w.p, kn);
+      for (int64_t i = 0; i < rows; ++i) {
+        float* prow = w.p + i * kn;
+        int64_t valid = visibleKeys(s, q0 + i, k0, kn);
+        for (int64_t j = 0; j < valid; ++j)
+          prow[j] = expf32(prow[j] - lseRow[q0 + i]);
+        std::fill(prow + valid, prow + kn, 0.f);
+      }
+      gemm(true, false, kn, s.e, rows, 1.f, w.p, kn, dO + q0 * s.d, s.d, 1.f, dv + k0 * ld, ld);
+      gemm(false, true, rows, kn, s.e, 1.f, dO + q0 * s.d, s.d, v + k0 * ld, ld, 0.f, w.dp, kn);
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < kn; ++j)
+          w.dp[i * kn + j] = w.p[i * kn + j] * (w.dp[i * kn + j] - w.dvec[q0 + i]);
+      gemm(false, false, rows, s.e, kn, s.scale, w.dp, kn, k + k0 * ld, ld, 1.f, dq + q0 * ld, ld);
+      gemm(true, false, kn, s.e, rows, s.scale, w.dp, kn, q + q0 * ld, ld, 1.f, dk + k0 * ld, ld);
+    }
+  }
+}
+
+// in = [dy, x, Wqkv, bqkv, Wp, bp, y, qkv, ctx, lse], out = [dx, dWqkv, dbqkv, dWp, dbp].
+void attentionBackward(const KernelCall& c) {
+  const TensorView &dyv = c.in[0], &x = c.in[1];
+  Dims s = dimsOf(c, x);
+  int64_t n = s.b * s.t;
+  const float *dy = dyv.f32(), *wqkv = c.in[2].f32(), *wp = c.in[4].f32();
+  const float *qkv = c.in[7].f32(), *ctx = c.in[8].f32(), *lse = c.in[9].f32();
+  float *dctx = scratch(1, n * s.d), *dqkv = scratch(2, n * 3 * s.d);
+  gemm(false, false, n, s.d, s.d, 1.f, dy, s.d, wp, s.d, 0.f, dctx, s.d);
+  if (GradOut dwp = gradOut(c, 3))
+    gemm(true, false, s.d, s.d, n, 1.f, dy, s.d, ctx, s.d, dwp.beta(), dwp.p, s.d);
+  if (GradOut dbp = gradOut(c, 4)) columnSum(dy, n, s.d, dbp);
+  std::memset(dqkv, 0, sizeof(float) * n * 3 * s.d);
+  {
+    SerialBlas serial;
+#pragma omp parallel
+    {
+      BackwardTiles w{scratch(3, kBlockQ * kBlockK), scratch(4, kBlockQ * kBlockK),
+                      scratch(5, s.t)};
+#pragma omp for schedule(dynamic)
+      for (int64_t bh = 0; bh < s.b * s.h; ++bh)
+        backwardHead(s, qkv, ctx, dctx, lse, bh / s.h, bh % s.h, dqkv, w);
+    }
+  }
+  if (GradOut dx = gradOut(c, 0))
+    gemm(false, false, n, s.d, 3 * s.d, 1.f, dqkv, 3 * s.d, wqkv, s.d, dx.beta(), dx.p, s.d);
+  if (GradOut dw = gradOut(c, 1))
+    gemm(true, false, 3 * s.d, s.d, n, 1.f, dqkv, 3 * s.d, x.f32(), s.d, dw.beta(), dw.p, s.d);
+  if (GradOut db = gradOut(c, 2)) columnSum(dqkv, n, 3 * s.d, db);
+}
+
+} // namespace
+
+void attention(const KernelCall& c) {
+  if (!c.backward) {
+    expectArity(c, 5, 4);
+    return attentionForward(c);
+  }
+  expectArity(c, 10, 5);
+  attentionBackward(c);
+}
+
 } // namespace epl::backend::cpu

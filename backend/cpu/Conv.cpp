@@ -1,9 +1,157 @@
-// Conv kernels (not yet written).
+// conv2d (NCHW, square kernel, stride, zero padding) as im2col + one sgemm per group of
+// images. Groups have a fixed size (from the shapes alone), and the weight gradient adds
+// the groups in order, so the result does not depend on the thread count.
+//
+// Forward, per group of G images:  col [CKK, G*P] = im2col(x);  tmp [Co, G*P] = W col;
+//                                  y[b, co] = tmp[co, b] + bias[co].
+// Backward, per group:  dY [Co, G*P] gathered from dy;  db += row sums of dY;
+//                       dW += dY col^T;  dcol = W^T dY;  dx += col2im(dcol).
+//
+// Shape legend: B batch, C input channels, Co output channels, H, W input height and
+// width, K kernel, Ho, Wo output height and width, P = Ho*Wo, G images in a group,
+// CKK = C*K*K.
 #include "backend/cpu/KernelUtil.h"
 #include "backend/cpu/Kernels.h"
 
+#include <algorithm>
+
 namespace epl::backend::cpu {
-void conv2d(const KernelCall&) {
-  EPL_ASSERT(false, "conv2d: not implemented yet");
+
+namespace {
+
+constexpr int64_t kColBudget = int64_t{1} << 22; // floats of im2col per group (16 MiB)
+
+struct Geometry {
+  int64_t b, c, h, w, co, k, stride, pad, ho, wo;
+  int64_t plane() const { return ho * wo; }
+  int64_t ckk() const { return c * k * k; }
+  int64_t group() const { return std::clamp<int64_t>(kColBudget / (ckk() * plane()), 1, b); }
+};
+
+Geometry geometryOf(const KernelCall& c, const TensorView& x, const TensorView& w) {
+  EPL_ASSERT(x.shape.size() == 4 && w.shape.size() == 4, "conv2d takes [B, C, H, W]");
+  Geometry g{x.shape[0], x.shape[1], x.shape[2],           x.shape[3],
+             w.shape[0], w.shape[2], attrInt(c, "stride"), attrInt(c, "padding"),
+             0,          0};
+  g.ho = (g.h + 2 * g.pad - g.k) / g.stride + 1;
+  g.wo = (g.w + 2 * g.pad - g.k) / g.stride + 1;
+  return g;
 }
+
+// col[(c K + i) K + j, n P + oh Wo + ow] = x[b0 + n, c, oh s - pad + i, ow s - pad + j] or 0.
+void im2col(const Geometry& g, const float* x, int64_t b0, int64_t nImg, float* col) {
+  int64_t rows = g.ckk(), ld = nImg * g.plane();
+#pragma omp parallel for collapse(2) schedule(static) if (rows * ld > 16384)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t n = 0; n < nImg; ++n) {
+      int64_t ch = r / (g.k * g.k), i = r / g.k % g.k, j = r % g.k;
+      const float* src = x + ((b0 + n) * g.c + ch) * g.h * g.w;
+      float* dst = col + r * ld + n * g.plane();
+      for (int64_t oh = 0; oh < g.ho; ++oh) {
+        int64_t ih = oh * g.stride - g.pad + i;
+        for (int64_t ow = 0; ow < g.wo; ++ow) {
+          int64_t iw = ow * g.stride - g.pad + j;
+          bool inside = ih >= 0 && ih < g.h && iw >= 0 && iw < g.w;
+          dst[oh * g.wo + ow] = inside ? src[ih * g.w + iw] : 0.f;
+        }
+      }
+    }
+}
+
+// dx[b0 + n, c] (+)= the col rows of channel c scattered back; one thread per (image, channel)
+// plane, visiting the kernel offsets in order.
+void col2im(const Geometry& g, const float* dcol, int64_t b0, int64_t nImg, const GradOut& dx) {
+  int64_t ld = nImg * g.plane();
+#pragma omp parallel for collapse(2) schedule(static) if (g.ckk() * ld > 16384)
+  for (int64_t n = 0; n < nImg; ++n)
+    for (int64_t ch = 0; ch < g.c; ++ch) {
+      float* dst = dx.p + ((b0 + n) * g.c + ch) * g.h * g.w;
+      if (!dx.acc) std::fill(dst, dst + g.h * g.w, 0.f);
+      for (int64_t i = 0; i < g.k; ++i)
+        for (int64_t j = 0; j < g.k; ++j) {
+          const float* src = dcol + ((ch * g.k + i) * g.k + j) * ld + n * g.plane();
+          for (int64_t oh = 0; oh < g.ho; ++oh) {
+            int64_t ih = oh * g.stride - g.pad + i;
+            if (ih < 0 || ih >= g.h) continue;
+            for (int64_t ow = 0; ow < g.wo; ++ow) {
+              int64_t iw = ow * g.stride - g.pad + j;
+              if (iw >= 0 && iw < g.w) dst[ih * g.w + iw] += src[oh * g.wo + ow];
+            }
+          }
+        }
+    }
+}
+
+// in = [x, W [Co, C, K, K], b [Co]?], out = [y [B, Co, Ho, Wo]].
+void convForward(const KernelCall& c, bool hasBias) {
+  const TensorView &x = c.in[0], &w = c.in[1];
+  Geometry g = geometryOf(c, x, w);
+  int64_t group = g.group(), p = g.plane();
+  float *col = scratch(0, g.ckk() * group * p), *tmp = scratch(1, g.co * group * p);
+  const float* bias = hasBias ? c.in[2].f32() : nullptr;
+  float* y = c.out[0].f32();
+  for (int64_t b0 = 0; b0 < g.b; b0 += group) {
+    int64_t n = std::min(group, g.b - b0), ld = n * p;
+    im2col(g, x.f32(), b0, n, col);
+    gemm(false, false, g.co, ld, g.ckk(), 1.f, w.f32(), g.ckk(), col, ld, 0.f, tmp, ld);
+#pragma omp parallel for collapse(2) schedule(static) if (g.co * ld > 16384)
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t co = 0; co < g.co; ++co) {
+        const float* src = tmp + co * ld + i * p;
+        float* dst = y + ((b0 + i) * g.co + co) * p;
+        float bv = bias ? bias[co] : 0.f;
+        for (int64_t e = 0; e < p; ++e)
+          dst[e] = src[e] + bv;
+      }
+  }
+}
+
+// in = [dy, x, W, b?, y], out = [dx, dW, db?].
+void convBackward(const KernelCall& c, bool hasBias) {
+  const TensorView &dyv = c.in[0], &x = c.in[1], &w = c.in[2];
+  Geometry g = geometryOf(c, x, w);
+  int64_t group = g.group(), p = g.plane();
+  float *col = scratch(0, g.ckk() * group * p), *dY = scratch(1, g.co * group * p),
+        *dcol = scratch(2, g.ckk() * group * p);
+  GradOut dx = gradOut(c, 0), dw = gradOut(c, 1), db = hasBias ? gradOut(c, 2) : GradOut{};
+  const float* dy = dyv.f32();
+  for (int64_t b0 = 0; b0 < g.b; b0 += group) {
+    int64_t n = std::min(group, g.b - b0), ld = n * p;
+    bool first = b0 == 0;
+#pragma omp parallel for collapse(2) schedule(static) if (g.co * ld > 16384)
+    for (int64_t co = 0; co < g.co; ++co)
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(dY + co * ld + i * p, dy + ((b0 + i) * g.co + co) * p, sizeof(float) * p);
+    if (db)
+      for (int64_t co = 0; co < g.co; ++co) {
+        float s = 0;
+        for (int64_t e = 0; e < ld; ++e)
+          s += dY[co * ld + e];
+        db.p[co] = (first && !db.acc) ? s : db.p[co] + s;
+      }
+    if (dw) {
+      im2col(g, x.f32(), b0, n, col);
+      float beta = first ? dw.beta() : 1.f;
+      gemm(false, true, g.co, g.ckk(), ld, 1.f, dY, ld, col, ld, beta, dw.p, g.ckk());
+    }
+    if (dx) {
+      gemm(true, false, g.ckk(), ld, g.co, 1.f, w.f32(), g.ckk(), dY, ld, 0.f, dcol, ld);
+      col2im(g, dcol, b0, n, dx);
+    }
+  }
+}
+
+} // namespace
+
+void conv2d(const KernelCall& c) {
+  bool hasBias = attrBool(c, "bias");
+  size_t params = hasBias ? 2 : 1;
+  if (!c.backward) {
+    expectArity(c, 1 + params, 1);
+    return convForward(c, hasBias);
+  }
+  expectArity(c, 3 + params, 1 + params);
+  convBackward(c, hasBias);
+}
+
 } // namespace epl::backend::cpu

@@ -1,12 +1,78 @@
-// Embedding kernels (not yet written).
+// embedding (a learned lookup table) and positions (a learned [seq, dim] table, added to
+// the input by a broadcasting add). The embedding gradient scatters rows into the table;
+// columns are split among threads so each row is added in token order on any thread count.
+//
+// Shape legend: N tokens, V vocab, D width, T positions.
 #include "backend/cpu/KernelUtil.h"
 #include "backend/cpu/Kernels.h"
 
+#include <algorithm>
+
 namespace epl::backend::cpu {
-void embedding(const KernelCall&) {
-  EPL_ASSERT(false, "embedding: not implemented yet");
+
+namespace {
+
+constexpr int64_t kParallelMin = 16384;
+
+int32_t checkedToken(const int32_t* tok, int64_t n, int64_t v) {
+  int32_t t = tok[n];
+  EPL_ASSERT(t >= 0 && t < v, "embedding token id out of range of the vocabulary");
+  return t;
 }
-void positions(const KernelCall&) {
-  EPL_ASSERT(false, "positions: not implemented yet");
+
+// in = [tokens i32 [N], W [V, D]], out = [y [N, D]].
+void embeddingForward(const KernelCall& c) {
+  const int32_t* tok = c.in[0].i32();
+  const float* w = c.in[1].f32();
+  int64_t n = c.in[0].numel(), v = c.in[1].shape[0], d = c.in[1].shape[1];
+  float* y = c.out[0].f32();
+#pragma omp parallel for schedule(static) if (n * d > kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    std::memcpy(y + i * d, w + checkedToken(tok, i, v) * d, sizeof(float) * d);
 }
+
+// in = [dy [N, D], tokens, W, y], out = [dtokens (never), dW [V, D]].
+void embeddingBackward(const KernelCall& c) {
+  GradOut dw = gradOut(c, 1);
+  if (!dw) return;
+  const float* dy = c.in[0].f32();
+  const int32_t* tok = c.in[1].i32();
+  int64_t n = c.in[1].numel(), v = c.in[2].shape[0], d = c.in[2].shape[1];
+  zeroUnlessAcc(dw, v * d);
+  constexpr int64_t kCols = 32;
+  int64_t chunks = (d + kCols - 1) / kCols;
+#pragma omp parallel for schedule(static) if (n * d > kParallelMin)
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    int64_t c0 = ch * kCols, w = std::min(kCols, d - c0);
+    for (int64_t i = 0; i < n; ++i) {
+      float* dst = dw.p + checkedToken(tok, i, v) * d + c0;
+      const float* src = dy + i * d + c0;
+      for (int64_t j = 0; j < w; ++j)
+        dst[j] += src[j];
+    }
+  }
+}
+
+} // namespace
+
+void embedding(const KernelCall& c) {
+  if (!c.backward) {
+    expectArity(c, 2, 1);
+    return embeddingForward(c);
+  }
+  expectArity(c, 4, 2);
+  embeddingBackward(c);
+}
+
+// Forward: in = [W [T, D]], out = [y [T, D]] = W. Backward: in = [dy, W, y], out = [dW].
+void positions(const KernelCall& c) {
+  if (!c.backward) {
+    expectArity(c, 1, 1);
+    std::memcpy(c.out[0].data, c.in[0].data, static_cast<size_t>(c.in[0].bytes()));
+    return;
+  }
+  expectArity(c, 3, 1);
+  if (GradOut dw = gradOut(c, 0)) writeOrAdd(dw, c.in[0].f32(), c.in[0].numel());
+}
+
 } // namespace epl::backend::cpu

@@ -19,6 +19,13 @@ void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha
               static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
 }
 
+SerialBlas::SerialBlas() : saved_(openblas_get_num_threads()) {
+  openblas_set_num_threads(1);
+}
+SerialBlas::~SerialBlas() {
+  openblas_set_num_threads(saved_);
+}
+
 namespace {
 
 const ir::Attr& attrOrDefault(const KernelCall& c, const std::string& key) {

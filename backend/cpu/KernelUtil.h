@@ -18,6 +18,19 @@ namespace epl::backend::cpu {
 void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+// While alive, OpenBLAS runs each sgemm on the calling thread: for small gemms issued from
+// inside an OpenMP parallel region, which must not start BLAS threads of their own.
+class SerialBlas {
+public:
+  SerialBlas();
+  ~SerialBlas();
+  SerialBlas(const SerialBlas&) = delete;
+  SerialBlas& operator=(const SerialBlas&) = delete;
+
+private:
+  int saved_;
+};
+
 // Attributes of the call, falling back to the op table's default for a missing optional one.
 int64_t attrInt(const KernelCall& c, const std::string& key);
 double attrFloat(const KernelCall& c, const std::string& key);

@@ -1,12 +1,130 @@
-// Pooling kernels (not yet written).
+// max_pool and avg_pool over square windows of an NCHW tensor: no padding, stride 0 means
+// the kernel size, output size floored. One thread per (image, channel) plane, so the
+// backward's overlapping windows add in a fixed order.
+//
+// Shape legend: B batch, C channels, H, W input height and width, K window, Ho, Wo output
+// height and width.
 #include "backend/cpu/KernelUtil.h"
 #include "backend/cpu/Kernels.h"
 
+#include <algorithm>
+
 namespace epl::backend::cpu {
-void maxPool(const KernelCall&) {
-  EPL_ASSERT(false, "maxPool: not implemented yet");
+
+namespace {
+
+struct Window {
+  int64_t planes, h, w, k, stride, ho, wo;
+};
+
+Window windowOf(const KernelCall& c, const TensorView& x) {
+  EPL_ASSERT(x.shape.size() == 4, "pooling takes [B, C, H, W]");
+  Window g{x.shape[0] * x.shape[1], x.shape[2], x.shape[3], attrInt(c, "kernel"), 0, 0, 0};
+  g.stride = attrInt(c, "stride") == 0 ? g.k : attrInt(c, "stride");
+  g.ho = (g.h - g.k) / g.stride + 1;
+  g.wo = (g.w - g.k) / g.stride + 1;
+  return g;
 }
-void avgPool(const KernelCall&) {
-  EPL_ASSERT(false, "avgPool: not implemented yet");
+
+// in = [x], out = [y, argmax i32 (flat index into the H x W plane)].
+void maxForward(const KernelCall& c) {
+  Window g = windowOf(c, c.in[0]);
+  const float* x = c.in[0].f32();
+  float* y = c.out[0].f32();
+  int32_t* arg = c.out[1].i32();
+#pragma omp parallel for schedule(static) if (g.planes * g.h * g.w > 16384)
+  for (int64_t pl = 0; pl < g.planes; ++pl) {
+    const float* src = x + pl * g.h * g.w;
+    for (int64_t oh = 0; oh < g.ho; ++oh)
+      for (int64_t ow = 0; ow < g.wo; ++ow) {
+        int64_t best = oh * g.stride * g.w + ow * g.stride;
+        for (int64_t i = 0; i < g.k; ++i)
+          for (int64_t j = 0; j < g.k; ++j) {
+            int64_t at = (oh * g.stride + i) * g.w + ow * g.stride + j;
+            if (src[at] > src[best] || std::isnan(src[at])) best = at;
+          }
+        int64_t o = pl * g.ho * g.wo + oh * g.wo + ow;
+        y[o] = src[best];
+        arg[o] = static_cast<int32_t>(best);
+      }
+  }
 }
+
+// in = [dy, x, y, argmax], out = [dx]: each output's gradient goes to its argmax.
+void maxBackward(const KernelCall& c) {
+  GradOut dx = gradOut(c, 0);
+  if (!dx) return;
+  Window g = windowOf(c, c.in[1]);
+  const float* dy = c.in[0].f32();
+  const int32_t* arg = c.in[3].i32();
+#pragma omp parallel for schedule(static) if (g.planes * g.h * g.w > 16384)
+  for (int64_t pl = 0; pl < g.planes; ++pl) {
+    float* dst = dx.p + pl * g.h * g.w;
+    if (!dx.acc) std::fill(dst, dst + g.h * g.w, 0.f);
+    for (int64_t o = pl * g.ho * g.wo; o < (pl + 1) * g.ho * g.wo; ++o)
+      dst[arg[o]] += dy[o];
+  }
+}
+
+// in = [x], out = [y].
+void avgForward(const KernelCall& c) {
+  Window g = windowOf(c, c.in[0]);
+  const float* x = c.in[0].f32();
+  float* y = c.out[0].f32();
+  float inv = 1.f / static_cast<float>(g.k * g.k);
+#pragma omp parallel for schedule(static) if (g.planes * g.h * g.w > 16384)
+  for (int64_t pl = 0; pl < g.planes; ++pl) {
+    const float* src = x + pl * g.h * g.w;
+    for (int64_t oh = 0; oh < g.ho; ++oh)
+      for (int64_t ow = 0; ow < g.wo; ++ow) {
+        float s = 0;
+        for (int64_t i = 0; i < g.k; ++i)
+          for (int64_t j = 0; j < g.k; ++j)
+            s += src[(oh * g.stride + i) * g.w + ow * g.stride + j];
+        y[pl * g.ho * g.wo + oh * g.wo + ow] = s * inv;
+      }
+  }
+}
+
+// in = [dy, x, y], out = [dx]: each output spreads dy / K^2 over its window.
+void avgBackward(const KernelCall& c) {
+  GradOut dx = gradOut(c, 0);
+  if (!dx) return;
+  Window g = windowOf(c, c.in[1]);
+  const float* dy = c.in[0].f32();
+  float inv = 1.f / static_cast<float>(g.k * g.k);
+#pragma omp parallel for schedule(static) if (g.planes * g.h * g.w > 16384)
+  for (int64_t pl = 0; pl < g.planes; ++pl) {
+    float* dst = dx.p + pl * g.h * g.w;
+    if (!dx.acc) std::fill(dst, dst + g.h * g.w, 0.f);
+    for (int64_t oh = 0; oh < g.ho; ++oh)
+      for (int64_t ow = 0; ow < g.wo; ++ow) {
+        float v = dy[pl * g.ho * g.wo + oh * g.wo + ow] * inv;
+        for (int64_t i = 0; i < g.k; ++i)
+          for (int64_t j = 0; j < g.k; ++j)
+            dst[(oh * g.stride + i) * g.w + ow * g.stride + j] += v;
+      }
+  }
+}
+
+} // namespace
+
+void maxPool(const KernelCall& c) {
+  if (!c.backward) {
+    expectArity(c, 1, 2);
+    return maxForward(c);
+  }
+  expectArity(c, 4, 1);
+  maxBackward(c);
+}
+
+void avgPool(const KernelCall& c) {
+  if (!c.backward) {
+    expectArity(c, 1, 1);
+    return avgForward(c);
+  }
+  expectArity(c, 3, 1);
+  avgBackward(c);
+}
+
 } // namespace epl::backend::cpu

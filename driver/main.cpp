@@ -1,10 +1,13 @@
-// The `epl` command line: check, plan (run, repl and the rest arrive with the runtime).
+// The `epl` command line: check, plan, run, sample, data.
 #include "driver/Epl.h"
+#include "interp/Trainer.h"
+#include "interp/data/Dataset.h"
 #include "ir/Printer.h"
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <unistd.h>
 
@@ -36,6 +39,8 @@ struct Common {
   bool timePasses = false;
   bool verifyEach = false;
   std::vector<std::string> importPath;
+  std::vector<std::string> overrides; // --set KEY=VALUE
+  int64_t steps = 0;                  // --steps N, short for --set train.steps=N
 };
 
 void addCommon(CLI::App* cmd, Common& c) {
@@ -50,6 +55,9 @@ void addCommon(CLI::App* cmd, Common& c) {
       ->check(CLI::IsMember(passNames));
   cmd->add_flag("--time-passes", c.timePasses, "print the time each pass took");
   cmd->add_flag("--verify-each", c.verifyEach, "verify the IR after every pass");
+  cmd->add_option("--set", c.overrides,
+                  "override a setting, checked as in the script: policy.zero=1, train.batch=64");
+  cmd->add_option("--steps", c.steps, "override train.steps")->check(CLI::PositiveNumber);
 }
 
 std::optional<epl::ir::Module> plan(const Common& c, epl::Session& session) {
@@ -59,10 +67,71 @@ std::optional<epl::ir::Module> plan(const Common& c, epl::Session& session) {
   o.timePasses = c.timePasses;
   o.verifyEach = c.verifyEach;
   o.importPath = c.importPath;
+  o.overrides = c.overrides;
+  if (c.steps > 0) o.overrides.push_back("train.steps=" + std::to_string(c.steps));
   o.passOutput = &std::cout;
   std::optional<epl::ir::Module> m = epl::planFile(c.script, session, o);
   session.diags.print(std::cerr, isatty(2));
   return m;
+}
+
+std::string scriptDir(const std::string& script) {
+  return std::filesystem::absolute(script).parent_path().string();
+}
+
+int runScript(Common args, epl::interp::RunOptions o) {
+  epl::Session session;
+  auto m = plan(args, session);
+  if (!m) return 1;
+  o.baseDir = scriptDir(args.script);
+  if (o.metricsPath.empty())
+    o.metricsPath = std::filesystem::path(args.script).stem().string() + ".metrics.jsonl";
+  o.out = &std::cout;
+  o.terminal = isatty(1);
+  int rc = epl::interp::train(*m, o, session.diags);
+  session.diags.print(std::cerr, isatty(2));
+  return rc;
+}
+
+// Sampling runs one sequence at a time: the model is planned with batch 1.
+int sampleScript(Common args, epl::interp::SampleOptions o) {
+  args.overrides.push_back("train.batch=1");
+  args.overrides.push_back("policy.micro_batches=1");
+  epl::Session session;
+  auto m = plan(args, session);
+  if (!m) return 1;
+  o.baseDir = scriptDir(args.script);
+  o.out = &std::cout;
+  int rc = epl::interp::sample(*m, o, session.diags);
+  session.diags.print(std::cerr, isatty(2));
+  return rc;
+}
+
+int convertText(const std::string& in, const std::string& out) {
+  try {
+    epl::data::textToTokens(in, out);
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+  std::cout << "wrote " << out << " (" << std::filesystem::file_size(out) / 2 << " tokens)\n";
+  return 0;
+}
+
+int printRank(const epl::ir::Module& m, int rank) {
+  if (rank >= m.mesh.np) {
+    std::cerr << "error: rank " << rank << " is not in this plan of " << m.mesh.np
+              << " device(s)\n";
+    return 2;
+  }
+  if (rank >= static_cast<int>(m.programs.size())) {
+    std::cerr << "error: no instruction stream for rank " << rank
+              << (m.train.present ? ": streams are built for -np 1 so far\n"
+                                  : ": the script has no `train` block\n");
+    return 1;
+  }
+  epl::ir::printProgram(m, rank, std::cout);
+  return 0;
 }
 
 } // namespace
@@ -81,6 +150,44 @@ int main(int argc, char** argv) {
   addCommon(planCmd, planArgs);
   bool printIr = false;
   planCmd->add_flag("--ir", printIr, "print the final IR after the plan");
+  int rank = -1;
+  planCmd->add_option("--rank", rank, "print this rank's instruction stream and memory plan")
+      ->check(CLI::NonNegativeNumber);
+
+  Common runArgs;
+  runArgs.np = 1;
+  epl::interp::RunOptions runOptions;
+  CLI::App* runCmd = app.add_subcommand("run", "train: the script's model, data and optimizer");
+  addCommon(runCmd, runArgs);
+  runCmd->add_flag("--resume", runOptions.resume,
+                   "continue from the newest checkpoint in the train block's `checkpoint` dir");
+  runCmd->add_option("--metrics", runOptions.metricsPath,
+                     "JSON lines of every step (default: SCRIPT.metrics.jsonl here)");
+  runCmd->add_option("--threads", runOptions.threads, "CPU threads (default: every core)")
+      ->check(CLI::NonNegativeNumber);
+  runCmd->add_flag("--save-initial", runOptions.saveInitial,
+                   "also checkpoint the initial weights, as step 0");
+
+  Common sampleArgs;
+  sampleArgs.np = 1;
+  epl::interp::SampleOptions sampleOptions;
+  CLI::App* sampleCmd =
+      app.add_subcommand("sample", "generate text from a trained byte-level model");
+  addCommon(sampleCmd, sampleArgs);
+  sampleCmd->add_option("--checkpoint", sampleOptions.checkpoint,
+                        "checkpoint folder or dir (default: the train block's)");
+  sampleCmd->add_option("--prompt", sampleOptions.prompt, "text to continue");
+  sampleCmd->add_option("--length", sampleOptions.length, "bytes to generate")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  sampleCmd->add_option("--temperature", sampleOptions.temperature, "softmax temperature")
+      ->check(CLI::PositiveNumber);
+  sampleCmd->add_option("--seed", sampleOptions.seed, "sampling seed");
+
+  std::string textIn, tokensOut;
+  CLI::App* dataCmd =
+      app.add_subcommand("data", "convert a text file to a uint16 token file (one token a byte)");
+  dataCmd->add_option("text", textIn, "the text file")->required()->check(CLI::ExistingFile);
+  dataCmd->add_option("tokens", tokensOut, "the token file to write")->required();
 
   // An unknown command is named as such (CLI11 would only say one is required).
   if (argc > 1 && argv[1][0] != '-') {
@@ -88,7 +195,8 @@ int main(int argc, char** argv) {
       app.get_subcommand(argv[1]);
     } catch (const CLI::OptionNotFound&) {
       std::cerr << "error: unknown command `" << argv[1]
-                << "`\n  = help: the commands are `check` and `plan`; see `epl --help`\n";
+                << "`\n  = help: the commands are `check`, `plan`, `run`, `sample` and `data`; see "
+                   "`epl --help`\n";
       return 2;
     }
   }
@@ -99,9 +207,13 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   if (*check) return plan(checkArgs, *std::make_unique<epl::Session>()) ? 0 : 1;
+  if (*runCmd) return runScript(runArgs, runOptions);
+  if (*sampleCmd) return sampleScript(sampleArgs, sampleOptions);
+  if (*dataCmd) return convertText(textIn, tokensOut);
   epl::Session session;
   auto m = plan(planArgs, session);
   if (!m) return 1;
+  if (rank >= 0) return printRank(*m, rank);
   epl::ir::printPlan(*m, std::cout);
   if (printIr) {
     std::cout << "\n";

@@ -481,6 +481,8 @@ void Elaborator::applyOverride(const std::string& text, ir::Module& m) {
   uint32_t id = diags_.sources().add(fmt::format("--set {}", text), source);
   auto file = parseFile(id, diags_);
   if (!file) return;
+  // The override replaces the script's value: forget where the script set it.
+  (isTrain ? m.train.keyLocs : m.policy.keyLocs).erase(key);
   if (isTrain && file->trains.size() == 1) applyTrain(file->trains[0], m.train);
   if (!isTrain && file->policies.size() == 1) applyPolicy(file->policies[0], m.policy);
 }

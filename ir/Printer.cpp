@@ -346,4 +346,55 @@ void printPlan(const Module& m, std::ostream& out) {
   }
 }
 
+namespace {
+
+std::string instrText(const Module& m, const Instr& in) {
+  switch (in.kind) {
+  case InstrKind::ZeroGrads:
+    return "zero-grads";
+  case InstrKind::Load:
+    return fmt::format("load micro-batch {}", in.micro);
+  case InstrKind::SeedGrad:
+    return fmt::format("seed-grad %{} = 1/micro_batches", m.tensors[m.lossGrad].name);
+  case InstrKind::Run:
+    break;
+  }
+  const Op& op = m.ops[in.op];
+  std::vector<std::string> outs;
+  for (size_t k = 0; k < op.outputs.size(); ++k)
+    if (op.outputs[k] >= 0)
+      outs.push_back((k < op.accumulate.size() && op.accumulate[k] ? "+%" : "%") +
+                     m.tensors[op.outputs[k]].name);
+  std::string name = opInfo(op.kind).name + (op.phase == Phase::Backward ? ".backward" : "");
+  if (op.phase == Phase::Optimizer && op.kind == OpKind::OptimizerStep)
+    name = fmt::format("{} @{}", op.name, m.params[op.params.at(0)].name);
+  return fmt::format("{}{}", outs.empty() ? "" : fmt::format("{} = ", fmt::join(outs, ", ")),
+                     name);
+}
+
+} // namespace
+
+void printProgram(const Module& m, int rank, std::ostream& out) {
+  const Program& p = m.programs.at(rank);
+  out << fmt::format("rank {}: one step, {} micro-batch{}\n", rank, m.policy.microBatches,
+                     m.policy.microBatches == 1 ? "" : "es");
+  for (size_t i = 0; i < p.step.size(); ++i)
+    out << fmt::format("  {:4}  {}\n", i, instrText(m, p.step[i]));
+  out << fmt::format("evaluation: {} instructions (load, then the forward ops)\n", p.eval.size());
+  out << fmt::format("memory plan: {} = activations {} + params {} + grads {} + optimizer {}\n",
+                     formatBytes(p.peakBytes()), formatBytes(p.arenaBytes),
+                     formatBytes(p.paramBytes), formatBytes(p.gradBytes),
+                     formatBytes(p.optimizerBytes));
+  std::vector<int> placed;
+  for (size_t t = 0; t < p.offset.size(); ++t)
+    if (p.offset[t] >= 0) placed.push_back(static_cast<int>(t));
+  std::sort(placed.begin(), placed.end(), [&](int a, int b) {
+    return p.offset[a] != p.offset[b] ? p.offset[a] < p.offset[b] : a < b;
+  });
+  out << "  offset      bytes  tensor\n";
+  for (int t : placed)
+    out << fmt::format("  {:>9}  {:>9}  %{}\n", p.offset[t], m.bytesOf(t).value_or(0),
+                       m.tensors[t].name);
+}
+
 } // namespace epl::ir

@@ -10,5 +10,7 @@ namespace epl::ir {
 void printModule(const Module& m, std::ostream& out);
 // The plan: mesh, stages with their layers and parameters, bridges, per-rank bytes.
 void printPlan(const Module& m, std::ostream& out);
+// One rank's instruction stream (a training step, then evaluation) and memory plan.
+void printProgram(const Module& m, int rank, std::ostream& out);
 
 } // namespace epl::ir

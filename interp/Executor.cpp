@@ -1,0 +1,293 @@
+// The instruction loop of one rank: buffers, kernel calls bound once, and each
+// instruction's device work. Subtle orderings are noted where they happen.
+#include "interp/Executor.h"
+
+#include "support/Assert.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace epl::interp {
+
+namespace {
+
+constexpr int64_t kAlign = 64;
+
+int64_t alignUp(int64_t v) {
+  return (v + kAlign - 1) / kAlign * kAlign;
+}
+
+// A well-mixed 64-bit hash of a few words (splitmix64 steps), for per-launch seeds.
+uint64_t mix(std::initializer_list<uint64_t> words) {
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  for (uint64_t w : words) {
+    h ^= w + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+    h ^= h >> 31;
+  }
+  return h;
+}
+
+std::vector<int64_t> concrete(const ir::Shape& s, const std::map<std::string, int64_t>& b) {
+  std::vector<int64_t> out;
+  for (const ir::Dim& d : s) {
+    auto v = d.eval(b);
+    EPL_ASSERT(v.has_value(), "a runtime shape has an unbound dim");
+    out.push_back(*v);
+  }
+  return out;
+}
+
+} // namespace
+
+Executor::Executor(const ir::Module& m, backend::Device& device, OptimizerSettings optimizer)
+    : m_(m), program_(m.programs.at(0)), dev_(device), opt_(optimizer) {
+  states_ = opt_.kind == backend::OptimizerKind::Sgd ? (opt_.momentum > 0 ? 1 : 0) : 2;
+  arena_ = static_cast<unsigned char*>(dev_.allocate(std::max<int64_t>(program_.arenaBytes, kAlign)));
+  int64_t total = 0;
+  for (const ir::Param& p : m_.params) {
+    paramOffset_.push_back(total);
+    paramElems_.push_back(*ir::numElements(p.type.shape, {}));
+    total += alignUp(4 * paramElems_.back());
+  }
+  gradBytes_ = std::max<int64_t>(total, kAlign);
+  params_ = static_cast<unsigned char*>(dev_.allocate(gradBytes_));
+  grads_ = static_cast<unsigned char*>(dev_.allocate(gradBytes_));
+  for (int k = 0; k < states_; ++k) {
+    stateMem_[k] = static_cast<unsigned char*>(dev_.allocate(gradBytes_));
+    dev_.fillZero(stateMem_[k], gradBytes_);
+  }
+  gradParam_.assign(m_.tensors.size(), -1);
+  for (size_t p = 0; p < m_.params.size(); ++p)
+    if (m_.params[p].grad >= 0) gradParam_[m_.params[p].grad] = static_cast<int>(p);
+  for (size_t i = 0; i < m_.ops.size(); ++i)
+    if (m_.ops[i].kind == ir::OpKind::Next && m_.ops[i].phase == ir::Phase::Forward)
+      nextOps_.push_back(static_cast<int>(i));
+  staging_.resize(m_.policy.microBatches);
+  for (HostBatch& b : staging_) {
+    for (int t : m_.inputs)
+      b.inputs.emplace_back(*m_.bytesOf(t));
+    if (!nextOps_.empty()) b.next.resize(*m_.bytesOf(m_.ops[nextOps_[0]].outputs[0]) / 4);
+  }
+  lossHost_.assign(m_.policy.microBatches, 0.f);
+  bindCalls();
+}
+
+Executor::~Executor() {
+  dev_.synchronize();
+  dev_.release(arena_);
+  dev_.release(params_);
+  dev_.release(grads_);
+  for (auto* s : stateMem_)
+    dev_.release(s);
+}
+
+backend::TensorView Executor::shapeOnly(int t) const {
+  backend::TensorView v;
+  v.dtype = m_.tensors[t].type.dtype;
+  v.shape = concrete(m_.tensors[t].type.shape, m_.bindings);
+  return v;
+}
+
+backend::TensorView Executor::view(int t) const {
+  backend::TensorView v = shapeOnly(t);
+  if (gradParam_[t] >= 0) {
+    v.data = grads_ + paramOffset_[gradParam_[t]];
+  } else {
+    EPL_ASSERT(program_.offset[t] >= 0, "tensor has no place in the memory plan");
+    v.data = arena_ + program_.offset[t];
+  }
+  return v;
+}
+
+backend::TensorView Executor::paramView(int p) const {
+  backend::TensorView v;
+  v.shape = concrete(m_.params[p].type.shape, {});
+  v.data = params_ + paramOffset_[p];
+  return v;
+}
+
+backend::TensorView Executor::stateView(int p, int k) const {
+  backend::TensorView v = paramView(p);
+  v.data = k < states_ ? stateMem_[k] + paramOffset_[p] : nullptr;
+  return v;
+}
+
+// Kernel calls in backend::KernelCall's order, bound to this rank's buffers once.
+void Executor::bindCalls() {
+  calls_.resize(m_.ops.size());
+  for (size_t i = 0; i < m_.ops.size(); ++i) {
+    const ir::Op& op = m_.ops[i];
+    backend::KernelCall& c = calls_[i].call;
+    c.kind = op.kind;
+    c.attrs = &op.attrs;
+    if (op.phase == ir::Phase::Forward) {
+      if (program_.offset.empty() || op.kind == ir::OpKind::Next) continue;
+      for (int t : op.inputs)
+        c.in.push_back(view(t));
+      for (int p : op.params)
+        c.in.push_back(paramView(p));
+      for (int t : op.outputs)
+        c.out.push_back(view(t));
+    } else if (op.phase == ir::Phase::Backward) {
+      const ir::Op& fwd = m_.ops[op.forward];
+      size_t n = fwd.inputs.size();
+      c.backward = true;
+      c.in.push_back(view(op.inputs[0]));
+      for (size_t k = 0; k < n; ++k)
+        c.in.push_back(op.inputs[1 + k] >= 0 ? view(op.inputs[1 + k]) : shapeOnly(fwd.inputs[k]));
+      for (int p : op.params)
+        c.in.push_back(paramView(p));
+      int y = op.inputs[1 + n];
+      c.in.push_back(y >= 0 ? view(y) : shapeOnly(fwd.outputs[0]));
+      for (size_t k = 2 + n; k < op.inputs.size(); ++k)
+        c.in.push_back(view(op.inputs[k]));
+      for (size_t k = 0; k < op.outputs.size(); ++k) {
+        int t = op.outputs[k];
+        c.out.push_back(t >= 0 ? view(t) : shapeOnly(fwd.inputs[k]));
+      }
+      c.accumulate = op.accumulate;
+    }
+  }
+}
+
+void Executor::writeParam(int p, const float* host) {
+  dev_.copyToDevice(params_ + paramOffset_[p], host, 4 * paramElems_[p]);
+}
+void Executor::readParam(int p, float* host) const {
+  dev_.copyToHost(host, params_ + paramOffset_[p], 4 * paramElems_[p]);
+  dev_.synchronize();
+}
+void Executor::writeState(int p, int k, const float* host) {
+  EPL_ASSERT(k < states_, "no such optimizer state");
+  dev_.copyToDevice(stateMem_[k] + paramOffset_[p], host, 4 * paramElems_[p]);
+}
+void Executor::readState(int p, int k, float* host) const {
+  EPL_ASSERT(k < states_, "no such optimizer state");
+  dev_.copyToHost(host, stateMem_[k] + paramOffset_[p], 4 * paramElems_[p]);
+  dev_.synchronize();
+}
+
+void Executor::load(int micro) {
+  const HostBatch& b = staging_[micro];
+  for (size_t i = 0; i < m_.inputs.size(); ++i)
+    dev_.copyToDevice(view(m_.inputs[i]).data, b.inputs[i].data(),
+                      static_cast<int64_t>(b.inputs[i].size()));
+  for (int op : nextOps_)
+    dev_.copyToDevice(view(m_.ops[op].outputs[0]).data, b.next.data(),
+                      static_cast<int64_t>(4 * b.next.size()));
+}
+
+void Executor::run(const ir::Instr& in, int64_t step, uint64_t seed, bool training) {
+  switch (in.kind) {
+  case ir::InstrKind::ZeroGrads:
+    dev_.fillZero(grads_, gradBytes_);
+    return;
+  case ir::InstrKind::Load:
+    load(in.micro);
+    return;
+  case ir::InstrKind::SeedGrad: {
+    // The loss of this micro-batch is final once its forward ran: queue its copy to the
+    // host now (read after the step's synchronize), then seed d loss = 1 / micro_batches.
+    dev_.copyToHost(&lossHost_[in.micro], view(m_.outputs[0]).data, 4);
+    float g = 1.f / static_cast<float>(m_.policy.microBatches);
+    dev_.copyToDevice(view(m_.lossGrad).data, &g, 4);
+    return;
+  }
+  case ir::InstrKind::Run:
+    break;
+  }
+  const ir::Op& op = m_.ops[in.op];
+  if (op.phase == ir::Phase::Optimizer) return optimizerStep(op, step);
+  if (op.kind == ir::OpKind::Next) return; // the load wrote its targets
+  backend::KernelCall& c = calls_[in.op].call;
+  c.training = training;
+  int fwd = op.phase == ir::Phase::Backward ? op.forward : in.op;
+  c.seed = mix({seed, static_cast<uint64_t>(step), static_cast<uint64_t>(in.micro),
+                static_cast<uint64_t>(fwd)});
+  dev_.launch(c);
+}
+
+void Executor::optimizerStep(const ir::Op& op, int64_t step) {
+  if (op.kind == ir::OpKind::GradNorm) {
+    // The clip factor is needed on the host before any update: wait for the norm here.
+    float* acc = static_cast<float*>(view(m_.gradNorm).data);
+    for (size_t k = 0; k < op.inputs.size(); ++k)
+      dev_.sumSquares(view(op.inputs[k]), acc, k > 0);
+    float sq = 0;
+    dev_.copyToHost(&sq, acc, 4);
+    dev_.synchronize();
+    gradNorm_ = std::sqrt(static_cast<double>(sq));
+    double coef = opt_.clipGradNorm / (gradNorm_ + 1e-6);
+    clipScale_ = coef < 1 ? static_cast<float>(coef) : 1.f;
+    return;
+  }
+  int p = op.params.at(0);
+  backend::OptimizerCall c;
+  c.kind = opt_.kind;
+  c.lr = lr_;
+  c.beta1 = opt_.beta1;
+  c.beta2 = opt_.beta2;
+  c.eps = opt_.eps;
+  c.weightDecay = opt_.weightDecay;
+  c.momentum = opt_.momentum;
+  c.step = step + 1;
+  c.gradScale = clipScale_;
+  c.param = paramView(p);
+  c.grad = view(op.inputs[0]);
+  c.state1 = stateView(p, 0);
+  c.state2 = stateView(p, 1);
+  dev_.optimizerStep(c);
+}
+
+StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
+  lr_ = lr;
+  clipScale_ = 1.f;
+  gradNorm_ = 0;
+  for (const ir::Instr& in : program_.step)
+    run(in, step, seed, true);
+  dev_.synchronize();
+  StepResult r;
+  for (float l : lossHost_)
+    r.loss += l;
+  r.loss /= static_cast<double>(lossHost_.size());
+  r.gradNorm = gradNorm_;
+  return r;
+}
+
+int Executor::lossOp() const {
+  return m_.tensors[m_.outputs[0]].producer;
+}
+
+int64_t Executor::classes() const {
+  const ir::Op& op = m_.ops[lossOp()];
+  if (op.kind != ir::OpKind::CrossEntropy) return 0;
+  return shapeOnly(op.inputs[0]).shape.back();
+}
+
+double Executor::runEval(std::vector<float>* logits, std::vector<int32_t>* targets) {
+  for (const ir::Instr& in : program_.eval)
+    run(in, 0, 0, false);
+  float loss = 0;
+  dev_.copyToHost(&loss, view(m_.outputs[0]).data, 4);
+  const ir::Op& op = m_.ops[lossOp()];
+  if (op.kind == ir::OpKind::CrossEntropy && logits && targets) {
+    backend::TensorView l = view(op.inputs[0]), t = view(op.inputs[1]);
+    logits->resize(l.numel());
+    targets->resize(t.numel());
+    dev_.copyToHost(logits->data(), l.data, l.bytes());
+    dev_.copyToHost(targets->data(), t.data, t.bytes());
+  }
+  dev_.synchronize();
+  return loss;
+}
+
+std::vector<float> Executor::forwardLogits() {
+  std::vector<float> logits;
+  std::vector<int32_t> targets;
+  runEval(&logits, &targets);
+  return logits;
+}
+
+} // namespace epl::interp

@@ -1,0 +1,95 @@
+// Runs one rank's instruction stream (ir::Program) on a backend::Device: owns the rank's
+// activation arena, parameters, gradients and optimizer states in device memory, and turns
+// each instruction into device calls. The training loop around it is in Trainer.cpp.
+#pragma once
+#include "backend/Device.h"
+#include "ir/Module.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace epl::interp {
+
+// One micro-batch on the host, in the model's input order.
+struct HostBatch {
+  std::vector<std::vector<unsigned char>> inputs;
+  std::vector<int32_t> next; // `next(tokens)` targets, when the model reads them
+};
+
+// Optimizer hyper-parameters of the run, with the current learning rate.
+struct OptimizerSettings {
+  backend::OptimizerKind kind = backend::OptimizerKind::AdamW;
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weightDecay = 0.f, momentum = 0.f;
+  double clipGradNorm = 0; // 0: off
+};
+
+struct StepResult {
+  double loss = 0;     // mean over the step's micro-batches
+  double gradNorm = 0; // global L2 norm before clipping; 0 when not clipping
+};
+
+class Executor {
+public:
+  Executor(const ir::Module& m, backend::Device& device, OptimizerSettings optimizer);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  const ir::Module& module() const { return m_; }
+  // Buffers Load copies from: one per micro-batch, sized for the rank's micro-batch.
+  HostBatch& staging(int micro) { return staging_[micro]; }
+  bool readsNextTokens() const { return !nextOps_.empty(); }
+
+  // Parameters and optimizer states (k = 0, 1) by param index, as f32 host arrays.
+  void writeParam(int p, const float* host);
+  void readParam(int p, float* host) const;
+  int statesPerParam() const { return states_; }
+  void writeState(int p, int k, const float* host);
+  void readState(int p, int k, float* host) const;
+  int64_t paramElements(int p) const { return paramElems_[p]; }
+
+  // One optimizer step over every micro-batch's staging buffers. `step` is 0-based.
+  StepResult runStep(int64_t step, float lr, uint64_t seed);
+  // A forward pass without dropout over staging(0). Returns the loss; when the loss is a
+  // cross-entropy, `logits` and `targets` get its inputs (rows x classes, rows).
+  double runEval(std::vector<float>* logits, std::vector<int32_t>* targets);
+  // Forward only, for sampling: the logits that feed the loss (all rows).
+  std::vector<float> forwardLogits();
+  int64_t classes() const;
+  int64_t arenaBytes() const { return program_.arenaBytes; }
+
+private:
+  struct Slot {
+    backend::KernelCall call; // views bound to this rank's buffers
+  };
+  backend::TensorView view(int tensor) const;
+  backend::TensorView shapeOnly(int tensor) const;
+  backend::TensorView paramView(int p) const;
+  backend::TensorView stateView(int p, int k) const;
+  void bindCalls();
+  void load(int micro);
+  void run(const ir::Instr& in, int64_t step, uint64_t seed, bool training);
+  void optimizerStep(const ir::Op& op, int64_t step);
+  int lossOp() const;
+
+  const ir::Module& m_;
+  const ir::Program& program_;
+  backend::Device& dev_;
+  OptimizerSettings opt_;
+  int states_ = 0;
+  unsigned char* arena_ = nullptr;
+  unsigned char* params_ = nullptr;
+  unsigned char* grads_ = nullptr;
+  unsigned char* stateMem_[2] = {nullptr, nullptr};
+  int64_t gradBytes_ = 0;
+  std::vector<int64_t> paramOffset_, paramElems_;
+  std::vector<int> gradParam_; // tensor id -> param index for parameter gradients, else -1
+  std::vector<Slot> calls_;    // by op id
+  std::vector<HostBatch> staging_;
+  std::vector<int> nextOps_;
+  std::vector<float> lossHost_;
+  float lr_ = 0, clipScale_ = 1;
+  double gradNorm_ = 0;
+};
+
+} // namespace epl::interp

@@ -1,0 +1,352 @@
+// The training loop (Trainer.h): one rank, every step through the Executor.
+#include "interp/Trainer.h"
+
+#include "backend/Device.h"
+#include "interp/Checkpoint.h"
+#include "interp/Executor.h"
+#include "interp/Init.h"
+#include "interp/LrSchedule.h"
+#include "interp/Progress.h"
+#include "interp/checkpoint/AtomicFile.h"
+#include "interp/data/Dataset.h"
+#include "support/Text.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <cmath>
+#include <filesystem>
+#include <fmt/format.h>
+
+namespace epl::interp {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+std::vector<data::InputSpec> inputSpecs(const ir::Module& m) {
+  std::vector<data::InputSpec> out;
+  for (int t : m.inputs) {
+    const ir::Tensor& x = m.tensors[t];
+    data::InputSpec s{x.name, x.type.dtype, {}};
+    for (size_t d = 1; d < x.type.shape.size(); ++d)
+      s.sampleShape.push_back(*x.type.shape[d].eval(m.bindings));
+    out.push_back(s);
+  }
+  return out;
+}
+
+OptimizerSettings optimizerSettings(const ir::TrainConfig& t) {
+  const ir::CallSpec& c = t.optimizer;
+  auto num = [&](const char* k, double d) {
+    auto it = c.numbers.find(k);
+    return static_cast<float>(it == c.numbers.end() ? d : it->second);
+  };
+  OptimizerSettings s;
+  s.kind = c.kind == "sgd"    ? backend::OptimizerKind::Sgd
+           : c.kind == "adam" ? backend::OptimizerKind::Adam
+                              : backend::OptimizerKind::AdamW;
+  s.beta1 = num("beta1", 0.9);
+  s.beta2 = num("beta2", 0.999);
+  s.eps = num("eps", 1e-8);
+  // torch.optim's defaults: AdamW decays by 0.01, Adam and SGD not at all.
+  s.weightDecay = num("weight_decay", c.kind == "adamw" ? 0.01 : 0.0);
+  s.momentum = num("momentum", 0);
+  s.clipGradNorm = t.clipGradNorm;
+  return s;
+}
+
+std::string resolve(const std::string& base, const std::string& path) {
+  if (path.empty() || fs::path(path).is_absolute()) return path;
+  return (fs::path(base) / path).lexically_normal().string();
+}
+
+// Reads samples `ids` of `split` into micro-batch `micro`'s staging buffers.
+void fill(Executor& ex, const data::Dataset& ds, data::Split split, const std::vector<int64_t>& ids,
+          int micro) {
+  HostBatch& b = ex.staging(micro);
+  std::vector<void*> ptrs;
+  for (auto& in : b.inputs)
+    ptrs.push_back(in.data());
+  ds.read(split, ids, ptrs, ex.readsNextTokens() ? b.next.data() : nullptr);
+}
+
+struct Evaluation {
+  double loss = 0;
+  double accuracy = -1; // -1 when the loss is not a cross-entropy
+  int64_t samples = 0;
+};
+
+// Loss (and accuracy for a cross-entropy) over the first `limit` validation samples, in
+// batches of the rank's micro-batch. A cross-entropy is scored per row on the host, so a
+// last, partial batch (padded by repeating its last sample) counts its real rows only.
+Evaluation evaluate(Executor& ex, const data::Dataset& ds, int64_t limit) {
+  int64_t n = std::min(ds.size(data::Split::Validation), limit), batch = ex.module().mesh.microBatch;
+  int64_t classes = ex.classes();
+  Evaluation e;
+  double lossSum = 0;
+  int64_t rowsSeen = 0, correct = 0;
+  std::vector<float> logits;
+  std::vector<int32_t> targets;
+  for (int64_t start = 0; start < n; start += batch) {
+    std::vector<int64_t> ids;
+    for (int64_t i = 0; i < batch; ++i)
+      ids.push_back(std::min(start + i, n - 1));
+    fill(ex, ds, data::Split::Validation, ids, 0);
+    int64_t valid = std::min(batch, n - start);
+    if (classes == 0) {
+      double l = ex.runEval(nullptr, nullptr);
+      if (valid == batch || start == 0) {
+        lossSum += l * static_cast<double>(valid);
+        rowsSeen += valid;
+      }
+      continue;
+    }
+    ex.runEval(&logits, &targets);
+    int64_t rowsPerSample = static_cast<int64_t>(targets.size()) / batch;
+    for (int64_t r = 0; r < valid * rowsPerSample; ++r) {
+      const float* row = logits.data() + r * classes;
+      float top = row[0];
+      int64_t arg = 0;
+      for (int64_t c = 1; c < classes; ++c)
+        if (row[c] > top) top = row[c], arg = c;
+      double sum = 0;
+      for (int64_t c = 0; c < classes; ++c)
+        sum += std::exp(static_cast<double>(row[c]) - top);
+      lossSum += std::log(sum) + top - row[targets[r]];
+      correct += arg == targets[r];
+      ++rowsSeen;
+    }
+  }
+  e.samples = n;
+  e.loss = rowsSeen ? lossSum / static_cast<double>(rowsSeen) : 0;
+  if (classes > 0 && rowsSeen) e.accuracy = static_cast<double>(correct) / rowsSeen;
+  return e;
+}
+
+std::string evalText(const Evaluation& e) {
+  std::string s = fmt::format("loss {:.4f}", e.loss);
+  if (e.accuracy >= 0) s += fmt::format(", accuracy {:.2f}%", 100 * e.accuracy);
+  return s;
+}
+
+SourceLoc keyLoc(const ir::Module& m, const char* key) {
+  auto it = m.train.keyLocs.find(key);
+  return it == m.train.keyLocs.end() ? m.loc : it->second;
+}
+
+// Token ids and labels must fit the layers that read them, or kernels would read past
+// their tables.
+bool checkDataFitsModel(const ir::Module& m, const data::Dataset& ds, Diagnostics& diags) {
+  auto isInput = [&](int t) { return m.tensors[t].producer < 0; };
+  for (const ir::Op& op : m.ops) {
+    if (op.phase != ir::Phase::Forward) continue;
+    int64_t limit = -1, found = -1;
+    if (op.kind == ir::OpKind::Embedding && isInput(op.inputs[0])) {
+      limit = ir::intAttr(op.attrs, "vocab");
+      found = ds.maxToken();
+    } else if (op.kind == ir::OpKind::CrossEntropy && isInput(op.inputs[1])) {
+      limit = m.tensors[op.inputs[0]].type.shape.back().coef;
+      found = ds.maxLabel();
+    }
+    if (limit < 0 || found < limit) continue;
+    diags
+        .error(keyLoc(m, "data"),
+               fmt::format("the data holds id {}, but `{}` at line {} has only {} classes", found,
+                           op.name, op.site.line, limit))
+        .help(fmt::format("make the layer's width at least {}", found + 1));
+    return false;
+  }
+  return true;
+}
+
+} // namespace
+
+int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
+  std::ostream& out = *o.out;
+  if (m.programs.empty()) {
+    diags.error(m.loc, fmt::format("`epl run` runs on one device so far, and this plan has {}",
+                                   m.mesh.np))
+        .help("use -np 1; running on several ranks comes with the MPI runtime");
+    return 1;
+  }
+  std::unique_ptr<data::Dataset> ds;
+  try {
+    ds = data::openDataset(m.train.data, inputSpecs(m), m.train.seed, o.baseDir);
+  } catch (const data::DataError& e) {
+    diags.error(keyLoc(m, "data"), e.what());
+    return 1;
+  }
+  if (!checkDataFitsModel(m, *ds, diags)) return 1;
+  std::string ckptDir = resolve(o.baseDir, m.train.checkpointDir);
+  auto device = backend::makeCpuDevice(o.threads);
+  Executor ex(m, *device, optimizerSettings(m.train));
+  int64_t start = 0;
+  try {
+    auto latest = ckptDir.empty() ? std::nullopt : latestCheckpoint(ckptDir);
+    if (latest && !o.resume) {
+      diags.error(keyLoc(m, "checkpoint"),
+                  fmt::format("`{}` already holds checkpoints (the newest is `{}`)", ckptDir,
+                              fs::path(*latest).filename().string()))
+          .help("pass --resume to continue from it, or choose another `dir`");
+      return 1;
+    }
+    if (o.resume && ckptDir.empty()) {
+      diags.error(m.loc, "--resume needs `checkpoint = { dir = … }` in the train block");
+      return 1;
+    }
+    if (latest) {
+      start = loadCheckpoint(ex, *latest, true).step;
+      out << fmt::format("resumed from {} (step {})\n", *latest, start);
+    } else {
+      for (size_t p = 0; p < m.params.size(); ++p)
+        ex.writeParam(static_cast<int>(p), initialValues(m, static_cast<int>(p), m.train.seed).data());
+      if (o.resume) out << fmt::format("no checkpoint in {} yet: starting at step 0\n", ckptDir);
+    }
+    if (o.saveInitial && !ckptDir.empty() && start == 0)
+      saveCheckpoint(ex, ckptDir, {0, static_cast<uint64_t>(m.train.seed)}, 0);
+  } catch (const checkpoint::CheckpointError& e) {
+    diags.error(keyLoc(m, "checkpoint"), e.what());
+    return 1;
+  }
+
+  const ir::Program& prog = m.programs[0];
+  int64_t params = 0;
+  for (int p = 0; p < static_cast<int>(m.params.size()); ++p)
+    params += ex.paramElements(p);
+  out << fmt::format("model `{}`: {} params on 1 device ({})\n", m.modelName, withCommas(params),
+                     device->name());
+  out << fmt::format("data: {}\n", ds->describe());
+  out << fmt::format("batch {} = {} micro-batch{} x {} samples; memory plan {} (activations {}, "
+                     "params {}, grads {}, optimizer {})\n",
+                     m.train.batch, m.policy.microBatches, m.policy.microBatches == 1 ? "" : "es",
+                     m.mesh.microBatch, formatBytes(prog.peakBytes()), formatBytes(prog.arenaBytes),
+                     formatBytes(prog.paramBytes), formatBytes(prog.gradBytes),
+                     formatBytes(prog.optimizerBytes));
+
+  data::Sampler sampler(ds->size(data::Split::Train), static_cast<uint64_t>(m.train.seed));
+  Progress progress(out, o.terminal, m.train.logEvery);
+  MetricsFile metrics(o.metricsPath, o.resume);
+  auto began = Clock::now();
+  int64_t steps = m.train.steps, B = m.mesh.microBatch, samples = 0;
+  double lastLoss = 0;
+  for (int64_t step = start; step < steps; ++step) {
+    std::vector<int64_t> ids = sampler.globalBatch(step, m.train.batch);
+    for (int mb = 0; mb < m.policy.microBatches; ++mb)
+      fill(ex, *ds, data::Split::Train, {ids.begin() + mb * B, ids.begin() + (mb + 1) * B}, mb);
+    double lr = learningRate(m.train.lrSchedule, m.train.optimizer.numbers.at("lr"), step, steps);
+    StepResult r = ex.runStep(step, static_cast<float>(lr), static_cast<uint64_t>(m.train.seed));
+    if (!std::isfinite(r.loss)) {
+      progress.finish();
+      diags.error(keyLoc(m, "optimizer"),
+                  fmt::format("the loss is {} at step {}", std::isnan(r.loss) ? "NaN" : "infinite",
+                              step + 1))
+          .note(fmt::format("steps 1 to {} were finite; no checkpoint was written after step {}",
+                            step, step))
+          .help("lower the learning rate, or set `clip_grad_norm`");
+      return 1;
+    }
+    lastLoss = r.loss;
+    samples += m.train.batch;
+    StepReport rep{step + 1, steps, r.loss, lr, r.gradNorm, samples / seconds(began),
+                   seconds(began), residentBytes()};
+    progress.step(rep);
+    metrics.step(rep);
+    if (m.train.eval.kind != "" && m.train.eval.numbers.count("every") &&
+        (step + 1) % static_cast<int64_t>(m.train.eval.numbers.at("every")) == 0) {
+      int64_t batches = static_cast<int64_t>(m.train.eval.numbers.count("batches")
+                                                 ? m.train.eval.numbers.at("batches")
+                                                 : 10);
+      Evaluation e = evaluate(ex, *ds, batches * B);
+      progress.line(fmt::format("step {}: validation {} ({} samples)", step + 1, evalText(e),
+                                e.samples));
+      metrics.eval(step + 1, e.loss, e.accuracy, e.samples);
+    }
+    bool last = step + 1 == steps;
+    if (!ckptDir.empty() && ((m.train.checkpointEvery > 0 && (step + 1) % m.train.checkpointEvery == 0) || last)) {
+      try {
+        std::string where = saveCheckpoint(
+            ex, ckptDir, {step + 1, static_cast<uint64_t>(m.train.seed)}, m.train.checkpointKeep);
+        if (!o.terminal || last) progress.line(fmt::format("checkpoint: {}", where));
+      } catch (const checkpoint::CheckpointError& e) {
+        progress.finish();
+        diags.error(keyLoc(m, "checkpoint"), e.what());
+        return 1;
+      }
+    }
+  }
+  progress.finish();
+  double took = seconds(began);
+  out << fmt::format("trained {} steps in {} ({:.0f} samples/s); last loss {:.4f}\n", steps - start,
+                     formatDuration(took), took > 0 ? samples / took : 0.0, lastLoss);
+  if (ds->size(data::Split::Validation) > 0) {
+    Evaluation e = evaluate(ex, *ds, ds->size(data::Split::Validation));
+    out << fmt::format("validation ({} samples): {}\n", withCommas(e.samples), evalText(e));
+    metrics.eval(steps, e.loss, e.accuracy, e.samples);
+  }
+  out << fmt::format("memory: planned {} for tensors; peak resident {}\n",
+                     formatBytes(prog.peakBytes()), formatBytes(peakResidentBytes()));
+  return 0;
+}
+
+int sample(const ir::Module& m, const SampleOptions& o, Diagnostics& diags) {
+  if (m.programs.empty() || m.inputs.size() != 1 || !ir::isIntegral(m.tensors[m.inputs[0]].type.dtype)) {
+    diags.error(m.loc, "`epl sample` needs a model with one token input, `tokens: i32[B, seq]`");
+    return 1;
+  }
+  auto device = backend::makeCpuDevice(o.threads);
+  Executor ex(m, *device, optimizerSettings(m.train));
+  std::string where = resolve(o.baseDir, o.checkpoint.empty() ? m.train.checkpointDir : o.checkpoint);
+  try {
+    auto folder = fs::exists(fs::path(where) / "manifest.json") ? std::optional<std::string>(where)
+                                                                 : latestCheckpoint(where);
+    if (!folder) {
+      diags.error(keyLoc(m, "checkpoint"), fmt::format("no checkpoint in `{}` to sample from", where))
+          .help("train first with `epl run`, or pass --checkpoint DIR");
+      return 1;
+    }
+    loadCheckpoint(ex, *folder, false);
+  } catch (const checkpoint::CheckpointError& e) {
+    diags.error(keyLoc(m, "checkpoint"), e.what());
+    return 1;
+  }
+  int64_t seq = *m.tensors[m.inputs[0]].type.shape.back().eval(m.bindings), vocab = ex.classes();
+  std::vector<int32_t> ctx;
+  for (unsigned char c : o.prompt)
+    ctx.push_back(c);
+  if (ctx.empty()) ctx.push_back('\n');
+  Rng rng(o.seed);
+  std::ostream& out = *o.out;
+  out << o.prompt;
+  for (int64_t n = 0; n < o.length; ++n) {
+    int64_t len = std::min<int64_t>(static_cast<int64_t>(ctx.size()), seq);
+    HostBatch& b = ex.staging(0);
+    std::vector<int32_t> window(seq, 0);
+    std::copy(ctx.end() - len, ctx.end(), window.begin());
+    std::memcpy(b.inputs[0].data(), window.data(), 4 * seq);
+    std::fill(b.next.begin(), b.next.end(), 0);
+    std::vector<float> logits = ex.forwardLogits();
+    const float* row = logits.data() + (len - 1) * vocab;
+    float top = *std::max_element(row, row + vocab);
+    std::vector<double> p(vocab);
+    double sum = 0;
+    for (int64_t c = 0; c < vocab; ++c)
+      sum += p[c] = std::exp((row[c] - top) / std::max(o.temperature, 1e-6));
+    double u = rng.uniform() * sum;
+    int64_t pick = 0;
+    while (pick + 1 < vocab && (u -= p[pick]) > 0)
+      ++pick;
+    ctx.push_back(static_cast<int32_t>(pick));
+    out << static_cast<char>(pick) << std::flush;
+  }
+  out << "\n";
+  return 0;
+}
+
+} // namespace epl::interp

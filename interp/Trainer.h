@@ -1,0 +1,40 @@
+// `epl run` on one rank: the training loop around an Executor. Data, learning rate,
+// evaluation, checkpoints, progress and metrics; the summary at the end.
+#pragma once
+#include "ir/Module.h"
+#include "support/Diagnostics.h"
+
+#include <ostream>
+#include <string>
+
+namespace epl::interp {
+
+struct RunOptions {
+  std::string baseDir;     // the script's folder: relative paths in the script resolve here
+  std::string metricsPath; // JSON lines; empty for none
+  bool resume = false;     // continue from the newest checkpoint in train.checkpoint's dir
+  bool saveInitial = false; // write a checkpoint of the initial weights (step 0)
+  int threads = 0;          // CPU threads; 0: every core
+  std::ostream* out = nullptr;
+  bool terminal = false; // draw a progress bar instead of log lines
+};
+
+// Trains the planned module. Problems (data, checkpoints, a NaN loss) are reported to
+// `diags`; returns the process exit code.
+int train(const ir::Module& m, const RunOptions& options, Diagnostics& diags);
+
+struct SampleOptions {
+  std::string baseDir;
+  std::string checkpoint; // folder of one checkpoint, or a checkpoint dir (newest is used)
+  std::string prompt;
+  int64_t length = 200;
+  double temperature = 1.0;
+  uint64_t seed = 0;
+  int threads = 0;
+  std::ostream* out = nullptr;
+};
+
+// Generates text from a trained byte-level model (planned with batch 1).
+int sample(const ir::Module& m, const SampleOptions& options, Diagnostics& diags);
+
+} // namespace epl::interp

@@ -167,6 +167,10 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   runCmd->add_flag("--save-initial", runOptions.saveInitial,
                    "also checkpoint the initial weights, as step 0");
+  runCmd
+      ->add_option("--stop-after", runOptions.stopAfter,
+                   "stop (with a checkpoint) after this step, as if interrupted")
+      ->check(CLI::PositiveNumber);
 
   Common sampleArgs;
   sampleArgs.np = 1;

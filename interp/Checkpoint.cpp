@@ -8,12 +8,12 @@
 #include <algorithm>
 #include <cstring>
 #include <fcntl.h>
-#include <unistd.h>
 #include <filesystem>
 #include <fmt/format.h>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 namespace epl::interp {
 
@@ -90,15 +90,16 @@ std::string saveCheckpoint(const Executor& ex, const std::string& dir, const Che
                                           {"seed", std::to_string(st.seed)},
                                           {"model", m.modelName}};
   checkpoint::writeSafetensors((temp / "model.safetensors").string(), tensors, meta);
-  nlohmann::json manifest{{"format", "epl-checkpoint"},
-                          {"version", 1},
-                          {"model", m.modelName},
-                          {"step", st.step},
-                          {"seed", st.seed},
-                          {"optimizer", m.train.optimizer.kind},
-                          {"rng", {{"kind", "counter"}, {"seed", st.seed}, {"step", st.step}}},
-                          {"data", {{"order", "seeded permutation per epoch"}, {"next_step", st.step}}},
-                          {"files", {"model.safetensors"}}};
+  nlohmann::json manifest{
+      {"format", "epl-checkpoint"},
+      {"version", 1},
+      {"model", m.modelName},
+      {"step", st.step},
+      {"seed", st.seed},
+      {"optimizer", m.train.optimizer.kind},
+      {"rng", {{"kind", "counter"}, {"seed", st.seed}, {"step", st.step}}},
+      {"data", {{"order", "seeded permutation per epoch"}, {"next_step", st.step}}},
+      {"files", {"model.safetensors"}}};
   checkpoint::writeFileAtomic((temp / "manifest.json").string(), manifest.dump(2) + "\n");
   if (fs::exists(final))
     throw CheckpointError(fmt::format("`{}` already exists; it is left as it is", final.string()));
@@ -165,9 +166,9 @@ CheckpointState loadCheckpoint(Executor& ex, const std::string& folder, bool wit
     auto shape = dims(m.params[p].type.shape);
     params.push_back({static_cast<int>(p), fetch(m.params[p].name, shape)});
     for (int k = 0; withOptimizer && k < ex.statesPerParam(); ++k)
-      states.push_back({static_cast<int>(p), k,
-                        fetch(fmt::format("optimizer/{}/{}", stateName(ex, k), m.params[p].name),
-                              shape)});
+      states.push_back(
+          {static_cast<int>(p), k,
+           fetch(fmt::format("optimizer/{}/{}", stateName(ex, k), m.params[p].name), shape)});
   }
   for (auto [p, v] : params)
     ex.writeParam(p, v);

@@ -44,7 +44,8 @@ std::vector<int64_t> concrete(const ir::Shape& s, const std::map<std::string, in
 Executor::Executor(const ir::Module& m, backend::Device& device, OptimizerSettings optimizer)
     : m_(m), program_(m.programs.at(0)), dev_(device), opt_(optimizer) {
   states_ = opt_.kind == backend::OptimizerKind::Sgd ? (opt_.momentum > 0 ? 1 : 0) : 2;
-  arena_ = static_cast<unsigned char*>(dev_.allocate(std::max<int64_t>(program_.arenaBytes, kAlign)));
+  arena_ =
+      static_cast<unsigned char*>(dev_.allocate(std::max<int64_t>(program_.arenaBytes, kAlign)));
   int64_t total = 0;
   for (const ir::Param& p : m_.params) {
     paramOffset_.push_back(total);

@@ -83,9 +83,12 @@ MetricsFile::MetricsFile(const std::string& path, bool append) {
 
 void MetricsFile::step(const StepReport& r) {
   if (!out_.is_open()) return;
-  nlohmann::json j{{"step", r.step},         {"loss", r.loss},
-                   {"lr", r.lr},             {"grad_norm", r.gradNorm},
-                   {"samples_per_s", r.samplesPerSecond}, {"memory_bytes", r.memoryBytes}};
+  nlohmann::json j{{"step", r.step},
+                   {"loss", r.loss},
+                   {"lr", r.lr},
+                   {"grad_norm", r.gradNorm},
+                   {"samples_per_s", r.samplesPerSecond},
+                   {"memory_bytes", r.memoryBytes}};
   out_ << j.dump() << "\n" << std::flush;
 }
 

@@ -13,8 +13,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fmt/format.h>
 
@@ -87,7 +87,8 @@ struct Evaluation {
 // batches of the rank's micro-batch. A cross-entropy is scored per row on the host, so a
 // last, partial batch (padded by repeating its last sample) counts its real rows only.
 Evaluation evaluate(Executor& ex, const data::Dataset& ds, int64_t limit) {
-  int64_t n = std::min(ds.size(data::Split::Validation), limit), batch = ex.module().mesh.microBatch;
+  int64_t n = std::min(ds.size(data::Split::Validation), limit),
+          batch = ex.module().mesh.microBatch;
   int64_t classes = ex.classes();
   Evaluation e;
   double lossSum = 0;
@@ -171,8 +172,9 @@ bool checkDataFitsModel(const ir::Module& m, const data::Dataset& ds, Diagnostic
 int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
   std::ostream& out = *o.out;
   if (m.programs.empty()) {
-    diags.error(m.loc, fmt::format("`epl run` runs on one device so far, and this plan has {}",
-                                   m.mesh.np))
+    diags
+        .error(m.loc,
+               fmt::format("`epl run` runs on one device so far, and this plan has {}", m.mesh.np))
         .help("use -np 1; running on several ranks comes with the MPI runtime");
     return 1;
   }
@@ -191,9 +193,10 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
   try {
     auto latest = ckptDir.empty() ? std::nullopt : latestCheckpoint(ckptDir);
     if (latest && !o.resume) {
-      diags.error(keyLoc(m, "checkpoint"),
-                  fmt::format("`{}` already holds checkpoints (the newest is `{}`)", ckptDir,
-                              fs::path(*latest).filename().string()))
+      diags
+          .error(keyLoc(m, "checkpoint"),
+                 fmt::format("`{}` already holds checkpoints (the newest is `{}`)", ckptDir,
+                             fs::path(*latest).filename().string()))
           .help("pass --resume to continue from it, or choose another `dir`");
       return 1;
     }
@@ -206,7 +209,8 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
       out << fmt::format("resumed from {} (step {})\n", *latest, start);
     } else {
       for (size_t p = 0; p < m.params.size(); ++p)
-        ex.writeParam(static_cast<int>(p), initialValues(m, static_cast<int>(p), m.train.seed).data());
+        ex.writeParam(static_cast<int>(p),
+                      initialValues(m, static_cast<int>(p), m.train.seed).data());
       if (o.resume) out << fmt::format("no checkpoint in {} yet: starting at step 0\n", ckptDir);
     }
     if (o.saveInitial && !ckptDir.empty() && start == 0)
@@ -235,8 +239,9 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
   MetricsFile metrics(o.metricsPath, o.resume);
   auto began = Clock::now();
   int64_t steps = m.train.steps, B = m.mesh.microBatch, samples = 0;
+  int64_t end = o.stopAfter > 0 ? std::min(steps, o.stopAfter) : steps;
   double lastLoss = 0;
-  for (int64_t step = start; step < steps; ++step) {
+  for (int64_t step = start; step < end; ++step) {
     std::vector<int64_t> ids = sampler.globalBatch(step, m.train.batch);
     for (int mb = 0; mb < m.policy.microBatches; ++mb)
       fill(ex, *ds, data::Split::Train, {ids.begin() + mb * B, ids.begin() + (mb + 1) * B}, mb);
@@ -244,9 +249,10 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
     StepResult r = ex.runStep(step, static_cast<float>(lr), static_cast<uint64_t>(m.train.seed));
     if (!std::isfinite(r.loss)) {
       progress.finish();
-      diags.error(keyLoc(m, "optimizer"),
-                  fmt::format("the loss is {} at step {}", std::isnan(r.loss) ? "NaN" : "infinite",
-                              step + 1))
+      diags
+          .error(keyLoc(m, "optimizer"),
+                 fmt::format("the loss is {} at step {}", std::isnan(r.loss) ? "NaN" : "infinite",
+                             step + 1))
           .note(fmt::format("steps 1 to {} were finite; no checkpoint was written after step {}",
                             step, step))
           .help("lower the learning rate, or set `clip_grad_norm`");
@@ -254,22 +260,22 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
     }
     lastLoss = r.loss;
     samples += m.train.batch;
-    StepReport rep{step + 1, steps, r.loss, lr, r.gradNorm, samples / seconds(began),
+    StepReport rep{step + 1,       steps,          r.loss, lr, r.gradNorm, samples / seconds(began),
                    seconds(began), residentBytes()};
     progress.step(rep);
     metrics.step(rep);
     if (m.train.eval.kind != "" && m.train.eval.numbers.count("every") &&
         (step + 1) % static_cast<int64_t>(m.train.eval.numbers.at("every")) == 0) {
-      int64_t batches = static_cast<int64_t>(m.train.eval.numbers.count("batches")
-                                                 ? m.train.eval.numbers.at("batches")
-                                                 : 10);
+      int64_t batches = static_cast<int64_t>(
+          m.train.eval.numbers.count("batches") ? m.train.eval.numbers.at("batches") : 10);
       Evaluation e = evaluate(ex, *ds, batches * B);
-      progress.line(fmt::format("step {}: validation {} ({} samples)", step + 1, evalText(e),
-                                e.samples));
+      progress.line(
+          fmt::format("step {}: validation {} ({} samples)", step + 1, evalText(e), e.samples));
       metrics.eval(step + 1, e.loss, e.accuracy, e.samples);
     }
-    bool last = step + 1 == steps;
-    if (!ckptDir.empty() && ((m.train.checkpointEvery > 0 && (step + 1) % m.train.checkpointEvery == 0) || last)) {
+    bool last = step + 1 == end;
+    if (!ckptDir.empty() &&
+        ((m.train.checkpointEvery > 0 && (step + 1) % m.train.checkpointEvery == 0) || last)) {
       try {
         std::string where = saveCheckpoint(
             ex, ckptDir, {step + 1, static_cast<uint64_t>(m.train.seed)}, m.train.checkpointKeep);
@@ -283,7 +289,11 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
   }
   progress.finish();
   double took = seconds(began);
-  out << fmt::format("trained {} steps in {} ({:.0f} samples/s); last loss {:.4f}\n", steps - start,
+  if (end < steps) {
+    out << fmt::format("stopped after step {} of {} (--stop-after)\n", end, steps);
+    return 0;
+  }
+  out << fmt::format("trained {} steps in {} ({:.0f} samples/s); last loss {:.4f}\n", end - start,
                      formatDuration(took), took > 0 ? samples / took : 0.0, lastLoss);
   if (ds->size(data::Split::Validation) > 0) {
     Evaluation e = evaluate(ex, *ds, ds->size(data::Split::Validation));
@@ -296,18 +306,22 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
 }
 
 int sample(const ir::Module& m, const SampleOptions& o, Diagnostics& diags) {
-  if (m.programs.empty() || m.inputs.size() != 1 || !ir::isIntegral(m.tensors[m.inputs[0]].type.dtype)) {
+  if (m.programs.empty() || m.inputs.size() != 1 ||
+      !ir::isIntegral(m.tensors[m.inputs[0]].type.dtype)) {
     diags.error(m.loc, "`epl sample` needs a model with one token input, `tokens: i32[B, seq]`");
     return 1;
   }
   auto device = backend::makeCpuDevice(o.threads);
   Executor ex(m, *device, optimizerSettings(m.train));
-  std::string where = resolve(o.baseDir, o.checkpoint.empty() ? m.train.checkpointDir : o.checkpoint);
+  std::string where =
+      resolve(o.baseDir, o.checkpoint.empty() ? m.train.checkpointDir : o.checkpoint);
   try {
     auto folder = fs::exists(fs::path(where) / "manifest.json") ? std::optional<std::string>(where)
-                                                                 : latestCheckpoint(where);
+                                                                : latestCheckpoint(where);
     if (!folder) {
-      diags.error(keyLoc(m, "checkpoint"), fmt::format("no checkpoint in `{}` to sample from", where))
+      diags
+          .error(keyLoc(m, "checkpoint"),
+                 fmt::format("no checkpoint in `{}` to sample from", where))
           .help("train first with `epl run`, or pass --checkpoint DIR");
       return 1;
     }

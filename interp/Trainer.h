@@ -10,11 +10,13 @@
 namespace epl::interp {
 
 struct RunOptions {
-  std::string baseDir;     // the script's folder: relative paths in the script resolve here
-  std::string metricsPath; // JSON lines; empty for none
-  bool resume = false;     // continue from the newest checkpoint in train.checkpoint's dir
+  std::string baseDir;      // the script's folder: relative paths in the script resolve here
+  std::string metricsPath;  // JSON lines; empty for none
+  bool resume = false;      // continue from the newest checkpoint in train.checkpoint's dir
   bool saveInitial = false; // write a checkpoint of the initial weights (step 0)
   int threads = 0;          // CPU threads; 0: every core
+  int64_t stopAfter = 0;    // stop after this step (a checkpoint is written) as if
+                            // interrupted; the schedule still spans `steps`. 0: run them all
   std::ostream* out = nullptr;
   bool terminal = false; // draw a progress bar instead of log lines
 };

@@ -1,0 +1,220 @@
+#!/usr/bin/python3
+"""Ten training steps of EPL against PyTorch on identical weights and data.
+
+EPL writes its initial weights as a safetensors checkpoint (`epl run --save-initial`);
+this script reads them (by the safetensors spec, with json + torch.frombuffer: Debian 12
+ships no python3-safetensors), builds the same model in plain PyTorch, trains it with
+torch.optim on the same samples, and compares the loss of every step with EPL's metrics
+file. Each step's batch is the whole (small) data set, so the sample order cannot differ.
+
+usage: torch_training.py EPL WORKDIR {mlp,gpt} [--micro-batches N] [--optimizer KIND]
+"""
+import argparse
+import gzip
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+
+import torch
+import torch.nn.functional as F
+
+torch.set_num_threads(2)
+FASHION = "/usr/share/datasets/fashion-mnist"
+TOLERANCE = 1e-4  # relative, per step (issue: loss per step within 1e-4)
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        assert info["dtype"] == "F32", info
+        b, e = info["data_offsets"]
+        t = torch.frombuffer(bytearray(data[b:e]), dtype=torch.float32)
+        out[name] = t.reshape(info["shape"]).clone()
+    return out
+
+
+def write_idx_subset(src, dst, count):
+    with gzip.open(src, "rb") as f:
+        raw = f.read()
+    magic, n = struct.unpack(">II", raw[:8])
+    dims = magic & 0xFF
+    shape = struct.unpack(">" + "I" * dims, raw[4 : 4 + 4 * dims])
+    per = 1
+    for d in shape[1:]:
+        per *= d
+    head = struct.pack(">I", magic) + struct.pack(">I", count) + raw[8 : 4 + 4 * dims]
+    body = raw[4 + 4 * dims : 4 + 4 * dims + count * per]
+    with open(dst, "wb") as f:
+        f.write(head + body)
+    return body
+
+
+OPTIMIZERS = {
+    "adam": ("adam(lr = 1e-3)", lambda p: torch.optim.Adam(p, lr=1e-3)),
+    "adamw": ("adamw(lr = 3e-3, weight_decay = 0.1)",
+              lambda p: torch.optim.AdamW(p, lr=3e-3, weight_decay=0.1)),
+    "sgd": ("sgd(lr = 0.05, momentum = 0.9)",
+            lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9)),
+}
+
+
+def mlp_case(work, args):
+    n = 256
+    imgs = write_idx_subset(f"{FASHION}/train-images-idx3-ubyte.gz", f"{work}/img.idx", n)
+    labs = write_idx_subset(f"{FASHION}/train-labels-idx1-ubyte.gz", f"{work}/lab.idx", n)
+    script = f"""
+model net(images: f32[B, 1, 28, 28], labels: i32[B]) {{
+  x = relu(linear(flatten(images), 64))
+  x = relu(linear(x, 32))
+  return cross_entropy(linear(x, 10), labels)
+}}
+policy {{ micro_batches = {args.micro_batches} }}
+train net {{
+  data = idx("img.idx", "lab.idx", test_images = "img.idx", test_labels = "lab.idx")
+  batch = {n}
+  optimizer = {OPTIMIZERS[args.optimizer][0]}
+  steps = 10
+  clip_grad_norm = {args.clip}
+  checkpoint = {{ dir = "ckpt", every = 100 }}
+  seed = 3
+}}
+"""
+    x = torch.tensor(list(imgs), dtype=torch.float32).reshape(n, 784) / 255.0
+    y = torch.tensor(list(labs), dtype=torch.long)
+
+    def loss_fn(w):
+        h = F.relu(F.linear(x, w["linear.weight"], w["linear.bias"]))
+        h = F.relu(F.linear(h, w["linear.1.weight"], w["linear.1.bias"]))
+        return F.cross_entropy(F.linear(h, w["linear.2.weight"], w["linear.2.bias"]), y)
+
+    return script, loss_fn
+
+
+def gpt_case(work, args):
+    seq, batch = 16, 24
+    text = open("/usr/share/games/fortunes/cookie", "rb").read()[: seq * batch + 1]
+    with open(f"{work}/corpus.txt", "wb") as f:
+        f.write(text)
+    script = f"""
+import "std/nn.epl"
+model gpt(tokens: i32[B, {seq}]) {{
+  x = embedding(tokens, 256, 32) + positions({seq}, 32)
+  x = repeat(2) transformer_block(x, 4)
+  return cross_entropy(linear(layer_norm(x), 256), next(tokens))
+}}
+policy {{ micro_batches = {args.micro_batches} }}
+train gpt {{
+  data = text("corpus.txt", seq = {seq}, val_fraction = 0)
+  batch = {batch}
+  optimizer = {OPTIMIZERS[args.optimizer][0]}
+  lr_schedule = cosine(warmup = 3)
+  steps = 10
+  clip_grad_norm = {args.clip}
+  checkpoint = {{ dir = "ckpt", every = 100 }}
+  seed = 5
+}}
+"""
+    toks = torch.tensor(list(text), dtype=torch.long)
+    inp = torch.stack([toks[i * seq : i * seq + seq] for i in range(batch)])
+    tgt = torch.stack([toks[i * seq + 1 : i * seq + seq + 1] for i in range(batch)])
+    mask = torch.triu(torch.ones(seq, seq, dtype=torch.bool), 1)
+
+    def block(x, w, p):
+        a = p + "/attention_block/"
+        h = F.layer_norm(x, (32,), w[a + "layer_norm.weight"], w[a + "layer_norm.bias"], 1e-5)
+        qkv = F.linear(h, w[a + "attention.qkv_weight"], w[a + "attention.qkv_bias"])
+        q, k, v = qkv.split(32, dim=-1)
+        B, T, H = x.shape[0], seq, 4
+        q, k, v = (t.reshape(B, T, H, 8).transpose(1, 2) for t in (q, k, v))
+        s = (q @ k.transpose(-1, -2)) / math.sqrt(8)
+        s = s.masked_fill(mask, float("-inf"))
+        o = (s.softmax(-1) @ v).transpose(1, 2).reshape(B, T, 32)
+        x = x + F.linear(o, w[a + "attention.proj_weight"], w[a + "attention.proj_bias"])
+        m = p + "/mlp_block/"
+        h = F.layer_norm(x, (32,), w[m + "layer_norm.weight"], w[m + "layer_norm.bias"], 1e-5)
+        h = F.gelu(F.linear(h, w[m + "mlp.fc1_weight"], w[m + "mlp.fc1_bias"]), approximate="tanh")
+        return x + F.linear(h, w[m + "mlp.fc2_weight"], w[m + "mlp.fc2_bias"])
+
+    def loss_fn(w):
+        x = F.embedding(inp, w["embedding.weight"]) + w["positions.weight"]
+        for i in range(2):
+            x = block(x, w, f"transformer_block.{i}")
+        x = F.layer_norm(x, (32,), w["layer_norm.weight"], w["layer_norm.bias"], 1e-5)
+        logits = F.linear(x, w["linear.weight"], w["linear.bias"])
+        return F.cross_entropy(logits.reshape(-1, 256), tgt.reshape(-1))
+
+    return script, loss_fn
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("epl")
+    ap.add_argument("work")
+    ap.add_argument("case", choices=["mlp", "gpt"])
+    ap.add_argument("--micro-batches", type=int, default=1)
+    ap.add_argument("--optimizer", default="adam", choices=OPTIMIZERS)
+    ap.add_argument("--clip", type=float, default=0)
+    args = ap.parse_args()
+    work = os.path.abspath(args.work)
+    os.makedirs(work, exist_ok=True)
+    subprocess.run(["rm", "-rf", f"{work}/ckpt"], check=True)
+    script, loss_fn = (mlp_case if args.case == "mlp" else gpt_case)(work, args)
+    with open(f"{work}/train.epl", "w") as f:
+        f.write(script)
+    env = dict(os.environ, EPL_STDLIB=os.path.join(os.path.dirname(__file__), "../../stdlib"))
+    run = subprocess.run([args.epl, "run", f"{work}/train.epl", "--save-initial", "--metrics",
+                          f"{work}/metrics.jsonl"], capture_output=True, text=True, env=env)
+    if run.returncode != 0:
+        sys.exit(f"epl run failed ({run.returncode}):\n{run.stdout}\n{run.stderr}")
+    ours = [json.loads(l) for l in open(f"{work}/metrics.jsonl")]
+    ours = [r["loss"] for r in ours if "loss" in r]
+
+    w = read_safetensors(f"{work}/ckpt/step-00000000/model.safetensors")
+    for t in w.values():
+        t.requires_grad_(True)
+    params = list(w.values())
+    opt = OPTIMIZERS[args.optimizer][1](params)
+    sched = None
+    if args.case == "gpt":
+        lr0 = opt.param_groups[0]["lr"]
+        def lr_at(s):  # EPL's cosine(warmup = 3) over 10 steps, min_lr 0
+            if s < 3:
+                return lr0 * (s + 1) / 3
+            t = min(1.0, (s - 3) / max(10 - 1 - 3, 1))
+            return 0.5 * lr0 * (1 + math.cos(math.pi * t))
+        sched = lr_at
+    theirs = []
+    for s in range(10):
+        if sched:
+            for g in opt.param_groups:
+                g["lr"] = sched(s)
+        opt.zero_grad()
+        loss = loss_fn(w)
+        loss.backward()
+        if args.clip > 0:
+            torch.nn.utils.clip_grad_norm_(params, args.clip)
+        opt.step()
+        theirs.append(loss.item())
+    worst = 0.0
+    for s, (a, b) in enumerate(zip(ours, theirs)):
+        rel = abs(a - b) / abs(b)
+        worst = max(worst, rel)
+        print(f"step {s + 1:2}: epl {a:.7f}  torch {b:.7f}  rel {rel:.2e}")
+    if len(ours) != 10:
+        sys.exit(f"expected 10 steps from epl, got {len(ours)}")
+    print(f"worst relative difference {worst:.2e} (tolerance {TOLERANCE:g})")
+    if worst > TOLERANCE:
+        sys.exit("FAIL: EPL and PyTorch disagree")
+
+
+if __name__ == "__main__":
+    main()

@@ -6,7 +6,9 @@ cd "$(dirname "$0")/.."
 
 pkgs=(build-essential cmake ninja-build ccache pkg-config
       antlr4 libantlr4-runtime-dev libfmt-dev libcli11-dev nlohmann-json3-dev catch2
-      libopenmpi-dev openmpi-bin libopenblas-dev zlib1g-dev)
+      libopenmpi-dev openmpi-bin libopenblas-dev zlib1g-dev
+      python3-torch                    # the oracle of the kernel and training tests
+      dataset-fashion-mnist fortunes)  # the examples' data: images and English text
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

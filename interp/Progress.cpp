@@ -88,6 +88,7 @@ void MetricsFile::step(const StepReport& r) {
                    {"lr", r.lr},
                    {"grad_norm", r.gradNorm},
                    {"samples_per_s", r.samplesPerSecond},
+                   {"step_seconds", r.stepSeconds},
                    {"memory_bytes", r.memoryBytes}};
   out_ << j.dump() << "\n" << std::flush;
 }

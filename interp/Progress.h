@@ -15,6 +15,7 @@ struct StepReport {
   double loss = 0, lr = 0, gradNorm = 0;
   double samplesPerSecond = 0;
   double elapsedSeconds = 0;
+  double stepSeconds = 0;  // this step alone: data, forward, backward, optimizer
   int64_t memoryBytes = 0; // resident set of the process
 };
 
@@ -36,7 +37,7 @@ private:
 };
 
 // Appends JSON lines: {"step":…, "loss":…, "lr":…, "grad_norm":…, "samples_per_s":…,
-// "memory_bytes":…} per logged step, {"step":…, "eval_loss":…, "eval_accuracy":…} per
+// "step_seconds":…, "memory_bytes":…} per step, {"step":…, "eval_loss":…, "eval_accuracy":…} per
 // evaluation. An empty path writes nothing.
 class MetricsFile {
 public:

@@ -242,6 +242,7 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
   int64_t end = o.stopAfter > 0 ? std::min(steps, o.stopAfter) : steps;
   double lastLoss = 0;
   for (int64_t step = start; step < end; ++step) {
+    auto stepBegan = Clock::now();
     std::vector<int64_t> ids = sampler.globalBatch(step, m.train.batch);
     for (int mb = 0; mb < m.policy.microBatches; ++mb)
       fill(ex, *ds, data::Split::Train, {ids.begin() + mb * B, ids.begin() + (mb + 1) * B}, mb);
@@ -260,8 +261,11 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
     }
     lastLoss = r.loss;
     samples += m.train.batch;
-    StepReport rep{step + 1,       steps,          r.loss, lr, r.gradNorm, samples / seconds(began),
-                   seconds(began), residentBytes()};
+    StepReport rep{step + 1,       steps,
+                   r.loss,         lr,
+                   r.gradNorm,     samples / seconds(began),
+                   seconds(began), seconds(stepBegan),
+                   residentBytes()};
     progress.step(rep);
     metrics.step(rep);
     if (m.train.eval.kind != "" && m.train.eval.numbers.count("every") &&

@@ -96,7 +96,9 @@ void checkInputDTypes(const std::string& source, const std::vector<InputSpec>& i
   }
 }
 
-void checkIds(const std::vector<int64_t>& ids, int64_t size) {
+void checkRead(const std::vector<int64_t>& ids, int64_t size, const std::vector<void*>& inputs,
+               size_t inputCount) {
+  EPL_ASSERT(inputs.size() == inputCount, "one buffer per model input");
   for (int64_t id : ids)
     EPL_ASSERT(id >= 0 && id < size, "sample id outside its split");
 }

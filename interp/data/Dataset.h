@@ -40,7 +40,8 @@ public:
   // Writes samples `ids` of `split` one after another into inputs[i], which has room for
   // ids.size() samples of the i-th InputSpec given to openDataset. When hasNextTokens(),
   // `next` (may be null) gets, for each sample, its token window shifted by one token
-  // (ids.size() x seq int32 values). Ids must be below size(split).
+  // (ids.size() x seq int32 values). Ids must be below size(split). Const and free of
+  // state, so threads may read at once.
   virtual void read(Split split, const std::vector<int64_t>& ids, const std::vector<void*>& inputs,
                     int32_t* next) const = 0;
   // One line for the run's header: "idx: 60,000 train / 10,000 validation samples".

@@ -78,7 +78,7 @@ IdxFile parseIdx(const std::string& path, IdxKind kind) {
     throw DataError(fmt::format("`{}` is truncated: expected an IDX header of {} bytes, got {}",
                                 path, header, size));
   f.count = bigEndian32(p + 4);
-  for (int i = 1; i < ndims; ++i) {
+  for (size_t i = 1; i < static_cast<size_t>(ndims); ++i) {
     f.sampleDims.push_back(bigEndian32(p + 4 + 4 * i));
     if (__builtin_mul_overflow(f.sampleElements, f.sampleDims.back(), &f.sampleElements))
       throw DataError(fmt::format("`{}` declares samples too large to read", path));
@@ -114,7 +114,8 @@ std::vector<int32_t> decodeLabels(const IdxFile& f, const std::string& path) {
       v = p[i];
       break;
     case kSignedByte:
-      v = static_cast<int8_t>(p[i]);
+      // IDX type 0x09 is signed bytes.
+      v = static_cast<int8_t>(p[i]); // NOLINT(bugprone-signed-char-misuse)
       break;
     case kShort:
       v = static_cast<int16_t>(uint16_t(p[2 * i] << 8 | p[2 * i + 1]));
@@ -165,7 +166,7 @@ public:
 
   void read(Split s, const std::vector<int64_t>& ids, const std::vector<void*>& inputs,
             int32_t*) const override {
-    checkIds(ids, size(s));
+    checkRead(ids, size(s), inputs, 2);
     // Validation without a test pair is the tail of the training files.
     const IdxPair& pair = s == Split::Validation && test_ ? *test_ : train_;
     int64_t offset = s == Split::Validation && !test_ ? trainCount_ : 0;

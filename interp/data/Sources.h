@@ -32,8 +32,10 @@ int64_t sampleElements(const InputSpec& in);
 std::string inputNames(const std::vector<InputSpec>& inputs);
 // Float inputs must be f32 and integer inputs i32: the layout the sources write.
 void checkInputDTypes(const std::string& source, const std::vector<InputSpec>& inputs);
-// A caller bug, not a user mistake: ids past the split's end.
-void checkIds(const std::vector<int64_t>& ids, int64_t size);
+// Caller bugs, not user mistakes: ids past the split's end, or a buffer list that does not
+// match the InputSpecs given to openDataset.
+void checkRead(const std::vector<int64_t>& ids, int64_t size, const std::vector<void*>& inputs,
+               size_t inputCount);
 
 // Dims as "28 x 28".
 std::string dimsStr(const std::vector<int64_t>& dims);

@@ -41,7 +41,7 @@ public:
 
   void read(Split s, const std::vector<int64_t>& ids, const std::vector<void*>& inputs,
             int32_t* next) const override {
-    checkIds(ids, size(s));
+    checkRead(ids, size(s), inputs, inputs_.size());
     for (size_t k = 0; k < inputs_.size(); ++k) {
       int64_t n = sampleElements(inputs_[k]);
       bool integral = ir::isIntegral(inputs_[k].dtype);

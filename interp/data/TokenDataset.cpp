@@ -21,7 +21,7 @@ namespace {
 class TokenDataset final : public Dataset {
 public:
   TokenDataset(FileBytes bytes, bool isText, int64_t seq, double valFraction)
-      : bytes_(std::move(bytes)), isText_(isText), seq_(seq), valFraction_(valFraction) {
+      : bytes_(std::move(bytes)), isText_(isText), seq_(seq) {
     tokens_ = static_cast<int64_t>(isText ? bytes_.size() : bytes_.size() / 2);
     valTokens_ = static_cast<int64_t>(static_cast<double>(tokens_) * valFraction);
     trainTokens_ = tokens_ - valTokens_;
@@ -40,7 +40,7 @@ public:
 
   void read(Split s, const std::vector<int64_t>& ids, const std::vector<void*>& inputs,
             int32_t* next) const override {
-    checkIds(ids, size(s));
+    checkRead(ids, size(s), inputs, 1);
     int64_t base = s == Split::Train ? 0 : trainTokens_;
     auto* in = static_cast<int32_t*>(inputs[0]);
     for (size_t i = 0; i < ids.size(); ++i) {
@@ -56,11 +56,10 @@ public:
   }
 
   std::string describe() const override {
-    return fmt::format("{}: {} tokens, {} train / {} validation windows of {} (seq {} + 1), the "
-                       "last {}% for validation",
+    return fmt::format("{}: {} tokens, {} train / {} validation windows of seq {} + 1",
                        isText_ ? "text" : "tokens", withCommas(tokens_),
                        withCommas(windows(Split::Train)), withCommas(windows(Split::Validation)),
-                       seq_ + 1, seq_, valFraction_ * 100);
+                       seq_);
   }
 
 private:
@@ -72,7 +71,6 @@ private:
   FileBytes bytes_;
   bool isText_;
   int64_t seq_;
-  double valFraction_;
   int64_t tokens_ = 0, trainTokens_ = 0, valTokens_ = 0, maxToken_ = 0;
 };
 

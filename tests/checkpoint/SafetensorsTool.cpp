@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
   try {
     if (command == "write") return write(argv[2]);
     if (command == "dump") return dump(argv[2]);
-  } catch (const CheckpointError& e) {
+  } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;
   }

@@ -31,10 +31,12 @@ void readAll(const Dataset& d, Split split, const std::vector<int64_t>& perSampl
     std::iota(ids.begin(), ids.end(), first);
     // int32 storage serves f32 too: both are 4 bytes a value.
     std::vector<std::vector<int32_t>> buffers;
+    buffers.reserve(perSample.size() + 1);
     for (int64_t n : perSample)
       buffers.emplace_back(ids.size() * static_cast<size_t>(n));
     if (next) buffers.emplace_back(ids.size() * static_cast<size_t>(perSample[0]));
     std::vector<void*> inputs;
+    inputs.reserve(perSample.size());
     for (size_t i = 0; i < perSample.size(); ++i)
       inputs.push_back(buffers[i].data());
     d.read(split, ids, inputs, next ? buffers.back().data() : nullptr);
@@ -43,7 +45,7 @@ void readAll(const Dataset& d, Split split, const std::vector<int64_t>& perSampl
 }
 
 int run(const std::vector<std::string>& a) {
-  std::string kind = a.at(0), out = a.at(1);
+  const std::string &kind = a.at(0), &out = a.at(1);
   Split split = a.at(2) == "train" ? Split::Train : Split::Validation;
   ir::CallSpec spec{kind, {}, {}, {}};
   std::vector<InputSpec> inputs;
@@ -63,6 +65,7 @@ int run(const std::vector<std::string>& a) {
   }
   auto d = openDataset(spec, inputs, 0, "");
   std::vector<int64_t> perSample;
+  perSample.reserve(inputs.size());
   for (const auto& in : inputs)
     perSample.push_back(in.sampleShape.empty() ? 1 : in.sampleShape[0]);
   bool isIdx = kind == "idx";

@@ -286,8 +286,7 @@ TEST_CASE("tokens cuts the file into windows of seq + 1 with next-token targets"
   for (int64_t i = 0; i < 1000; ++i)
     maxToken = std::max<int64_t>(maxToken, tokenAt(i));
   CHECK(d->maxToken() == maxToken);
-  CHECK(d->describe() == "tokens: 1,000 tokens, 56 train / 6 validation windows of 17 (seq 16 + "
-                         "1), the last 10% for validation");
+  CHECK(d->describe() == "tokens: 1,000 tokens, 56 train / 6 validation windows of seq 16 + 1");
 
   std::vector<int32_t> in(2 * seq), next(2 * seq);
   d->read(Split::Train, {55, 0}, {in.data()}, next.data());
@@ -412,7 +411,7 @@ TEST_CASE("synthetic samples are a pure function of seed and id", "[data]") {
   CHECK(d->maxLabel() == 6);
   CHECK(d->describe() == "synthetic: 1,000 train / 100 validation samples, seed 42, 7 classes");
 
-  auto read = [&](const Dataset& ds, Split s, std::vector<int64_t> ids) {
+  auto read = [&](const Dataset& ds, Split s, const std::vector<int64_t>& ids) {
     std::pair<std::vector<float>, std::vector<int32_t>> out{std::vector<float>(12 * ids.size()),
                                                             std::vector<int32_t>(ids.size())};
     ds.read(s, ids, {out.first.data(), out.second.data()}, nullptr);

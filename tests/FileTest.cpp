@@ -3,6 +3,7 @@
 // `# expected-error@…` comments must match the errors reported, one to one.
 //
 //   # RUN: plan -np 8 --print-after split-layout
+//   # RUN: plan -np 1 --rank 0        (also prints rank 0's instruction stream)
 //   # CHECK: mesh: 2 data-parallel x 2 stages x split 2
 //   # CHECK-NEXT: batch: 64 = …
 //   # CHECK-NOT: all-reduce
@@ -207,6 +208,7 @@ int main(int argc, char** argv) {
   epl::PlanOptions options;
   options.verifyEach = true;
   bool printIr = false;
+  int rank = -1;
   for (size_t i = 1; i < run.size(); ++i) {
     if ((run[i] == "-np" || run[i] == "--np") && i + 1 < run.size())
       options.np = std::stoi(run[++i]);
@@ -214,6 +216,8 @@ int main(int argc, char** argv) {
       options.printAfter.insert(run[++i]);
     else if (run[i] == "--ir")
       printIr = true;
+    else if (run[i] == "--rank" && i + 1 < run.size())
+      rank = std::stoi(run[++i]);
     else {
       std::cerr << "unknown RUN option `" << run[i] << "`\n";
       return 2;
@@ -226,6 +230,7 @@ int main(int argc, char** argv) {
   if (m && run[0] == "plan") {
     epl::ir::printPlan(*m, output);
     if (printIr) epl::ir::printModule(*m, output);
+    if (rank >= 0) epl::ir::printProgram(*m, rank, output);
   }
   std::stringstream diagText;
   session.diags.print(diagText);

@@ -148,6 +148,16 @@ bool checkDataFitsModel(const ir::Module& m, const data::Dataset& ds, Diagnostic
   auto isInput = [&](int t) { return m.tensors[t].producer < 0; };
   for (const ir::Op& op : m.ops) {
     if (op.phase != ir::Phase::Forward) continue;
+    if (op.kind == ir::OpKind::Next && (!isInput(op.inputs[0]) || !ds.hasNextTokens())) {
+      diags
+          .error(op.site, isInput(op.inputs[0])
+                              ? "`next(…)` needs token data: `tokens(…)`, `text(…)` or synthetic"
+                              : "`next(…)` reads the targets the data gives for a model input, "
+                                "but its argument is computed")
+          .length(4)
+          .help("pass a token input of the model, e.g. `next(tokens)`");
+      return false;
+    }
     int64_t limit = -1, found = -1;
     if (op.kind == ir::OpKind::Embedding && isInput(op.inputs[0])) {
       limit = ir::intAttr(op.attrs, "vocab");

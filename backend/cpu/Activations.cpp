@@ -12,7 +12,6 @@ namespace epl::backend::cpu {
 
 namespace {
 
-constexpr int64_t kParallelMin = 16384;       // below this, one thread is faster
 constexpr float kGeluC = 0.7978845608028654f; // sqrt(2 / pi)
 constexpr float kGeluA = 0.044715f;
 
@@ -37,9 +36,11 @@ template <class F> void forwardMap(const KernelCall& c, F f) {
   const float* x = c.in[0].f32();
   float* y = c.out[0].f32();
   int64_t n = c.in[0].numel();
-#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i)
-    y[i] = f(x[i]);
+  parallelFor(n, kParallelMin, [&](int64_t lo, int64_t hi) {
+#pragma omp simd
+    for (int64_t i = lo; i < hi; ++i)
+      y[i] = f(x[i]);
+  });
 }
 
 // dx (+)= dy * f(v) where v is x or y, whichever the rule reads.
@@ -49,9 +50,11 @@ template <class F> void backwardMap(const KernelCall& c, const TensorView& v, F 
   if (!dx) return;
   const float *dy = c.in[0].f32(), *vp = v.f32();
   int64_t n = c.in[0].numel();
-#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i)
-    dx.put(i, dy[i] * f(vp[i]));
+  parallelFor(n, kParallelMin, [&](int64_t lo, int64_t hi) {
+#pragma omp simd
+    for (int64_t i = lo; i < hi; ++i)
+      dx.put(i, dy[i] * f(vp[i]));
+  });
 }
 
 void softmaxRow(const float* x, float* y, int64_t cols) {
@@ -103,9 +106,11 @@ void dropoutApply(const KernelCall& c, const float* src, const GradOut& dst, int
     return;
   }
   DropoutMask mask(c.seed, p);
-#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i)
-    dst.put(i, src[i] * mask.factor(i));
+  parallelFor(n, kParallelMin, [&](int64_t lo, int64_t hi) {
+#pragma omp simd
+    for (int64_t i = lo; i < hi; ++i)
+      dst.put(i, src[i] * mask.factor(i));
+  });
 }
 
 } // namespace
@@ -118,19 +123,39 @@ Act parseAct(const std::string& word) {
 }
 
 void actForward(Act a, const float* x, float* y, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    float v = x[i];
-    y[i] = a == Act::Gelu ? geluOf(v) : a == Act::Relu ? std::max(v, 0.f) : v * sigmoidf32(v);
-  }
+  parallelFor(n, kParallelMin, [&](int64_t lo, int64_t hi) {
+    if (a == Act::Gelu) {
+#pragma omp simd
+      for (int64_t i = lo; i < hi; ++i)
+        y[i] = geluOf(x[i]);
+    } else if (a == Act::Relu) {
+#pragma omp simd
+      for (int64_t i = lo; i < hi; ++i)
+        y[i] = std::max(x[i], 0.f);
+    } else {
+#pragma omp simd
+      for (int64_t i = lo; i < hi; ++i)
+        y[i] = x[i] * sigmoidf32(x[i]);
+    }
+  });
 }
 
 void actBackwardInPlace(Act a, const float* x, float* g, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    float v = x[i];
-    g[i] *= a == Act::Gelu ? geluGrad(v) : a == Act::Relu ? (v > 0.f ? 1.f : 0.f) : siluGrad(v);
-  }
+  parallelFor(n, kParallelMin, [&](int64_t lo, int64_t hi) {
+    if (a == Act::Gelu) {
+#pragma omp simd
+      for (int64_t i = lo; i < hi; ++i)
+        g[i] *= geluGrad(x[i]);
+    } else if (a == Act::Relu) {
+#pragma omp simd
+      for (int64_t i = lo; i < hi; ++i)
+        g[i] = x[i] > 0.f ? g[i] : 0.f;
+    } else {
+#pragma omp simd
+      for (int64_t i = lo; i < hi; ++i)
+        g[i] *= siluGrad(x[i]);
+    }
+  });
 }
 
 void gelu(const KernelCall& c) {
@@ -165,24 +190,26 @@ void softmax(const KernelCall& c) {
     expectArity(c, 1, 1);
     const float* x = c.in[0].f32();
     float* y = c.out[0].f32();
-#pragma omp parallel for schedule(static) if (rows * cols > kParallelMin)
-    for (int64_t r = 0; r < rows; ++r)
-      softmaxRow(x + r * cols, y + r * cols, cols);
+    parallelFor(rows, rowGrain(cols), [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r)
+        softmaxRow(x + r * cols, y + r * cols, cols);
+    });
     return;
   }
   expectArity(c, 3, 1);
   GradOut dx = gradOut(c, 0);
   if (!dx) return;
   const float *dy = c.in[0].f32(), *y = c.in[2].f32();
-#pragma omp parallel for schedule(static) if (rows * cols > kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float *gr = dy + r * cols, *yr = y + r * cols;
-    double dot = 0;
-    for (int64_t j = 0; j < cols; ++j)
-      dot += gr[j] * yr[j];
-    for (int64_t j = 0; j < cols; ++j)
-      dx.put(r * cols + j, yr[j] * (gr[j] - static_cast<float>(dot)));
-  }
+  parallelFor(rows, rowGrain(cols), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      const float *gr = dy + r * cols, *yr = y + r * cols;
+      double dot = 0;
+      for (int64_t j = 0; j < cols; ++j)
+        dot += gr[j] * yr[j];
+      for (int64_t j = 0; j < cols; ++j)
+        dx.put(r * cols + j, yr[j] * (gr[j] - static_cast<float>(dot)));
+    }
+  });
 }
 
 // Forward: in = [x], out = [y]. Backward: in = [dy, x, y] (neither read), out = [dx].

@@ -111,18 +111,13 @@ void attentionForward(const KernelCall& c) {
   broadcastRows(qkv, c.in[2].f32(), n, 3 * s.d);
   gemm(false, true, n, 3 * s.d, s.d, 1.f, x.f32(), s.d, c.in[1].f32(), s.d, 1.f, qkv, 3 * s.d);
   int64_t qBlocks = (s.t + kBlockQ - 1) / kBlockQ, tasks = s.b * s.h * qBlocks;
-  {
-    SerialBlas serial;
-#pragma omp parallel
-    {
-      float *tile = scratch(3, kBlockQ * kBlockK), *ml = scratch(4, 2 * kBlockQ);
-#pragma omp for schedule(dynamic)
-      for (int64_t task = 0; task < tasks; ++task) {
-        int64_t qb = task % qBlocks, bh = task / qBlocks;
-        forwardBlock(s, qkv, bh / s.h, bh % s.h, qb * kBlockQ, ctx, lse, tile, ml, ml + kBlockQ);
-      }
+  parallelFor(tasks, 1, [&](int64_t lo, int64_t hi) {
+    float *tile = scratch(3, kBlockQ * kBlockK), *ml = scratch(4, 2 * kBlockQ);
+    for (int64_t task = lo; task < hi; ++task) {
+      int64_t qb = task % qBlocks, bh = task / qBlocks;
+      forwardBlock(s, qkv, bh / s.h, bh % s.h, qb * kBlockQ, ctx, lse, tile, ml, ml + kBlockQ);
     }
-  }
+  });
   broadcastRows(y, c.in[4].f32(), n, s.d);
   gemm(false, true, n, s.d, s.d, 1.f, ctx, s.d, c.in[3].f32(), s.d, 1.f, y, s.d);
 }
@@ -182,17 +177,11 @@ void attentionBackward(const KernelCall& c) {
     gemm(true, false, s.d, s.d, n, 1.f, dy, s.d, ctx, s.d, dwp.beta(), dwp.p, s.d);
   if (GradOut dbp = gradOut(c, 4)) columnSum(dy, n, s.d, dbp);
   std::memset(dqkv, 0, sizeof(float) * n * 3 * s.d);
-  {
-    SerialBlas serial;
-#pragma omp parallel
-    {
-      BackwardTiles w{scratch(3, kBlockQ * kBlockK), scratch(4, kBlockQ * kBlockK),
-                      scratch(5, s.t)};
-#pragma omp for schedule(dynamic)
-      for (int64_t bh = 0; bh < s.b * s.h; ++bh)
-        backwardHead(s, qkv, ctx, dctx, lse, bh / s.h, bh % s.h, dqkv, w);
-    }
-  }
+  parallelFor(s.b * s.h, 1, [&](int64_t lo, int64_t hi) {
+    BackwardTiles w{scratch(3, kBlockQ * kBlockK), scratch(4, kBlockQ * kBlockK), scratch(5, s.t)};
+    for (int64_t bh = lo; bh < hi; ++bh)
+      backwardHead(s, qkv, ctx, dctx, lse, bh / s.h, bh % s.h, dqkv, w);
+  });
   if (GradOut dx = gradOut(c, 0))
     gemm(false, false, n, s.d, 3 * s.d, 1.f, dqkv, 3 * s.d, wqkv, s.d, dx.beta(), dx.p, s.d);
   if (GradOut dw = gradOut(c, 1))

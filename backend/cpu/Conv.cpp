@@ -41,9 +41,9 @@ Geometry geometryOf(const KernelCall& c, const TensorView& x, const TensorView& 
 // col[(c K + i) K + j, n P + oh Wo + ow] = x[b0 + n, c, oh s - pad + i, ow s - pad + j] or 0.
 void im2col(const Geometry& g, const float* x, int64_t b0, int64_t nImg, float* col) {
   int64_t rows = g.ckk(), ld = nImg * g.plane();
-#pragma omp parallel for collapse(2) schedule(static) if (rows * ld > 16384)
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t n = 0; n < nImg; ++n) {
+  parallelFor(rows * nImg, rowGrain(g.plane()), [&](int64_t lo, int64_t hi) {
+    for (int64_t rn = lo; rn < hi; ++rn) {
+      int64_t r = rn / nImg, n = rn % nImg;
       int64_t ch = r / (g.k * g.k), i = r / g.k % g.k, j = r % g.k;
       const float* src = x + ((b0 + n) * g.c + ch) * g.h * g.w;
       float* dst = col + r * ld + n * g.plane();
@@ -56,15 +56,16 @@ void im2col(const Geometry& g, const float* x, int64_t b0, int64_t nImg, float* 
         }
       }
     }
+  });
 }
 
 // dx[b0 + n, c] (+)= the col rows of channel c scattered back; one thread per (image, channel)
 // plane, visiting the kernel offsets in order.
 void col2im(const Geometry& g, const float* dcol, int64_t b0, int64_t nImg, const GradOut& dx) {
   int64_t ld = nImg * g.plane();
-#pragma omp parallel for collapse(2) schedule(static) if (g.ckk() * ld > 16384)
-  for (int64_t n = 0; n < nImg; ++n)
-    for (int64_t ch = 0; ch < g.c; ++ch) {
+  parallelFor(nImg * g.c, rowGrain(g.k * g.k * g.plane()), [&](int64_t lo, int64_t hi) {
+    for (int64_t nc = lo; nc < hi; ++nc) {
+      int64_t n = nc / g.c, ch = nc % g.c;
       float* dst = dx.p + ((b0 + n) * g.c + ch) * g.h * g.w;
       if (!dx.acc) std::fill(dst, dst + g.h * g.w, 0.f);
       for (int64_t i = 0; i < g.k; ++i)
@@ -80,6 +81,7 @@ void col2im(const Geometry& g, const float* dcol, int64_t b0, int64_t nImg, cons
           }
         }
     }
+  });
 }
 
 // in = [x, W [Co, C, K, K], b [Co]?], out = [y [B, Co, Ho, Wo]].
@@ -94,15 +96,16 @@ void convForward(const KernelCall& c, bool hasBias) {
     int64_t n = std::min(group, g.b - b0), ld = n * p;
     im2col(g, x.f32(), b0, n, col);
     gemm(false, false, g.co, ld, g.ckk(), 1.f, w.f32(), g.ckk(), col, ld, 0.f, tmp, ld);
-#pragma omp parallel for collapse(2) schedule(static) if (g.co * ld > 16384)
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t co = 0; co < g.co; ++co) {
+    parallelFor(n * g.co, rowGrain(p), [&](int64_t lo, int64_t hi) {
+      for (int64_t ic = lo; ic < hi; ++ic) {
+        int64_t i = ic / g.co, co = ic % g.co;
         const float* src = tmp + co * ld + i * p;
         float* dst = y + ((b0 + i) * g.co + co) * p;
         float bv = bias ? bias[co] : 0.f;
         for (int64_t e = 0; e < p; ++e)
           dst[e] = src[e] + bv;
       }
+    });
   }
 }
 
@@ -118,10 +121,12 @@ void convBackward(const KernelCall& c, bool hasBias) {
   for (int64_t b0 = 0; b0 < g.b; b0 += group) {
     int64_t n = std::min(group, g.b - b0), ld = n * p;
     bool first = b0 == 0;
-#pragma omp parallel for collapse(2) schedule(static) if (g.co * ld > 16384)
-    for (int64_t co = 0; co < g.co; ++co)
-      for (int64_t i = 0; i < n; ++i)
+    parallelFor(g.co * n, rowGrain(p), [&](int64_t lo, int64_t hi) {
+      for (int64_t ci = lo; ci < hi; ++ci) {
+        int64_t co = ci / n, i = ci % n;
         std::memcpy(dY + co * ld + i * p, dy + ((b0 + i) * g.co + co) * p, sizeof(float) * p);
+      }
+    });
     if (db)
       for (int64_t co = 0; co < g.co; ++co) {
         float s = 0;

@@ -1,13 +1,12 @@
 // The CPU device: host memory, synchronous copies, and a dispatch of each kernel call to
 // its family (Kernels.h). Every call has finished when it returns, so streams and events
 // are trivial.
+#include "backend/cpu/KernelUtil.h"
 #include "backend/cpu/Kernels.h"
 #include "support/Assert.h"
 
-#include <cblas.h>
 #include <cstdlib>
 #include <cstring>
-#include <omp.h>
 
 namespace epl::backend {
 
@@ -83,10 +82,8 @@ void dispatch(const KernelCall& c) {
 class CpuDevice final : public Device {
 public:
   explicit CpuDevice(int threads) {
-    if (threads <= 0) threads = omp_get_num_procs();
-    omp_set_num_threads(threads);
-    openblas_set_num_threads(threads);
-    threads_ = threads;
+    cpu::initThreads(threads);
+    threads_ = cpu::threadCount();
   }
 
   std::string name() const override { return "cpu (" + std::to_string(threads_) + " threads)"; }

@@ -13,8 +13,6 @@ namespace epl::backend::cpu {
 
 namespace {
 
-constexpr int64_t kParallelMin = 16384;
-
 enum class BinOp { Add, Sub, Mul };
 
 // out = a op b as a loop nest: output dims and each operand's element strides (0 where it
@@ -104,24 +102,23 @@ void broadcastBinary(BinOp op, const T* a, const std::vector<int64_t>& as, const
   for (size_t i = 0; i + 1 < n.dims.size(); ++i)
     rows *= n.dims[i];
   int64_t sa = n.sa.back(), sb = n.sb.back();
-  if (rows == 1) { // one long row: split it into chunks instead
-    constexpr int64_t kChunk = 8192;
-#pragma omp parallel for schedule(static) if (k > kParallelMin)
-    for (int64_t j0 = 0; j0 < k; j0 += kChunk) {
-      T* yr = y + j0;
+  if (rows == 1) { // one long row: split it into pieces instead
+    parallelFor(k, kParallelMin, [&](int64_t lo, int64_t hi) {
+      T* yr = y + lo;
       auto st = [&](int64_t j, T v) { yr[j] = acc ? yr[j] + v : v; };
-      innerRow(op, a + j0 * sa, sa, b + j0 * sb, sb, std::min(kChunk, k - j0), st);
-    }
+      innerRow(op, a + lo * sa, sa, b + lo * sb, sb, hi - lo, st);
+    });
     return;
   }
-#pragma omp parallel for schedule(static) if (rows * k > kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t oa, ob;
-    rowOffsets(n, r, oa, ob);
-    T* yr = y + r * k;
-    auto st = [&](int64_t j, T v) { yr[j] = acc ? yr[j] + v : v; };
-    innerRow(op, a + oa, sa, b + ob, sb, k, st);
-  }
+  parallelFor(rows, rowGrain(k), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      int64_t oa, ob;
+      rowOffsets(n, r, oa, ob);
+      T* yr = y + r * k;
+      auto st = [&](int64_t j, T v) { yr[j] = acc ? yr[j] + v : v; };
+      innerRow(op, a + oa, sa, b + ob, sb, k, st);
+    }
+  });
 }
 
 // dst (+)= alpha * (src summed over the dims where dst broadcasts to src's shape).
@@ -149,24 +146,25 @@ void reduceTo(const float* src, const std::vector<int64_t>& srcShape, const Grad
     (n.sa[i] ? keepStride : redStride).push_back(n.sb[i]);
   }
   int64_t redN = total / std::max<int64_t>(outN, 1);
-#pragma omp parallel for schedule(static) if (total > kParallelMin)
-  for (int64_t j = 0; j < outN; ++j) {
-    int64_t base = 0, rem = j;
-    for (size_t i = keep.size(); i-- > 0;) {
-      base += (rem % keep[i]) * keepStride[i];
-      rem /= keep[i];
-    }
-    float s = 0;
-    for (int64_t q = 0; q < redN; ++q) {
-      int64_t off = base, rq = q;
-      for (size_t i = red.size(); i-- > 0;) {
-        off += (rq % red[i]) * redStride[i];
-        rq /= red[i];
+  parallelFor(outN, rowGrain(redN), [&](int64_t lo, int64_t hi) {
+    for (int64_t j = lo; j < hi; ++j) {
+      int64_t base = 0, rem = j;
+      for (size_t i = keep.size(); i-- > 0;) {
+        base += (rem % keep[i]) * keepStride[i];
+        rem /= keep[i];
       }
-      s += src[off];
+      float s = 0;
+      for (int64_t q = 0; q < redN; ++q) {
+        int64_t off = base, rq = q;
+        for (size_t i = red.size(); i-- > 0;) {
+          off += (rq % red[i]) * redStride[i];
+          rq /= red[i];
+        }
+        s += src[off];
+      }
+      dst.put(j, alpha * s);
     }
-    dst.put(j, alpha * s);
-  }
+  });
 }
 
 bool sameShape(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
@@ -213,16 +211,17 @@ void binary(const KernelCall& c, BinOp op) {
 void transposeCopy(const float* in, float* out, int64_t a, int64_t ni, int64_t m, int64_t nj,
                    int64_t n, bool acc) {
   int64_t outer = a * nj * m * ni;
-#pragma omp parallel for schedule(static) if (outer * n > kParallelMin)
-  for (int64_t o = 0; o < outer; ++o) { // o enumerates (a, j, m, i) of the output
-    int64_t i = o % ni, rest = o / ni;
-    int64_t mm = rest % m, rest2 = rest / m;
-    int64_t j = rest2 % nj, aa = rest2 / nj;
-    const float* src = in + (((aa * ni + i) * m + mm) * nj + j) * n;
-    float* dst = out + o * n;
-    for (int64_t e = 0; e < n; ++e)
-      dst[e] = acc ? dst[e] + src[e] : src[e];
-  }
+  parallelFor(outer, rowGrain(n), [&](int64_t lo, int64_t hi) {
+    for (int64_t o = lo; o < hi; ++o) { // o enumerates (a, j, m, i) of the output
+      int64_t i = o % ni, rest = o / ni;
+      int64_t mm = rest % m, rest2 = rest / m;
+      int64_t j = rest2 % nj, aa = rest2 / nj;
+      const float* src = in + (((aa * ni + i) * m + mm) * nj + j) * n;
+      float* dst = out + o * n;
+      for (int64_t e = 0; e < n; ++e)
+        dst[e] = acc ? dst[e] + src[e] : src[e];
+    }
+  });
 }
 
 } // namespace
@@ -245,9 +244,11 @@ void scale(const KernelCall& c) {
   GradOut dst = c.backward ? gradOut(c, 0) : GradOut{c.out[0].f32(), false};
   if (!dst) return;
   const float* src = c.in[0].f32();
-#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i)
-    dst.put(i, f * src[i]);
+  parallelFor(n, kParallelMin, [&](int64_t lo, int64_t hi) {
+#pragma omp simd
+    for (int64_t i = lo; i < hi; ++i)
+      dst.put(i, f * src[i]);
+  });
 }
 
 // Flatten and reshape keep the elements in order: the output is a copy of the input.

@@ -12,8 +12,6 @@ namespace epl::backend::cpu {
 
 namespace {
 
-constexpr int64_t kParallelMin = 16384;
-
 int32_t checkedToken(const int32_t* tok, int64_t n, int64_t v) {
   int32_t t = tok[n];
   EPL_ASSERT(t >= 0 && t < v, "embedding token id out of range of the vocabulary");
@@ -26,9 +24,10 @@ void embeddingForward(const KernelCall& c) {
   const float* w = c.in[1].f32();
   int64_t n = c.in[0].numel(), v = c.in[1].shape[0], d = c.in[1].shape[1];
   float* y = c.out[0].f32();
-#pragma omp parallel for schedule(static) if (n * d > kParallelMin)
-  for (int64_t i = 0; i < n; ++i)
-    std::memcpy(y + i * d, w + checkedToken(tok, i, v) * d, sizeof(float) * d);
+  parallelFor(n, rowGrain(d), [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i)
+      std::memcpy(y + i * d, w + checkedToken(tok, i, v) * d, sizeof(float) * d);
+  });
 }
 
 // in = [dy [N, D], tokens, W, y], out = [dtokens (never), dW [V, D]].
@@ -41,16 +40,17 @@ void embeddingBackward(const KernelCall& c) {
   zeroUnlessAcc(dw, v * d);
   constexpr int64_t kCols = 32;
   int64_t chunks = (d + kCols - 1) / kCols;
-#pragma omp parallel for schedule(static) if (n * d > kParallelMin)
-  for (int64_t ch = 0; ch < chunks; ++ch) {
-    int64_t c0 = ch * kCols, w = std::min(kCols, d - c0);
-    for (int64_t i = 0; i < n; ++i) {
-      float* dst = dw.p + checkedToken(tok, i, v) * d + c0;
-      const float* src = dy + i * d + c0;
-      for (int64_t j = 0; j < w; ++j)
-        dst[j] += src[j];
+  parallelFor(chunks, n * d > kParallelMin ? 1 : chunks, [&](int64_t lo, int64_t hi) {
+    for (int64_t ch = lo; ch < hi; ++ch) {
+      int64_t c0 = ch * kCols, w = std::min(kCols, d - c0);
+      for (int64_t i = 0; i < n; ++i) {
+        float* dst = dw.p + checkedToken(tok, i, v) * d + c0;
+        const float* src = dy + i * d + c0;
+        for (int64_t j = 0; j < w; ++j)
+          dst[j] += src[j];
+      }
     }
-  }
+  });
 }
 
 } // namespace

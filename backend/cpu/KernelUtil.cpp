@@ -11,19 +11,47 @@
 
 namespace epl::backend::cpu {
 
-void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (m == 0 || n == 0) return;
+namespace {
+
+void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
               static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
               static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
 }
 
-SerialBlas::SerialBlas() : saved_(openblas_get_num_threads()) {
-  openblas_set_num_threads(1);
+} // namespace
+
+// Big GEMMs are cut into up to 8 slices of rows (or of columns, when there are fewer rows)
+// that threads of the pool claim, each through single-threaded OpenBLAS. The slices depend
+// on the shapes only, never on the thread count, so neither does the result.
+void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  constexpr int64_t kMaxSlices = 8;
+  if (m == 0 || n == 0) return;
+  if (m * n * k < (int64_t{1} << 18))
+    return sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  bool byRows = m >= n;
+  int64_t len = byRows ? m : n;
+  int64_t parts = std::clamp<int64_t>(len / 64, 1, kMaxSlices);
+  int64_t chunk = ((len + parts - 1) / parts + 15) / 16 * 16;
+  parts = (len + chunk - 1) / chunk;
+  parallelFor(parts, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t part = p0; part < p1; ++part) {
+      int64_t lo = part * chunk, cnt = std::min(chunk, len - lo);
+      if (byRows)
+        sgemm(transA, transB, cnt, n, k, alpha, transA ? a + lo : a + lo * lda, lda, b, ldb, beta,
+              c + lo * ldc, ldc);
+      else
+        sgemm(transA, transB, m, cnt, k, alpha, a, lda, transB ? b + lo * ldb : b + lo, ldb, beta,
+              c + lo, ldc);
+    }
+  });
 }
-SerialBlas::~SerialBlas() {
-  openblas_set_num_threads(saved_);
+
+void initThreads(int threads) {
+  openblas_set_num_threads(1); // the pool runs GEMM slices in parallel instead
+  setThreads(threads);
 }
 
 namespace {
@@ -80,31 +108,33 @@ void expectArity(const KernelCall& c, size_t in, size_t out) {
 }
 
 void broadcastRows(float* y, const float* b, int64_t rows, int64_t cols) {
-#pragma omp parallel for schedule(static) if (rows * cols > 65536)
-  for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(y + r * cols, b, sizeof(float) * cols);
+  parallelFor(rows, rowGrain(cols), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r)
+      std::memcpy(y + r * cols, b, sizeof(float) * cols);
+  });
 }
 
 void columnSum(const float* x, int64_t rows, int64_t cols, GradOut out) {
   constexpr int64_t kCols = 64, kRows = 64;
   int64_t chunks = (cols + kCols - 1) / kCols;
-#pragma omp parallel for schedule(static) if (rows * cols > 32768)
-  for (int64_t ch = 0; ch < chunks; ++ch) {
-    int64_t c0 = ch * kCols, w = std::min(kCols, cols - c0);
-    float total[kCols] = {}, part[kCols];
-    for (int64_t r0 = 0; r0 < rows; r0 += kRows) {
-      std::fill(part, part + w, 0.f);
-      for (int64_t r = r0; r < std::min(rows, r0 + kRows); ++r) {
-        const float* row = x + r * cols + c0;
+  parallelFor(chunks, rows * cols > kParallelMin ? 1 : chunks, [&](int64_t lo, int64_t hi) {
+    for (int64_t ch = lo; ch < hi; ++ch) {
+      int64_t c0 = ch * kCols, w = std::min(kCols, cols - c0);
+      float total[kCols] = {}, part[kCols];
+      for (int64_t r0 = 0; r0 < rows; r0 += kRows) {
+        std::fill(part, part + w, 0.f);
+        for (int64_t r = r0; r < std::min(rows, r0 + kRows); ++r) {
+          const float* row = x + r * cols + c0;
+          for (int64_t j = 0; j < w; ++j)
+            part[j] += row[j];
+        }
         for (int64_t j = 0; j < w; ++j)
-          part[j] += row[j];
+          total[j] += part[j];
       }
       for (int64_t j = 0; j < w; ++j)
-        total[j] += part[j];
+        out.put(c0 + j, total[j]);
     }
-    for (int64_t j = 0; j < w; ++j)
-      out.put(c0 + j, total[j]);
-  }
+  });
 }
 
 void writeOrAdd(const GradOut& dst, const float* src, int64_t n) {
@@ -112,9 +142,11 @@ void writeOrAdd(const GradOut& dst, const float* src, int64_t n) {
     if (dst.p != src) std::memcpy(dst.p, src, sizeof(float) * n);
     return;
   }
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i)
-    dst.p[i] += src[i];
+  parallelFor(n, kParallelMin, [&](int64_t lo, int64_t hi) {
+#pragma omp simd
+    for (int64_t i = lo; i < hi; ++i)
+      dst.p[i] += src[i];
+  });
 }
 
 void zeroUnlessAcc(const GradOut& dst, int64_t n) {
@@ -153,13 +185,14 @@ double sumDouble(const float* x, int64_t n) {
   constexpr int64_t kBlock = 4096;
   int64_t blocks = (n + kBlock - 1) / kBlock;
   double* part = reinterpret_cast<double*>(scratch(7, 2 * blocks));
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t b = 0; b < blocks; ++b) {
-    double s = 0;
-    for (int64_t i = b * kBlock; i < std::min(n, (b + 1) * kBlock); ++i)
-      s += x[i];
-    part[b] = s;
-  }
+  parallelFor(blocks, kParallelMin / kBlock, [&](int64_t lo, int64_t hi) {
+    for (int64_t b = lo; b < hi; ++b) {
+      double s = 0;
+      for (int64_t i = b * kBlock; i < std::min(n, (b + 1) * kBlock); ++i)
+        s += x[i];
+      part[b] = s;
+    }
+  });
   double total = 0;
   for (int64_t b = 0; b < blocks; ++b)
     total += part[b];

@@ -5,8 +5,10 @@
 // Shape legend: N rows (every dim but the last), C columns (the last dim).
 #pragma once
 #include "backend/Device.h"
+#include "backend/cpu/Parallel.h"
 #include "support/Assert.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -18,18 +20,9 @@ namespace epl::backend::cpu {
 void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
-// While alive, OpenBLAS runs each sgemm on the calling thread: for small gemms issued from
-// inside an OpenMP parallel region, which must not start BLAS threads of their own.
-class SerialBlas {
-public:
-  SerialBlas();
-  ~SerialBlas();
-  SerialBlas(const SerialBlas&) = delete;
-  SerialBlas& operator=(const SerialBlas&) = delete;
-
-private:
-  int saved_;
-};
+// Sizes the thread pool for a device using `threads` threads (0: all cores) and keeps
+// OpenBLAS single-threaded: GEMMs are sliced over the pool instead (gemm above).
+void initThreads(int threads);
 
 // Attributes of the call, falling back to the op table's default for a missing optional one.
 int64_t attrInt(const KernelCall& c, const std::string& key);
@@ -49,6 +42,13 @@ GradOut gradOut(const KernelCall& c, size_t i);
 
 // Arity checks for a kernel's call.
 void expectArity(const KernelCall& c, size_t in, size_t out);
+
+// Elements below which a loop is not worth splitting across threads.
+constexpr int64_t kParallelMin = 16384;
+// Rows per parallel chunk for rows of `cols` elements.
+inline int64_t rowGrain(int64_t cols) {
+  return std::max<int64_t>(1, kParallelMin / std::max<int64_t>(cols, 1));
+}
 
 inline int64_t lastDim(const TensorView& t) {
   return t.shape.empty() ? 1 : t.shape.back();

@@ -11,8 +11,6 @@ namespace epl::backend::cpu {
 
 namespace {
 
-constexpr int64_t kParallelMin = 16384;
-
 // Log-sum-exp of one row of logits.
 float rowLse(const float* x, int64_t v) {
   float m = x[0];
@@ -38,11 +36,12 @@ void crossEntropyForward(const KernelCall& c) {
   const int32_t* t = c.in[1].i32();
   float* lse = c.out[1].f32();
   float* rowLoss = scratch(0, n);
-#pragma omp parallel for schedule(static) if (n * v > kParallelMin)
-  for (int64_t r = 0; r < n; ++r) {
-    lse[r] = rowLse(x + r * v, v);
-    rowLoss[r] = lse[r] - x[r * v + checkedTarget(t, r, v)];
-  }
+  parallelFor(n, rowGrain(v), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      lse[r] = rowLse(x + r * v, v);
+      rowLoss[r] = lse[r] - x[r * v + checkedTarget(t, r, v)];
+    }
+  });
   c.out[0].f32()[0] = static_cast<float>(sumDouble(rowLoss, n) / static_cast<double>(n));
 }
 
@@ -56,15 +55,16 @@ void crossEntropyBackward(const KernelCall& c) {
   const float *x = logits.f32(), *lse = c.in[4].f32();
   const int32_t* t = c.in[2].i32();
   float g = c.in[0].f32()[0] / static_cast<float>(n);
-#pragma omp parallel for schedule(static) if (n * v > kParallelMin)
-  for (int64_t r = 0; r < n; ++r) {
-    const float* xr = x + r * v;
-    float l = lse[r];
-    for (int64_t j = 0; j < v; ++j)
-      dx.put(r * v + j, g * expf32(xr[j] - l));
-    int32_t k = checkedTarget(t, r, v);
-    dx.p[r * v + k] -= g;
-  }
+  parallelFor(n, rowGrain(v), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      const float* xr = x + r * v;
+      float l = lse[r];
+      for (int64_t j = 0; j < v; ++j)
+        dx.put(r * v + j, g * expf32(xr[j] - l));
+      int32_t k = checkedTarget(t, r, v);
+      dx.p[r * v + k] -= g;
+    }
+  });
 }
 
 } // namespace
@@ -86,9 +86,11 @@ void mse(const KernelCall& c) {
     int64_t n = c.in[0].numel();
     const float *p = c.in[0].f32(), *t = c.in[1].f32();
     float* sq = scratch(0, n);
-#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-    for (int64_t i = 0; i < n; ++i)
-      sq[i] = (p[i] - t[i]) * (p[i] - t[i]);
+    parallelFor(n, kParallelMin, [&](int64_t lo, int64_t hi) {
+#pragma omp simd
+      for (int64_t i = lo; i < hi; ++i)
+        sq[i] = (p[i] - t[i]) * (p[i] - t[i]);
+    });
     c.out[0].f32()[0] = static_cast<float>(sumDouble(sq, n) / static_cast<double>(n));
     return;
   }
@@ -97,12 +99,13 @@ void mse(const KernelCall& c) {
   const float *p = c.in[1].f32(), *t = c.in[2].f32();
   float g = 2.f * c.in[0].f32()[0] / static_cast<float>(n);
   GradOut dp = gradOut(c, 0), dt = gradOut(c, 1);
-#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    float d = g * (p[i] - t[i]);
-    if (dp) dp.put(i, d);
-    if (dt) dt.put(i, -d);
-  }
+  parallelFor(n, kParallelMin, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      float d = g * (p[i] - t[i]);
+      if (dp) dp.put(i, d);
+      if (dt) dt.put(i, -d);
+    }
+  });
 }
 
 } // namespace epl::backend::cpu

@@ -23,8 +23,6 @@ namespace epl::backend::cpu {
 
 namespace {
 
-constexpr int64_t kParallelMin = 16384;
-
 struct MoeDims {
   int64_t n, d, e, f, k;
 };
@@ -40,23 +38,24 @@ Routing route(const MoeDims& m, const float* gates) {
   Routing r;
   r.expert.resize(m.n * m.k);
   r.weight.resize(m.n * m.k);
-#pragma omp parallel for schedule(static) if (m.n * m.e > kParallelMin)
-  for (int64_t t = 0; t < m.n; ++t) {
-    const float* g = gates + t * m.e;
-    int32_t* ex = r.expert.data() + t * m.k;
-    float sum = 0;
-    for (int64_t s = 0; s < m.k; ++s) { // selection: strictly greater wins, so ties go low
-      int32_t best = -1;
-      for (int64_t e = 0; e < m.e; ++e) {
-        if (std::find(ex, ex + s, static_cast<int32_t>(e)) != ex + s) continue;
-        if (best < 0 || g[e] > g[best]) best = static_cast<int32_t>(e);
+  parallelFor(m.n, rowGrain(m.e), [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) {
+      const float* g = gates + t * m.e;
+      int32_t* ex = r.expert.data() + t * m.k;
+      float sum = 0;
+      for (int64_t s = 0; s < m.k; ++s) { // selection: strictly greater wins, so ties go low
+        int32_t best = -1;
+        for (int64_t e = 0; e < m.e; ++e) {
+          if (std::find(ex, ex + s, static_cast<int32_t>(e)) != ex + s) continue;
+          if (best < 0 || g[e] > g[best]) best = static_cast<int32_t>(e);
+        }
+        ex[s] = best;
+        sum += g[best];
       }
-      ex[s] = best;
-      sum += g[best];
+      for (int64_t s = 0; s < m.k; ++s)
+        r.weight[t * m.k + s] = g[ex[s]] / sum;
     }
-    for (int64_t s = 0; s < m.k; ++s)
-      r.weight[t * m.k + s] = g[ex[s]] / sum;
-  }
+  });
   r.rows.resize(m.e);
   for (int64_t i = 0; i < m.n * m.k; ++i)
     r.rows[r.expert[i]].push_back(i);
@@ -67,23 +66,25 @@ Routing route(const MoeDims& m, const float* gates) {
 void gatherTokens(const float* src, const std::vector<int64_t>& rows, int64_t s, int64_t w,
                   float* dst) {
   int64_t m = static_cast<int64_t>(rows.size());
-#pragma omp parallel for schedule(static) if (m * w > kParallelMin)
-  for (int64_t i = 0; i < m; ++i)
-    std::memcpy(dst + i * w, src + rows[i] / s * w, sizeof(float) * w);
+  parallelFor(m, rowGrain(w), [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i)
+      std::memcpy(dst + i * w, src + rows[i] / s * w, sizeof(float) * w);
+  });
 }
 
 void softmaxRows(float* x, int64_t rows, int64_t cols) {
-#pragma omp parallel for schedule(static) if (rows * cols > kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
-    float* row = x + r * cols;
-    float mx = *std::max_element(row, row + cols), s = 0;
-    for (int64_t j = 0; j < cols; ++j) {
-      row[j] = expf32(row[j] - mx);
-      s += row[j];
+  parallelFor(rows, rowGrain(cols), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      float* row = x + r * cols;
+      float mx = *std::max_element(row, row + cols), s = 0;
+      for (int64_t j = 0; j < cols; ++j) {
+        row[j] = expf32(row[j] - mx);
+        s += row[j];
+      }
+      for (int64_t j = 0; j < cols; ++j)
+        row[j] /= s;
     }
-    for (int64_t j = 0; j < cols; ++j)
-      row[j] /= s;
-  }
+  });
 }
 
 struct Params {
@@ -115,14 +116,15 @@ void moeForward(const KernelCall& c, const MoeDims& m, const Params& p) {
     for (int64_t i = 0; i < cnt; ++i)
       std::memcpy(ye + rows[i] * m.d, out + i * m.d, sizeof(float) * m.d);
   }
-#pragma omp parallel for schedule(static) if (m.n * m.d > kParallelMin)
-  for (int64_t t = 0; t < m.n; ++t)
-    for (int64_t j = 0; j < m.d; ++j) {
-      float s = 0;
-      for (int64_t slot = 0; slot < m.k; ++slot)
-        s += r.weight[t * m.k + slot] * ye[(t * m.k + slot) * m.d + j];
-      y[t * m.d + j] = s;
-    }
+  parallelFor(m.n, rowGrain(m.d), [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t)
+      for (int64_t j = 0; j < m.d; ++j) {
+        float s = 0;
+        for (int64_t slot = 0; slot < m.k; ++slot)
+          s += r.weight[t * m.k + slot] * ye[(t * m.k + slot) * m.d + j];
+        y[t * m.d + j] = s;
+      }
+  });
 }
 
 // Backward of one expert: parameter gradients, dL/dx of its rows into dxk [N S, D], and
@@ -152,20 +154,21 @@ void expertBackward(const MoeDims& m, const Params& p, int64_t e, const std::vec
   const float *w1 = p.w1 + e * fd, *w2 = p.w2 + e * fd, *b2 = p.b2 + e * m.d;
   gemm(false, false, cnt, m.f, m.d, 1.f, dyr, m.d, w2, m.f, 0.f, da, m.f); // dy W2, unweighted
   actForward(Act::Gelu, hRows, a, cnt * m.f);
-#pragma omp parallel for schedule(static) if (cnt * m.f > kParallelMin)
-  for (int64_t i = 0; i < cnt; ++i) { // dL/dweight = dy . (gelu(h) W2^T + b2)
-    double s = 0;
-    for (int64_t j = 0; j < m.f; ++j)
-      s += da[i * m.f + j] * a[i * m.f + j];
-    for (int64_t j = 0; j < m.d; ++j)
-      s += dyr[i * m.d + j] * b2[j];
-    dw[rows[i]] = static_cast<float>(s);
-    float wt = r.weight[rows[i]];
-    for (int64_t j = 0; j < m.d; ++j)
-      dyr[i * m.d + j] *= wt; // now the weighted dy
-    for (int64_t j = 0; j < m.f; ++j)
-      da[i * m.f + j] *= wt;
-  }
+  parallelFor(cnt, rowGrain(m.f), [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) { // dL/dweight = dy . (gelu(h) W2^T + b2)
+      double s = 0;
+      for (int64_t j = 0; j < m.f; ++j)
+        s += da[i * m.f + j] * a[i * m.f + j];
+      for (int64_t j = 0; j < m.d; ++j)
+        s += dyr[i * m.d + j] * b2[j];
+      dw[rows[i]] = static_cast<float>(s);
+      float wt = r.weight[rows[i]];
+      for (int64_t j = 0; j < m.d; ++j)
+        dyr[i * m.d + j] *= wt; // now the weighted dy
+      for (int64_t j = 0; j < m.f; ++j)
+        da[i * m.f + j] *= wt;
+    }
+  });
   if (g.dw2)
     gemm(true, false, m.d, m.f, cnt, 1.f, dyr, m.d, a, m.f, g.dw2.beta(), g.dw2.p + e * fd, m.f);
   if (g.db2) columnSum(dyr, cnt, m.d, GradOut{g.db2.p + e * m.d, g.db2.acc});
@@ -183,24 +186,25 @@ void expertBackward(const MoeDims& m, const Params& p, int64_t e, const std::vec
 // dL/dg_s = (dw_s - sum_t dw_t w_t) / sum(g_sel); then the softmax backward.
 void routerGrad(const MoeDims& m, const Routing& r, const float* gates, const float* dw,
                 float* dlogits) {
-#pragma omp parallel for schedule(static) if (m.n * m.e > kParallelMin)
-  for (int64_t t = 0; t < m.n; ++t) {
-    const float* g = gates + t * m.e;
-    float* dl = dlogits + t * m.e;
-    std::fill(dl, dl + m.e, 0.f);
-    float sel = 0, dot = 0;
-    for (int64_t s = 0; s < m.k; ++s) {
-      sel += g[r.expert[t * m.k + s]];
-      dot += dw[t * m.k + s] * r.weight[t * m.k + s];
+  parallelFor(m.n, rowGrain(m.e), [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) {
+      const float* g = gates + t * m.e;
+      float* dl = dlogits + t * m.e;
+      std::fill(dl, dl + m.e, 0.f);
+      float sel = 0, dot = 0;
+      for (int64_t s = 0; s < m.k; ++s) {
+        sel += g[r.expert[t * m.k + s]];
+        dot += dw[t * m.k + s] * r.weight[t * m.k + s];
+      }
+      for (int64_t s = 0; s < m.k; ++s) // dl holds dL/dgates for now
+        dl[r.expert[t * m.k + s]] = (dw[t * m.k + s] - dot) / sel;
+      float gdot = 0;
+      for (int64_t e = 0; e < m.e; ++e)
+        gdot += dl[e] * g[e];
+      for (int64_t e = 0; e < m.e; ++e)
+        dl[e] = g[e] * (dl[e] - gdot);
     }
-    for (int64_t s = 0; s < m.k; ++s) // dl holds dL/dgates for now
-      dl[r.expert[t * m.k + s]] = (dw[t * m.k + s] - dot) / sel;
-    float gdot = 0;
-    for (int64_t e = 0; e < m.e; ++e)
-      gdot += dl[e] * g[e];
-    for (int64_t e = 0; e < m.e; ++e)
-      dl[e] = g[e] * (dl[e] - gdot);
-  }
+  });
 }
 
 // in = [dy, x, Wr, W1, b1, W2, b2, y, gates, h], out = [dx, dWr, dW1, db1, dW2, db2].
@@ -218,14 +222,15 @@ void moeBackward(const KernelCall& c, const MoeDims& m, const Params& p) {
   if (!dx) return;
   float* dxr = scratch(0, m.n * m.d); // router path, then the experts' slots in order
   gemm(false, false, m.n, m.d, m.e, 1.f, dlogits.data(), m.e, p.wr, m.d, 0.f, dxr, m.d);
-#pragma omp parallel for schedule(static) if (m.n * m.d > kParallelMin)
-  for (int64_t t = 0; t < m.n; ++t)
-    for (int64_t j = 0; j < m.d; ++j) {
-      float s = dxr[t * m.d + j];
-      for (int64_t slot = 0; slot < m.k; ++slot)
-        s += dxk[(t * m.k + slot) * m.d + j];
-      dx.put(t * m.d + j, s);
-    }
+  parallelFor(m.n, rowGrain(m.d), [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t)
+      for (int64_t j = 0; j < m.d; ++j) {
+        float s = dxr[t * m.d + j];
+        for (int64_t slot = 0; slot < m.k; ++slot)
+          s += dxk[(t * m.k + slot) * m.d + j];
+        dx.put(t * m.d + j, s);
+      }
+  });
 }
 
 } // namespace

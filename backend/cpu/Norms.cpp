@@ -13,7 +13,6 @@ namespace epl::backend::cpu {
 namespace {
 
 constexpr int64_t kBlockRows = 32;
-constexpr int64_t kParallelMin = 8192;
 
 // Runs body(r0, r1, partial) over row blocks in parallel, each block writing `width` floats of
 // partial sums; then out[j] (+)= sum over blocks of partial[j], in block order.
@@ -21,18 +20,20 @@ template <class Body>
 void rowBlocks(int64_t rows, int64_t d, int64_t width, Body body, const GradOut* outs, int nOuts) {
   int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
   float* part = scratch(0, std::max<int64_t>(blocks, 1) * width);
-#pragma omp parallel for schedule(static) if (rows * d > kParallelMin)
-  for (int64_t b = 0; b < blocks; ++b)
-    body(b * kBlockRows, std::min(rows, (b + 1) * kBlockRows), part + b * width);
+  parallelFor(blocks, std::max<int64_t>(1, rowGrain(d) / kBlockRows), [&](int64_t lo, int64_t hi) {
+    for (int64_t b = lo; b < hi; ++b)
+      body(b * kBlockRows, std::min(rows, (b + 1) * kBlockRows), part + b * width);
+  });
   for (int k = 0; k < nOuts; ++k) {
     if (!outs[k]) continue;
-#pragma omp parallel for schedule(static) if (blocks * d > kParallelMin)
-    for (int64_t j = 0; j < d; ++j) {
-      float s = 0;
-      for (int64_t b = 0; b < blocks; ++b)
-        s += part[b * width + k * d + j];
-      outs[k].put(j, s);
-    }
+    parallelFor(d, kParallelMin / std::max<int64_t>(blocks, 1), [&](int64_t lo, int64_t hi) {
+      for (int64_t j = lo; j < hi; ++j) {
+        float s = 0;
+        for (int64_t b = 0; b < blocks; ++b)
+          s += part[b * width + k * d + j];
+        outs[k].put(j, s);
+      }
+    });
   }
 }
 
@@ -43,21 +44,22 @@ void layerNormForward(const KernelCall& c) {
   float eps = static_cast<float>(attrFloat(c, "eps"));
   const float *xp = x.f32(), *w = c.in[1].f32(), *b = c.in[2].f32();
   float *y = c.out[0].f32(), *mean = c.out[1].f32(), *rstd = c.out[2].f32();
-#pragma omp parallel for schedule(static) if (rows * d > kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = xp + r * d;
-    float s = 0, v = 0;
-    for (int64_t j = 0; j < d; ++j)
-      s += xr[j];
-    float m = s / static_cast<float>(d);
-    for (int64_t j = 0; j < d; ++j)
-      v += (xr[j] - m) * (xr[j] - m);
-    float rs = 1.f / std::sqrt(v / static_cast<float>(d) + eps);
-    mean[r] = m;
-    rstd[r] = rs;
-    for (int64_t j = 0; j < d; ++j)
-      y[r * d + j] = (xr[j] - m) * rs * w[j] + b[j];
-  }
+  parallelFor(rows, rowGrain(d), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      const float* xr = xp + r * d;
+      float s = 0, v = 0;
+      for (int64_t j = 0; j < d; ++j)
+        s += xr[j];
+      float m = s / static_cast<float>(d);
+      for (int64_t j = 0; j < d; ++j)
+        v += (xr[j] - m) * (xr[j] - m);
+      float rs = 1.f / std::sqrt(v / static_cast<float>(d) + eps);
+      mean[r] = m;
+      rstd[r] = rs;
+      for (int64_t j = 0; j < d; ++j)
+        y[r * d + j] = (xr[j] - m) * rs * w[j] + b[j];
+    }
+  });
 }
 
 // in = [dy, x, w, b, y, mean, rstd], out = [dx, dw, db].
@@ -100,17 +102,18 @@ void rmsNormForward(const KernelCall& c) {
   float eps = static_cast<float>(attrFloat(c, "eps"));
   const float *xp = x.f32(), *w = c.in[1].f32();
   float *y = c.out[0].f32(), *rstd = c.out[1].f32();
-#pragma omp parallel for schedule(static) if (rows * d > kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = xp + r * d;
-    float s = 0;
-    for (int64_t j = 0; j < d; ++j)
-      s += xr[j] * xr[j];
-    float rs = 1.f / std::sqrt(s / static_cast<float>(d) + eps);
-    rstd[r] = rs;
-    for (int64_t j = 0; j < d; ++j)
-      y[r * d + j] = xr[j] * rs * w[j];
-  }
+  parallelFor(rows, rowGrain(d), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      const float* xr = xp + r * d;
+      float s = 0;
+      for (int64_t j = 0; j < d; ++j)
+        s += xr[j] * xr[j];
+      float rs = 1.f / std::sqrt(s / static_cast<float>(d) + eps);
+      rstd[r] = rs;
+      for (int64_t j = 0; j < d; ++j)
+        y[r * d + j] = xr[j] * rs * w[j];
+    }
+  });
 }
 
 // in = [dy, x, w, y, rstd], out = [dx, dw].

@@ -12,8 +12,6 @@ namespace epl::backend::cpu {
 
 namespace {
 
-constexpr int64_t kParallelMin = 16384;
-
 // torch.optim.SGD (dampening 0, no Nesterov): d = g + wd p; buf = d on the first step, else
 // momentum * buf + d; p -= lr * buf.
 void sgd(const OptimizerCall& c, int64_t n) {
@@ -23,16 +21,18 @@ void sgd(const OptimizerCall& c, int64_t n) {
   bool useBuf = mom != 0.f;
   EPL_ASSERT(!useBuf || buf, "sgd with momentum needs a momentum buffer");
   bool first = c.step <= 1;
-#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    float d = g[i] * gs;
-    if (wd != 0.f) d = d + wd * p[i];
-    if (useBuf) {
-      buf[i] = first ? d : buf[i] * mom + d;
-      d = buf[i];
+  parallelFor(n, kParallelMin, [&](int64_t lo, int64_t hi) {
+#pragma omp simd
+    for (int64_t i = lo; i < hi; ++i) {
+      float d = g[i] * gs;
+      if (wd != 0.f) d = d + wd * p[i];
+      if (useBuf) {
+        buf[i] = first ? d : buf[i] * mom + d;
+        d = buf[i];
+      }
+      p[i] = p[i] + negLr * d;
     }
-    p[i] = p[i] + negLr * d;
-  }
+  });
 }
 
 // torch.optim.Adam / AdamW (no amsgrad): AdamW first decays p by (1 - lr wd); Adam adds wd p
@@ -51,16 +51,18 @@ void adam(const OptimizerCall& c, int64_t n, bool decoupled) {
         a2 = static_cast<float>(1.0 - c.beta2), eps = c.eps, gs = c.gradScale;
   float wd = decoupled ? 0.f : c.weightDecay;
   float decay = decoupled ? static_cast<float>(1.0 - double(c.lr) * c.weightDecay) : 1.f;
-#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    float pi = p[i] * decay;
-    float d = g[i] * gs;
-    if (wd != 0.f) d = d + wd * pi;
-    m[i] = m[i] * b1 + a1 * d;
-    v[i] = v[i] * b2 + a2 * (d * d);
-    float denom = std::sqrt(v[i]) / bc2Sqrt + eps;
-    p[i] = pi + negStep * (m[i] / denom);
-  }
+  parallelFor(n, kParallelMin, [&](int64_t lo, int64_t hi) {
+#pragma omp simd
+    for (int64_t i = lo; i < hi; ++i) {
+      float pi = p[i] * decay;
+      float d = g[i] * gs;
+      if (wd != 0.f) d = d + wd * pi;
+      m[i] = m[i] * b1 + a1 * d;
+      v[i] = v[i] * b2 + a2 * (d * d);
+      float denom = std::sqrt(v[i]) / bc2Sqrt + eps;
+      p[i] = pi + negStep * (m[i] / denom);
+    }
+  });
 }
 
 } // namespace
@@ -83,13 +85,14 @@ void sumSquares(const TensorView& x, float* result, bool accumulate) {
   int64_t n = x.numel(), blocks = (n + kBlock - 1) / kBlock;
   const float* p = x.f32();
   double* part = reinterpret_cast<double*>(scratch(0, 2 * blocks));
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (int64_t b = 0; b < blocks; ++b) {
-    double s = 0;
-    for (int64_t i = b * kBlock; i < std::min(n, (b + 1) * kBlock); ++i)
-      s += static_cast<double>(p[i]) * p[i];
-    part[b] = s;
-  }
+  parallelFor(blocks, kParallelMin / kBlock, [&](int64_t lo, int64_t hi) {
+    for (int64_t b = lo; b < hi; ++b) {
+      double s = 0;
+      for (int64_t i = b * kBlock; i < std::min(n, (b + 1) * kBlock); ++i)
+        s += static_cast<double>(p[i]) * p[i];
+      part[b] = s;
+    }
+  });
   double total = 0;
   for (int64_t b = 0; b < blocks; ++b)
     total += part[b];
@@ -99,9 +102,11 @@ void sumSquares(const TensorView& x, float* result, bool accumulate) {
 void scaleInPlace(const TensorView& x, float factor) {
   int64_t n = x.numel();
   float* p = x.f32();
-#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i)
-    p[i] *= factor;
+  parallelFor(n, kParallelMin, [&](int64_t lo, int64_t hi) {
+#pragma omp simd
+    for (int64_t i = lo; i < hi; ++i)
+      p[i] *= factor;
+  });
 }
 
 } // namespace epl::backend::cpu

@@ -32,22 +32,23 @@ void maxForward(const KernelCall& c) {
   const float* x = c.in[0].f32();
   float* y = c.out[0].f32();
   int32_t* arg = c.out[1].i32();
-#pragma omp parallel for schedule(static) if (g.planes * g.h * g.w > 16384)
-  for (int64_t pl = 0; pl < g.planes; ++pl) {
-    const float* src = x + pl * g.h * g.w;
-    for (int64_t oh = 0; oh < g.ho; ++oh)
-      for (int64_t ow = 0; ow < g.wo; ++ow) {
-        int64_t best = oh * g.stride * g.w + ow * g.stride;
-        for (int64_t i = 0; i < g.k; ++i)
-          for (int64_t j = 0; j < g.k; ++j) {
-            int64_t at = (oh * g.stride + i) * g.w + ow * g.stride + j;
-            if (src[at] > src[best] || std::isnan(src[at])) best = at;
-          }
-        int64_t o = pl * g.ho * g.wo + oh * g.wo + ow;
-        y[o] = src[best];
-        arg[o] = static_cast<int32_t>(best);
-      }
-  }
+  parallelFor(g.planes, rowGrain(g.h * g.w), [&](int64_t lo, int64_t hi) {
+    for (int64_t pl = lo; pl < hi; ++pl) {
+      const float* src = x + pl * g.h * g.w;
+      for (int64_t oh = 0; oh < g.ho; ++oh)
+        for (int64_t ow = 0; ow < g.wo; ++ow) {
+          int64_t best = oh * g.stride * g.w + ow * g.stride;
+          for (int64_t i = 0; i < g.k; ++i)
+            for (int64_t j = 0; j < g.k; ++j) {
+              int64_t at = (oh * g.stride + i) * g.w + ow * g.stride + j;
+              if (src[at] > src[best] || std::isnan(src[at])) best = at;
+            }
+          int64_t o = pl * g.ho * g.wo + oh * g.wo + ow;
+          y[o] = src[best];
+          arg[o] = static_cast<int32_t>(best);
+        }
+    }
+  });
 }
 
 // in = [dy, x, y, argmax], out = [dx]: each output's gradient goes to its argmax.
@@ -57,13 +58,14 @@ void maxBackward(const KernelCall& c) {
   Window g = windowOf(c, c.in[1]);
   const float* dy = c.in[0].f32();
   const int32_t* arg = c.in[3].i32();
-#pragma omp parallel for schedule(static) if (g.planes * g.h * g.w > 16384)
-  for (int64_t pl = 0; pl < g.planes; ++pl) {
-    float* dst = dx.p + pl * g.h * g.w;
-    if (!dx.acc) std::fill(dst, dst + g.h * g.w, 0.f);
-    for (int64_t o = pl * g.ho * g.wo; o < (pl + 1) * g.ho * g.wo; ++o)
-      dst[arg[o]] += dy[o];
-  }
+  parallelFor(g.planes, rowGrain(g.h * g.w), [&](int64_t lo, int64_t hi) {
+    for (int64_t pl = lo; pl < hi; ++pl) {
+      float* dst = dx.p + pl * g.h * g.w;
+      if (!dx.acc) std::fill(dst, dst + g.h * g.w, 0.f);
+      for (int64_t o = pl * g.ho * g.wo; o < (pl + 1) * g.ho * g.wo; ++o)
+        dst[arg[o]] += dy[o];
+    }
+  });
 }
 
 // in = [x], out = [y].
@@ -72,18 +74,19 @@ void avgForward(const KernelCall& c) {
   const float* x = c.in[0].f32();
   float* y = c.out[0].f32();
   float inv = 1.f / static_cast<float>(g.k * g.k);
-#pragma omp parallel for schedule(static) if (g.planes * g.h * g.w > 16384)
-  for (int64_t pl = 0; pl < g.planes; ++pl) {
-    const float* src = x + pl * g.h * g.w;
-    for (int64_t oh = 0; oh < g.ho; ++oh)
-      for (int64_t ow = 0; ow < g.wo; ++ow) {
-        float s = 0;
-        for (int64_t i = 0; i < g.k; ++i)
-          for (int64_t j = 0; j < g.k; ++j)
-            s += src[(oh * g.stride + i) * g.w + ow * g.stride + j];
-        y[pl * g.ho * g.wo + oh * g.wo + ow] = s * inv;
-      }
-  }
+  parallelFor(g.planes, rowGrain(g.h * g.w), [&](int64_t lo, int64_t hi) {
+    for (int64_t pl = lo; pl < hi; ++pl) {
+      const float* src = x + pl * g.h * g.w;
+      for (int64_t oh = 0; oh < g.ho; ++oh)
+        for (int64_t ow = 0; ow < g.wo; ++ow) {
+          float s = 0;
+          for (int64_t i = 0; i < g.k; ++i)
+            for (int64_t j = 0; j < g.k; ++j)
+              s += src[(oh * g.stride + i) * g.w + ow * g.stride + j];
+          y[pl * g.ho * g.wo + oh * g.wo + ow] = s * inv;
+        }
+    }
+  });
 }
 
 // in = [dy, x, y], out = [dx]: each output spreads dy / K^2 over its window.
@@ -93,18 +96,19 @@ void avgBackward(const KernelCall& c) {
   Window g = windowOf(c, c.in[1]);
   const float* dy = c.in[0].f32();
   float inv = 1.f / static_cast<float>(g.k * g.k);
-#pragma omp parallel for schedule(static) if (g.planes * g.h * g.w > 16384)
-  for (int64_t pl = 0; pl < g.planes; ++pl) {
-    float* dst = dx.p + pl * g.h * g.w;
-    if (!dx.acc) std::fill(dst, dst + g.h * g.w, 0.f);
-    for (int64_t oh = 0; oh < g.ho; ++oh)
-      for (int64_t ow = 0; ow < g.wo; ++ow) {
-        float v = dy[pl * g.ho * g.wo + oh * g.wo + ow] * inv;
-        for (int64_t i = 0; i < g.k; ++i)
-          for (int64_t j = 0; j < g.k; ++j)
-            dst[(oh * g.stride + i) * g.w + ow * g.stride + j] += v;
-      }
-  }
+  parallelFor(g.planes, rowGrain(g.h * g.w), [&](int64_t lo, int64_t hi) {
+    for (int64_t pl = lo; pl < hi; ++pl) {
+      float* dst = dx.p + pl * g.h * g.w;
+      if (!dx.acc) std::fill(dst, dst + g.h * g.w, 0.f);
+      for (int64_t oh = 0; oh < g.ho; ++oh)
+        for (int64_t ow = 0; ow < g.wo; ++ow) {
+          float v = dy[pl * g.ho * g.wo + oh * g.wo + ow] * inv;
+          for (int64_t i = 0; i < g.k; ++i)
+            for (int64_t j = 0; j < g.k; ++j)
+              dst[(oh * g.stride + i) * g.w + ow * g.stride + j] += v;
+        }
+    }
+  });
 }
 
 } // namespace

@@ -5,8 +5,9 @@
 // makeCpuDevice()->launch with the argument layout of backend/Device.h, and writes every
 // result as a raw file into the case's "out_dir": out.bin, saved<i>.bin, grad<i>.bin.
 // Inputs the backward must not read (ir::gradInfo) are passed with null data, so a kernel
-// that reads them crashes here. With "repeat", the case runs twice and must give identical
-// bits. Two other modes test the optimizer ("mode": "optimizer") and sumSquares/scale
+// that reads them crashes here. With "repeat", the case runs again, and once more on one
+// thread, and must give identical bits each time. Two other modes test the optimizer ("mode":
+// "optimizer") and sumSquares/scale
 // ("mode": "reduce").
 #include "backend/Device.h"
 #include "ir/GradRules.h"
@@ -305,5 +306,10 @@ int main(int argc, char** argv) {
   auto first = runCase(*dev, j, c, true);
   for (int r = 1; r < j.value("repeat", 1); ++r)
     if (runCase(*dev, j, c, false) != first) fail("results differ between identical runs");
+  if (j.value("repeat", 1) > 1 && j.value("threads", 0) != 1) {
+    // The same bits on one thread: no kernel's result may depend on the thread count.
+    auto serial = epl::backend::makeCpuDevice(1);
+    if (runCase(*serial, j, c, false) != first) fail("results differ on one thread");
+  }
   return 0;
 }

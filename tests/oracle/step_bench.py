@@ -69,14 +69,15 @@ def torch_step_ms(which, steps):
     else:
         model, inputs = Mlp(), (torch.randn(128, 784), torch.randint(0, 10, (128,)))
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
-    times = []
+    times, cpu = [], []
     for i in range(steps + 1):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=True)
         model(*inputs).backward()
         opt.step()
         times.append(time.perf_counter() - t0)
-    return 1000 * min(times[1:])
+        cpu.append(time.process_time() - c0)
+    return 1000 * min(times[1:]), 1000 * min(cpu[1:])
 
 
 def main():
@@ -85,14 +86,18 @@ def main():
     steps = int(sys.argv[3]) if len(sys.argv) > 3 else 5
     threads = int(sys.argv[4]) if len(sys.argv) > 4 else 2
     torch.set_num_threads(threads)
-    ours = []
-    theirs = []
+    ours, theirs = [], []
     for _ in range(3):  # interleaved, so both see the same machine load
-        out = subprocess.run([exe, which, str(steps)], capture_output=True, text=True, check=True).stdout
-        ours.append(float(re.search(r"step: ([0-9.]+) ms", out).group(1)))
+        out = subprocess.run([exe, which, str(steps), str(threads)], capture_output=True,
+                             text=True, check=True).stdout
+        m = re.search(r"step: ([0-9.]+) ms best.*cpu ([0-9.]+) ms", out)
+        ours.append((float(m.group(1)), float(m.group(2))))
         theirs.append(torch_step_ms(which, steps))
-    print("%s step: kernels %.1f ms, torch %.1f ms, ratio %.2f (best of runs)" %
-          (which, min(ours), min(theirs), min(ours) / min(theirs)))
+    wall, cpu = min(o[0] for o in ours), min(o[1] for o in ours)
+    twall, tcpu = min(t[0] for t in theirs), min(t[1] for t in theirs)
+    print("%s step, %d threads: kernels %.1f ms (cpu %.1f), torch %.1f ms (cpu %.1f); "
+          "ratio wall %.2f, cpu %.2f (best of runs)" %
+          (which, threads, wall, cpu, twall, tcpu, wall / twall, cpu / tcpu))
 
 
 if __name__ == "__main__":

@@ -20,20 +20,53 @@ void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alph
               static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
 }
 
+// C = alpha A B + beta C with K (the reduction, e.g. the rows of a weight gradient) cut into
+// `parts` pieces: each piece is one sgemm into its own buffer, then the buffers are added
+// in order. Packing costs what one sgemm's would, unlike slices of M or N, which would
+// each pack the whole other operand again.
+void gemmSplitK(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,
+                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                int64_t ldc, int64_t parts) {
+  int64_t chunk = ((k + parts - 1) / parts + 15) / 16 * 16;
+  parts = (k + chunk - 1) / chunk;
+  float* partial = scratch(8, parts * m * n);
+  parallelFor(parts, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t part = p0; part < p1; ++part) {
+      int64_t lo = part * chunk, cnt = std::min(chunk, k - lo);
+      sgemm(transA, transB, m, n, cnt, 1.f, transA ? a + lo * lda : a + lo, lda,
+            transB ? b + lo : b + lo * ldb, ldb, 0.f, partial + part * m * n, n);
+    }
+  });
+  parallelFor(m, rowGrain(n * parts), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t j = 0; j < n; ++j) {
+        float s = 0;
+        for (int64_t part = 0; part < parts; ++part)
+          s += partial[(part * m + r) * n + j];
+        float& out = c[r * ldc + j];
+        out = beta == 0.f ? alpha * s : beta * out + alpha * s;
+      }
+  });
+}
+
 } // namespace
 
-// Big GEMMs are cut into up to 8 slices of rows (or of columns, when there are fewer rows)
-// that threads of the pool claim, each through single-threaded OpenBLAS. The slices depend
-// on the shapes only, never on the thread count, so neither does the result.
+// Big GEMMs are cut into up to 8 pieces that threads of the pool claim, each through
+// single-threaded OpenBLAS: pieces of K when K dominates (weight gradients), else slices of
+// the rows of C (or of its columns, when there are fewer rows). The cut depends on the
+// shapes only, never on the thread count, so neither does the result.
 void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  constexpr int64_t kMaxSlices = 8;
+  constexpr int64_t kMaxPieces = 8;
   if (m == 0 || n == 0) return;
   if (m * n * k < (int64_t{1} << 18))
     return sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (k >= 4 * std::max(m, n) && k >= 1024)
+    return gemmSplitK(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                      std::clamp<int64_t>(k / 512, 2, kMaxPieces));
   bool byRows = m >= n;
   int64_t len = byRows ? m : n;
-  int64_t parts = std::clamp<int64_t>(len / 64, 1, kMaxSlices);
+  int64_t parts = std::clamp<int64_t>(len / 64, 1, kMaxPieces);
   int64_t chunk = ((len + parts - 1) / parts + 15) / 16 * 16;
   parts = (len + chunk - 1) / chunk;
   parallelFor(parts, 1, [&](int64_t p0, int64_t p1) {
@@ -164,7 +197,7 @@ struct ScratchSlot {
   int64_t capacity = 0;
 };
 
-constexpr int kScratchSlots = 8;
+constexpr int kScratchSlots = 9;
 
 } // namespace
 

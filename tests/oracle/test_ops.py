@@ -166,7 +166,8 @@ def run_case(probe, rep, name, op, attrs, inputs, params, ref_fn, saved_ref=None
 
 def fam_linear(probe, rep):
     for shape, out, bias in [((4, 7), 5, True), ((3, 5, 16), 33, True), ((2, 9, 64), 48, False),
-                             ((1, 1), 1, True), ((17, 128), 256, True)]:
+                             ((1, 1), 1, True), ((17, 128), 256, True),
+                             ((4, 512, 16), 32, True)]:  # dW: K = 2048 rows, cut into pieces
         d = shape[-1]
         x, w = rand(*shape), rand(out, d, scale=d ** -0.5)
         params = [w] + ([rand(out)] if bias else [])

@@ -108,10 +108,10 @@ class Report:
     def check(self, case, what, ours, ref, tol=TOL):
         e = rel_err(ours, ref)
         op = case.split("[")[0]
-        self.worst[op] = max(self.worst.get(op, 0.0), e)
-        status = "ok" if e <= tol else "FAIL"
-        print("  %-48s %-14s err %.2e  %s" % (case, what, e, status))
-        if e > tol:
+        ok = e <= tol  # False for NaN too
+        self.worst[op] = e if not ok else max(self.worst.get(op, 0.0), e)
+        print("  %-48s %-14s err %.2e  %s" % (case, what, e, "ok" if ok else "FAIL"))
+        if not ok:
             self.failures.append("%s %s: %.3e > %.1e" % (case, what, e, tol))
 
     def expect(self, case, what, cond, detail=""):

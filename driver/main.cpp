@@ -88,6 +88,11 @@ int runScript(Common args, epl::interp::RunOptions o) {
     o.metricsPath = std::filesystem::path(args.script).stem().string() + ".metrics.jsonl";
   o.out = &std::cout;
   o.terminal = isatty(1);
+  {
+    epl::Diagnostics warnings(session.sources);
+    epl::interp::warnUnappliedPolicies(*m, warnings);
+    warnings.print(std::cerr, isatty(2));
+  }
   int rc = epl::interp::train(*m, o, session.diags);
   session.diags.print(std::cerr, isatty(2));
   return rc;

@@ -179,6 +179,21 @@ bool checkDataFitsModel(const ir::Module& m, const data::Dataset& ds, Diagnostic
 
 } // namespace
 
+void warnUnappliedPolicies(const ir::Module& m, Diagnostics& diags) {
+  const ir::Policy& p = m.policy;
+  auto warn = [&](const char* key, bool set, const char* what) {
+    auto it = p.keyLocs.find(key);
+    if (!set || it == p.keyLocs.end()) return;
+    diags.warning(it->second, fmt::format("`{}` is not applied by this version's runtime", key))
+        .length(static_cast<uint32_t>(std::string(key).size()))
+        .note(what);
+  };
+  warn("amp", p.amp != ir::Amp::None, "this run computes and stores everything in fp32");
+  warn("recompute", p.recompute != ir::Recompute::None,
+       "activations are kept; the results are the same, the memory is not");
+  warn("offload", p.offload != ir::Offload::None, "optimizer states and parameters stay in memory");
+}
+
 int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
   std::ostream& out = *o.out;
   if (m.programs.empty()) {

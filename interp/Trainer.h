@@ -21,6 +21,10 @@ struct RunOptions {
   bool terminal = false; // draw a progress bar instead of log lines
 };
 
+// Warns about each policy the one-device runtime does not apply yet (amp, recompute,
+// offload), so a run never silently differs from what the script says.
+void warnUnappliedPolicies(const ir::Module& m, Diagnostics& diags);
+
 // Trains the planned module. Problems (data, checkpoints, a NaN loss) are reported to
 // `diags`; returns the process exit code.
 int train(const ir::Module& m, const RunOptions& options, Diagnostics& diags);

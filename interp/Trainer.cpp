@@ -213,6 +213,9 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
   if (!checkDataFitsModel(m, *ds, diags)) return 1;
   std::string ckptDir = resolve(o.baseDir, m.train.checkpointDir);
   auto device = backend::makeCpuDevice(o.threads);
+  // What the process holds before the run's buffers exist (code, libraries, the data
+  // set): the measured memory of the step is the peak above it.
+  int64_t baseline = residentBytes();
   Executor ex(m, *device, optimizerSettings(m.train));
   int64_t start = 0;
   try {
@@ -293,6 +296,14 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
                    residentBytes()};
     progress.step(rep);
     metrics.step(rep);
+    if (step == start) {
+      int64_t measured = peakResidentBytes() - baseline;
+      progress.line(fmt::format(
+          "memory after the first step: planned {}, measured {} ({:+.1f}%; the process's peak "
+          "above what it held before the run's buffers)",
+          formatBytes(prog.peakBytes()), formatBytes(measured),
+          100.0 * (measured - prog.peakBytes()) / std::max<int64_t>(prog.peakBytes(), 1)));
+    }
     if (m.train.eval.kind != "" && m.train.eval.numbers.count("every") &&
         (step + 1) % static_cast<int64_t>(m.train.eval.numbers.at("every")) == 0) {
       int64_t batches = static_cast<int64_t>(

@@ -41,8 +41,11 @@ std::vector<int64_t> concrete(const ir::Shape& s, const std::map<std::string, in
 
 } // namespace
 
-Executor::Executor(const ir::Module& m, backend::Device& device, OptimizerSettings optimizer)
-    : m_(m), program_(m.programs.at(0)), dev_(device), opt_(optimizer) {
+Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& comm,
+                   OptimizerSettings optimizer)
+    : m_(m), program_(m.programs.at(comm.rank())), dev_(device), comm_(comm), opt_(optimizer) {
+  EPL_ASSERT(comm_.size() == static_cast<int>(m.programs.size()),
+             "one instruction stream per rank of the communicator");
   states_ = opt_.kind == backend::OptimizerKind::Sgd ? (opt_.momentum > 0 ? 1 : 0) : 2;
   arena_ =
       static_cast<unsigned char*>(dev_.allocate(std::max<int64_t>(program_.arenaBytes, kAlign)));

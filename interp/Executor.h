@@ -2,6 +2,7 @@
 // activation arena, parameters, gradients and optimizer states in device memory, and turns
 // each instruction into device calls. The training loop around it is in Trainer.cpp.
 #pragma once
+#include "backend/Comm.h"
 #include "backend/Device.h"
 #include "ir/Module.h"
 
@@ -30,7 +31,9 @@ struct StepResult {
 
 class Executor {
 public:
-  Executor(const ir::Module& m, backend::Device& device, OptimizerSettings optimizer);
+  // Runs the stream of `comm.rank()`.
+  Executor(const ir::Module& m, backend::Device& device, backend::Comm& comm,
+           OptimizerSettings optimizer);
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -75,6 +78,7 @@ private:
   const ir::Module& m_;
   const ir::Program& program_;
   backend::Device& dev_;
+  backend::Comm& comm_;
   OptimizerSettings opt_;
   int states_ = 0;
   unsigned char* arena_ = nullptr;

@@ -216,7 +216,8 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
   // What the process holds before the run's buffers exist (code, libraries, the data
   // set): the measured memory of the step is the peak above it.
   int64_t baseline = residentBytes();
-  Executor ex(m, *device, optimizerSettings(m.train));
+  auto comm = backend::makeSelfComm();
+  Executor ex(m, *device, *comm, optimizerSettings(m.train));
   int64_t start = 0;
   try {
     auto latest = ckptDir.empty() ? std::nullopt : latestCheckpoint(ckptDir);
@@ -352,7 +353,8 @@ int sample(const ir::Module& m, const SampleOptions& o, Diagnostics& diags) {
     return 1;
   }
   auto device = backend::makeCpuDevice(o.threads);
-  Executor ex(m, *device, optimizerSettings(m.train));
+  auto comm = backend::makeSelfComm();
+  Executor ex(m, *device, *comm, optimizerSettings(m.train));
   std::string where =
       resolve(o.baseDir, o.checkpoint.empty() ? m.train.checkpointDir : o.checkpoint);
   try {

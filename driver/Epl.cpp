@@ -52,6 +52,7 @@ frontend::FrontendOptions frontendOptions(const PlanOptions& options) {
   frontend::FrontendOptions f;
   f.importPath = options.importPath;
   f.overrides = options.overrides;
+  f.syntax = options.syntax;
   f.importPath.push_back(stdlibDir());
   return f;
 }

@@ -12,6 +12,10 @@
 
 namespace epl {
 
+namespace ast {
+struct File;
+}
+
 struct PlanOptions {
   int np = 0;                       // devices; 0 means one model replica
   std::set<std::string> printAfter; // pass names whose IR to print, or "all"
@@ -24,6 +28,8 @@ struct PlanOptions {
   std::vector<std::string> importPath; // searched after the script's folder; stdlib/ is added
   std::vector<std::string> overrides;  // `policy.zero=1`, `train.steps=20` (--set)
   std::ostream* passOutput = nullptr;  // where --print-after / --time-passes write
+  // When set, receives the syntax of every file that parsed (editors: symbols, definitions).
+  std::vector<ast::File>* syntax = nullptr;
 };
 
 // Owns the sources and diagnostics of one compilation.

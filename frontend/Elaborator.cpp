@@ -29,6 +29,10 @@ const ast::Expr* returnValue(const std::vector<ast::Stmt>& body) {
 
 } // namespace
 
+const std::set<std::string>& scalarTypes() {
+  return kScalarTypes;
+}
+
 const char* kindName(Value::Kind k) {
   switch (k) {
   case Value::Kind::Int:
@@ -127,6 +131,13 @@ void Elaborator::unknownType(const ast::TypeRef& type, const std::vector<std::st
 }
 
 std::optional<ir::Module> Elaborator::run(uint32_t mainFile) {
+  // Hands the syntax trees to the caller on every way out (FrontendOptions::syntax).
+  struct KeepSyntax {
+    Elaborator& e;
+    ~KeepSyntax() {
+      if (e.options_.syntax) *e.options_.syntax = std::move(e.files_);
+    }
+  } keepSyntax{*this};
   std::vector<uint32_t> stack;
   // Keyed like resolved imports, so an import of the main script is seen as a cycle.
   std::error_code ec;

@@ -3,6 +3,7 @@
 #include "interp/Trainer.h"
 #include "interp/data/Dataset.h"
 #include "ir/Printer.h"
+#include "lsp/Command.h"
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -197,6 +198,7 @@ int main(int argc, char** argv) {
       app.add_subcommand("data", "convert a text file to a uint16 token file (one token a byte)");
   dataCmd->add_option("text", textIn, "the text file")->required()->check(CLI::ExistingFile);
   dataCmd->add_option("tokens", tokensOut, "the token file to write")->required();
+  epl::lsp::Command lsp(app); // `epl lsp`: the language server (lsp/)
 
   // An unknown command is named as such (CLI11 would only say one is required).
   if (argc > 1 && argv[1][0] != '-') {
@@ -215,6 +217,7 @@ int main(int argc, char** argv) {
     // Help and version exit 0; usage mistakes exit 2, as most command-line tools do.
     return app.exit(e) == 0 ? 0 : 2;
   }
+  if (lsp.chosen()) return lsp.run();
   if (*check) return plan(checkArgs, *std::make_unique<epl::Session>()) ? 0 : 1;
   if (*runCmd) return runScript(runArgs, runOptions);
   if (*sampleCmd) return sampleScript(sampleArgs, sampleOptions);

@@ -208,16 +208,17 @@ void binary(const KernelCall& c, BinOp op) {
 }
 
 // out[a, j, m, i, n] = in[a, i, m, j, n] for shape in = [A, I, M, J, N].
-void transposeCopy(const float* in, float* out, int64_t a, int64_t ni, int64_t m, int64_t nj,
-                   int64_t n, bool acc) {
+template <class T>
+void transposeCopy(const T* in, T* out, int64_t a, int64_t ni, int64_t m, int64_t nj, int64_t n,
+                   bool acc) {
   int64_t outer = a * nj * m * ni;
   parallelFor(outer, rowGrain(n), [&](int64_t lo, int64_t hi) {
     for (int64_t o = lo; o < hi; ++o) { // o enumerates (a, j, m, i) of the output
       int64_t i = o % ni, rest = o / ni;
       int64_t mm = rest % m, rest2 = rest / m;
       int64_t j = rest2 % nj, aa = rest2 / nj;
-      const float* src = in + (((aa * ni + i) * m + mm) * nj + j) * n;
-      float* dst = out + o * n;
+      const T* src = in + (((aa * ni + i) * m + mm) * nj + j) * n;
+      T* dst = out + o * n;
       for (int64_t e = 0; e < n; ++e)
         dst[e] = acc ? dst[e] + src[e] : src[e];
     }
@@ -277,9 +278,14 @@ void transpose(const KernelCall& c) {
       p *= src.shape[i];
     return p;
   };
+  if (!c.backward && src.dtype == ir::DType::I32) { // integer ids move as they are
+    if (d0 == d1) return (void)std::memcpy(c.out[0].data, src.data, src.bytes());
+    return transposeCopy(src.i32(), c.out[0].i32(), prod(0, d0), src.shape[d0], prod(d0 + 1, d1),
+                         src.shape[d1], prod(d1 + 1, rank), false);
+  }
   GradOut dst = c.backward ? gradOut(c, 0) : GradOut{c.out[0].f32(), false};
   if (!dst) return;
-  EPL_ASSERT(src.dtype == ir::DType::F32, "transpose takes f32");
+  EPL_ASSERT(src.dtype == ir::DType::F32, "transpose takes f32 or i32");
   if (d0 == d1) return writeOrAdd(dst, src.f32(), src.numel());
   transposeCopy(src.f32(), dst.p, prod(0, d0), src.shape[d0], prod(d0 + 1, d1), src.shape[d1],
                 prod(d1 + 1, rank), dst.acc);

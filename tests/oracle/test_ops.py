@@ -399,6 +399,9 @@ def fam_elementwise(probe, rep):
     for op, fn in ops.items():
         o, _, _ = probe.op(op, {}, [a, b], [], (3, 4), backward=False)
         rep.expect("%s[i32]" % op, "out", torch.equal(o.view(torch.int32), fn(a, b)))
+    t = torch.randint(-50, 50, (2, 3, 5), dtype=torch.int32)
+    o, _, _ = probe.op("transpose", {"dim0": 0, "dim1": 2}, [t], [], (5, 3, 2), backward=False)
+    rep.expect("transpose[i32]", "out", torch.equal(o.view(torch.int32), t.transpose(0, 2)))
     for shape, f in [((3, 4), 0.5), ((2, 3, 70000), -1.25)]:
         run_case(probe, rep, "scale[%s,%g]" % (shape, f), "scale", {"factor": f}, [rand(*shape)],
                  [], lambda i, p: i[0] * f)

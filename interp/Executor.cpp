@@ -3,6 +3,7 @@
 #include "interp/Executor.h"
 
 #include "support/Assert.h"
+#include "support/Random.h"
 
 #include <cmath>
 #include <cstring>
@@ -15,18 +16,6 @@ constexpr int64_t kAlign = 64;
 
 int64_t alignUp(int64_t v) {
   return (v + kAlign - 1) / kAlign * kAlign;
-}
-
-// A well-mixed 64-bit hash of a few words (splitmix64 steps), for per-launch seeds.
-uint64_t mix(std::initializer_list<uint64_t> words) {
-  uint64_t h = 0x9e3779b97f4a7c15ull;
-  for (uint64_t w : words) {
-    h ^= w + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
-    h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
-    h ^= h >> 31;
-  }
-  return h;
 }
 
 std::vector<int64_t> concrete(const ir::Shape& s, const std::map<std::string, int64_t>& b) {
@@ -208,8 +197,8 @@ void Executor::run(const ir::Instr& in, int64_t step, uint64_t seed, bool traini
   backend::KernelCall& c = calls_[in.op].call;
   c.training = training;
   int fwd = op.phase == ir::Phase::Backward ? op.forward : in.op;
-  c.seed = mix({seed, static_cast<uint64_t>(step), static_cast<uint64_t>(in.micro),
-                static_cast<uint64_t>(fwd)});
+  c.seed = mixSeeds({seed, static_cast<uint64_t>(step), static_cast<uint64_t>(in.micro),
+                     static_cast<uint64_t>(fwd)});
   dev_.launch(c);
 }
 

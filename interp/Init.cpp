@@ -1,15 +1,16 @@
 // Parameter initialisation (Init.h says which rule each layer gets and why).
 #include "interp/Init.h"
 
+#include "support/Random.h"
+
 #include <cmath>
 
 namespace epl::interp {
 
 uint64_t Rng::next() {
-  uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+  uint64_t z = splitmix64(state_); // the generator: splitmix64 of a golden-ratio counter
+  state_ += 0x9e3779b97f4a7c15ull;
+  return z;
 }
 
 double Rng::uniform() {

@@ -7,6 +7,7 @@
 // "Ciphers with arbitrary finite domains"). Four Feistel rounds over a strong round
 // function give a pseudo-random permutation (Luby-Rackoff).
 #include "interp/data/Dataset.h"
+#include "support/Random.h"
 
 #include <fmt/format.h>
 
@@ -14,11 +15,8 @@ namespace epl::data {
 
 namespace {
 
-uint64_t mix(uint64_t x) { // splitmix64's finaliser
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
+uint64_t mix(uint64_t x) {
+  return splitmix64(x);
 }
 
 constexpr int kRounds = 4;

@@ -3,6 +3,7 @@
 // sample id, input, element), so batching, ranks and resumption never change a sample.
 // Validation holds ceil(samples / 10) further samples, ids samples.. onwards.
 #include "interp/data/Sources.h"
+#include "support/Random.h"
 #include "support/Text.h"
 
 #include <fmt/format.h>
@@ -13,11 +14,8 @@ namespace epl::data {
 
 namespace {
 
-uint64_t mix(uint64_t x) { // splitmix64's finaliser
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
+uint64_t mix(uint64_t x) {
+  return splitmix64(x);
 }
 
 class SyntheticDataset final : public Dataset {

@@ -92,8 +92,7 @@ std::string typesOf(const ir::Module& m, const ir::Op& op) {
   std::vector<std::string> in, out;
   for (int t : op.inputs)
     in.push_back(m.tensors[t].type.str());
-  for (int t : op.outputs)
-    out.push_back(m.tensors[t].type.str());
+  if (!op.outputs.empty()) out.push_back(m.tensors[op.outputs[0]].type.str()); // the result
   return fmt::format("`{}{}{}`", fmt::join(in, ", "), in.empty() ? "-> " : " -> ",
                      fmt::join(out, ", "));
 }
@@ -312,6 +311,41 @@ bool inSettingsBlock(const ast::File& main, const LineIndex& text, size_t offset
   return false;
 }
 
+// The stages a block became: one line each, or for more than three (`repeat(8) split(8)`)
+// one line per shape of stage with its parameter range.
+std::vector<std::string> stageLines(const ir::Module& m, const std::vector<int>& stages) {
+  std::vector<std::string> lines;
+  auto shape = [&](const ir::StagePlan& st) {
+    return fmt::format("{} device{}, split width {}, {} cop{}", st.group, st.group == 1 ? "" : "s",
+                       st.splitWidth, st.copies(), st.copies() == 1 ? "y" : "ies");
+  };
+  if (stages.size() <= 3) {
+    for (int s : stages)
+      lines.push_back(fmt::format("stage {}: {}; ranks {}; {} parameters on each device", s,
+                                  shape(m.mesh.stages[s]), rankRanges(m.mesh, s),
+                                  withCommas(m.mesh.stages[s].rankParamCount)));
+    return lines;
+  }
+  std::map<std::string, std::vector<int>> byShape;
+  for (int s : stages)
+    byShape[shape(m.mesh.stages[s])].push_back(s);
+  for (const auto& [text, group] : byShape) {
+    int64_t lo = INT64_MAX, hi = 0;
+    for (int s : group) {
+      lo = std::min(lo, m.mesh.stages[s].rankParamCount);
+      hi = std::max(hi, m.mesh.stages[s].rankParamCount);
+    }
+    std::string params =
+        lo == hi ? withCommas(lo) : fmt::format("{} to {}", withCommas(lo), withCommas(hi));
+    std::string which = group.back() - group.front() + 1 == static_cast<int>(group.size())
+                            ? fmt::format("{}-{}", group.front(), group.back())
+                            : fmt::format("{}", fmt::join(group, ", "));
+    lines.push_back(fmt::format("stages {} ({} stages): {} each; {} parameters on each device",
+                                which, group.size(), text, params));
+  }
+  return lines;
+}
+
 // A `replicate` or `split` block: the stages it became and the split forms of its ops.
 std::string blockDoc(const Analysis& a, const ast::ParallelBlock& b) {
   bool isSplit = b.kind == ast::BlockKind::Split;
@@ -319,23 +353,16 @@ std::string blockDoc(const Analysis& a, const ast::ParallelBlock& b) {
                             : "`replicate(n) { … }`: data parallel over n devices";
   if (!a.module || !a.module->planned) return doc;
   const ir::Module& m = *a.module;
-  std::vector<std::string> lines;
-  for (size_t s = 0; s < m.mesh.stages.size(); ++s) {
-    const ir::StagePlan& st = m.mesh.stages[s];
-    if (!sameLoc(m.scopes[st.scope].loc, b.loc)) continue;
-    lines.push_back(fmt::format("stage {}: {} device{}, split width {}, {} cop{}; ranks {}; "
-                                "{} parameters on each device",
-                                s, st.group, st.group == 1 ? "" : "s", st.splitWidth, st.copies(),
-                                st.copies() == 1 ? "y" : "ies",
-                                rankRanges(m.mesh, static_cast<int>(s)),
-                                withCommas(st.rankParamCount)));
-  }
+  std::vector<int> stages;
+  for (size_t s = 0; s < m.mesh.stages.size(); ++s)
+    if (sameLoc(m.scopes[m.mesh.stages[s].scope].loc, b.loc)) stages.push_back(static_cast<int>(s));
+  std::vector<std::string> lines = stageLines(m, stages);
   std::vector<std::string> forms;
   for (const ir::Op& op : m.ops) {
     int split = m.splitScopeOf(op.scope);
     if (!forward(op) || split < 0 || !sameLoc(m.scopes[split].loc, b.loc)) continue;
-    forms.push_back(op.splitForm.empty() ? op.name.substr(op.name.rfind('/') + 1) + " replicated"
-                                         : ir::opInfo(op.kind).name + " " + op.splitForm);
+    forms.push_back(ir::opInfo(op.kind).name + " " +
+                    (op.splitForm.empty() ? std::string("replicated") : op.splitForm));
   }
   if (!forms.empty())
     lines.push_back("split forms: " + fmt::format("{}", fmt::join(counted(forms), ", ")));

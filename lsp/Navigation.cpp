@@ -106,6 +106,26 @@ std::string restOfLine(const LineIndex& text, size_t offset) {
   return squeeze(std::string_view(t).substr(offset, eol - offset));
 }
 
+// Where the value of one `let` binding ends: the first comma outside brackets and strings
+// (`let a = [1, 2], b = 3` gives `[1, 2]` for `a`).
+size_t firstTopLevelComma(const std::string& value) {
+  int depth = 0;
+  for (size_t i = 0; i < value.size(); ++i) {
+    char c = value[i];
+    if (c == '"') {
+      for (++i; i < value.size() && value[i] != '"'; ++i)
+        if (value[i] == '\\') ++i;
+    } else if (c == '(' || c == '[' || c == '{') {
+      ++depth;
+    } else if (c == ')' || c == ']' || c == '}') {
+      --depth;
+    } else if (c == ',' && depth == 0) {
+      return i;
+    }
+  }
+  return value.size();
+}
+
 json symbol(const LineIndex& text, std::string name, std::string detail, int kind, size_t begin,
             size_t end, SourceLoc nameLoc, uint32_t nameLength) {
   Range range{text.positionOf(begin), text.positionOf(std::max(begin, end))};
@@ -207,8 +227,7 @@ json documentSymbols(const Analysis& a, const LineIndex& text) {
     size_t at = text.offsetOf(b.loc.line, b.loc.col);
     std::string value = restOfLine(text, at + b.name.size());
     if (!value.empty() && value[0] == '=') value = squeeze(value.substr(1));
-    size_t comma = findCode(value, 0, ',');
-    if (comma != std::string::npos) value = value.substr(0, comma);
+    value = value.substr(0, firstTopLevelComma(value));
     items.emplace_back(
         at, symbol(text, b.name, value, Constant, at, at + b.name.size(), b.loc, len(b.name)));
   }

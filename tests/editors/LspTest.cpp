@@ -93,10 +93,10 @@ TEST_CASE("words, brackets and URIs", "[lsp]") {
 
 TEST_CASE("a session in-process: diagnostics, hover, definition, symbols", "[lsp]") {
   const std::string uri = "file://" + std::string(EPL_SOURCE_DIR) + "/examples/scratch.epl";
-  const std::string broken =
-      "let d = 64\nmodel m(x: f32[B, 8, d]) {\n  return mse(attention(x, 5), x)\n}\n";
-  const std::string fixed =
-      "let d = 64\nmodel m(x: f32[B, 8, d]) {\n  return mse(attention(x, 4), x)\n}\n";
+  const std::string broken = "let d = 64, ks = [1, 2], s = \"a,b\"\nmodel m(x: f32[B, 8, d]) {\n  "
+                             "return mse(attention(x, 5), x)\n}\n";
+  const std::string fixed = "let d = 64, ks = [1, 2], s = \"a,b\"\nmodel m(x: f32[B, 8, d]) {\n  "
+                            "return mse(attention(x, 4), x)\n}\n";
   std::string input =
       frame({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "initialize"}, {"params", json::object()}});
   input +=
@@ -140,7 +140,12 @@ TEST_CASE("a session in-process: diagnostics, hover, definition, symbols", "[lsp
   CHECK_THAT(hover, Catch::Contains("plan for -np 2: 2 data-parallel"));
   CHECK_THAT(hover, Catch::Contains("parameters: 16,640"));
   CHECK(all[4]["result"]["range"]["start"] == json({{"line", 1}, {"character", 8}}));
-  CHECK(all[5]["result"][1]["name"] == "m");
+  const json& symbols = all[5]["result"];
+  REQUIRE(symbols.size() == 4);
+  CHECK(symbols[0]["detail"] == "64");
+  CHECK(symbols[1]["detail"] == "[1, 2]");
+  CHECK(symbols[2]["detail"] == "\"a,b\"");
+  CHECK(symbols[3]["name"] == "m");
   CHECK(all[6]["result"].is_null());
 }
 

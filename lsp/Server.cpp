@@ -65,6 +65,8 @@ void Server::send(const json& message) {
 
 void Server::dispatch(const json& message) {
   std::string method = message.value("method", "");
+  if (method.empty() && (message.contains("result") || message.contains("error")))
+    return; // a response: the server sends no requests, so there is nothing to match
   json params = message.contains("params") ? message["params"] : json::object();
   if (!message.contains("id")) { // a notification: no answer, errors are dropped
     try {

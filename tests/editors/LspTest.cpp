@@ -153,6 +153,7 @@ TEST_CASE("requests before initialize and unknown methods are errors", "[lsp]") 
   std::string input = frame({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "shutdown"}});
   input +=
       frame({{"jsonrpc", "2.0"}, {"id", 2}, {"method", "initialize"}, {"params", json::object()}});
+  input += frame({{"jsonrpc", "2.0"}, {"id", 99}, {"result", nullptr}}); // a response: ignored
   input += frame({{"jsonrpc", "2.0"}, {"id", 3}, {"method", "workspace/symbol"}});
   input += frame({{"jsonrpc", "2.0"},
                   {"id", 4},

@@ -313,3 +313,60 @@ test('a syntax error, an error in an imported file, and exit without shutdown', 
   client.notify('exit');
   assert.equal(await withTimeout(client.exited, 'the server did not exit'), 1);
 });
+
+test('typing a script character by character, and hovering every token of every example', async (t) => {
+  const ws = workspace();
+  const client = new Client([], ws.dir); // one replica of each model: every example plans
+  t.after(() => { client.proc.kill(); fs.rmSync(ws.dir, { recursive: true, force: true }); });
+  await client.request('initialize', { processId: null, capabilities: {} });
+  client.notify('initialized', {});
+
+  // Every prefix of an example, as if typed (in steps of a few characters): the server
+  // publishes diagnostics for each and never stops answering.
+  const example = fs.readFileSync(path.join(h.repoRoot, 'examples', 'gpt_char.epl'), 'utf8');
+  const uri = uriOf(path.join(h.repoRoot, 'examples', 'typed.epl'));
+  client.notify('textDocument/didOpen', { textDocument: { uri, languageId: 'epl', version: 0, text: '' } });
+  await client.diagnostics(uri);
+  let version = 1;
+  let diags = null;
+  for (let end = 7; end < example.length + 7; end += 7) {
+    const text = example.slice(0, end);
+    client.notify('textDocument/didChange', { textDocument: { uri, version: version++ }, contentChanges: [{ text }] });
+    diags = await client.diagnostics(uri);
+    for (const d of diags) assert.ok(d.range.start.line < text.split('\n').length, JSON.stringify(d));
+  }
+  assert.deepEqual(diags, []); // the whole text is fine
+
+  // Hover, definition and symbols at every token of every example and library file.
+  const files = [...h.eplFiles('examples'), ...h.eplFiles('stdlib')];
+  const lexed = h.lexerTokens(files);
+  const builtins = new Set(h.vocabulary().builtins);
+  let hovers = 0;
+  for (const file of files) {
+    const fileUri = uriOf(file);
+    const text = fs.readFileSync(file, 'utf8');
+    client.notify('textDocument/didOpen', { textDocument: { uri: fileUri, languageId: 'epl', version: 1, text } });
+    assert.deepEqual(await client.diagnostics(fileUri), [], file);
+    const lines = text.split('\n');
+    const tokens = lexed[file];
+    for (const [i, [kind, line, col, word]] of tokens.entries()) {
+      const position = { line: line - 1, character: h.utf16Column(lines[line - 1], col) };
+      const hover = await client.request('textDocument/hover', { textDocument: { uri: fileUri }, position });
+      if (hover) hovers += 1;
+      // A call of a builtin always has its signature; in a model that plans, also its plan.
+      if (kind === 'ID' && builtins.has(word) && tokens[i + 1] && tokens[i + 1][0] === "'('") {
+        assert.ok(hover && hover.contents.value.includes(`${word}(`), `${file}:${line}:${col} ${word}`);
+        if (!file.includes('stdlib')) assert.match(hover.contents.value, /plan for one replica/);
+      }
+      await client.request('textDocument/definition', { textDocument: { uri: fileUri }, position });
+    }
+    const symbols = await client.request('textDocument/documentSymbol', { textDocument: { uri: fileUri } });
+    assert.ok(symbols.length > 0, file);
+    client.notify('textDocument/didClose', { textDocument: { uri: fileUri } });
+    await client.diagnostics(fileUri);
+  }
+  assert.ok(hovers > 300, `only ${hovers} hovers answered`);
+  assert.equal(await client.request('shutdown', null), null);
+  client.notify('exit');
+  assert.equal(await withTimeout(client.exited, 'the server did not exit'), 0, client.stderr);
+});

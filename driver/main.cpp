@@ -206,7 +206,8 @@ int main(int argc, char** argv) {
       app.get_subcommand(argv[1]);
     } catch (const CLI::OptionNotFound&) {
       std::cerr << "error: unknown command `" << argv[1]
-                << "`\n  = help: the commands are `check`, `plan`, `run`, `sample` and `data`; see "
+                << "`\n  = help: the commands are `check`, `plan`, `run`, `sample`, `data` and "
+                   "`lsp`; see "
                    "`epl --help`\n";
       return 2;
     }

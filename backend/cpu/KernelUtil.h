@@ -98,7 +98,9 @@ inline float expf32(float x) {
   p = p * r * r + r + 1.f;
   // 2^n in two halves, so n down to -150 stays a normal power of two.
   int32_t n1 = ni >> 1, n2 = ni - n1;
-  int32_t b1 = (n1 + 127) << 23, b2 = (n2 + 127) << 23;
+  // Unsigned: for a NaN input ni is garbage, and a signed shift of it would be undefined
+  // (the product below is NaN either way).
+  uint32_t b1 = static_cast<uint32_t>(n1 + 127) << 23, b2 = static_cast<uint32_t>(n2 + 127) << 23;
   float s1, s2;
   std::memcpy(&s1, &b1, 4);
   std::memcpy(&s2, &b2, 4);

@@ -54,8 +54,7 @@ enum class OptimizerKind { Sgd, Adam, AdamW };
 // state1 = exp_avg, state2 = exp_avg_sq.
 struct OptimizerCall {
   OptimizerKind kind = OptimizerKind::AdamW;
-  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weightDecay = 0.f,
-        momentum = 0.f;
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weightDecay = 0.f, momentum = 0.f;
   int64_t step = 1; // 1-based, for bias correction and the first momentum step
   float gradScale = 1.f;
   TensorView param, grad, state1, state2;
@@ -81,8 +80,7 @@ public:
   virtual void launch(const KernelCall& call, StreamId s = 0) = 0;
   virtual void optimizerStep(const OptimizerCall& call, StreamId s = 0) = 0;
   // *result (one f32 in device memory) = sum of x^2, or += when accumulate.
-  virtual void sumSquares(const TensorView& x, float* result, bool accumulate,
-                          StreamId s = 0) = 0;
+  virtual void sumSquares(const TensorView& x, float* result, bool accumulate, StreamId s = 0) = 0;
   virtual void scale(const TensorView& x, float factor, StreamId s = 0) = 0;
 
   // Ordering between streams, and with the host.

@@ -368,8 +368,7 @@ std::string instrText(const Module& m, const Instr& in) {
   std::string name = opInfo(op.kind).name + (op.phase == Phase::Backward ? ".backward" : "");
   if (op.phase == Phase::Optimizer && op.kind == OpKind::OptimizerStep)
     name = fmt::format("{} @{}", op.name, m.params[op.params.at(0)].name);
-  return fmt::format("{}{}", outs.empty() ? "" : fmt::format("{} = ", fmt::join(outs, ", ")),
-                     name);
+  return fmt::format("{}{}", outs.empty() ? "" : fmt::format("{} = ", fmt::join(outs, ", ")), name);
 }
 
 } // namespace

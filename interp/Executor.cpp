@@ -184,8 +184,9 @@ void Executor::run(const ir::Instr& in, int64_t step, uint64_t seed, bool traini
     // The loss of this micro-batch is final once its forward ran: queue its copy to the
     // host now (read after the step's synchronize), then seed d loss = 1 / micro_batches.
     dev_.copyToHost(&lossHost_[in.micro], view(m_.outputs[0]).data, 4);
-    float g = 1.f / static_cast<float>(m_.policy.microBatches);
-    dev_.copyToDevice(view(m_.lossGrad).data, &g, 4);
+    // The source must outlive the copy on a queued device: a member, not a local.
+    lossSeed_ = 1.f / static_cast<float>(m_.policy.microBatches);
+    dev_.copyToDevice(view(m_.lossGrad).data, &lossSeed_, 4);
     return;
   }
   case ir::InstrKind::Run:

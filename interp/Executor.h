@@ -92,7 +92,7 @@ private:
   std::vector<HostBatch> staging_;
   std::vector<int> nextOps_;
   std::vector<float> lossHost_;
-  float lr_ = 0, clipScale_ = 1;
+  float lr_ = 0, clipScale_ = 1, lossSeed_ = 1;
   double gradNorm_ = 0;
 };
 

@@ -72,8 +72,11 @@ private:
 
   static std::vector<Interval> lifetimes(const ir::Module& m, const ir::Program& p) {
     std::vector<int> first(m.tensors.size(), -1), last(m.tensors.size(), -1);
+    std::vector<bool> paramGrad(m.tensors.size(), false); // own buffers, not the arena
+    for (const ir::Param& prm : m.params)
+      if (prm.grad >= 0) paramGrad[prm.grad] = true;
     auto touch = [&](int t, int pos) {
-      if (t < 0 || isParamGrad(m, t)) return;
+      if (t < 0 || paramGrad[t]) return;
       if (first[t] < 0) first[t] = pos;
       last[t] = std::max(last[t], pos);
     };
@@ -106,11 +109,6 @@ private:
       out.push_back({static_cast<int>(t), first[t], last[t], std::max<int64_t>(*bytes, 1)});
     }
     return out;
-  }
-
-  static bool isParamGrad(const ir::Module& m, int t) {
-    return m.tensors[t].producer < 0 && t != m.lossGrad &&
-           std::find(m.inputs.begin(), m.inputs.end(), t) == m.inputs.end();
   }
 
   static void countStates(const ir::Module& m, ir::Program& p) {

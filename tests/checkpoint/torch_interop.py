@@ -17,8 +17,7 @@ import tempfile
 try:
     import torch
 except ImportError:
-    print("skipped: no torch for this python")
-    sys.exit(77)
+    sys.exit("error: no torch for this python: tools/setup.sh installs python3-torch")
 
 DTYPES = {
     "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,

@@ -92,8 +92,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="epl-data-") as folder:
         check_tokens(tool, folder)
         if not os.path.exists(FASHION + "train-images-idx3-ubyte.gz"):
-            print(f"skipped: {FASHION} is missing (apt-get install dataset-fashion-mnist)")
-            sys.exit(77)
+            sys.exit(f"error: {FASHION} is missing: tools/setup.sh installs dataset-fashion-mnist")
         check_fashion(tool, folder)
 
 

@@ -3,7 +3,9 @@
 // A job is published by one atomic word, `claim_`: the job's generation in the high 32
 // bits and the next unclaimed chunk in the low 32. A thread claims a chunk by a
 // compare-and-swap that also checks the generation, so a worker that wakes up late can
-// never take a chunk of a later job. The caller counts finished chunks and returns when
+// never take a chunk of a later job. The word is closed (new generation, chunk field
+// kClosed) before the job's fields change, so a claim can never pair an old word with a
+// new job's total: that once ran a chunk twice. The caller counts finished chunks and returns when
 // all are done; it never waits for a worker that has not started.
 #include "backend/cpu/Parallel.h"
 
@@ -23,6 +25,7 @@ namespace epl::backend::cpu {
 namespace {
 
 constexpr auto kSpin = std::chrono::microseconds(100); // busy-wait before sleeping
+constexpr uint64_t kClosed = 0xffffffffu;              // chunk field while a job is being published
 
 thread_local bool insidePool = false;
 
@@ -48,10 +51,13 @@ public:
         fn(c);
       return;
     }
-    job_.store(&fn, std::memory_order_relaxed);
-    total_.store(chunks, std::memory_order_relaxed);
-    done_.store(0, std::memory_order_relaxed);
+    // Close first: a worker still holding a stale word of the previous job now fails its
+    // compare-and-swap, even if it reads this job's total (published after the close).
     gen_ = (gen_ + 1) & 0xffffffffu;
+    claim_.store(gen_ << 32 | kClosed, std::memory_order_seq_cst);
+    job_.store(&fn, std::memory_order_relaxed);
+    done_.store(0, std::memory_order_relaxed);
+    total_.store(chunks, std::memory_order_release);
     claim_.store(gen_ << 32, std::memory_order_seq_cst);
     if (sleepers_.load(std::memory_order_seq_cst) > 0) {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -68,9 +74,12 @@ private:
   void work(uint64_t g) {
     for (;;) {
       uint64_t v = claim_.load(std::memory_order_acquire);
-      if ((v >> 32) != g ||
-          static_cast<int64_t>(v & 0xffffffffu) >= total_.load(std::memory_order_relaxed))
-        return;
+      if ((v >> 32) != g) return;
+      if ((v & 0xffffffffu) == kClosed) { // the caller is still publishing this job
+        _mm_pause();
+        continue;
+      }
+      if (static_cast<int64_t>(v & 0xffffffffu) >= total_.load(std::memory_order_acquire)) return;
       if (!claim_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel)) continue;
       (*job_.load(std::memory_order_relaxed))(static_cast<int64_t>(v & 0xffffffffu));
       done_.fetch_add(1, std::memory_order_acq_rel);

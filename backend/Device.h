@@ -44,6 +44,10 @@ struct KernelCall {
   std::vector<TensorView> in, out;
   std::vector<bool> accumulate;
   uint64_t seed = 0; // dropout: the same seed in the forward and its backward
+  // dropout: the index of this call's first element among the step's whole batch (every
+  // micro-batch of every rank), so a mask depends on the sample, not on how -np and
+  // micro_batches cut the batch.
+  int64_t elementOffset = 0;
 };
 
 enum class OptimizerKind { Sgd, Adam, AdamW };

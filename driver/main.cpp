@@ -1,5 +1,7 @@
 // The `epl` command line: check, plan, run, sample, data.
+#include "backend/comm/Comm.h"
 #include "driver/Epl.h"
+#include "driver/Launch.h"
 #include "interp/Trainer.h"
 #include "interp/data/Dataset.h"
 #include "ir/Printer.h"
@@ -9,7 +11,9 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <fmt/format.h>
 #include <iostream>
+#include <sstream>
 #include <unistd.h>
 
 #ifndef EPL_VERSION
@@ -61,7 +65,7 @@ void addCommon(CLI::App* cmd, Common& c) {
   cmd->add_option("--steps", c.steps, "override train.steps")->check(CLI::PositiveNumber);
 }
 
-std::optional<epl::ir::Module> plan(const Common& c, epl::Session& session) {
+epl::PlanOptions planOptions(const Common& c) {
   epl::PlanOptions o;
   o.np = c.np;
   o.printAfter = {c.printAfter.begin(), c.printAfter.end()};
@@ -71,7 +75,11 @@ std::optional<epl::ir::Module> plan(const Common& c, epl::Session& session) {
   o.overrides = c.overrides;
   if (c.steps > 0) o.overrides.push_back("train.steps=" + std::to_string(c.steps));
   o.passOutput = &std::cout;
-  std::optional<epl::ir::Module> m = epl::planFile(c.script, session, o);
+  return o;
+}
+
+std::optional<epl::ir::Module> plan(const Common& c, epl::Session& session) {
+  std::optional<epl::ir::Module> m = epl::planFile(c.script, session, planOptions(c));
   session.diags.print(std::cerr, isatty(2));
   return m;
 }
@@ -80,23 +88,77 @@ std::string scriptDir(const std::string& script) {
   return std::filesystem::absolute(script).parent_path().string();
 }
 
-int runScript(Common args, epl::interp::RunOptions o) {
+// One rank of `epl run` (or the only one): plan, train, report. Under MPI every rank plans
+// the same script; rank 0 alone prints what the plan says, and a rank that cannot go on
+// ends the whole job.
+int runRank(Common args, epl::interp::RunOptions o, epl::backend::Comm* comm) {
+  int rank = comm ? comm->rank() : 0;
   epl::Session session;
-  auto m = plan(args, session);
+  std::optional<epl::ir::Module> m;
+  {
+    std::ostringstream quiet;
+    epl::PlanOptions po = planOptions(args);
+    if (rank != 0) po.passOutput = &quiet;
+    m = epl::planFile(args.script, session, po);
+  }
+  if (rank == 0) session.diags.print(std::cerr, isatty(2));
   if (!m) return 1;
   o.baseDir = scriptDir(args.script);
   if (o.metricsPath.empty())
     o.metricsPath = std::filesystem::path(args.script).stem().string() + ".metrics.jsonl";
   o.out = &std::cout;
-  o.terminal = isatty(1);
-  {
+  o.terminal = isatty(1) || epl::driver::terminalForwarded();
+  o.comm = comm;
+  if (o.threads == 0 && comm) o.threads = epl::driver::threadsPerRank();
+  if (rank == 0) {
     epl::Diagnostics warnings(session.sources);
     epl::interp::warnUnappliedPolicies(*m, warnings);
     warnings.print(std::cerr, isatty(2));
   }
-  int rc = epl::interp::train(*m, o, session.diags);
-  session.diags.print(std::cerr, isatty(2));
+  // What train() reports, this rank prints: it leaves to rank 0 what every rank found.
+  epl::Diagnostics runDiags(session.sources);
+  int rc = 1;
+  try {
+    rc = epl::interp::train(*m, o, runDiags);
+  } catch (const std::exception& e) {
+    // A collective that timed out or failed, or a bug: the other ranks would wait for this
+    // one forever, so the whole job ends here.
+    std::cout.flush();
+    std::string what = e.what();
+    if (comm && what.rfind("rank ", 0) != 0) what = fmt::format("rank {}: {}", rank, what);
+    std::cerr << "error: " << what << "\n";
+    if (comm && comm->size() > 1) comm->abort(1);
+    return 1;
+  }
+  runDiags.print(std::cerr, isatty(2));
   return rc;
+}
+
+int runScript(Common args, epl::interp::RunOptions o, const epl::driver::LaunchOptions& launch,
+              bool npGiven, int argc, char** argv) {
+  if (epl::backend::insideMpiJob()) {
+    auto comm = epl::backend::makeMpiComm();
+    if (npGiven && args.np != comm->size()) {
+      if (comm->rank() == 0)
+        std::cerr << fmt::format("error: -np {} was given, but this MPI job has {} ranks\n",
+                                 args.np, comm->size());
+      return 2;
+    }
+    args.np = comm->size();
+    return runRank(args, o, comm.get());
+  }
+  if (args.np == 1) return runRank(args, o, nullptr);
+  // Plan here first: a script's errors are reported once, before any rank starts.
+  {
+    epl::Session session;
+    auto m = plan(args, session);
+    if (!m) return 1;
+    if (!epl::interp::checkRunnable(*m, session.diags)) {
+      session.diags.print(std::cerr, isatty(2));
+      return 1;
+    }
+  }
+  return epl::driver::launchRanks(args.np, launch, argc, argv);
 }
 
 // Sampling runs one sequence at a time: the model is planned with batch 1.
@@ -169,8 +231,18 @@ int main(int argc, char** argv) {
                    "continue from the newest checkpoint in the train block's `checkpoint` dir");
   runCmd->add_option("--metrics", runOptions.metricsPath,
                      "JSON lines of every step (default: SCRIPT.metrics.jsonl here)");
-  runCmd->add_option("--threads", runOptions.threads, "CPU threads (default: every core)")
+  runCmd
+      ->add_option("--threads", runOptions.threads,
+                   "CPU threads per rank (default: the cores, shared by the ranks on a machine)")
       ->check(CLI::NonNegativeNumber);
+  runCmd->add_flag("--log-all", runOptions.logAll,
+                   "every rank prints its log, each line after its rank (default: rank 0 alone)");
+  epl::driver::LaunchOptions launch;
+  runCmd->add_option("--hostfile", launch.hostfile, "mpirun's hostfile, for several machines")
+      ->check(CLI::ExistingFile);
+  runCmd->add_option("--mca", launch.mca, "an MCA parameter for mpirun: --mca KEY VALUE")
+      ->type_size(2)
+      ->allow_extra_args(false);
   runCmd->add_flag("--save-initial", runOptions.saveInitial,
                    "also checkpoint the initial weights, as step 0");
   runCmd
@@ -220,7 +292,9 @@ int main(int argc, char** argv) {
   }
   if (lsp.chosen()) return lsp.run();
   if (*check) return plan(checkArgs, *std::make_unique<epl::Session>()) ? 0 : 1;
-  if (*runCmd) return runScript(runArgs, runOptions);
+  if (*runCmd)
+    return runScript(runArgs, runOptions, launch, runCmd->get_option("--np")->count() > 0, argc,
+                     argv);
   if (*sampleCmd) return sampleScript(sampleArgs, sampleOptions);
   if (*dataCmd) return convertText(textIn, tokensOut);
   epl::Session session;

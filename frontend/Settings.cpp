@@ -115,6 +115,17 @@ public:
     return true;
   }
 
+  bool boolean(const ast::Setting& s, bool& out) {
+    Value v = eval_(*s.value);
+    if (v.kind != Value::Kind::Bool) {
+      error(*s.value,
+            fmt::format("`{}` must be `true` or `false`, found {}", s.key, kindName(v.kind)));
+      return false;
+    }
+    out = v.i != 0;
+    return true;
+  }
+
   bool string(const ast::Setting& s, std::string& out) {
     Value v = eval_(*s.value);
     if (v.kind != Value::Kind::String) {
@@ -329,13 +340,14 @@ void Elaborator::applyPolicy(const ast::SettingsBlock& b, ir::Policy& p) {
       p.commDtype = w == "fp32" ? ir::DType::F32 : w == "bf16" ? ir::DType::BF16 : ir::DType::F16;
   };
   a["bucket_mb"] = [&](const ast::Setting& s) {
-    // A size counts bytes; a plain integer counts megabytes.
+    // A size counts bytes; a plain integer counts megabytes; 0 is one bucket.
     Value v = eval(*s.value, globals_, nullptr);
-    if (v.kind == Value::Kind::Int && v.isSize && v.i > 0)
+    if (v.kind == Value::Kind::Int && v.isSize && v.i >= 0)
       p.bucketBytes = v.i;
-    else if (r.integer(s, 1, 1'000'000, i))
+    else if (r.integer(s, 0, 1'000'000, i))
       p.bucketBytes = i * 1'000'000;
   };
+  a["overlap_comm"] = [&](const ast::Setting& s) { r.boolean(s, p.overlapComm); };
   a["comm_timeout"] = [&](const ast::Setting& s) {
     double v = 0;
     if (r.number(s, 0, v)) {

@@ -5,8 +5,10 @@
 #include "support/Assert.h"
 #include "support/Random.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <fmt/format.h>
 
 namespace epl::interp {
 
@@ -64,6 +66,16 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
     if (!nextOps_.empty()) b.next.resize(*m_.bytesOf(m_.ops[nextOps_[0]].outputs[0]) / 4);
   }
   lossHost_.assign(m_.policy.microBatches, 0.f);
+  localBatch_ = m_.bindings.at(m_.batchSymbol);
+  for (const ir::GradBucket& b : m_.buckets) {
+    bucketBegin_.push_back(paramOffset_[b.firstParam]);
+    bucketEnd_.push_back(
+        b.endParam < static_cast<int>(paramOffset_.size()) ? paramOffset_[b.endParam] : total);
+  }
+  pending_.resize(m_.buckets.size());
+  wire_ = m_.policy.commDtype == ir::DType::BF16  ? backend::WireType::BF16
+          : m_.policy.commDtype == ir::DType::F16 ? backend::WireType::F16
+                                                  : backend::WireType::F32;
   bindCalls();
 }
 
@@ -110,6 +122,10 @@ backend::TensorView Executor::stateView(int p, int k) const {
 // Kernel calls in backend::KernelCall's order, bound to this rank's buffers once.
 void Executor::bindCalls() {
   calls_.resize(m_.ops.size());
+  perSample_.assign(m_.ops.size(), 0);
+  for (size_t i = 0; i < m_.ops.size(); ++i)
+    if (m_.ops[i].kind == ir::OpKind::Dropout && m_.ops[i].phase == ir::Phase::Forward)
+      perSample_[i] = shapeOnly(m_.ops[i].outputs[0]).numel() / std::max<int64_t>(localBatch_, 1);
   for (size_t i = 0; i < m_.ops.size(); ++i) {
     const ir::Op& op = m_.ops[i];
     backend::KernelCall& c = calls_[i].call;
@@ -162,6 +178,15 @@ void Executor::readState(int p, int k, float* host) const {
   dev_.synchronize();
 }
 
+void Executor::broadcastState(int root) {
+  // The communicator reads device memory from the host side (the CPU device's memory is
+  // host memory; a GPU device pairs with a communicator that reads its own).
+  dev_.synchronize();
+  comm_.broadcast(params_, gradBytes_, root, "broadcasting the parameters");
+  for (int k = 0; k < states_; ++k)
+    comm_.broadcast(stateMem_[k], gradBytes_, root, "broadcasting the optimizer states");
+}
+
 void Executor::load(int micro) {
   const HostBatch& b = staging_[micro];
   for (size_t i = 0; i < m_.inputs.size(); ++i)
@@ -172,7 +197,20 @@ void Executor::load(int micro) {
                       static_cast<int64_t>(4 * b.next.size()));
 }
 
-void Executor::run(const ir::Instr& in, int64_t step, uint64_t seed, bool training) {
+// Sums bucket b's gradients over the data-parallel ranks, in the background. Gradients sit
+// in parameter order, so a bucket is one block; the padding between parameters is zero.
+void Executor::startReduce(int b) {
+  // The collective reads the gradients from the host side: they must be written. (A
+  // queued device would record an event for the communication to wait on instead.)
+  dev_.synchronize();
+  float* data = reinterpret_cast<float*>(grads_ + bucketBegin_[b]);
+  int64_t count = (bucketEnd_[b] - bucketBegin_[b]) / 4;
+  // fp16 carries each rank's share times the rank count, so small gradients stay normal.
+  float scale = wire_ == backend::WireType::F16 ? static_cast<float>(m_.reduceRanks) : 1.f;
+  pending_[b] = comm_.iallReduce(data, count, wire_, scale);
+}
+
+void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t seed, bool training) {
   switch (in.kind) {
   case ir::InstrKind::ZeroGrads:
     dev_.fillZero(grads_, gradBytes_);
@@ -185,8 +223,23 @@ void Executor::run(const ir::Instr& in, int64_t step, uint64_t seed, bool traini
     // host now (read after the step's synchronize), then seed d loss = 1 / micro_batches.
     dev_.copyToHost(&lossHost_[in.micro], view(m_.outputs[0]).data, 4);
     // The source must outlive the copy on a queued device: a member, not a local.
-    lossSeed_ = 1.f / static_cast<float>(m_.policy.microBatches);
+    lossSeed_ = 1.f / static_cast<float>(m_.policy.microBatches * m_.reduceRanks);
     dev_.copyToDevice(view(m_.lossGrad).data, &lossSeed_, 4);
+    return;
+  }
+  case ir::InstrKind::ReduceStart:
+    startReduce(in.bucket);
+    return;
+  case ir::InstrKind::ReduceWait: {
+    const ir::GradBucket& b = m_.buckets[in.bucket];
+    auto began = std::chrono::steady_clock::now();
+    comm_.wait(pending_[in.bucket],
+               fmt::format("instruction {} of step {}: reduce-wait bucket {} ({} gradients "
+                           "from {}, {} bytes)",
+                           index, step + 1, in.bucket, b.endParam - b.firstParam,
+                           m_.params[b.firstParam].name, b.bytes));
+    reduceWaitSeconds_ +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
     return;
   }
   case ir::InstrKind::Run:
@@ -198,8 +251,8 @@ void Executor::run(const ir::Instr& in, int64_t step, uint64_t seed, bool traini
   backend::KernelCall& c = calls_[in.op].call;
   c.training = training;
   int fwd = op.phase == ir::Phase::Backward ? op.forward : in.op;
-  c.seed = mixSeeds({seed, static_cast<uint64_t>(step), static_cast<uint64_t>(in.micro),
-                     static_cast<uint64_t>(fwd)});
+  c.seed = mixSeeds({seed, static_cast<uint64_t>(step), static_cast<uint64_t>(fwd)});
+  c.elementOffset = perSample_[fwd] * firstSample(in.micro);
   dev_.launch(c);
 }
 
@@ -239,14 +292,24 @@ StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
   lr_ = lr;
   clipScale_ = 1.f;
   gradNorm_ = 0;
-  for (const ir::Instr& in : program_.step)
-    run(in, step, seed, true);
+  reduceWaitSeconds_ = 0;
+  for (size_t i = 0; i < program_.step.size(); ++i)
+    run(program_.step[i], i, step, seed, true);
   dev_.synchronize();
   StepResult r;
   for (float l : lossHost_)
     r.loss += l;
   r.loss /= static_cast<double>(lossHost_.size());
+  if (m_.reduceRanks > 1) {
+    // Each rank's mean over its samples; the ranks hold equal shares.
+    float sum = static_cast<float>(r.loss);
+    comm_.allReduce(&sum, 1, fmt::format("the loss of step {}", step + 1));
+    r.loss = static_cast<double>(sum) / m_.reduceRanks;
+  }
   r.gradNorm = gradNorm_;
+  r.reduceWaitSeconds = reduceWaitSeconds_;
+  for (size_t b = 0; b < bucketBegin_.size(); ++b)
+    r.reduceBytes += bucketEnd_[b] - bucketBegin_[b];
   return r;
 }
 
@@ -261,8 +324,8 @@ int64_t Executor::classes() const {
 }
 
 double Executor::runEval(std::vector<float>* logits, std::vector<int32_t>* targets) {
-  for (const ir::Instr& in : program_.eval)
-    run(in, 0, 0, false);
+  for (size_t i = 0; i < program_.eval.size(); ++i)
+    run(program_.eval[i], i, 0, 0, false);
   float loss = 0;
   dev_.copyToHost(&loss, view(m_.outputs[0]).data, 4);
   const ir::Op& op = m_.ops[lossOp()];

@@ -2,8 +2,8 @@
 // activation arena, parameters, gradients and optimizer states in device memory, and turns
 // each instruction into device calls. The training loop around it is in Trainer.cpp.
 #pragma once
-#include "backend/Comm.h"
 #include "backend/Device.h"
+#include "backend/comm/Comm.h"
 #include "ir/Module.h"
 
 #include <cstdint>
@@ -25,8 +25,11 @@ struct OptimizerSettings {
 };
 
 struct StepResult {
-  double loss = 0;     // mean over the step's micro-batches
+  double loss = 0;     // mean over the step's micro-batches and data-parallel ranks
   double gradNorm = 0; // global L2 norm before clipping; 0 when not clipping
+  // Data parallelism: seconds blocked in reduce-wait, and the bytes reduced.
+  double reduceWaitSeconds = 0;
+  int64_t reduceBytes = 0;
 };
 
 class Executor {
@@ -39,6 +42,14 @@ public:
   Executor& operator=(const Executor&) = delete;
 
   const ir::Module& module() const { return m_; }
+  backend::Comm& comm() const { return comm_; }
+  // Samples in one micro-batch of this rank.
+  int64_t localBatch() const { return localBatch_; }
+  // Where micro-batch `micro` of this rank starts in the step's global batch: micro-batch
+  // j of the step is the same samples at any -np, cut into one slice per rank.
+  int64_t firstSample(int micro) const {
+    return (static_cast<int64_t>(micro) * m_.reduceRanks + comm_.rank()) * localBatch_;
+  }
   // Buffers Load copies from: one per micro-batch, sized for the rank's micro-batch.
   HostBatch& staging(int micro) { return staging_[micro]; }
   bool readsNextTokens() const { return !nextOps_.empty(); }
@@ -50,6 +61,8 @@ public:
   void writeState(int p, int k, const float* host);
   void readState(int p, int k, float* host) const;
   int64_t paramElements(int p) const { return paramElems_[p]; }
+  // Copies `root`'s parameters and optimizer states to every rank.
+  void broadcastState(int root);
 
   // One optimizer step over every micro-batch's staging buffers. `step` is 0-based.
   StepResult runStep(int64_t step, float lr, uint64_t seed);
@@ -71,7 +84,8 @@ private:
   backend::TensorView stateView(int p, int k) const;
   void bindCalls();
   void load(int micro);
-  void run(const ir::Instr& in, int64_t step, uint64_t seed, bool training);
+  void run(const ir::Instr& in, size_t index, int64_t step, uint64_t seed, bool training);
+  void startReduce(int bucket);
   void optimizerStep(const ir::Op& op, int64_t step);
   int lossOp() const;
 
@@ -92,8 +106,15 @@ private:
   std::vector<HostBatch> staging_;
   std::vector<int> nextOps_;
   std::vector<float> lossHost_;
+  int64_t localBatch_ = 0;
+  std::vector<int64_t> perSample_; // by op id: elements of a dropout's tensor per sample
+  // Gradient buckets: each one block of grads_, and its reduction while in flight.
+  std::vector<int64_t> bucketBegin_, bucketEnd_;
+  std::vector<backend::Request> pending_;
+  backend::WireType wire_ = backend::WireType::F32;
   float lr_ = 0, clipScale_ = 1, lossSeed_ = 1;
   double gradNorm_ = 0;
+  double reduceWaitSeconds_ = 0;
 };
 
 } // namespace epl::interp

@@ -90,6 +90,10 @@ void MetricsFile::step(const StepReport& r) {
                    {"samples_per_s", r.samplesPerSecond},
                    {"step_seconds", r.stepSeconds},
                    {"memory_bytes", r.memoryBytes}};
+  if (r.reduceBytes > 0) {
+    j["reduce_wait_seconds"] = r.reduceWaitSeconds;
+    j["reduce_bytes"] = r.reduceBytes;
+  }
   out_ << j.dump() << "\n" << std::flush;
 }
 

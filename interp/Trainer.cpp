@@ -1,7 +1,8 @@
-// The training loop (Trainer.h): one rank, every step through the Executor.
+// The training loop (Trainer.h): every rank runs it, each step through its Executor.
 #include "interp/Trainer.h"
 
 #include "backend/Device.h"
+#include "backend/comm/Comm.h"
 #include "interp/Checkpoint.h"
 #include "interp/Executor.h"
 #include "interp/Init.h"
@@ -83,29 +84,33 @@ struct Evaluation {
   int64_t samples = 0;
 };
 
-// Loss (and accuracy for a cross-entropy) over the first `limit` validation samples, in
-// batches of the rank's micro-batch. A cross-entropy is scored per row on the host, so a
-// last, partial batch (padded by repeating its last sample) counts its real rows only.
+// Loss (and accuracy for a cross-entropy) over the first `limit` validation samples. Each
+// round takes the next localBatch x ranks samples, one slice per rank, as a training
+// micro-batch does; the ranks' sums meet at the end. A cross-entropy is scored per row on
+// the host, so a last, partial slice (padded by repeating the last sample) counts its real
+// rows only.
 Evaluation evaluate(Executor& ex, const data::Dataset& ds, int64_t limit) {
-  int64_t n = std::min(ds.size(data::Split::Validation), limit),
-          batch = ex.module().mesh.microBatch;
+  backend::Comm& comm = ex.comm();
+  int64_t n = std::min(ds.size(data::Split::Validation), limit), batch = ex.localBatch();
+  int64_t ranks = ex.module().reduceRanks, round = batch * ranks;
   int64_t classes = ex.classes();
-  Evaluation e;
-  double lossSum = 0;
-  int64_t rowsSeen = 0, correct = 0;
+  // lossSum, rowsSeen, correct of this rank
+  double sums[3] = {0, 0, 0};
   std::vector<float> logits;
   std::vector<int32_t> targets;
-  for (int64_t start = 0; start < n; start += batch) {
+  for (int64_t start = 0; start < n; start += round) {
+    int64_t first = start + comm.rank() * batch;
     std::vector<int64_t> ids;
     for (int64_t i = 0; i < batch; ++i)
-      ids.push_back(std::min(start + i, n - 1));
+      ids.push_back(std::min(first + i, n - 1));
     fill(ex, ds, data::Split::Validation, ids, 0);
-    int64_t valid = std::min(batch, n - start);
+    int64_t valid = std::clamp<int64_t>(n - first, 0, batch);
     if (classes == 0) {
       double l = ex.runEval(nullptr, nullptr);
-      if (valid == batch || start == 0) {
-        lossSum += l * static_cast<double>(valid);
-        rowsSeen += valid;
+      // A padded batch's mean is not its rows' mean; count it only when it is all there is.
+      if (valid == batch || (valid > 0 && first == 0)) {
+        sums[0] += l * static_cast<double>(valid);
+        sums[1] += static_cast<double>(valid);
       }
       continue;
     }
@@ -120,16 +125,47 @@ Evaluation evaluate(Executor& ex, const data::Dataset& ds, int64_t limit) {
       double sum = 0;
       for (int64_t c = 0; c < classes; ++c)
         sum += std::exp(static_cast<double>(row[c]) - top);
-      lossSum += std::log(sum) + top - row[targets[r]];
-      correct += arg == targets[r];
-      ++rowsSeen;
+      sums[0] += std::log(sum) + top - row[targets[r]];
+      sums[2] += arg == targets[r];
+      sums[1] += 1;
     }
   }
+  std::vector<double> all(3 * static_cast<size_t>(comm.size()));
+  comm.allGather(sums, all.data(), sizeof sums, "the evaluation's sums");
+  double lossSum = 0, rowsSeen = 0, correct = 0;
+  for (int r = 0; r < comm.size(); ++r) {
+    lossSum += all[3 * r];
+    rowsSeen += all[3 * r + 1];
+    correct += all[3 * r + 2];
+  }
+  Evaluation e;
   e.samples = n;
-  e.loss = rowsSeen ? lossSum / static_cast<double>(rowsSeen) : 0;
-  if (classes > 0 && rowsSeen) e.accuracy = static_cast<double>(correct) / rowsSeen;
+  e.loss = rowsSeen > 0 ? lossSum / rowsSeen : 0;
+  if (classes > 0 && rowsSeen > 0) e.accuracy = correct / rowsSeen;
   return e;
 }
+
+// Writes lines to another stream after a prefix ("rank 2: "): the log of a rank other than
+// 0 under --log-all.
+class PrefixBuf : public std::streambuf {
+public:
+  PrefixBuf(std::ostream& to, std::string prefix) : to_(to), prefix_(std::move(prefix)) {}
+
+protected:
+  int overflow(int c) override {
+    if (c == EOF) return 0;
+    if (atLineStart_) to_ << prefix_;
+    to_.put(static_cast<char>(c));
+    atLineStart_ = c == '\n';
+    if (atLineStart_) to_.flush();
+    return c;
+  }
+
+private:
+  std::ostream& to_;
+  std::string prefix_;
+  bool atLineStart_ = true;
+};
 
 std::string evalText(const Evaluation& e) {
   std::string s = fmt::format("loss {:.4f}", e.loss);
@@ -194,107 +230,175 @@ void warnUnappliedPolicies(const ir::Module& m, Diagnostics& diags) {
   warn("offload", p.offload != ir::Offload::None, "optimizer states and parameters stay in memory");
 }
 
+bool checkRunnable(const ir::Module& m, Diagnostics& diags) {
+  if (!m.programs.empty()) return true;
+  if (!m.train.present) {
+    diags.error(m.loc, fmt::format("`epl run` needs a `train {} {{ … }}` block", m.modelName))
+        .length(static_cast<uint32_t>(m.modelName.size()));
+    return false;
+  }
+  const ir::Mesh& mesh = m.mesh;
+  int widest = 1;
+  for (const ir::StagePlan& st : mesh.stages)
+    widest = std::max(widest, st.splitWidth);
+  diags
+      .error(m.loc, fmt::format("`epl run` runs one device or data parallelism so far, and this "
+                                "plan has {} pipeline stage{} and split width {}",
+                                mesh.stages.size(), mesh.stages.size() == 1 ? "" : "s", widest))
+      .length(static_cast<uint32_t>(m.modelName.size()))
+      .help("use -np 1, or make the model one `replicate { … }` block without `split` to "
+            "train it data-parallel");
+  return false;
+}
+
 int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
-  std::ostream& out = *o.out;
-  if (m.programs.empty()) {
-    diags
-        .error(m.loc,
-               fmt::format("`epl run` runs on one device so far, and this plan has {}", m.mesh.np))
-        .help("use -np 1; running on several ranks comes with the MPI runtime");
+  std::unique_ptr<backend::Comm> self;
+  backend::Comm* commp = o.comm;
+  if (!commp) {
+    self = backend::makeSelfComm();
+    commp = self.get();
+  }
+  backend::Comm& comm = *commp;
+  int rank = comm.rank(), ranks = comm.size();
+  if (!checkRunnable(m, diags)) return 1;
+  if (static_cast<int>(m.programs.size()) != ranks) {
+    diags.error(m.loc, fmt::format("this job has {} ranks, and the plan is for -np {}", ranks,
+                                   m.programs.size()));
     return 1;
   }
+  comm.setTimeout(m.policy.commTimeoutSeconds);
+  // Rank 0 speaks; the others only under --log-all, each line after its rank.
+  std::ostream quiet(nullptr);
+  PrefixBuf prefixed(*o.out, fmt::format("rank {}: ", rank));
+  std::ostream others(&prefixed);
+  std::ostream& out = rank == 0 ? *o.out : o.logAll ? others : quiet;
+  bool terminal = rank == 0 && o.terminal;
+
+  // Fallible work every rank does: errors go to `mine`, then the ranks agree. A failing rank
+  // reports when it is rank 0, or when rank 0 succeeded (then the error is its own).
+  Diagnostics mine(diags.sources());
+  auto agree = [&](bool ok, const char* what) {
+    std::vector<char> flags(static_cast<size_t>(ranks));
+    char me = ok ? 1 : 0;
+    comm.allGather(&me, flags.data(), 1, what);
+    if (!ok && (rank == 0 || flags[0]))
+      diags.append(mine, ranks > 1 ? fmt::format("rank {}: ", rank) : "");
+    return std::all_of(flags.begin(), flags.end(), [](char f) { return f != 0; });
+  };
+
   std::unique_ptr<data::Dataset> ds;
   try {
     ds = data::openDataset(m.train.data, inputSpecs(m), m.train.seed, o.baseDir);
   } catch (const data::DataError& e) {
-    diags.error(keyLoc(m, "data"), e.what());
-    return 1;
+    mine.error(keyLoc(m, "data"), e.what());
   }
-  if (!checkDataFitsModel(m, *ds, diags)) return 1;
+  if (!agree(ds && checkDataFitsModel(m, *ds, mine), "opening the data")) return 1;
   std::string ckptDir = resolve(o.baseDir, m.train.checkpointDir);
   auto device = backend::makeCpuDevice(o.threads);
   // What the process holds before the run's buffers exist (code, libraries, the data
   // set): the measured memory of the step is the peak above it.
   int64_t baseline = residentBytes();
-  auto comm = backend::makeSelfComm();
-  Executor ex(m, *device, *comm, optimizerSettings(m.train));
+  Executor ex(m, *device, comm, optimizerSettings(m.train));
+  // Rank 0 reads the checkpoint or initialises, then every rank gets its weights and
+  // optimizer states: replicas start bit-identical, and a checkpoint needs to be
+  // readable by rank 0 alone.
   int64_t start = 0;
-  try {
-    auto latest = ckptDir.empty() ? std::nullopt : latestCheckpoint(ckptDir);
-    if (latest && !o.resume) {
-      diags
-          .error(keyLoc(m, "checkpoint"),
-                 fmt::format("`{}` already holds checkpoints (the newest is `{}`)", ckptDir,
-                             fs::path(*latest).filename().string()))
-          .help("pass --resume to continue from it, or choose another `dir`");
-      return 1;
+  if (rank == 0) {
+    try {
+      auto latest = ckptDir.empty() ? std::nullopt : latestCheckpoint(ckptDir);
+      if (latest && !o.resume) {
+        mine.error(keyLoc(m, "checkpoint"),
+                   fmt::format("`{}` already holds checkpoints (the newest is `{}`)", ckptDir,
+                               fs::path(*latest).filename().string()))
+            .help("pass --resume to continue from it, or choose another `dir`");
+      } else if (o.resume && ckptDir.empty()) {
+        mine.error(m.loc, "--resume needs `checkpoint = { dir = … }` in the train block");
+      } else if (latest) {
+        start = loadCheckpoint(ex, *latest, true).step;
+        out << fmt::format("resumed from {} (step {})\n", *latest, start);
+      } else {
+        for (size_t p = 0; p < m.params.size(); ++p)
+          ex.writeParam(static_cast<int>(p),
+                        initialValues(m, static_cast<int>(p), m.train.seed).data());
+        if (o.resume) out << fmt::format("no checkpoint in {} yet: starting at step 0\n", ckptDir);
+      }
+      if (!mine.hasErrors() && o.saveInitial && !ckptDir.empty() && start == 0)
+        saveCheckpoint(ex, ckptDir, {0, static_cast<uint64_t>(m.train.seed)}, 0);
+    } catch (const checkpoint::CheckpointError& e) {
+      mine.error(keyLoc(m, "checkpoint"), e.what());
     }
-    if (o.resume && ckptDir.empty()) {
-      diags.error(m.loc, "--resume needs `checkpoint = { dir = … }` in the train block");
-      return 1;
-    }
-    if (latest) {
-      start = loadCheckpoint(ex, *latest, true).step;
-      out << fmt::format("resumed from {} (step {})\n", *latest, start);
-    } else {
-      for (size_t p = 0; p < m.params.size(); ++p)
-        ex.writeParam(static_cast<int>(p),
-                      initialValues(m, static_cast<int>(p), m.train.seed).data());
-      if (o.resume) out << fmt::format("no checkpoint in {} yet: starting at step 0\n", ckptDir);
-    }
-    if (o.saveInitial && !ckptDir.empty() && start == 0)
-      saveCheckpoint(ex, ckptDir, {0, static_cast<uint64_t>(m.train.seed)}, 0);
-  } catch (const checkpoint::CheckpointError& e) {
-    diags.error(keyLoc(m, "checkpoint"), e.what());
-    return 1;
+  }
+  if (!agree(!mine.hasErrors(), "loading the checkpoint")) return 1;
+  if (ranks > 1) {
+    comm.broadcast(&start, sizeof start, 0, "the first step");
+    ex.broadcastState(0);
   }
 
-  const ir::Program& prog = m.programs[0];
+  const ir::Program& prog = m.programs[rank];
   int64_t params = 0;
   for (int p = 0; p < static_cast<int>(m.params.size()); ++p)
     params += ex.paramElements(p);
-  out << fmt::format("model `{}`: {} params on 1 device ({})\n", m.modelName, withCommas(params),
-                     device->name());
+  int64_t B = ex.localBatch();
+  if (ranks == 1)
+    out << fmt::format("model `{}`: {} params on 1 device ({})\n", m.modelName, withCommas(params),
+                       device->name());
+  else
+    out << fmt::format("model `{}`: {} params on {} data-parallel ranks ({} each, {} comm)\n",
+                       m.modelName, withCommas(params), ranks, device->name(), comm.name());
   out << fmt::format("data: {}\n", ds->describe());
-  out << fmt::format("batch {} = {} micro-batch{} x {} samples; memory plan {} (activations {}, "
-                     "params {}, grads {}, optimizer {})\n",
+  out << fmt::format("batch {} = {} micro-batch{} x {}{} samples; memory plan {} per rank "
+                     "(activations {}, params {}, grads {}, optimizer {})\n",
                      m.train.batch, m.policy.microBatches, m.policy.microBatches == 1 ? "" : "es",
-                     m.mesh.microBatch, formatBytes(prog.peakBytes()), formatBytes(prog.arenaBytes),
+                     ranks > 1 ? fmt::format("{} ranks x ", ranks) : "", B,
+                     formatBytes(prog.peakBytes()), formatBytes(prog.arenaBytes),
                      formatBytes(prog.paramBytes), formatBytes(prog.gradBytes),
                      formatBytes(prog.optimizerBytes));
+  if (!m.buckets.empty())
+    out << fmt::format("gradients: {} bucket{} summed over {} ranks in {}{}\n", m.buckets.size(),
+                       m.buckets.size() == 1 ? "" : "s", ranks,
+                       m.policy.commDtype == ir::DType::F32    ? "fp32"
+                       : m.policy.commDtype == ir::DType::BF16 ? "bf16"
+                                                               : "fp16",
+                       m.policy.overlapComm ? ", overlapping the backward"
+                                            : ", after the backward");
 
   data::Sampler sampler(ds->size(data::Split::Train), static_cast<uint64_t>(m.train.seed));
-  Progress progress(out, o.terminal, m.train.logEvery);
-  MetricsFile metrics(o.metricsPath, o.resume);
+  Progress progress(out, terminal, m.train.logEvery);
+  MetricsFile metrics(rank == 0 ? o.metricsPath : "", o.resume);
   auto began = Clock::now();
-  int64_t steps = m.train.steps, B = m.mesh.microBatch, samples = 0;
+  int64_t steps = m.train.steps, samples = 0;
   int64_t end = o.stopAfter > 0 ? std::min(steps, o.stopAfter) : steps;
   double lastLoss = 0;
   for (int64_t step = start; step < end; ++step) {
     auto stepBegan = Clock::now();
     std::vector<int64_t> ids = sampler.globalBatch(step, m.train.batch);
-    for (int mb = 0; mb < m.policy.microBatches; ++mb)
-      fill(ex, *ds, data::Split::Train, {ids.begin() + mb * B, ids.begin() + (mb + 1) * B}, mb);
+    for (int mb = 0; mb < m.policy.microBatches; ++mb) {
+      auto first = ids.begin() + ex.firstSample(mb);
+      fill(ex, *ds, data::Split::Train, {first, first + B}, mb);
+    }
     double lr = learningRate(m.train.lrSchedule, m.train.optimizer.numbers.at("lr"), step, steps);
     StepResult r = ex.runStep(step, static_cast<float>(lr), static_cast<uint64_t>(m.train.seed));
     if (!std::isfinite(r.loss)) {
+      // Every rank sees the same (summed) loss and stops here; rank 0 says why.
       progress.finish();
-      diags
-          .error(keyLoc(m, "optimizer"),
-                 fmt::format("the loss is {} at step {}", std::isnan(r.loss) ? "NaN" : "infinite",
-                             step + 1))
-          .note(fmt::format("steps 1 to {} were finite; no checkpoint was written after step {}",
-                            step, step))
-          .help("lower the learning rate, or set `clip_grad_norm`");
+      if (rank == 0)
+        diags
+            .error(keyLoc(m, "optimizer"),
+                   fmt::format("the loss is {} at step {}", std::isnan(r.loss) ? "NaN" : "infinite",
+                               step + 1))
+            .note(fmt::format("steps 1 to {} were finite; no checkpoint was written after step {}",
+                              step, step))
+            .help("lower the learning rate, or set `clip_grad_norm`");
       return 1;
     }
     lastLoss = r.loss;
     samples += m.train.batch;
-    StepReport rep{step + 1,       steps,
-                   r.loss,         lr,
-                   r.gradNorm,     samples / seconds(began),
-                   seconds(began), seconds(stepBegan),
-                   residentBytes()};
+    StepReport rep{step + 1,        steps,
+                   r.loss,          lr,
+                   r.gradNorm,      samples / seconds(began),
+                   seconds(began),  seconds(stepBegan),
+                   residentBytes(), r.reduceWaitSeconds,
+                   r.reduceBytes};
     progress.step(rep);
     metrics.step(rep);
     if (step == start) {
@@ -309,7 +413,7 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
         (step + 1) % static_cast<int64_t>(m.train.eval.numbers.at("every")) == 0) {
       int64_t batches = static_cast<int64_t>(
           m.train.eval.numbers.count("batches") ? m.train.eval.numbers.at("batches") : 10);
-      Evaluation e = evaluate(ex, *ds, batches * B);
+      Evaluation e = evaluate(ex, *ds, batches * m.mesh.microBatch);
       progress.line(
           fmt::format("step {}: validation {} ({} samples)", step + 1, evalText(e), e.samples));
       metrics.eval(step + 1, e.loss, e.accuracy, e.samples);
@@ -317,15 +421,19 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
     bool last = step + 1 == end;
     if (!ckptDir.empty() &&
         ((m.train.checkpointEvery > 0 && (step + 1) % m.train.checkpointEvery == 0) || last)) {
-      try {
-        std::string where = saveCheckpoint(
-            ex, ckptDir, {step + 1, static_cast<uint64_t>(m.train.seed)}, m.train.checkpointKeep);
-        if (!o.terminal || last) progress.line(fmt::format("checkpoint: {}", where));
-      } catch (const checkpoint::CheckpointError& e) {
-        progress.finish();
-        diags.error(keyLoc(m, "checkpoint"), e.what());
-        return 1;
+      // Written once, by rank 0: the replicas are identical.
+      std::string where;
+      if (rank == 0) {
+        try {
+          where = saveCheckpoint(ex, ckptDir, {step + 1, static_cast<uint64_t>(m.train.seed)},
+                                 m.train.checkpointKeep);
+        } catch (const checkpoint::CheckpointError& e) {
+          progress.finish();
+          mine.error(keyLoc(m, "checkpoint"), e.what());
+        }
       }
+      if (!agree(!mine.hasErrors(), "writing the checkpoint")) return 1;
+      if (!o.terminal || last) progress.line(fmt::format("checkpoint: {}", where));
     }
   }
   progress.finish();
@@ -341,8 +449,9 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
     out << fmt::format("validation ({} samples): {}\n", withCommas(e.samples), evalText(e));
     metrics.eval(steps, e.loss, e.accuracy, e.samples);
   }
-  out << fmt::format("memory: planned {} for tensors; peak resident {}\n",
-                     formatBytes(prog.peakBytes()), formatBytes(peakResidentBytes()));
+  out << fmt::format("memory: planned {} for tensors; peak resident {}{}\n",
+                     formatBytes(prog.peakBytes()), formatBytes(peakResidentBytes()),
+                     ranks > 1 ? " (rank 0)" : "");
   return 0;
 }
 

@@ -1,4 +1,4 @@
-// `epl run` on one rank: the training loop around an Executor. Data, learning rate,
+// `epl run` on every rank: the training loop around an Executor. Data, learning rate,
 // evaluation, checkpoints, progress and metrics; the summary at the end.
 #pragma once
 #include "ir/Module.h"
@@ -6,6 +6,10 @@
 
 #include <ostream>
 #include <string>
+
+namespace epl::backend {
+class Comm;
+}
 
 namespace epl::interp {
 
@@ -19,11 +23,19 @@ struct RunOptions {
                             // interrupted; the schedule still spans `steps`. 0: run them all
   std::ostream* out = nullptr;
   bool terminal = false; // draw a progress bar instead of log lines
+  // The ranks of the job, each running train() on its share of the batch; nullptr: this
+  // process alone. Rank 0 prints; the others only with logAll, each line after its rank.
+  backend::Comm* comm = nullptr;
+  bool logAll = false;
 };
 
 // Warns about each policy the one-device runtime does not apply yet (amp, recompute,
 // offload), so a run never silently differs from what the script says.
 void warnUnappliedPolicies(const ir::Module& m, Diagnostics& diags);
+
+// Whether the runtime runs this plan: one device, or data parallelism (a pipeline or a split
+// is not run yet). Says why not in `diags`.
+bool checkRunnable(const ir::Module& m, Diagnostics& diags);
 
 // Trains the planned module. Problems (data, checkpoints, a NaN loss) are reported to
 // `diags`; returns the process exit code.

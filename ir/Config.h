@@ -27,7 +27,8 @@ struct Policy {
   OffloadTarget offloadTo = OffloadTarget::Cpu;
   Amp amp = Amp::None;
   DType commDtype = DType::F32;
-  int64_t bucketBytes = 25'000'000;
+  int64_t bucketBytes = 25'000'000; // 0: every gradient in one bucket
+  bool overlapComm = true;          // start each bucket's reduction as soon as it is ready
   double commTimeoutSeconds = 300;
   int64_t deviceMemoryBytes = 0;            // 0: not declared, no fit check
   std::map<std::string, SourceLoc> keyLocs; // where each key was set, for later errors

@@ -105,6 +105,9 @@ struct Mesh {
   int replicaSize = 1;    // devices one replica needs
   int64_t microBatch = 0; // samples per micro-batch per replica; 0 when unknown
   std::vector<StagePlan> stages;
+  // One stage without split regions: every rank runs the whole model on its share of the
+  // batch, and only gradients travel. The runtime runs these plans (and -np 1).
+  bool pureDataParallel() const { return stages.size() == 1 && stages[0].splitWidth == 1; }
   // Global rank of (replica, stage, local index).
   int rank(int replica, int stage, int local) const {
     return replica * replicaSize + stages[stage].firstLocalRank + local;
@@ -117,6 +120,16 @@ struct Bridge {
   std::string what; // human summary: "all-gather batch", "send/recv"
   int fromStage = -1, toStage = -1;
   int64_t bytes = -1; // per micro-batch moved into each receiving device; -1 unknown
+};
+
+// A bucket of the data-parallel gradient reduction (passes/DataParallel.cpp): the
+// gradients of parameters [firstParam, endParam), which sit side by side in memory, summed
+// over the ranks in one collective once backward op `readyOp` ran in the step's last
+// micro-batch.
+struct GradBucket {
+  int firstParam = 0, endParam = 0;
+  int64_t bytes = 0; // f32 gradient bytes
+  int readyOp = -1;
 };
 
 struct Module {
@@ -139,6 +152,9 @@ struct Module {
   // when clipping, and each rank's instruction stream.
   int lossGrad = -1;
   int gradNorm = -1;
+  // Data parallelism: the ranks whose gradients are averaged (1: none) and the buckets.
+  int reduceRanks = 1;
+  std::vector<GradBucket> buckets;
   std::vector<Program> programs;
 
   int addTensor(std::string name, TensorType type, int producer);

@@ -355,7 +355,27 @@ std::string instrText(const Module& m, const Instr& in) {
   case InstrKind::Load:
     return fmt::format("load micro-batch {}", in.micro);
   case InstrKind::SeedGrad:
-    return fmt::format("seed-grad %{} = 1/micro_batches", m.tensors[m.lossGrad].name);
+    return m.reduceRanks == 1
+               ? fmt::format("seed-grad %{} = 1/micro_batches", m.tensors[m.lossGrad].name)
+               : fmt::format("seed-grad %{} = 1/(micro_batches x {} ranks)",
+                             m.tensors[m.lossGrad].name, m.reduceRanks);
+  case InstrKind::ReduceStart:
+  case InstrKind::ReduceWait: {
+    const GradBucket& b = m.buckets.at(in.bucket);
+    if (in.kind == InstrKind::ReduceWait) return fmt::format("reduce-wait bucket {}", in.bucket);
+    std::string params =
+        b.endParam - b.firstParam == 1
+            ? "@" + m.params[b.firstParam].name
+            : fmt::format("@{} … @{}", m.params[b.firstParam].name, m.params[b.endParam - 1].name);
+    return fmt::format("reduce-start bucket {}: {} gradient{}, {} ({} {}), summed over {} ranks",
+                       in.bucket, b.endParam - b.firstParam,
+                       b.endParam - b.firstParam == 1 ? "" : "s", params,
+                       formatBytes(static_cast<double>(b.bytes)),
+                       m.policy.commDtype == DType::F32    ? "fp32"
+                       : m.policy.commDtype == DType::BF16 ? "bf16"
+                                                           : "fp16",
+                       m.reduceRanks);
+  }
   case InstrKind::Run:
     break;
   }

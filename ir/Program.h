@@ -8,16 +8,20 @@
 namespace epl::ir {
 
 enum class InstrKind {
-  ZeroGrads, // clear every parameter gradient before the first micro-batch
-  Load,      // read micro-batch `micro` into the model inputs (and `next` targets)
-  SeedGrad,  // d loss / d loss = 1 / micro_batches: the step's loss is the mean
-  Run,       // run op `op` (forward, backward, grad-norm or optimizer)
+  ZeroGrads,   // clear every parameter gradient before the first micro-batch
+  Load,        // read micro-batch `micro` into the model inputs (and `next` targets)
+  SeedGrad,    // d loss / d loss = 1 / (micro_batches x data-parallel ranks): the step's
+               // loss is the mean over the global batch
+  Run,         // run op `op` (forward, backward, grad-norm or optimizer)
+  ReduceStart, // start summing gradient bucket `bucket` over the data-parallel ranks
+  ReduceWait,  // wait until that sum has arrived
 };
 
 struct Instr {
   InstrKind kind = InstrKind::Run;
   int op = -1;
   int micro = 0;
+  int bucket = -1; // ReduceStart, ReduceWait: index into Module::buckets
 };
 
 struct Program {

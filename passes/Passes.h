@@ -27,6 +27,8 @@ std::unique_ptr<Pass> createParamAccountingPass();
 // the tensors it reads saved by the forward), then a grad-norm op when clipping and one
 // optimizer op per parameter. Nothing without a `train` block.
 std::unique_ptr<Pass> createAutodiffPass();
+// Data parallelism: which ranks average gradients, and the buckets they do it in.
+std::unique_ptr<Pass> createDataParallelPass();
 // Each rank's instruction stream for a training step and for evaluation.
 std::unique_ptr<Pass> createSchedulePass();
 // Liveness and buffer reuse: every activation's offset in its rank's arena, and the

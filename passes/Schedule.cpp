@@ -1,13 +1,17 @@
 // schedule: each rank's instruction stream for one training step and for evaluation.
 //
-// One device (-np 1) runs, per step:
+// One device (-np 1), and every rank of a purely data-parallel plan, runs per step:
 //   zero the parameter gradients;
 //   for each micro-batch: load it, run the forward ops in program order, seed the loss
 //   gradient, run the backward ops (autodiff emitted them in reverse order already);
+//   in the last micro-batch, start each gradient bucket's reduction right after the
+//   backward op that completes it (data-parallel pass);
+//   wait for every bucket, in the order they started;
 //   then the grad-norm op (when clipping) and the optimizer ops.
 // Evaluation loads one batch and runs the forward ops alone.
-// Streams for several ranks (pipelines, tensor and data parallelism) are not built yet:
-// the plan for -np > 1 has no programs and `epl run` says so.
+// Each rank of a data-parallel plan runs on 1/np of each micro-batch.
+// Streams for pipelines and tensor parallelism are not built yet: such a plan has no
+// programs and `epl run` says so.
 #include "passes/Passes.h"
 
 #include "support/Assert.h"
@@ -22,36 +26,53 @@ public:
 
   bool run(ir::Module& m, PassContext&) override {
     m.programs.clear();
-    if (!m.train.present || m.lossGrad < 0 || m.mesh.np != 1) return false;
+    if (!m.train.present || m.lossGrad < 0 || !m.planned || !m.mesh.pureDataParallel())
+      return false;
+    // A pinned `replicate(n)` stage divides each replica's micro-batch over its n devices:
+    // from here on shapes are per rank.
+    int group = m.mesh.stages[0].group;
+    if (group > 1) m.bindings[m.batchSymbol] = m.mesh.microBatch / group;
     ir::Program p;
-    p.step.push_back({ir::InstrKind::ZeroGrads, -1, 0});
-    for (int micro = 0; micro < m.policy.microBatches; ++micro)
-      appendMicroBatch(m, micro, p.step);
+    p.step.push_back({ir::InstrKind::ZeroGrads, -1, 0, -1});
+    int last = static_cast<int>(m.policy.microBatches) - 1;
+    for (int micro = 0; micro <= last; ++micro)
+      appendMicroBatch(m, micro, micro == last, p.step);
+    for (size_t b = 0; b < m.buckets.size(); ++b)
+      p.step.push_back({ir::InstrKind::ReduceWait, -1, last, static_cast<int>(b)});
     for (size_t i = 0; i < m.ops.size(); ++i)
       if (m.ops[i].phase == ir::Phase::Optimizer)
-        p.step.push_back({ir::InstrKind::Run, static_cast<int>(i), 0});
-    p.eval.push_back({ir::InstrKind::Load, -1, 0});
+        p.step.push_back({ir::InstrKind::Run, static_cast<int>(i), 0, -1});
+    p.eval.push_back({ir::InstrKind::Load, -1, 0, -1});
     for (size_t i = 0; i < m.ops.size(); ++i)
       if (m.ops[i].phase == ir::Phase::Forward)
-        p.eval.push_back({ir::InstrKind::Run, static_cast<int>(i), 0});
-    m.programs.push_back(std::move(p));
+        p.eval.push_back({ir::InstrKind::Run, static_cast<int>(i), 0, -1});
+    for (int r = 0; r < m.mesh.np; ++r) {
+      p.rank = r;
+      m.programs.push_back(p);
+    }
     return true;
   }
 
 private:
-  static void appendMicroBatch(const ir::Module& m, int micro, std::vector<ir::Instr>& out) {
-    out.push_back({ir::InstrKind::Load, -1, micro});
+  static void appendMicroBatch(const ir::Module& m, int micro, bool last,
+                               std::vector<ir::Instr>& out) {
+    out.push_back({ir::InstrKind::Load, -1, micro, -1});
     for (size_t i = 0; i < m.ops.size(); ++i) {
       const ir::Op& op = m.ops[i];
       EPL_ASSERT(ir::opInfo(op.kind).split != ir::SplitRule::Communication,
-                 "a one-device plan has no communication");
+                 "a data-parallel plan has no communication ops");
       if (op.phase == ir::Phase::Forward)
-        out.push_back({ir::InstrKind::Run, static_cast<int>(i), micro});
+        out.push_back({ir::InstrKind::Run, static_cast<int>(i), micro, -1});
     }
-    out.push_back({ir::InstrKind::SeedGrad, -1, micro});
-    for (size_t i = 0; i < m.ops.size(); ++i)
-      if (m.ops[i].phase == ir::Phase::Backward)
-        out.push_back({ir::InstrKind::Run, static_cast<int>(i), micro});
+    out.push_back({ir::InstrKind::SeedGrad, -1, micro, -1});
+    for (size_t i = 0; i < m.ops.size(); ++i) {
+      if (m.ops[i].phase != ir::Phase::Backward) continue;
+      out.push_back({ir::InstrKind::Run, static_cast<int>(i), micro, -1});
+      if (!last) continue;
+      for (size_t b = 0; b < m.buckets.size(); ++b)
+        if (m.buckets[b].readyOp == static_cast<int>(i))
+          out.push_back({ir::InstrKind::ReduceStart, -1, micro, static_cast<int>(b)});
+    }
   }
 };
 

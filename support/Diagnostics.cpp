@@ -41,6 +41,13 @@ Diagnostics::Builder Diagnostics::warning(SourceLoc loc, std::string message) {
   return report(Severity::Warning, loc, std::move(message));
 }
 
+void Diagnostics::append(const Diagnostics& other, const std::string& prefix) {
+  for (Diagnostic d : other.all()) {
+    d.message = prefix + d.message;
+    record(std::move(d));
+  }
+}
+
 void Diagnostics::record(Diagnostic d) {
   if (d.severity == Severity::Error) ++errors_;
   diags_.push_back(std::move(d));

@@ -65,6 +65,9 @@ public:
   SourceManager& sources() { return sources_; }
   const SourceManager& sources() const { return sources_; }
 
+  // Records every diagnostic of `other`, each message after `prefix` ("rank 2: ").
+  void append(const Diagnostics& other, const std::string& prefix = "");
+
   // Renders every diagnostic recorded so far, in order.
   void print(std::ostream& out, bool color = false) const;
   std::string render(const Diagnostic& d, bool color = false) const;

@@ -106,10 +106,11 @@ void dropoutApply(const KernelCall& c, const float* src, const GradOut& dst, int
     return;
   }
   DropoutMask mask(c.seed, p);
+  int64_t at = c.elementOffset;
   parallelFor(n, kParallelMin, [&](int64_t lo, int64_t hi) {
 #pragma omp simd
     for (int64_t i = lo; i < hi; ++i)
-      dst.put(i, src[i] * mask.factor(i));
+      dst.put(i, src[i] * mask.factor(at + i));
   });
 }
 

@@ -1,0 +1,66 @@
+// data-parallel: the gradient reduction of a plan whose ranks each run the whole model on
+// their share of the batch (Mesh::pureDataParallel, -np > 1).
+//
+//   1. Every rank's gradients are summed over the np ranks (the loss seed already divides
+//      by them, so the sum is the mean over the global batch).
+//   2. Parameters are grouped into buckets of about `bucket_mb`, from the last parameter
+//      back: backward produces the last layers' gradients first. A bucket is a run of
+//      consecutive parameters, so its gradients are one block of memory and one
+//      collective. `bucket_mb = 0` makes one bucket of everything.
+//   3. A bucket is ready after the last backward op that writes one of its gradients; the
+//      schedule starts its reduction there in the step's last micro-batch (earlier
+//      micro-batches only accumulate), so communication overlaps the rest of the
+//      backward. `overlap_comm = false` starts every bucket after the whole backward.
+#include "passes/Passes.h"
+
+#include <algorithm>
+
+namespace epl::passes {
+
+namespace {
+
+class DataParallel : public Pass {
+public:
+  const char* name() const override { return "data-parallel"; }
+
+  bool run(ir::Module& m, PassContext&) override {
+    m.buckets.clear();
+    m.reduceRanks = 1;
+    if (!m.train.present || m.lossGrad < 0 || !m.planned || !m.mesh.pureDataParallel() ||
+        m.mesh.np == 1)
+      return false;
+    m.reduceRanks = m.mesh.np;
+    std::vector<int> gradOf(m.tensors.size(), -1), lastWriter(m.params.size(), -1);
+    for (size_t p = 0; p < m.params.size(); ++p)
+      if (m.params[p].grad >= 0) gradOf[m.params[p].grad] = static_cast<int>(p);
+    int lastBackward = -1;
+    for (size_t i = 0; i < m.ops.size(); ++i) {
+      const ir::Op& op = m.ops[i];
+      if (op.phase != ir::Phase::Backward) continue;
+      lastBackward = static_cast<int>(i);
+      for (int t : op.outputs)
+        if (t >= 0 && gradOf[t] >= 0) lastWriter[gradOf[t]] = static_cast<int>(i);
+    }
+    int end = static_cast<int>(m.params.size());
+    ir::GradBucket b{end, end, 0, -1};
+    for (int p = end - 1; p >= 0; --p) {
+      b.firstParam = p;
+      b.bytes += 4 * ir::numElements(m.params[p].type.shape, {}).value_or(0);
+      b.readyOp = std::max(b.readyOp, lastWriter[p]);
+      if ((m.policy.bucketBytes > 0 && b.bytes >= m.policy.bucketBytes) || p == 0) {
+        if (!m.policy.overlapComm || b.readyOp < 0) b.readyOp = lastBackward;
+        m.buckets.push_back(b);
+        b = ir::GradBucket{p, p, 0, -1};
+      }
+    }
+    return true;
+  }
+};
+
+} // namespace
+
+std::unique_ptr<Pass> createDataParallelPass() {
+  return std::make_unique<DataParallel>();
+}
+
+} // namespace epl::passes

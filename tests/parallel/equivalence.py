@@ -1,0 +1,83 @@
+#!/usr/bin/python3
+"""Data parallelism equals one device: runs one script with `epl run -np N` for each N
+(real mpirun ranks) and compares the loss of every step, and the final validation loss,
+with the -np 1 run.
+
+usage: equivalence.py EPL WORKDIR SCRIPT [--np 1 2 4] [--tol 1e-5] [--steps 20]
+                      [--set KEY=VALUE ...]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+
+def run(epl, work, script, np, steps, sets):
+    metrics = os.path.join(work, f"np{np}.jsonl")
+    if os.path.exists(metrics):
+        os.remove(metrics)
+    cmd = [epl, "run", script, "-np", str(np), "--steps", str(steps), "--metrics", metrics]
+    for s in sets:
+        cmd += ["--set", s]
+    out = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=600)
+    with open(os.path.join(work, f"np{np}.out"), "w") as f:
+        f.write(out.stdout + out.stderr)
+    if out.returncode != 0:
+        sys.exit(f"FAIL: {' '.join(cmd)} exited {out.returncode}\n{out.stdout}\n{out.stderr}")
+    losses, evals = [], []
+    with open(metrics) as f:
+        for line in f:
+            rec = json.loads(line)
+            if "eval_loss" in rec:
+                evals.append(rec["eval_loss"])
+            else:
+                losses.append(rec["loss"])
+    if len(losses) != steps:
+        sys.exit(f"FAIL: -np {np} logged {len(losses)} steps, expected {steps}")
+    return losses, evals, out.stdout
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("epl")
+    ap.add_argument("work")
+    ap.add_argument("script")
+    ap.add_argument("--np", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--tol", type=float, default=1e-5)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--set", dest="sets", action="append", default=[])
+    ap.add_argument("--expect", action="append", default=[],
+                    help="text the -np > 1 runs must print, _ for a space (8_buckets)")
+    a = ap.parse_args()
+    os.makedirs(a.work, exist_ok=True)
+    script = os.path.abspath(a.script)
+    ref, ref_eval, _ = run(a.epl, a.work, script, 1, a.steps, a.sets)
+    worst = 0.0
+    for np in a.np:
+        if np == 1:
+            continue
+        losses, evals, stdout = run(a.epl, a.work, script, np, a.steps, a.sets)
+        for text in (t.replace("_", " ") for t in a.expect):
+            if text not in stdout:
+                sys.exit(f"FAIL: -np {np} did not print {text!r}:\n{stdout}")
+        for i, (x, y) in enumerate(zip(ref, losses)):
+            rel = abs(x - y) / max(abs(x), 1e-30)
+            worst = max(worst, rel)
+            print(f"step {i + 1:2}: np1 {x:.9f}  np{np} {y:.9f}  rel {rel:.2e}")
+        if len(evals) != len(ref_eval):
+            sys.exit(f"FAIL: -np {np} ran {len(evals)} evaluations, -np 1 ran {len(ref_eval)}")
+        for x, y in zip(ref_eval, evals):
+            rel = abs(x - y) / max(abs(x), 1e-30)
+            worst = max(worst, rel)
+            print(f"validation: np1 {x:.9f}  np{np} {y:.9f}  rel {rel:.2e}")
+    print(f"worst relative difference {worst:.2e} (tolerance {a.tol:g})")
+    if worst > a.tol:
+        sys.exit("FAIL: the parallel runs differ from -np 1")
+    # A tolerance that any run would meet proves nothing: the losses must move.
+    if abs(ref[0] - ref[-1]) < 100 * a.tol * abs(ref[0]):
+        sys.exit("FAIL: the loss hardly changed; the comparison is not meaningful")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# A multi-rank job never hangs: a rank killed with SIGKILL mid-run, and a rank that stops
+# answering (SIGSTOP, so its collectives time out), each end the whole job within 10 s with
+# a non-zero exit and a message naming the rank. An error every rank meets is reported once.
+# usage: failures.sh EPL WORKDIR SCRIPT
+set -euo pipefail
+epl=$1 work=$2 script=$(realpath "$3")
+rm -rf "$work" && mkdir -p "$work" && cd "$work"
+
+# The pid of rank R of the job whose metrics file is $1 (found by its environment).
+rank_pid() {
+  for p in $(pgrep -f "epl run $script" || true); do
+    if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then
+      echo "$p"
+      return
+    fi
+  done
+}
+
+# Starts a long run of 3 ranks and waits until it has trained a few steps.
+start_job() {
+  local name=$1
+  shift
+  "$epl" run "$script" -np 3 --steps 100000 --metrics "$name.jsonl" "$@" > "$name.out" 2>&1 &
+  job=$!
+  for _ in $(seq 600); do
+    [ -f "$name.jsonl" ] && [ "$(wc -l < "$name.jsonl")" -ge 3 ] && return
+    sleep 0.1
+  done
+  echo "FAIL: the job did not start training"; cat "$name.out"; exit 1
+}
+
+# Waits for the job; checks it ended within 10 s of the fault, non-zero, and printed $1.
+expect_end() {
+  local name=$1 pattern=$2 began=$3
+  local rc=0
+  wait "$job" || rc=$?
+  local took=$(( $(date +%s%N) / 1000000 - began ))
+  echo "$name: exit $rc after ${took} ms"
+  [ "$rc" -ne 0 ] || { echo "FAIL: $name: exit 0"; cat "$name.out"; exit 1; }
+  [ "$took" -lt 10000 ] || { echo "FAIL: $name: took ${took} ms"; cat "$name.out"; exit 1; }
+  grep -qE "$pattern" "$name.out" || { echo "FAIL: $name: no /$pattern/"; cat "$name.out"; exit 1; }
+  grep -E "$pattern" "$name.out" | head -3
+  # No rank may outlive the job.
+  sleep 0.5
+  if pgrep -f "epl run $script" > /dev/null; then echo "FAIL: $name: ranks left"; exit 1; fi
+}
+
+# 1. SIGKILL rank 1.
+start_job killed
+victim=$(rank_pid 1)
+[ -n "$victim" ] || { echo "FAIL: rank 1 not found"; exit 1; }
+began=$(( $(date +%s%N) / 1000000 ))
+kill -KILL "$victim"
+expect_end killed "rank 1.*(killed|signal 9|Killed)" "$began"
+
+# 2. SIGSTOP rank 2: the others' collectives time out after comm_timeout seconds.
+start_job stopped --set policy.comm_timeout=2
+victim=$(rank_pid 2)
+[ -n "$victim" ] || { echo "FAIL: rank 2 not found"; exit 1; }
+began=$(( $(date +%s%N) / 1000000 ))
+kill -STOP "$victim"
+expect_end stopped "rank [01]: .*did not finish within 2 s" "$began"
+kill -KILL "$victim" 2>/dev/null || true
+
+# 3. A missing data file: every rank meets it, rank 0 alone reports it, once.
+sed 's|/usr/share/games/fortunes/cookie|missing.txt|' "$script" > missing.epl
+rc=0
+"$epl" run missing.epl -np 2 > missing.out 2>&1 || rc=$?
+[ "$rc" = 1 ] || { echo "FAIL: missing data: exit $rc"; cat missing.out; exit 1; }
+[ "$(grep -c "missing.txt" missing.out)" -ge 1 ] || { cat missing.out; exit 1; }
+[ "$(grep -c "^error" missing.out)" = 1 ] || { echo "FAIL: not reported once"; cat missing.out; exit 1; }
+grep -q -- "--> missing.epl:" missing.out || { echo "FAIL: no location"; cat missing.out; exit 1; }
+echo "missing data: one error, exit 1"
+echo PASS

@@ -2,7 +2,7 @@
 // activation arena, parameters, gradients and optimizer states in device memory, and turns
 // each instruction into device calls. The training loop around it is in Trainer.cpp.
 #pragma once
-#include "backend/Comm.h"
+#include "backend/comm/Comm.h"
 #include "backend/Device.h"
 #include "ir/Module.h"
 

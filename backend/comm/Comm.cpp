@@ -51,6 +51,9 @@ void Pending::finish(std::string error) {
   cv_.notify_all();
 }
 
+// Sleeps at once, without spinning first: on a machine with as many threads as cores, a
+// spinning waiter takes the core the communication thread needs (measured: a 4-byte
+// all-reduce took 15 us with sleeping waiters, 30 to 75 us with spinning ones).
 bool Pending::waitFor(double seconds) {
   if (finished()) return true;
   std::unique_lock<std::mutex> lock(m_);

@@ -30,7 +30,9 @@ using mpi::Op;
 // How the communication thread polls while operations are outstanding: it spins (calls
 // MPI_Test back to back) for a while after anything moved, then sleeps between polls so
 // that compute threads get the cores. A caller blocked in wait has nothing else to do, so
-// the thread spins longer for it.
+// the thread spins longer for it. With nothing outstanding it sleeps until the next
+// operation: spinning there (or in a waiter) takes cores that compute threads or the other
+// ranks' communication threads need, which made small operations slower, not faster.
 constexpr auto kSpinIdle = std::chrono::microseconds(50);
 constexpr auto kSpinWaited = std::chrono::milliseconds(2);
 constexpr auto kPollInterval = std::chrono::microseconds(50);
@@ -264,12 +266,13 @@ void MpiComm::run() {
     bool stop;
     {
       std::unique_lock<std::mutex> lock(m_);
-      if (!moved && !kick_) {
+      auto spin = waiters_ > 0 ? kSpinWaited : kSpinIdle;
+      if (!moved && !kick_ && (active.empty() || Clock::now() - lastMove > spin)) {
         sleeping_ = true;
         auto woken = [&] { return kick_ || stopping_; };
         if (active.empty())
           wake_.wait(lock, woken);
-        else if (Clock::now() - lastMove > (waiters_ > 0 ? kSpinWaited : kSpinIdle))
+        else
           wake_.wait_for(lock, kPollInterval, woken);
         sleeping_ = false;
       }

@@ -26,6 +26,9 @@ namespace epl::backend::mpi {
 
 namespace {
 
+// Segments of 1 MiB: small enough that a received segment is added while it is still in
+// cache, large enough that per-message costs do not show (256 KiB to 2 MiB measured within
+// noise of each other on 2 ranks; 4 MiB and unsegmented blocks were slower).
 constexpr size_t kSegmentBytes = size_t(1) << 20;
 constexpr int64_t kWindow = 4; // receive buffers of reduce steps in flight
 constexpr int kTags = 32768;   // MPI guarantees tags up to 32767
@@ -190,16 +193,19 @@ bool RingOp::testSend(int64_t g) {
   return flag != 0;
 }
 
+// Each pass posts sends before receives: a receive may match a message that already
+// arrived and copy it at once (the copy runs inside MPI_Irecv or MPI_Test), and the
+// neighbour should not wait for this rank's send during that copy.
 bool RingOp::progress(Context& c) {
   bool moved = false, again;
   do {
     again = false;
+    for (; sent_ < G_ && canSend(sent_); again = true)
+      postSend(c, sent_++);
     for (; posted_ < G_ && canPostRecv(posted_); again = true)
       postRecv(c, posted_++);
     for (; handled_ < posted_ && testRecv(handled_); again = true)
       ++handled_;
-    for (; sent_ < G_ && canSend(sent_); again = true)
-      postSend(c, sent_++);
     for (; sendsDone_ < sent_ && testSend(sendsDone_); again = true)
       ++sendsDone_;
     moved |= again;

@@ -1,0 +1,31 @@
+// The 16-bit wire formats of reductions (WireType): exact conversions from and to f32, and
+// the three loops a reduction runs on wire data (encode, add, decode). Private to backend/comm.
+#pragma once
+#include "backend/comm/Comm.h"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace epl::backend::wire {
+
+// f32 -> bf16 and f32 -> IEEE half, rounding to nearest, ties to even. NaN stays NaN (quiet);
+// a half overflows to infinity, and values below its range go subnormal, then to zero.
+uint16_t toBf16(float x);
+uint16_t toF16(float x);
+// Exact: every bf16 and half value is an f32 value.
+float fromBf16(uint16_t h);
+float fromF16(uint16_t h);
+
+// Bytes of one element on the wire.
+size_t elementBytes(WireType w);
+
+// dst = wire(src * scale); scale applies to F16 only. dst may not overlap src unless w is F32
+// and they are the same buffer.
+void encode(WireType w, const float* src, void* dst, int64_t n, float scale);
+// dst = float(src) / scale (F16), float(src) otherwise.
+void decode(WireType w, const void* src, float* dst, int64_t n, float scale);
+// dst = wire(a + b), element by element in f32, rounded to the wire type: one hop of a
+// reduction. dst may be a or b.
+void add(WireType w, void* dst, const void* a, const void* b, int64_t n);
+
+} // namespace epl::backend::wire

@@ -107,7 +107,9 @@ int runRank(Common args, epl::interp::RunOptions o, epl::backend::Comm* comm) {
   if (o.metricsPath.empty())
     o.metricsPath = std::filesystem::path(args.script).stem().string() + ".metrics.jsonl";
   o.out = &std::cout;
-  o.terminal = isatty(1) || epl::driver::terminalForwarded();
+  // mpirun gives ranks a pseudo-terminal even when its own output is a file: under MPI
+  // only the launcher knows.
+  o.terminal = comm ? epl::driver::terminalForwarded() : isatty(1);
   o.comm = comm;
   if (o.threads == 0 && comm) o.threads = epl::driver::threadsPerRank();
   if (rank == 0) {

@@ -86,7 +86,9 @@ public:
     threads_ = cpu::threadCount();
   }
 
-  std::string name() const override { return "cpu (" + std::to_string(threads_) + " threads)"; }
+  std::string name() const override {
+    return "cpu (" + std::to_string(threads_) + (threads_ == 1 ? " thread)" : " threads)");
+  }
 
   void* allocate(int64_t bytes) override {
     EPL_ASSERT(bytes >= 0, "negative allocation");

@@ -74,8 +74,8 @@ def main():
     print(f"worst relative difference {worst:.2e} (tolerance {a.tol:g})")
     if worst > a.tol:
         sys.exit("FAIL: the parallel runs differ from -np 1")
-    # A tolerance that any run would meet proves nothing: the losses must move.
-    if abs(ref[0] - ref[-1]) < 100 * a.tol * abs(ref[0]):
+    # Equal losses prove nothing if training stood still: the loss must move by 5%.
+    if abs(ref[0] - ref[-1]) < 0.05 * abs(ref[0]):
         sys.exit("FAIL: the loss hardly changed; the comparison is not meaningful")
 
 

@@ -29,8 +29,11 @@ struct Signature {
   WireType wire = WireType::F32;
   float scale = 1.f;
 
+  // Scale matters to f16 only: other wire types ignore it, so ranks need not agree on it.
+  float effectiveScale() const { return wire == WireType::F16 ? scale : 1.f; }
   bool operator==(const Signature& o) const {
-    return kind == o.kind && size == o.size && root == o.root && wire == o.wire && scale == o.scale;
+    return kind == o.kind && size == o.size && root == o.root && wire == o.wire &&
+           effectiveScale() == o.effectiveScale();
   }
 };
 
@@ -96,6 +99,7 @@ void reduceRanks(const std::vector<Part>& parts, int64_t offset, int64_t count, 
 void compute(const Signature& s, std::vector<Part>& parts) {
   const size_t n = parts.size();
   const size_t size = static_cast<size_t>(s.size); // floats or bytes, as the kind says
+  if (size == 0) return; // (buffers may be null; a barrier has size 0 too)
   auto at = [](const void* p, size_t offset) { return static_cast<const char*>(p) + offset; };
   auto to = [](void* p, size_t offset) { return static_cast<char*>(p) + offset; };
   switch (s.kind) {

@@ -85,6 +85,7 @@ size_t elementBytes(WireType w) {
 }
 
 void encode(WireType w, const float* src, void* dst, int64_t n, float scale) {
+  if (n == 0) return; // the buffers may be null
   switch (w) {
   case WireType::F32:
     if (dst != src) std::memcpy(dst, src, static_cast<size_t>(n) * 4);
@@ -105,6 +106,7 @@ void encode(WireType w, const float* src, void* dst, int64_t n, float scale) {
 }
 
 void decode(WireType w, const void* src, float* dst, int64_t n, float scale) {
+  if (n == 0) return; // the buffers may be null
   switch (w) {
   case WireType::F32:
     if (dst != src) std::memcpy(dst, src, static_cast<size_t>(n) * 4);

@@ -116,9 +116,9 @@ TEST_CASE("all-gather, broadcast and all-to-all move every rank's bytes on 1 to 
     }
 }
 
-TEST_CASE("16-bit reductions round each hop and give every rank the same bits") {
+TEST_CASE("reductions round each hop to the wire type and give every rank the same bits") {
   const int64_t count = 5000;
-  for (WireType w : {WireType::BF16, WireType::F16})
+  for (WireType w : {WireType::F32, WireType::BF16, WireType::F16})
     for (int n = 2; n <= 4; ++n) {
       CAPTURE(wireTypeName(w), n);
       const float scale = w == WireType::F16 ? 1024.f : 1.f;
@@ -139,8 +139,8 @@ TEST_CASE("16-bit reductions round each hop and give every rank the same bits") 
         for (int r = 0; r < n; ++r)
           notSameBits += bitsOf(reduced[r][i]) != bitsOf(reduced[0][i]);
         outside += std::fabs(reduced[0][i] - exactSum(n, i, false)) > tolerance;
-        if (n == 2) { // one hop: exactly wire(wire(a) + wire(b))
-          uint16_t a, b, sum;
+        if (n == 2) {         // one hop: exactly wire(wire(a) + wire(b))
+          uint32_t a, b, sum; // room for any wire type
           float x = roughValue(0, i), y = roughValue(1, i);
           wire::encode(w, &x, &a, 1, scale);
           wire::encode(w, &y, &b, 1, scale);

@@ -1,5 +1,5 @@
-// The MPI communicator under a real mpirun (CTest runs it with 2 and 4 ranks): every
-// collective against references computed from every rank's inputs, 16-bit wire types with
+// The MPI communicator under a real mpirun (CTest runs it with 2, 3 and 4 ranks): every
+// collective against references computed from every rank's inputs, wire types with
 // the same bits on every rank, point to point, progress while the caller computes, the
 // timeout path and misuse. Each rank checks its own results and prints what failed; the
 // job fails when any rank does. With --abort, rank 1 ends the job with Comm::abort while the
@@ -62,12 +62,12 @@ void testReductions(Comm& c) {
   }
 }
 
-// 16-bit wire types: within rounding of the exact sum, exactly one hop for two ranks, and
-// the same bits on every rank (gathered and compared).
+// Every wire type on values whose sums round: within rounding of the exact sum, exactly
+// one hop for two ranks, and the same bits on every rank (gathered and compared).
 void testWireTypes(Comm& c) {
   const int n = c.size(), r = c.rank();
   const int64_t count = 1500001; // more than one 1 MiB segment per block
-  for (WireType w : {WireType::BF16, WireType::F16}) {
+  for (WireType w : {WireType::F32, WireType::BF16, WireType::F16}) {
     const float scale = w == WireType::F16 ? 512.f : 1.f;
     std::vector<float> reduced = floats(r, count, false);
     c.allReduce(reduced.data(), count, "grads", w, scale);
@@ -81,7 +81,7 @@ void testWireTypes(Comm& c) {
       outside += std::fabs(reduced[i] - exactSum(n, i, false)) >
                  wireTolerance(w, n, magnitudeSum(n, i), scale);
       if (n != 2) continue;
-      uint16_t a, b, sum;
+      uint32_t a, b, sum; // room for any wire type
       float x = roughValue(0, i), y = roughValue(1, i), expected;
       wire::encode(w, &x, &a, 1, scale);
       wire::encode(w, &y, &b, 1, scale);

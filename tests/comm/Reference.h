@@ -59,13 +59,12 @@ inline double magnitudeSum(int n, int64_t i) {
   return s;
 }
 
-// How far a 16-bit reduction over n ranks may be from the exact sum: each of the n
-// conversions and n-1 partial sums rounds with relative error at most u (2^-8 for bf16,
+// How far a reduction over n ranks may be from the exact sum: each of the n conversions
+// and n-1 partial sums rounds with relative error at most u (2^-24 for f32, 2^-8 for bf16,
 // 2^-11 for f16) of at most the sum of magnitudes; f16 adds the absolute spacing of its
 // subnormals, divided by the scale.
 inline double wireTolerance(WireType w, int n, double sumOfMagnitudes, float scale) {
-  if (w == WireType::F32) return 0;
-  double u = w == WireType::BF16 ? 0x1p-8 : 0x1p-11;
+  double u = w == WireType::F32 ? 0x1p-24 : w == WireType::BF16 ? 0x1p-8 : 0x1p-11;
   double floor = w == WireType::F16 ? n * 0x1p-24 / scale : 0;
   return 2.0 * n * u * sumOfMagnitudes + floor;
 }

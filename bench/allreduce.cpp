@@ -2,7 +2,7 @@
 // bytes, and how much of an iallReduce hides behind computation on the calling thread.
 // Target: ours/raw >= 0.9 from 4 MB up (bench of a lone f32 all-reduce).
 //
-// Usage: mpirun -np 2 build/bench/epl_bench_allreduce [repetitions]
+// Usage: mpirun -np 2 build/bench/epl_bench_allreduce [repetitions | --raw-bytes N]
 // Times are medians over the repetitions, each started after a barrier; bandwidth is the
 // algorithm bandwidth (bytes reduced / time). Overlap: an iallReduce, then as much
 // computation on the calling thread as the all-reduce takes, then the wait; `hidden` is the
@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 #include <functional>
 #include <mpi.h>
+#include <string>
 #include <vector>
 
 namespace {
@@ -75,9 +76,26 @@ std::string gbPerSecond(double bytes, double seconds) {
   return fmt::format("{:.2f}", bytes / seconds / 1e9);
 }
 
+// `--raw-bytes N`: rank 0 prints the median seconds of one raw MPI_Allreduce of N bytes of
+// floats, alone on its last line (bench/data_parallel.py compares a training step's
+// gradient reduction with it).
+int rawOnly(int64_t bytes, int reps) {
+  auto comm = epl::backend::makeMpiComm();
+  std::vector<float> data(static_cast<size_t>(bytes / 4), 1.f);
+  auto op = [&] {
+    MPI_Allreduce(MPI_IN_PLACE, data.data(), static_cast<int>(data.size()), MPI_FLOAT, MPI_SUM,
+                  MPI_COMM_WORLD);
+  };
+  op();
+  double t = timeIt(reps, op);
+  if (comm->rank() == 0) std::printf("%.9f\n", t);
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 2 && std::string(argv[1]) == "--raw-bytes") return rawOnly(std::atoll(argv[2]), 15);
   const int reps = argc > 1 ? std::atoi(argv[1]) : 15;
   auto comm = epl::backend::makeMpiComm(); // initialises MPI (MPI_THREAD_MULTIPLE)
   const int rank = comm->rank();

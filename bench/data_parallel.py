@@ -65,7 +65,8 @@ class Block(nn.Module):
         s.ln1, s.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
         s.qkv, s.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
         s.fc1, s.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-        s.register_buffer("mask", torch.triu(torch.ones(128, 128, dtype=torch.bool), 1))
+        # A plain attribute, not a buffer: gloo cannot broadcast bool tensors.
+        s.mask = torch.triu(torch.ones(128, 128, dtype=torch.bool), 1)
     def forward(s, x):
         B, T, D = x.shape
         q, k, v = s.qkv(s.ln1(x)).split(D, dim=2)
@@ -120,6 +121,8 @@ def epl_run(args, work, name, sets):
     return {
         "step": statistics.median(r["step_seconds"] for r in rows),
         "wait": statistics.median(r["reduce_wait_seconds"] for r in rows),
+        # From the last rank's first reduction start to the last rank's last wait.
+        "comm": statistics.median(r["reduce_span_seconds"] for r in rows),
         "bytes": rows[0]["reduce_bytes"],
     }
 
@@ -168,14 +171,16 @@ def main():
         print(f"   overlap_comm = false: step {off['step'] * 1e3:.1f} ms, blocked on "
               f"reductions {off['wait'] * 1e3:.1f} ms")
         print(f"   step time ratio overlap/after {on['step'] / off['step']:.3f}\n")
-        print("3. reduction bandwidth during a step (overlap_comm = false)")
-        raw = raw_allreduce(args, off["bytes"])
-        ours_bw, raw_bw = off["bytes"] / off["wait"], off["bytes"] / raw
-        print(f"   epl buckets: {off['bytes'] / 1e6:.1f} MB in {off['wait'] * 1e3:.1f} ms, "
-              f"{ours_bw / 1e9:.2f} GB/s")
+        one = epl_run(args, work, "one", ["policy.overlap_comm=false"])
+        raw = raw_allreduce(args, one["bytes"])
+        print("3. reduction bandwidth during a step (overlap_comm = false, so the reductions")
+        print("   run alone; time = from the last rank's first start to the last rank's end)")
+        for name, r in (("one 25 MB bucket", one), ("4 MB buckets", off)):
+            print(f"   {name:17}: {r['bytes'] / 1e6:.1f} MB in {r['comm'] * 1e3:.1f} ms, "
+                  f"{r['bytes'] / r['comm'] / 1e9:.2f} GB/s, ratio to raw "
+                  f"{raw / r['comm']:.3f}")
         print(f"   one raw MPI_Allreduce of the same bytes: {raw * 1e3:.1f} ms, "
-              f"{raw_bw / 1e9:.2f} GB/s")
-        print(f"   ratio {ours_bw / raw_bw:.3f}   (target >= 0.9)")
+              f"{one['bytes'] / raw / 1e9:.2f} GB/s   (target: ratio >= 0.9)")
 
 
 if __name__ == "__main__":

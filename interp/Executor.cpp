@@ -5,6 +5,7 @@
 #include "support/Assert.h"
 #include "support/Random.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -15,6 +16,11 @@ namespace epl::interp {
 namespace {
 
 constexpr int64_t kAlign = 64;
+
+// The machine's monotonic clock: the same on every rank of one machine.
+double monotonicSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 int64_t alignUp(int64_t v) {
   return (v + kAlign - 1) / kAlign * kAlign;
@@ -73,6 +79,11 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
         b.endParam < static_cast<int>(paramOffset_.size()) ? paramOffset_[b.endParam] : total);
   }
   pending_.resize(m_.buckets.size());
+  for (const ir::Instr& in : program_.step)
+    if (in.kind == ir::InstrKind::ReduceStart) {
+      firstStarted_ = in.bucket;
+      break;
+    }
   wire_ = m_.policy.commDtype == ir::DType::BF16  ? backend::WireType::BF16
           : m_.policy.commDtype == ir::DType::F16 ? backend::WireType::F16
                                                   : backend::WireType::F32;
@@ -207,6 +218,7 @@ void Executor::startReduce(int b) {
   int64_t count = (bucketEnd_[b] - bucketBegin_[b]) / 4;
   // fp16 carries each rank's share times the rank count, so small gradients stay normal.
   float scale = wire_ == backend::WireType::F16 ? static_cast<float>(m_.reduceRanks) : 1.f;
+  if (b == firstStarted_) reduceBegan_ = monotonicSeconds();
   pending_[b] = comm_.iallReduce(data, count, wire_, scale);
 }
 
@@ -220,7 +232,8 @@ void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t see
     return;
   case ir::InstrKind::SeedGrad: {
     // The loss of this micro-batch is final once its forward ran: queue its copy to the
-    // host now (read after the step's synchronize), then seed d loss = 1 / micro_batches.
+    // host now (read after the step's synchronize), then seed d loss = 1 / (micro_batches x
+    // data-parallel ranks): the ranks' summed gradients are the global batch's mean.
     dev_.copyToHost(&lossHost_[in.micro], view(m_.outputs[0]).data, 4);
     // The source must outlive the copy on a queued device: a member, not a local.
     lossSeed_ = 1.f / static_cast<float>(m_.policy.microBatches * m_.reduceRanks);
@@ -240,6 +253,7 @@ void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t see
                            m_.params[b.firstParam].name, b.bytes));
     reduceWaitSeconds_ +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    reduceEnded_ = monotonicSeconds();
     return;
   }
   case ir::InstrKind::Run:
@@ -300,14 +314,24 @@ StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
   for (float l : lossHost_)
     r.loss += l;
   r.loss /= static_cast<double>(lossHost_.size());
+  r.reduceWaitSeconds = reduceWaitSeconds_;
   if (m_.reduceRanks > 1) {
-    // Each rank's mean over its samples; the ranks hold equal shares.
-    float sum = static_cast<float>(r.loss);
-    comm_.allReduce(&sum, 1, fmt::format("the loss of step {}", step + 1));
-    r.loss = static_cast<double>(sum) / m_.reduceRanks;
+    // Each rank's mean loss over its samples (the ranks hold equal shares), gathered so
+    // that every rank adds them in rank order, with when its reductions began and ended.
+    double mine[3] = {r.loss, reduceBegan_, reduceEnded_};
+    std::vector<double> all(3 * static_cast<size_t>(comm_.size()));
+    comm_.allGather(mine, all.data(), sizeof mine, fmt::format("the loss of step {}", step + 1));
+    r.loss = 0;
+    double began = 0, ended = 0;
+    for (int k = 0; k < comm_.size(); ++k) {
+      r.loss += all[3 * k];
+      began = std::max(began, all[3 * k + 1]);
+      ended = std::max(ended, all[3 * k + 2]);
+    }
+    r.loss /= comm_.size();
+    r.reduceSpanSeconds = ended - began;
   }
   r.gradNorm = gradNorm_;
-  r.reduceWaitSeconds = reduceWaitSeconds_;
   for (size_t b = 0; b < bucketBegin_.size(); ++b)
     r.reduceBytes += bucketEnd_[b] - bucketBegin_[b];
   return r;

@@ -27,8 +27,11 @@ struct OptimizerSettings {
 struct StepResult {
   double loss = 0;     // mean over the step's micro-batches and data-parallel ranks
   double gradNorm = 0; // global L2 norm before clipping; 0 when not clipping
-  // Data parallelism: seconds blocked in reduce-wait, and the bytes reduced.
-  double reduceWaitSeconds = 0;
+  // Data parallelism: seconds this rank was blocked in reduce-wait; seconds from the last
+  // rank's first reduce-start to the last rank's last reduce-wait (the reductions' own
+  // time once every rank has joined; by the monotonic clock, so meaningful when the ranks
+  // share one machine); and the bytes reduced.
+  double reduceWaitSeconds = 0, reduceSpanSeconds = 0;
   int64_t reduceBytes = 0;
 };
 
@@ -115,6 +118,8 @@ private:
   float lr_ = 0, clipScale_ = 1, lossSeed_ = 1;
   double gradNorm_ = 0;
   double reduceWaitSeconds_ = 0;
+  int firstStarted_ = -1;                    // the bucket of the step's first reduce-start
+  double reduceBegan_ = 0, reduceEnded_ = 0; // monotonic clock
 };
 
 } // namespace epl::interp

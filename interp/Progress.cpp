@@ -92,6 +92,7 @@ void MetricsFile::step(const StepReport& r) {
                    {"memory_bytes", r.memoryBytes}};
   if (r.reduceBytes > 0) {
     j["reduce_wait_seconds"] = r.reduceWaitSeconds;
+    j["reduce_span_seconds"] = r.reduceSpanSeconds;
     j["reduce_bytes"] = r.reduceBytes;
   }
   out_ << j.dump() << "\n" << std::flush;

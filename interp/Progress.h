@@ -17,9 +17,10 @@ struct StepReport {
   double elapsedSeconds = 0;
   double stepSeconds = 0;  // this step alone: data, forward, backward, optimizer
   int64_t memoryBytes = 0; // resident set of the process
-  // Data parallelism: seconds this rank spent blocked on gradient reductions, and the
-  // gradient bytes each rank sent into them (0 on one device).
-  double reduceWaitSeconds = 0;
+  // Data parallelism: seconds rank 0 spent blocked on gradient reductions; seconds from the
+  // last rank's first reduction start to the last rank's last wait (StepResult); and the
+  // gradient bytes each rank reduced (0 on one device).
+  double reduceWaitSeconds = 0, reduceSpanSeconds = 0;
   int64_t reduceBytes = 0;
 };
 
@@ -41,9 +42,9 @@ private:
 };
 
 // Appends JSON lines: {"step":…, "loss":…, "lr":…, "grad_norm":…, "samples_per_s":…,
-// "step_seconds":…, "memory_bytes":…} per step (with "reduce_wait_seconds" and
-// "reduce_bytes" under data parallelism), {"step":…, "eval_loss":…, "eval_accuracy":…} per
-// evaluation. An empty path writes nothing.
+// "step_seconds":…, "memory_bytes":…} per step (with "reduce_wait_seconds",
+// "reduce_span_seconds" and "reduce_bytes" under data parallelism), {"step":…, "eval_loss":…,
+// "eval_accuracy":…} per evaluation. An empty path writes nothing.
 class MetricsFile {
 public:
   explicit MetricsFile(const std::string& path, bool append);

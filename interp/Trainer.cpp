@@ -393,11 +393,17 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
     }
     lastLoss = r.loss;
     samples += m.train.batch;
-    StepReport rep{step + 1,        steps,
-                   r.loss,          lr,
-                   r.gradNorm,      samples / seconds(began),
-                   seconds(began),  seconds(stepBegan),
-                   residentBytes(), r.reduceWaitSeconds,
+    StepReport rep{step + 1,
+                   steps,
+                   r.loss,
+                   lr,
+                   r.gradNorm,
+                   samples / seconds(began),
+                   seconds(began),
+                   seconds(stepBegan),
+                   residentBytes(),
+                   r.reduceWaitSeconds,
+                   r.reduceSpanSeconds,
                    r.reduceBytes};
     progress.step(rep);
     metrics.step(rep);
@@ -413,7 +419,8 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
         (step + 1) % static_cast<int64_t>(m.train.eval.numbers.at("every")) == 0) {
       int64_t batches = static_cast<int64_t>(
           m.train.eval.numbers.count("batches") ? m.train.eval.numbers.at("batches") : 10);
-      Evaluation e = evaluate(ex, *ds, batches * m.mesh.microBatch);
+      // `batches` of the global micro-batch: the same samples at any -np.
+      Evaluation e = evaluate(ex, *ds, batches * ex.localBatch() * m.reduceRanks);
       progress.line(
           fmt::format("step {}: validation {} ({} samples)", step + 1, evalText(e), e.samples));
       metrics.eval(step + 1, e.loss, e.accuracy, e.samples);

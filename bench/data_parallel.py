@@ -51,41 +51,15 @@ GPT = f"""
 
 # The same model under torch.nn.parallel.DistributedDataParallel, one process a rank.
 DDP = r"""
-import json, math, os, sys, time
+import json, os, sys, time
 import torch, torch.nn as nn, torch.nn.functional as F, torch.distributed as dist
 rank, world, steps, port = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+sys.path.insert(0, sys.argv[6])
+from torch_gpt import Gpt, windows
 torch.set_num_threads(1)
 torch.manual_seed(0)
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                         world_size=world)
-
-class Block(nn.Module):
-    def __init__(s, d, h):
-        super().__init__(); s.h = h
-        s.ln1, s.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        s.qkv, s.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        s.fc1, s.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-        # A plain attribute, not a buffer: gloo cannot broadcast bool tensors.
-        s.mask = torch.triu(torch.ones(128, 128, dtype=torch.bool), 1)
-    def forward(s, x):
-        B, T, D = x.shape
-        q, k, v = s.qkv(s.ln1(x)).split(D, dim=2)
-        q, k, v = (t.view(B, T, s.h, D // s.h).transpose(1, 2) for t in (q, k, v))
-        a = (q @ k.transpose(-2, -1)) / math.sqrt(D // s.h)
-        a = a.masked_fill(s.mask[:T, :T], float("-inf")).softmax(-1)
-        x = x + s.proj((a @ v).transpose(1, 2).reshape(B, T, D))
-        return x + s.fc2(F.gelu(s.fc1(s.ln2(x)), approximate="tanh"))
-
-class Gpt(nn.Module):
-    def __init__(s, V=256, T=128, D=256):
-        super().__init__()
-        s.emb, s.pos = nn.Embedding(V, D), nn.Parameter(torch.randn(T, D))
-        s.blocks = nn.ModuleList(Block(D, 8) for _ in range(6))
-        s.ln, s.head = nn.LayerNorm(D), nn.Linear(D, V)
-    def forward(s, x):
-        h = s.emb(x) + s.pos
-        for b in s.blocks: h = b(h)
-        return s.head(s.ln(h))
 
 V, T, B = 256, 128, 32 // world
 data = torch.tensor(list(open(sys.argv[5], "rb").read()), dtype=torch.long)
@@ -94,10 +68,9 @@ opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
 times = []
 for i in range(steps):
     t0 = time.perf_counter()
-    starts = [((i * world + rank) * B + j) * T % (len(data) - T - 1) for j in range(B)]
-    w = torch.stack([data[s:s + T + 1] for s in starts])
+    x, y = windows(data, (i * world + rank) * B, B, T)
     opt.zero_grad(set_to_none=True)
-    loss = F.cross_entropy(model(w[:, :-1]).reshape(-1, V), w[:, 1:].reshape(-1))
+    loss = F.cross_entropy(model(x).reshape(-1, V), y.reshape(-1))
     loss.backward()
     opt.step()
     loss.item()
@@ -132,7 +105,8 @@ def ddp_run(args, work):
     with open(py, "w") as f:
         f.write(DDP)
     port = str(29500 + os.getpid() % 1000)
-    procs = [subprocess.Popen(["/usr/bin/python3", py, str(r), "2", str(args.steps), port, TEXT],
+    procs = [subprocess.Popen(["/usr/bin/python3", py, str(r), "2", str(args.steps), port, TEXT,
+                               HERE],
                               stdout=subprocess.PIPE, text=True) for r in range(2)]
     outs = [p.communicate()[0] for p in procs]
     if any(p.returncode for p in procs):

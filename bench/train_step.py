@@ -63,39 +63,15 @@ torch.set_num_threads(threads)
 torch.manual_seed(0)
 rss_import = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
-class Block(nn.Module):
-    def __init__(s, d, h):
-        super().__init__(); s.h = h
-        s.ln1, s.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        s.qkv, s.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        s.fc1, s.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-    def forward(s, x):
-        B, T, D = x.shape
-        q, k, v = s.qkv(s.ln1(x)).split(D, dim=2)
-        q, k, v = (t.view(B, T, s.h, D // s.h).transpose(1, 2) for t in (q, k, v))
-        a = (q @ k.transpose(-2, -1)) / math.sqrt(D // s.h)
-        a = a.masked_fill(s.mask[:T, :T], float("-inf")).softmax(-1)
-        x = x + s.proj((a @ v).transpose(1, 2).reshape(B, T, D))
-        return x + s.fc2(F.gelu(s.fc1(s.ln2(x)), approximate="tanh"))
-
 if case == "gpt":
-    V, T, D, B = 256, 128, 256, 32
+    sys.path.insert(0, sys.argv[5])
+    from torch_gpt import Gpt, windows
+    V, T, B = 256, 128, 32
     data = torch.tensor(list(open(sys.argv[4], "rb").read()), dtype=torch.long)
-    emb, pos = nn.Embedding(V, D), nn.Parameter(torch.randn(T, D))
-    blocks = nn.ModuleList(Block(D, 8) for _ in range(6))
-    mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
-    for b in blocks: b.mask = mask
-    ln, head = nn.LayerNorm(D), nn.Linear(D, V)
-    params = [pos] + [p for m in (emb, blocks, ln, head) for p in m.parameters()]
-    opt = torch.optim.AdamW(params, lr=3e-4)
-    def batch(i):
-        starts = [(i * B + j) * T % (len(data) - T - 1) for j in range(B)]
-        w = torch.stack([data[s:s + T + 1] for s in starts])
-        return w[:, :-1], w[:, 1:]
-    def loss_of(x, y):
-        h = emb(x) + pos
-        for b in blocks: h = b(h)
-        return F.cross_entropy(head(ln(h)).reshape(-1, V), y.reshape(-1))
+    model = Gpt(V, T)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    def batch(i): return windows(data, i * B, B, T)
+    def loss_of(x, y): return F.cross_entropy(model(x).reshape(-1, V), y.reshape(-1))
 else:
     B = 128
     raw = gzip.open(sys.argv[4], "rb").read()[16:]
@@ -156,7 +132,7 @@ def bench(case, args, work):
     torch_py = os.path.join(work, "torch_step.py")
     with open(torch_py, "w") as f:
         f.write(TORCH)
-    extra = [TEXT] if case == "gpt" else [f"{FASHION}/train-images-idx3-ubyte.gz",
+    extra = [TEXT, HERE] if case == "gpt" else [f"{FASHION}/train-images-idx3-ubyte.gz",
                                           f"{FASHION}/train-labels-idx1-ubyte.gz"]
     tcmd = ["/usr/bin/python3", torch_py, case, str(args.steps), str(args.threads)] + extra
     out = subprocess.run(tcmd, capture_output=True, text=True, check=True).stdout

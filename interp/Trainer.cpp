@@ -440,8 +440,7 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
         }
       }
       if (!agree(!mine.hasErrors(), "writing the checkpoint")) return 1;
-      if (rank == 0 && (!o.terminal || last))
-        progress.line(fmt::format("checkpoint: {}", where));
+      if (rank == 0 && (!o.terminal || last)) progress.line(fmt::format("checkpoint: {}", where));
     }
   }
   progress.finish();

@@ -90,8 +90,8 @@ public:
   [[noreturn]] virtual void abort(int code) = 0;
 
   // Blocking forms: start, then wait.
-  void allReduce(float* data, int64_t count, const std::string& what,
-                 WireType wire = WireType::F32, float scale = 1.f);
+  void allReduce(float* data, int64_t count, const std::string& what, WireType wire = WireType::F32,
+                 float scale = 1.f);
   void allGather(const void* send, void* recv, int64_t bytes, const std::string& what);
   void broadcast(void* data, int64_t bytes, int root, const std::string& what);
   void barrier(const std::string& what);

@@ -305,6 +305,11 @@ void printBridges(const Module& m, std::ostream& out) {
     }
 }
 
+// The policy's `comm_dtype` word.
+const char* wireName(DType d) {
+  return d == DType::F32 ? "fp32" : d == DType::BF16 ? "bf16" : "fp16";
+}
+
 } // namespace
 
 void printPlan(const Module& m, std::ostream& out) {
@@ -337,6 +342,17 @@ void printPlan(const Module& m, std::ostream& out) {
     out << "\n";
   }
   printBridges(m, out);
+  if (!m.buckets.empty()) {
+    int64_t bytes = 0;
+    for (const GradBucket& b : m.buckets)
+      bytes += b.bytes;
+    out << fmt::format("\ngradient reduction: {} in {} bucket{}, summed over {} ranks in {}, {}\n",
+                       formatBytes(static_cast<double>(bytes)), m.buckets.size(),
+                       m.buckets.size() == 1 ? "" : "s", m.reduceRanks,
+                       wireName(m.policy.commDtype),
+                       m.policy.overlapComm ? "each started as soon as its gradients are final"
+                                            : "after the whole backward");
+  }
   out << "\nparameters per rank:\n";
   for (size_t s = 0; s < mesh.stages.size(); ++s) {
     const StagePlan& st = mesh.stages[s];
@@ -367,14 +383,10 @@ std::string instrText(const Module& m, const Instr& in) {
         b.endParam - b.firstParam == 1
             ? "@" + m.params[b.firstParam].name
             : fmt::format("@{} … @{}", m.params[b.firstParam].name, m.params[b.endParam - 1].name);
-    return fmt::format("reduce-start bucket {}: {} gradient{}, {} ({} {}), summed over {} ranks",
-                       in.bucket, b.endParam - b.firstParam,
-                       b.endParam - b.firstParam == 1 ? "" : "s", params,
-                       formatBytes(static_cast<double>(b.bytes)),
-                       m.policy.commDtype == DType::F32    ? "fp32"
-                       : m.policy.commDtype == DType::BF16 ? "bf16"
-                                                           : "fp16",
-                       m.reduceRanks);
+    return fmt::format(
+        "reduce-start bucket {}: {} gradient{}, {} ({} {}), summed over {} ranks", in.bucket,
+        b.endParam - b.firstParam, b.endParam - b.firstParam == 1 ? "" : "s", params,
+        formatBytes(static_cast<double>(b.bytes)), wireName(m.policy.commDtype), m.reduceRanks);
   }
   case InstrKind::Run:
     break;

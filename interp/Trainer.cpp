@@ -260,10 +260,13 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
   }
   backend::Comm& comm = *commp;
   int rank = comm.rank(), ranks = comm.size();
-  if (!checkRunnable(m, diags)) return 1;
+  // Every rank planned the same script and meets these alike: rank 0 says so.
+  Diagnostics mine(diags.sources());
+  Diagnostics& shared = rank == 0 ? diags : mine;
+  if (!checkRunnable(m, shared)) return 1;
   if (static_cast<int>(m.programs.size()) != ranks) {
-    diags.error(m.loc, fmt::format("this job has {} ranks, and the plan is for -np {}", ranks,
-                                   m.programs.size()));
+    shared.error(m.loc, fmt::format("this job has {} ranks, and the plan is for -np {}", ranks,
+                                    m.programs.size()));
     return 1;
   }
   comm.setTimeout(m.policy.commTimeoutSeconds);
@@ -276,7 +279,6 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
 
   // Fallible work every rank does: errors go to `mine`, then the ranks agree. A failing rank
   // reports when it is rank 0, or when rank 0 succeeded (then the error is its own).
-  Diagnostics mine(diags.sources());
   auto agree = [&](bool ok, const char* what) {
     std::vector<char> flags(static_cast<size_t>(ranks));
     char me = ok ? 1 : 0;

@@ -228,6 +228,9 @@ void warnUnappliedPolicies(const ir::Module& m, Diagnostics& diags) {
   warn("recompute", p.recompute != ir::Recompute::None,
        "activations are kept; the results are the same, the memory is not");
   warn("offload", p.offload != ir::Offload::None, "optimizer states and parameters stay in memory");
+  warn("zero", p.zero != ir::ZeroStage::None,
+       "every rank holds all parameters, gradients and optimizer states; the plan's model "
+       "states assume the partition");
 }
 
 bool checkRunnable(const ir::Module& m, Diagnostics& diags) {

@@ -29,8 +29,8 @@ struct RunOptions {
   bool logAll = false;
 };
 
-// Warns about each policy the one-device runtime does not apply yet (amp, recompute,
-// offload), so a run never silently differs from what the script says.
+// Warns about each policy the runtime does not apply yet (amp, recompute, offload, zero), so
+// a run never silently differs from what the script says.
 void warnUnappliedPolicies(const ir::Module& m, Diagnostics& diags);
 
 // Whether the runtime runs this plan: one device, or data parallelism (a pipeline or a split

@@ -281,14 +281,17 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
   bool terminal = rank == 0 && o.terminal;
 
   // Fallible work every rank does: errors go to `mine`, then the ranks agree. A failing rank
-  // reports when it is rank 0, or when rank 0 succeeded (then the error is its own).
+  // reports when it is rank 0, or when rank 0 succeeded (then the error is its own and is
+  // named by its rank; what rank 0 shares with others is not).
   auto agree = [&](bool ok, const char* what) {
     std::vector<char> flags(static_cast<size_t>(ranks));
     char me = ok ? 1 : 0;
     comm.allGather(&me, flags.data(), 1, what);
+    int failed = static_cast<int>(std::count(flags.begin(), flags.end(), 0));
     if (!ok && (rank == 0 || flags[0]))
-      diags.append(mine, ranks > 1 ? fmt::format("rank {}: ", rank) : "");
-    return std::all_of(flags.begin(), flags.end(), [](char f) { return f != 0; });
+      diags.append(mine,
+                   ranks > 1 && (rank != 0 || failed == 1) ? fmt::format("rank {}: ", rank) : "");
+    return failed == 0;
   };
 
   std::unique_ptr<data::Dataset> ds;

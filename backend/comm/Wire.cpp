@@ -126,6 +126,20 @@ void decode(WireType w, const void* src, float* dst, int64_t n, float scale) {
   }
 }
 
+namespace {
+
+// out = to(from(x) + from(y)) over 16-bit values: one hop of a 16-bit reduction.
+template <uint16_t (*to)(float), float (*from)(uint16_t)>
+void add16(void* dst, const void* a, const void* b, int64_t n) {
+  auto* out = static_cast<uint16_t*>(dst);
+  const auto* x = static_cast<const uint16_t*>(a);
+  const auto* y = static_cast<const uint16_t*>(b);
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = to(from(x[i]) + from(y[i]));
+}
+
+} // namespace
+
 void add(WireType w, void* dst, const void* a, const void* b, int64_t n) {
   switch (w) {
   case WireType::F32: {
@@ -137,22 +151,10 @@ void add(WireType w, void* dst, const void* a, const void* b, int64_t n) {
       out[i] = x[i] + y[i];
     return;
   }
-  case WireType::BF16: {
-    auto* out = static_cast<uint16_t*>(dst);
-    const auto* x = static_cast<const uint16_t*>(a);
-    const auto* y = static_cast<const uint16_t*>(b);
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = toBf16(fromBf16(x[i]) + fromBf16(y[i]));
-    return;
-  }
-  case WireType::F16: {
-    auto* out = static_cast<uint16_t*>(dst);
-    const auto* x = static_cast<const uint16_t*>(a);
-    const auto* y = static_cast<const uint16_t*>(b);
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = toF16(fromF16(x[i]) + fromF16(y[i]));
-    return;
-  }
+  case WireType::BF16:
+    return add16<toBf16, fromBf16>(dst, a, b, n);
+  case WireType::F16:
+    return add16<toF16, fromF16>(dst, a, b, n);
   }
 }
 

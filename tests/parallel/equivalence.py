@@ -4,7 +4,7 @@
 with the -np 1 run.
 
 usage: equivalence.py EPL WORKDIR SCRIPT [--np 1 2 4] [--tol 1e-5] [--steps 20]
-                      [--set KEY=VALUE ...]
+                      [--set KEY=VALUE ...] [--pin N] [--expect TEXT ...]
 """
 import argparse
 import json
@@ -47,11 +47,20 @@ def main():
     ap.add_argument("--tol", type=float, default=1e-5)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--set", dest="sets", action="append", default=[])
+    ap.add_argument("--pin", type=int, default=0,
+                    help="run a copy whose `replicate {` is `replicate(PIN) {`")
     ap.add_argument("--expect", action="append", default=[],
                     help="text the -np > 1 runs must print, _ for a space (8_buckets)")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     script = os.path.abspath(a.script)
+    if a.pin:
+        text = open(script).read()
+        if "replicate {" not in text:
+            sys.exit(f"FAIL: --pin needs a `replicate {{` in {script}")
+        script = os.path.join(a.work, "pinned.epl")
+        with open(script, "w") as f:
+            f.write(text.replace("replicate {", f"replicate({a.pin}) {{"))
     ref, ref_eval, _ = run(a.epl, a.work, script, 1, a.steps, a.sets)
     worst = 0.0
     for np in a.np:

@@ -44,7 +44,9 @@ std::string formatDuration(double s) {
 }
 
 void Progress::step(const StepReport& r) {
-  double eta = r.step > 0 ? r.elapsedSeconds / r.step * (r.steps - r.step) : 0;
+  // The pace of this run: a resumed run's elapsed time covers only its own steps.
+  int64_t done = r.step - r.firstStep;
+  double eta = done > 0 ? r.elapsedSeconds / static_cast<double>(done) * (r.steps - r.step) : 0;
   if (terminal_) {
     // Redraw at most ten times a second, and always on the last step.
     if (r.step != r.steps && r.elapsedSeconds - lastDraw_ < 0.1) return;

@@ -12,6 +12,7 @@ namespace epl::interp {
 struct StepReport {
   int64_t step = 0; // 1-based: steps done
   int64_t steps = 0;
+  int64_t firstStep = 0; // steps done before this run started (a resumed run's checkpoint)
   double loss = 0, lr = 0, gradNorm = 0;
   double samplesPerSecond = 0;
   double elapsedSeconds = 0;

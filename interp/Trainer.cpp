@@ -401,18 +401,20 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
     }
     lastLoss = r.loss;
     samples += m.train.batch;
-    StepReport rep{step + 1,
-                   steps,
-                   r.loss,
-                   lr,
-                   r.gradNorm,
-                   samples / seconds(began),
-                   seconds(began),
-                   seconds(stepBegan),
-                   residentBytes(),
-                   r.reduceWaitSeconds,
-                   r.reduceSpanSeconds,
-                   r.reduceBytes};
+    StepReport rep;
+    rep.step = step + 1;
+    rep.steps = steps;
+    rep.firstStep = start;
+    rep.loss = r.loss;
+    rep.lr = lr;
+    rep.gradNorm = r.gradNorm;
+    rep.samplesPerSecond = samples / seconds(began);
+    rep.elapsedSeconds = seconds(began);
+    rep.stepSeconds = seconds(stepBegan);
+    rep.memoryBytes = residentBytes();
+    rep.reduceWaitSeconds = r.reduceWaitSeconds;
+    rep.reduceSpanSeconds = r.reduceSpanSeconds;
+    rep.reduceBytes = r.reduceBytes;
     progress.step(rep);
     metrics.step(rep);
     if (step == start) {

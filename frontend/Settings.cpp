@@ -405,6 +405,10 @@ void Elaborator::applyTrain(const ast::SettingsBlock& b, ir::TrainConfig& t) {
     }
   };
   a["checkpoint"] = [&](const ast::Setting& s) {
+    // A record is set whole: `--set train.checkpoint={…}` must not keep the script's `keep`.
+    t.checkpointDir.clear();
+    t.checkpointEvery = 0;
+    t.checkpointKeep = 0;
     std::set<std::string> given;
     record(s, {"dir", "every", "keep"}, [&](const ast::Setting& f) {
       given.insert(f.key);

@@ -173,9 +173,64 @@ std::string evalText(const Evaluation& e) {
   return s;
 }
 
-SourceLoc keyLoc(const ir::Module& m, const char* key) {
+SourceLoc keyLoc(const ir::Module& m, const std::string& key) {
   auto it = m.train.keyLocs.find(key);
   return it == m.train.keyLocs.end() ? m.loc : it->second;
+}
+
+// A checkpoint problem, at the script's setting it concerns.
+void report(Diagnostics& diags, const ir::Module& m, const checkpoint::CheckpointError& e) {
+  auto d = diags.error(keyLoc(m, e.key), e.what());
+  if (!e.help.empty()) d.help(e.help);
+}
+
+void report(Diagnostics& diags, const ir::Module& m, const CheckpointWarning& w) {
+  auto d = diags.warning(keyLoc(m, w.key), w.message);
+  if (!w.note.empty()) d.note(w.note);
+  if (!w.help.empty()) d.help(w.help);
+}
+
+struct Start {
+  int64_t step = 0;
+  std::string folder; // the checkpoint resumed from; empty for a fresh start
+};
+
+// Rank 0's start: the newest checkpoint of `dir` on --resume, else the initial weights
+// (and, with --save-initial, their checkpoint). Errors go to `mine`, warnings to `diags`.
+Start startOnRank0(Executor& ex, const ir::Module& m, const RunOptions& o, const std::string& dir,
+                   std::ostream& out, Diagnostics& mine, Diagnostics& diags) {
+  Start s;
+  try {
+    auto latest = dir.empty() ? std::nullopt : latestCheckpoint(dir);
+    if (latest && !o.resume) {
+      mine.error(keyLoc(m, "checkpoint"),
+                 fmt::format("`{}` already holds checkpoints (the newest is `{}`)", dir,
+                             fs::path(*latest).filename().string()))
+          .help("pass --resume to continue from it, or choose another `dir`");
+      return s;
+    }
+    if (o.resume && dir.empty()) {
+      mine.error(m.loc, "--resume needs `checkpoint = { dir = … }` in the train block");
+      return s;
+    }
+    if (latest) {
+      LoadedCheckpoint c = loadCheckpoint(ex, *latest, LoadPurpose::Resume);
+      for (const CheckpointWarning& w : c.warnings)
+        report(diags, m, w);
+      s = {c.state.step, *latest};
+      if (!mine.hasErrors()) out << fmt::format("resumed from {} (step {})\n", *latest, s.step);
+      return s;
+    }
+    for (size_t p = 0; p < m.params.size(); ++p)
+      ex.writeParam(static_cast<int>(p),
+                    initialValues(m, static_cast<int>(p), m.train.seed).data());
+    if (o.resume) out << fmt::format("no checkpoint in {} yet: starting at step 0\n", dir);
+    if (o.saveInitial && !dir.empty())
+      saveCheckpoint(ex, dir, {0, static_cast<uint64_t>(m.train.seed)}, 0);
+  } catch (const checkpoint::CheckpointError& e) {
+    report(mine, m, e);
+  }
+  return s;
 }
 
 // Token ids and labels must fit the layers that read them, or kernels would read past
@@ -310,33 +365,10 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
   // Rank 0 reads the checkpoint or initialises, then every rank gets its weights and
   // optimizer states: replicas start bit-identical, and a checkpoint needs to be
   // readable by rank 0 alone.
-  int64_t start = 0;
-  if (rank == 0) {
-    try {
-      auto latest = ckptDir.empty() ? std::nullopt : latestCheckpoint(ckptDir);
-      if (latest && !o.resume) {
-        mine.error(keyLoc(m, "checkpoint"),
-                   fmt::format("`{}` already holds checkpoints (the newest is `{}`)", ckptDir,
-                               fs::path(*latest).filename().string()))
-            .help("pass --resume to continue from it, or choose another `dir`");
-      } else if (o.resume && ckptDir.empty()) {
-        mine.error(m.loc, "--resume needs `checkpoint = { dir = … }` in the train block");
-      } else if (latest) {
-        start = loadCheckpoint(ex, *latest, true).step;
-        out << fmt::format("resumed from {} (step {})\n", *latest, start);
-      } else {
-        for (size_t p = 0; p < m.params.size(); ++p)
-          ex.writeParam(static_cast<int>(p),
-                        initialValues(m, static_cast<int>(p), m.train.seed).data());
-        if (o.resume) out << fmt::format("no checkpoint in {} yet: starting at step 0\n", ckptDir);
-      }
-      if (!mine.hasErrors() && o.saveInitial && !ckptDir.empty() && start == 0)
-        saveCheckpoint(ex, ckptDir, {0, static_cast<uint64_t>(m.train.seed)}, 0);
-    } catch (const checkpoint::CheckpointError& e) {
-      mine.error(keyLoc(m, "checkpoint"), e.what());
-    }
-  }
+  Start from;
+  if (rank == 0) from = startOnRank0(ex, m, o, ckptDir, out, mine, diags);
   if (!agree(!mine.hasErrors(), "loading the checkpoint")) return 1;
+  int64_t start = from.step;
   if (ranks > 1) {
     comm.broadcast(&start, sizeof start, 0, "the first step");
     ex.broadcastState(0);
@@ -493,9 +525,10 @@ int sample(const ir::Module& m, const SampleOptions& o, Diagnostics& diags) {
           .help("train first with `epl run`, or pass --checkpoint DIR");
       return 1;
     }
-    loadCheckpoint(ex, *folder, false);
+    for (const CheckpointWarning& w : loadCheckpoint(ex, *folder, LoadPurpose::Weights).warnings)
+      report(diags, m, w);
   } catch (const checkpoint::CheckpointError& e) {
-    diags.error(keyLoc(m, "checkpoint"), e.what());
+    report(diags, m, e);
     return 1;
   }
   int64_t seq = *m.tensors[m.inputs[0]].type.shape.back().eval(m.bindings), vocab = ex.classes();

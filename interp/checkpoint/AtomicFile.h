@@ -10,7 +10,11 @@ namespace epl::checkpoint {
 // A checkpoint file that cannot be written, or read back: the message names the file and
 // what is wrong, in EPL's style (lower case, no trailing period, names in backticks).
 struct CheckpointError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit CheckpointError(const std::string& message, std::string help = {},
+                           std::string key = "checkpoint")
+      : std::runtime_error(message), help(std::move(help)), key(std::move(key)) {}
+  std::string help; // what would fix it, when that can be said
+  std::string key;  // the script's setting a diagnostic points at
 };
 
 // Writes to a temporary file beside `path`, then commit() makes it `path`:

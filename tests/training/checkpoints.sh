@@ -91,6 +91,55 @@ train lm {
 }
 EPL
 
+# 1. `keep` prunes only what EPL wrote: not a user's `step-best`, `step-00000005.bak`, or a
+# `step-00000001` folder without a manifest.
+mkdir -p kp/step-best && echo mine > kp/step-best/notes.txt
+expect keep-1-spares-step-best 0 'checkpoint: .*kp/step-00000012' -- run lm.epl
+holds keep-1-left kp "step-00000012 step-best"
+mkdir -p kp2/step-00000005.bak kp2/step-00000001 && touch kp2/step-00000005.bak/a kp2/step-00000001/b
+expect keep-2-spares-user-folders 0 -- run lm.epl --set 'train.checkpoint={dir="kp2", every=4, keep=2}'
+holds keep-2-left kp2 "step-00000001 step-00000005.bak step-00000008 step-00000012"
+
+# 2. Past step 99,999,999 the names grow a digit: pruning and --resume order by number.
+expect steps-1-2 0 -- run lm.epl --steps 2 --set 'train.checkpoint={dir="kp3", every=1, keep=2}'
+relabel kp3/step-00000002 99999999
+expect past-99999999 0 'resumed from .*kp3/step-99999999 \(step 99999999\)' -- \
+  run lm.epl --resume --steps 100000001 --set 'train.checkpoint={dir="kp3", every=1, keep=2}'
+holds past-99999999-kept kp3 "step-100000000 step-100000001"
+expect resume-newest-by-number 0 'resumed from .*kp3/step-100000001 \(step 100000001\)' -- \
+  run lm.epl --resume --steps 100000002 --set 'train.checkpoint={dir="kp3", every=1, keep=2}'
+
+# 3. What is loaded is verified. A good checkpoint of step 12 to spoil, copy by copy, in the
+# folder of bad.epl (errors point at its `checkpoint` key, line 9).
+good=kp/step-00000012
+sed 's/dir = "kp", every = 4, keep = 1/dir = "bad", every = 4/' lm.epl > bad.epl
+spoil() { rm -rf bad && mkdir bad && cp -r "$good" bad/; }
+at='bad.epl:9:3'
+spoil && zero_tensors bad/step-00000012/model.safetensors
+expect zeroed-tensors 1 'tensor `embedding.weight` of `.*model.safetensors` fails its checksum' "$at" \
+  'move `step-00000012` out of' -- run bad.epl --resume --steps 14
+spoil && edit_manifest bad/step-00000012 'm["step"] = m["rng"]["step"] = m["data"]["next_step"] = 10'
+expect step-not-folder 1 'manifest.json` says `step` 10, but its folder is `step-00000012`' "$at" -- \
+  run bad.epl --resume --steps 14
+spoil && edit_manifest bad/step-00000012 'm["step"] = -3'
+expect negative-step 1 '`step` is -3' "$at" -- run bad.epl --resume --steps 14
+spoil && edit_manifest bad/step-00000012 'm["version"] = 3'
+expect newer-version 1 'format version 3' 'newer EPL' -- run bad.epl --resume --steps 14
+sed 's/lm/other/g' bad.epl > other.epl
+spoil
+expect other-model 1 'checkpoint of model `lm`, and this script trains `other`' 'other.epl:9:3' -- \
+  run other.epl --resume --steps 14
+spoil
+expect other-optimizer 1 'written with optimizer `adamw`, and the script says `adam`' 'optimizer=adam' -- \
+  run bad.epl --resume --steps 14 --set 'train.optimizer=adam(lr = 1e-2)'
+spoil
+expect other-seed-warns 0 'warning: .*written with `seed = 3`, and the script says `seed = 4`' -- \
+  run bad.epl --resume --steps 14 --set train.seed=4
+# A checkpoint of the first format (no checksums) still loads, saying it is not verified.
+spoil && edit_manifest bad/step-00000012 'm["version"] = 1; del m["crc32"]'
+expect version-1-loads 0 'warning: .*format version 1.*not verified' 'resumed from' -- \
+  run bad.epl --resume --steps 14
+
 # 4. An override replaces the whole `checkpoint` record: the script's `keep = 1` is gone.
 expect override-record 0 -- run lm.epl --set 'train.checkpoint={dir="kp4", every=4}'
 holds override-keeps-all kp4 "step-00000004 step-00000008 step-00000012"

@@ -195,6 +195,21 @@ struct Start {
   std::string folder; // the checkpoint resumed from; empty for a fresh start
 };
 
+// A checkpoint must leave steps to train: one past `steps` (or at a --stop-after) was
+// written by a longer run.
+void checkStepsLeft(const ir::Module& m, const RunOptions& o, const Start& s, Diagnostics& mine) {
+  if (s.step > m.train.steps)
+    mine.error(
+            keyLoc(m, m.train.keyLocs.count("steps") ? "steps" : "checkpoint"),
+            fmt::format("`{}` is at step {}, past `steps` ({})", s.folder, s.step, m.train.steps))
+        .help(fmt::format("raise `--steps` (or `steps` in the script) above {} to train on from it",
+                          s.step));
+  else if (o.stopAfter > 0 && o.stopAfter <= s.step)
+    mine.error(SourceLoc{}, fmt::format("--stop-after {} is not after step {}, where `{}` resumes",
+                                        o.stopAfter, s.step, s.folder))
+        .help(fmt::format("pass a --stop-after above {}", s.step));
+}
+
 // Rank 0's start: the newest checkpoint of `dir` on --resume, else the initial weights
 // (and, with --save-initial, their checkpoint). Errors go to `mine`, warnings to `diags`.
 Start startOnRank0(Executor& ex, const ir::Module& m, const RunOptions& o, const std::string& dir,
@@ -218,6 +233,7 @@ Start startOnRank0(Executor& ex, const ir::Module& m, const RunOptions& o, const
       for (const CheckpointWarning& w : c.warnings)
         report(diags, m, w);
       s = {c.state.step, *latest};
+      checkStepsLeft(m, o, s, mine);
       if (!mine.hasErrors()) out << fmt::format("resumed from {} (step {})\n", *latest, s.step);
       return s;
     }
@@ -372,6 +388,11 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
   if (ranks > 1) {
     comm.broadcast(&start, sizeof start, 0, "the first step");
     ex.broadcastState(0);
+  }
+  if (start == m.train.steps) {
+    out << fmt::format("nothing to train: {} is at step {} of {}\n", from.folder, start,
+                       m.train.steps);
+    return 0;
   }
 
   const ir::Program& prog = m.programs[rank];

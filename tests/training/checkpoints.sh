@@ -144,5 +144,11 @@ expect version-1-loads 0 'warning: .*format version 1.*not verified' 'resumed fr
 expect override-record 0 -- run lm.epl --set 'train.checkpoint={dir="kp4", every=4}'
 holds override-keeps-all kp4 "step-00000004 step-00000008 step-00000012"
 
+# 5. A checkpoint past `steps` is an error; one at `steps` has nothing left to train.
+expect past-steps 1 'step 12, past `steps` \(10\)' 'raise `--steps`' '!trained' -- \
+  run lm.epl --resume --steps 10
+expect at-steps 0 'nothing to train: .*step-00000012 is at step 12 of 12' '!trained' -- \
+  run lm.epl --resume
+
 [ $fail = 0 ] && echo "checkpoints: pruning, verification, overrides and start checks behave"
 exit $fail

@@ -3,14 +3,24 @@
 
 #include "support/Text.h"
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace epl::interp {
 
 namespace {
+
+std::string lowerFirst(std::string s) {
+  if (!s.empty() && s[0] >= 'A' && s[0] <= 'Z') s[0] = static_cast<char>(s[0] - 'A' + 'a');
+  return s;
+}
 
 int64_t statusField(const char* key) {
   std::ifstream in("/proc/self/status");
@@ -79,12 +89,56 @@ void Progress::finish() {
   barShown_ = false;
 }
 
-MetricsFile::MetricsFile(const std::string& path, bool append) {
-  if (!path.empty()) out_.open(path, append ? std::ios::app : std::ios::trunc);
+MetricsFile::~MetricsFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::optional<MetricsFile::Problem> MetricsFile::open(const std::string& path) {
+  path_ = path;
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd_ >= 0) return std::nullopt;
+  int err = errno;
+  std::string what = fmt::format("cannot write the metrics file `{}`", path);
+  if (err == EISDIR) return Problem{what + ": it is a folder", "pass --metrics a file's path"};
+  return Problem{fmt::format("{}: {}", what, lowerFirst(std::strerror(err))),
+                 err == ENOENT ? "create its folder, or pass --metrics another path"
+                               : "pass --metrics another path"};
+}
+
+void MetricsFile::startAfresh() {
+  struct stat st {};
+  // Only a file is emptied: a path such as /dev/stdout or a pipe is written as it is.
+  if (fd_ >= 0 && ::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode) && ::ftruncate(fd_, 0) != 0)
+    fail(errno);
+}
+
+void MetricsFile::write(const std::string& text) {
+  const char* p = text.data();
+  size_t left = text.size();
+  while (fd_ >= 0 && left > 0) {
+    ssize_t n = ::write(fd_, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail(errno);
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+void MetricsFile::fail(int err) {
+  failure_ =
+      fmt::format("cannot write the metrics file `{}`: {}", path_, lowerFirst(std::strerror(err)));
+  ::close(fd_);
+  fd_ = -1;
+}
+
+std::optional<std::string> MetricsFile::failure() {
+  if (failure_.empty() || failureTaken_) return std::nullopt;
+  failureTaken_ = true;
+  return failure_;
 }
 
 void MetricsFile::step(const StepReport& r) {
-  if (!out_.is_open()) return;
+  if (fd_ < 0) return;
   nlohmann::json j{{"step", r.step},
                    {"loss", r.loss},
                    {"lr", r.lr},
@@ -97,14 +151,14 @@ void MetricsFile::step(const StepReport& r) {
     j["reduce_span_seconds"] = r.reduceSpanSeconds;
     j["reduce_bytes"] = r.reduceBytes;
   }
-  out_ << j.dump() << "\n" << std::flush;
+  write(j.dump() + "\n");
 }
 
 void MetricsFile::eval(int64_t step, double loss, double accuracy, int64_t samples) {
-  if (!out_.is_open()) return;
+  if (fd_ < 0) return;
   nlohmann::json j{{"step", step}, {"eval_loss", loss}, {"eval_samples", samples}};
   if (accuracy >= 0) j["eval_accuracy"] = accuracy;
-  out_ << j.dump() << "\n" << std::flush;
+  write(j.dump() + "\n");
 }
 
 } // namespace epl::interp

@@ -3,7 +3,7 @@
 // output is a file or a pipe; and every logged step as a JSON line for plotting.
 #pragma once
 #include <cstdint>
-#include <fstream>
+#include <optional>
 #include <ostream>
 #include <string>
 
@@ -45,15 +45,33 @@ private:
 // Appends JSON lines: {"step":…, "loss":…, "lr":…, "grad_norm":…, "samples_per_s":…,
 // "step_seconds":…, "memory_bytes":…} per step (with "reduce_wait_seconds",
 // "reduce_span_seconds" and "reduce_bytes" under data parallelism), {"step":…, "eval_loss":…,
-// "eval_accuracy":…} per evaluation. An empty path writes nothing.
+// "eval_accuracy":…} per evaluation. Not opened, it writes nothing. A write that fails
+// (a full disk) closes it: the run goes on, and failure() says why once.
 class MetricsFile {
 public:
-  explicit MetricsFile(const std::string& path, bool append);
+  MetricsFile() = default;
+  MetricsFile(const MetricsFile&) = delete;
+  MetricsFile& operator=(const MetricsFile&) = delete;
+  ~MetricsFile();
+
+  struct Problem {
+    std::string message, help;
+  };
+  // Opens `path` for appending, creating it, so that a path that cannot be written is found
+  // before the first step; a fresh run then calls startAfresh().
+  std::optional<Problem> open(const std::string& path);
+  void startAfresh(); // empties the file (a resumed run appends)
   void step(const StepReport& r);
   void eval(int64_t step, double loss, double accuracy, int64_t samples);
+  // The message of the write that failed, the first time it is asked for.
+  std::optional<std::string> failure();
 
 private:
-  std::ofstream out_;
+  void write(const std::string& text);
+  void fail(int err);
+  int fd_ = -1;
+  std::string path_, failure_;
+  bool failureTaken_ = false;
 };
 
 // The resident set size of this process now, and its peak (VmHWM), in bytes.

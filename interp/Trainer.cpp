@@ -372,6 +372,12 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
     mine.error(keyLoc(m, "data"), e.what());
   }
   if (!agree(ds && checkDataFitsModel(m, *ds, mine), "opening the data")) return 1;
+  // Rank 0 writes the metrics; a path it cannot write is found now, not after the run.
+  MetricsFile metrics;
+  if (rank == 0 && !o.metricsPath.empty())
+    if (auto problem = metrics.open(o.metricsPath))
+      mine.error(SourceLoc{}, problem->message).help(problem->help);
+  if (!agree(!mine.hasErrors(), "opening the metrics file")) return 1;
   std::string ckptDir = resolve(o.baseDir, m.train.checkpointDir);
   auto device = backend::makeCpuDevice(o.threads);
   // What the process holds before the run's buffers exist (code, libraries, the data
@@ -425,7 +431,12 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
 
   data::Sampler sampler(ds->size(data::Split::Train), static_cast<uint64_t>(m.train.seed));
   Progress progress(out, terminal, m.train.logEvery);
-  MetricsFile metrics(rank == 0 ? o.metricsPath : "", o.resume);
+  if (!o.resume) metrics.startAfresh();
+  // Losing the metrics is no reason to lose the training: the run goes on, and says so.
+  auto checkMetrics = [&] {
+    if (auto failure = metrics.failure())
+      diags.warning(SourceLoc{}, *failure).note("the run goes on without writing more metrics");
+  };
   auto began = Clock::now();
   int64_t steps = m.train.steps, samples = 0;
   int64_t end = o.stopAfter > 0 ? std::min(steps, o.stopAfter) : steps;
@@ -470,6 +481,7 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
     rep.reduceBytes = r.reduceBytes;
     progress.step(rep);
     metrics.step(rep);
+    checkMetrics();
     if (step == start) {
       int64_t measured = peakResidentBytes() - baseline;
       progress.line(fmt::format(
@@ -487,6 +499,7 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
       progress.line(
           fmt::format("step {}: validation {} ({} samples)", step + 1, evalText(e), e.samples));
       metrics.eval(step + 1, e.loss, e.accuracy, e.samples);
+      checkMetrics();
     }
     bool last = step + 1 == end;
     if (!ckptDir.empty() &&
@@ -518,6 +531,7 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
     Evaluation e = evaluate(ex, *ds, ds->size(data::Split::Validation));
     out << fmt::format("validation ({} samples): {}\n", withCommas(e.samples), evalText(e));
     metrics.eval(steps, e.loss, e.accuracy, e.samples);
+    checkMetrics();
   }
   out << fmt::format("memory: planned {} for tensors; peak resident {}{}\n",
                      formatBytes(prog.peakBytes()), formatBytes(peakResidentBytes()),

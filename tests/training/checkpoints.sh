@@ -150,5 +150,16 @@ expect past-steps 1 'step 12, past `steps` \(10\)' 'raise `--steps`' '!trained' 
 expect at-steps 0 'nothing to train: .*step-00000012 is at step 12 of 12' '!trained' -- \
   run lm.epl --resume
 
+# 6. The metrics file: checked before the first step, a write failure reported.
+expect metrics-missing-folder 1 'cannot write the metrics file `nowhere/m.jsonl`' '!step 1/' -- \
+  run lm.epl --set 'train.checkpoint={dir="kp6", every=4}' --metrics nowhere/m.jsonl
+mkdir -p afolder
+expect metrics-onto-folder 1 'cannot write the metrics file `afolder`: it is a folder' '!step 1/' -- \
+  run lm.epl --set 'train.checkpoint={dir="kp6", every=4}' --metrics afolder
+[ ! -e kp6 ] && echo "ok   metrics-failed-start-wrote-nothing" ||
+  { echo "FAIL: a failed start created kp6"; fail=1; }
+expect metrics-disk-full 0 'warning: cannot write the metrics file `/dev/full`: no space left' -- \
+  run lm.epl --set 'train.checkpoint={dir="kp6c", every=4}' --metrics /dev/full
+
 [ $fail = 0 ] && echo "checkpoints: pruning, verification, overrides and start checks behave"
 exit $fail

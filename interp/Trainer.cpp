@@ -9,6 +9,7 @@
 #include "interp/LrSchedule.h"
 #include "interp/Progress.h"
 #include "interp/checkpoint/AtomicFile.h"
+#include "interp/checkpoint/FolderLock.h"
 #include "interp/data/Dataset.h"
 #include "support/Text.h"
 
@@ -387,8 +388,18 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
   // Rank 0 reads the checkpoint or initialises, then every rank gets its weights and
   // optimizer states: replicas start bit-identical, and a checkpoint needs to be
   // readable by rank 0 alone.
+  // Rank 0 writes the checkpoints: it locks their folder for the whole run, which also
+  // shows now, not at the first save, whether it can write there.
+  std::optional<checkpoint::FolderLock> lock;
+  if (rank == 0 && !ckptDir.empty()) {
+    try {
+      lock.emplace(ckptDir);
+    } catch (const checkpoint::CheckpointError& e) {
+      report(mine, m, e);
+    }
+  }
   Start from;
-  if (rank == 0) from = startOnRank0(ex, m, o, ckptDir, out, mine, diags);
+  if (rank == 0 && !mine.hasErrors()) from = startOnRank0(ex, m, o, ckptDir, out, mine, diags);
   if (!agree(!mine.hasErrors(), "loading the checkpoint")) return 1;
   int64_t start = from.step;
   if (ranks > 1) {

@@ -3,8 +3,8 @@
 # (by number, past step 99,999,999 too); what is loaded is verified (tensor checksums, each
 # manifest field against the script and the folder's name); `--set train.checkpoint`
 # replaces the whole record; a checkpoint past `steps`, a checkpoint folder or a metrics
-# file that cannot be written are errors before the first step; a metrics file that fails
-# mid-run is reported. usage: checkpoints.sh EPL WORKDIR
+# file that cannot be written, and a folder another run holds are errors before the first
+# step; a metrics file that fails mid-run is reported. usage: checkpoints.sh EPL WORKDIR
 set -uo pipefail
 epl=$1 work=$2
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
@@ -161,5 +161,28 @@ expect metrics-onto-folder 1 'cannot write the metrics file `afolder`: it is a f
 expect metrics-disk-full 0 'warning: cannot write the metrics file `/dev/full`: no space left' -- \
   run lm.epl --set 'train.checkpoint={dir="kp6c", every=4}' --metrics /dev/full
 
+# 8. A checkpoint folder in use is refused to a second run, naming the first; the lock goes
+# with the first run however it ends (here by SIGKILL).
+"$epl" run lm.epl --steps 1000000 --metrics first.jsonl \
+  --set 'train.checkpoint={dir="kp8", every=1000000}' > first.out 2>&1 &
+first=$!
+for _ in $(seq 600); do [ -s first.jsonl ] && break; sleep 0.1; done
+expect folder-in-use 1 "\`.*kp8\` is in use by another run \\(pid $first on $(hostname)\\)" \
+  '--> --set train.checkpoint' 'wait for that run to end' -- \
+  run lm.epl --resume --steps 2 --set 'train.checkpoint={dir="kp8", every=1}'
+kill -KILL "$first"
+wait "$first" 2>/dev/null
+expect lock-goes-with-the-run 0 'no checkpoint in .*kp8 yet' -- \
+  run lm.epl --resume --steps 2 --set 'train.checkpoint={dir="kp8", every=1}'
+
+# 9. A checkpoint folder that cannot be written is an error before the first step.
+expect checkpoint-unwritable 1 'cannot write checkpoints into `.*corpus.txt/ck`' '--> --set train.checkpoint' \
+  '!step 1/' -- \
+  run lm.epl --set 'train.checkpoint={dir="corpus.txt/ck", every=4}'
+if [ "$(id -u)" != 0 ]; then # root writes anywhere
+  mkdir -p ro && chmod 555 ro
+  expect checkpoint-read-only 1 'cannot write checkpoints into `.*ro/ck`' '!step 1/' -- \
+    run lm.epl --set 'train.checkpoint={dir="ro/ck", every=4}'
+fi
 [ $fail = 0 ] && echo "checkpoints: pruning, verification, overrides and start checks behave"
 exit $fail

@@ -12,8 +12,11 @@ struct LaunchOptions {
   std::vector<std::string> mca; // --mca KEY VALUE pairs, flattened
 };
 
-// Replaces this process with `mpirun -np N … epl <the same arguments>`. Returns only when
-// mpirun cannot be started, with the exit code after printing why.
+// Runs `mpirun -np N … epl <the same arguments>` and waits for it; returns the exit code.
+// It stays between the user and mpirun for signals: the first SIGINT, SIGTERM or SIGHUP
+// reaches the ranks as SIGUSR1 (stop after this step, with a checkpoint), a second one
+// lets mpirun end the job, and the exit code is then 128 + the first signal. Ctrl-Z and
+// `fg` stop and continue the ranks too. docs/checkpoints.md, "Signals".
 int launchRanks(int np, const LaunchOptions& options, int argc, char** argv);
 
 // Whether the launcher's output was a terminal: mpirun hands the ranks pipes, so rank 0

@@ -103,6 +103,7 @@ int runRank(Common args, epl::interp::RunOptions o, epl::backend::Comm* comm) {
   }
   if (rank == 0) session.diags.print(std::cerr, isatty(2));
   if (!m) return 1;
+  o.script = args.script;
   o.baseDir = scriptDir(args.script);
   if (o.metricsPath.empty())
     o.metricsPath = std::filesystem::path(args.script).stem().string() + ".metrics.jsonl";

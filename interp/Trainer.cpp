@@ -8,6 +8,7 @@
 #include "interp/Init.h"
 #include "interp/LrSchedule.h"
 #include "interp/Progress.h"
+#include "interp/StopSignals.h"
 #include "interp/checkpoint/AtomicFile.h"
 #include "interp/checkpoint/FolderLock.h"
 #include "interp/data/Dataset.h"
@@ -191,6 +192,36 @@ void report(Diagnostics& diags, const ir::Module& m, const CheckpointWarning& w)
   if (!w.help.empty()) d.help(w.help);
 }
 
+constexpr const char* kStopNotice = "\nstopping after this step; a second signal stops at once\n";
+constexpr const char* kStopNoticeSaving =
+    "\nstopping after this step, with a checkpoint; a second signal stops at once\n";
+
+// The signal a rank received (the lowest rank's), agreed by all so that every rank stops
+// after the same step; 0 when none did.
+int agreeOnStop(backend::Comm& comm, int mine) {
+  std::vector<char> all(static_cast<size_t>(comm.size()));
+  char me = static_cast<char>(mine);
+  comm.allGather(&me, all.data(), 1, "whether a rank was asked to stop");
+  for (char sig : all)
+    if (sig != 0) return sig;
+  return 0;
+}
+
+// What rank 0 says when a signal stopped the run after `step`, and how to go on.
+std::string stopText(int sig, int64_t step, int64_t steps, const std::string& saved,
+                     const RunOptions& o, int ranks) {
+  std::string what = sig == SIGUSR1 ? "stopped on request (SIGUSR1)"
+                                    : fmt::format("interrupted by {}", signalName(sig));
+  if (saved.empty())
+    return fmt::format("{} after step {} of {}; nothing was saved: the train block has no "
+                       "`checkpoint = {{ dir = … }}`\n",
+                       what, step, steps);
+  return fmt::format("{} after step {} of {}; checkpoint: {}\nto continue: epl run {}{} --resume "
+                     "(with this run's other options)\n",
+                     what, step, steps, saved, o.script.empty() ? "SCRIPT" : o.script,
+                     ranks > 1 ? fmt::format(" -np {}", ranks) : "");
+}
+
 struct Start {
   int64_t step = 0;
   std::string folder; // the checkpoint resumed from; empty for a fresh start
@@ -345,6 +376,11 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
     return 1;
   }
   comm.setTimeout(m.policy.commTimeoutSeconds);
+  // From here a signal ends the run after a step, with a checkpoint. With several ranks
+  // the launcher, not each rank, says that it was seen.
+  StopSignals stopSignals(ranks > 1                       ? ""
+                          : m.train.checkpointDir.empty() ? kStopNotice
+                                                          : kStopNoticeSaving);
   // Rank 0 speaks; the others only under --log-all, each line after its rank.
   std::ostream quiet(nullptr);
   PrefixBuf prefixed(*o.out, fmt::format("rank {}: ", rank));
@@ -448,6 +484,19 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
     if (auto failure = metrics.failure())
       diags.warning(SourceLoc{}, *failure).note("the run goes on without writing more metrics");
   };
+  // Written once, by rank 0 (the replicas are identical), and agreed on by every rank.
+  auto writeCheckpoint = [&](int64_t stepsDone, std::string& where) {
+    if (rank == 0) {
+      try {
+        where = saveCheckpoint(ex, ckptDir, {stepsDone, static_cast<uint64_t>(m.train.seed)},
+                               m.train.checkpointKeep);
+      } catch (const checkpoint::CheckpointError& e) {
+        progress.finish();
+        report(mine, m, e);
+      }
+    }
+    return agree(!mine.hasErrors(), "writing the checkpoint");
+  };
   auto began = Clock::now();
   int64_t steps = m.train.steps, samples = 0;
   int64_t end = o.stopAfter > 0 ? std::min(steps, o.stopAfter) : steps;
@@ -513,21 +562,19 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
       checkMetrics();
     }
     bool last = step + 1 == end;
+    bool saved = false;
+    std::string where;
     if (!ckptDir.empty() &&
         ((m.train.checkpointEvery > 0 && (step + 1) % m.train.checkpointEvery == 0) || last)) {
-      // Written once, by rank 0: the replicas are identical.
-      std::string where;
-      if (rank == 0) {
-        try {
-          where = saveCheckpoint(ex, ckptDir, {step + 1, static_cast<uint64_t>(m.train.seed)},
-                                 m.train.checkpointKeep);
-        } catch (const checkpoint::CheckpointError& e) {
-          progress.finish();
-          mine.error(keyLoc(m, "checkpoint"), e.what());
-        }
-      }
-      if (!agree(!mine.hasErrors(), "writing the checkpoint")) return 1;
+      if (!writeCheckpoint(step + 1, where)) return 1;
+      saved = true;
       if (rank == 0 && (!o.terminal || last)) progress.line(fmt::format("checkpoint: {}", where));
+    }
+    if (int sig = agreeOnStop(comm, stopSignals.received())) {
+      progress.finish();
+      if (!ckptDir.empty() && !saved && !writeCheckpoint(step + 1, where)) return 1;
+      out << stopText(sig, step + 1, steps, where, o, ranks);
+      return sig == SIGUSR1 ? 0 : 128 + sig;
     }
   }
   progress.finish();

@@ -14,6 +14,7 @@ class Comm;
 namespace epl::interp {
 
 struct RunOptions {
+  std::string script;       // as given on the command line: how to resume is said with it
   std::string baseDir;      // the script's folder: relative paths in the script resolve here
   std::string metricsPath;  // JSON lines; empty for none
   bool resume = false;      // continue from the newest checkpoint in train.checkpoint's dir
@@ -38,7 +39,8 @@ void warnUnappliedPolicies(const ir::Module& m, Diagnostics& diags);
 bool checkRunnable(const ir::Module& m, Diagnostics& diags);
 
 // Trains the planned module. Problems (data, checkpoints, a NaN loss) are reported to
-// `diags`; returns the process exit code.
+// `diags`; returns the process exit code: 0, 1 for an error, or, when a signal stopped the
+// run (StopSignals.h), 128 + the signal (0 for SIGUSR1, a request to stop).
 int train(const ir::Module& m, const RunOptions& options, Diagnostics& diags);
 
 struct SampleOptions {

@@ -147,6 +147,23 @@ Evaluation evaluate(Executor& ex, const data::Dataset& ds, int64_t limit) {
   return e;
 }
 
+// What the progress bar and the metrics show of step `step` (0-based) of a run that
+// started at `start`; the caller adds the timings.
+StepReport stepReport(const StepResult& r, int64_t step, int64_t start, int64_t steps, double lr) {
+  StepReport rep;
+  rep.step = step + 1;
+  rep.steps = steps;
+  rep.firstStep = start;
+  rep.loss = r.loss;
+  rep.lr = lr;
+  rep.gradNorm = r.gradNorm;
+  rep.memoryBytes = residentBytes();
+  rep.reduceWaitSeconds = r.reduceWaitSeconds;
+  rep.reduceSpanSeconds = r.reduceSpanSeconds;
+  rep.reduceBytes = r.reduceBytes;
+  return rep;
+}
+
 // Writes lines to another stream after a prefix ("rank 2: "): the log of a rank other than
 // 0 under --log-all.
 class PrefixBuf : public std::streambuf {
@@ -240,6 +257,51 @@ void checkStepsLeft(const ir::Module& m, const RunOptions& o, const Start& s, Di
     mine.error(SourceLoc{}, fmt::format("--stop-after {} is not after step {}, where `{}` resumes",
                                         o.stopAfter, s.step, s.folder))
         .help(fmt::format("pass a --stop-after above {}", s.step));
+}
+
+// The lines that open a run: the model, where it runs, the data, the batch and the memory
+// plan, and the gradient reduction.
+void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
+                 const std::string& device, backend::Comm& comm, const data::Dataset& ds,
+                 const ir::Program& prog) {
+  int ranks = comm.size();
+  int64_t params = 0;
+  for (int p = 0; p < static_cast<int>(m.params.size()); ++p)
+    params += ex.paramElements(p);
+  if (ranks == 1)
+    out << fmt::format("model `{}`: {} params on 1 device ({})\n", m.modelName, withCommas(params),
+                       device);
+  else
+    out << fmt::format("model `{}`: {} params on {} data-parallel ranks ({} each, {} comm)\n",
+                       m.modelName, withCommas(params), ranks, device, comm.name());
+  out << fmt::format("data: {}\n", ds.describe());
+  out << fmt::format("batch {} = {} micro-batch{} x {}{} samples; memory plan {} per rank "
+                     "(activations {}, params {}, grads {}, optimizer {})\n",
+                     m.train.batch, m.policy.microBatches, m.policy.microBatches == 1 ? "" : "es",
+                     ranks > 1 ? fmt::format("{} ranks x ", ranks) : "", ex.localBatch(),
+                     formatBytes(prog.peakBytes()), formatBytes(prog.arenaBytes),
+                     formatBytes(prog.paramBytes), formatBytes(prog.gradBytes),
+                     formatBytes(prog.optimizerBytes));
+  if (!m.buckets.empty())
+    out << fmt::format("gradients: {} bucket{} summed over {} ranks in {}{}\n", m.buckets.size(),
+                       m.buckets.size() == 1 ? "" : "s", ranks,
+                       m.policy.commDtype == ir::DType::F32    ? "fp32"
+                       : m.policy.commDtype == ir::DType::BF16 ? "bf16"
+                                                               : "fp16",
+                       m.policy.overlapComm ? ", overlapping the backward"
+                                            : ", after the backward");
+}
+
+// Rank 0 writes the checkpoints: it locks their folder for the whole run, which also shows
+// now, not at the first save, whether it can write there.
+std::unique_ptr<checkpoint::FolderLock> lockFolder(const ir::Module& m, const std::string& dir,
+                                                   Diagnostics& mine) {
+  try {
+    return std::make_unique<checkpoint::FolderLock>(dir);
+  } catch (const checkpoint::CheckpointError& e) {
+    report(mine, m, e);
+    return nullptr;
+  }
 }
 
 // Rank 0's start: the newest checkpoint of `dir` on --resume, else the initial weights
@@ -421,19 +483,11 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
   // set): the measured memory of the step is the peak above it.
   int64_t baseline = residentBytes();
   Executor ex(m, *device, comm, optimizerSettings(m.train));
-  // Rank 0 reads the checkpoint or initialises, then every rank gets its weights and
-  // optimizer states: replicas start bit-identical, and a checkpoint needs to be
-  // readable by rank 0 alone.
-  // Rank 0 writes the checkpoints: it locks their folder for the whole run, which also
-  // shows now, not at the first save, whether it can write there.
-  std::optional<checkpoint::FolderLock> lock;
-  if (rank == 0 && !ckptDir.empty()) {
-    try {
-      lock.emplace(ckptDir);
-    } catch (const checkpoint::CheckpointError& e) {
-      report(mine, m, e);
-    }
-  }
+  // Rank 0 locks the checkpoint folder, reads the checkpoint or initialises, then every
+  // rank gets its weights and optimizer states: replicas start bit-identical, and a
+  // checkpoint needs to be readable by rank 0 alone.
+  std::unique_ptr<checkpoint::FolderLock> lock;
+  if (rank == 0 && !ckptDir.empty()) lock = lockFolder(m, ckptDir, mine);
   Start from;
   if (rank == 0 && !mine.hasErrors()) from = startOnRank0(ex, m, o, ckptDir, out, mine, diags);
   if (!agree(!mine.hasErrors(), "loading the checkpoint")) return 1;
@@ -449,32 +503,8 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
   }
 
   const ir::Program& prog = m.programs[rank];
-  int64_t params = 0;
-  for (int p = 0; p < static_cast<int>(m.params.size()); ++p)
-    params += ex.paramElements(p);
   int64_t B = ex.localBatch();
-  if (ranks == 1)
-    out << fmt::format("model `{}`: {} params on 1 device ({})\n", m.modelName, withCommas(params),
-                       device->name());
-  else
-    out << fmt::format("model `{}`: {} params on {} data-parallel ranks ({} each, {} comm)\n",
-                       m.modelName, withCommas(params), ranks, device->name(), comm.name());
-  out << fmt::format("data: {}\n", ds->describe());
-  out << fmt::format("batch {} = {} micro-batch{} x {}{} samples; memory plan {} per rank "
-                     "(activations {}, params {}, grads {}, optimizer {})\n",
-                     m.train.batch, m.policy.microBatches, m.policy.microBatches == 1 ? "" : "es",
-                     ranks > 1 ? fmt::format("{} ranks x ", ranks) : "", B,
-                     formatBytes(prog.peakBytes()), formatBytes(prog.arenaBytes),
-                     formatBytes(prog.paramBytes), formatBytes(prog.gradBytes),
-                     formatBytes(prog.optimizerBytes));
-  if (!m.buckets.empty())
-    out << fmt::format("gradients: {} bucket{} summed over {} ranks in {}{}\n", m.buckets.size(),
-                       m.buckets.size() == 1 ? "" : "s", ranks,
-                       m.policy.commDtype == ir::DType::F32    ? "fp32"
-                       : m.policy.commDtype == ir::DType::BF16 ? "bf16"
-                                                               : "fp16",
-                       m.policy.overlapComm ? ", overlapping the backward"
-                                            : ", after the backward");
+  describeRun(out, m, ex, device->name(), comm, *ds, prog);
 
   data::Sampler sampler(ds->size(data::Split::Train), static_cast<uint64_t>(m.train.seed));
   Progress progress(out, terminal, m.train.logEvery);
@@ -525,20 +555,10 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
     }
     lastLoss = r.loss;
     samples += m.train.batch;
-    StepReport rep;
-    rep.step = step + 1;
-    rep.steps = steps;
-    rep.firstStep = start;
-    rep.loss = r.loss;
-    rep.lr = lr;
-    rep.gradNorm = r.gradNorm;
+    StepReport rep = stepReport(r, step, start, steps, lr);
     rep.samplesPerSecond = samples / seconds(began);
     rep.elapsedSeconds = seconds(began);
     rep.stepSeconds = seconds(stepBegan);
-    rep.memoryBytes = residentBytes();
-    rep.reduceWaitSeconds = r.reduceWaitSeconds;
-    rep.reduceSpanSeconds = r.reduceSpanSeconds;
-    rep.reduceBytes = r.reduceBytes;
     progress.step(rep);
     metrics.step(rep);
     checkMetrics();

@@ -2,6 +2,7 @@
 #include "backend/comm/Comm.h"
 #include "driver/Epl.h"
 #include "driver/Launch.h"
+#include "interp/MemoryFit.h"
 #include "interp/Trainer.h"
 #include "interp/data/Dataset.h"
 #include "ir/Printer.h"
@@ -88,6 +89,38 @@ std::string scriptDir(const std::string& script) {
   return std::filesystem::absolute(script).parent_path().string();
 }
 
+// Whether this machine has the memory for its ranks of the plan, checked before any rank
+// allocates. Every rank checks (ranks on different machines see different figures) and
+// they agree; the lowest rank that does not fit says why.
+bool memoryFits(const epl::ir::Module& m, epl::SourceManager& sources, epl::backend::Comm* comm) {
+  epl::Diagnostics diags(sources);
+  auto available = epl::interp::availableMemory();
+  int local = comm ? epl::driver::ranksOnThisMachine() : 1;
+  char ok = !available || epl::interp::checkMemoryFits(m, local, *available, diags);
+  int ranks = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
+  std::vector<char> flags(static_cast<size_t>(ranks), ok);
+  if (ranks > 1) comm->allGather(&ok, flags.data(), 1, "checking memory");
+  auto firstFailed = std::find(flags.begin(), flags.end(), 0);
+  if (firstFailed == flags.end()) return true;
+  if (firstFailed - flags.begin() == rank) {
+    epl::Diagnostics shown(sources);
+    shown.append(diags, ranks > 1 ? fmt::format("rank {}: ", rank) : "");
+    shown.print(std::cerr, isatty(2));
+  }
+  return false;
+}
+
+// The plan's buffers did not fit after all (another process took the memory): said as
+// memoryFits says it.
+void reportOutOfMemory(const epl::ir::Module& m, epl::SourceManager& sources,
+                       epl::backend::Comm* comm) {
+  epl::Diagnostics diags(sources);
+  epl::interp::reportOutOfMemory(m, comm ? epl::driver::ranksOnThisMachine() : 1, diags);
+  epl::Diagnostics shown(sources);
+  shown.append(diags, comm ? fmt::format("rank {}: ", comm->rank()) : "");
+  shown.print(std::cerr, isatty(2));
+}
+
 // One rank of `epl run` (or the only one): plan, train, report. Under MPI every rank plans
 // the same script; rank 0 alone prints what the plan says, and a rank that cannot go on
 // ends the whole job.
@@ -102,7 +135,7 @@ int runRank(Common args, epl::interp::RunOptions o, epl::backend::Comm* comm) {
     m = epl::planFile(args.script, session, po);
   }
   if (rank == 0) session.diags.print(std::cerr, isatty(2));
-  if (!m) return 1;
+  if (!m || !memoryFits(*m, session.sources, comm)) return 1;
   o.baseDir = scriptDir(args.script);
   if (o.metricsPath.empty())
     o.metricsPath = std::filesystem::path(args.script).stem().string() + ".metrics.jsonl";
@@ -122,6 +155,11 @@ int runRank(Common args, epl::interp::RunOptions o, epl::backend::Comm* comm) {
   int rc = 1;
   try {
     rc = epl::interp::train(*m, o, runDiags);
+  } catch (const std::bad_alloc&) { // OutOfMemory, or a smaller buffer beside the plan's
+    std::cout.flush();
+    reportOutOfMemory(*m, session.sources, comm);
+    if (comm && comm->size() > 1) comm->abort(1);
+    return 1;
   } catch (const std::exception& e) {
     // A collective that timed out or failed, or a bug: the other ranks would wait for this
     // one forever, so the whole job ends here.
@@ -159,6 +197,13 @@ int runScript(Common args, epl::interp::RunOptions o, const epl::driver::LaunchO
       session.diags.print(std::cerr, isatty(2));
       return 1;
     }
+    // Without a hostfile every rank runs on this machine.
+    auto available = epl::interp::availableMemory();
+    if (launch.hostfile.empty() && available &&
+        !epl::interp::checkMemoryFits(*m, args.np, *available, session.diags)) {
+      session.diags.print(std::cerr, isatty(2));
+      return 1;
+    }
   }
   return epl::driver::launchRanks(args.np, launch, argc, argv);
 }
@@ -169,10 +214,15 @@ int sampleScript(Common args, epl::interp::SampleOptions o) {
   args.overrides.push_back("policy.micro_batches=1");
   epl::Session session;
   auto m = plan(args, session);
-  if (!m) return 1;
+  if (!m || !memoryFits(*m, session.sources, nullptr)) return 1;
   o.baseDir = scriptDir(args.script);
   o.out = &std::cout;
-  int rc = epl::interp::sample(*m, o, session.diags);
+  int rc = 1;
+  try {
+    rc = epl::interp::sample(*m, o, session.diags);
+  } catch (const std::bad_alloc&) {
+    reportOutOfMemory(*m, session.sources, nullptr);
+  }
   session.diags.print(std::cerr, isatty(2));
   return rc;
 }

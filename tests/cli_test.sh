@@ -42,6 +42,24 @@ expect 0 "module @gpt" -- plan "$src/examples/gpt_char.epl" -np 4 --ir
 expect 1 "error: -np 6 is not a multiple of the 4 devices" -- check "$src/examples/gpt_char.epl" -np 6
 expect 1 "--> $src/tests/diagnostics/unknown_name.epl:8:22" -- check "$src/tests/diagnostics/unknown_name.epl"
 
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# A model far bigger than any machine is an error at `batch`, before anything is allocated.
+cat >"$tmp/huge.epl" <<'EOF'
+model big(x: f32[B, 1000000], y: f32[B, 1000000]) {
+  return mse(linear(x, 1000000), y)
+}
+train big {
+  data = synthetic(samples = 64)
+  batch = 8
+  optimizer = adam(lr = 1e-3)
+}
+EOF
+expect 1 "error: the plan needs 16.0 TB of memory, and this machine has" -- run "$tmp/huge.epl"
+expect 1 "--> $tmp/huge.epl:6:3" -- run "$tmp/huge.epl"
+expect 1 "error: the plan's 2 ranks on this machine need 32.0 TB of memory" -- run "$tmp/huge.epl" -np 2
+
 # `epl check` on a good script prints nothing at all.
 out=$("$epl" check "$src/examples/gpt_char.epl" 2>&1)
 if [ -n "$out" ]; then

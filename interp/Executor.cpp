@@ -86,7 +86,17 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
   bindCalls();
 }
 
+// A reduction still in flight (an error left runStep) may be reading or writing the
+// gradients: it is waited for before they are freed. After a timeout the communicator has
+// failed every outstanding operation already, so these waits return at once.
 Executor::~Executor() {
+  for (backend::Request& r : pending_) {
+    try {
+      comm_.wait(r, "a reduction left behind by an error");
+    } catch (const backend::CommError&) {
+      // The error that ended the step is the one reported.
+    }
+  }
   dev_.synchronize();
   releaseBuffers();
 }

@@ -2,6 +2,7 @@
 #include "backend/comm/Comm.h"
 #include "driver/Epl.h"
 #include "driver/Launch.h"
+#include "driver/NumericOptions.h"
 #include "interp/MemoryFit.h"
 #include "interp/Trainer.h"
 #include "interp/data/Dataset.h"
@@ -22,6 +23,16 @@
 #endif
 
 namespace {
+
+using epl::driver::positiveNumber;
+using epl::driver::wholeNumber;
+
+// Bounds of the numeric options. Steps: far beyond any run, and a round number.
+constexpr int64_t kMaxSteps = 1'000'000'000'000;
+constexpr int kMaxRanks = 1 << 24;
+// Threads per rank: beyond the cores they only slow a run, and thousands of them may not
+// start at all (limits on threads per user, or on address space for their stacks).
+constexpr int kMaxThreads = 1024;
 
 // mpirun spells the rank count `-np N`; CLI11 wants long options with two dashes.
 std::vector<std::string> normaliseArgs(int argc, char** argv) {
@@ -52,7 +63,7 @@ struct Common {
 void addCommon(CLI::App* cmd, Common& c) {
   cmd->add_option("script", c.script, "the .epl script")->required()->check(CLI::ExistingFile);
   cmd->add_option("--np,-n", c.np, "number of devices (ranks); -np N works too, as in mpirun")
-      ->check(CLI::Range(1, 1 << 24));
+      ->check(wholeNumber("-np", 1, kMaxRanks));
   cmd->add_option("-I,--import-path", c.importPath,
                   "extra folder for imports (searched before stdlib/)");
   std::vector<std::string> passNames = epl::passNames();
@@ -63,7 +74,8 @@ void addCommon(CLI::App* cmd, Common& c) {
   cmd->add_flag("--verify-each", c.verifyEach, "verify the IR after every pass");
   cmd->add_option("--set", c.overrides,
                   "override a setting, checked as in the script: policy.zero=1, train.batch=64");
-  cmd->add_option("--steps", c.steps, "override train.steps")->check(CLI::PositiveNumber);
+  cmd->add_option("--steps", c.steps, "override train.steps")
+      ->check(wholeNumber("--steps", 1, kMaxSteps));
 }
 
 epl::PlanOptions planOptions(const Common& c) {
@@ -272,7 +284,7 @@ int main(int argc, char** argv) {
   planCmd->add_flag("--ir", printIr, "print the final IR after the plan");
   int rank = -1;
   planCmd->add_option("--rank", rank, "print this rank's instruction stream and memory plan")
-      ->check(CLI::NonNegativeNumber);
+      ->check(wholeNumber("--rank", 0, kMaxRanks - 1));
 
   Common runArgs;
   runArgs.np = 1;
@@ -286,7 +298,7 @@ int main(int argc, char** argv) {
   runCmd
       ->add_option("--threads", runOptions.threads,
                    "CPU threads per rank (default: the cores, shared by the ranks on a machine)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(wholeNumber("--threads", 1, kMaxThreads));
   runCmd->add_flag("--log-all", runOptions.logAll,
                    "every rank prints its log, each line after its rank (default: rank 0 alone)");
   epl::driver::LaunchOptions launch;
@@ -300,7 +312,7 @@ int main(int argc, char** argv) {
   runCmd
       ->add_option("--stop-after", runOptions.stopAfter,
                    "stop (with a checkpoint) after this step, as if interrupted")
-      ->check(CLI::PositiveNumber);
+      ->check(wholeNumber("--stop-after", 1, kMaxSteps));
 
   Common sampleArgs;
   sampleArgs.np = 1;
@@ -312,10 +324,11 @@ int main(int argc, char** argv) {
                         "checkpoint folder or dir (default: the train block's)");
   sampleCmd->add_option("--prompt", sampleOptions.prompt, "text to continue");
   sampleCmd->add_option("--length", sampleOptions.length, "bytes to generate")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+      ->check(wholeNumber("--length", 1, int64_t{1} << 20));
   sampleCmd->add_option("--temperature", sampleOptions.temperature, "softmax temperature")
-      ->check(CLI::PositiveNumber);
-  sampleCmd->add_option("--seed", sampleOptions.seed, "sampling seed");
+      ->check(positiveNumber("--temperature"));
+  sampleCmd->add_option("--seed", sampleOptions.seed, "sampling seed")
+      ->check(wholeNumber("--seed", 0, INT64_MAX));
 
   std::string textIn, tokensOut;
   CLI::App* dataCmd =
@@ -341,6 +354,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     // Help and version exit 0; usage mistakes exit 2, as most command-line tools do.
     return app.exit(e) == 0 ? 0 : 2;
+  } catch (const epl::driver::UsageError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
   }
   if (lsp.chosen()) return lsp.run();
   if (*check) return plan(checkArgs, *std::make_unique<epl::Session>()) ? 0 : 1;

@@ -72,7 +72,8 @@ public:
   virtual ~Device() = default;
   virtual std::string name() const = 0;
 
-  // Device memory, 64-byte aligned. release(nullptr) does nothing.
+  // Device memory, 64-byte aligned; throws std::bad_alloc when there is not enough.
+  // release(nullptr) does nothing.
   virtual void* allocate(int64_t bytes) = 0;
   virtual void release(void* p) = 0;
   virtual void copyToDevice(void* dst, const void* src, int64_t bytes, StreamId s = 0) = 0;

@@ -197,13 +197,13 @@ int threadsPerRank() {
   int cpus = hardwareThreads();
   if (sched_getaffinity(0, sizeof set, &set) == 0) cpus = std::max(1, CPU_COUNT(&set));
   if (cpus < hardwareThreads()) return cpus; // mpirun bound this rank to its own cores
-  int local = 1;
+  return std::max(1, cpus / ranksOnThisMachine());
+}
+
+int ranksOnThisMachine() {
   for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
-    if (const char* v = std::getenv(name)) {
-      local = std::max(1, std::atoi(v));
-      break;
-    }
-  return std::max(1, cpus / local);
+    if (const char* v = std::getenv(name)) return std::max(1, std::atoi(v));
+  return 1;
 }
 
 } // namespace epl::driver

@@ -27,4 +27,7 @@ bool terminalForwarded();
 // machine unless mpirun bound it to its own.
 int threadsPerRank();
 
+// Ranks of this MPI job on this machine, as mpirun says; 1 outside a job.
+int ranksOnThisMachine();
+
 } // namespace epl::driver

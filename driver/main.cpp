@@ -2,6 +2,8 @@
 #include "backend/comm/Comm.h"
 #include "driver/Epl.h"
 #include "driver/Launch.h"
+#include "driver/NumericOptions.h"
+#include "interp/MemoryFit.h"
 #include "interp/Trainer.h"
 #include "interp/data/Dataset.h"
 #include "ir/Printer.h"
@@ -21,6 +23,16 @@
 #endif
 
 namespace {
+
+using epl::driver::positiveNumber;
+using epl::driver::wholeNumber;
+
+// Bounds of the numeric options. Steps: far beyond any run, and a round number.
+constexpr int64_t kMaxSteps = 1'000'000'000'000;
+constexpr int kMaxRanks = 1 << 24;
+// Threads per rank: beyond the cores they only slow a run, and thousands of them may not
+// start at all (limits on threads per user, or on address space for their stacks).
+constexpr int kMaxThreads = 1024;
 
 // mpirun spells the rank count `-np N`; CLI11 wants long options with two dashes.
 std::vector<std::string> normaliseArgs(int argc, char** argv) {
@@ -51,7 +63,7 @@ struct Common {
 void addCommon(CLI::App* cmd, Common& c) {
   cmd->add_option("script", c.script, "the .epl script")->required()->check(CLI::ExistingFile);
   cmd->add_option("--np,-n", c.np, "number of devices (ranks); -np N works too, as in mpirun")
-      ->check(CLI::Range(1, 1 << 24));
+      ->check(wholeNumber("-np", 1, kMaxRanks));
   cmd->add_option("-I,--import-path", c.importPath,
                   "extra folder for imports (searched before stdlib/)");
   std::vector<std::string> passNames = epl::passNames();
@@ -62,7 +74,8 @@ void addCommon(CLI::App* cmd, Common& c) {
   cmd->add_flag("--verify-each", c.verifyEach, "verify the IR after every pass");
   cmd->add_option("--set", c.overrides,
                   "override a setting, checked as in the script: policy.zero=1, train.batch=64");
-  cmd->add_option("--steps", c.steps, "override train.steps")->check(CLI::PositiveNumber);
+  cmd->add_option("--steps", c.steps, "override train.steps")
+      ->check(wholeNumber("--steps", 1, kMaxSteps));
 }
 
 epl::PlanOptions planOptions(const Common& c) {
@@ -88,6 +101,38 @@ std::string scriptDir(const std::string& script) {
   return std::filesystem::absolute(script).parent_path().string();
 }
 
+// Whether this machine has the memory for its ranks of the plan, checked before any rank
+// allocates. Every rank checks (ranks on different machines see different figures) and
+// they agree; the lowest rank that does not fit says why.
+bool memoryFits(const epl::ir::Module& m, epl::SourceManager& sources, epl::backend::Comm* comm) {
+  epl::Diagnostics diags(sources);
+  auto available = epl::interp::availableMemory();
+  int local = comm ? epl::driver::ranksOnThisMachine() : 1;
+  char ok = !available || epl::interp::checkMemoryFits(m, local, *available, diags);
+  int ranks = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
+  std::vector<char> flags(static_cast<size_t>(ranks), ok);
+  if (ranks > 1) comm->allGather(&ok, flags.data(), 1, "checking memory");
+  auto firstFailed = std::find(flags.begin(), flags.end(), 0);
+  if (firstFailed == flags.end()) return true;
+  if (firstFailed - flags.begin() == rank) {
+    epl::Diagnostics shown(sources);
+    shown.append(diags, ranks > 1 ? fmt::format("rank {}: ", rank) : "");
+    shown.print(std::cerr, isatty(2));
+  }
+  return false;
+}
+
+// The plan's buffers did not fit after all (another process took the memory): said as
+// memoryFits says it.
+void reportOutOfMemory(const epl::ir::Module& m, epl::SourceManager& sources,
+                       epl::backend::Comm* comm) {
+  epl::Diagnostics diags(sources);
+  epl::interp::reportOutOfMemory(m, comm ? epl::driver::ranksOnThisMachine() : 1, diags);
+  epl::Diagnostics shown(sources);
+  shown.append(diags, comm ? fmt::format("rank {}: ", comm->rank()) : "");
+  shown.print(std::cerr, isatty(2));
+}
+
 // One rank of `epl run` (or the only one): plan, train, report. Under MPI every rank plans
 // the same script; rank 0 alone prints what the plan says, and a rank that cannot go on
 // ends the whole job.
@@ -102,7 +147,7 @@ int runRank(Common args, epl::interp::RunOptions o, epl::backend::Comm* comm) {
     m = epl::planFile(args.script, session, po);
   }
   if (rank == 0) session.diags.print(std::cerr, isatty(2));
-  if (!m) return 1;
+  if (!m || !memoryFits(*m, session.sources, comm)) return 1;
   o.script = args.script;
   o.baseDir = scriptDir(args.script);
   if (o.metricsPath.empty())
@@ -123,6 +168,11 @@ int runRank(Common args, epl::interp::RunOptions o, epl::backend::Comm* comm) {
   int rc = 1;
   try {
     rc = epl::interp::train(*m, o, runDiags);
+  } catch (const std::bad_alloc&) { // OutOfMemory, or a smaller buffer beside the plan's
+    std::cout.flush();
+    reportOutOfMemory(*m, session.sources, comm);
+    if (comm && comm->size() > 1) comm->abort(1);
+    return 1;
   } catch (const std::exception& e) {
     // A collective that timed out or failed, or a bug: the other ranks would wait for this
     // one forever, so the whole job ends here.
@@ -160,6 +210,13 @@ int runScript(Common args, epl::interp::RunOptions o, const epl::driver::LaunchO
       session.diags.print(std::cerr, isatty(2));
       return 1;
     }
+    // Without a hostfile every rank runs on this machine.
+    auto available = epl::interp::availableMemory();
+    if (launch.hostfile.empty() && available &&
+        !epl::interp::checkMemoryFits(*m, args.np, *available, session.diags)) {
+      session.diags.print(std::cerr, isatty(2));
+      return 1;
+    }
   }
   return epl::driver::launchRanks(args.np, launch, argc, argv);
 }
@@ -170,10 +227,15 @@ int sampleScript(Common args, epl::interp::SampleOptions o) {
   args.overrides.push_back("policy.micro_batches=1");
   epl::Session session;
   auto m = plan(args, session);
-  if (!m) return 1;
+  if (!m || !memoryFits(*m, session.sources, nullptr)) return 1;
   o.baseDir = scriptDir(args.script);
   o.out = &std::cout;
-  int rc = epl::interp::sample(*m, o, session.diags);
+  int rc = 1;
+  try {
+    rc = epl::interp::sample(*m, o, session.diags);
+  } catch (const std::bad_alloc&) {
+    reportOutOfMemory(*m, session.sources, nullptr);
+  }
   session.diags.print(std::cerr, isatty(2));
   return rc;
 }
@@ -223,7 +285,7 @@ int main(int argc, char** argv) {
   planCmd->add_flag("--ir", printIr, "print the final IR after the plan");
   int rank = -1;
   planCmd->add_option("--rank", rank, "print this rank's instruction stream and memory plan")
-      ->check(CLI::NonNegativeNumber);
+      ->check(wholeNumber("--rank", 0, kMaxRanks - 1));
 
   Common runArgs;
   runArgs.np = 1;
@@ -237,7 +299,7 @@ int main(int argc, char** argv) {
   runCmd
       ->add_option("--threads", runOptions.threads,
                    "CPU threads per rank (default: the cores, shared by the ranks on a machine)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(wholeNumber("--threads", 1, kMaxThreads));
   runCmd->add_flag("--log-all", runOptions.logAll,
                    "every rank prints its log, each line after its rank (default: rank 0 alone)");
   epl::driver::LaunchOptions launch;
@@ -251,7 +313,7 @@ int main(int argc, char** argv) {
   runCmd
       ->add_option("--stop-after", runOptions.stopAfter,
                    "stop (with a checkpoint) after this step, as if interrupted")
-      ->check(CLI::PositiveNumber);
+      ->check(wholeNumber("--stop-after", 1, kMaxSteps));
 
   Common sampleArgs;
   sampleArgs.np = 1;
@@ -263,10 +325,11 @@ int main(int argc, char** argv) {
                         "checkpoint folder or dir (default: the train block's)");
   sampleCmd->add_option("--prompt", sampleOptions.prompt, "text to continue");
   sampleCmd->add_option("--length", sampleOptions.length, "bytes to generate")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+      ->check(wholeNumber("--length", 1, int64_t{1} << 20));
   sampleCmd->add_option("--temperature", sampleOptions.temperature, "softmax temperature")
-      ->check(CLI::PositiveNumber);
-  sampleCmd->add_option("--seed", sampleOptions.seed, "sampling seed");
+      ->check(positiveNumber("--temperature"));
+  sampleCmd->add_option("--seed", sampleOptions.seed, "sampling seed")
+      ->check(wholeNumber("--seed", 0, INT64_MAX));
 
   std::string textIn, tokensOut;
   CLI::App* dataCmd =
@@ -292,6 +355,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     // Help and version exit 0; usage mistakes exit 2, as most command-line tools do.
     return app.exit(e) == 0 ? 0 : 2;
+  } catch (const epl::driver::UsageError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
   }
   if (lsp.chosen()) return lsp.run();
   if (*check) return plan(checkArgs, *std::make_unique<epl::Session>()) ? 0 : 1;

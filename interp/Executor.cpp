@@ -2,6 +2,8 @@
 // instruction's device work. Subtle orderings are noted where they happen.
 #include "interp/Executor.h"
 
+#include "interp/MemoryFit.h"
+
 #include "support/Assert.h"
 #include "support/Random.h"
 
@@ -10,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <fmt/format.h>
+#include <new>
 
 namespace epl::interp {
 
@@ -44,8 +47,6 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
   EPL_ASSERT(comm_.size() == static_cast<int>(m.programs.size()),
              "one instruction stream per rank of the communicator");
   states_ = opt_.kind == backend::OptimizerKind::Sgd ? (opt_.momentum > 0 ? 1 : 0) : 2;
-  arena_ =
-      static_cast<unsigned char*>(dev_.allocate(std::max<int64_t>(program_.arenaBytes, kAlign)));
   int64_t total = 0;
   for (const ir::Param& p : m_.params) {
     paramOffset_.push_back(total);
@@ -53,12 +54,7 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
     total += alignUp(4 * paramElems_.back());
   }
   gradBytes_ = std::max<int64_t>(total, kAlign);
-  params_ = static_cast<unsigned char*>(dev_.allocate(gradBytes_));
-  grads_ = static_cast<unsigned char*>(dev_.allocate(gradBytes_));
-  for (int k = 0; k < states_; ++k) {
-    stateMem_[k] = static_cast<unsigned char*>(dev_.allocate(gradBytes_));
-    dev_.fillZero(stateMem_[k], gradBytes_);
-  }
+  allocateBuffers();
   gradParam_.assign(m_.tensors.size(), -1);
   for (size_t p = 0; p < m_.params.size(); ++p)
     if (m_.params[p].grad >= 0) gradParam_[m_.params[p].grad] = static_cast<int>(p);
@@ -90,13 +86,44 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
   bindCalls();
 }
 
+// A reduction still in flight (an error left runStep) may be reading or writing the
+// gradients: it is waited for before they are freed. After a timeout the communicator has
+// failed every outstanding operation already, so these waits return at once.
 Executor::~Executor() {
+  for (backend::Request& r : pending_) {
+    try {
+      comm_.wait(r, "a reduction left behind by an error");
+    } catch (const backend::CommError&) {
+      // The error that ended the step is the one reported.
+    }
+  }
   dev_.synchronize();
-  dev_.release(arena_);
-  dev_.release(params_);
-  dev_.release(grads_);
-  for (auto* s : stateMem_)
-    dev_.release(s);
+  releaseBuffers();
+}
+
+// The plan's buffers. A failed allocation releases the others and becomes OutOfMemory,
+// which the driver reports as the plan's memory against the machine's.
+void Executor::allocateBuffers() {
+  auto allocate = [&](int64_t bytes) { return static_cast<unsigned char*>(dev_.allocate(bytes)); };
+  try {
+    arena_ = allocate(std::max<int64_t>(program_.arenaBytes, kAlign));
+    params_ = allocate(gradBytes_);
+    grads_ = allocate(gradBytes_);
+    for (int k = 0; k < states_; ++k) {
+      stateMem_[k] = allocate(gradBytes_);
+      dev_.fillZero(stateMem_[k], gradBytes_);
+    }
+  } catch (const std::bad_alloc&) {
+    releaseBuffers();
+    throw OutOfMemory(program_.peakBytes());
+  }
+}
+
+void Executor::releaseBuffers() {
+  for (unsigned char** b : {&arena_, &params_, &grads_, &stateMem_[0], &stateMem_[1]}) {
+    if (*b) dev_.release(*b);
+    *b = nullptr;
+  }
 }
 
 backend::TensorView Executor::shapeOnly(int t) const {

@@ -81,6 +81,8 @@ private:
   struct Slot {
     backend::KernelCall call; // views bound to this rank's buffers
   };
+  void allocateBuffers();
+  void releaseBuffers();
   backend::TensorView view(int tensor) const;
   backend::TensorView shapeOnly(int tensor) const;
   backend::TensorView paramView(int p) const;

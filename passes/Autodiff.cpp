@@ -117,21 +117,15 @@ private:
       bwd.accumulate.push_back(adds);
     }
     int id = static_cast<int>(m_->ops.size());
-    for (int p : fwd.params) {
+    for (int t : bwd.outputs)
+      if (t >= 0 && m_->tensors[t].producer < 0) m_->tensors[t].producer = id;
+    for (int p : fwd.params) { // parameter gradients have no producer: every op adds
       ir::Param& param = m_->params[p];
       param.grad = m_->addTensor(param.name + ".grad", param.type, -1);
       bwd.outputs.push_back(param.grad);
       bwd.accumulate.push_back(true);
     }
-    for (int t : bwd.outputs)
-      if (t >= 0 && m_->tensors[t].producer < 0 && !isParamGrad(t)) m_->tensors[t].producer = id;
     m_->ops.push_back(std::move(bwd));
-  }
-
-  bool isParamGrad(int t) const {
-    for (const ir::Param& p : m_->params)
-      if (p.grad == t) return true;
-    return false;
   }
 
   void addOptimizer() {

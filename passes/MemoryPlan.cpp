@@ -4,22 +4,33 @@
 //      optimizer phase: a tensor lives from the instruction that writes it first (model
 //      inputs and `next` targets from the load) to the last one that reads or adds into
 //      it. The loss lives to the end: the step reads it after the last micro-batch.
-//   2. Offsets, largest tensor first: the lowest 64-byte-aligned offset that overlaps no
-//      placed tensor whose lifetime meets this one's (greedy best fit).
-//   3. The arena is the highest end; parameters, their gradients and the optimizer
+//   2. Offsets by a sweep in time order: at each instruction the tensors that died give
+//      their blocks back (coalesced), then the ones born there, largest first, take the
+//      smallest free block that holds them, else the top of the arena. O(n log n).
+//   3. When the lifetimes overlap in few enough pairs (models of ordinary depth), also
+//      largest tensor first at the lowest 64-byte-aligned offset free for its lifetime
+//      (greedy by size), and keep the smaller arena. Its cost is the number of
+//      overlapping pairs, quadratic in the depth of a model, so deep ones get step 2 only.
+//   4. The arena is the highest end; parameters, their gradients and the optimizer
 //      states are counted beside it. Evaluation runs a prefix of the forward ops, so its
-//      lifetimes sit inside the step's and the same offsets serve it.
+//      lifetimes sit inside the step's and the same offsets serve it. Ranks that run the
+//      same stream share one plan.
 #include "passes/Passes.h"
 
 #include "support/Assert.h"
 
 #include <algorithm>
+#include <map>
+#include <queue>
+#include <set>
 
 namespace epl::passes {
 
 namespace {
 
 constexpr int64_t kAlign = 64;
+// Greedy by size costs about 25 ns a pair of overlapping lifetimes: 2M pairs, 50 ms.
+constexpr int64_t kGreedyPairs = int64_t{1} << 21;
 
 struct Interval {
   int tensor;
@@ -27,47 +38,178 @@ struct Interval {
   int64_t bytes;
 };
 
+struct Placement {
+  std::vector<int64_t> offset; // by tensor, -1 outside the arena
+  int64_t arenaBytes = 0;
+};
+
+int64_t aligned(int64_t bytes) {
+  return (bytes + kAlign - 1) / kAlign * kAlign;
+}
+
+// The free blocks below the top of the arena's used part, coalesced. A request takes the
+// smallest block that holds it (at its start, the lowest such block on a tie), else the top.
+class FreeList {
+public:
+  int64_t take(int64_t bytes) {
+    auto fit = bySize_.lower_bound({bytes, 0});
+    if (fit == bySize_.end()) {
+      top_ += bytes;
+      return top_ - bytes;
+    }
+    auto [size, at] = *fit;
+    bySize_.erase(fit);
+    byOffset_.erase(at);
+    if (size > bytes) insert(at + bytes, size - bytes);
+    return at;
+  }
+
+  void give(int64_t at, int64_t bytes) {
+    auto next = byOffset_.lower_bound(at);
+    if (next != byOffset_.end() && at + bytes == next->first) {
+      bytes += next->second;
+      next = erase(next);
+    }
+    if (next != byOffset_.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == at) {
+        at = prev->first;
+        bytes += prev->second;
+        erase(prev);
+      }
+    }
+    // A block that reaches the top lowers it, so that a request no block holds starts
+    // there rather than above it.
+    if (at + bytes == top_)
+      top_ = at;
+    else
+      insert(at, bytes);
+  }
+
+private:
+  using Blocks = std::map<int64_t, int64_t>; // offset -> size
+
+  void insert(int64_t at, int64_t bytes) {
+    byOffset_[at] = bytes;
+    bySize_.insert({bytes, at});
+  }
+  Blocks::iterator erase(Blocks::iterator it) {
+    bySize_.erase({it->second, it->first});
+    return byOffset_.erase(it);
+  }
+
+  Blocks byOffset_;
+  std::set<std::pair<int64_t, int64_t>> bySize_; // (size, offset)
+  int64_t top_ = 0;
+};
+
+Placement sweep(std::vector<Interval> live, size_t tensors) {
+  std::sort(live.begin(), live.end(), [](const Interval& a, const Interval& b) {
+    if (a.first != b.first) return a.first < b.first;
+    return a.bytes != b.bytes ? a.bytes > b.bytes : a.tensor < b.tensor;
+  });
+  Placement out{std::vector<int64_t>(tensors, -1), 0};
+  FreeList arena;
+  using Ending = std::pair<int, size_t>; // (last use, index into live), soonest on top
+  std::priority_queue<Ending, std::vector<Ending>, std::greater<Ending>> placed;
+  for (size_t i = 0; i < live.size(); ++i) {
+    const Interval& iv = live[i];
+    for (; !placed.empty() && placed.top().first < iv.first; placed.pop()) {
+      const Interval& dead = live[placed.top().second];
+      arena.give(out.offset[dead.tensor], aligned(dead.bytes));
+    }
+    int64_t at = arena.take(aligned(iv.bytes));
+    out.offset[iv.tensor] = at;
+    placed.push({iv.last, i});
+    out.arenaBytes = std::max(out.arenaBytes, at + iv.bytes);
+  }
+  return out;
+}
+
+// Pairs of lifetimes that overlap: the work of greedy by size.
+int64_t overlappingPairs(const std::vector<Interval>& live) {
+  std::vector<int> firsts;
+  for (const Interval& iv : live)
+    firsts.push_back(iv.first);
+  std::sort(firsts.begin(), firsts.end());
+  int64_t pairs = 0;
+  for (const Interval& iv : live) // the others that start within this one's lifetime
+    pairs += std::upper_bound(firsts.begin(), firsts.end(), iv.last) -
+             std::upper_bound(firsts.begin(), firsts.end(), iv.first);
+  return pairs;
+}
+
+int64_t lowestFit(const Interval& iv, const std::vector<const Interval*>& placed,
+                  const std::vector<int64_t>& offset) {
+  std::vector<std::pair<int64_t, int64_t>> busy; // [begin, end) of overlapping lifetimes
+  for (const Interval* o : placed)
+    if (o->first <= iv.last && iv.first <= o->last)
+      busy.push_back({offset[o->tensor], offset[o->tensor] + o->bytes});
+  std::sort(busy.begin(), busy.end());
+  int64_t at = 0;
+  for (auto [b, e] : busy) {
+    if (at + iv.bytes <= b) break;
+    at = std::max(at, aligned(e));
+  }
+  return at;
+}
+
+Placement greedyBySize(std::vector<Interval> live, size_t tensors) {
+  std::sort(live.begin(), live.end(), [](const Interval& a, const Interval& b) {
+    return a.bytes != b.bytes ? a.bytes > b.bytes : a.tensor < b.tensor;
+  });
+  Placement out{std::vector<int64_t>(tensors, -1), 0};
+  std::vector<const Interval*> placed;
+  for (const Interval& iv : live) {
+    int64_t at = lowestFit(iv, placed, out.offset);
+    out.offset[iv.tensor] = at;
+    placed.push_back(&iv);
+    out.arenaBytes = std::max(out.arenaBytes, at + iv.bytes);
+  }
+  return out;
+}
+
 class MemoryPlan : public Pass {
 public:
   const char* name() const override { return "memory-plan"; }
 
   bool run(ir::Module& m, PassContext&) override {
-    for (ir::Program& p : m.programs)
-      plan(m, p);
+    for (size_t r = 0; r < m.programs.size(); ++r) {
+      ir::Program& p = m.programs[r];
+      if (r > 0 && sameStream(p, m.programs[r - 1]))
+        copyPlan(m.programs[r - 1], p);
+      else
+        plan(m, p);
+    }
     return !m.programs.empty();
   }
 
 private:
-  static void plan(const ir::Module& m, ir::Program& p) {
-    std::vector<Interval> live = lifetimes(m, p);
-    std::sort(live.begin(), live.end(), [](const Interval& a, const Interval& b) {
-      return a.bytes != b.bytes ? a.bytes > b.bytes : a.tensor < b.tensor;
-    });
-    p.offset.assign(m.tensors.size(), -1);
-    std::vector<const Interval*> placed;
-    p.arenaBytes = 0;
-    for (const Interval& iv : live) {
-      int64_t at = lowestFit(iv, placed, p.offset);
-      p.offset[iv.tensor] = at;
-      placed.push_back(&iv);
-      p.arenaBytes = std::max(p.arenaBytes, at + iv.bytes);
-    }
-    countStates(m, p);
+  static bool sameStream(const ir::Program& a, const ir::Program& b) {
+    auto same = [](const ir::Instr& x, const ir::Instr& y) {
+      return x.kind == y.kind && x.op == y.op && x.micro == y.micro && x.bucket == y.bucket;
+    };
+    return std::equal(a.step.begin(), a.step.end(), b.step.begin(), b.step.end(), same);
   }
 
-  static int64_t lowestFit(const Interval& iv, const std::vector<const Interval*>& placed,
-                           const std::vector<int64_t>& offset) {
-    std::vector<std::pair<int64_t, int64_t>> busy; // [begin, end) of overlapping lifetimes
-    for (const Interval* o : placed)
-      if (o->first <= iv.last && iv.first <= o->last)
-        busy.push_back({offset[o->tensor], offset[o->tensor] + o->bytes});
-    std::sort(busy.begin(), busy.end());
-    int64_t at = 0;
-    for (auto [b, e] : busy) {
-      if (at + iv.bytes <= b) break;
-      at = std::max(at, (e + kAlign - 1) / kAlign * kAlign);
+  static void copyPlan(const ir::Program& from, ir::Program& to) {
+    to.offset = from.offset;
+    to.arenaBytes = from.arenaBytes;
+    to.paramBytes = from.paramBytes;
+    to.gradBytes = from.gradBytes;
+    to.optimizerBytes = from.optimizerBytes;
+  }
+
+  static void plan(const ir::Module& m, ir::Program& p) {
+    std::vector<Interval> live = lifetimes(m, p);
+    Placement best = sweep(live, m.tensors.size());
+    if (overlappingPairs(live) <= kGreedyPairs) {
+      Placement greedy = greedyBySize(live, m.tensors.size());
+      if (greedy.arenaBytes <= best.arenaBytes) best = std::move(greedy);
     }
-    return at;
+    p.offset = std::move(best.offset);
+    p.arenaBytes = best.arenaBytes;
+    countStates(m, p);
   }
 
   static std::vector<Interval> lifetimes(const ir::Module& m, const ir::Program& p) {

@@ -16,6 +16,8 @@
 
 #include "support/Assert.h"
 
+#include <map>
+
 namespace epl::passes {
 
 namespace {
@@ -65,13 +67,16 @@ private:
         out.push_back({ir::InstrKind::Run, static_cast<int>(i), micro, -1});
     }
     out.push_back({ir::InstrKind::SeedGrad, -1, micro, -1});
+    // Buckets by the op that readies them, in bucket order: one pass over the ops.
+    std::multimap<int, int> readyAfter;
+    for (size_t b = 0; last && b < m.buckets.size(); ++b)
+      readyAfter.emplace(m.buckets[b].readyOp, static_cast<int>(b));
     for (size_t i = 0; i < m.ops.size(); ++i) {
       if (m.ops[i].phase != ir::Phase::Backward) continue;
       out.push_back({ir::InstrKind::Run, static_cast<int>(i), micro, -1});
-      if (!last) continue;
-      for (size_t b = 0; b < m.buckets.size(); ++b)
-        if (m.buckets[b].readyOp == static_cast<int>(i))
-          out.push_back({ir::InstrKind::ReduceStart, -1, micro, static_cast<int>(b)});
+      auto [begin, end] = readyAfter.equal_range(static_cast<int>(i));
+      for (auto it = begin; it != end; ++it)
+        out.push_back({ir::InstrKind::ReduceStart, -1, micro, it->second});
     }
   }
 };

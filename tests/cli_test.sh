@@ -31,7 +31,7 @@ expect 0 "epl 0.1.0" -- --version
 expect 2 "unknown command \`frob\`" -- frob
 expect 2 "A subcommand is required" --
 expect 2 "File does not exist" -- check "$src/no/such.epl"
-expect 2 "Value 0 not in range" -- plan "$src/examples/gpt_char.epl" -np 0
+expect 2 "error: -np must be at least 1, got \`0\`" -- plan "$src/examples/gpt_char.epl" -np 0
 expect 2 "not in {shape-inference" -- plan "$src/examples/gpt_char.epl" --print-after nosuch
 expect 0 "on 8 devices" -- plan "$src/examples/gpt_char.epl" -np 8
 expect 0 "on 8 devices" -- plan "$src/examples/gpt_char.epl" -np=8
@@ -41,6 +41,57 @@ expect 0 "// ----- IR after stage-partition -----" -- plan "$src/examples/gpt_ch
 expect 0 "module @gpt" -- plan "$src/examples/gpt_char.epl" -np 4 --ir
 expect 1 "error: -np 6 is not a multiple of the 4 devices" -- check "$src/examples/gpt_char.epl" -np 6
 expect 1 "--> $src/tests/diagnostics/unknown_name.epl:8:22" -- check "$src/tests/diagnostics/unknown_name.epl"
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# A model far bigger than any machine is an error at `batch`, before anything is allocated.
+cat >"$tmp/huge.epl" <<'EOF'
+model big(x: f32[B, 1000000], y: f32[B, 1000000]) {
+  return mse(linear(x, 1000000), y)
+}
+train big {
+  data = synthetic(samples = 64)
+  batch = 8
+  optimizer = adam(lr = 1e-3)
+}
+EOF
+expect 1 "error: the plan needs 16.0 TB of memory, and this machine has" -- run "$tmp/huge.epl"
+expect 1 "--> $tmp/huge.epl:6:3" -- run "$tmp/huge.epl"
+expect 1 "error: the plan's 2 ranks on this machine need 32.0 TB of memory" -- run "$tmp/huge.epl" -np 2
+
+# Numeric options name the bound they cross, and reject what is not a number of their kind.
+mlp="$src/examples/mlp_fashion.epl"
+expect 2 "error: --steps must be at least 1, got \`0\`" -- run "$mlp" --steps 0
+expect 2 "error: --steps must be a whole number, got \`1e3\`" -- run "$mlp" --steps 1e3
+expect 2 "error: --steps must be at most 1000000000000, got \`99999999999999999999\`" -- \
+  run "$mlp" --steps 99999999999999999999
+expect 2 "error: --stop-after must be at least 1, got \`-1\`" -- run "$mlp" --stop-after -1
+expect 2 "error: --threads must be at most 1024, got \`100000\`" -- run "$mlp" --threads 100000
+expect 2 "error: --threads must be at least 1, got \`0\`" -- run "$mlp" --threads 0
+expect 2 "error: --rank must be at least 0, got \`-1\`" -- plan "$mlp" --rank -1
+expect 2 "error: -np must be at most 16777216, got \`99999999999\`" -- check "$mlp" -np=99999999999
+for t in nan inf -inf -1 0 abc; do
+  expect 2 "error: --temperature must be a positive, finite number, got \`$t\`" -- \
+    sample "$mlp" --temperature "$t"
+done
+expect 2 "error: --seed must be at least 0, got \`-1\`" -- sample "$mlp" --seed -1
+expect 2 "error: --length must be at most 1048576, got \`2000000\`" -- sample "$mlp" --length 2000000
+
+# Threads the system will not start are an error that says so (a limit on address space
+# leaves no room for 1000 thread stacks). Sanitizers reserve terabytes of address space,
+# so there the limit stops the process before it starts: skipped, visibly.
+if (ulimit -v 4000000 && "$epl" --version) >/dev/null 2>&1; then
+  out=$(ulimit -v 4000000 && "$epl" run "$mlp" --threads 1000 --steps 1 2>&1)
+  if ! grep -q "error: cannot start 1000 CPU threads (the system allowed [0-9]*): " <<<"$out"; then
+    echo "FAIL: thread start failure: $out"
+    failures=$((failures + 1))
+  else
+    passed=$((passed + 1))
+  fi
+else
+  echo "skipped: the thread-start check (epl does not run under ulimit -v here)"
+fi
 
 # `epl check` on a good script prints nothing at all.
 out=$("$epl" check "$src/examples/gpt_char.epl" 2>&1)

@@ -40,8 +40,6 @@ struct Context {
   // Scratch of at least `bytes`, and its return once no MPI call uses it any more.
   Scratch takeScratch(size_t bytes);
   void giveScratch(Scratch s);
-  // Scratch that a failed operation may still have MPI write into: freed with the context.
-  void retireScratch(Scratch s) { retired_.push_back(std::move(s)); }
 
   // MPI counts are ints: a datatype and count covering `bytes` contiguous bytes.
   std::pair<MPI_Datatype, int> bytesType(int64_t bytes);
@@ -50,7 +48,6 @@ struct Context {
 
 private:
   std::vector<Scratch> free_;
-  std::vector<Scratch> retired_;
   std::map<int64_t, MPI_Datatype> units_; // contiguous types of 2^k bytes
 };
 
@@ -61,10 +58,12 @@ struct Op : detail::Pending, std::enable_shared_from_this<Op> {
   virtual void start(Context& c) = 0;
   // Drives it without blocking; returns whether anything moved. Calls finish() when done.
   virtual bool progress(Context& c) = 0;
-  // A wait gave up on it: cancel it where MPI can (a recv or send), else let it run.
+  // Whether MPI can cancel it (a send or recv). A collective cannot be: once a wait gave
+  // up on one, or it failed, the communicator stops (MpiComm.cpp).
+  virtual bool cancellable() const { return false; }
+  // A wait gave up on it: asks MPI to cancel it. It still finishes (cancelled, or done
+  // after all) through progress().
   virtual void cancel(Context&) {}
-  // It failed (an exception left start or progress): drop what it holds.
-  virtual void abandonAfterFailure(Context&) {}
 };
 
 // Point to point on Context::pointToPoint.

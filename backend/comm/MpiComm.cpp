@@ -2,7 +2,7 @@
 // every MPI call after initialisation: callers queue operations and wait on them, and the
 // thread posts them as nonblocking MPI operations and drives them with MPI_Test, so they
 // progress while the caller computes. It sleeps on a condition variable when nothing is
-// outstanding.
+// outstanding, and halts for good once a collective was given up or failed.
 #include "backend/comm/Mpi.h"
 
 #include <algorithm>
@@ -38,6 +38,9 @@ constexpr auto kSpinWaited = std::chrono::milliseconds(2);
 constexpr auto kPollInterval = std::chrono::microseconds(50);
 // How long the destructor lets operations nobody waited for finish before it gives up.
 constexpr auto kStopGrace = std::chrono::seconds(2);
+// How long a wait that gave up lets MPI cancel a send or recv before the thread halts.
+constexpr double kCancelGraceSeconds = 1;
+constexpr const char* kHalted = "the communicator stopped after a collective timed out or failed";
 
 // MPI is initialised once per process; the last communicator to go finalises it if one of
 // them initialised it.
@@ -97,11 +100,16 @@ private:
   void checkPointToPoint(int64_t bytes, int peer, int tag, const char* role) const;
   Request submit(std::shared_ptr<Op> op);
 
+  bool giveUp(Op& op);
+  void haltAndWait();
+
   // The communication thread.
   void run();
   bool post(Op& op);
   bool drive(Op& op);
+  bool cancel(Op& op);
   void fail(Op& op, const char* error);
+  void halt(std::vector<std::shared_ptr<Op>>& active);
   void reportUnfinished(const std::vector<std::shared_ptr<Op>>& active);
 
   int rank_ = 0, size_ = 1, tagUpperBound_ = 32767, threadLevel_ = MPI_THREAD_SINGLE;
@@ -116,7 +124,15 @@ private:
   bool kick_ = false;                          // something changed: spin again before sleeping
   bool sleeping_ = false;
   bool stopping_ = false;
-  bool unfinished_ = false; // operations never finished: MPI cannot be finalised
+  bool unfinished_ = false;    // operations never finished: MPI cannot be finalised
+  bool haltRequested_ = false; // a cancel took too long, or abort: halt at the next turn
+  bool halted_ = false;        // the thread makes no MPI call any more (halt())
+  bool exited_ = false;        // the thread returned
+  std::condition_variable haltedCv_;
+
+  // The communication thread's own: a collective failed; it halts before anyone hears.
+  std::shared_ptr<Op> failed_;
+  std::string failedError_;
 
   std::thread thread_;
 };
@@ -193,6 +209,10 @@ void MpiComm::checkPointToPoint(int64_t bytes, int peer, int tag, const char* ro
 
 Request MpiComm::submit(std::shared_ptr<Op> op) {
   std::lock_guard<std::mutex> lock(m_);
+  if (halted_) {
+    op->finish(kHalted);
+    return Request(std::move(op));
+  }
   queue_.push_back(op);
   kick_ = true;
   if (sleeping_) wake_.notify_one();
@@ -207,15 +227,9 @@ void MpiComm::wait(Request& r, const std::string& what) {
     kick_ = true;
     if (sleeping_) wake_.notify_one();
   }
-  auto giveUp = [&](detail::Pending& p) {
-    std::lock_guard<std::mutex> lock(m_);
-    abandoned_.push_back(static_cast<Op&>(p).shared_from_this());
-    kick_ = true;
-    if (sleeping_) wake_.notify_one();
-    return true;
-  };
   try {
-    detail::waitRequest(*this, r, what, giveUp);
+    detail::waitRequest(*this, r, what,
+                        [&](detail::Pending& p) { return giveUp(static_cast<Op&>(p)); });
   } catch (...) {
     std::lock_guard<std::mutex> lock(m_);
     --waiters_;
@@ -223,6 +237,29 @@ void MpiComm::wait(Request& r, const std::string& what) {
   }
   std::lock_guard<std::mutex> lock(m_);
   --waiters_;
+}
+
+// A wait timed out on `op`. Returns once MPI no longer touches its buffers, since the
+// caller's error path may free them at once: MPI cancelled it (or it finished after all:
+// then false, and the wait succeeds), or the communication thread halted, as it does
+// at once for a collective, which MPI cannot cancel.
+bool MpiComm::giveUp(Op& op) {
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    abandoned_.push_back(op.shared_from_this());
+    kick_ = true;
+    if (sleeping_) wake_.notify_one();
+  }
+  if (!op.waitFor(kCancelGraceSeconds)) {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      haltRequested_ = true;
+      kick_ = true;
+      if (sleeping_) wake_.notify_one();
+    }
+    op.waitFor(0); // halt() finishes every outstanding operation
+  }
+  return !op.error().empty();
 }
 
 bool MpiComm::test(Request& r) {
@@ -233,13 +270,15 @@ bool MpiComm::test(Request& r) {
   return r.get()->finished();
 }
 
-// MPI_Abort is safe from any thread at MPI_THREAD_MULTIPLE, even while the communication
-// thread is inside MPI; below that level, or outside MPI's lifetime, the process exits and
-// mpirun ends the other ranks.
+// The communication thread halts first: MPI_Abort is allowed from any thread at
+// MPI_THREAD_MULTIPLE, but a progress call beside it may still touch buffers the caller
+// freed on its way here, or state the abort tears down. Below that level, or outside MPI's
+// lifetime, the process exits and mpirun ends the other ranks.
 void MpiComm::abort(int code) {
   if (code == 0) code = 1;
   std::fflush(stdout);
   std::fflush(stderr);
+  haltAndWait();
   int initialised = 0, finalised = 0;
   MPI_Initialized(&initialised);
   MPI_Finalized(&finalised);
@@ -248,18 +287,31 @@ void MpiComm::abort(int code) {
   _exit(code);
 }
 
+// Asks the communication thread to halt and waits until it has (or returned), for a
+// moment at most: a thread stuck elsewhere must not keep the job from ending.
+void MpiComm::haltAndWait() {
+  if (std::this_thread::get_id() == thread_.get_id()) return;
+  std::unique_lock<std::mutex> lock(m_);
+  haltRequested_ = true;
+  kick_ = true;
+  wake_.notify_one();
+  haltedCv_.wait_for(lock, std::chrono::seconds(1), [&] { return halted_ || exited_; });
+}
+
 // The communication thread. Each turn: 1. sleep when nothing is outstanding, or between
 // polls once nothing moved for a while (kSpinIdle, kSpinWaited); 2. post newly started
 // operations in start order (every rank starts collectives in the same order, so MPI sees
 // them in the same order); 3. cancel what waits gave up on; 4. drive every outstanding
-// operation once. On stop it lets outstanding operations finish, for kStopGrace at most.
+// operation once. It halts instead when a wait gave up on a collective, a collective
+// failed, or a caller asked (halt()). On stop it lets outstanding operations finish, for
+// kStopGrace at most.
 void MpiComm::run() {
 #ifdef __linux__
   prctl(PR_SET_TIMERSLACK, 1000UL); // in ns: short sleeps between polls stay short
 #endif
   std::vector<std::shared_ptr<Op>> active;
   auto lastMove = Clock::now();
-  bool moved = true;
+  bool moved = true, halting = false;
   std::optional<Clock::time_point> stopSince;
   for (;;) {
     std::vector<std::shared_ptr<Op>> started, abandoned;
@@ -281,14 +333,16 @@ void MpiComm::run() {
       started.swap(queue_);
       abandoned.swap(abandoned_);
       stop = stopping_;
+      halting = haltRequested_;
     }
-    for (auto& op : started)
-      if (!post(*op)) active.push_back(std::move(op));
+    for (auto& op : started) // no MPI call once halting
+      if (halting || failed_ || !post(*op)) active.push_back(std::move(op));
     for (auto& op : abandoned)
-      if (!op->finished()) op->cancel(context_);
+      halting = halting || (!op->finished() && !cancel(*op));
     moved = false;
-    for (auto& op : active)
-      moved |= drive(*op);
+    for (size_t i = 0; i < active.size() && !halting && !failed_; ++i)
+      moved |= drive(*active[i]);
+    if (halting || failed_) break;
     auto done = [](const std::shared_ptr<Op>& op) { return op->finished(); };
     active.erase(std::remove_if(active.begin(), active.end(), done), active.end());
     if (moved) lastMove = Clock::now();
@@ -297,13 +351,19 @@ void MpiComm::run() {
     if (!stopSince) {
       stopSince = Clock::now();
       for (auto& op : active)
-        op->cancel(context_);
+        cancel(*op);
     } else if (Clock::now() - *stopSince > kStopGrace) {
       reportUnfinished(active);
       break;
     }
   }
-  context_.freeTypes();
+  if (halting || failed_)
+    halt(active);
+  else
+    context_.freeTypes();
+  std::lock_guard<std::mutex> lock(m_);
+  exited_ = true;
+  haltedCv_.notify_all();
 }
 
 // Posts a new operation; returns whether it already finished (or failed).
@@ -326,13 +386,46 @@ bool MpiComm::drive(Op& op) {
   }
 }
 
-void MpiComm::fail(Op& op, const char* error) {
+// Asks MPI to cancel an operation nobody will wait for; false where it cannot.
+bool MpiComm::cancel(Op& op) {
+  if (!op.cancellable()) return false;
   try {
-    op.abandonAfterFailure(context_);
+    op.cancel(context_);
+    return true;
   } catch (const std::exception&) {
-    // The first error is the one to report.
+    return false;
   }
-  op.finish(error);
+}
+
+// A send or recv that failed is over. A collective that failed may still have messages in
+// flight on the caller's buffers, which any later MPI call would move on: the thread halts
+// before its waiter hears of the failure.
+void MpiComm::fail(Op& op, const char* error) {
+  if (op.cancellable()) return op.finish(error);
+  if (failed_) return;
+  failed_ = op.shared_from_this();
+  failedError_ = error;
+}
+
+// Stops the communication thread for good: it makes no MPI call after this, so no
+// operation touches a caller's buffer again, and every outstanding one fails. MPI cannot
+// cancel a collective, and even a freed request moves on in any later MPI call, so this is
+// what lets a caller free its buffers once a wait on a collective threw (its stack unwinds
+// at once), and what keeps MPI_Abort from running beside a progress call. MPI is then left
+// unfinalised: the job is ending.
+void MpiComm::halt(std::vector<std::shared_ptr<Op>>& active) {
+  std::vector<std::shared_ptr<Op>> rest;
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    halted_ = unfinished_ = true;
+    rest.swap(queue_);
+    rest.insert(rest.end(), abandoned_.begin(), abandoned_.end());
+    abandoned_.clear();
+  }
+  if (failed_) failed_->finish(failedError_);
+  for (auto* ops : {&active, &rest})
+    for (auto& op : *ops)
+      op->finish(kHalted);
 }
 
 void MpiComm::reportUnfinished(const std::vector<std::shared_ptr<Op>>& active) {

@@ -104,6 +104,7 @@ public:
     return true;
   }
 
+  bool cancellable() const override { return cancellable_; }
   void cancel(Context&) override {
     if (cancellable_ && request_ != MPI_REQUEST_NULL) EPL_MPI(MPI_Cancel(&request_));
   }

@@ -42,7 +42,6 @@ public:
 
   void start(Context& c) override;
   bool progress(Context& c) override;
-  void abandonAfterFailure(Context& c) override;
 
 private:
   struct Segment {
@@ -223,20 +222,6 @@ void RingOp::complete(Context& c) {
   c.giveScratch(std::move(scratchAcc_));
   c.giveScratch(std::move(scratchR_));
   finish();
-}
-
-// Withdraws what is still posted; MPI may yet write into the scratch, so it is retired, not
-// reused.
-void RingOp::abandonAfterFailure(Context& c) {
-  for (int64_t g = handled_; g < posted_; ++g) {
-    if (recvs_[g] == MPI_REQUEST_NULL) continue;
-    MPI_Cancel(&recvs_[g]);
-    MPI_Request_free(&recvs_[g]);
-  }
-  for (int64_t g = sendsDone_; g < sent_; ++g)
-    if (sends_[g] != MPI_REQUEST_NULL) MPI_Request_free(&sends_[g]);
-  c.retireScratch(std::move(scratchAcc_));
-  c.retireScratch(std::move(scratchR_));
 }
 
 } // namespace

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 namespace epl::backend {
 
@@ -94,7 +95,7 @@ public:
     EPL_ASSERT(bytes >= 0, "negative allocation");
     size_t rounded = (static_cast<size_t>(bytes) + 63) / 64 * 64;
     void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-    EPL_ASSERT(p, "out of host memory");
+    if (!p) throw std::bad_alloc(); // the machine's limit, not a bug: the caller reports it
     return p;
   }
   void release(void* p) override { std::free(p); }

@@ -15,8 +15,11 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <fmt/format.h>
 #include <immintrin.h>
 #include <mutex>
+#include <stdexcept>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -37,8 +40,18 @@ public:
 
   void resize(int threads) {
     stopWorkers();
-    for (int i = 1; i < threads; ++i)
-      workers_.emplace_back([this] { workerLoop(); });
+    try {
+      for (int i = 1; i < threads; ++i)
+        workers_.emplace_back([this] { workerLoop(); });
+    } catch (const std::system_error& e) {
+      // The system's limit (threads per user, memory for stacks), not a bug: say so, and
+      // leave a pool of one thread rather than a partial one.
+      int started = static_cast<int>(workers_.size()) + 1;
+      stopWorkers();
+      throw std::runtime_error(
+          fmt::format("cannot start {} CPU threads (the system allowed {}): {}", threads, started,
+                      e.code().message()));
+    }
   }
 
   // Runs fn(chunk) for every chunk in [0, chunks) on the caller and the workers; serially

@@ -12,7 +12,8 @@
 
 namespace epl::backend::cpu {
 
-// Threads for parallel loops, the caller included (0: all cores). Idempotent.
+// Threads for parallel loops, the caller included (0: all cores). Idempotent. Throws
+// std::runtime_error when the system will not start that many.
 void setThreads(int threads);
 int threadCount();
 

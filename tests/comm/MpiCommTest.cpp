@@ -3,7 +3,8 @@
 // the same bits on every rank, point to point, progress while the caller computes, the
 // timeout path and misuse. Each rank checks its own results and prints what failed; the
 // job fails when any rank does. With --abort, rank 1 ends the job with Comm::abort while the
-// others are blocked in a wait (abort_test.sh checks that mpirun ends, with an error).
+// others are blocked in a wait (abort_test.sh checks that mpirun ends, with an error); with
+// --abandon, rank 0 frees the buffer of an all-reduce it gave up on (abandon_test.sh).
 #include "Reference.h"
 #include "backend/comm/Comm.h"
 #include "backend/comm/Wire.h"
@@ -13,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -264,6 +266,36 @@ int abortJob(Comm& c) {
   return 1;
 }
 
+// Rank 0 gives up on an all-reduce that rank 1 joins late, and frees its buffer at once,
+// as a caller's stack unwinding from the timeout does. Its communicator must have stopped
+// touching that buffer before the wait threw (it used to write into it when rank 1 joined,
+// and crash), then refuse further work, and the job ends by rank 0's abort (code 3).
+int abandonCollective(Comm& c) {
+  const int64_t count = int64_t{1} << 24; // 64 MB: freed memory is unmapped
+  if (c.rank() == 0) {
+    c.setTimeout(1);
+    auto data = std::make_unique<float[]>(count);
+    Request q = c.iallReduce(data.get(), count);
+    EXPECT(commErrorOf([&] { c.wait(q, "late all-reduce"); }) ==
+           "rank 0: `late all-reduce` did not finish within 1 s (all-reduce of 16,777,216 floats)");
+    data.reset();
+    std::this_thread::sleep_for(std::chrono::seconds(2)); // rank 1 joins meanwhile
+    EXPECT(commErrorOf([&] { c.barrier("after the timeout"); }) ==
+           "rank 0: `after the timeout` failed: the communicator stopped after a collective "
+           "timed out or failed (barrier)");
+    std::fprintf(stderr, "rank 0 outlived the abandoned all-reduce (%d failed checks)\n", failures);
+    c.abort(failures == 0 ? 3 : 4);
+  }
+  if (c.rank() == 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    std::vector<float> data(count, 1.f);
+    c.allReduce(data.data(), count, "the late all-reduce");
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(30)); // until rank 0's abort
+  std::fprintf(stderr, "error: rank %d was not stopped by the abort\n", c.rank());
+  return 1;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -275,6 +307,7 @@ int main(int argc, char** argv) {
   rank = comm->rank();
   comm->setTimeout(30); // a hang fails the test with a message, not only CTest's timeout
   if (argc > 1 && std::string(argv[1]) == "--abort") return abortJob(*comm);
+  if (argc > 1 && std::string(argv[1]) == "--abandon") return abandonCollective(*comm);
   auto start = Clock::now();
   try {
     testReductions(*comm);

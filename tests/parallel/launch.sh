@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # How multi-rank runs start and end: `epl run -np N` through mpirun, `mpirun -np N epl run`
-# by hand, --log-all, --mca passed through, plans that do not run data-parallel refused
-# before any rank starts, and a checkpoint written with one -np resumed with another.
+# by hand, --log-all, --mca passed through, plans that do not run data-parallel or do not
+# fit the machine refused before any rank allocates, and a checkpoint written with one -np
+# resumed with another.
 # usage: launch.sh EPL WORKDIR SCRIPT EXAMPLES
 set -euo pipefail
 epl=$1 work=$2 script=$(realpath "$3") examples=$(realpath "$4")
@@ -17,6 +18,23 @@ rc=0
 mpirun -np 2 "$epl" run "$script" -np 4 --steps 3 > np.out 2>&1 || rc=$?
 [ "$rc" -ne 0 ] || fail "a disagreeing -np was accepted"
 grep -q -- "-np 4 was given, but this MPI job has 2 ranks" np.out || { cat np.out; fail "message"; }
+
+# By hand, a plan too big for the machine: the ranks agree to stop, and one says why.
+cat > huge.epl <<'EOF'
+model big(x: f32[B, 1000000], y: f32[B, 1000000]) {
+  return mse(linear(x, 1000000), y)
+}
+train big {
+  data = synthetic(samples = 64)
+  batch = 8
+  optimizer = adam(lr = 1e-3)
+}
+EOF
+rc=0
+mpirun -np 2 "$epl" run huge.epl > huge.out 2>&1 || rc=$?
+[ "$rc" -ne 0 ] || fail "a plan too big for the machine ran"
+[ "$(grep -c "2 ranks on this machine need 32.0 TB of memory" huge.out)" = 1 ] ||
+  { cat huge.out; fail "the memory error, once"; }
 
 # Rank 0 alone speaks, unless --log-all; --mca reaches mpirun.
 "$epl" run "$script" -np 2 --steps 3 --metrics quiet.jsonl > quiet.out 2>&1

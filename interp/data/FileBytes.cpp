@@ -177,13 +177,15 @@ FileBytes FileBytes::open(const std::string& path) {
   return f;
 }
 
-FileBytes FileBytes::openMaybeGzip(const std::string& path, size_t maxContent) {
-  FileBytes f = open(path);
-  if (!startsWithGzipMagic(f.data_, f.size_)) return f;
-  Inflated content = inflateGzip(path, f.data_, f.size_, maxContent);
-  f.release();
+bool FileBytes::isGzip() const {
+  return size_ >= 2 && data_[0] == 0x1f && data_[1] == 0x8b;
+}
+
+FileBytes FileBytes::inflated(size_t maxContent) const {
+  Inflated content = inflateGzip(path_, data_, size_, maxContent);
+  FileBytes f;
+  f.path_ = path_;
   f.hold(std::move(content.bytes));
-  f.gzip_ = true;
   f.more_ = content.more;
   return f;
 }
@@ -203,7 +205,6 @@ FileBytes& FileBytes::operator=(FileBytes&& o) noexcept {
   release();
   path_ = std::move(o.path_);
   owned_ = std::move(o.owned_);
-  gzip_ = o.gzip_;
   more_ = o.more_;
   map_ = o.map_;
   mapSize_ = o.mapSize_;

@@ -14,13 +14,16 @@ public:
   // ends; one that goes on past this is an error (/dev/zero, `yes`).
   static constexpr size_t kMaxStreamBytes = size_t{256} << 20;
 
-  // The content of `path`, as it is. Throws DataError naming the file: missing, unreadable,
-  // a folder, or a stream past kMaxStreamBytes.
+  // The bytes of `path`, as they are. Throws DataError naming the file: missing,
+  // unreadable, a folder, or a stream past kMaxStreamBytes.
   static FileBytes open(const std::string& path);
-  // The content of `path`, inflated when it is gzip; inflating stops after `maxContent`
-  // bytes, and more() then says that the content goes on. Also throws DataError for a
-  // truncated or corrupt gzip stream (one cut at `maxContent` is not checked past it).
-  static FileBytes openMaybeGzip(const std::string& path, size_t maxContent);
+
+  // Whether the bytes are gzip (told by the magic bytes, not the file's name).
+  bool isGzip() const;
+  // The content of these gzip bytes, inflated no further than `maxContent` bytes: more()
+  // then says whether it goes on. Throws DataError for a truncated or corrupt gzip stream
+  // (one cut at `maxContent` is not checked past it).
+  FileBytes inflated(size_t maxContent) const;
 
   FileBytes() = default;
   FileBytes(FileBytes&& o) noexcept;
@@ -31,8 +34,7 @@ public:
 
   const unsigned char* data() const { return data_; }
   size_t size() const { return size_; }
-  bool wasGzip() const { return gzip_; }
-  // Whether gzip content went on past openMaybeGzip's `maxContent` (size() is then that).
+  // Whether the inflated content went on past `maxContent` (size() is then that).
   bool more() const { return more_; }
   const std::string& path() const { return path_; }
 
@@ -45,7 +47,7 @@ private:
   void* map_ = nullptr; // the mapping of a plain regular file, or null
   size_t mapSize_ = 0;
   std::vector<unsigned char> owned_; // the content read from a stream, or inflated
-  bool gzip_ = false, more_ = false;
+  bool more_ = false;
 };
 
 // `path` as given when absolute (or when baseDir is empty), else joined to baseDir.

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <tuple>
 
 namespace epl::data {
 
@@ -113,25 +114,33 @@ void checkSize(const IdxFile& f, const std::string& path, IdxKind kind, int64_t 
   if (f.count == 0) throw DataError(fmt::format("`{}` holds no {}s", path, what(kind)));
 }
 
-// Reads an IDX file, plain or gzip:
-//  1. the header, inflating at most the largest header there is;
-//  2. the whole content, inflating no more than the header declares (and a byte more, to
-//     tell a file that goes on: a gzip bomb stops there), and refusing a declared size
-//     larger than the machine's memory;
-//  3. its size against the header.
+// The content of a gzip IDX file, inflated no further than its header declares (and a
+// byte more, to tell a file that goes on: a gzip bomb stops there). A declared size larger
+// than the machine's memory is refused before inflating.
+FileBytes inflateDeclared(const FileBytes& raw, const IdxFile& f, IdxKind kind, int64_t expected) {
+  size_t memory = physicalMemory();
+  if (memory > 0 && static_cast<uint64_t>(expected) > memory)
+    throw DataError(fmt::format("`{}` declares {} for {}, more than this machine's memory ({})",
+                                raw.path(), formatBytes(static_cast<double>(expected)),
+                                contentOf(f, kind), formatBytes(static_cast<double>(memory))));
+  return raw.inflated(static_cast<size_t>(expected));
+}
+
+// Reads an IDX file, plain or gzip: the header (from at most the largest header's worth of
+// inflated bytes), then the content, checked against it. The file is read once: it may be a
+// pipe.
 IdxFile parseIdx(const std::string& path, IdxKind kind) {
   IdxFile f;
-  FileBytes head = FileBytes::openMaybeGzip(path, kMaxHeader);
-  auto [header, expected] = readHeader(f, path, kind, head.data(), head.size());
-  if (!head.more()) {
-    f.bytes = std::move(head);
+  FileBytes raw = FileBytes::open(path);
+  size_t header = 0;
+  int64_t expected = 0;
+  if (raw.isGzip()) {
+    FileBytes head = raw.inflated(kMaxHeader);
+    std::tie(header, expected) = readHeader(f, path, kind, head.data(), head.size());
+    f.bytes = head.more() ? inflateDeclared(raw, f, kind, expected) : std::move(head);
   } else {
-    size_t memory = physicalMemory();
-    if (memory > 0 && static_cast<uint64_t>(expected) > memory)
-      throw DataError(fmt::format("`{}` declares {} for {}, more than this machine's memory ({})",
-                                  path, formatBytes(static_cast<double>(expected)),
-                                  contentOf(f, kind), formatBytes(static_cast<double>(memory))));
-    f.bytes = FileBytes::openMaybeGzip(path, static_cast<size_t>(expected));
+    f.bytes = std::move(raw);
+    std::tie(header, expected) = readHeader(f, path, kind, f.bytes.data(), f.bytes.size());
   }
   checkSize(f, path, kind, expected);
   f.elements = f.bytes.data() + header;

@@ -128,6 +128,24 @@ TEST_CASE("idx reads gzip files, the test pair as validation, paths relative to 
   CHECK(x[6] == 10.0f / 255.0f);
 }
 
+TEST_CASE("idx reads gzip data from a pipe, as from <(cat images.gz)", "[data]") {
+  TempDir dir;
+  // 200 images: more content than the largest header, so it is not all read at once.
+  std::string gz = testing::gzipped(imageFile(200));
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  REQUIRE(write(fds[1], gz.data(), gz.size()) == static_cast<ssize_t>(gz.size()));
+  close(fds[1]);
+  testing::writeBytes(dir.file("labels"), labelFile(200));
+  std::string images = "/proc/self/fd/" + std::to_string(fds[0]);
+  std::unique_ptr<Dataset> d;
+  CHECK_NOTHROW(d = openDataset(call("idx", {{"images", images}, {"labels", dir.file("labels")}}),
+                                kClassifier, 0, ""));
+  close(fds[0]);
+  REQUIRE(d);
+  CHECK(d->size(Split::Train) == 180);
+}
+
 TEST_CASE("idx accepts signed and wider label types", "[data]") {
   TempDir dir;
   testing::writeBytes(dir.file("images"), imageFile(2));

@@ -14,7 +14,7 @@ expect() {
   local code=$1 pattern=$2
   shift 2
   local out rc
-  out=$(timeout 60 "$epl" data "$@" 2>&1)
+  out=$("$epl" data "$@" 2>&1)
   rc=$?
   local codeOk=0
   if [ "$code" = fails ]; then [ "$rc" != 0 ] && codeOk=1; else [ "$rc" = "$code" ] && codeOk=1; fi

@@ -242,12 +242,12 @@ int sampleScript(Common args, epl::interp::SampleOptions o) {
 
 int convertText(const std::string& in, const std::string& out) {
   try {
-    epl::data::textToTokens(in, out);
+    int64_t tokens = epl::data::textToTokens(in, out);
+    std::cout << "wrote " << out << " (" << tokens << " tokens)\n";
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;
   }
-  std::cout << "wrote " << out << " (" << std::filesystem::file_size(out) / 2 << " tokens)\n";
   return 0;
 }
 

@@ -32,7 +32,7 @@ int Command::run() {
   }
   if (!tokenFiles_.empty()) return printTokens(tokenFiles_, std::cout) ? 0 : 1;
   std::ios::sync_with_stdio(false);
-  Server server(std::cin, std::cout, ServerOptions{np_, importPath_});
+  Server server(std::cin, std::cout, std::cerr, ServerOptions{np_, importPath_});
   return server.run();
 }
 

@@ -4,6 +4,7 @@
 #include "lsp/Diagnostics.h"
 #include "lsp/Hover.h"
 #include "lsp/Navigation.h"
+#include "lsp/Params.h"
 #include "lsp/Transport.h"
 
 #include <fmt/format.h>
@@ -18,43 +19,36 @@ using nlohmann::json;
 
 namespace {
 
-// JSON-RPC and LSP error codes.
-enum ErrorCode {
-  ParseError = -32700,
-  InvalidRequest = -32600,
-  MethodNotFound = -32601,
-  InvalidParams = -32602,
-  InternalError = -32603,
-  ServerNotInitialized = -32002,
-};
-
-struct RpcError {
-  int code;
-  std::string message;
-};
-
 Position positionOf(const json& params) {
-  const json& p = params.at("position");
-  return Position{p.at("line").get<int>(), p.at("character").get<int>()};
+  return Position{uintegerParam(params, "position.line"),
+                  uintegerParam(params, "position.character")};
+}
+
+// JSON-RPC ids are strings or numbers (null only when the sender could not tell its id).
+bool validId(const json& id) {
+  return id.is_string() || id.is_number() || id.is_null();
 }
 
 } // namespace
 
-Server::Server(std::istream& in, std::ostream& out, ServerOptions options)
-    : in_(in), out_(out), options_(std::move(options)) {}
+Server::Server(std::istream& in, std::ostream& out, std::ostream& log, ServerOptions options)
+    : in_(in), out_(out), log_(log), options_(std::move(options)) {}
 
 int Server::run() {
+  MessageReader reader(in_);
   while (!exited_) {
-    std::optional<std::string> body = readMessage(in_);
-    if (!body) break;
-    json message = json::parse(*body, nullptr, false);
-    if (message.is_discarded() || !message.is_object()) {
-      send({{"jsonrpc", "2.0"},
-            {"id", nullptr},
-            {"error", {{"code", ParseError}, {"message", "the message is not a JSON object"}}}});
-      continue;
+    Frame frame = reader.next();
+    if (frame.kind == Frame::Kind::BadFraming) {
+      replyError(nullptr, ParseError, frame.text);
+    } else if (frame.kind == Frame::Kind::Message) {
+      handle(frame.text);
+    } else {
+      if (!frame.text.empty())
+        log_ << "error: " << frame.text << "\n";
+      else if (!shutdown_)
+        log_ << "error: the input ended without `shutdown` and `exit`\n";
+      break;
     }
-    dispatch(message);
   }
   return shutdown_ ? 0 : 1;
 }
@@ -63,36 +57,57 @@ void Server::send(const json& message) {
   writeMessage(out_, message.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
+void Server::reply(const json& id, const json& result) {
+  send({{"jsonrpc", "2.0"}, {"id", id}, {"result", result}});
+}
+
+void Server::replyError(const json& id, int code, const std::string& message) {
+  send({{"jsonrpc", "2.0"}, {"id", id}, {"error", {{"code", code}, {"message", message}}}});
+}
+
+void Server::handle(const std::string& body) {
+  json message = json::parse(body, nullptr, false);
+  if (message.is_discarded()) return replyError(nullptr, ParseError, "the message is not JSON");
+  if (!message.is_object())
+    return replyError(nullptr, InvalidRequest, "the message is not a JSON object");
+  dispatch(message);
+}
+
+// Checks the envelope, then runs the request or notification. Params are read by
+// reference: copying deeply nested JSON would recurse as deep as it goes.
 void Server::dispatch(const json& message) {
-  std::string method = message.value("method", "");
-  if (method.empty() && (message.contains("result") || message.contains("error")))
-    return; // a response: the server sends no requests, so there is nothing to match
-  json params = message.contains("params") ? message["params"] : json::object();
-  if (!message.contains("id")) { // a notification: no answer, errors are dropped
-    try {
-      notification(method, params);
-    } catch (const std::exception&) {
-    }
-    return;
+  auto id = message.find("id"), method = message.find("method"), params = message.find("params");
+  bool isRequest = id != message.end();
+  if (isRequest && !validId(*id))
+    return replyError(nullptr, InvalidRequest, "`id` must be a string or a number");
+  json replyId = isRequest ? *id : json(nullptr); // a scalar: cheap to copy
+  if (method == message.end()) {
+    if (message.contains("result") || message.contains("error"))
+      return; // a response: the server sends no requests, so there is nothing to match
+    return replyError(replyId, InvalidRequest, "the message has no `method`");
   }
-  json reply = {{"jsonrpc", "2.0"}, {"id", message["id"]}};
+  if (!method->is_string()) return replyError(replyId, InvalidRequest, "`method` must be a string");
+  static const json noParams = json::object();
+  const json& args = params == message.end() || params->is_null() ? noParams : *params;
   try {
-    if (method.empty()) throw RpcError{InvalidRequest, "a request needs a method"};
-    reply["result"] = request(method, params);
+    if (!args.is_object()) throw RpcError(InvalidParams, "`params` must be an object");
+    if (isRequest)
+      reply(replyId, request(method->get<std::string>(), args));
+    else
+      notification(method->get<std::string>(), args);
   } catch (const RpcError& e) {
-    reply["error"] = {{"code", e.code}, {"message", e.message}};
-  } catch (const json::exception& e) {
-    reply["error"] = {{"code", InvalidParams}, {"message", e.what()}};
+    // A notification gets no answer, but a malformed one is reported with id null, so
+    // that the client's log shows it.
+    replyError(replyId, e.code, e.what());
   } catch (const std::exception& e) {
-    reply["error"] = {{"code", InternalError}, {"message", e.what()}};
+    replyError(replyId, InternalError, e.what());
   }
-  send(reply);
 }
 
 json Server::request(const std::string& method, const json& params) {
   if (method == "initialize") return initialize(params);
-  if (!initialized_) throw RpcError{ServerNotInitialized, "`initialize` must come first"};
-  if (shutdown_) throw RpcError{InvalidRequest, "the server is shutting down"};
+  if (!initialized_) throw RpcError(ServerNotInitialized, "`initialize` must come first");
+  if (shutdown_) throw RpcError(InvalidRequest, "the server is shutting down");
   if (method == "shutdown") {
     shutdown_ = true;
     return nullptr;
@@ -103,9 +118,9 @@ json Server::request(const std::string& method, const json& params) {
   }
   if (method == "textDocument/definition") {
     Document& d = document(params);
-    if (d.analysis->mainSyntax())
-      return definition(*d.analysis, *d.text, d.uri, positionOf(params));
-    if (d.parsed) return definition(*d.parsed, *d.parsedText, d.uri, positionOf(params));
+    Position at = positionOf(params);
+    if (d.analysis->mainSyntax()) return definition(*d.analysis, *d.text, d.uri, at);
+    if (d.parsed) return definition(*d.parsed, *d.parsedText, d.uri, at);
     return nullptr;
   }
   if (method == "textDocument/documentSymbol") {
@@ -114,14 +129,14 @@ json Server::request(const std::string& method, const json& params) {
     if (d.parsed) return documentSymbols(*d.parsed, *d.parsedText);
     return json::array();
   }
-  throw RpcError{MethodNotFound, fmt::format("`{}` is not supported", method)};
+  throw RpcError(MethodNotFound, fmt::format("`{}` is not supported", method));
 }
 
 json Server::initialize(const json& params) {
-  if (initialized_) throw RpcError{InvalidRequest, "`initialize` was already sent"};
+  if (initialized_) throw RpcError(InvalidRequest, "`initialize` was already sent");
+  if (const json* settings = optionalParam(params, "initializationOptions"))
+    readSettings(*settings, "initializationOptions");
   initialized_ = true;
-  if (params.contains("initializationOptions") && params["initializationOptions"].is_object())
-    readSettings(params["initializationOptions"]);
   return {{"capabilities",
            {{"positionEncoding", "utf-16"},
             {"textDocumentSync", {{"openClose", true}, {"change", 1}}},
@@ -131,15 +146,27 @@ json Server::initialize(const json& params) {
           {"serverInfo", {{"name", "epl"}, {"version", EPL_VERSION}}}};
 }
 
-// { "np": 8, "importPath": ["lib"] }, from initializationOptions or the `epl` settings.
-void Server::readSettings(const json& settings) {
-  if (settings.contains("np") && settings["np"].is_number_integer())
-    options_.np = std::clamp(settings["np"].get<int>(), 0, 1 << 24);
-  if (settings.contains("importPath") && settings["importPath"].is_array()) {
-    options_.importPath.clear();
-    for (const auto& dir : settings["importPath"])
-      if (dir.is_string()) options_.importPath.push_back(dir.get<std::string>());
+// { "np": 8, "importPath": ["lib"] }, from initializationOptions or the `epl` settings
+// (at `path`; null is none). Checked whole before any of it applies.
+void Server::readSettings(const json& settings, const std::string& path) {
+  if (settings.is_null()) return;
+  if (!settings.is_object())
+    throw RpcError(InvalidParams, fmt::format("`{}` must be an object", path));
+  ServerOptions next = options_;
+  if (const json* np = optionalParam(settings, "np"))
+    next.np = static_cast<int>(integerIn(*np, path + ".np", 0, 1 << 24));
+  if (const json* dirs = optionalParam(settings, "importPath")) {
+    if (!dirs->is_array())
+      throw RpcError(InvalidParams, fmt::format("`{}.importPath` must be an array", path));
+    next.importPath.clear();
+    for (const auto& dir : *dirs) {
+      if (!dir.is_string())
+        throw RpcError(InvalidParams,
+                       fmt::format("`{}.importPath` must hold strings (folders)", path));
+      next.importPath.push_back(dir.get<std::string>());
+    }
   }
+  options_ = std::move(next);
 }
 
 void Server::notification(const std::string& method, const json& params) {
@@ -149,26 +176,33 @@ void Server::notification(const std::string& method, const json& params) {
   }
   if (!initialized_ || shutdown_) return;
   if (method == "textDocument/didOpen") {
-    const json& doc = params.at("textDocument");
-    open(doc.at("uri").get<std::string>(), doc.at("text").get<std::string>());
+    open(stringParam(params, "textDocument.uri"), stringParam(params, "textDocument.text"));
   } else if (method == "textDocument/didChange") {
-    Document& d = document(params);
-    // Full synchronisation: the last change holds the whole text.
-    const json& changes = params.at("contentChanges");
-    if (changes.empty()) return;
-    open(d.uri, changes.back().at("text").get<std::string>());
+    changed(params);
   } else if (method == "textDocument/didClose") {
-    std::string uri = params.at("textDocument").at("uri").get<std::string>();
+    std::string uri = stringParam(params, "textDocument.uri");
     documents_.erase(uri);
     send({{"jsonrpc", "2.0"},
           {"method", "textDocument/publishDiagnostics"},
           {"params", {{"uri", uri}, {"diagnostics", json::array()}}}});
   } else if (method == "workspace/didChangeConfiguration") {
-    if (params.contains("settings") && params["settings"].contains("epl"))
-      readSettings(params["settings"]["epl"]);
+    if (const json* settings = optionalParam(params, "settings"))
+      if (settings->is_object() && settings->contains("epl"))
+        readSettings(settings->at("epl"), "settings.epl");
     for (auto& [uri, doc] : documents_)
       analyze(doc);
   }
+}
+
+// Full synchronisation: the last change holds the whole text. A change to a document that
+// is not open is dropped: the editor may send it before it sees its own didClose handled.
+void Server::changed(const json& params) {
+  std::string uri = stringParam(params, "textDocument.uri");
+  const json& changes = arrayParam(params, "contentChanges");
+  if (changes.empty() || !documents_.count(uri)) return;
+  if (!changes.back().is_object())
+    throw RpcError(InvalidParams, "`contentChanges` must hold objects");
+  open(uri, stringParam(changes.back(), "text"));
 }
 
 void Server::open(const std::string& uri, std::string text) {
@@ -180,9 +214,9 @@ void Server::open(const std::string& uri, std::string text) {
 }
 
 Server::Document& Server::document(const json& params) {
-  std::string uri = params.at("textDocument").at("uri").get<std::string>();
+  std::string uri = stringParam(params, "textDocument.uri");
   auto it = documents_.find(uri);
-  if (it == documents_.end()) throw RpcError{InvalidParams, fmt::format("`{}` is not open", uri)};
+  if (it == documents_.end()) throw RpcError(InvalidParams, fmt::format("`{}` is not open", uri));
   return it->second;
 }
 

@@ -19,9 +19,12 @@ struct ServerOptions {
 
 class Server {
 public:
-  Server(std::istream& in, std::ostream& out, ServerOptions options);
+  // Messages come from `in` and go to `out`; why the input ended, when it ended before
+  // `shutdown` or inside a message, goes to `log` (stderr).
+  Server(std::istream& in, std::ostream& out, std::ostream& log, ServerOptions options);
   // Serves until `exit` or the end of the input; returns the process exit status (0 after
-  // `shutdown` then `exit`, 1 otherwise, as the protocol asks).
+  // `shutdown` then `exit`, 1 otherwise, as the protocol asks). A malformed message is
+  // answered with a JSON-RPC error (id null when it has none) and the server goes on.
   int run();
 
 private:
@@ -35,11 +38,15 @@ private:
     std::shared_ptr<LineIndex> parsedText;
   };
 
+  void handle(const std::string& body);
   void dispatch(const nlohmann::json& message);
+  void reply(const nlohmann::json& id, const nlohmann::json& result);
+  void replyError(const nlohmann::json& id, int code, const std::string& message);
   nlohmann::json request(const std::string& method, const nlohmann::json& params);
   void notification(const std::string& method, const nlohmann::json& params);
   nlohmann::json initialize(const nlohmann::json& params);
-  void readSettings(const nlohmann::json& settings);
+  void readSettings(const nlohmann::json& settings, const std::string& path);
+  void changed(const nlohmann::json& params);
   void open(const std::string& uri, std::string text);
   void analyze(Document& doc);
   Document& document(const nlohmann::json& params);
@@ -47,6 +54,7 @@ private:
 
   std::istream& in_;
   std::ostream& out_;
+  std::ostream& log_;
   ServerOptions options_;
   bool initialized_ = false, shutdown_ = false, exited_ = false;
   std::map<std::string, Document> documents_;

@@ -90,7 +90,8 @@ Span blockSpan(const LineIndex& text, SourceLoc keywordLoc) {
 
 const ast::Expr* callAt(const ast::File& f, const LineIndex& text, size_t nameStart,
                         const std::string& name) {
-  auto [line, col] = text.locOf(nameStart);
+  // Plain variables: a C++17 lambda cannot capture structured bindings (clang refuses).
+  const uint32_t line = text.locOf(nameStart).first, col = text.locOf(nameStart).second;
   const ast::Expr* found = nullptr;
   const ast::Expr* repeat = nullptr; // the nearest `repeat` before the name on its line
   forEachExpr(f, [&](const ast::Expr& e) {
@@ -103,7 +104,7 @@ const ast::Expr* callAt(const ast::File& f, const LineIndex& text, size_t nameSt
 }
 
 const ast::Expr* binaryAt(const ast::File& f, const LineIndex& text, size_t offset) {
-  auto [line, col] = text.locOf(offset);
+  const uint32_t line = text.locOf(offset).first, col = text.locOf(offset).second;
   const ast::Expr* found = nullptr;
   forEachExpr(f, [&](const ast::Expr& e) {
     if ((e.kind == ast::ExprKind::Binary || e.kind == ast::ExprKind::Neg) && e.loc.line == line &&

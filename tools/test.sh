@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds EPL and runs every test: the normal build, then the whole suite again under
-# AddressSanitizer + UndefinedBehaviorSanitizer. Installs missing Debian packages first.
+# AddressSanitizer + UndefinedBehaviorSanitizer, then each fuzz harness for a short while
+# (docs/fuzzing.md). Installs missing Debian packages first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -13,4 +14,10 @@ if [ "${EPL_SKIP_SANITIZERS:-0}" != 1 ]; then
   cmake --build build-asan
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
      ctest --output-on-failure -j "$jobs")
+fi
+
+# Each libFuzzer harness for EPL_FUZZ_SECONDS (20) from its seeds and the corpus kept in
+# build-fuzz/; a finding fails the run.
+if [ "${EPL_SKIP_FUZZ:-0}" != 1 ]; then
+  bash tools/fuzz.sh --time "${EPL_FUZZ_SECONDS:-20}" --jobs "$jobs"
 fi

@@ -84,7 +84,9 @@ private:
 };
 
 // `epl data`: converts a text file to a token file (one uint16 little-endian token per
-// byte, vocab 256), written atomically. Throws DataError.
-void textToTokens(const std::string& textPath, const std::string& tokenPath);
+// byte, vocab 256), written atomically; returns the tokens written. Throws DataError for an
+// empty or unreadable text (a pipe or device is read as FileBytes reads one) and an output
+// that cannot be written.
+int64_t textToTokens(const std::string& textPath, const std::string& tokenPath);
 
 } // namespace epl::data

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <tuple>
 
 namespace epl::data {
 
@@ -58,12 +59,14 @@ const char* what(IdxKind k) {
       kind == IdxKind::Images ? "0x00000803 (unsigned bytes, 3 dims)" : "0x00000801 (1 dim)"));
 }
 
-// Reads and checks the header: magic, element type, dims, and the exact file size.
-IdxFile parseIdx(const std::string& path, IdxKind kind) {
-  IdxFile f;
-  f.bytes = FileBytes::open(path, FileBytes::Gzip::Detect);
-  const unsigned char* p = f.bytes.data();
-  size_t size = f.bytes.size();
+// The largest IDX header: 4 bytes, then a uint32 for each of at most 255 dims.
+constexpr size_t kMaxHeader = 4 + 4 * 255;
+
+// Reads and checks the header in head[0, size): magic, element type and dims. Sets every
+// field of `f` but its bytes and elements; returns the header's size and the file size it
+// declares.
+std::pair<size_t, int64_t> readHeader(IdxFile& f, const std::string& path, IdxKind kind,
+                                      const unsigned char* p, size_t size) {
   if (size < 4)
     throw DataError(
         fmt::format("`{}` is truncated: expected an IDX header, got {} bytes", path, size));
@@ -84,22 +87,63 @@ IdxFile parseIdx(const std::string& path, IdxKind kind) {
       throw DataError(fmt::format("`{}` declares samples too large to read", path));
   }
   int64_t dataBytes = 0;
-  if (__builtin_mul_overflow(f.count, f.sampleElements * elementBytes(f.type), &dataBytes))
+  if (__builtin_mul_overflow(f.count, f.sampleElements * elementBytes(f.type), &dataBytes) ||
+      dataBytes > INT64_MAX - static_cast<int64_t>(header))
     throw DataError(fmt::format("`{}` declares more data than any file can hold", path));
-  auto expected = static_cast<int64_t>(header) + dataBytes;
-  std::string content =
-      kind == IdxKind::Images
-          ? fmt::format("{} images of {}", withCommas(f.count), dimsStr(f.sampleDims))
-          : fmt::format("{} labels", withCommas(f.count));
-  if (static_cast<int64_t>(size) < expected)
+  return {header, static_cast<int64_t>(header) + dataBytes};
+}
+
+std::string contentOf(const IdxFile& f, IdxKind kind) {
+  return kind == IdxKind::Images
+             ? fmt::format("{} images of {}", withCommas(f.count), dimsStr(f.sampleDims))
+             : fmt::format("{} labels", withCommas(f.count));
+}
+
+// The content must be exactly what the header declares.
+void checkSize(const IdxFile& f, const std::string& path, IdxKind kind, int64_t expected) {
+  auto size = static_cast<int64_t>(f.bytes.size());
+  if (f.bytes.more())
+    throw DataError(fmt::format("`{}` holds more than the {} bytes its header declares for {}",
+                                path, withCommas(expected), contentOf(f, kind)));
+  if (size < expected)
     throw DataError(fmt::format("`{}` is truncated: expected {} bytes for {}, got {}", path,
-                                withCommas(expected), content,
-                                withCommas(static_cast<int64_t>(size))));
-  if (static_cast<int64_t>(size) > expected)
-    throw DataError(fmt::format("`{}` has {} bytes after its {}", path,
-                                withCommas(static_cast<int64_t>(size) - expected), content));
+                                withCommas(expected), contentOf(f, kind), withCommas(size)));
+  if (size > expected)
+    throw DataError(fmt::format("`{}` has {} bytes after its {}", path, withCommas(size - expected),
+                                contentOf(f, kind)));
   if (f.count == 0) throw DataError(fmt::format("`{}` holds no {}s", path, what(kind)));
-  f.elements = p + header;
+}
+
+// The content of a gzip IDX file, inflated no further than its header declares (and a
+// byte more, to tell a file that goes on: a gzip bomb stops there). A declared size larger
+// than the machine's memory is refused before inflating.
+FileBytes inflateDeclared(const FileBytes& raw, const IdxFile& f, IdxKind kind, int64_t expected) {
+  size_t memory = physicalMemory();
+  if (memory > 0 && static_cast<uint64_t>(expected) > memory)
+    throw DataError(fmt::format("`{}` declares {} for {}, more than this machine's memory ({})",
+                                raw.path(), formatBytes(static_cast<double>(expected)),
+                                contentOf(f, kind), formatBytes(static_cast<double>(memory))));
+  return raw.inflated(static_cast<size_t>(expected));
+}
+
+// Reads an IDX file, plain or gzip: the header (from at most the largest header's worth of
+// inflated bytes), then the content, checked against it. The file is read once: it may be a
+// pipe.
+IdxFile parseIdx(const std::string& path, IdxKind kind) {
+  IdxFile f;
+  FileBytes raw = FileBytes::open(path);
+  size_t header = 0;
+  int64_t expected = 0;
+  if (raw.isGzip()) {
+    FileBytes head = raw.inflated(kMaxHeader);
+    std::tie(header, expected) = readHeader(f, path, kind, head.data(), head.size());
+    f.bytes = head.more() ? inflateDeclared(raw, f, kind, expected) : std::move(head);
+  } else {
+    f.bytes = std::move(raw);
+    std::tie(header, expected) = readHeader(f, path, kind, f.bytes.data(), f.bytes.size());
+  }
+  checkSize(f, path, kind, expected);
+  f.elements = f.bytes.data() + header;
   return f;
 }
 

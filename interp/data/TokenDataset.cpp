@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <sys/stat.h>
 
 namespace epl::data {
 
@@ -98,7 +99,7 @@ std::unique_ptr<Dataset> openTokens(const ir::CallSpec& spec, const std::vector<
     throw DataError(fmt::format("argument `val_fraction` of `{}` must be in [0, 1), got {}",
                                 spec.kind, valFraction));
   checkTokenInput(spec.kind, inputs, seq);
-  FileBytes bytes = FileBytes::open(path, FileBytes::Gzip::Never);
+  FileBytes bytes = FileBytes::open(path);
   if (!isText && bytes.size() % 2 != 0)
     throw DataError(fmt::format("`{}` has an odd number of bytes ({}); a token file holds uint16 "
                                 "tokens of 2 bytes each",
@@ -113,16 +114,31 @@ std::unique_ptr<Dataset> openTokens(const ir::CallSpec& spec, const std::vector<
   return data;
 }
 
-void textToTokens(const std::string& textPath, const std::string& tokenPath) {
-  FileBytes text = FileBytes::open(textPath, FileBytes::Gzip::Never);
-  std::string out(text.size() * 2, '\0');
-  for (size_t i = 0; i < text.size(); ++i)
-    out[2 * i] = static_cast<char>(text.data()[i]); // high byte stays 0: vocab 256
+int64_t textToTokens(const std::string& textPath, const std::string& tokenPath) {
+  FileBytes text = FileBytes::open(textPath);
+  if (text.size() == 0)
+    throw DataError(fmt::format("`{}` is empty: there is no text to convert", textPath));
+  struct stat st {};
+  if (stat(tokenPath.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    throw DataError(
+        fmt::format("`{}` is a folder; give the path of the token file to write", tokenPath));
   try {
-    checkpoint::writeFileAtomic(tokenPath, out);
+    checkpoint::AtomicFileWriter out(tokenPath);
+    // A chunk at a time, so memory stays small whatever the size of the text.
+    std::vector<unsigned char> tokens;
+    constexpr size_t chunk = size_t{1} << 20;
+    for (size_t at = 0; at < text.size(); at += chunk) {
+      size_t n = std::min(chunk, text.size() - at);
+      tokens.assign(2 * n, 0); // high bytes stay 0: vocab 256
+      for (size_t i = 0; i < n; ++i)
+        tokens[2 * i] = text.data()[at + i];
+      out.write(tokens.data(), tokens.size());
+    }
+    out.commit();
   } catch (const checkpoint::CheckpointError& e) {
     throw DataError(e.what());
   }
+  return static_cast<int64_t>(text.size());
 }
 
 } // namespace epl::data

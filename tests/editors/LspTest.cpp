@@ -22,31 +22,89 @@ std::string frame(const json& message) {
 // Every message the server wrote, in order.
 std::vector<json> messages(const std::string& out) {
   std::istringstream in(out);
+  MessageReader reader(in);
   std::vector<json> all;
-  while (auto body = readMessage(in))
-    all.push_back(json::parse(*body));
+  for (Frame f = reader.next(); f.kind == Frame::Kind::Message; f = reader.next())
+    all.push_back(json::parse(f.text));
   return all;
 }
+
+// What the server wrote and logged for `input`, and its exit status.
+struct Session {
+  std::vector<json> messages;
+  std::string log;
+  int status = 0;
+};
+Session serve(const std::string& input) {
+  std::istringstream in(input);
+  std::ostringstream out, log;
+  Server server(in, out, log, ServerOptions{});
+  Session s;
+  s.status = server.run();
+  s.messages = messages(out.str());
+  s.log = log.str();
+  return s;
+}
+
+std::string framed(const std::string& body) {
+  return "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+const std::string kInitialize =
+    framed(R"({"jsonrpc":"2.0","id":1,"method":"initialize","params":{}})");
+const std::string kShutdownExit = framed(R"({"jsonrpc":"2.0","id":99,"method":"shutdown"})") +
+                                  framed(R"({"jsonrpc":"2.0","method":"exit"})");
 
 } // namespace
 
 TEST_CASE("messages are framed by Content-Length", "[lsp]") {
   std::istringstream in("Content-Length: 2\r\nContent-Type: application/vscode-jsonrpc; "
-                        "charset=utf-8\r\n\r\n{}\r\ncontent-length:  7\r\n\r\n[1,2,3]");
-  CHECK(readMessage(in) == std::optional<std::string>("{}"));
-  CHECK(readMessage(in) == std::optional<std::string>("[1,2,3]"));
-  CHECK_FALSE(readMessage(in)); // end of input
-
-  std::istringstream truncated("Content-Length: 10\r\n\r\n{}");
-  CHECK_FALSE(readMessage(truncated));
-  std::istringstream garbage("hello\r\n\r\n{}");
-  CHECK_FALSE(readMessage(garbage));
-  std::istringstream huge("Content-Length: 99999999999\r\n\r\n{}");
-  CHECK_FALSE(readMessage(huge));
+                        "charset=utf-8\r\n\r\n{}\r\ncontent-length:  7 \r\n\r\n[1,2,3]");
+  MessageReader reader(in);
+  CHECK(reader.next().text == "{}");
+  CHECK(reader.next().text == "[1,2,3]");
+  Frame end = reader.next();
+  CHECK(end.kind == Frame::Kind::End);
+  CHECK(end.text.empty()); // between messages: a clean end
 
   std::ostringstream out;
   writeMessage(out, "{\"a\":1}");
   CHECK(out.str() == "Content-Length: 7\r\n\r\n{\"a\":1}");
+}
+
+TEST_CASE("broken framing is reported and skipped to the next message", "[lsp]") {
+  auto reads = [](const std::string& input) {
+    std::istringstream in(input);
+    MessageReader reader(in);
+    std::vector<Frame> frames;
+    do
+      frames.push_back(reader.next());
+    while (frames.back().kind != Frame::Kind::End);
+    return frames;
+  };
+  auto check = [&](const std::string& broken, const std::string& error) {
+    INFO(broken);
+    std::vector<Frame> f = reads(broken + framed("{}"));
+    REQUIRE(f.size() == 3);
+    CHECK(f[0].kind == Frame::Kind::BadFraming);
+    CHECK_THAT(f[0].text, Catch::Contains(error));
+    CHECK(f[1].kind == Frame::Kind::Message);
+    CHECK(f[1].text == "{}");
+  };
+  check("hello\r\n\r\n{}", "`hello` is not a header field");
+  check("Content-Type: x\r\n\r\n{}", "a message header without `Content-Length`");
+  check("Content-Length: -5\r\n\r\n{}", "`Content-Length: -5` is not a byte count");
+  check("Content-Length: 99999999999999999999999\r\n\r\n", "is not a byte count");
+  check(std::string(5000, 'x'), "a header line is longer than 4096 bytes");
+  // Over the limit: skipped by its length, never held.
+  std::string huge(MessageReader::kMaxBody + 1, ' ');
+  check(framed(huge), "a message of 67108865 bytes is over the limit of 64 MiB");
+
+  std::vector<Frame> cut = reads("Content-Length: 10\r\n\r\n{}");
+  CHECK(cut.back().text == "the input ended inside a message: 2 of its 10 bytes came");
+  CHECK(reads("Content-Length: 10\r\n").back().text == "the input ended inside a message header");
+  CHECK(reads("garbage").back().text == "the input ended inside a message header");
+  CHECK(reads("x\ny").back().text == "the input ended while skipping to the next message");
 }
 
 TEST_CASE("positions count UTF-16 code units, locations code points", "[lsp]") {
@@ -123,7 +181,8 @@ TEST_CASE("a session in-process: diagnostics, hover, definition, symbols", "[lsp
   input += frame({{"jsonrpc", "2.0"}, {"method", "exit"}});
   std::istringstream in(input);
   std::ostringstream out;
-  Server server(in, out, ServerOptions{2, {}});
+  std::ostringstream log;
+  Server server(in, out, log, ServerOptions{2, {}});
   CHECK(server.run() == 0);
 
   std::vector<json> all = messages(out.str());
@@ -159,13 +218,74 @@ TEST_CASE("requests before initialize and unknown methods are errors", "[lsp]") 
                   {"id", 4},
                   {"method", "textDocument/hover"},
                   {"params", {{"textDocument", {{"uri", "file:///nope.epl"}}}}}});
-  std::istringstream in(input);
-  std::ostringstream out;
-  Server server(in, out, ServerOptions{});
-  CHECK(server.run() == 1); // the input ended without shutdown and exit
-  std::vector<json> all = messages(out.str());
+  Session s = serve(input);
+  CHECK(s.status == 1); // the input ended without shutdown and exit
+  CHECK(s.log == "error: the input ended without `shutdown` and `exit`\n");
+  const std::vector<json>& all = s.messages;
   REQUIRE(all.size() == 4);
   CHECK(all[0]["error"]["code"] == -32002);
   CHECK(all[2]["error"]["code"] == -32601);
   CHECK(all[3]["error"]["code"] == -32602);
+}
+
+TEST_CASE("malformed messages are answered with errors, and the server goes on", "[lsp]") {
+  const std::string uri = R"("file:///tmp/epl-lsp-test.epl")";
+  auto hover = [&](int id, const std::string& position) {
+    return framed(R"({"jsonrpc":"2.0","id":)" + std::to_string(id) +
+                  R"(,"method":"textDocument/hover","params":{"textDocument":{"uri":)" + uri +
+                  R"(},"position":)" + position + "}}");
+  };
+  std::string input = kInitialize;
+  input += framed(R"({"jsonrpc":"2.0","id":2,"method":7})");
+  input += framed(R"({"jsonrpc":"2.0","method":"textDocument/didOpen","params":{"textDocument":)"
+                  R"({"uri":)" +
+                  uri + R"(,"text":"let a = 1\n"}}})"); // diagnostics
+  input += hover(3, R"("x")");
+  input += hover(4, R"({"line":-1,"character":0})");
+  input += hover(5, R"({"line":1e30,"character":0})");
+  input += hover(6, R"({"line":4294967296,"character":0})");
+  input += hover(7, R"({"line":0,"character":99999999999999999999999})");
+  input += framed(R"({"jsonrpc":"2.0","id":8,"method":"textDocument/hover","params":)"
+                  R"({"textDocument":{"uri":5},"position":{"line":0,"character":0}}})");
+  input += framed(R"({"jsonrpc":"2.0","id":{"a":1},"method":"shutdown"})");
+  input += framed(R"({"jsonrpc":"2.0","id":9,"method":"shutdown","params":[1]})");
+  input += framed(R"({"jsonrpc":"2.0","method":"textDocument/didOpen","params":)"
+                  R"({"textDocument":{"uri":5,"text":""}}})");
+  input += framed("not json") + framed("[1, 2]") + "hello\r\n\r\n";
+  input += framed(R"({"jsonrpc":"2.0","id":10})");
+  input += kShutdownExit;
+  Session s = serve(input);
+  CHECK(s.status == 0);
+  CHECK(s.log.empty());
+  std::vector<std::pair<json, int>> errors;
+  for (const json& m : s.messages)
+    if (m.contains("error")) errors.push_back({m["id"], m["error"]["code"].get<int>()});
+  std::vector<std::pair<json, int>> expected = {
+      {2, -32600},       {3, -32602},       {4, -32602},       {5, -32602}, {6, -32602},
+      {7, -32602},       {8, -32602},       {nullptr, -32600}, {9, -32602}, {nullptr, -32602},
+      {nullptr, -32700}, {nullptr, -32600}, {nullptr, -32700}, {10, -32600}};
+  CHECK(errors == expected);
+  CHECK(s.messages.back()["id"] == 99); // the shutdown after them all was answered
+}
+
+TEST_CASE("a change after the document closed is dropped (an editor race)", "[lsp]") {
+  const std::string doc = R"({"uri":"file:///tmp/epl-lsp-test.epl"})";
+  std::string input = kInitialize;
+  input += framed(R"({"jsonrpc":"2.0","method":"textDocument/didClose","params":{"textDocument":)" +
+                  doc + "}}");
+  input +=
+      framed(R"({"jsonrpc":"2.0","method":"textDocument/didChange","params":{"textDocument":)" +
+             doc + R"(,"contentChanges":[{"text":"let a = 2\n"}]}})");
+  input += kShutdownExit;
+  Session s = serve(input);
+  CHECK(s.status == 0);
+  REQUIRE(s.messages.size() == 3); // initialize, the cleared diagnostics, shutdown
+  CHECK(s.messages[1]["method"] == "textDocument/publishDiagnostics");
+  CHECK(s.messages[2]["id"] == 99);
+}
+
+TEST_CASE("an input that ends inside a message says so on the log", "[lsp]") {
+  Session s = serve(kInitialize + "Content-Length: 10\r\n\r\n{}");
+  CHECK(s.status == 1);
+  CHECK(s.log == "error: the input ended inside a message: 2 of its 10 bytes came\n");
 }

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <numeric>
 #include <set>
+#include <sys/stat.h>
+#include <thread>
 #include <unistd.h>
 
 using namespace epl;
@@ -126,6 +128,24 @@ TEST_CASE("idx reads gzip files, the test pair as validation, paths relative to 
   CHECK(x[6] == 10.0f / 255.0f);
 }
 
+TEST_CASE("idx reads gzip data from a pipe, as from <(cat images.gz)", "[data]") {
+  TempDir dir;
+  // 200 images: more content than the largest header, so it is not all read at once.
+  std::string gz = testing::gzipped(imageFile(200));
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  REQUIRE(write(fds[1], gz.data(), gz.size()) == static_cast<ssize_t>(gz.size()));
+  close(fds[1]);
+  testing::writeBytes(dir.file("labels"), labelFile(200));
+  std::string images = "/proc/self/fd/" + std::to_string(fds[0]);
+  std::unique_ptr<Dataset> d;
+  CHECK_NOTHROW(d = openDataset(call("idx", {{"images", images}, {"labels", dir.file("labels")}}),
+                                kClassifier, 0, ""));
+  close(fds[0]);
+  REQUIRE(d);
+  CHECK(d->size(Split::Train) == 180);
+}
+
 TEST_CASE("idx accepts signed and wider label types", "[data]") {
   TempDir dir;
   testing::writeBytes(dir.file("images"), imageFile(2));
@@ -241,6 +261,22 @@ TEST_CASE("idx errors name the file and what is wrong", "[data]") {
     expectError(call("idx", {{"images", images}, {"labels", labels}, {"test_images", images}}),
                 kClassifier, {"needs both `test_images` and `test_labels`"});
   }
+  SECTION("a gzip bomb: inflating stops at what the header declares") {
+    // 16 MiB of zeros after 12 images: about 16 KB of gzip.
+    std::string bomb = imageFile() + std::string(size_t{16} << 20, '\0');
+    testing::writeBytes(dir.file("bomb.gz"), testing::gzipped(bomb));
+    expectError(spec(dir.file("bomb.gz"), labels), kClassifier,
+                {"`" + dir.file("bomb.gz") +
+                 "` holds more than the 88 bytes its header declares for 12 images of 2 x 3"});
+  }
+  SECTION("a gzip header that declares more than the memory") {
+    std::string header = testing::idxBytes({0xffffffff, 256, 256}, std::vector<uint8_t>(2048));
+    testing::writeBytes(dir.file("huge.gz"), testing::gzipped(header));
+    expectError(spec(dir.file("huge.gz"), labels), kClassifier,
+                {"`" + dir.file("huge.gz") +
+                 "` declares 281 TB for 4,294,967,295 images of "
+                 "256 x 256, more than this machine's memory"});
+  }
   SECTION("test images of another size") {
     testing::writeBytes(dir.file("t-img"), testing::idxBytes({1, 3, 2}, {1, 2, 3, 4, 5, 6}));
     testing::writeBytes(dir.file("t-lab"), labelFile(1));
@@ -346,6 +382,40 @@ TEST_CASE("textToTokens writes one uint16 per byte", "[data]") {
                     Contains("`" + dir.file("none.txt") + "` does not exist"));
   CHECK_THROWS_WITH(textToTokens(dir.file("t.txt"), dir.file("no/such/dir/x.bin")),
                     Contains(dir.file("no/such/dir/x.bin")));
+  CHECK_THROWS_WITH(textToTokens(dir.file("t.txt"), dir.path),
+                    Contains("`" + dir.path + "` is a folder"));
+  CHECK_THROWS_WITH(textToTokens(dir.path, dir.file("x.bin")),
+                    Contains("`" + dir.path + "` is a folder"));
+}
+
+TEST_CASE("textToTokens counts what it wrote, and no text is an error", "[data]") {
+  TempDir dir;
+  testing::writeBytes(dir.file("t.txt"), "hello");
+  CHECK(textToTokens(dir.file("t.txt"), dir.file("t.bin")) == 5);
+  testing::writeBytes(dir.file("empty.txt"), "");
+  CHECK_THROWS_WITH(textToTokens(dir.file("empty.txt"), dir.file("x.bin")),
+                    Contains("`" + dir.file("empty.txt") + "` is empty"));
+  CHECK_THROWS_WITH(textToTokens("/dev/null", dir.file("x.bin")),
+                    Contains("`/dev/null` is empty: there is no text to convert"));
+  CHECK_FALSE(std::filesystem::exists(dir.file("x.bin")));
+}
+
+TEST_CASE("a pipe is read until it ends", "[data]") {
+  TempDir dir;
+  std::string fifo = dir.file("fifo");
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  // The writer blocks until the reader opens the pipe; joined before any check.
+  std::thread writer([&] { testing::writeBytes(fifo, std::string(100, 'a')); });
+  std::unique_ptr<Dataset> d;
+  std::string error;
+  try {
+    d = openDataset(call("text", {{"path", fifo}}, {{"seq", 8}}), tokenInput(8), 0, "");
+  } catch (const DataError& e) {
+    error = e.what();
+  }
+  writer.join();
+  REQUIRE(error.empty());
+  CHECK(d->size(Split::Train) == 11); // 90 training tokens: (90 - 1) / 8 windows
 }
 
 TEST_CASE("token data errors name the file and what is wrong", "[data]") {

@@ -22,6 +22,7 @@ TEST_CASE("numbers print for people") {
   CHECK(epl::withCommas(175222972416) == "175,222,972,416");
   CHECK(epl::withCommas(-1234) == "-1,234");
   CHECK(epl::withCommas(0) == "0");
+  CHECK(epl::withCommas(INT64_MIN) == "-9,223,372,036,854,775,808");
   CHECK(epl::formatBytes(512) == "512 B");
   CHECK(epl::formatBytes(262144) == "262 KB");
   CHECK(epl::formatBytes(9.87e6) == "9.87 MB");

@@ -34,16 +34,20 @@ std::string closestMatch(const std::string& word, const std::vector<std::string>
   return best;
 }
 
-std::string withCommas(int64_t n) {
-  // The magnitude as unsigned: -n overflows for the most negative value.
-  uint64_t magnitude = n < 0 ? 0 - static_cast<uint64_t>(n) : static_cast<uint64_t>(n);
-  std::string digits = std::to_string(magnitude);
+std::string unsignedWithCommas(uint64_t n) {
+  std::string digits = std::to_string(n);
   std::string out;
   for (size_t i = 0; i < digits.size(); ++i) {
     if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
     out += digits[i];
   }
-  return n < 0 ? "-" + out : out;
+  return out;
+}
+
+std::string withCommas(int64_t n) {
+  // The magnitude as unsigned: -n overflows for the most negative value.
+  uint64_t magnitude = n < 0 ? 0 - static_cast<uint64_t>(n) : static_cast<uint64_t>(n);
+  return n < 0 ? "-" + unsignedWithCommas(magnitude) : unsignedWithCommas(magnitude);
 }
 
 static std::string threeDigits(double v, const char* const* units, size_t count, double step) {

@@ -12,6 +12,8 @@ size_t editDistance(const std::string& a, const std::string& b);
 std::string closestMatch(const std::string& word, const std::vector<std::string>& candidates);
 // 1234567 -> "1,234,567".
 std::string withCommas(int64_t n);
+// The same for counts that may pass 2^63 - 1 (sizes read from a file).
+std::string unsignedWithCommas(uint64_t n);
 // Bytes in decimal units with three significant digits: "9.60 MB", "2.80 TB".
 std::string formatBytes(double bytes);
 

@@ -34,7 +34,7 @@ std::string shapeStr(const std::vector<int64_t>& shape) {
 }
 
 std::string count(uint64_t n) {
-  return withCommas(static_cast<int64_t>(n));
+  return unsignedWithCommas(n);
 }
 
 // Elements of `shape`, or -1 for a negative dim or an overflow.

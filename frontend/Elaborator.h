@@ -54,6 +54,7 @@ private:
   Value callBuiltin(const ir::OpInfo& info, const ast::Expr& call, std::vector<Value> args,
                     Context& ctx, bool inRepeat);
   Value callDef(const ast::Function& def, const ast::Expr& call, std::vector<Value> args,
+  Value evalNumbers(const ast::Expr& e, double x, double y);
                 Context& ctx, bool inRepeat);
   std::vector<Value> bindArgs(const ast::Expr& call, const std::vector<std::string>& names,
                               const std::vector<bool>& required, const std::vector<bool>& wordArgs,

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <fmt/format.h>
+#include <cmath>
 
 namespace epl::frontend {
 
@@ -146,6 +147,20 @@ Value Elaborator::evalInts(const ast::Expr& e, const Value& a, const Value& b) {
 }
 
 // Integers: exact arithmetic, `/` must divide (so `layers / 2` never drops a layer), `//`
+// Numbers are 64-bit floats, and as with literals a result must be 0 or a normal float:
+// infinity, or a product or quotient that rounds to 0 or a subnormal, is an error.
+Value Elaborator::evalNumbers(const ast::Expr& e, double x, double y) {
+  const std::string& op = e.text;
+  if (op == "//" || op == "%") fail(e, fmt::format("`{}` needs integers", op));
+  if (op == "/" && y == 0) fail(e, "division by zero");
+  double r = op == "+" ? x + y : op == "-" ? x - y : op == "*" ? x * y : x / y;
+  bool exactZero = r == 0 && (op == "+" || op == "-" || x == 0 || (op == "*" && y == 0));
+  if (std::isinf(r)) fail(e, fmt::format("number overflow in {} {} {}", x, op, y));
+  if (!std::isnormal(r) && !exactZero)
+    fail(e, fmt::format("number underflow in {} {} {}", x, op, y));
+  return Value::ofFloat(r);
+}
+
 // floors. Symbolic dims multiply. Tensors: + - * elementwise, or scaled by a number.
 Value Elaborator::evalBinary(const ast::Expr& e, Frame& frame, Context* ctx) {
   Value a = eval(*e.operands[0], frame, ctx), b = eval(*e.operands[1], frame, ctx);
@@ -159,15 +174,7 @@ Value Elaborator::evalBinary(const ast::Expr& e, Frame& frame, Context* ctx) {
     r.isSize = (a.isSize || b.isSize) && !ratio;
     return r;
   }
-  if (a.isNumber() && b.isNumber()) {
-    double x = a.number(), y = b.number();
-    if (op == "+") return Value::ofFloat(x + y);
-    if (op == "-") return Value::ofFloat(x - y);
-    if (op == "*") return Value::ofFloat(x * y);
-    if (y == 0) fail(e, "division by zero");
-    if (op == "/") return Value::ofFloat(x / y);
-    fail(e, fmt::format("`{}` needs integers", op));
-  }
+  if (a.isNumber() && b.isNumber()) return evalNumbers(e, a.number(), b.number());
   bool aDim = a.kind == VK::Dim || a.kind == VK::Int, bDim = b.kind == VK::Dim || b.kind == VK::Int;
   if (aDim && bDim) {
     if (op == "*") return Value::ofDim(a.asDim() * b.asDim());

@@ -159,6 +159,17 @@ TEST_CASE("invalid UTF-8 is an error with its location; NUL bytes in comments ar
   CHECK(plan(text).planned);
 }
 
+TEST_CASE("number literals out of range are errors, never an abort") {
+  for (const char* lit : {"1e309", "1e-400", "4e-320"}) {
+    auto r = plan(std::string("let v = ") + lit + "\n" + kHead + kTail);
+    CHECK_FALSE(r.planned);
+    CHECK(r.errors.find(std::string("number `") + lit + "` is too") == 0);
+  }
+  auto size = plan("let v = 25" + std::string(398, '0') + "MB\n" + kHead + kTail);
+  CHECK_FALSE(size.planned);
+  CHECK(size.errors.find("is too large") != std::string::npos);
+}
+
 TEST_CASE("a file over 1 MiB is refused before parsing") {
   std::string text = kHead + kTail + repeatText("# padding padding padding padding\n", 40000);
   auto r = plan(text);

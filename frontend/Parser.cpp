@@ -3,6 +3,7 @@
 
 #include "frontend/Literals.h"
 #include "frontend/SyntaxErrors.h"
+#include "support/Utf8.h"
 
 #include "EplLexer.h"
 #include "EplParser.h"
@@ -330,9 +331,11 @@ std::optional<ast::File> parseFile(uint32_t fileId, Diagnostics& diags) {
         .note("EPL scripts are small; the limit keeps the parser's memory and stack bounded");
     return std::nullopt;
   }
-  SourceLoc bad = firstInvalidUtf8(fileId, text);
-  if (bad.valid()) {
-    diags.error(bad, "this file is not valid UTF-8").note("EPL scripts are UTF-8 text");
+  // Before anything else reads the text: ANTLR's input stream throws on malformed UTF-8.
+  if (std::optional<Utf8Error> bad = findInvalidUtf8(text)) {
+    diags.error(SourceLoc{fileId, bad->line, bad->col}, "this file is not valid UTF-8")
+        .note(bad->reason)
+        .note("EPL scripts are UTF-8 text");
     return std::nullopt;
   }
   antlr4::ANTLRInputStream input(text);

@@ -1,6 +1,7 @@
 // Hostile input never crashes the compiler: each case ends in a clear error (or a plan),
 // never a crash, hang or stack overflow. The suite also runs under ASan + UBSan.
 #include "driver/Epl.h"
+#include "support/Utf8.h"
 
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -157,6 +158,38 @@ TEST_CASE("invalid UTF-8 is an error with its location; NUL bytes in comments ar
   std::string text = "# a comment with a NUL: ?\n" + kHead + kTail;
   text[text.find('?')] = '\0';
   CHECK(plan(text).planned);
+}
+
+TEST_CASE("every kind of malformed UTF-8 is an error at its byte, never a crash") {
+  // Each sequence sits in a string on line 2, column 10; the note says what is wrong.
+  const std::pair<std::string, std::string> cases[] = {{"\xf4\x90\x80\x80", "past U+10FFFF"},
+                                                       {"\xed\xa0\x80", "surrogate"},
+                                                       {"\xc0\x80", "overlong"},
+                                                       {"\xe0\x80\x80", "overlong"},
+                                                       {"\xf0\x80\x80\x80", "overlong"},
+                                                       {"\xe2\x82", "stops after 2 of its 3 bytes"},
+                                                       {"\x80", "never started"},
+                                                       {"\xfe", "never appears in UTF-8"}};
+  for (const auto& [bytes, why] : cases) {
+    epl::Session session;
+    std::string text = "# first line\nlet s = \"" + bytes + "\"\n" + kHead + kTail;
+    CHECK_FALSE(epl::planText("utf8.epl", text, session, epl::PlanOptions{}).has_value());
+    REQUIRE(session.diags.errorCount() == 1);
+    const epl::Diagnostic& d = session.diags.all()[0];
+    CHECK(d.message == "this file is not valid UTF-8");
+    CHECK(d.loc.line == 2);
+    CHECK(d.loc.col == 10);
+    REQUIRE_FALSE(d.plainNotes.empty());
+    CHECK(d.plainNotes[0].find(why) != std::string::npos);
+    // The rendered snippet shows U+FFFD in place of the bytes: valid text for a terminal.
+    CHECK_FALSE(epl::findInvalidUtf8(session.diags.render(d)).has_value());
+  }
+}
+
+TEST_CASE("a sequence cut off at the end of the file is an error") {
+  auto r = plan(kHead + kTail + "# \xf0\x9f\x98");
+  CHECK_FALSE(r.planned);
+  CHECK(r.errors == "this file is not valid UTF-8\n");
 }
 
 TEST_CASE("number literals out of range are errors, never an abort") {

@@ -34,7 +34,10 @@ private:
 
   // Loader.cpp: parse files and follow imports.
   bool load(uint32_t file, std::vector<uint32_t>& stack);
+  bool loadImport(const ast::Import& imp, uint32_t file, std::vector<uint32_t>& stack);
+  std::vector<std::string> importCandidates(const std::string& from, const std::string& path) const;
   std::string resolveImport(const std::string& from, const std::string& path) const;
+  void unresolvedImport(const ast::Import& imp, const std::string& from);
   // Elaborator.cpp: globals, functions and statements.
   void declareGlobals();
   void defineGlobal(const std::string& name, SourceLoc loc, const char* what);

@@ -203,6 +203,34 @@ TEST_CASE("number literals out of range are errors, never an abort") {
   CHECK(size.errors.find("is too large") != std::string::npos);
 }
 
+TEST_CASE("the script is read up to the size limit, whatever it is") {
+  epl::Session zero;
+  CHECK_FALSE(epl::planFile("/dev/zero", zero, epl::PlanOptions{}).has_value());
+  REQUIRE(zero.diags.errorCount() == 1);
+  CHECK(zero.diags.all()[0].message == "this file is larger than 1048576 bytes");
+  epl::Session folder;
+  CHECK_FALSE(epl::planFile("/usr", folder, epl::PlanOptions{}).has_value());
+  REQUIRE(folder.diags.errorCount() == 1);
+  CHECK(folder.diags.all()[0].message == "cannot read `/usr`: it is a folder");
+  epl::Session mem;
+  CHECK_FALSE(epl::planFile("/proc/self/mem", mem, epl::PlanOptions{}).has_value());
+  REQUIRE(mem.diags.errorCount() == 1);
+  CHECK(mem.diags.all()[0].message == "cannot read `/proc/self/mem`: input/output error");
+}
+
+TEST_CASE("an import of a large stream stops at the size limit") {
+  auto dir = std::filesystem::temp_directory_path() / "epl_import_limit";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "big.epl") << repeatText("# padding padding padding padding\n", 40000);
+  std::ofstream(dir / "main.epl") << "import \"big.epl\"\n" << kHead << kTail;
+  epl::Session session;
+  CHECK_FALSE(epl::planFile((dir / "main.epl").string(), session, epl::PlanOptions{}).has_value());
+  REQUIRE(session.diags.errorCount() == 1);
+  CHECK(session.diags.all()[0].message == "this file is larger than 1048576 bytes");
+  CHECK(session.diags.sources().text(session.diags.all()[0].loc.file).size() == 1048577);
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("a file over 1 MiB is refused before parsing") {
   std::string text = kHead + kTail + repeatText("# padding padding padding padding\n", 40000);
   auto r = plan(text);

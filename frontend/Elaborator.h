@@ -43,6 +43,7 @@ private:
   void defineGlobal(const std::string& name, SourceLoc loc, const char* what);
   std::optional<ir::Module> elaborateModel(const ast::Function& model);
   void bindModelInputs(const ast::Function& model, ir::Module& m, Frame& frame);
+  ir::Shape inputShape(const ast::Param& p, Frame& frame);
   Value runBody(const std::vector<ast::Stmt>& body, Frame& frame, Context& ctx);
   void runParallel(const ast::ParallelBlock& b, Frame& frame, Context& ctx, bool& returned,
                    Value& result);
@@ -52,12 +53,12 @@ private:
   Value eval(const ast::Expr& e, Frame& frame, Context* ctx);
   Value evalBinary(const ast::Expr& e, Frame& frame, Context* ctx);
   Value evalInts(const ast::Expr& e, const Value& a, const Value& b);
+  Value evalNumbers(const ast::Expr& e, double x, double y);
   Value evalCall(const ast::Expr& e, Frame& frame, Context* ctx, bool inRepeat);
   Value evalRepeat(const ast::Expr& e, Frame& frame, Context* ctx);
   Value callBuiltin(const ir::OpInfo& info, const ast::Expr& call, std::vector<Value> args,
                     Context& ctx, bool inRepeat);
   Value callDef(const ast::Function& def, const ast::Expr& call, std::vector<Value> args,
-  Value evalNumbers(const ast::Expr& e, double x, double y);
                 Context& ctx, bool inRepeat);
   std::vector<Value> bindArgs(const ast::Expr& call, const std::vector<std::string>& names,
                               const std::vector<bool>& required, const std::vector<bool>& wordArgs,
@@ -70,6 +71,11 @@ private:
                        const std::vector<ir::TensorType>& out);
   void checkSignature(const ast::Function& fn);
   [[noreturn]] void unknownType(const ast::TypeRef& type, const std::vector<std::string>& names);
+  [[noreturn]] void failInOp(const ast::Expr& at, const Context& ctx, const std::string& message);
+  void checkTensorSizes(const ast::Expr& at, const Context& ctx, ir::OpKind kind,
+                        const std::vector<ir::TensorType>& in, const ir::Attrs& attrs,
+                        const std::vector<ir::TensorType>& out,
+                        const std::vector<ir::ParamSpec>& params);
   Value emitOp(ir::OpKind kind, const ast::Expr& at, std::vector<int> inputs, ir::Attrs attrs,
                Context& ctx, const std::string& name, bool inRepeat);
   std::string uniqueName(Context& ctx, const std::string& base, bool inRepeat);

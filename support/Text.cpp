@@ -35,7 +35,9 @@ std::string closestMatch(const std::string& word, const std::vector<std::string>
 }
 
 std::string withCommas(int64_t n) {
-  std::string digits = std::to_string(n < 0 ? -n : n);
+  // The magnitude as unsigned: -n overflows for the most negative n.
+  uint64_t magnitude = n < 0 ? 0 - static_cast<uint64_t>(n) : static_cast<uint64_t>(n);
+  std::string digits = std::to_string(magnitude);
   std::string out;
   for (size_t i = 0; i < digits.size(); ++i) {
     if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';

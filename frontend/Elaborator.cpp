@@ -181,6 +181,7 @@ std::optional<ir::Module> Elaborator::run(uint32_t mainFile) {
   }
   if (!result || diags_.hasErrors()) return std::nullopt;
   checkSettings(*result);
+  if (!diags_.hasErrors() && result->train.present) checkTrainedInputs(*chosen, *result);
   if (diags_.hasErrors()) return std::nullopt;
   return result;
 }
@@ -205,7 +206,6 @@ std::optional<ir::Module> Elaborator::elaborateModel(const ast::Function& model)
   return m;
 }
 
-// model gpt(tokens: i32[B, seq]): each input a tensor whose first dim is the batch symbol.
 // The dims of a model input: integers, known names or new symbols, each positive.
 ir::Shape Elaborator::inputShape(const ast::Param& p, Frame& frame) {
   ir::Shape shape;
@@ -221,6 +221,7 @@ ir::Shape Elaborator::inputShape(const ast::Param& p, Frame& frame) {
   return shape;
 }
 
+// model gpt(tokens: i32[B, seq]): each input a tensor whose first dim is the batch symbol.
 void Elaborator::bindModelInputs(const ast::Function& model, ir::Module& m, Frame& frame) {
   if (model.params.empty()) {
     diags_.error(model.loc, fmt::format("model `{}` has no inputs", model.name))
@@ -256,6 +257,26 @@ void Elaborator::bindModelInputs(const ast::Function& model, ir::Module& m, Fram
     int t = m.addTensor(p.name, type, -1);
     m.inputs.push_back(t);
     frame.vars[p.name] = Value::ofTensor(t);
+  }
+}
+
+// A trained model loads real batches, so every dim of its inputs but the batch must be
+// known: a free symbol such as `T` has no size to load, or to plan memory for.
+void Elaborator::checkTrainedInputs(const ast::Function& model, const ir::Module& m) {
+  for (size_t i = 0; i < model.params.size(); ++i) {
+    const ir::Shape& shape = m.tensors[m.inputs[i]].type.shape;
+    for (size_t k = 1; k < shape.size(); ++k) {
+      if (shape[k].isConstant()) continue;
+      const ast::Expr& d = *model.params[i].type.dims[k];
+      diags_
+          .error(d.loc, fmt::format("dim {} of model input `{}` is `{}`, but training `{}` needs "
+                                    "every dim except the batch to be known",
+                                    k, model.params[i].name, shape[k].str(), model.name))
+          .length(d.length)
+          .help(fmt::format("give `{}` a value with `let`, e.g. `let {} = 128`", shape[k].syms[0],
+                            shape[k].syms[0]));
+      return;
+    }
   }
 }
 

@@ -44,6 +44,7 @@ private:
   std::optional<ir::Module> elaborateModel(const ast::Function& model);
   void bindModelInputs(const ast::Function& model, ir::Module& m, Frame& frame);
   ir::Shape inputShape(const ast::Param& p, Frame& frame);
+  void checkTrainedInputs(const ast::Function& model, const ir::Module& m);
   Value runBody(const std::vector<ast::Stmt>& body, Frame& frame, Context& ctx);
   void runParallel(const ast::ParallelBlock& b, Frame& frame, Context& ctx, bool& returned,
                    Value& result);

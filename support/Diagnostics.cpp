@@ -58,12 +58,20 @@ void Diagnostics::record(Diagnostic d) {
 namespace {
 
 // A source line as shown: malformed UTF-8 replaced (the terminal and the language
-// server's JSON need valid text), tabs as one space so the caret lines up, and cut after
-// 200 code points.
+// server's JSON need valid text), tabs as one space so the caret lines up, other control
+// characters as their pictures (NUL as U+2400 ␀, as rustc does), and cut after 200 code
+// points. Each character stays one column.
 std::string shownLine(std::string_view text) {
-  std::string shown = replaceInvalidUtf8(text);
-  for (char& c : shown)
-    if (c == '\t') c = ' ';
+  std::string shown;
+  for (char c : replaceInvalidUtf8(text)) {
+    auto u = static_cast<unsigned char>(c);
+    if (c == '\t')
+      shown += ' ';
+    else if (u < 0x20 || u == 0x7f) // U+2400 + c, or U+2421 for DEL, in UTF-8
+      shown += {'\xe2', '\x90', static_cast<char>(u == 0x7f ? 0xa1 : 0x80 + u)};
+    else
+      shown += c;
+  }
   size_t end = 0;
   for (int n = 0; end < shown.size() && n < 200; ++n)
     end += utf8SequenceLength(std::string_view(shown).substr(end));

@@ -208,6 +208,11 @@ TEST_CASE("the script is read up to the size limit, whatever it is") {
   CHECK_FALSE(epl::planFile("/dev/zero", zero, epl::PlanOptions{}).has_value());
   REQUIRE(zero.diags.errorCount() == 1);
   CHECK(zero.diags.all()[0].message == "this file is larger than 1048576 bytes");
+  // Its first line, 200 NUL bytes and more, shows as control pictures, cut short.
+  std::string shown = zero.diags.render(zero.diags.all()[0]);
+  CHECK(shown.find('\0') == std::string::npos);
+  CHECK(shown.find("\u2400\u2400\u2400") != std::string::npos);
+  CHECK(shown.size() < 1000);
   epl::Session folder;
   CHECK_FALSE(epl::planFile("/usr", folder, epl::PlanOptions{}).has_value());
   REQUIRE(folder.diags.errorCount() == 1);

@@ -181,6 +181,7 @@ std::optional<ir::Module> Elaborator::run(uint32_t mainFile) {
   }
   if (!result || diags_.hasErrors()) return std::nullopt;
   checkSettings(*result);
+  if (!diags_.hasErrors() && result->train.present) checkTrainedInputs(*chosen, *result);
   if (diags_.hasErrors()) return std::nullopt;
   return result;
 }
@@ -205,6 +206,21 @@ std::optional<ir::Module> Elaborator::elaborateModel(const ast::Function& model)
   return m;
 }
 
+// The dims of a model input: integers, known names or new symbols, each positive.
+ir::Shape Elaborator::inputShape(const ast::Param& p, Frame& frame) {
+  ir::Shape shape;
+  for (const auto& d : p.type.dims) {
+    if (unbound(*d, frame)) frame.vars[d->text] = Value::ofDim(ir::Dim::symbol(d->text));
+    Value v = eval(*d, frame, nullptr);
+    if (v.kind != Value::Kind::Int && v.kind != Value::Kind::Dim)
+      fail(*d, fmt::format("a dim must be an integer or a name, found {}", kindName(v.kind)));
+    if (v.asDim().coef <= 0)
+      fail(*d, fmt::format("a dim must be positive, got {}", v.asDim().str()));
+    shape.push_back(v.asDim());
+  }
+  return shape;
+}
+
 // model gpt(tokens: i32[B, seq]): each input a tensor whose first dim is the batch symbol.
 void Elaborator::bindModelInputs(const ast::Function& model, ir::Module& m, Frame& frame) {
   if (model.params.empty()) {
@@ -220,17 +236,7 @@ void Elaborator::bindModelInputs(const ast::Function& model, ir::Module& m, Fram
           .help("write it as e.g. f32[B, 784]");
       throw CompileAborted{};
     }
-    ir::Shape shape;
-    for (size_t i = 0; i < p.type.dims.size(); ++i) {
-      const ast::Expr& d = *p.type.dims[i];
-      if (unbound(d, frame)) frame.vars[d.text] = Value::ofDim(ir::Dim::symbol(d.text));
-      Value v = eval(d, frame, nullptr);
-      if (v.kind != Value::Kind::Int && v.kind != Value::Kind::Dim)
-        fail(d, fmt::format("a dim must be an integer or a name, found {}", kindName(v.kind)));
-      if (v.kind == Value::Kind::Int && v.i <= 0)
-        fail(d, fmt::format("a dim must be positive, got {}", v.i));
-      shape.push_back(v.asDim());
-    }
+    ir::Shape shape = inputShape(p, frame);
     const ir::Dim& batch = shape[0];
     if (batch.isConstant() || batch.syms.size() != 1 || batch.coef != 1)
       fail(*p.type.dims[0],
@@ -240,10 +246,37 @@ void Elaborator::bindModelInputs(const ast::Function& model, ir::Module& m, Fram
     else if (m.batchSymbol != batch.syms[0])
       fail(*p.type.dims[0],
            fmt::format("every model input must share the batch dim `{}`", m.batchSymbol));
-    auto dtype = ir::parseDType(p.type.name);
-    int t = m.addTensor(p.name, ir::TensorType{*dtype, shape}, -1);
+    ir::TensorType type{*ir::parseDType(p.type.name), shape};
+    if (!ir::checkedBytes(type, {})) {
+      diags_
+          .error(p.type.loc, fmt::format("model input `{}` of `{}` is larger than 2^63 - 1 bytes",
+                                         p.name, type.str()))
+          .length(static_cast<uint32_t>(p.type.name.size()));
+      throw CompileAborted{};
+    }
+    int t = m.addTensor(p.name, type, -1);
     m.inputs.push_back(t);
     frame.vars[p.name] = Value::ofTensor(t);
+  }
+}
+
+// A trained model loads real batches, so every dim of its inputs but the batch must be
+// known: a free symbol such as `T` has no size to load, or to plan memory for.
+void Elaborator::checkTrainedInputs(const ast::Function& model, const ir::Module& m) {
+  for (size_t i = 0; i < model.params.size(); ++i) {
+    const ir::Shape& shape = m.tensors[m.inputs[i]].type.shape;
+    for (size_t k = 1; k < shape.size(); ++k) {
+      if (shape[k].isConstant()) continue;
+      const ast::Expr& d = *model.params[i].type.dims[k];
+      diags_
+          .error(d.loc, fmt::format("dim {} of model input `{}` is `{}`, but training `{}` needs "
+                                    "every dim except the batch to be known",
+                                    k, model.params[i].name, shape[k].str(), model.name))
+          .length(d.length)
+          .help(fmt::format("give `{}` a value with `let`, e.g. `let {} = 128`", shape[k].syms[0],
+                            shape[k].syms[0]));
+      return;
+    }
   }
 }
 

@@ -34,12 +34,17 @@ private:
 
   // Loader.cpp: parse files and follow imports.
   bool load(uint32_t file, std::vector<uint32_t>& stack);
+  bool loadImport(const ast::Import& imp, uint32_t file, std::vector<uint32_t>& stack);
+  std::vector<std::string> importCandidates(const std::string& from, const std::string& path) const;
   std::string resolveImport(const std::string& from, const std::string& path) const;
+  void unresolvedImport(const ast::Import& imp, const std::string& from);
   // Elaborator.cpp: globals, functions and statements.
   void declareGlobals();
   void defineGlobal(const std::string& name, SourceLoc loc, const char* what);
   std::optional<ir::Module> elaborateModel(const ast::Function& model);
   void bindModelInputs(const ast::Function& model, ir::Module& m, Frame& frame);
+  ir::Shape inputShape(const ast::Param& p, Frame& frame);
+  void checkTrainedInputs(const ast::Function& model, const ir::Module& m);
   Value runBody(const std::vector<ast::Stmt>& body, Frame& frame, Context& ctx);
   void runParallel(const ast::ParallelBlock& b, Frame& frame, Context& ctx, bool& returned,
                    Value& result);
@@ -49,6 +54,7 @@ private:
   Value eval(const ast::Expr& e, Frame& frame, Context* ctx);
   Value evalBinary(const ast::Expr& e, Frame& frame, Context* ctx);
   Value evalInts(const ast::Expr& e, const Value& a, const Value& b);
+  Value evalNumbers(const ast::Expr& e, double x, double y);
   Value evalCall(const ast::Expr& e, Frame& frame, Context* ctx, bool inRepeat);
   Value evalRepeat(const ast::Expr& e, Frame& frame, Context* ctx);
   Value callBuiltin(const ir::OpInfo& info, const ast::Expr& call, std::vector<Value> args,
@@ -66,6 +72,11 @@ private:
                        const std::vector<ir::TensorType>& out);
   void checkSignature(const ast::Function& fn);
   [[noreturn]] void unknownType(const ast::TypeRef& type, const std::vector<std::string>& names);
+  [[noreturn]] void failInOp(const ast::Expr& at, const Context& ctx, const std::string& message);
+  void checkTensorSizes(const ast::Expr& at, const Context& ctx, ir::OpKind kind,
+                        const std::vector<ir::TensorType>& in, const ir::Attrs& attrs,
+                        const std::vector<ir::TensorType>& out,
+                        const std::vector<ir::ParamSpec>& params);
   Value emitOp(ir::OpKind kind, const ast::Expr& at, std::vector<int> inputs, ir::Attrs attrs,
                Context& ctx, const std::string& name, bool inRepeat);
   std::string uniqueName(Context& ctx, const std::string& base, bool inRepeat);

@@ -1,9 +1,11 @@
 // Expressions: integer arithmetic, tensor arithmetic, and emitting ops into the module.
 #include "frontend/Elaborator.h"
 
+#include "ir/GradRules.h"
 #include "support/Text.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fmt/format.h>
 
 namespace epl::frontend {
@@ -145,6 +147,20 @@ Value Elaborator::evalInts(const ast::Expr& e, const Value& a, const Value& b) {
   return Value::ofInt(r);
 }
 
+// Numbers are 64-bit floats, and as with literals a result must be 0 or a normal float:
+// infinity, or a product or quotient that rounds to 0 or a subnormal, is an error.
+Value Elaborator::evalNumbers(const ast::Expr& e, double x, double y) {
+  const std::string& op = e.text;
+  if (op == "//" || op == "%") fail(e, fmt::format("`{}` needs integers", op));
+  if (op == "/" && y == 0) fail(e, "division by zero");
+  double r = op == "+" ? x + y : op == "-" ? x - y : op == "*" ? x * y : x / y;
+  bool exactZero = r == 0 && (op == "+" || op == "-" || x == 0 || (op == "*" && y == 0));
+  if (std::isinf(r)) fail(e, fmt::format("number overflow in {} {} {}", x, op, y));
+  if (!std::isnormal(r) && !exactZero)
+    fail(e, fmt::format("number underflow in {} {} {}", x, op, y));
+  return Value::ofFloat(r);
+}
+
 // Integers: exact arithmetic, `/` must divide (so `layers / 2` never drops a layer), `//`
 // floors. Symbolic dims multiply. Tensors: + - * elementwise, or scaled by a number.
 Value Elaborator::evalBinary(const ast::Expr& e, Frame& frame, Context* ctx) {
@@ -159,18 +175,14 @@ Value Elaborator::evalBinary(const ast::Expr& e, Frame& frame, Context* ctx) {
     r.isSize = (a.isSize || b.isSize) && !ratio;
     return r;
   }
-  if (a.isNumber() && b.isNumber()) {
-    double x = a.number(), y = b.number();
-    if (op == "+") return Value::ofFloat(x + y);
-    if (op == "-") return Value::ofFloat(x - y);
-    if (op == "*") return Value::ofFloat(x * y);
-    if (y == 0) fail(e, "division by zero");
-    if (op == "/") return Value::ofFloat(x / y);
-    fail(e, fmt::format("`{}` needs integers", op));
-  }
+  if (a.isNumber() && b.isNumber()) return evalNumbers(e, a.number(), b.number());
   bool aDim = a.kind == VK::Dim || a.kind == VK::Int, bDim = b.kind == VK::Dim || b.kind == VK::Int;
   if (aDim && bDim) {
-    if (op == "*") return Value::ofDim(a.asDim() * b.asDim());
+    if (op == "*") {
+      std::optional<ir::Dim> d = a.asDim().times(b.asDim());
+      if (!d) fail(e, fmt::format("dim overflow in `{}` * `{}`", a.asDim().str(), b.asDim().str()));
+      return Value::ofDim(*d);
+    }
     if (op == "/" && b.kind == VK::Int) {
       auto q = a.asDim().divide(b.i);
       if (!q) fail(e, fmt::format("`{}` is not divisible by {}", a.dim.str(), b.i));
@@ -219,6 +231,36 @@ void Elaborator::checkBatchFirst(const ast::Expr& at, const ir::Module& m, const
                  op, b, i, t.str()));
 }
 
+void Elaborator::failInOp(const ast::Expr& at, const Context& ctx, const std::string& message) {
+  auto d = diags_.error(at.loc, message);
+  d.length(at.length);
+  // Inside a def (maybe in stdlib/), also show the model line that expanded it.
+  if (ctx.site.valid()) d.noteAt(ctx.site, "in the expansion of this call");
+  throw CompileAborted{};
+}
+
+// Each tensor an op makes (its outputs, its parameters, what autodiff will save for the
+// backward) must fit in 2^63 - 1 bytes with each symbol counting 1. mesh-assignment checks
+// again once the batch is bound.
+void Elaborator::checkTensorSizes(const ast::Expr& at, const Context& ctx, ir::OpKind kind,
+                                  const std::vector<ir::TensorType>& in, const ir::Attrs& attrs,
+                                  const std::vector<ir::TensorType>& out,
+                                  const std::vector<ir::ParamSpec>& params) {
+  const std::string& op = ir::opInfo(kind).name;
+  auto check = [&](const ir::TensorType& t, const std::string& what, const char* after) {
+    if (!ir::checkedBytes(t, {}))
+      failInOp(at, ctx,
+               fmt::format("`{}` {} `{}`{}, larger than 2^63 - 1 bytes", op, what, t.str(), after));
+  };
+  for (const auto& t : out)
+    check(t, "makes", "");
+  for (const auto& p : params)
+    check(ir::TensorType{ir::DType::F32, p.shape}, fmt::format("has a parameter `{}` of", p.name),
+          "");
+  for (const auto& t : ir::gradInfo(kind, in, attrs).saved)
+    check(t, "saves", " for the backward");
+}
+
 Value Elaborator::emitOp(ir::OpKind kind, const ast::Expr& at, std::vector<int> inputs,
                          ir::Attrs attrs, Context& ctx, const std::string& name, bool inRepeat) {
   ir::Module& m = *ctx.module;
@@ -227,14 +269,10 @@ Value Elaborator::emitOp(ir::OpKind kind, const ast::Expr& at, std::vector<int> 
   for (int t : inputs)
     in.push_back(m.tensors[t].type);
   std::string err = ir::inferTypes(kind, in, attrs, out);
-  if (!err.empty()) {
-    auto d = diags_.error(at.loc, err);
-    d.length(at.length);
-    // Inside a def (maybe in stdlib/), also show the model line that expanded it.
-    if (ctx.site.valid()) d.noteAt(ctx.site, "in the expansion of this call");
-    throw CompileAborted{};
-  }
+  if (!err.empty()) failInOp(at, ctx, err);
   checkBatchFirst(at, m, ir::opInfo(kind).name, out);
+  std::vector<ir::ParamSpec> params = ir::paramSpecs(kind, in, attrs);
+  checkTensorSizes(at, ctx, kind, in, attrs, out, params);
   ir::Op op;
   op.kind = kind;
   op.name = uniqueName(ctx, name, inRepeat);
@@ -243,7 +281,7 @@ Value Elaborator::emitOp(ir::OpKind kind, const ast::Expr& at, std::vector<int> 
   op.loc = at.loc;
   op.site = ctx.site.valid() ? ctx.site : at.loc;
   int id = static_cast<int>(m.ops.size());
-  for (const auto& spec : ir::paramSpecs(kind, in, attrs)) {
+  for (const auto& spec : params) {
     m.params.push_back(
         ir::Param{op.name + "." + spec.name, ir::TensorType{ir::DType::F32, spec.shape}, id, -1});
     op.params.push_back(static_cast<int>(m.params.size()) - 1);

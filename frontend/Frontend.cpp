@@ -2,10 +2,10 @@
 #include "frontend/Frontend.h"
 
 #include "frontend/Elaborator.h"
+#include "frontend/Parser.h"
+#include "support/Files.h"
 
 #include <fmt/format.h>
-#include <fstream>
-#include <sstream>
 
 namespace epl::frontend {
 
@@ -15,16 +15,16 @@ std::optional<ir::Module> compileText(const std::string& name, std::string text,
   return Elaborator(diags, options).run(id);
 }
 
+// The script may be any readable file (a FIFO, /dev/stdin); reading stops one byte past
+// the size limit, so `epl check /dev/zero` ends with the parser's "larger than" error.
 std::optional<ir::Module> compileFile(const std::string& path, Diagnostics& diags,
                                       const FrontendOptions& options) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    diags.error(SourceLoc{}, fmt::format("cannot read `{}`", path));
+  FileText text = readFilePrefix(path, kMaxSourceBytes + 1);
+  if (!text.error.empty()) {
+    diags.error(SourceLoc{}, fmt::format("cannot read `{}`: {}", path, text.error));
     return std::nullopt;
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  return compileText(path, text.str(), diags, options);
+  return compileText(path, std::move(text.text), diags, options);
 }
 
 } // namespace epl::frontend

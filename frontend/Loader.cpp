@@ -3,25 +3,52 @@
 #include "frontend/Elaborator.h"
 
 #include "frontend/Parser.h"
+#include "support/Files.h"
 
 #include <filesystem>
 #include <fmt/format.h>
-#include <fstream>
-#include <sstream>
 
 namespace epl::frontend {
 
 namespace fs = std::filesystem;
 
-std::string Elaborator::resolveImport(const std::string& from, const std::string& path) const {
-  std::vector<fs::path> candidates{fs::path(from).parent_path() / path};
+std::vector<std::string> Elaborator::importCandidates(const std::string& from,
+                                                      const std::string& path) const {
+  std::vector<std::string> candidates{(fs::path(from).parent_path() / path).string()};
   for (const auto& dir : options_.importPath)
-    candidates.push_back(fs::path(dir) / path);
-  for (const auto& c : candidates) {
+    candidates.push_back((fs::path(dir) / path).string());
+  return candidates;
+}
+
+std::string Elaborator::resolveImport(const std::string& from, const std::string& path) const {
+  for (const auto& c : importCandidates(from, path)) {
     std::error_code ec;
-    if (fs::is_regular_file(c, ec)) return fs::weakly_canonical(c, ec).string();
+    if (fileKind(c) == FileKind::Regular) return fs::weakly_canonical(c, ec).string();
   }
   return "";
+}
+
+// No candidate is a regular file: name the first that is something else (`import "/usr"`
+// names a folder, `import "/dev/zero"` a device), else list the folders searched.
+void Elaborator::unresolvedImport(const ast::Import& imp, const std::string& from) {
+  auto length = static_cast<uint32_t>(imp.path.size() + 2);
+  for (const auto& c : importCandidates(from, imp.path)) {
+    FileKind kind = fileKind(c);
+    if (kind == FileKind::Missing) continue;
+    std::string what = c == imp.path ? "it" : fmt::format("`{}`", c);
+    diags_
+        .error(imp.loc, fmt::format("cannot import `{}`: {} is {}", imp.path, what,
+                                    kind == FileKind::Folder ? "a folder" : "not a regular file"))
+        .length(length)
+        .help("import an `.epl` file");
+    return;
+  }
+  auto d = diags_.error(imp.loc, fmt::format("cannot find import `{}`", imp.path));
+  d.length(length);
+  std::string where = fs::path(from).parent_path().string();
+  d.note(fmt::format("searched `{}`", where.empty() ? "." : where));
+  for (const auto& dir : options_.importPath)
+    d.note(fmt::format("searched `{}`", dir));
 }
 
 // Parses `file`, then loads each import depth first. `stack` holds the files being loaded,
@@ -31,52 +58,52 @@ bool Elaborator::load(uint32_t file, std::vector<uint32_t>& stack) {
   if (!parsed) return false;
   stack.push_back(file);
   bool ok = true;
-  for (const ast::Import& imp : parsed->imports) {
-    std::string from = diags_.sources().path(file);
-    std::string path = resolveImport(from, imp.path);
-    if (path.empty()) {
-      auto d = diags_.error(imp.loc, fmt::format("cannot find import `{}`", imp.path));
-      d.length(static_cast<uint32_t>(imp.path.size() + 2));
-      std::string where = fs::path(from).parent_path().string();
-      d.note(fmt::format("searched `{}`", where.empty() ? "." : where));
-      for (const auto& dir : options_.importPath)
-        d.note(fmt::format("searched `{}`", dir));
-      ok = false;
-      continue;
-    }
-    auto known = fileIds_.find(path);
-    if (known != fileIds_.end()) {
-      if (!loaded_[known->second]) {
-        std::string chain;
-        for (uint32_t f : stack)
-          chain += fs::path(diags_.sources().path(f)).filename().string() + " -> ";
-        bool self = known->second == file;
-        diags_
-            .error(imp.loc,
-                   self ? fmt::format("import cycle: `{}` imports itself", imp.path)
-                        : fmt::format("import cycle: `{}` is already being imported", imp.path))
-            .length(static_cast<uint32_t>(imp.path.size() + 2))
-            .note(chain + fs::path(path).filename().string());
-        ok = false;
-      }
-      continue; // already loaded: a diamond, not a cycle
-    }
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream text;
-    text << in.rdbuf();
-    // Shown in diagnostics relative to the working folder when it lies below it.
-    std::error_code ec;
-    std::string shown = fs::proximate(path, ec).string();
-    if (ec || shown.rfind("..", 0) == 0) shown = path;
-    uint32_t id = diags_.sources().add(shown, text.str());
-    fileIds_[path] = id;
-    loaded_[id] = false;
-    ok = load(id, stack) && ok;
-  }
+  for (const ast::Import& imp : parsed->imports)
+    ok = loadImport(imp, file, stack) && ok;
   stack.pop_back();
   loaded_[file] = true;
   files_.push_back(std::move(*parsed));
   return ok;
+}
+
+bool Elaborator::loadImport(const ast::Import& imp, uint32_t file, std::vector<uint32_t>& stack) {
+  std::string from = diags_.sources().path(file);
+  std::string path = resolveImport(from, imp.path);
+  if (path.empty()) {
+    unresolvedImport(imp, from);
+    return false;
+  }
+  auto length = static_cast<uint32_t>(imp.path.size() + 2);
+  auto known = fileIds_.find(path);
+  if (known != fileIds_.end()) {
+    if (loaded_[known->second]) return true; // already loaded: a diamond, not a cycle
+    std::string chain;
+    for (uint32_t f : stack)
+      chain += fs::path(diags_.sources().path(f)).filename().string() + " -> ";
+    bool self = known->second == file;
+    diags_
+        .error(imp.loc, self
+                            ? fmt::format("import cycle: `{}` imports itself", imp.path)
+                            : fmt::format("import cycle: `{}` is already being imported", imp.path))
+        .length(length)
+        .note(chain + fs::path(path).filename().string());
+    return false;
+  }
+  // One byte past the limit is enough for the parser to report a file that is too long.
+  FileText text = readFilePrefix(path, kMaxSourceBytes + 1);
+  if (!text.error.empty()) {
+    diags_.error(imp.loc, fmt::format("cannot read import `{}`: {}", imp.path, text.error))
+        .length(length);
+    return false;
+  }
+  // Shown in diagnostics relative to the working folder when it lies below it.
+  std::error_code ec;
+  std::string shown = fs::proximate(path, ec).string();
+  if (ec || shown.rfind("..", 0) == 0) shown = path;
+  uint32_t id = diags_.sources().add(shown, std::move(text.text));
+  fileIds_[path] = id;
+  loaded_[id] = false;
+  return load(id, stack);
 }
 
 } // namespace epl::frontend

@@ -1,14 +1,15 @@
 // ANTLR parse tree -> AST. One function per grammar rule, named after it.
 #include "frontend/Parser.h"
 
+#include "frontend/Literals.h"
 #include "frontend/SyntaxErrors.h"
+#include "support/Utf8.h"
 
 #include "EplLexer.h"
 #include "EplParser.h"
 #include "antlr4-runtime.h"
 
 #include <algorithm>
-#include <charconv>
 #include <fmt/format.h>
 
 namespace epl::frontend {
@@ -238,17 +239,17 @@ private:
     switch (t->getType()) {
     case Lx::INT: {
       auto e = node(ast::ExprKind::Int, t);
-      e->intValue = parseInt(text, t);
+      check(parseIntLiteral(text, e->intValue), t);
       return e;
     }
     case Lx::FLOAT: {
       auto e = node(ast::ExprKind::Float, t);
-      e->floatValue = std::stod(text);
+      check(parseFloatLiteral(text, e->floatValue), t);
       return e;
     }
     case Lx::SIZE: {
       auto e = node(ast::ExprKind::Size, t);
-      e->intValue = parseSize(text, t);
+      check(parseSizeLiteral(text, e->intValue), t);
       e->text = text;
       return e;
     }
@@ -292,36 +293,13 @@ private:
     return b;
   }
 
-  int64_t parseInt(const std::string& text, antlr4::Token* t) {
-    int64_t v = 0;
-    auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-    if (ec != std::errc() || p != text.data() + text.size()) {
-      diags_.error(loc(t), fmt::format("integer `{}` is too large", text))
-          .length(lengthOf(t))
-          .note("integers must be at most 2^63 - 1 (9223372036854775807)");
-      throw CompileAborted{};
-    }
-    return v;
-  }
-
-  int64_t parseSize(const std::string& text, antlr4::Token* t) {
-    size_t unit = text.find_first_not_of("0123456789.");
-    double v = std::stod(text.substr(0, unit));
-    std::string u = text.substr(unit);
-    double scale = u == "KB"    ? 1e3
-                   : u == "MB"  ? 1e6
-                   : u == "GB"  ? 1e9
-                   : u == "TB"  ? 1e12
-                   : u == "KiB" ? 1024.0
-                   : u == "MiB" ? 1048576.0
-                   : u == "GiB" ? 1073741824.0
-                                : 1099511627776.0;
-    double bytes = v * scale;
-    if (!(bytes < 9.2e18)) {
-      diags_.error(loc(t), fmt::format("size `{}` is too large", text)).length(lengthOf(t));
-      throw CompileAborted{};
-    }
-    return static_cast<int64_t>(bytes);
+  // A literal without a value is reported at the literal, and ends the file's parse.
+  void check(const std::optional<LiteralProblem>& problem, antlr4::Token* t) {
+    if (!problem) return;
+    auto d = diags_.error(loc(t), problem->message);
+    d.length(lengthOf(t));
+    if (!problem->note.empty()) d.note(problem->note);
+    throw CompileAborted{};
   }
 
   static std::string unquote(const std::string& s) {
@@ -353,9 +331,11 @@ std::optional<ast::File> parseFile(uint32_t fileId, Diagnostics& diags) {
         .note("EPL scripts are small; the limit keeps the parser's memory and stack bounded");
     return std::nullopt;
   }
-  SourceLoc bad = firstInvalidUtf8(fileId, text);
-  if (bad.valid()) {
-    diags.error(bad, "this file is not valid UTF-8").note("EPL scripts are UTF-8 text");
+  // Before anything else reads the text: ANTLR's input stream throws on malformed UTF-8.
+  if (std::optional<Utf8Error> bad = findInvalidUtf8(text)) {
+    diags.error(SourceLoc{fileId, bad->line, bad->col}, "this file is not valid UTF-8")
+        .note(bad->reason)
+        .note("EPL scripts are UTF-8 text");
     return std::nullopt;
   }
   antlr4::ANTLRInputStream input(text);

@@ -214,27 +214,4 @@ bool checkTokens(uint32_t file, antlr4::CommonTokenStream& tokens, Diagnostics& 
   return true;
 }
 
-// The location of the first byte that is not valid UTF-8 (ANTLR's input stream throws on
-// those), or an invalid location when the text is clean.
-SourceLoc firstInvalidUtf8(uint32_t file, const std::string& text) {
-  uint32_t line = 1, col = 1;
-  for (size_t i = 0; i < text.size();) {
-    auto c = static_cast<unsigned char>(text[i]);
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
-    bool ok = n != 0 && i + n <= text.size();
-    for (size_t k = 1; ok && k < n; ++k)
-      ok = (static_cast<unsigned char>(text[i + k]) & 0xc0) == 0x80;
-    if (ok && n == 2) ok = c >= 0xc2;
-    if (!ok) return SourceLoc{file, line, col};
-    if (c == '\n') {
-      ++line;
-      col = 1;
-    } else {
-      ++col;
-    }
-    i += n;
-  }
-  return SourceLoc{};
-}
-
 } // namespace epl::frontend

@@ -27,7 +27,4 @@ private:
 // and nesting deeper than kMaxNesting. Reports the first and returns false.
 bool checkTokens(uint32_t file, antlr4::CommonTokenStream& tokens, Diagnostics& diags);
 
-// The location of the first byte that is not valid UTF-8, or an invalid location.
-SourceLoc firstInvalidUtf8(uint32_t file, const std::string& text);
-
 } // namespace epl::frontend

@@ -1,6 +1,7 @@
 // The lexer's token stream as plain data, for editor tooling (the highlighting tests).
 #include "frontend/Frontend.h"
 #include "frontend/SyntaxErrors.h"
+#include "support/Utf8.h"
 
 #include "EplLexer.h"
 #include "antlr4-runtime.h"
@@ -8,7 +9,7 @@
 namespace epl::frontend {
 
 std::optional<std::vector<LexToken>> lexTokens(const std::string& text) {
-  if (firstInvalidUtf8(1, text).valid()) return std::nullopt;
+  if (findInvalidUtf8(text)) return std::nullopt;
   antlr4::ANTLRInputStream input(text);
   grammar::EplLexer lexer(&input);
   lexer.removeErrorListeners();

@@ -59,8 +59,9 @@ GradInfo gradInfo(OpKind kind, const std::vector<TensorType>& in, const Attrs& a
   case K::Attention: {
     EPL_ASSERT(x.size() == 3, "attention input must be [B, T, D]");
     g.needsInputs = true;
-    g.saved = {f32({x[0], x[1], x[2] * c(3)}), f32(x),
-               f32({x[0], c(intAttr(attrs, "heads")), x[1]})};
+    std::optional<Dim> qkv = x[2].times(c(3));
+    EPL_ASSERT(qkv.has_value(), "the attention shape rule refuses widths past (2^63 - 1) / 3");
+    g.saved = {f32({x[0], x[1], *qkv}), f32(x), f32({x[0], c(intAttr(attrs, "heads")), x[1]})};
     break;
   }
   case K::Mlp: {

@@ -2,6 +2,7 @@
 #include "ir/Module.h"
 
 #include "support/Assert.h"
+#include "support/Checked.h"
 
 namespace epl::ir {
 
@@ -22,7 +23,7 @@ std::string Layout::str() const {
 std::optional<int64_t> Module::bytesOf(int t) const {
   auto n = numElements(tensors[t].type.shape, bindings);
   if (!n) return std::nullopt;
-  return *n * dtypeBytes(tensors[t].type.dtype);
+  return checkedMul(*n, dtypeBytes(tensors[t].type.dtype));
 }
 
 int Module::addTensor(std::string name, TensorType type, int producer) {

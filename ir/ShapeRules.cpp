@@ -4,6 +4,8 @@
 // F hidden width, K kernel.
 #include "ir/Ops.h"
 
+#include "support/Checked.h"
+
 #include <algorithm>
 #include <fmt/format.h>
 
@@ -62,6 +64,17 @@ std::string positive(const std::string& op, const std::string& arg, int64_t v) {
   return "";
 }
 
+// The output side of a convolution or pooling window: (n + 2 x pad - k) / stride + 1.
+// nullopt when the kernel does not fit; `tooLarge` when n + 2 x pad passes 2^63 - 1.
+std::optional<int64_t> windowOutput(int64_t n, int64_t k, int64_t stride, int64_t pad,
+                                    bool& tooLarge) {
+  std::optional<int64_t> padded = checkedMul(pad, 2);
+  if (padded) padded = checkedAdd(n, *padded);
+  tooLarge = !padded;
+  if (!padded || *padded < k) return std::nullopt;
+  return (*padded - k) / stride + 1;
+}
+
 std::string inferImage(const std::string& op, const TensorType& x, int64_t outC, int64_t k,
                        int64_t stride, int64_t pad, std::vector<TensorType>& out) {
   if (x.shape.size() != 4)
@@ -70,48 +83,60 @@ std::string inferImage(const std::string& op, const TensorType& x, int64_t outC,
     return fmt::format("`{}` needs known height and width, got {}", op, tensorStr(x));
   Shape s = x.shape;
   for (int i : {2, 3}) {
-    int64_t v = (x.shape[i].coef + 2 * pad - k) / stride + 1;
-    if (x.shape[i].coef + 2 * pad < k || v <= 0)
+    bool tooLarge = false;
+    std::optional<int64_t> v = windowOutput(x.shape[i].coef, k, stride, pad, tooLarge);
+    if (tooLarge)
+      return fmt::format("`{}` padding {} makes the input too large: more than 2^63 - 1", op, pad);
+    if (!v)
       return fmt::format("`{}` kernel {} does not fit the {}x{} input of {}", op, k,
                          x.shape[2].coef, x.shape[3].coef, tensorStr(x));
-    s[i] = Dim::constant(v);
+    s[i] = Dim::constant(*v);
   }
   if (outC > 0) s[1] = Dim::constant(outC);
   out.push_back(TensorType{x.dtype, s});
   return "";
 }
 
+// The product of dims, or nullopt when its constant passes 2^63 - 1.
+std::optional<Dim> product(const Shape& dims) {
+  std::optional<Dim> p = Dim::constant(1);
+  for (size_t i = 0; i < dims.size() && p; ++i)
+    p = p->times(dims[i]);
+  return p;
+}
+
 std::string inferReshape(const TensorType& x, const Shape& target, std::vector<TensorType>& out) {
-  Dim known = Dim::constant(1);
+  Shape given;
   int wild = -1;
   for (size_t i = 0; i < target.size(); ++i) {
     if (target[i] == Dim::constant(-1)) {
       if (wild >= 0) return "`reshape` allows at most one -1 entry";
       wild = static_cast<int>(i);
+    } else if (target[i].coef <= 0) {
+      return fmt::format("`reshape` entries must be positive or -1, got {}", target[i].str());
     } else {
-      if (target[i].isConstant() && target[i].coef <= 0)
-        return fmt::format("`reshape` entries must be positive or -1, got {}", target[i].coef);
-      known = known * target[i];
+      given.push_back(target[i]);
     }
   }
-  Dim total = Dim::constant(1);
-  for (const auto& d : x.shape)
-    total = total * d;
+  std::optional<Dim> known = product(given), total = product(x.shape);
+  if (!known)
+    return fmt::format("`reshape` to {} has more than 2^63 - 1 elements", shapeStr(target));
+  if (!total) return fmt::format("`reshape` of {} has too many elements", tensorStr(x));
   Shape s = target;
   if (wild >= 0) {
     // total / known must be a monomial: divide constants, cancel symbols.
-    std::vector<std::string> syms = total.syms;
-    for (const auto& sym : known.syms) {
+    std::vector<std::string> syms = total->syms;
+    for (const auto& sym : known->syms) {
       auto it = std::find(syms.begin(), syms.end(), sym);
       if (it == syms.end())
         return fmt::format("`reshape` cannot fit {} into {}", tensorStr(x), shapeStr(target));
       syms.erase(it);
     }
-    if (known.coef == 0 || total.coef % known.coef != 0)
+    if (total->coef % known->coef != 0)
       return fmt::format("`reshape` cannot fit {} into {}", tensorStr(x), shapeStr(target));
-    s[wild] = Dim{total.coef / known.coef, syms};
-  } else if (known != total) {
-    return fmt::format("`reshape` cannot fit {} ({} elements) into {}", tensorStr(x), total.str(),
+    s[wild] = Dim{total->coef / known->coef, syms};
+  } else if (*known != *total) {
+    return fmt::format("`reshape` cannot fit {} ({} elements) into {}", tensorStr(x), total->str(),
                        shapeStr(target));
   }
   out.push_back(TensorType{x.dtype, s});
@@ -176,6 +201,8 @@ std::string inferTypes(OpKind kind, const std::vector<TensorType>& in, const Att
       return fail(err);
     if (d % h != 0)
       return fail(fmt::format("attention width ({}) must be divisible by heads ({})", d, h));
+    if (!checkedMul(d, 3)) // the fused q, k, v projection is 3 x d wide
+      return fail(fmt::format("attention width ({}) is too large: 3 x {} passes 2^63 - 1", d, d));
     out.push_back(in[0]);
     return "";
   }
@@ -248,10 +275,11 @@ std::string inferTypes(OpKind kind, const std::vector<TensorType>& in, const Att
   case K::Flatten: {
     if (in[0].shape.size() < 2)
       return fail(fmt::format("`flatten` needs at least two dims, got {}", tensorStr(in[0])));
-    Dim rest = Dim::constant(1);
-    for (size_t i = 1; i < in[0].shape.size(); ++i)
-      rest = rest * in[0].shape[i];
-    out.push_back(TensorType{in[0].dtype, {in[0].shape[0], rest}});
+    std::optional<Dim> rest = product(Shape(in[0].shape.begin() + 1, in[0].shape.end()));
+    if (!rest)
+      return fail(
+          fmt::format("`flatten` of {} gives a dim larger than 2^63 - 1", tensorStr(in[0])));
+    out.push_back(TensorType{in[0].dtype, {in[0].shape[0], *rest}});
     return "";
   }
   case K::Reshape:

@@ -1,6 +1,8 @@
 // Dimension arithmetic and type printing.
 #include "ir/Types.h"
 
+#include "support/Checked.h"
+
 #include <algorithm>
 
 namespace epl::ir {
@@ -45,8 +47,10 @@ bool isIntegral(DType t) {
   return t == DType::I32 || t == DType::I64;
 }
 
-Dim Dim::operator*(const Dim& o) const {
-  Dim r{coef * o.coef, syms};
+std::optional<Dim> Dim::times(const Dim& o) const {
+  std::optional<int64_t> c = checkedMul(coef, o.coef);
+  if (!c) return std::nullopt;
+  Dim r{*c, syms};
   r.syms.insert(r.syms.end(), o.syms.begin(), o.syms.end());
   std::sort(r.syms.begin(), r.syms.end());
   if (r.coef == 0) r.syms.clear();
@@ -54,16 +58,17 @@ Dim Dim::operator*(const Dim& o) const {
 }
 
 std::optional<Dim> Dim::divide(int64_t d) const {
-  if (d == 0 || coef % d != 0) return std::nullopt;
+  if (d == 0 || (d == -1 && coef == INT64_MIN) || coef % d != 0) return std::nullopt;
   return Dim{coef / d, syms};
 }
 
 std::optional<int64_t> Dim::eval(const std::map<std::string, int64_t>& bindings) const {
-  int64_t v = coef;
+  std::optional<int64_t> v = coef;
   for (const auto& s : syms) {
     auto it = bindings.find(s);
     if (it == bindings.end()) return std::nullopt;
-    v *= it->second;
+    v = checkedMul(*v, it->second);
+    if (!v) return std::nullopt;
   }
   return v;
 }
@@ -92,11 +97,23 @@ std::string TensorType::str() const {
 }
 
 std::optional<int64_t> numElements(const Shape& s, const std::map<std::string, int64_t>& b) {
-  int64_t n = 1;
+  std::optional<int64_t> n = 1;
   for (const auto& d : s) {
     auto v = d.eval(b);
-    if (!v) return std::nullopt;
-    n *= *v;
+    if (!v || !(n = checkedMul(*n, *v))) return std::nullopt;
+  }
+  return n;
+}
+
+std::optional<int64_t> checkedBytes(const TensorType& t, const std::map<std::string, int64_t>& b) {
+  std::optional<int64_t> n = dtypeBytes(t.dtype);
+  for (const auto& d : t.shape) {
+    n = checkedMul(*n, d.coef);
+    for (const auto& sym : d.syms) {
+      auto it = b.find(sym);
+      if (n && it != b.end()) n = checkedMul(*n, it->second);
+    }
+    if (!n) return std::nullopt;
   }
   return n;
 }

@@ -14,6 +14,7 @@
 #include "passes/Passes.h"
 
 #include "support/Assert.h"
+#include "support/Checked.h"
 
 #include <algorithm>
 #include <fmt/format.h>
@@ -67,7 +68,13 @@ private:
     auto b = m_->bindings;
     b[m_->batchSymbol] = samples;
     auto n = ir::numElements(m_->tensors[tensor].type.shape, b);
-    return n ? *n * ir::dtypeBytes(m_->tensors[tensor].type.dtype) : -1;
+    return n ? bounded(checkedMul(*n, ir::dtypeBytes(m_->tensors[tensor].type.dtype))) : -1;
+  }
+  // mesh-assignment keeps every op's bytes, a moe's top_k copies of its tokens included,
+  // below 2^62: a bridge's figure derived from them cannot overflow.
+  static int64_t bounded(std::optional<int64_t> bytes) {
+    EPL_ASSERT(bytes.has_value(), "bridge bytes past 2^63 - 1 after mesh-assignment");
+    return *bytes;
   }
   int64_t micro() const { return m_->mesh.microBatch; }
   const ir::StagePlan& stage(int s) const { return m_->mesh.stages[s]; }
@@ -185,7 +192,8 @@ private:
   // `op` is copied: emit() grows m.ops, which may move it.
   int allToAll(int t, ir::Op op, const char* phase) {
     int64_t topK = ir::intAttr(op.attrs, "top_k");
-    int64_t bytes = micro() ? bytesWith(t, micro() / stage(op.stage).group) * topK : -1;
+    int64_t bytes =
+        micro() ? bounded(checkedMul(bytesWith(t, micro() / stage(op.stage).group), topK)) : -1;
     int out =
         emit(ir::OpKind::AllToAll, t, op.stage, op.scope, op.site, {{"phase", std::string(phase)}},
              phase, std::string("all-to-all ") + phase, bytes, op.stage);
@@ -200,7 +208,8 @@ private:
     int targets = op.inputs[1];
     int opStage = op.stage;
     int64_t bytes = micro() ? bytesWith(targets, micro() / stage(opStage).copies()) : -1;
-    if (bytes > 0) bytes = bytes / ir::dtypeBytes(m_->tensors[targets].type.dtype) * 4 * 3;
+    if (bytes > 0)
+      bytes = bounded(checkedMul(bytes / ir::dtypeBytes(m_->tensors[targets].type.dtype), 12));
     m_->bridges.push_back(
         ir::Bridge{opId, "all-reduce x3 (vocab-parallel loss)", opStage, opStage, bytes});
   }

@@ -12,6 +12,10 @@
 //   With -np 1 every split width is 1: one device runs the whole model.
 #include "passes/Passes.h"
 
+#include "ir/GradRules.h"
+#include "support/Checked.h"
+
+#include <climits>
 #include <fmt/format.h>
 
 namespace epl::passes {
@@ -50,7 +54,7 @@ public:
         st.splitWidth = std::max(st.splitWidth, m.scopes[r].width);
         g = std::max(g, st.splitWidth);
       }
-    int offset = 0;
+    int64_t offset = 0;
     for (int s = 0; s < p; ++s) {
       ir::StagePlan& st = mesh.stages[s];
       st.group = st.pinned ? m.scopes[st.scope].width : g;
@@ -63,11 +67,18 @@ public:
             .help(fmt::format("make `replicate({})` a multiple of {}", st.group, st.splitWidth));
         return true;
       }
-      st.firstLocalRank = offset;
+      st.firstLocalRank = static_cast<int>(offset);
       offset += st.group;
+      if (offset > INT_MAX) {
+        ctx.diags
+            .error(m.loc, fmt::format("one replica of `{}` needs more than {} devices", m.modelName,
+                                      INT_MAX))
+            .length(static_cast<uint32_t>(m.modelName.size()));
+        return true;
+      }
     }
-    mesh.replicaSize = offset;
-    mesh.np = ctx.np > 0 ? ctx.np : offset;
+    mesh.replicaSize = static_cast<int>(offset);
+    mesh.np = ctx.np > 0 ? ctx.np : mesh.replicaSize;
     if (mesh.np % mesh.replicaSize != 0) {
       auto d = ctx.diags.error(
           m.loc, fmt::format("-np {} is not a multiple of the {} devices one replica of `{}` needs",
@@ -83,6 +94,7 @@ public:
     mesh.dataParallel = mesh.np / mesh.replicaSize;
     checkSchedule(m, ctx);
     bindBatch(m, ctx);
+    if (!ctx.diags.hasErrors()) checkSizes(m, ctx);
     m.planned = !ctx.diags.hasErrors();
     return true;
   }
@@ -179,6 +191,59 @@ private:
     }
     mesh.microBatch = micro;
     m.bindings[m.batchSymbol] = micro;
+  }
+
+  // Bytes op `op` holds with the batch bound (a symbol without a binding counts as 1):
+  // its outputs and their gradients, what autodiff saves, its parameters with their
+  // gradients and two optimizer moments, and for `moe` the tokens it sends to its top_k
+  // experts. nullopt past 2^63 - 1.
+  static std::optional<int64_t> opBytes(const ir::Module& m, const ir::Op& op) {
+    std::optional<int64_t> sum = 0;
+    auto add = [&](const ir::TensorType& t, int64_t times) {
+      std::optional<int64_t> b = ir::checkedBytes(t, m.bindings);
+      if (sum && b) b = checkedMul(*b, times);
+      sum = sum && b ? checkedAdd(*sum, *b) : std::nullopt;
+    };
+    std::vector<ir::TensorType> in;
+    for (int t : op.inputs)
+      in.push_back(m.tensors[t].type);
+    for (int t : op.outputs)
+      add(m.tensors[t].type, 2);
+    for (const ir::TensorType& t : ir::gradInfo(op.kind, in, op.attrs).saved)
+      add(t, 1);
+    for (int p : op.params)
+      add(m.params[p].type, 4);
+    if (op.kind == ir::OpKind::Moe) add(in[0], ir::intAttr(op.attrs, "top_k"));
+    return sum;
+  }
+
+  // Sizes grow when the batch binds. Every tensor must still fit, and so must the sum of
+  // all of them (below 2^62 bytes, a margin for alignment), so that the passes after
+  // this one add up bytes without overflow.
+  void checkSizes(const ir::Module& m, PassContext& ctx) {
+    constexpr int64_t kLimit = int64_t{1} << 62;
+    std::optional<int64_t> total = 0;
+    auto add = [&](std::optional<int64_t> b) {
+      total = total && b ? checkedAdd(*total, *b) : std::nullopt;
+    };
+    for (int t : m.inputs)
+      add(ir::checkedBytes(m.tensors[t].type, m.bindings));
+    for (const ir::Op& op : m.ops) {
+      add(opBytes(m, op));
+      if (total && *total <= kLimit) continue;
+      auto d = ctx.diags.error(
+          op.loc, fmt::format("`{}` brings the tensors of `{}` past 2^62 bytes (about 4.6 EB)",
+                              ir::opInfo(op.kind).name, m.modelName));
+      if (op.site.file != op.loc.file || op.site.line != op.loc.line)
+        d.noteAt(op.site, "in the expansion of this call");
+      auto b = m.bindings.find(m.batchSymbol);
+      if (b != m.bindings.end())
+        d.note(
+            fmt::format("with `{}` bound to the micro-batch of {} samples", b->first, b->second));
+      d.note("counted: activations and their gradients, tensors saved for the backward, and "
+             "parameters with their gradients and optimizer states");
+      return;
+    }
   }
 };
 

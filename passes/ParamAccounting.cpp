@@ -12,6 +12,8 @@
 // `offload = params` (ZeRO-3) moves parameters too.
 #include "passes/Passes.h"
 
+#include "support/Assert.h"
+#include "support/Checked.h"
 #include "support/Text.h"
 
 #include <fmt/format.h>
@@ -40,7 +42,21 @@ StateBytes bytesPerParam(const ir::Module& m) {
 }
 
 int64_t ceilDiv(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
+  return a / b + (a % b != 0);
+}
+
+// mesh-assignment keeps the bytes of all parameters with their states below 2^62, so
+// these cannot overflow; they are checked all the same.
+int64_t times(int64_t a, int64_t b) {
+  std::optional<int64_t> r = checkedMul(a, b);
+  EPL_ASSERT(r.has_value(), "parameter bytes past 2^63 - 1 after mesh-assignment");
+  return *r;
+}
+
+void add(int64_t& sum, int64_t v) {
+  std::optional<int64_t> r = checkedAdd(sum, v);
+  EPL_ASSERT(r.has_value(), "parameter bytes past 2^63 - 1 after mesh-assignment");
+  sum = *r;
 }
 
 class ParamAccounting : public Pass {
@@ -55,34 +71,36 @@ public:
     for (const ir::Param& p : m.params) {
       const ir::Op& op = m.ops[p.op];
       ir::StagePlan& st = m.mesh.stages[op.stage];
-      int64_t n = *ir::numElements(p.type.shape, {});
+      std::optional<int64_t> count = ir::numElements(p.type.shape, {});
+      EPL_ASSERT(count.has_value(), "a parameter's shape is concrete and checked");
+      int64_t n = *count;
       int region = m.splitScopeOf(op.scope);
       int64_t ways = p.shardDim >= 0 && region >= 0 ? m.scopes[region].width : 1;
       // Devices holding this same shard: ZeRO partitions states over them.
       int64_t holders =
           static_cast<int64_t>(m.mesh.dataParallel) * (region >= 0 ? st.copies() : st.group);
       int64_t local = n / ways;
-      st.paramCount += n;
-      st.paramBytes += n * ir::dtypeBytes(p.type.dtype);
-      st.rankParamCount += local;
-      st.rankParamBytes += local * ir::dtypeBytes(p.type.dtype);
+      add(st.paramCount, n);
+      add(st.paramBytes, times(n, ir::dtypeBytes(p.type.dtype)));
+      add(st.rankParamCount, local);
+      add(st.rankParamBytes, times(local, ir::dtypeBytes(p.type.dtype)));
       auto shard = [&](bool sharded, int64_t bytes) {
-        return sharded ? ceilDiv(local, holders) * bytes : local * bytes;
+        return times(sharded ? ceilDiv(local, holders) : local, bytes);
       };
       int64_t params = shard(zero >= ir::ZeroStage::Parameters, per.param);
       int64_t grads = shard(zero >= ir::ZeroStage::Gradients, per.grad);
       int64_t optimizer = shard(zero >= ir::ZeroStage::OptimizerStates, per.optimizer);
       if (m.policy.offload != ir::Offload::None) {
-        st.offloadedBytes += optimizer;
+        add(st.offloadedBytes, optimizer);
         optimizer = 0;
       }
       if (m.policy.offload == ir::Offload::Params) {
-        st.offloadedBytes += params;
+        add(st.offloadedBytes, params);
         params = 0;
       }
-      st.stateParamBytes += params;
-      st.stateGradBytes += grads;
-      st.stateOptimizerBytes += optimizer;
+      add(st.stateParamBytes, params);
+      add(st.stateGradBytes, grads);
+      add(st.stateOptimizerBytes, optimizer);
     }
     checkFit(m, ctx);
     return true;

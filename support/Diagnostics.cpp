@@ -1,6 +1,8 @@
 // Recording and rendering of diagnostics in the rustc style.
 #include "support/Diagnostics.h"
 
+#include "support/Utf8.h"
+
 #include <fmt/format.h>
 
 namespace epl {
@@ -55,6 +57,27 @@ void Diagnostics::record(Diagnostic d) {
 
 namespace {
 
+// A source line as shown: malformed UTF-8 replaced (the terminal and the language
+// server's JSON need valid text), tabs as one space so the caret lines up, other control
+// characters as their pictures (NUL as U+2400 ␀, as rustc does), and cut after 200 code
+// points. Each character stays one column.
+std::string shownLine(std::string_view text) {
+  std::string shown;
+  for (char c : replaceInvalidUtf8(text)) {
+    auto u = static_cast<unsigned char>(c);
+    if (c == '\t')
+      shown += ' ';
+    else if (u < 0x20 || u == 0x7f) // U+2400 + c, or U+2421 for DEL, in UTF-8
+      shown += {'\xe2', '\x90', static_cast<char>(u == 0x7f ? 0xa1 : 0x80 + u)};
+    else
+      shown += c;
+  }
+  size_t end = 0;
+  for (int n = 0; end < shown.size() && n < 200; ++n)
+    end += utf8SequenceLength(std::string_view(shown).substr(end));
+  return end < shown.size() ? shown.substr(0, end) + "…" : shown;
+}
+
 // Appends ` --> file:line:col`, the source line and a caret run under the column.
 void renderSnippet(std::string& out, const SourceManager& sm, SourceLoc loc, uint32_t length,
                    const char* label = nullptr) {
@@ -64,11 +87,7 @@ void renderSnippet(std::string& out, const SourceManager& sm, SourceLoc loc, uin
   out += fmt::format("{} --> {}:{}:{}\n", pad, sm.path(loc.file), loc.line, loc.col);
   std::string_view text = sm.line(loc.file, loc.line);
   if (text.empty() && loc.col > 1) return;
-  // Tabs are shown as one space so the caret lines up.
-  std::string shown(text);
-  for (char& c : shown)
-    if (c == '\t') c = ' ';
-  if (shown.size() > 200) shown = shown.substr(0, 200) + "…";
+  std::string shown = shownLine(text);
   uint32_t col = loc.col == 0 ? 1 : loc.col;
   uint32_t width = std::max<uint32_t>(1, length);
   if (col - 1 < shown.size())

@@ -208,6 +208,30 @@ TEST_CASE("a session in-process: diagnostics, hover, definition, symbols", "[lsp
   CHECK(all[6]["result"].is_null());
 }
 
+TEST_CASE("a literal out of range is a diagnostic at the literal, not the server's end", "[lsp]") {
+  const std::string uri = "file://" + std::string(EPL_SOURCE_DIR) + "/examples/scratch.epl";
+  const std::string text = "let v = 1e309\nmodel m(x: f32[B, 8]) {\n  return mse(x, x)\n}\n";
+  std::string input =
+      frame({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "initialize"}, {"params", json::object()}});
+  input += frame({{"jsonrpc", "2.0"},
+                  {"method", "textDocument/didOpen"},
+                  {"params", {{"textDocument", {{"uri", uri}, {"version", 1}, {"text", text}}}}}});
+  input += frame({{"jsonrpc", "2.0"}, {"id", 2}, {"method", "shutdown"}});
+  input += frame({{"jsonrpc", "2.0"}, {"method", "exit"}});
+  std::istringstream in(input);
+  std::ostringstream out;
+  Server server(in, out, ServerOptions{});
+  CHECK(server.run() == 0);
+  std::vector<json> all = messages(out.str());
+  REQUIRE(all.size() == 3);
+  const json& diagnostics = all[1]["params"]["diagnostics"];
+  REQUIRE(diagnostics.size() == 1);
+  CHECK_THAT(diagnostics[0]["message"].get<std::string>(),
+             Catch::StartsWith("number `1e309` is too large"));
+  CHECK(diagnostics[0]["range"]["start"] == json({{"line", 0}, {"character", 8}}));
+  CHECK(diagnostics[0]["range"]["end"] == json({{"line", 0}, {"character", 13}}));
+}
+
 TEST_CASE("requests before initialize and unknown methods are errors", "[lsp]") {
   std::string input = frame({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "shutdown"}});
   input +=

@@ -1,6 +1,7 @@
 // Hostile input never crashes the compiler: each case ends in a clear error (or a plan),
 // never a crash, hang or stack overflow. The suite also runs under ASan + UBSan.
 #include "driver/Epl.h"
+#include "support/Utf8.h"
 
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -157,6 +158,82 @@ TEST_CASE("invalid UTF-8 is an error with its location; NUL bytes in comments ar
   std::string text = "# a comment with a NUL: ?\n" + kHead + kTail;
   text[text.find('?')] = '\0';
   CHECK(plan(text).planned);
+}
+
+TEST_CASE("every kind of malformed UTF-8 is an error at its byte, never a crash") {
+  // Each sequence sits in a string on line 2, column 10; the note says what is wrong.
+  const std::pair<std::string, std::string> cases[] = {{"\xf4\x90\x80\x80", "past U+10FFFF"},
+                                                       {"\xed\xa0\x80", "surrogate"},
+                                                       {"\xc0\x80", "overlong"},
+                                                       {"\xe0\x80\x80", "overlong"},
+                                                       {"\xf0\x80\x80\x80", "overlong"},
+                                                       {"\xe2\x82", "stops after 2 of its 3 bytes"},
+                                                       {"\x80", "never started"},
+                                                       {"\xfe", "never appears in UTF-8"}};
+  for (const auto& [bytes, why] : cases) {
+    epl::Session session;
+    std::string text = "# first line\nlet s = \"" + bytes + "\"\n" + kHead + kTail;
+    CHECK_FALSE(epl::planText("utf8.epl", text, session, epl::PlanOptions{}).has_value());
+    REQUIRE(session.diags.errorCount() == 1);
+    const epl::Diagnostic& d = session.diags.all()[0];
+    CHECK(d.message == "this file is not valid UTF-8");
+    CHECK(d.loc.line == 2);
+    CHECK(d.loc.col == 10);
+    REQUIRE_FALSE(d.plainNotes.empty());
+    CHECK(d.plainNotes[0].find(why) != std::string::npos);
+    // The rendered snippet shows U+FFFD in place of the bytes: valid text for a terminal.
+    CHECK_FALSE(epl::findInvalidUtf8(session.diags.render(d)).has_value());
+  }
+}
+
+TEST_CASE("a sequence cut off at the end of the file is an error") {
+  auto r = plan(kHead + kTail + "# \xf0\x9f\x98");
+  CHECK_FALSE(r.planned);
+  CHECK(r.errors == "this file is not valid UTF-8\n");
+}
+
+TEST_CASE("number literals out of range are errors, never an abort") {
+  for (const char* lit : {"1e309", "1e-400", "4e-320"}) {
+    auto r = plan(std::string("let v = ") + lit + "\n" + kHead + kTail);
+    CHECK_FALSE(r.planned);
+    CHECK(r.errors.find(std::string("number `") + lit + "` is too") == 0);
+  }
+  auto size = plan("let v = 25" + std::string(398, '0') + "MB\n" + kHead + kTail);
+  CHECK_FALSE(size.planned);
+  CHECK(size.errors.find("is too large") != std::string::npos);
+}
+
+TEST_CASE("the script is read up to the size limit, whatever it is") {
+  epl::Session zero;
+  CHECK_FALSE(epl::planFile("/dev/zero", zero, epl::PlanOptions{}).has_value());
+  REQUIRE(zero.diags.errorCount() == 1);
+  CHECK(zero.diags.all()[0].message == "this file is larger than 1048576 bytes");
+  // Its first line, 200 NUL bytes and more, shows as control pictures, cut short.
+  std::string shown = zero.diags.render(zero.diags.all()[0]);
+  CHECK(shown.find('\0') == std::string::npos);
+  CHECK(shown.find("\u2400\u2400\u2400") != std::string::npos);
+  CHECK(shown.size() < 1000);
+  epl::Session folder;
+  CHECK_FALSE(epl::planFile("/usr", folder, epl::PlanOptions{}).has_value());
+  REQUIRE(folder.diags.errorCount() == 1);
+  CHECK(folder.diags.all()[0].message == "cannot read `/usr`: it is a folder");
+  epl::Session mem;
+  CHECK_FALSE(epl::planFile("/proc/self/mem", mem, epl::PlanOptions{}).has_value());
+  REQUIRE(mem.diags.errorCount() == 1);
+  CHECK(mem.diags.all()[0].message == "cannot read `/proc/self/mem`: input/output error");
+}
+
+TEST_CASE("an import of a large stream stops at the size limit") {
+  auto dir = std::filesystem::temp_directory_path() / "epl_import_limit";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "big.epl") << repeatText("# padding padding padding padding\n", 40000);
+  std::ofstream(dir / "main.epl") << "import \"big.epl\"\n" << kHead << kTail;
+  epl::Session session;
+  CHECK_FALSE(epl::planFile((dir / "main.epl").string(), session, epl::PlanOptions{}).has_value());
+  REQUIRE(session.diags.errorCount() == 1);
+  CHECK(session.diags.all()[0].message == "this file is larger than 1048576 bytes");
+  CHECK(session.diags.sources().text(session.diags.all()[0].loc.file).size() == 1048577);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("a file over 1 MiB is refused before parsing") {

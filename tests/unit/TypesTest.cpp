@@ -8,14 +8,34 @@ using epl::ir::Dim;
 
 TEST_CASE("dims multiply, divide exactly and evaluate") {
   Dim b = Dim::symbol("B"), t = Dim::symbol("T");
-  CHECK((b * Dim::constant(4)).str() == "4*B");
-  CHECK((t * b).str() == "B*T"); // symbols sorted: B*T == T*B
-  CHECK(t * b == b * t);
-  CHECK((Dim::constant(12) * b).divide(4)->str() == "3*B");
-  CHECK_FALSE((Dim::constant(6) * b).divide(4).has_value());
-  CHECK((Dim::constant(2) * b).eval({{"B", 8}}) == 16);
+  CHECK(b.times(Dim::constant(4))->str() == "4*B");
+  CHECK(t.times(b)->str() == "B*T"); // symbols sorted: B*T == T*B
+  CHECK(*t.times(b) == *b.times(t));
+  CHECK(Dim::constant(12).times(b)->divide(4)->str() == "3*B");
+  CHECK_FALSE(Dim::constant(6).times(b)->divide(4).has_value());
+  CHECK(Dim::constant(2).times(b)->eval({{"B", 8}}) == 16);
   CHECK_FALSE(b.eval({}).has_value());
   CHECK(epl::ir::shapeStr({b, Dim::constant(128)}) == "[B, 128]");
+}
+
+TEST_CASE("size arithmetic past 2^63 - 1 gives no value instead of wrapping") {
+  Dim big = Dim::constant(int64_t{1} << 62), b = Dim::symbol("B");
+  CHECK_FALSE(big.times(Dim::constant(2)).has_value());
+  CHECK(big.times(b)->str() == "4611686018427387904*B");
+  CHECK_FALSE(big.times(b)->eval({{"B", 2}}).has_value());
+  CHECK_FALSE(Dim::constant(INT64_MIN).divide(-1).has_value());
+  CHECK_FALSE(epl::ir::numElements({big, Dim::constant(2)}, {}).has_value());
+  CHECK(epl::ir::numElements({big, Dim::constant(1)}, {}) == int64_t{1} << 62);
+  using epl::ir::TensorType, epl::ir::DType;
+  // f32 of 2^61 elements is 2^63 bytes, one past the last that fits; f16 of them fits.
+  CHECK_FALSE(epl::ir::checkedBytes(TensorType{DType::F32, {Dim::constant(int64_t{1} << 61)}}, {})
+                  .has_value());
+  CHECK(epl::ir::checkedBytes(TensorType{DType::F16, {Dim::constant(int64_t{1} << 61)}}, {}) ==
+        int64_t{1} << 62);
+  // A symbol without a binding counts as 1; with one, it multiplies.
+  TensorType x{DType::F32, {b, Dim::constant(int64_t{1} << 59)}};
+  CHECK(epl::ir::checkedBytes(x, {}) == int64_t{1} << 61);
+  CHECK_FALSE(epl::ir::checkedBytes(x, {{"B", 4}}).has_value());
 }
 
 TEST_CASE("numbers print for people") {

@@ -220,7 +220,8 @@ TEST_CASE("a literal out of range is a diagnostic at the literal, not the server
   input += frame({{"jsonrpc", "2.0"}, {"method", "exit"}});
   std::istringstream in(input);
   std::ostringstream out;
-  Server server(in, out, ServerOptions{});
+  std::ostringstream log;
+  Server server(in, out, log, ServerOptions{});
   CHECK(server.run() == 0);
   std::vector<json> all = messages(out.str());
   REQUIRE(all.size() == 3);

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -96,5 +97,26 @@ public:
 
 // The CPU device: OpenBLAS for GEMMs, `threads` worker threads for the rest (0: all cores).
 std::unique_ptr<Device> makeCpuDevice(int threads = 0);
+
+// A device that cannot be made here: a build without CUDA, no GPU, a GPU the runtime
+// refuses. The message is for the user and says what to do instead.
+class DeviceUnavailable : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+struct DeviceOptions {
+  int threads = 0; // cpu: worker threads (0: all cores)
+  int ordinal = 0; // cuda: which GPU of this machine (the rank's local rank)
+};
+
+// The registry (Devices.cpp): "cpu" or "cuda". Throws DeviceUnavailable.
+std::unique_ptr<Device> makeDevice(const std::string& name, const DeviceOptions& options);
+// Whether this build has the CUDA device and this machine a GPU it can use.
+bool cudaAvailable();
+// Whether the named device has a kernel for `kind` (every device has every kernel of the
+// CPU device once the GPU path is complete; until then the driver picks the CPU for a plan
+// the GPU cannot run).
+bool deviceSupports(const std::string& name, ir::OpKind kind);
 
 } // namespace epl::backend

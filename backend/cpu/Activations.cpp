@@ -3,6 +3,7 @@
 // not depend on the thread count.
 //
 // Shape legend: n elements; N rows and C columns for softmax.
+#include "backend/DropoutMask.h"
 #include "backend/cpu/KernelUtil.h"
 #include "backend/cpu/Kernels.h"
 
@@ -70,33 +71,6 @@ void softmaxRow(const float* x, float* y, int64_t cols) {
   for (int64_t j = 0; j < cols; ++j)
     y[j] *= inv;
 }
-
-// Counter-based hash of (seed, element index): the same mask in forward and backward, on any
-// thread count, without storing it.
-inline uint32_t mix32(uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x7feb352dU;
-  x ^= x >> 15;
-  x *= 0x846ca68bU;
-  x ^= x >> 16;
-  return x;
-}
-
-struct DropoutMask {
-  uint32_t k1, k2, threshold; // keep element i iff hash(i) >> 8 >= threshold
-  float keepScale;
-  DropoutMask(uint64_t seed, double p) {
-    k1 = mix32(static_cast<uint32_t>(seed) ^ 0x9e3779b9U);
-    k2 = mix32(static_cast<uint32_t>(seed >> 32) + k1);
-    threshold = static_cast<uint32_t>(std::llround(p * 16777216.0));
-    keepScale = static_cast<float>(1.0 / (1.0 - p));
-  }
-  float factor(int64_t i) const {
-    uint32_t lo = static_cast<uint32_t>(i), hi = static_cast<uint32_t>(i >> 32);
-    uint32_t h = mix32(mix32(lo ^ k1 ^ (hi * 0x85ebca6bU)) + k2);
-    return (h >> 8) >= threshold ? keepScale : 0.f;
-  }
-};
 
 // y = x * mask(i) (identity when not training); backward dx = dy * the same mask.
 void dropoutApply(const KernelCall& c, const float* src, const GradOut& dst, int64_t n) {

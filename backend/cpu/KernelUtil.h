@@ -1,10 +1,10 @@
-// Helpers shared by the CPU kernel families: the one sgemm entry point, attributes with
-// the op table's defaults, gradient outputs with their accumulate flag, deterministic
-// column sums, scratch buffers and a vectorisable exp.
+// Helpers shared by the CPU kernel families (beside backend/KernelArgs.h): the one sgemm
+// entry point, deterministic column sums, scratch buffers and a vectorisable exp.
 //
 // Shape legend: N rows (every dim but the last), C columns (the last dim).
 #pragma once
 #include "backend/Device.h"
+#include "backend/KernelArgs.h"
 #include "backend/cpu/Parallel.h"
 #include "support/Assert.h"
 
@@ -24,38 +24,11 @@ void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha
 // OpenBLAS single-threaded: GEMMs are sliced over the pool instead (gemm above).
 void initThreads(int threads);
 
-// Attributes of the call, falling back to the op table's default for a missing optional one.
-int64_t attrInt(const KernelCall& c, const std::string& key);
-double attrFloat(const KernelCall& c, const std::string& key);
-bool attrBool(const KernelCall& c, const std::string& key);
-std::string attrWord(const KernelCall& c, const std::string& key);
-
-// One gradient output: null when not wanted; `acc` adds into it instead of overwriting.
-struct GradOut {
-  float* p = nullptr;
-  bool acc = false;
-  explicit operator bool() const { return p != nullptr; }
-  float beta() const { return acc ? 1.f : 0.f; } // for gemm into it
-  void put(int64_t i, float v) const { p[i] = acc ? p[i] + v : v; }
-};
-GradOut gradOut(const KernelCall& c, size_t i);
-
-// Arity checks for a kernel's call.
-void expectArity(const KernelCall& c, size_t in, size_t out);
-
 // Elements below which a loop is not worth splitting across threads.
 constexpr int64_t kParallelMin = 16384;
 // Rows per parallel chunk for rows of `cols` elements.
 inline int64_t rowGrain(int64_t cols) {
   return std::max<int64_t>(1, kParallelMin / std::max<int64_t>(cols, 1));
-}
-
-inline int64_t lastDim(const TensorView& t) {
-  return t.shape.empty() ? 1 : t.shape.back();
-}
-inline int64_t rowsOf(const TensorView& t) {
-  int64_t c = lastDim(t);
-  return c == 0 ? 0 : t.numel() / c;
 }
 
 // y[n, :] = b for every row (before a gemm with beta 1 adds x W^T).

@@ -1,0 +1,273 @@
+// The CUDA device: cudaMalloc'd memory, a compute stream and a communication stream with
+// events between them, copies queued on a stream, and a dispatch of each kernel call to
+// its family (Kernels.h). Calls only queue work; synchronize() waits for it and reports a
+// failed kernel.
+#include "backend/cuda/CudaDevice.h"
+#include "backend/cuda/Kernels.h"
+
+#include <fmt/format.h>
+#include <new>
+#include <vector>
+
+namespace epl::backend::cuda {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw std::runtime_error(fmt::format("CUDA error in {}: {} ({})", what, cudaGetErrorString(e),
+                                         cudaGetErrorName(e)));
+}
+
+void check(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(
+        fmt::format("cuBLAS error in {}: {}", what, cublasGetStatusString(s)));
+}
+
+void checkLaunch(const char* what) {
+  check(cudaGetLastError(), what);
+}
+
+void* Scratch::get(int64_t bytes) {
+  if (bytes <= size_) return p_;
+  if (p_) {
+    check(cudaStreamSynchronize(stream), "growing kernel scratch memory");
+    check(cudaFree(p_), "growing kernel scratch memory");
+    p_ = nullptr;
+  }
+  int64_t grown = std::max<int64_t>(bytes, 2 * size_);
+  if (cudaMalloc(&p_, static_cast<size_t>(grown)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    size_ = 0;
+    throw std::bad_alloc();
+  }
+  size_ = grown;
+  return p_;
+}
+
+Scratch::~Scratch() {
+  if (p_) cudaFree(p_);
+}
+
+namespace {
+
+using ir::OpKind;
+
+// The families that have a CUDA kernel; dispatch() and hasKernel() agree on this table.
+using Family = void (*)(const KernelCall&, const Ctx&);
+Family familyOf(OpKind kind) {
+  switch (kind) {
+  case OpKind::Linear:
+    return linear;
+  case OpKind::Embedding:
+    return embedding;
+  case OpKind::Positions:
+    return positions;
+  case OpKind::LayerNorm:
+    return layerNorm;
+  case OpKind::RmsNorm:
+    return rmsNorm;
+  case OpKind::Attention:
+    return attention;
+  case OpKind::Mlp:
+    return mlp;
+  case OpKind::Moe:
+    return moe;
+  case OpKind::Conv2d:
+    return conv2d;
+  case OpKind::Gelu:
+    return gelu;
+  case OpKind::Relu:
+    return relu;
+  case OpKind::Silu:
+    return silu;
+  case OpKind::Tanh:
+    return cuda::tanh;
+  case OpKind::Sigmoid:
+    return sigmoid;
+  case OpKind::Softmax:
+    return softmax;
+  case OpKind::Dropout:
+    return dropout;
+  case OpKind::MaxPool:
+    return maxPool;
+  case OpKind::AvgPool:
+    return avgPool;
+  case OpKind::Add:
+    return add;
+  case OpKind::Sub:
+    return sub;
+  case OpKind::Mul:
+    return mul;
+  case OpKind::Scale:
+    return cuda::scale;
+  case OpKind::Flatten:
+  case OpKind::Reshape:
+    return reshape;
+  case OpKind::Transpose:
+    return transpose;
+  case OpKind::CrossEntropy:
+    return crossEntropy;
+  case OpKind::Mse:
+    return mse;
+  default: // `next`, communication and bookkeeping ops run in the interpreter
+    return nullptr;
+  }
+}
+
+std::string versionText(int v) { // CUDA's 1000 * major + 10 * minor
+  return fmt::format("{}.{}", v / 1000, (v % 1000) / 10);
+}
+
+class CudaDevice final : public Device {
+public:
+  explicit CudaDevice(int ordinal) : ordinal_(ordinal) {
+    check(cudaSetDevice(ordinal_), "selecting the GPU");
+    for (cudaStream_t& s : streams_)
+      check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "creating a stream");
+    check(cublasCreate(&blas_), "creating the cuBLAS handle");
+    check(cublasSetStream(blas_, streams_[0]), "binding cuBLAS to the compute stream");
+    check(cublasSetMathMode(blas_, CUBLAS_PEDANTIC_MATH), "setting cuBLAS to fp32 math");
+    scratch_.stream = streams_[0];
+    ctx_ = Ctx{streams_[0], blas_, &scratch_};
+
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, ordinal_), "reading the GPU's properties");
+    int driver = 0, runtime = 0;
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    int blas = 0;
+    cublasGetVersion(blas_, &blas);
+    name_ = fmt::format("cuda:{} ({}, {:.0f} GiB; driver {}, runtime {}, cuBLAS {}.{}.{})", ordinal_,
+                        prop.name, static_cast<double>(prop.totalGlobalMem) / (1u << 30),
+                        versionText(driver), versionText(runtime), blas / 10000,
+                        (blas / 100) % 100, blas % 100);
+  }
+
+  ~CudaDevice() override {
+    cudaDeviceSynchronize();
+    for (cudaEvent_t e : events_)
+      cudaEventDestroy(e);
+    cublasDestroy(blas_);
+    for (cudaStream_t s : streams_)
+      cudaStreamDestroy(s);
+  }
+
+  std::string name() const override { return name_; }
+
+  void* allocate(int64_t bytes) override {
+    void* p = nullptr;
+    size_t rounded = (static_cast<size_t>(std::max<int64_t>(bytes, 1)) + 255) / 256 * 256;
+    cudaError_t e = cudaMalloc(&p, rounded);
+    if (e == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      throw std::bad_alloc(); // the GPU's limit: the caller reports the plan against it
+    }
+    check(e, "allocating device memory");
+    return p;
+  }
+  void release(void* p) override {
+    if (p) check(cudaFree(p), "freeing device memory");
+  }
+  void copyToDevice(void* dst, const void* src, int64_t bytes, StreamId s) override {
+    copy(dst, src, bytes, cudaMemcpyHostToDevice, s);
+  }
+  void copyToHost(void* dst, const void* src, int64_t bytes, StreamId s) override {
+    copy(dst, src, bytes, cudaMemcpyDeviceToHost, s);
+  }
+  void copyOnDevice(void* dst, const void* src, int64_t bytes, StreamId s) override {
+    copy(dst, src, bytes, cudaMemcpyDeviceToDevice, s);
+  }
+  void fillZero(void* dst, int64_t bytes, StreamId s) override {
+    if (bytes > 0) check(cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), stream(s)), "fillZero");
+  }
+
+  void launch(const KernelCall& call, StreamId s) override {
+    Family f = familyOf(call.kind);
+    if (!f)
+      throw std::runtime_error(fmt::format("op `{}` has no CUDA kernel", ir::opInfo(call.kind).name));
+    f(call, ctxFor(s));
+  }
+  void optimizerStep(const OptimizerCall& call, StreamId s) override {
+    cuda::optimizerStep(call, ctxFor(s));
+  }
+  void sumSquares(const TensorView& x, float* result, bool accumulate, StreamId s) override {
+    cuda::sumSquares(ctxFor(s), x, result, accumulate);
+  }
+  void scale(const TensorView& x, float factor, StreamId s) override {
+    scaleInPlace(ctxFor(s), x, factor);
+  }
+
+  EventId record(StreamId s) override {
+    cudaEvent_t e = nullptr;
+    check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "creating an event");
+    check(cudaEventRecord(e, stream(s)), "recording an event");
+    events_.push_back(e);
+    return static_cast<EventId>(events_.size() - 1);
+  }
+  void wait(StreamId s, EventId e) override {
+    check(cudaStreamWaitEvent(stream(s), events_.at(static_cast<size_t>(e)), 0), "waiting on an event");
+  }
+  void synchronize() override {
+    for (cudaStream_t s : streams_)
+      check(cudaStreamSynchronize(s), "a kernel or copy on the GPU");
+    // Events are one-shot between synchronisations: recycle them.
+    for (cudaEvent_t e : events_)
+      cudaEventDestroy(e);
+    events_.clear();
+  }
+
+private:
+  static constexpr int kStreams = 2; // 0: compute, 1: communication
+
+  cudaStream_t stream(StreamId s) const {
+    if (s < 0 || s >= kStreams) throw std::runtime_error(fmt::format("no stream {}", s));
+    return streams_[s];
+  }
+  const Ctx& ctxFor(StreamId s) {
+    if (s != 0) throw std::runtime_error("kernels run on the compute stream (0)");
+    return ctx_;
+  }
+  void copy(void* dst, const void* src, int64_t bytes, cudaMemcpyKind kind, StreamId s) {
+    if (bytes <= 0 || dst == src) return;
+    check(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), kind, stream(s)), "a copy");
+  }
+
+  int ordinal_;
+  std::string name_;
+  cudaStream_t streams_[kStreams] = {};
+  cublasHandle_t blas_ = nullptr;
+  Scratch scratch_;
+  Ctx ctx_;
+  std::vector<cudaEvent_t> events_;
+};
+
+} // namespace
+
+int gpuCount() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError(); // no driver or no GPU: not an error here
+    return 0;
+  }
+  return n;
+}
+
+std::unique_ptr<Device> makeCudaDevice(int ordinal) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    (void)cudaGetLastError();
+    throw DeviceUnavailable(
+        e == cudaSuccess
+            ? std::string("--device cuda: this machine has no GPU; use --device cpu")
+            : fmt::format("--device cuda: no usable GPU here ({}); use --device cpu",
+                          cudaGetErrorString(e)));
+  }
+  return std::make_unique<CudaDevice>(ordinal % n);
+}
+
+bool hasKernel(ir::OpKind kind) {
+  return familyOf(kind) != nullptr;
+}
+
+} // namespace epl::backend::cuda

@@ -1,0 +1,111 @@
+// Entry points of the CUDA kernel families, one family per file, mirroring the CPU device's
+// (backend/cpu/Kernels.h): CudaDevice.cpp dispatches each KernelCall to one of these. Each
+// queues the forward or, when `call.backward`, the backward on ctx.stream, with the
+// argument layout of backend/Device.h; TensorView data are device pointers.
+//
+// Rules every family keeps:
+//   - the same results as the CPU kernels within fp32 rounding (the CPU device is the
+//     oracle: tests/oracle/test_ops.py --device cuda);
+//   - deterministic: no floating-point atomics, so a run and its resume give the same bits;
+//   - no host synchronisation, no allocation: scratch memory comes from ctx.scratch.
+#pragma once
+#include "backend/Device.h"
+#include "backend/KernelArgs.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+namespace epl::backend::cuda {
+
+// Device scratch memory that grows on demand and is reused by every call on one stream
+// (a call may use it until the next call on that stream).
+class Scratch {
+public:
+  // At least `bytes` of device memory, 256-byte aligned. Growing synchronises the stream.
+  void* get(int64_t bytes);
+  ~Scratch();
+  cudaStream_t stream = nullptr;
+
+private:
+  void* p_ = nullptr;
+  int64_t size_ = 0;
+};
+
+struct Ctx {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr; // bound to `stream`, fp32 math (no TF32)
+  Scratch* scratch = nullptr;
+};
+
+// Throws std::runtime_error naming `what` when `e` is an error.
+void check(cudaError_t e, const char* what);
+void check(cublasStatus_t s, const char* what);
+// The error of the last kernel launch, if any.
+void checkLaunch(const char* what);
+
+// Gemm.cu: row-major C[M, N] = alpha op(A)[M, K] op(B)[K, N] + beta C, fp32 accumulate.
+void gemm(const Ctx& ctx, bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,
+          const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+          int64_t ldc);
+// Strided batched form: `batch` products, each operand advancing by its stride.
+void gemmBatched(const Ctx& ctx, bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+                 float alpha, const float* a, int64_t lda, int64_t strideA, const float* b,
+                 int64_t ldb, int64_t strideB, float beta, float* c, int64_t ldc,
+                 int64_t strideC, int64_t batch);
+// out[c] (+)= sum over rows of x[r, c], in a fixed order.
+void columnSum(const Ctx& ctx, const float* x, int64_t rows, int64_t cols, GradOut out);
+// y[r, :] = b for every row.
+void broadcastRows(const Ctx& ctx, float* y, const float* b, int64_t rows, int64_t cols);
+
+// Linear.cu, Mlp.cu, Attention.cu, Moe.cu
+void linear(const KernelCall& c, const Ctx& ctx);
+void mlp(const KernelCall& c, const Ctx& ctx);
+void attention(const KernelCall& c, const Ctx& ctx);
+void moe(const KernelCall& c, const Ctx& ctx);
+
+// Activations.cu
+void gelu(const KernelCall& c, const Ctx& ctx);
+void relu(const KernelCall& c, const Ctx& ctx);
+void silu(const KernelCall& c, const Ctx& ctx);
+void tanh(const KernelCall& c, const Ctx& ctx);
+void sigmoid(const KernelCall& c, const Ctx& ctx);
+void softmax(const KernelCall& c, const Ctx& ctx);
+void dropout(const KernelCall& c, const Ctx& ctx);
+// Activation forms used by mlp and moe: "gelu" (tanh form), "relu", "silu".
+enum class Act { Gelu, Relu, Silu };
+Act parseAct(const std::string& word);
+void actForward(const Ctx& ctx, Act a, const float* x, float* y, int64_t n);
+// g *= act'(x), n elements (g holds dL/dy on entry, dL/dx on exit).
+void actBackwardInPlace(const Ctx& ctx, Act a, const float* x, float* g, int64_t n);
+// Rows of `cols` softmaxed in place-or-not: y = softmax(x) over the last dim.
+void softmaxRows(const Ctx& ctx, const float* x, float* y, int64_t rows, int64_t cols);
+
+// Elementwise.cu
+void add(const KernelCall& c, const Ctx& ctx);
+void sub(const KernelCall& c, const Ctx& ctx);
+void mul(const KernelCall& c, const Ctx& ctx);
+void scale(const KernelCall& c, const Ctx& ctx);
+void reshape(const KernelCall& c, const Ctx& ctx); // flatten and reshape: a copy
+void transpose(const KernelCall& c, const Ctx& ctx);
+// dst (+)= src, n elements.
+void writeOrAdd(const Ctx& ctx, const GradOut& dst, const float* src, int64_t n);
+
+// Norms.cu, Embedding.cu
+void layerNorm(const KernelCall& c, const Ctx& ctx);
+void rmsNorm(const KernelCall& c, const Ctx& ctx);
+void embedding(const KernelCall& c, const Ctx& ctx);
+void positions(const KernelCall& c, const Ctx& ctx);
+
+// Losses.cu, Pooling.cu, Conv.cu
+void crossEntropy(const KernelCall& c, const Ctx& ctx);
+void mse(const KernelCall& c, const Ctx& ctx);
+void maxPool(const KernelCall& c, const Ctx& ctx);
+void avgPool(const KernelCall& c, const Ctx& ctx);
+void conv2d(const KernelCall& c, const Ctx& ctx);
+
+// Optimizers.cu
+void optimizerStep(const OptimizerCall& c, const Ctx& ctx);
+void sumSquares(const Ctx& ctx, const TensorView& x, float* result, bool accumulate);
+void scaleInPlace(const Ctx& ctx, const TensorView& x, float factor);
+
+} // namespace epl::backend::cuda

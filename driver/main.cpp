@@ -300,6 +300,10 @@ int main(int argc, char** argv) {
       ->add_option("--threads", runOptions.threads,
                    "CPU threads per rank (default: the cores, shared by the ranks on a machine)")
       ->check(wholeNumber("--threads", 1, kMaxThreads));
+  runCmd
+      ->add_option("--device", runOptions.device,
+                   "auto (a GPU when there is one that runs the plan), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   runCmd->add_flag("--log-all", runOptions.logAll,
                    "every rank prints its log, each line after its rank (default: rank 0 alone)");
   epl::driver::LaunchOptions launch;
@@ -330,6 +334,10 @@ int main(int argc, char** argv) {
       ->check(positiveNumber("--temperature"));
   sampleCmd->add_option("--seed", sampleOptions.seed, "sampling seed")
       ->check(wholeNumber("--seed", 0, INT64_MAX));
+  sampleCmd
+      ->add_option("--device", sampleOptions.device,
+                   "auto (a GPU when there is one that runs the model), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
 
   std::string textIn, tokensOut;
   CLI::App* dataCmd =

@@ -4,6 +4,7 @@
 #include "backend/Device.h"
 #include "backend/comm/Comm.h"
 #include "interp/Checkpoint.h"
+#include "interp/DeviceChoice.h"
 #include "interp/Executor.h"
 #include "interp/Init.h"
 #include "interp/LrSchedule.h"
@@ -478,7 +479,10 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
       mine.error(SourceLoc{}, problem->message).help(problem->help);
   if (!agree(!mine.hasErrors(), "opening the metrics file")) return 1;
   std::string ckptDir = resolve(o.baseDir, m.train.checkpointDir);
-  auto device = backend::makeCpuDevice(o.threads);
+  std::string deviceNote;
+  auto device = openDevice(m, {o.device, ranks, localRank(), o.threads}, &deviceNote, mine);
+  if (!agree(device != nullptr, "opening the device")) return 1;
+  if (!deviceNote.empty()) out << deviceNote << "\n";
   // What the process holds before the run's buffers exist (code, libraries, the data
   // set): the measured memory of the step is the peak above it.
   int64_t baseline = residentBytes();
@@ -623,7 +627,9 @@ int sample(const ir::Module& m, const SampleOptions& o, Diagnostics& diags) {
     diags.error(m.loc, "`epl sample` needs a model with one token input, `tokens: i32[B, seq]`");
     return 1;
   }
-  auto device = backend::makeCpuDevice(o.threads);
+  std::string deviceNote;
+  auto device = openDevice(m, {o.device, 1, localRank(), o.threads}, &deviceNote, diags);
+  if (!device) return 1;
   auto comm = backend::makeSelfComm();
   Executor ex(m, *device, *comm, optimizerSettings(m.train));
   std::string where =

@@ -20,6 +20,7 @@ struct RunOptions {
   bool resume = false;      // continue from the newest checkpoint in train.checkpoint's dir
   bool saveInitial = false; // write a checkpoint of the initial weights (step 0)
   int threads = 0;          // CPU threads; 0: every core
+  std::string device = "auto"; // auto, cpu or cuda (DeviceChoice.h)
   int64_t stopAfter = 0;    // stop after this step (a checkpoint is written) as if
                             // interrupted; the schedule still spans `steps`. 0: run them all
   std::ostream* out = nullptr;
@@ -51,6 +52,7 @@ struct SampleOptions {
   double temperature = 1.0;
   uint64_t seed = 0;
   int threads = 0;
+  std::string device = "auto";
   std::ostream* out = nullptr;
 };
 

@@ -260,8 +260,9 @@ std::unique_ptr<Device> makeCudaDevice(int ordinal) {
     throw DeviceUnavailable(
         e == cudaSuccess
             ? std::string("--device cuda: this machine has no GPU; use --device cpu")
-            : fmt::format("--device cuda: no usable GPU here ({}); use --device cpu",
-                          cudaGetErrorString(e)));
+            : fmt::format("--device cuda: no GPU can be used here: {} (no NVIDIA driver, or "
+                          "one older than this build's CUDA {}); use --device cpu",
+                          cudaGetErrorString(e), versionText(CUDART_VERSION)));
   }
   return std::make_unique<CudaDevice>(ordinal % n);
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""Oracle tests of the CPU kernels against PyTorch.
+"""Oracle tests of the kernels against PyTorch, and of the CUDA kernels against the CPU's.
 
-Usage: test_ops.py PATH/TO/epl_kernel_probe FAMILY
+Usage: test_ops.py PATH/TO/epl_kernel_probe FAMILY [--device cuda]
 
 For each case, random fp32 inputs and parameters go through the kernel probe (forward and
 backward through makeCpuDevice()->launch) and through the same computation written plainly
@@ -12,6 +12,11 @@ Error of a result a against its reference b:  max|a - b| / max(max|b|, 1e-6)
 (relative to the largest reference value, with an absolute floor for all-zero
 references). Every output, every saved tensor the backward reads, and the gradient of
 every float input and every parameter must be within TOL.
+
+With --device cuda every case runs on the GPU, checked against the same reference, and once
+more on the CPU: each result file of the GPU must match the CPU's (the CPU device is the
+oracle of the others) within CROSS_TOL, and integer results exactly. Without a GPU the
+family is skipped (exit 77).
 """
 import json
 import math
@@ -26,6 +31,8 @@ import torch.nn.functional as F
 
 TOL = 1e-5
 FLOOR = 1e-6
+CROSS_TOL = 2e-5  # GPU against CPU: two fp32 results, each within TOL of the reference
+SKIP = 77  # CTest's SKIP_RETURN_CODE for the gpu tests
 
 torch.set_num_threads(1)
 
@@ -41,8 +48,9 @@ def rel_err(ours, ref):
 class Probe:
     """Writes a case, runs the probe on it, reads the results back."""
 
-    def __init__(self, exe, tmp):
+    def __init__(self, exe, tmp, device="cpu", rep=None):
         self.exe, self.tmp, self.count = exe, tmp, 0
+        self.device, self.rep = device, rep
 
     def _path(self, name):
         return os.path.join(self.dir, name)
@@ -61,14 +69,47 @@ class Probe:
         self.dir = os.path.join(self.tmp, "case%d" % self.count)
         os.makedirs(self.dir)
 
-    def run_json(self, case):
-        path = self._path("case.json")
-        case["out_dir"] = self.dir
+    def _run(self, case, out_dir, device):
+        case = dict(case, out_dir=out_dir, device=device)
+        path = os.path.join(out_dir, "case.json")
         with open(path, "w") as f:
             json.dump(case, f)
         r = subprocess.run([self.exe, path], capture_output=True, text=True)
+        if r.returncode == SKIP:
+            raise NoDevice(r.stderr.strip())
         if r.returncode != 0:
-            raise RuntimeError("probe failed (%d): %s" % (r.returncode, r.stderr.strip()))
+            raise RuntimeError("probe failed on %s (%d): %s" % (device, r.returncode,
+                                                                r.stderr.strip()))
+
+    def run_json(self, case):
+        self._run(case, self.dir, self.device)
+        if self.device != "cpu":
+            cpu_dir = os.path.join(self.dir, "cpu")
+            os.makedirs(cpu_dir)
+            self._run(case, cpu_dir, "cpu")
+            self._cross_check(case, cpu_dir)
+
+    def _cross_check(self, case, cpu_dir):
+        """Every result file of the device against the CPU's."""
+        label = "%s#%d" % (case.get("op", case.get("mode")), self.count)
+        for name in sorted(os.listdir(cpu_dir)):
+            if not name.endswith(".bin"):
+                continue
+            ours = np.fromfile(self._path(name), dtype="<f4")
+            ref = np.fromfile(os.path.join(cpu_dir, name), dtype="<f4")
+            if ours.size != ref.size:
+                self.rep.expect(label, "cpu " + name, False, "sizes differ")
+                continue
+            exact = np.array_equal(ours.view("<u4"), ref.view("<u4"))
+            # An i32 file (argmax indices) read as f32 holds subnormals: it must be exact.
+            tiny = np.abs(ref[ref != 0]) < np.finfo(np.float32).tiny
+            if exact:
+                self.rep.cross(label, name, 0.0)
+            elif tiny.any():
+                self.rep.expect(label, "cpu " + name, False, "integers differ")
+            else:
+                self.rep.cross(label, name, rel_err(torch.from_numpy(ours.copy()),
+                                                    torch.from_numpy(ref.copy())))
 
     def op(self, op, attrs, inputs, params, out_shape, saved=(), dy=None, accumulate=None,
            acc_init=None, want=None, training=True, seed=0, backward=True, repeat=2):
@@ -101,9 +142,21 @@ class Probe:
         return out, sv, grads
 
 
+class NoDevice(Exception):
+    """The probe has no such device here (no GPU, or a build without CUDA)."""
+
+
 class Report:
     def __init__(self):
         self.worst, self.failures = {}, []
+        self.cross_worst = 0.0
+
+    def cross(self, case, what, e):
+        ok = e <= CROSS_TOL
+        self.cross_worst = max(self.cross_worst, e) if ok else float("inf")
+        if not ok:
+            print("  %-48s %-14s err %.2e  FAIL (device vs cpu)" % (case, what, e))
+            self.failures.append("%s %s: device vs cpu %.3e > %.1e" % (case, what, e, CROSS_TOL))
 
     def check(self, case, what, ours, ref, tol=TOL):
         e = rel_err(ours, ref)
@@ -536,21 +589,32 @@ FAMILIES = {name[4:]: fn for name, fn in globals().items() if name.startswith("f
 
 
 def main():
-    if len(sys.argv) != 3 or sys.argv[2] not in FAMILIES:
-        print("usage: test_ops.py PROBE {%s}" % "|".join(FAMILIES))
+    args = sys.argv[1:]
+    device = "cpu"
+    if len(args) == 4 and args[2] == "--device":
+        device = args[3]
+        args = args[:2]
+    if len(args) != 2 or args[1] not in FAMILIES:
+        print("usage: test_ops.py PROBE {%s} [--device cuda]" % "|".join(FAMILIES))
         return 2
     torch.manual_seed(20240)
     rep = Report()
     with tempfile.TemporaryDirectory(prefix="epl-oracle-") as tmp:
-        probe = Probe(os.path.abspath(sys.argv[1]), tmp)
+        probe = Probe(os.path.abspath(args[0]), tmp, device, rep)
         try:
-            FAMILIES[sys.argv[2]](probe, rep)
+            FAMILIES[args[1]](probe, rep)
+        except NoDevice as e:
+            print("skipped: %s" % e)
+            return SKIP
         except RuntimeError as e:
             rep.failures.append(str(e))
             print("  " + str(e))
-    print("max error per op (tolerance %.0e):" % TOL)
+    print("max error per op on %s (tolerance %.0e):" % (device, TOL))
     for op, e in sorted(rep.worst.items()):
         print("  %-16s %.2e" % (op, e))
+    if device != "cpu":
+        print("max error of %s against cpu, every result file (tolerance %.0e): %.2e" %
+              (device, CROSS_TOL, rep.cross_worst))
     if rep.failures:
         print("%d failure(s):\n  %s" % (len(rep.failures), "\n  ".join(rep.failures)))
         return 1

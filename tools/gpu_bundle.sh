@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Packs a build of EPL for a GPU machine that has CUDA but not EPL's Debian libraries
+# (fmt, ANTLR, OpenBLAS, Open MPI): a portable build (no -march=native) of `epl` and the
+# kernel probe, the shared libraries they load apart from the C/C++ runtime and CUDA's,
+# and the text the GPU tests train on, into .gpu/ (ignored by git). tools/gpu_check.sh
+# runs the GPU tests from it, on that machine, from a copy of this repository.
+# Usage: tools/gpu_bundle.sh [build-dir]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build-gpu}
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DEPL_NATIVE=OFF >/dev/null
+cmake --build "$build" --target epl epl_kernel_probe
+
+rm -rf .gpu
+mkdir -p .gpu/bin .gpu/lib .gpu/data
+for exe in "$build/driver/epl" "$build/tests/oracle/epl_kernel_probe"; do
+  strip -o ".gpu/bin/$(basename "$exe")" "$exe"
+done
+# What the GPU machine has already: the C and C++ runtime, and CUDA's own libraries.
+keep_out='^(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|ld-linux.*|linux-vdso|libcuda|libcublas.*|libcudart|libcudnn.*|libnccl)\.so'
+for exe in .gpu/bin/*; do
+  ldd "$exe" | awk '/=> \//{print $1, $3}'
+done | sort -u | while read -r name path; do
+  if ! [[ $name =~ $keep_out ]]; then cp -L "$path" ".gpu/lib/$name"; fi
+done
+cp /usr/share/games/fortunes/cookie .gpu/data/
+du -sh .gpu

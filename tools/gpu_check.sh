@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Runs the GPU tests on a machine with an NVIDIA GPU from the bundle tools/gpu_bundle.sh
+# made (.gpu/): every kernel family against the CPU's and PyTorch (the tests labelled `gpu`
+# in CTest), then 20 training steps of a char GPT on the GPU against the CPU. Needs
+# python3 with torch and CUDA's cuBLAS 13 (found in python3's nvidia packages if not on
+# the library path). Writes each part's output into DIR (default: gpu-check/).
+# Usage: tools/gpu_check.sh [DIR] [FAMILY...]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-gpu-check}
+shift || true
+mkdir -p "$out"
+root=$PWD
+libs=$root/.gpu/lib
+for dir in $(python3 - <<'PY'
+import glob, os, site
+for base in site.getsitepackages():
+    for lib in glob.glob(os.path.join(base, "nvidia", "**", "libcublas*.so*"), recursive=True):
+        print(os.path.dirname(lib))
+PY
+); do libs=$libs:$dir; done
+export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export EPL_STDLIB=$root/stdlib
+
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  .gpu/bin/epl --version
+} | tee "$out/machine.txt"
+
+families=("$@")
+[ ${#families[@]} -gt 0 ] || families=(linear embedding norms attention mlp moe conv pooling
+                                       activations elementwise losses optimizers dropout)
+failed=0
+for f in "${families[@]}"; do
+  python3 tests/oracle/test_ops.py .gpu/bin/epl_kernel_probe "$f" --device cuda >"$out/oracle_$f.txt" 2>&1
+  rc=$?
+  echo "oracle $f: exit $rc; $(grep -E 'failure|max error of' "$out/oracle_$f.txt" | head -2 | tr '\n' ' ')"
+  [ $rc = 0 ] || failed=1
+done
+
+# The training text where the script expects it.
+mkdir -p /usr/share/games/fortunes
+[ -f /usr/share/games/fortunes/cookie ] || cp .gpu/data/cookie /usr/share/games/fortunes/cookie
+python3 tests/gpu/device_equivalence.py .gpu/bin/epl "$out/train_gpt" tests/parallel/gpt_dp.epl \
+  >"$out/train_gpt.txt" 2>&1
+rc=$?
+echo "train_gpt: exit $rc; $(tail -1 "$out/train_gpt.txt")"
+[ $rc = 0 ] || failed=1
+exit $failed

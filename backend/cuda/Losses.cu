@@ -1,16 +1,192 @@
-// TEMPORARY placeholder: replaced by the family's kernels before this lands.
+// Losses on the GPU: cross-entropy fused with log-softmax, and mean squared error, as the CPU
+// device computes them (backend/cpu/Losses.cpp). Both reduce to an f32 scalar in two
+// fixed-order passes (partials, then one block summing them in double), so the loss has the
+// same bits on every run.
+//
+// Shape legend: N rows (every dim of the logits but the last), V classes, n elements.
 #include "backend/cuda/Common.cuh"
 
-#include <stdexcept>
+#include <cmath>
+#include <cstdio>
 
 namespace epl::backend::cuda {
 
+namespace {
+
+// Blocks of the first pass of a reduction over n elements: from n alone, so the order of the
+// additions does not depend on the GPU.
+unsigned reductionParts(int64_t n) {
+  return static_cast<unsigned>(
+      std::clamp<int64_t>((n + 16 * kThreads - 1) / (16 * kThreads), 1, 1024));
+}
+
+struct Sum {
+  template <typename T> __device__ T operator()(T a, T b) const { return a + b; }
+};
+struct Max {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// Combines one value per thread of a kThreads block in a fixed tree order; every thread gets
+// the result.
+template <typename T, typename Op> __device__ T blockReduce(T v, Op op) {
+  __shared__ T part[kThreads];
+  __syncthreads(); // a previous call's readers are done with part[0]
+  part[threadIdx.x] = v;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (static_cast<int>(threadIdx.x) < half)
+      part[threadIdx.x] = op(part[threadIdx.x], part[threadIdx.x + half]);
+    __syncthreads();
+  }
+  return part[0];
+}
+
+// A broken invariant, as the CPU's EPL_ASSERT: the kernel stops and synchronize() reports it.
+__device__ int32_t checkedTarget(const int32_t* t, int64_t r, int64_t v) {
+  int32_t k = t[r];
+  if (k < 0 || k >= v) {
+    printf("internal error: cross_entropy target %d out of range of %lld classes\n", k,
+           static_cast<long long>(v));
+    __trap();
+  }
+  return k;
+}
+
+__device__ void put(const GradOut& g, int64_t i, float v) {
+  g.p[i] = g.acc ? g.p[i] + v : v;
+}
+
+// *out = (sum of part[0, parts)) / divisor, one block of kThreads.
+template <typename T>
+__global__ void meanOf(const T* part, int64_t parts, double divisor, float* out) {
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < parts; i += kThreads)
+    s += static_cast<double>(part[i]);
+  s = blockReduce(s, Sum{});
+  if (threadIdx.x == 0) *out = static_cast<float>(s / divisor);
+}
+
+// One block per row: lse[r] = log-sum-exp of the row (its exp sum in double, as the CPU's),
+// rowLoss[r] = lse[r] - x[r, target[r]].
+__global__ void crossEntropyRows(const float* x, const int32_t* target, int64_t n, int64_t v,
+                                 float* lse, float* rowLoss) {
+  for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
+    const float* xr = x + r * v;
+    float m = -INFINITY;
+    for (int64_t j = threadIdx.x; j < v; j += kThreads)
+      m = fmaxf(m, xr[j]);
+    m = blockReduce(m, Max{});
+    double s = 0;
+    for (int64_t j = threadIdx.x; j < v; j += kThreads)
+      s += expf(xr[j] - m);
+    s = blockReduce(s, Sum{});
+    if (threadIdx.x == 0) {
+      float l = m + static_cast<float>(log(s));
+      lse[r] = l;
+      rowLoss[r] = l - xr[checkedTarget(target, r, v)];
+    }
+  }
+}
+
+// dx (+)= dloss / N * (softmax(x) - onehot(target)), the one-hot subtracted after the add as
+// on the CPU.
+__global__ void crossEntropyGrad(const float* dloss, const float* x, const int32_t* target,
+                                 const float* lse, int64_t n, int64_t v, GradOut dx) {
+  float g = dloss[0] / static_cast<float>(n);
+  EPL_GRID_STRIDE(i, n * v) {
+    int64_t r = i / v;
+    float d = g * expf(x[i] - lse[r]);
+    float out = dx.acc ? dx.p[i] + d : d;
+    if (i - r * v == checkedTarget(target, r, v)) out -= g;
+    dx.p[i] = out;
+  }
+}
+
+// part[block] = sum over the block's elements of (p - t)^2, each square in f32, summed in double.
+__global__ void squaredErrorParts(const float* p, const float* t, int64_t n, double* part) {
+  double s = 0;
+  EPL_GRID_STRIDE(i, n) {
+    float d = p[i] - t[i];
+    s += static_cast<double>(d * d);
+  }
+  s = blockReduce(s, Sum{});
+  if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+
+// dp (+)= 2 dloss / n * (p - t), dt (+)= its negation.
+__global__ void squaredErrorGrad(const float* dloss, const float* p, const float* t, int64_t n,
+                                 GradOut dp, GradOut dt) {
+  float g = 2.f * dloss[0] / static_cast<float>(n);
+  EPL_GRID_STRIDE(i, n) {
+    float d = g * (p[i] - t[i]);
+    if (dp.p) put(dp, i, d);
+    if (dt.p) put(dt, i, -d);
+  }
+}
+
+// in = [logits [N, V], targets i32 [N]], out = [loss f32[], lse [N]].
+void crossEntropyForward(const KernelCall& c, const Ctx& ctx) {
+  const TensorView& logits = c.in[0];
+  int64_t v = lastDim(logits), n = rowsOf(logits);
+  float* rowLoss = static_cast<float*>(ctx.scratch->get(std::max<int64_t>(n, 1) * 4));
+  crossEntropyRows<<<blocksFor(n, 1), kThreads, 0, ctx.stream>>>(logits.f32(), c.in[1].i32(), n, v,
+                                                                 c.out[1].f32(), rowLoss);
+  checkLaunch("cross_entropy forward rows");
+  meanOf<<<1, kThreads, 0, ctx.stream>>>(rowLoss, n, static_cast<double>(n), c.out[0].f32());
+  checkLaunch("cross_entropy forward mean");
+}
+
+// in = [dloss f32[], logits, targets, loss, lse], out = [dlogits, dtargets (never)].
+void crossEntropyBackward(const KernelCall& c, const Ctx& ctx) {
+  GradOut dx = gradOut(c, 0);
+  if (!dx) return;
+  const TensorView& logits = c.in[1];
+  int64_t v = lastDim(logits), n = rowsOf(logits);
+  crossEntropyGrad<<<blocksFor(n * v), kThreads, 0, ctx.stream>>>(
+      c.in[0].f32(), logits.f32(), c.in[2].i32(), c.in[4].f32(), n, v, dx);
+  checkLaunch("cross_entropy backward");
+}
+
+// in = [pred, target], out = [loss f32[]] = mean((pred - target)^2).
+void mseForward(const KernelCall& c, const Ctx& ctx) {
+  int64_t n = c.in[0].numel();
+  unsigned parts = reductionParts(n);
+  double* part = static_cast<double*>(ctx.scratch->get(int64_t{8} * parts));
+  squaredErrorParts<<<parts, kThreads, 0, ctx.stream>>>(c.in[0].f32(), c.in[1].f32(), n, part);
+  checkLaunch("mse forward parts");
+  meanOf<<<1, kThreads, 0, ctx.stream>>>(part, parts, static_cast<double>(n), c.out[0].f32());
+  checkLaunch("mse forward mean");
+}
+
+// in = [dloss, pred, target, loss], out = [dpred, dtarget].
+void mseBackward(const KernelCall& c, const Ctx& ctx) {
+  GradOut dp = gradOut(c, 0), dt = gradOut(c, 1);
+  if (!dp && !dt) return;
+  int64_t n = c.in[1].numel();
+  squaredErrorGrad<<<blocksFor(n), kThreads, 0, ctx.stream>>>(c.in[0].f32(), c.in[1].f32(),
+                                                              c.in[2].f32(), n, dp, dt);
+  checkLaunch("mse backward");
+}
+
+} // namespace
+
 void crossEntropy(const KernelCall& c, const Ctx& ctx) {
-  throw std::runtime_error("crossEntropy: no CUDA kernel yet");
+  if (!c.backward) {
+    expectArity(c, 2, 2);
+    return crossEntropyForward(c, ctx);
+  }
+  expectArity(c, 5, 2);
+  crossEntropyBackward(c, ctx);
 }
 
 void mse(const KernelCall& c, const Ctx& ctx) {
-  throw std::runtime_error("mse: no CUDA kernel yet");
+  if (!c.backward) {
+    expectArity(c, 2, 1);
+    return mseForward(c, ctx);
+  }
+  expectArity(c, 4, 2);
+  mseBackward(c, ctx);
 }
 
 } // namespace epl::backend::cuda

@@ -1,16 +1,141 @@
-// TEMPORARY placeholder: replaced by the family's kernels before this lands.
+// max_pool and avg_pool on the GPU over square windows of an NCHW tensor, as
+// backend/cpu/Pooling.cpp computes them: no padding, stride 0 means the kernel size, output
+// size floored. Forward: one thread per output. Backward: one thread per input element
+// gathers the outputs whose windows cover it, in the CPU's ascending order, so overlapping
+// windows add in a fixed order without atomics.
+//
+// Shape legend: B batch, C channels, H, W input height and width, K window, Ho, Wo output
+// height and width.
 #include "backend/cuda/Common.cuh"
-
-#include <stdexcept>
+#include "support/Assert.h"
 
 namespace epl::backend::cuda {
 
-void maxPool(const KernelCall& c, const Ctx& ctx) {
-  throw std::runtime_error("maxPool: no CUDA kernel yet");
+namespace {
+
+struct Window {
+  int64_t planes, h, w, k, stride, ho, wo;
+};
+
+Window windowOf(const KernelCall& c, const TensorView& x) {
+  EPL_ASSERT(x.shape.size() == 4, "pooling takes [B, C, H, W]");
+  Window g{x.shape[0] * x.shape[1], x.shape[2], x.shape[3], attrInt(c, "kernel"), 0, 0, 0};
+  g.stride = attrInt(c, "stride") == 0 ? g.k : attrInt(c, "stride");
+  g.ho = (g.h - g.k) / g.stride + 1;
+  g.wo = (g.w - g.k) / g.stride + 1;
+  return g;
 }
 
+// The outputs [lo, hi] along one axis whose windows cover input position `at`.
+struct Span {
+  int64_t lo, hi;
+};
+__device__ Span covering(int64_t at, int64_t k, int64_t stride, int64_t outLen) {
+  int64_t lo = at < k ? 0 : (at - k + stride) / stride; // ceil((at - k + 1) / stride)
+  return {lo, min(at / stride, outLen - 1)};
+}
+
+// y = the window's max, argmax = its flat index into the H x W plane: the first max in
+// row-major order, or the last NaN.
+__global__ void maxForward(Window g, const float* x, float* y, int32_t* arg) {
+  EPL_GRID_STRIDE(o, g.planes * g.ho * g.wo) {
+    int64_t pl = o / (g.ho * g.wo), oh = o / g.wo % g.ho, ow = o % g.wo;
+    const float* src = x + pl * g.h * g.w;
+    int64_t best = oh * g.stride * g.w + ow * g.stride;
+    for (int64_t i = 0; i < g.k; ++i)
+      for (int64_t j = 0; j < g.k; ++j) {
+        int64_t at = (oh * g.stride + i) * g.w + ow * g.stride + j;
+        if (src[at] > src[best] || isnan(src[at])) best = at;
+      }
+    y[o] = src[best];
+    arg[o] = static_cast<int32_t>(best);
+  }
+}
+
+// dx (+)= the dy of each output whose argmax is this element, outputs in ascending order.
+__global__ void maxBackward(Window g, const float* dy, const int32_t* arg, GradOut dx) {
+  EPL_GRID_STRIDE(e, g.planes * g.h * g.w) {
+    int64_t pl = e / (g.h * g.w), at = e % (g.h * g.w);
+    Span rows = covering(at / g.w, g.k, g.stride, g.ho),
+         cols = covering(at % g.w, g.k, g.stride, g.wo);
+    float v = dx.acc ? dx.p[e] : 0.f;
+    for (int64_t oh = rows.lo; oh <= rows.hi; ++oh)
+      for (int64_t ow = cols.lo; ow <= cols.hi; ++ow) {
+        int64_t o = (pl * g.ho + oh) * g.wo + ow;
+        if (arg[o] == at) v += dy[o];
+      }
+    dx.p[e] = v;
+  }
+}
+
+// y = the window's sum, in row-major order, times 1/K^2.
+__global__ void avgForward(Window g, const float* x, float* y, float inv) {
+  EPL_GRID_STRIDE(o, g.planes * g.ho * g.wo) {
+    int64_t pl = o / (g.ho * g.wo), oh = o / g.wo % g.ho, ow = o % g.wo;
+    const float* src = x + pl * g.h * g.w;
+    float s = 0;
+    for (int64_t i = 0; i < g.k; ++i)
+      for (int64_t j = 0; j < g.k; ++j)
+        s += src[(oh * g.stride + i) * g.w + ow * g.stride + j];
+    y[o] = s * inv;
+  }
+}
+
+// dx (+)= dy / K^2 of each output whose window covers this element, in ascending order.
+__global__ void avgBackward(Window g, const float* dy, GradOut dx, float inv) {
+  EPL_GRID_STRIDE(e, g.planes * g.h * g.w) {
+    int64_t pl = e / (g.h * g.w), at = e % (g.h * g.w);
+    Span rows = covering(at / g.w, g.k, g.stride, g.ho),
+         cols = covering(at % g.w, g.k, g.stride, g.wo);
+    float v = dx.acc ? dx.p[e] : 0.f;
+    for (int64_t oh = rows.lo; oh <= rows.hi; ++oh)
+      for (int64_t ow = cols.lo; ow <= cols.hi; ++ow)
+        v += dy[(pl * g.ho + oh) * g.wo + ow] * inv;
+    dx.p[e] = v;
+  }
+}
+
+float inverseArea(const Window& g) {
+  return 1.f / static_cast<float>(g.k * g.k);
+}
+
+} // namespace
+
+// Forward: in = [x], out = [y, argmax i32 (flat index into the H x W plane)].
+// Backward: in = [dy, x, y, argmax], out = [dx].
+void maxPool(const KernelCall& c, const Ctx& ctx) {
+  if (!c.backward) {
+    expectArity(c, 1, 2);
+    Window g = windowOf(c, c.in[0]);
+    maxForward<<<blocksFor(g.planes * g.ho * g.wo), kThreads, 0, ctx.stream>>>(
+        g, c.in[0].f32(), c.out[0].f32(), c.out[1].i32());
+    return checkLaunch("max_pool forward");
+  }
+  expectArity(c, 4, 1);
+  GradOut dx = gradOut(c, 0);
+  if (!dx) return;
+  Window g = windowOf(c, c.in[1]);
+  maxBackward<<<blocksFor(g.planes * g.h * g.w), kThreads, 0, ctx.stream>>>(g, c.in[0].f32(),
+                                                                            c.in[3].i32(), dx);
+  checkLaunch("max_pool backward");
+}
+
+// Forward: in = [x], out = [y]. Backward: in = [dy, x, y], out = [dx].
 void avgPool(const KernelCall& c, const Ctx& ctx) {
-  throw std::runtime_error("avgPool: no CUDA kernel yet");
+  if (!c.backward) {
+    expectArity(c, 1, 1);
+    Window g = windowOf(c, c.in[0]);
+    avgForward<<<blocksFor(g.planes * g.ho * g.wo), kThreads, 0, ctx.stream>>>(
+        g, c.in[0].f32(), c.out[0].f32(), inverseArea(g));
+    return checkLaunch("avg_pool forward");
+  }
+  expectArity(c, 3, 1);
+  GradOut dx = gradOut(c, 0);
+  if (!dx) return;
+  Window g = windowOf(c, c.in[1]);
+  avgBackward<<<blocksFor(g.planes * g.h * g.w), kThreads, 0, ctx.stream>>>(g, c.in[0].f32(), dx,
+                                                                            inverseArea(g));
+  checkLaunch("avg_pool backward");
 }
 
 } // namespace epl::backend::cuda

@@ -1,12 +1,245 @@
-// TEMPORARY placeholder: replaced by the family's kernels before this lands.
+// attention: fused qkv projection, scaled dot-product attention per head, output
+// projection (the CUDA twin of backend/cpu/Attention.cpp; same saved tensors qkv, ctx, lse).
+//
+// Unlike the CPU's flash-style tiles, the scores of a group of G heads of one batch element
+// are held in scratch as [G, T, T], so each step is one strided-batched GEMM over the
+// group's heads (a head's q, k, v are columns of qkv: row stride 3D, head stride E).
+// Forward, for each batch element and group of heads:
+//   1. S = scale q k^T;
+//   2. P = softmax(S) over the keys a query sees (0 for the masked ones), lse = log-sum-exp;
+//   3. ctx = P v.
+// Backward: Dvec = rowsum(dctx * ctx) for every head, then for each batch element and group:
+//   P = exp(scale q k^T - lse) (0 where masked); dv = P^T dctx; dP = dctx v^T;
+//   dS = P (dP - Dvec); dq = scale dS k; dk = scale dS^T q.
+// A group holds as many heads as fit in kScoreFloats (at least one), which bounds scratch.
+// Every reduction runs in a fixed order, so results do not change from run to run.
+//
+// Shape legend: B batch, T time, D width, H heads, E head width (D / H), G heads in a group.
 #include "backend/cuda/Common.cuh"
+#include "support/Assert.h"
 
-#include <stdexcept>
+#include <cmath>
 
 namespace epl::backend::cuda {
 
+namespace {
+
+constexpr int64_t kScoreFloats = int64_t{1} << 26; // 256 MiB of scores per call at most
+
+struct Dims {
+  int64_t b, t, d, h, e;
+  float scale;
+  bool causal;
+};
+
+Dims dimsOf(const KernelCall& c, const TensorView& x) {
+  EPL_ASSERT(x.shape.size() == 3, "attention input must be [B, T, D]");
+  Dims s{x.shape[0], x.shape[1], x.shape[2], attrInt(c, "heads"), 0, 0.f, attrBool(c, "causal")};
+  EPL_ASSERT(s.h > 0 && s.d % s.h == 0, "attention heads must divide the width");
+  s.e = s.d / s.h;
+  s.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.e)));
+  return s;
+}
+
+// Heads per group when `buffers` score buffers of [G, T, T] share the budget.
+int64_t groupHeads(const Dims& s, int64_t buffers) {
+  return std::clamp<int64_t>(kScoreFloats / std::max<int64_t>(1, buffers * s.t * s.t), 1, s.h);
+}
+
+// Floats rounded up to a multiple of 256 bytes, to carve one scratch buffer into pieces.
+int64_t padded(int64_t floats) {
+  return (floats + 63) / 64 * 64;
+}
+
+struct MaxOp {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct SumOp {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+
+// v reduced over the block (kThreads threads) in a fixed tree order; every thread gets it.
+template <class Op> __device__ float blockReduce(float v, Op op, float* shared) {
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half)
+      shared[threadIdx.x] = op(shared[threadIdx.x], shared[threadIdx.x + half]);
+    __syncthreads();
+  }
+  float r = shared[0];
+  __syncthreads();
+  return r;
+}
+
+// Keys that query `query` sees: all t, or up to the diagonal when causal (always >= 1).
+__device__ int64_t visibleKeys(int64_t query, int64_t t, bool causal) {
+  return causal ? query + 1 : t;
+}
+
+// One block per score row (G T rows of T): softmax over the visible keys in place, 0 for
+// the masked ones, and the row's log-sum-exp into lse[row].
+__global__ void softmaxScoresKernel(float* scores, float* lse, int64_t t, bool causal) {
+  __shared__ float shared[kThreads];
+  int64_t row = blockIdx.x, visible = visibleKeys(row % t, t, causal);
+  float* r = scores + row * t;
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < visible; j += kThreads)
+    mx = fmaxf(mx, r[j]);
+  mx = blockReduce(mx, MaxOp{}, shared);
+  float sum = 0;
+  for (int64_t j = threadIdx.x; j < visible; j += kThreads) {
+    r[j] = expf(r[j] - mx);
+    sum += r[j];
+  }
+  sum = blockReduce(sum, SumOp{}, shared);
+  float inv = 1.f / sum;
+  for (int64_t j = threadIdx.x; j < t; j += kThreads)
+    r[j] = j < visible ? r[j] * inv : 0.f;
+  if (threadIdx.x == 0) lse[row] = mx + logf(sum);
+}
+
+// Scores [G, T, T] to probabilities through the saved lse of each row: P = exp(S - lse).
+__global__ void probsFromLseKernel(float* p, const float* lse, int64_t t, bool causal, int64_t n) {
+  EPL_GRID_STRIDE(i, n) {
+    int64_t row = i / t, key = i % t;
+    p[i] = key < visibleKeys(row % t, t, causal) ? expf(p[i] - lse[row]) : 0.f;
+  }
+}
+
+// dS = P (dP - Dvec[row]) in place of dP, over [G, T, T].
+__global__ void scoreGradKernel(float* dp, const float* p, const float* dvec, int64_t t,
+                                int64_t n) {
+  EPL_GRID_STRIDE(i, n) {
+    dp[i] = p[i] * (dp[i] - dvec[i / t]);
+  }
+}
+
+// Dvec [B, H, T] = rowsum over E of dctx * ctx, per head.
+__global__ void dvecKernel(const float* dctx, const float* ctx, float* dvec, Dims s) {
+  EPL_GRID_STRIDE(i, s.b * s.h * s.t) {
+    int64_t t = i % s.t, bh = i / s.t;
+    int64_t off = ((bh / s.h) * s.t + t) * s.d + (bh % s.h) * s.e;
+    float acc = 0;
+    for (int64_t j = 0; j < s.e; ++j)
+      acc += dctx[off + j] * ctx[off + j];
+    dvec[i] = acc;
+  }
+}
+
+// Forward attention of heads [h0, h0 + g) of batch element bi: ctx columns and lse rows.
+void forwardGroup(const Ctx& ctx, const Dims& s, const float* qkv, int64_t bi, int64_t h0,
+                  int64_t g, float* scores, float* ctxOut, float* lse) {
+  const int64_t ld = 3 * s.d, tt = s.t * s.t;
+  const float* q = qkv + bi * s.t * ld + h0 * s.e;
+  const float *k = q + s.d, *v = q + 2 * s.d;
+  gemmBatched(ctx, false, true, s.t, s.t, s.e, s.scale, q, ld, s.e, k, ld, s.e, 0.f, scores, s.t,
+              tt, g);
+  softmaxScoresKernel<<<static_cast<unsigned>(g * s.t), kThreads, 0, ctx.stream>>>(
+      scores, lse + (bi * s.h + h0) * s.t, s.t, s.causal);
+  checkLaunch("attention softmax");
+  gemmBatched(ctx, false, false, s.t, s.e, s.t, 1.f, scores, s.t, tt, v, ld, s.e, 0.f,
+              ctxOut + bi * s.t * s.d + h0 * s.e, s.d, s.e, g);
+}
+
+// in = [x, Wqkv [3D, D], bqkv [3D], Wp [D, D], bp [D]], out = [y, qkv [B, T, 3D],
+// ctx [B, T, D], lse [B, H, T]].
+void attentionForward(const KernelCall& c, const Ctx& ctx) {
+  const TensorView& x = c.in[0];
+  Dims s = dimsOf(c, x);
+  int64_t n = s.b * s.t, g = groupHeads(s, 1);
+  float *y = c.out[0].f32(), *qkv = c.out[1].f32(), *ctxOut = c.out[2].f32();
+  float* lse = c.out[3].f32();
+  broadcastRows(ctx, qkv, c.in[2].f32(), n, 3 * s.d);
+  gemm(ctx, false, true, n, 3 * s.d, s.d, 1.f, x.f32(), s.d, c.in[1].f32(), s.d, 1.f, qkv, 3 * s.d);
+  float* scores = static_cast<float*>(ctx.scratch->get(4 * g * s.t * s.t));
+  for (int64_t bi = 0; bi < s.b && s.t > 0; ++bi) // T = 0: no rows to softmax
+    for (int64_t h0 = 0; h0 < s.h; h0 += g)
+      forwardGroup(ctx, s, qkv, bi, h0, std::min(g, s.h - h0), scores, ctxOut, lse);
+  broadcastRows(ctx, y, c.in[4].f32(), n, s.d);
+  gemm(ctx, false, true, n, s.d, s.d, 1.f, ctxOut, s.d, c.in[3].f32(), s.d, 1.f, y, s.d);
+}
+
+// Scratch of the backward, carved from one buffer.
+struct BackwardScratch {
+  float *dctx, *dqkv, *dvec, *p, *dp;
+};
+
+BackwardScratch backwardScratch(const Ctx& ctx, const Dims& s, int64_t g) {
+  int64_t n = s.b * s.t, sizes[] = {padded(n * s.d), padded(n * 3 * s.d), padded(s.b * s.h * s.t),
+                                    padded(g * s.t * s.t)};
+  float* base =
+      static_cast<float*>(ctx.scratch->get(4 * (sizes[0] + sizes[1] + sizes[2] + 2 * sizes[3])));
+  BackwardScratch w;
+  w.dctx = base;
+  w.dqkv = w.dctx + sizes[0];
+  w.dvec = w.dqkv + sizes[1];
+  w.p = w.dvec + sizes[2];
+  w.dp = w.p + sizes[3];
+  return w;
+}
+
+// Backward through heads [h0, h0 + g) of batch element bi: writes their dq, dk, dv columns
+// of dqkv (every column of dqkv is written by exactly one group).
+void backwardGroup(const Ctx& ctx, const Dims& s, const float* qkv, const float* lse, int64_t bi,
+                   int64_t h0, int64_t g, const BackwardScratch& w) {
+  const int64_t ld = 3 * s.d, tt = s.t * s.t, off = bi * s.t * ld + h0 * s.e;
+  const float *q = qkv + off, *k = q + s.d, *v = q + 2 * s.d;
+  float *dq = w.dqkv + off, *dk = dq + s.d, *dv = dq + 2 * s.d;
+  const float* dO = w.dctx + bi * s.t * s.d + h0 * s.e;
+  const int64_t rows = (bi * s.h + h0) * s.t; // the group's first row of lse and Dvec
+  gemmBatched(ctx, false, true, s.t, s.t, s.e, s.scale, q, ld, s.e, k, ld, s.e, 0.f, w.p, s.t, tt,
+              g);
+  probsFromLseKernel<<<blocksFor(g * tt), kThreads, 0, ctx.stream>>>(w.p, lse + rows, s.t, s.causal,
+                                                                     g * tt);
+  checkLaunch("attention backward probabilities");
+  gemmBatched(ctx, true, false, s.t, s.e, s.t, 1.f, w.p, s.t, tt, dO, s.d, s.e, 0.f, dv, ld, s.e,
+              g);
+  gemmBatched(ctx, false, true, s.t, s.t, s.e, 1.f, dO, s.d, s.e, v, ld, s.e, 0.f, w.dp, s.t, tt,
+              g);
+  scoreGradKernel<<<blocksFor(g * tt), kThreads, 0, ctx.stream>>>(w.dp, w.p, w.dvec + rows, s.t,
+                                                                  g * tt);
+  checkLaunch("attention backward score gradient");
+  gemmBatched(ctx, false, false, s.t, s.e, s.t, s.scale, w.dp, s.t, tt, k, ld, s.e, 0.f, dq, ld,
+              s.e, g);
+  gemmBatched(ctx, true, false, s.t, s.e, s.t, s.scale, w.dp, s.t, tt, q, ld, s.e, 0.f, dk, ld, s.e,
+              g);
+}
+
+// in = [dy, x, Wqkv, bqkv, Wp, bp, y, qkv, ctx, lse], out = [dx, dWqkv, dbqkv, dWp, dbp].
+void attentionBackward(const KernelCall& c, const Ctx& ctx) {
+  const TensorView &dyv = c.in[0], &x = c.in[1];
+  Dims s = dimsOf(c, x);
+  int64_t n = s.b * s.t, g = groupHeads(s, 2);
+  const float *dy = dyv.f32(), *wqkv = c.in[2].f32(), *wp = c.in[4].f32();
+  const float *qkv = c.in[7].f32(), *ctxSaved = c.in[8].f32(), *lse = c.in[9].f32();
+  BackwardScratch w = backwardScratch(ctx, s, g);
+  gemm(ctx, false, false, n, s.d, s.d, 1.f, dy, s.d, wp, s.d, 0.f, w.dctx, s.d);
+  if (GradOut dwp = gradOut(c, 3))
+    gemm(ctx, true, false, s.d, s.d, n, 1.f, dy, s.d, ctxSaved, s.d, dwp.beta(), dwp.p, s.d);
+  if (GradOut dbp = gradOut(c, 4)) columnSum(ctx, dy, n, s.d, dbp);
+  dvecKernel<<<blocksFor(s.b * s.h * s.t), kThreads, 0, ctx.stream>>>(w.dctx, ctxSaved, w.dvec, s);
+  checkLaunch("attention backward Dvec");
+  for (int64_t bi = 0; bi < s.b; ++bi)
+    for (int64_t h0 = 0; h0 < s.h; h0 += g)
+      backwardGroup(ctx, s, qkv, lse, bi, h0, std::min(g, s.h - h0), w);
+  if (GradOut dx = gradOut(c, 0))
+    gemm(ctx, false, false, n, s.d, 3 * s.d, 1.f, w.dqkv, 3 * s.d, wqkv, s.d, dx.beta(), dx.p, s.d);
+  if (GradOut dw = gradOut(c, 1))
+    gemm(ctx, true, false, 3 * s.d, s.d, n, 1.f, w.dqkv, 3 * s.d, x.f32(), s.d, dw.beta(), dw.p,
+         s.d);
+  if (GradOut db = gradOut(c, 2)) columnSum(ctx, w.dqkv, n, 3 * s.d, db);
+}
+
+} // namespace
+
 void attention(const KernelCall& c, const Ctx& ctx) {
-  throw std::runtime_error("attention: no CUDA kernel yet");
+  if (!c.backward) {
+    expectArity(c, 5, 4);
+    return attentionForward(c, ctx);
+  }
+  expectArity(c, 10, 5);
+  attentionBackward(c, ctx);
 }
 
 } // namespace epl::backend::cuda

@@ -1,29 +1,80 @@
-// TEMPORARY placeholder: replaced by the family's kernels before this lands.
+// The GEMM entry points of the CUDA kernels (cuBLAS, fp32) and the two row helpers that go
+// with them: a deterministic column sum (bias gradients) and a row broadcast (bias init).
+//
+// cuBLAS is column-major and our tensors are row-major: a row-major X [R, C] with leading
+// dim ld is the column-major X^T with the same ld. So row-major C = op(A) op(B) is queued
+// as column-major C^T = op(B)^T op(A)^T: the operands swap places, and so do M and N.
+//
+// Shape legend: M, N, K as in C[M, N] = op(A)[M, K] op(B)[K, N]; R rows, C columns.
 #include "backend/cuda/Common.cuh"
 
-#include <stdexcept>
-
 namespace epl::backend::cuda {
+
+namespace {
+
+cublasOperation_t opOf(bool trans) {
+  return trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+}
+
+// Column sums: one block per strip of kStrip columns; row lane ly of the block sums rows
+// ly, ly + kLanes, ... of its column, then lane 0 adds the kLanes partials in lane order.
+// The order depends on the shape only, so the result is the same on every run.
+constexpr int kStrip = 32, kLanes = 8;
+
+__global__ void columnSumKernel(const float* x, int64_t rows, int64_t cols, float* out, bool acc) {
+  __shared__ float part[kLanes][kStrip];
+  int64_t col = static_cast<int64_t>(blockIdx.x) * kStrip + threadIdx.x;
+  float s = 0;
+  if (col < cols)
+    for (int64_t r = threadIdx.y; r < rows; r += kLanes)
+      s += x[r * cols + col];
+  part[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y != 0 || col >= cols) return;
+  float total = 0;
+  for (int lane = 0; lane < kLanes; ++lane)
+    total += part[lane][threadIdx.x];
+  out[col] = acc ? out[col] + total : total;
+}
+
+__global__ void broadcastRowsKernel(float* y, const float* b, int64_t rows, int64_t cols) {
+  EPL_GRID_STRIDE(i, rows * cols) {
+    y[i] = b[i % cols];
+  }
+}
+
+} // namespace
 
 void gemm(const Ctx& ctx, bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,
           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
           int64_t ldc) {
-  throw std::runtime_error("gemm: no CUDA kernel yet");
+  if (m == 0 || n == 0) return;
+  check(cublasSgemm_64(ctx.blas, opOf(transB), opOf(transA), n, m, k, &alpha, b, ldb, a, lda, &beta,
+                       c, ldc),
+        "gemm");
 }
 
 void gemmBatched(const Ctx& ctx, bool transA, bool transB, int64_t m, int64_t n, int64_t k,
                  float alpha, const float* a, int64_t lda, int64_t strideA, const float* b,
-                 int64_t ldb, int64_t strideB, float beta, float* c, int64_t ldc,
-                 int64_t strideC, int64_t batch) {
-  throw std::runtime_error("gemmBatched: no CUDA kernel yet");
+                 int64_t ldb, int64_t strideB, float beta, float* c, int64_t ldc, int64_t strideC,
+                 int64_t batch) {
+  if (m == 0 || n == 0 || batch == 0) return;
+  check(cublasSgemmStridedBatched_64(ctx.blas, opOf(transB), opOf(transA), n, m, k, &alpha, b, ldb,
+                                     strideB, a, lda, strideA, &beta, c, ldc, strideC, batch),
+        "gemmBatched");
 }
 
 void columnSum(const Ctx& ctx, const float* x, int64_t rows, int64_t cols, GradOut out) {
-  throw std::runtime_error("columnSum: no CUDA kernel yet");
+  if (cols == 0) return;
+  unsigned strips = static_cast<unsigned>((cols + kStrip - 1) / kStrip);
+  columnSumKernel<<<strips, dim3(kStrip, kLanes), 0, ctx.stream>>>(x, rows, cols, out.p, out.acc);
+  checkLaunch("columnSum");
 }
 
 void broadcastRows(const Ctx& ctx, float* y, const float* b, int64_t rows, int64_t cols) {
-  throw std::runtime_error("broadcastRows: no CUDA kernel yet");
+  if (rows * cols == 0) return;
+  broadcastRowsKernel<<<blocksFor(rows * cols), kThreads, 0, ctx.stream>>>(y, b, rows, cols);
+  checkLaunch("broadcastRows");
 }
 
 } // namespace epl::backend::cuda

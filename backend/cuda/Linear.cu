@@ -1,12 +1,46 @@
-// TEMPORARY placeholder: replaced by the family's kernels before this lands.
+// linear: y = x W^T + b, and its backward, as three cuBLAS GEMMs and a column sum (the CUDA
+// twin of backend/cpu/Linear.cpp).
+//
+// Shape legend: N rows (every dim of x but the last), D input width, O output width.
 #include "backend/cuda/Common.cuh"
-
-#include <stdexcept>
 
 namespace epl::backend::cuda {
 
+namespace {
+
+// in = [x [N, D], W [O, D], b [O]?], out = [y [N, O]].
+void linearForward(const KernelCall& c, const Ctx& ctx, bool hasBias) {
+  const TensorView &x = c.in[0], &w = c.in[1];
+  int64_t d = lastDim(x), n = rowsOf(x), o = w.shape[0];
+  float* y = c.out[0].f32();
+  if (hasBias) broadcastRows(ctx, y, c.in[2].f32(), n, o);
+  gemm(ctx, false, true, n, o, d, 1.f, x.f32(), d, w.f32(), d, hasBias ? 1.f : 0.f, y, o);
+}
+
+// in = [dy [N, O], x, W, b?, y], out = [dx [N, D], dW [O, D], db [O]?].
+void linearBackward(const KernelCall& c, const Ctx& ctx, bool hasBias) {
+  const TensorView &dy = c.in[0], &x = c.in[1], &w = c.in[2];
+  int64_t d = lastDim(x), n = rowsOf(x), o = w.shape[0];
+  if (GradOut dx = gradOut(c, 0))
+    gemm(ctx, false, false, n, d, o, 1.f, dy.f32(), o, w.f32(), d, dx.beta(), dx.p, d);
+  if (GradOut dw = gradOut(c, 1))
+    gemm(ctx, true, false, o, d, n, 1.f, dy.f32(), o, x.f32(), d, dw.beta(), dw.p, d);
+  if (hasBias)
+    if (GradOut db = gradOut(c, 2)) columnSum(ctx, dy.f32(), n, o, db);
+}
+
+} // namespace
+
 void linear(const KernelCall& c, const Ctx& ctx) {
-  throw std::runtime_error("linear: no CUDA kernel yet");
+  bool hasBias = attrBool(c, "bias");
+  size_t params = hasBias ? 2 : 1;
+  if (!c.backward) {
+    expectArity(c, 1 + params, 1);
+    linearForward(c, ctx, hasBias);
+  } else {
+    expectArity(c, 3 + params, 1 + params);
+    linearBackward(c, ctx, hasBias);
+  }
 }
 
 } // namespace epl::backend::cuda

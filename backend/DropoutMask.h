@@ -2,14 +2,10 @@
 // backward, every thread count and every device (the CPU and CUDA kernels include this
 // header) keep the same elements without storing a mask.
 #pragma once
+#include "backend/HostDevice.h"
+
 #include <cmath>
 #include <cstdint>
-
-#if defined(__CUDACC__)
-#define EPL_HOST_DEVICE __host__ __device__
-#else
-#define EPL_HOST_DEVICE
-#endif
 
 namespace epl::backend {
 

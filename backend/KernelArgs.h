@@ -5,6 +5,7 @@
 // Shape legend: N rows (every dim but the last), C columns (the last dim).
 #pragma once
 #include "backend/Device.h"
+#include "backend/HostDevice.h"
 
 #include <cstdint>
 #include <string>
@@ -23,7 +24,8 @@ struct GradOut {
   bool acc = false;
   explicit operator bool() const { return p != nullptr; }
   float beta() const { return acc ? 1.f : 0.f; } // for a gemm into it
-  void put(int64_t i, float v) const { p[i] = acc ? p[i] + v : v; } // host memory only
+  // p[i] = v, or += v; on the host for host memory, in a kernel for device memory.
+  EPL_HOST_DEVICE void put(int64_t i, float v) const { p[i] = acc ? p[i] + v : v; }
 };
 GradOut gradOut(const KernelCall& c, size_t i);
 

@@ -1,6 +1,6 @@
-// Which device a run uses (`--device auto|cpu|cuda`, docs/gpu.md). `auto` takes the GPU
-// when this build has the CUDA device, the machine a GPU, and the GPU path runs the whole
-// plan; otherwise the CPU, with a note saying why when a GPU was there.
+// Which device a run uses (`--device auto|cpu|cuda`, docs/gpu.md). `auto` is the CPU until
+// the CUDA kernels have passed their conformance tests on a GPU, with a note when a GPU is
+// there; `cuda` is the GPU, or an error saying why it cannot run the plan.
 #pragma once
 #include "backend/Device.h"
 #include "ir/Module.h"

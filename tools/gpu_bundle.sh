@@ -13,7 +13,7 @@ cmake --build "$build" --target epl epl_kernel_probe
 
 rm -rf .gpu
 mkdir -p .gpu/bin .gpu/lib .gpu/data
-for exe in "$build/driver/epl" "$build/tests/oracle/epl_kernel_probe"; do
+for exe in "$build/epl" "$build/tests/oracle/epl_kernel_probe"; do
   strip -o ".gpu/bin/$(basename "$exe")" "$exe"
 done
 # What the GPU machine has already: the C and C++ runtime, and CUDA's own libraries.

@@ -90,13 +90,6 @@ void dropoutApply(const KernelCall& c, const float* src, const GradOut& dst, int
 
 } // namespace
 
-Act parseAct(const std::string& word) {
-  if (word == "gelu") return Act::Gelu;
-  if (word == "relu") return Act::Relu;
-  EPL_ASSERT(word == "silu", "unknown activation");
-  return Act::Silu;
-}
-
 void actForward(Act a, const float* x, float* y, int64_t n) {
   parallelFor(n, kParallelMin, [&](int64_t lo, int64_t hi) {
     if (a == Act::Gelu) {

@@ -17,6 +17,7 @@
 //
 // Shape legend: B batch, T time, D width, H heads, E head width (D / H), Q query rows and
 // K key rows of a tile.
+#include "backend/KernelShapes.h"
 #include "backend/cpu/KernelUtil.h"
 #include "backend/cpu/Kernels.h"
 
@@ -29,20 +30,7 @@ namespace {
 
 constexpr int64_t kBlockQ = 64, kBlockK = 64;
 
-struct Dims {
-  int64_t b, t, d, h, e;
-  float scale;
-  bool causal;
-};
-
-Dims dimsOf(const KernelCall& c, const TensorView& x) {
-  EPL_ASSERT(x.shape.size() == 3, "attention input must be [B, T, D]");
-  Dims s{x.shape[0], x.shape[1], x.shape[2], attrInt(c, "heads"), 0, 0.f, attrBool(c, "causal")};
-  EPL_ASSERT(s.h > 0 && s.d % s.h == 0, "attention heads must divide the width");
-  s.e = s.d / s.h;
-  s.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.e)));
-  return s;
-}
+using Dims = AttentionDims;
 
 // Keys of the block starting at k0 that query row `row` may see: all kn, or up to the diagonal.
 inline int64_t visibleKeys(const Dims& s, int64_t row, int64_t k0, int64_t kn) {
@@ -105,7 +93,7 @@ void forwardBlock(const Dims& s, const float* qkv, int64_t bi, int64_t hi, int64
 // ctx [B, T, D], lse [B, H, T]].
 void attentionForward(const KernelCall& c) {
   const TensorView& x = c.in[0];
-  Dims s = dimsOf(c, x);
+  Dims s = attentionDims(c, x);
   int64_t n = s.b * s.t;
   float *y = c.out[0].f32(), *qkv = c.out[1].f32(), *ctx = c.out[2].f32(), *lse = c.out[3].f32();
   broadcastRows(qkv, c.in[2].f32(), n, 3 * s.d);
@@ -167,7 +155,7 @@ void backwardHead(const Dims& s, const float* qkv, const float* ctx, const float
 // in = [dy, x, Wqkv, bqkv, Wp, bp, y, qkv, ctx, lse], out = [dx, dWqkv, dbqkv, dWp, dbp].
 void attentionBackward(const KernelCall& c) {
   const TensorView &dyv = c.in[0], &x = c.in[1];
-  Dims s = dimsOf(c, x);
+  Dims s = attentionDims(c, x);
   int64_t n = s.b * s.t;
   const float *dy = dyv.f32(), *wqkv = c.in[2].f32(), *wp = c.in[4].f32();
   const float *qkv = c.in[7].f32(), *ctx = c.in[8].f32(), *lse = c.in[9].f32();

@@ -10,6 +10,7 @@
 // Shape legend: B batch, C input channels, Co output channels, H, W input height and
 // width, K kernel, Ho, Wo output height and width, P = Ho*Wo, G images in a group,
 // CKK = C*K*K.
+#include "backend/KernelShapes.h"
 #include "backend/cpu/KernelUtil.h"
 #include "backend/cpu/Kernels.h"
 
@@ -19,24 +20,7 @@ namespace epl::backend::cpu {
 
 namespace {
 
-constexpr int64_t kColBudget = int64_t{1} << 22; // floats of im2col per group (16 MiB)
-
-struct Geometry {
-  int64_t b, c, h, w, co, k, stride, pad, ho, wo;
-  int64_t plane() const { return ho * wo; }
-  int64_t ckk() const { return c * k * k; }
-  int64_t group() const { return std::clamp<int64_t>(kColBudget / (ckk() * plane()), 1, b); }
-};
-
-Geometry geometryOf(const KernelCall& c, const TensorView& x, const TensorView& w) {
-  EPL_ASSERT(x.shape.size() == 4 && w.shape.size() == 4, "conv2d takes [B, C, H, W]");
-  Geometry g{x.shape[0], x.shape[1], x.shape[2],           x.shape[3],
-             w.shape[0], w.shape[2], attrInt(c, "stride"), attrInt(c, "padding"),
-             0,          0};
-  g.ho = (g.h + 2 * g.pad - g.k) / g.stride + 1;
-  g.wo = (g.w + 2 * g.pad - g.k) / g.stride + 1;
-  return g;
-}
+using Geometry = ConvGeometry;
 
 // col[(c K + i) K + j, n P + oh Wo + ow] = x[b0 + n, c, oh s - pad + i, ow s - pad + j] or 0.
 void im2col(const Geometry& g, const float* x, int64_t b0, int64_t nImg, float* col) {
@@ -87,7 +71,7 @@ void col2im(const Geometry& g, const float* dcol, int64_t b0, int64_t nImg, cons
 // in = [x, W [Co, C, K, K], b [Co]?], out = [y [B, Co, Ho, Wo]].
 void convForward(const KernelCall& c, bool hasBias) {
   const TensorView &x = c.in[0], &w = c.in[1];
-  Geometry g = geometryOf(c, x, w);
+  Geometry g = convGeometry(c, x, w);
   int64_t group = g.group(), p = g.plane();
   float *col = scratch(0, g.ckk() * group * p), *tmp = scratch(1, g.co * group * p);
   const float* bias = hasBias ? c.in[2].f32() : nullptr;
@@ -112,7 +96,7 @@ void convForward(const KernelCall& c, bool hasBias) {
 // in = [dy, x, W, b?, y], out = [dx, dW, db?].
 void convBackward(const KernelCall& c, bool hasBias) {
   const TensorView &dyv = c.in[0], &x = c.in[1], &w = c.in[2];
-  Geometry g = geometryOf(c, x, w);
+  Geometry g = convGeometry(c, x, w);
   int64_t group = g.group(), p = g.plane();
   float *col = scratch(0, g.ckk() * group * p), *dY = scratch(1, g.co * group * p),
         *dcol = scratch(2, g.ckk() * group * p);

@@ -3,6 +3,7 @@
 //
 // Shape legend: R rows and K columns of a collapsed broadcast; A, M, N the dims around two
 // transposed ones ([A, I, M, J, N] -> [A, J, M, I, N]).
+#include "backend/KernelShapes.h"
 #include "backend/cpu/KernelUtil.h"
 #include "backend/cpu/Kernels.h"
 
@@ -15,50 +16,8 @@ namespace {
 
 enum class BinOp { Add, Sub, Mul };
 
-// out = a op b as a loop nest: output dims and each operand's element strides (0 where it
-// broadcasts), with adjacent dims merged where both operands allow, so the innermost loop is
-// as long as possible.
-struct Nest {
-  std::vector<int64_t> dims, sa, sb;
-};
-
-std::vector<int64_t> padTo(const std::vector<int64_t>& s, size_t rank) {
-  std::vector<int64_t> p(rank - s.size(), 1);
-  p.insert(p.end(), s.begin(), s.end());
-  return p;
-}
-
-std::vector<int64_t> stridesOf(const std::vector<int64_t>& s, const std::vector<int64_t>& out) {
-  std::vector<int64_t> st(s.size());
-  int64_t acc = 1;
-  for (size_t i = s.size(); i-- > 0;) {
-    st[i] = (s[i] == 1 && out[i] != 1) ? 0 : acc;
-    acc *= s[i];
-  }
-  return st;
-}
-
-Nest makeNest(const std::vector<int64_t>& out, const std::vector<int64_t>& a,
-              const std::vector<int64_t>& b) {
-  auto pa = padTo(a, out.size()), pb = padTo(b, out.size());
-  auto sa = stridesOf(pa, out), sb = stridesOf(pb, out);
-  Nest n;
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (out[i] == 1) continue;
-    bool merge = !n.dims.empty() && n.sa.back() == sa[i] * out[i] && n.sb.back() == sb[i] * out[i];
-    if (merge) {
-      n.dims.back() *= out[i];
-      n.sa.back() = sa[i];
-      n.sb.back() = sb[i];
-    } else {
-      n.dims.push_back(out[i]);
-      n.sa.push_back(sa[i]);
-      n.sb.push_back(sb[i]);
-    }
-  }
-  if (n.dims.empty()) n = Nest{{1}, {1}, {1}};
-  return n;
-}
+// out = a op b as a loop nest (KernelShapes.h), the innermost loop as long as possible.
+using Nest = BroadcastNest;
 
 // Offsets of operands a and b for the first element of outer row r (all dims but the last).
 void rowOffsets(const Nest& n, int64_t r, int64_t& oa, int64_t& ob) {
@@ -97,7 +56,7 @@ template <class T>
 void broadcastBinary(BinOp op, const T* a, const std::vector<int64_t>& as, const T* b,
                      const std::vector<int64_t>& bs, T* y, const std::vector<int64_t>& ys,
                      bool acc) {
-  Nest n = makeNest(ys, as, bs);
+  Nest n = broadcastNest(ys, as, bs);
   int64_t k = n.dims.back(), rows = 1;
   for (size_t i = 0; i + 1 < n.dims.size(); ++i)
     rows *= n.dims[i];
@@ -125,7 +84,7 @@ void broadcastBinary(BinOp op, const T* a, const std::vector<int64_t>& as, const
 void reduceTo(const float* src, const std::vector<int64_t>& srcShape, const GradOut& dst,
               const std::vector<int64_t>& dstShape, float alpha) {
   // Collapse (src, dst) as a nest: dst strides are 0 on reduced dims.
-  Nest n = makeNest(srcShape, dstShape, srcShape);
+  Nest n = broadcastNest(srcShape, dstShape, srcShape);
   size_t r = n.dims.size();
   if (r == 2 && n.sa[0] == 0 && n.sa[1] == 1) { // [R, K] -> [K]: column sums
     float* tmp = scratch(6, n.dims[1]);
@@ -167,9 +126,6 @@ void reduceTo(const float* src, const std::vector<int64_t>& srcShape, const Grad
   });
 }
 
-bool sameShape(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
-  return padTo(a, std::max(a.size(), b.size())) == padTo(b, std::max(a.size(), b.size()));
-}
 
 // Backward of a op b for one operand x (index i: 0 = a, 1 = b), with `other` the other operand.
 // in = [dy, a, b, y], out = [da, db].

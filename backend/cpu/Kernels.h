@@ -2,6 +2,7 @@
 // each KernelCall to one of these by op kind. Each runs the forward or, when
 // `call.backward`, the backward, with the argument layout of backend/Device.h.
 #pragma once
+#include "backend/KernelShapes.h"
 #include "backend/Device.h"
 
 namespace epl::backend::cpu {
@@ -49,8 +50,6 @@ void sumSquares(const TensorView& x, float* result, bool accumulate);
 void scaleInPlace(const TensorView& x, float factor);
 
 // Shared by families: activation forms used by mlp and moe (Activations.cpp).
-enum class Act { Gelu, Relu, Silu };
-Act parseAct(const std::string& word);
 // y = act(x), n elements.
 void actForward(Act a, const float* x, float* y, int64_t n);
 // g *= act'(x), n elements (g holds dL/dy on entry, dL/dx on exit).

@@ -13,6 +13,7 @@
 //
 // Shape legend: N tokens (every dim of x but the last), D width, E experts, F expert hidden
 // width, S top-k slots, M tokens routed to one expert.
+#include "backend/KernelShapes.h"
 #include "backend/cpu/KernelUtil.h"
 #include "backend/cpu/Kernels.h"
 
@@ -22,10 +23,6 @@
 namespace epl::backend::cpu {
 
 namespace {
-
-struct MoeDims {
-  int64_t n, d, e, f, k;
-};
 
 // Top-k routing: expert[n S + s] and normalised weight[n S + s] of each token's slots.
 struct Routing {
@@ -236,10 +233,7 @@ void moeBackward(const KernelCall& c, const MoeDims& m, const Params& p) {
 } // namespace
 
 void moe(const KernelCall& c) {
-  const TensorView& x = c.in[c.backward ? 1 : 0];
-  MoeDims m{rowsOf(x), lastDim(x), attrInt(c, "experts"), attrInt(c, "hidden"),
-            attrInt(c, "top_k")};
-  EPL_ASSERT(m.k >= 1 && m.k <= m.e, "moe top_k must be in [1, experts]");
+  MoeDims m = moeDims(c);
   int base = c.backward ? 2 : 1;
   Params p{c.in[base].f32(), c.in[base + 1].f32(), c.in[base + 2].f32(), c.in[base + 3].f32(),
            c.in[base + 4].f32()};

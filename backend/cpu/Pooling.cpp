@@ -4,6 +4,7 @@
 //
 // Shape legend: B batch, C channels, H, W input height and width, K window, Ho, Wo output
 // height and width.
+#include "backend/KernelShapes.h"
 #include "backend/cpu/KernelUtil.h"
 #include "backend/cpu/Kernels.h"
 
@@ -13,22 +14,11 @@ namespace epl::backend::cpu {
 
 namespace {
 
-struct Window {
-  int64_t planes, h, w, k, stride, ho, wo;
-};
-
-Window windowOf(const KernelCall& c, const TensorView& x) {
-  EPL_ASSERT(x.shape.size() == 4, "pooling takes [B, C, H, W]");
-  Window g{x.shape[0] * x.shape[1], x.shape[2], x.shape[3], attrInt(c, "kernel"), 0, 0, 0};
-  g.stride = attrInt(c, "stride") == 0 ? g.k : attrInt(c, "stride");
-  g.ho = (g.h - g.k) / g.stride + 1;
-  g.wo = (g.w - g.k) / g.stride + 1;
-  return g;
-}
+using Window = PoolWindow;
 
 // in = [x], out = [y, argmax i32 (flat index into the H x W plane)].
 void maxForward(const KernelCall& c) {
-  Window g = windowOf(c, c.in[0]);
+  Window g = poolWindow(c, c.in[0]);
   const float* x = c.in[0].f32();
   float* y = c.out[0].f32();
   int32_t* arg = c.out[1].i32();
@@ -55,7 +45,7 @@ void maxForward(const KernelCall& c) {
 void maxBackward(const KernelCall& c) {
   GradOut dx = gradOut(c, 0);
   if (!dx) return;
-  Window g = windowOf(c, c.in[1]);
+  Window g = poolWindow(c, c.in[1]);
   const float* dy = c.in[0].f32();
   const int32_t* arg = c.in[3].i32();
   parallelFor(g.planes, rowGrain(g.h * g.w), [&](int64_t lo, int64_t hi) {
@@ -70,7 +60,7 @@ void maxBackward(const KernelCall& c) {
 
 // in = [x], out = [y].
 void avgForward(const KernelCall& c) {
-  Window g = windowOf(c, c.in[0]);
+  Window g = poolWindow(c, c.in[0]);
   const float* x = c.in[0].f32();
   float* y = c.out[0].f32();
   float inv = 1.f / static_cast<float>(g.k * g.k);
@@ -93,7 +83,7 @@ void avgForward(const KernelCall& c) {
 void avgBackward(const KernelCall& c) {
   GradOut dx = gradOut(c, 0);
   if (!dx) return;
-  Window g = windowOf(c, c.in[1]);
+  Window g = poolWindow(c, c.in[1]);
   const float* dy = c.in[0].f32();
   float inv = 1.f / static_cast<float>(g.k * g.k);
   parallelFor(g.planes, rowGrain(g.h * g.w), [&](int64_t lo, int64_t hi) {

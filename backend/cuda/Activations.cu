@@ -18,10 +18,6 @@ constexpr float kGeluC = 0.7978845608028654f; // sqrt(2 / pi)
 constexpr float kGeluA = 0.044715f;
 
 // dst[i] (+)= v: GradOut::put on the device.
-__device__ inline void put(const GradOut& dst, int64_t i, float v) {
-  dst.p[i] = dst.acc ? dst.p[i] + v : v;
-}
-
 __device__ inline float sigmoidOf(float x) {
   return 1.f / (1.f + expf(-x));
 }
@@ -83,7 +79,7 @@ template <class F> __global__ void mapKernel(F f, const float* x, float* y, int6
 template <class G>
 __global__ void gradKernel(G g, const float* dy, const float* v, GradOut dx, int64_t n) {
   EPL_GRID_STRIDE(i, n) {
-    put(dx, i, g(dy[i], v[i]));
+    dx.put(i, g(dy[i], v[i]));
   }
 }
 
@@ -115,13 +111,6 @@ void pointwise(const KernelCall& c, const Ctx& ctx, F f, G g, size_t vIndex, con
 
 // Row reductions: blockDim.x is a multiple of 32; the butterfly and the tree below add in an
 // order fixed by the block size, and every thread gets the same result.
-struct Sum {
-  template <class T> __device__ T operator()(T a, T b) const { return a + b; }
-};
-struct Max {
-  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
-};
-
 template <class T, class Op> __device__ T warpReduce(T v, Op op) {
   for (int o = 16; o > 0; o >>= 1)
     v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -180,14 +169,14 @@ __global__ void softmaxGradKernel(const float* dy, const float* y, GradOut dx, i
       dot += gr[j] * yr[j];
     float d = static_cast<float>(blockReduce(dot, Sum{}, 0.0));
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
-      put(dx, r * cols + j, yr[j] * (gr[j] - d));
+      dx.put(r * cols + j, yr[j] * (gr[j] - d));
   }
 }
 
 __global__ void dropoutKernel(DropoutMask mask, int64_t at, const float* src, GradOut dst,
                               int64_t n) {
   EPL_GRID_STRIDE(i, n) {
-    put(dst, i, src[i] * mask.factor(at + i));
+    dst.put(i, src[i] * mask.factor(at + i));
   }
 }
 
@@ -203,13 +192,6 @@ void dropoutApply(const KernelCall& c, const Ctx& ctx, const float* src, const G
 }
 
 } // namespace
-
-Act parseAct(const std::string& word) {
-  if (word == "gelu") return Act::Gelu;
-  if (word == "relu") return Act::Relu;
-  EPL_ASSERT(word == "silu", "unknown activation");
-  return Act::Silu;
-}
 
 void actForward(const Ctx& ctx, Act a, const float* x, float* y, int64_t n) {
   switch (a) {

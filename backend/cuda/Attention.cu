@@ -15,6 +15,7 @@
 // Every reduction runs in a fixed order, so results do not change from run to run.
 //
 // Shape legend: B batch, T time, D width, H heads, E head width (D / H), G heads in a group.
+#include "backend/KernelShapes.h"
 #include "backend/cuda/Common.cuh"
 #include "support/Assert.h"
 
@@ -26,20 +27,7 @@ namespace {
 
 constexpr int64_t kScoreFloats = int64_t{1} << 26; // 256 MiB of scores per call at most
 
-struct Dims {
-  int64_t b, t, d, h, e;
-  float scale;
-  bool causal;
-};
-
-Dims dimsOf(const KernelCall& c, const TensorView& x) {
-  EPL_ASSERT(x.shape.size() == 3, "attention input must be [B, T, D]");
-  Dims s{x.shape[0], x.shape[1], x.shape[2], attrInt(c, "heads"), 0, 0.f, attrBool(c, "causal")};
-  EPL_ASSERT(s.h > 0 && s.d % s.h == 0, "attention heads must divide the width");
-  s.e = s.d / s.h;
-  s.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.e)));
-  return s;
-}
+using Dims = AttentionDims;
 
 // Heads per group when `buffers` score buffers of [G, T, T] share the budget.
 int64_t groupHeads(const Dims& s, int64_t buffers) {
@@ -51,12 +39,6 @@ int64_t padded(int64_t floats) {
   return (floats + 63) / 64 * 64;
 }
 
-struct MaxOp {
-  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
-};
-struct SumOp {
-  __device__ float operator()(float a, float b) const { return a + b; }
-};
 
 // v reduced over the block (kThreads threads) in a fixed tree order; every thread gets it.
 template <class Op> __device__ float blockReduce(float v, Op op, float* shared) {
@@ -86,13 +68,13 @@ __global__ void softmaxScoresKernel(float* scores, float* lse, int64_t t, bool c
   float mx = -INFINITY;
   for (int64_t j = threadIdx.x; j < visible; j += kThreads)
     mx = fmaxf(mx, r[j]);
-  mx = blockReduce(mx, MaxOp{}, shared);
+  mx = blockReduce(mx, Max{}, shared);
   float sum = 0;
   for (int64_t j = threadIdx.x; j < visible; j += kThreads) {
     r[j] = expf(r[j] - mx);
     sum += r[j];
   }
-  sum = blockReduce(sum, SumOp{}, shared);
+  sum = blockReduce(sum, Sum{}, shared);
   float inv = 1.f / sum;
   for (int64_t j = threadIdx.x; j < t; j += kThreads)
     r[j] = j < visible ? r[j] * inv : 0.f;
@@ -146,7 +128,7 @@ void forwardGroup(const Ctx& ctx, const Dims& s, const float* qkv, int64_t bi, i
 // ctx [B, T, D], lse [B, H, T]].
 void attentionForward(const KernelCall& c, const Ctx& ctx) {
   const TensorView& x = c.in[0];
-  Dims s = dimsOf(c, x);
+  Dims s = attentionDims(c, x);
   int64_t n = s.b * s.t, g = groupHeads(s, 1);
   float *y = c.out[0].f32(), *qkv = c.out[1].f32(), *ctxOut = c.out[2].f32();
   float* lse = c.out[3].f32();
@@ -209,7 +191,7 @@ void backwardGroup(const Ctx& ctx, const Dims& s, const float* qkv, const float*
 // in = [dy, x, Wqkv, bqkv, Wp, bp, y, qkv, ctx, lse], out = [dx, dWqkv, dbqkv, dWp, dbp].
 void attentionBackward(const KernelCall& c, const Ctx& ctx) {
   const TensorView &dyv = c.in[0], &x = c.in[1];
-  Dims s = dimsOf(c, x);
+  Dims s = attentionDims(c, x);
   int64_t n = s.b * s.t, g = groupHeads(s, 2);
   const float *dy = dyv.f32(), *wqkv = c.in[2].f32(), *wp = c.in[4].f32();
   const float *qkv = c.in[7].f32(), *ctxSaved = c.in[8].f32(), *lse = c.in[9].f32();

@@ -12,6 +12,7 @@
 // Shape legend: B batch, C input channels, Co output channels, H, W input height and
 // width, K kernel, Ho, Wo output height and width, P = Ho*Wo, G images in a group,
 // CKK = C*K*K.
+#include "backend/KernelShapes.h"
 #include "backend/cuda/Common.cuh"
 #include "support/Assert.h"
 
@@ -19,24 +20,7 @@ namespace epl::backend::cuda {
 
 namespace {
 
-constexpr int64_t kColBudget = int64_t{1} << 22; // floats of im2col per group (16 MiB)
-
-struct Geometry {
-  int64_t b, c, h, w, co, k, stride, pad, ho, wo;
-  __host__ __device__ int64_t plane() const { return ho * wo; }
-  __host__ __device__ int64_t ckk() const { return c * k * k; }
-  int64_t group() const { return std::clamp<int64_t>(kColBudget / (ckk() * plane()), 1, b); }
-};
-
-Geometry geometryOf(const KernelCall& c, const TensorView& x, const TensorView& w) {
-  EPL_ASSERT(x.shape.size() == 4 && w.shape.size() == 4, "conv2d takes [B, C, H, W]");
-  Geometry g{x.shape[0], x.shape[1], x.shape[2],           x.shape[3],
-             w.shape[0], w.shape[2], attrInt(c, "stride"), attrInt(c, "padding"),
-             0,          0};
-  g.ho = (g.h + 2 * g.pad - g.k) / g.stride + 1;
-  g.wo = (g.w + 2 * g.pad - g.k) / g.stride + 1;
-  return g;
-}
+using Geometry = ConvGeometry;
 
 // Device buffers carved out of one scratch block, each 256-byte aligned.
 class Carver {
@@ -125,7 +109,7 @@ __global__ void biasGrad(Geometry g, const float* dy, GradOut db) {
 // in = [x, W [Co, C, K, K], b [Co]?], out = [y [B, Co, Ho, Wo]].
 void convForward(const KernelCall& c, const Ctx& ctx, bool hasBias) {
   const TensorView &x = c.in[0], &w = c.in[1];
-  Geometry g = geometryOf(c, x, w);
+  Geometry g = convGeometry(c, x, w);
   int64_t group = g.group(), p = g.plane();
   Carver carve(ctx, Carver::aligned(g.ckk() * group * p) + Carver::aligned(g.co * group * p));
   float *col = carve.take(g.ckk() * group * p), *tmp = carve.take(g.co * group * p);
@@ -144,7 +128,7 @@ void convForward(const KernelCall& c, const Ctx& ctx, bool hasBias) {
 // in = [dy, x, W, b?, y], out = [dx, dW, db?].
 void convBackward(const KernelCall& c, const Ctx& ctx, bool hasBias) {
   const TensorView &dyv = c.in[0], &x = c.in[1], &w = c.in[2];
-  Geometry g = geometryOf(c, x, w);
+  Geometry g = convGeometry(c, x, w);
   GradOut dx = gradOut(c, 0), dw = gradOut(c, 1), db = hasBias ? gradOut(c, 2) : GradOut{};
   const float* dy = dyv.f32();
   if (db) {

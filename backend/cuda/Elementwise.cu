@@ -6,6 +6,7 @@
 //
 // Shape legend: A, I, M, J, N the dims of a transpose ([A, I, M, J, N] -> [A, J, M, I, N]);
 // for a reduction, `keep` dims survive in the operand and `red` dims are summed away.
+#include "backend/KernelShapes.h"
 #include "backend/cuda/Common.cuh"
 #include "support/Assert.h"
 
@@ -20,16 +21,6 @@ enum class BinOp { Add, Sub, Mul };
 
 constexpr int kMaxDims = 8;     // loop-nest dims after merging
 constexpr int64_t kChunk = 256; // reduced elements one thread sums before the chunks are added
-constexpr int64_t kAlign = 256; // scratch carving
-
-int64_t alignUp(int64_t bytes) {
-  return (bytes + kAlign - 1) / kAlign * kAlign;
-}
-
-__device__ inline void put(const GradOut& dst, int64_t i, float v) {
-  dst.p[i] = dst.acc ? dst.p[i] + v : v;
-}
-
 // out = a op b as a loop nest: output dims and each operand's element strides (0 where it
 // broadcasts), adjacent dims merged where both operands allow (the CPU's makeNest).
 struct Nest {
@@ -37,46 +28,18 @@ struct Nest {
   int64_t dims[kMaxDims], sa[kMaxDims], sb[kMaxDims];
 };
 
-std::vector<int64_t> padTo(const std::vector<int64_t>& s, size_t rank) {
-  std::vector<int64_t> p(rank - s.size(), 1);
-  p.insert(p.end(), s.begin(), s.end());
-  return p;
-}
-
-std::vector<int64_t> stridesOf(const std::vector<int64_t>& s, const std::vector<int64_t>& out) {
-  std::vector<int64_t> st(s.size());
-  int64_t acc = 1;
-  for (size_t i = s.size(); i-- > 0;) {
-    st[i] = (s[i] == 1 && out[i] != 1) ? 0 : acc;
-    acc *= s[i];
-  }
-  return st;
-}
-
+// The shared loop nest (KernelShapes.h) in a fixed-size form a kernel takes by value.
 Nest makeNest(const std::vector<int64_t>& out, const std::vector<int64_t>& a,
               const std::vector<int64_t>& b) {
-  auto pa = padTo(a, out.size()), pb = padTo(b, out.size());
-  auto sa = stridesOf(pa, out), sb = stridesOf(pb, out);
+  BroadcastNest shared = broadcastNest(out, a, b);
+  if (shared.dims.size() > kMaxDims)
+    throw std::runtime_error("elementwise op: more than 8 dims after merging on the GPU");
   Nest n;
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (out[i] == 1) continue;
-    int last = n.rank - 1;
-    if (n.rank > 0 && n.sa[last] == sa[i] * out[i] && n.sb[last] == sb[i] * out[i]) {
-      n.dims[last] *= out[i];
-      n.sa[last] = sa[i];
-      n.sb[last] = sb[i];
-      continue;
-    }
-    if (n.rank == kMaxDims)
-      throw std::runtime_error("elementwise op: more than 8 dims after merging on the GPU");
-    n.dims[n.rank] = out[i];
-    n.sa[n.rank] = sa[i];
-    n.sb[n.rank] = sb[i];
-    ++n.rank;
-  }
-  if (n.rank == 0) {
-    n.rank = 1;
-    n.dims[0] = n.sa[0] = n.sb[0] = 1;
+  n.rank = static_cast<int>(shared.dims.size());
+  for (int i = 0; i < n.rank; ++i) {
+    n.dims[i] = shared.dims[i];
+    n.sa[i] = shared.sa[i];
+    n.sb[i] = shared.sb[i];
   }
   return n;
 }
@@ -86,11 +49,6 @@ int64_t numelOf(const std::vector<int64_t>& shape) {
   for (int64_t d : shape)
     p *= d;
   return p;
-}
-
-bool sameShape(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
-  size_t rank = std::max(a.size(), b.size());
-  return padTo(a, rank) == padTo(b, rank);
 }
 
 template <class T> __device__ inline T apply(BinOp op, T x, T y) {
@@ -184,7 +142,7 @@ __global__ void reduceChunksKernel(const float* src, Reduction r, float alpha, G
     float s = 0;
     for (int64_t q = ch * kChunk; q < q1; ++q)
       s += src[base + offsetOf(q, r.red, r.redStride, r.nRed)];
-    put(out, t, alpha * s);
+    out.put(t, alpha * s);
   }
 }
 
@@ -195,7 +153,7 @@ __global__ void sumChunksKernel(const float* part, int64_t chunks, int64_t outN,
     float s = 0;
     for (int64_t ch = 0; ch < chunks; ++ch)
       s += part[ch * outN + j];
-    put(dst, j, alpha * s);
+    dst.put(j, alpha * s);
   }
 }
 
@@ -286,7 +244,7 @@ void binary(const KernelCall& c, const Ctx& ctx, BinOp op) {
 
 __global__ void scaleKernel(float f, const float* src, GradOut dst, int64_t n) {
   EPL_GRID_STRIDE(i, n) {
-    put(dst, i, f * src[i]);
+    dst.put(i, f * src[i]);
   }
 }
 

@@ -19,12 +19,6 @@ namespace epl::backend::cuda {
 
 namespace {
 
-constexpr int64_t kAlign = 256; // scratch carving
-
-int64_t alignUp(int64_t bytes) {
-  return (bytes + kAlign - 1) / kAlign * kAlign;
-}
-
 // A token id outside the table is a broken invariant (the trainer checks the data against
 // `vocab` before it runs); the CPU aborts, the GPU traps and the next synchronize reports it.
 __device__ inline int64_t checkedToken(int32_t t, int64_t v) {

@@ -9,6 +9,7 @@
 //   - deterministic: no floating-point atomics, so a run and its resume give the same bits;
 //   - no host synchronisation, no allocation: scratch memory comes from ctx.scratch.
 #pragma once
+#include "backend/KernelShapes.h"
 #include "backend/Device.h"
 #include "backend/KernelArgs.h"
 
@@ -72,8 +73,6 @@ void sigmoid(const KernelCall& c, const Ctx& ctx);
 void softmax(const KernelCall& c, const Ctx& ctx);
 void dropout(const KernelCall& c, const Ctx& ctx);
 // Activation forms used by mlp and moe: "gelu" (tanh form), "relu", "silu".
-enum class Act { Gelu, Relu, Silu };
-Act parseAct(const std::string& word);
 void actForward(const Ctx& ctx, Act a, const float* x, float* y, int64_t n);
 // g *= act'(x), n elements (g holds dL/dy on entry, dL/dx on exit).
 void actBackwardInPlace(const Ctx& ctx, Act a, const float* x, float* g, int64_t n);

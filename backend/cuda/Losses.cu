@@ -13,20 +13,6 @@ namespace epl::backend::cuda {
 
 namespace {
 
-// Blocks of the first pass of a reduction over n elements: from n alone, so the order of the
-// additions does not depend on the GPU.
-unsigned reductionParts(int64_t n) {
-  return static_cast<unsigned>(
-      std::clamp<int64_t>((n + 16 * kThreads - 1) / (16 * kThreads), 1, 1024));
-}
-
-struct Sum {
-  template <typename T> __device__ T operator()(T a, T b) const { return a + b; }
-};
-struct Max {
-  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
-};
-
 // Combines one value per thread of a kThreads block in a fixed tree order; every thread gets
 // the result.
 template <typename T, typename Op> __device__ T blockReduce(T v, Op op) {
@@ -51,10 +37,6 @@ __device__ int32_t checkedTarget(const int32_t* t, int64_t r, int64_t v) {
     __trap();
   }
   return k;
-}
-
-__device__ void put(const GradOut& g, int64_t i, float v) {
-  g.p[i] = g.acc ? g.p[i] + v : v;
 }
 
 // *out = (sum of part[0, parts)) / divisor, one block of kThreads.
@@ -120,8 +102,8 @@ __global__ void squaredErrorGrad(const float* dloss, const float* p, const float
   float g = 2.f * dloss[0] / static_cast<float>(n);
   EPL_GRID_STRIDE(i, n) {
     float d = g * (p[i] - t[i]);
-    if (dp.p) put(dp, i, d);
-    if (dt.p) put(dt, i, -d);
+    if (dp.p) dp.put(i, d);
+    if (dt.p) dt.put(i, -d);
   }
 }
 

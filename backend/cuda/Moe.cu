@@ -23,16 +23,13 @@
 //
 // Shape legend: N tokens (every dim of x but the last), D width, E experts, F expert hidden
 // width, S top-k slots, W the width of the rows a helper moves (D or F).
+#include "backend/KernelShapes.h"
 #include "backend/cuda/Common.cuh"
 #include "support/Assert.h"
 
 namespace epl::backend::cuda {
 
 namespace {
-
-struct MoeDims {
-  int64_t n, d, e, f, k;
-};
 
 struct Params {
   const float *wr, *w1, *b1, *w2, *b2;
@@ -334,10 +331,7 @@ void moe(const KernelCall& c, const Ctx& ctx) {
     expectArity(c, 6, 3);
   else
     expectArity(c, 10, 6);
-  const TensorView& x = c.in[c.backward ? 1 : 0];
-  MoeDims m{rowsOf(x), lastDim(x), attrInt(c, "experts"), attrInt(c, "hidden"),
-            attrInt(c, "top_k")};
-  EPL_ASSERT(m.k >= 1 && m.k <= m.e, "moe top_k must be in [1, experts]");
+  MoeDims m = moeDims(c);
   int base = c.backward ? 2 : 1;
   Params p{c.in[base].f32(), c.in[base + 1].f32(), c.in[base + 2].f32(), c.in[base + 3].f32(),
            c.in[base + 4].f32()};

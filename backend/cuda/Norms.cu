@@ -13,10 +13,6 @@ namespace {
 
 constexpr int64_t kBlockRows = 32;
 
-__device__ inline void put(const GradOut& dst, int64_t i, float v) {
-  dst.p[i] = dst.acc ? dst.p[i] + v : v;
-}
-
 // The sum of v over the block, returned to every thread. blockDim.x is a multiple of 32; the
 // butterfly and the tree add in an order fixed by the block size.
 __device__ float warpSum(float v) {
@@ -82,7 +78,7 @@ __global__ void layerNormGradKernel(const float* dy, const float* x, const float
     float mg = blockSum(sg) / fd, mgx = blockSum(sgx) / fd;
     EPL_COLS(j, d) {
       float xh = (xr[j] - m) * rs;
-      put(dx, r * d + j, rs * (gr[j] * w[j] - mg - xh * mgx));
+      dx.put(r * d + j, rs * (gr[j] * w[j] - mg - xh * mgx));
     }
   }
 }
@@ -110,7 +106,7 @@ __global__ void rmsNormGradKernel(const float* dy, const float* x, const float* 
     float rs = rstd[r], sgx = 0;
     EPL_COLS(j, d) sgx += gr[j] * w[j] * (xr[j] * rs);
     float mgx = blockSum(sgx) / fd;
-    EPL_COLS(j, d) put(dx, r * d + j, rs * (gr[j] * w[j] - xr[j] * rs * mgx));
+    EPL_COLS(j, d) dx.put(r * d + j, rs * (gr[j] * w[j] - xr[j] * rs * mgx));
   }
 }
 
@@ -141,7 +137,7 @@ __global__ void sumBlocksKernel(const float* part, int64_t blocks, int k, int64_
     float s = 0;
     for (int64_t p = 0; p < blocks; ++p)
       s += part[(p * 2 + k) * d + j];
-    put(out, j, s);
+    out.put(j, s);
   }
 }
 

@@ -80,13 +80,6 @@ void adam(const OptimizerCall& c, const Ctx& ctx, int64_t n, bool decoupled) {
   checkLaunch(decoupled ? "adamw step" : "adam step");
 }
 
-// Blocks of the first pass of a reduction over n elements: from n alone, so the order of the
-// additions does not depend on the GPU.
-unsigned reductionParts(int64_t n) {
-  return static_cast<unsigned>(
-      std::clamp<int64_t>((n + 16 * kThreads - 1) / (16 * kThreads), 1, 1024));
-}
-
 // Sums one double per thread of a kThreads block in a fixed tree order; thread 0 gets it.
 __device__ double blockSum(double v) {
   __shared__ double part[kThreads];

@@ -6,6 +6,7 @@
 //
 // Shape legend: B batch, C channels, H, W input height and width, K window, Ho, Wo output
 // height and width.
+#include "backend/KernelShapes.h"
 #include "backend/cuda/Common.cuh"
 #include "support/Assert.h"
 
@@ -13,18 +14,7 @@ namespace epl::backend::cuda {
 
 namespace {
 
-struct Window {
-  int64_t planes, h, w, k, stride, ho, wo;
-};
-
-Window windowOf(const KernelCall& c, const TensorView& x) {
-  EPL_ASSERT(x.shape.size() == 4, "pooling takes [B, C, H, W]");
-  Window g{x.shape[0] * x.shape[1], x.shape[2], x.shape[3], attrInt(c, "kernel"), 0, 0, 0};
-  g.stride = attrInt(c, "stride") == 0 ? g.k : attrInt(c, "stride");
-  g.ho = (g.h - g.k) / g.stride + 1;
-  g.wo = (g.w - g.k) / g.stride + 1;
-  return g;
-}
+using Window = PoolWindow;
 
 // The outputs [lo, hi] along one axis whose windows cover input position `at`.
 struct Span {
@@ -106,7 +96,7 @@ float inverseArea(const Window& g) {
 void maxPool(const KernelCall& c, const Ctx& ctx) {
   if (!c.backward) {
     expectArity(c, 1, 2);
-    Window g = windowOf(c, c.in[0]);
+    Window g = poolWindow(c, c.in[0]);
     maxForward<<<blocksFor(g.planes * g.ho * g.wo), kThreads, 0, ctx.stream>>>(
         g, c.in[0].f32(), c.out[0].f32(), c.out[1].i32());
     return checkLaunch("max_pool forward");
@@ -114,7 +104,7 @@ void maxPool(const KernelCall& c, const Ctx& ctx) {
   expectArity(c, 4, 1);
   GradOut dx = gradOut(c, 0);
   if (!dx) return;
-  Window g = windowOf(c, c.in[1]);
+  Window g = poolWindow(c, c.in[1]);
   maxBackward<<<blocksFor(g.planes * g.h * g.w), kThreads, 0, ctx.stream>>>(g, c.in[0].f32(),
                                                                             c.in[3].i32(), dx);
   checkLaunch("max_pool backward");
@@ -124,7 +114,7 @@ void maxPool(const KernelCall& c, const Ctx& ctx) {
 void avgPool(const KernelCall& c, const Ctx& ctx) {
   if (!c.backward) {
     expectArity(c, 1, 1);
-    Window g = windowOf(c, c.in[0]);
+    Window g = poolWindow(c, c.in[0]);
     avgForward<<<blocksFor(g.planes * g.ho * g.wo), kThreads, 0, ctx.stream>>>(
         g, c.in[0].f32(), c.out[0].f32(), inverseArea(g));
     return checkLaunch("avg_pool forward");
@@ -132,7 +122,7 @@ void avgPool(const KernelCall& c, const Ctx& ctx) {
   expectArity(c, 3, 1);
   GradOut dx = gradOut(c, 0);
   if (!dx) return;
-  Window g = windowOf(c, c.in[1]);
+  Window g = poolWindow(c, c.in[1]);
   avgBackward<<<blocksFor(g.planes * g.h * g.w), kThreads, 0, ctx.stream>>>(g, c.in[0].f32(), dx,
                                                                             inverseArea(g));
   checkLaunch("avg_pool backward");

@@ -1,0 +1,101 @@
+// The geometry of a kernel call (KernelShapes.h).
+#include "backend/KernelShapes.h"
+
+#include "support/Assert.h"
+
+#include <cmath>
+
+namespace epl::backend {
+
+AttentionDims attentionDims(const KernelCall& c, const TensorView& x) {
+  EPL_ASSERT(x.shape.size() == 3, "attention input must be [B, T, D]");
+  AttentionDims s{x.shape[0], x.shape[1], x.shape[2], attrInt(c, "heads"), 0, 0.f,
+                  attrBool(c, "causal")};
+  EPL_ASSERT(s.h > 0 && s.d % s.h == 0, "attention heads must divide the width");
+  s.e = s.d / s.h;
+  s.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.e)));
+  return s;
+}
+
+PoolWindow poolWindow(const KernelCall& c, const TensorView& x) {
+  EPL_ASSERT(x.shape.size() == 4, "pooling takes [B, C, H, W]");
+  PoolWindow g{x.shape[0] * x.shape[1], x.shape[2], x.shape[3], attrInt(c, "kernel"), 0, 0, 0};
+  g.stride = attrInt(c, "stride") == 0 ? g.k : attrInt(c, "stride");
+  g.ho = (g.h - g.k) / g.stride + 1;
+  g.wo = (g.w - g.k) / g.stride + 1;
+  return g;
+}
+
+ConvGeometry convGeometry(const KernelCall& c, const TensorView& x, const TensorView& w) {
+  EPL_ASSERT(x.shape.size() == 4 && w.shape.size() == 4, "conv2d takes [B, C, H, W]");
+  ConvGeometry g{x.shape[0], x.shape[1], x.shape[2],           x.shape[3],
+                 w.shape[0], w.shape[2], attrInt(c, "stride"), attrInt(c, "padding"),
+                 0,          0};
+  g.ho = (g.h + 2 * g.pad - g.k) / g.stride + 1;
+  g.wo = (g.w + 2 * g.pad - g.k) / g.stride + 1;
+  return g;
+}
+
+MoeDims moeDims(const KernelCall& c) {
+  const TensorView& x = c.in[c.backward ? 1 : 0];
+  MoeDims m{rowsOf(x), lastDim(x), attrInt(c, "experts"), attrInt(c, "hidden"),
+            attrInt(c, "top_k")};
+  EPL_ASSERT(m.k >= 1 && m.k <= m.e, "moe top_k must be in [1, experts]");
+  return m;
+}
+
+Act parseAct(const std::string& word) {
+  if (word == "gelu") return Act::Gelu;
+  if (word == "relu") return Act::Relu;
+  EPL_ASSERT(word == "silu", "unknown activation");
+  return Act::Silu;
+}
+
+namespace {
+
+std::vector<int64_t> padTo(const std::vector<int64_t>& s, size_t rank) {
+  std::vector<int64_t> p(rank - s.size(), 1);
+  p.insert(p.end(), s.begin(), s.end());
+  return p;
+}
+
+std::vector<int64_t> stridesOf(const std::vector<int64_t>& s, const std::vector<int64_t>& out) {
+  std::vector<int64_t> st(s.size());
+  int64_t acc = 1;
+  for (size_t i = s.size(); i-- > 0;) {
+    st[i] = (s[i] == 1 && out[i] != 1) ? 0 : acc;
+    acc *= s[i];
+  }
+  return st;
+}
+
+} // namespace
+
+BroadcastNest broadcastNest(const std::vector<int64_t>& out, const std::vector<int64_t>& a,
+                            const std::vector<int64_t>& b) {
+  auto pa = padTo(a, out.size()), pb = padTo(b, out.size());
+  auto sa = stridesOf(pa, out), sb = stridesOf(pb, out);
+  BroadcastNest n;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == 1) continue;
+    bool merge = !n.dims.empty() && n.sa.back() == sa[i] * out[i] && n.sb.back() == sb[i] * out[i];
+    if (merge) {
+      n.dims.back() *= out[i];
+      n.sa.back() = sa[i];
+      n.sb.back() = sb[i];
+    } else {
+      n.dims.push_back(out[i]);
+      n.sa.push_back(sa[i]);
+      n.sb.push_back(sb[i]);
+    }
+  }
+  if (n.dims.empty()) n = BroadcastNest{{1}, {1}, {1}};
+  return n;
+}
+
+bool sameShape(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  size_t rank = std::max(a.size(), b.size());
+  return padTo(a, rank) == padTo(b, rank);
+}
+
+} // namespace epl::backend

@@ -1,0 +1,63 @@
+// The geometry of a kernel call, read the same way by every device: attention's heads,
+// pooling windows, convolution and MoE sizes, the activation forms, and the broadcast of a
+// binary op's operands. The CPU and CUDA kernels of a family take their sizes from here,
+// so the two cannot come to read a call differently.
+#pragma once
+#include "backend/HostDevice.h"
+#include "backend/KernelArgs.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace epl::backend {
+
+// attention: x [B, T, D] with H heads of width E = D / H.
+struct AttentionDims {
+  int64_t b, t, d, h, e;
+  float scale; // 1 / sqrt(E)
+  bool causal;
+};
+AttentionDims attentionDims(const KernelCall& c, const TensorView& x);
+
+// max_pool, avg_pool over x [B, C, H, W]: `planes` = B C planes of H x W, windows of k x k
+// every `stride`, Ho x Wo of them.
+struct PoolWindow {
+  int64_t planes, h, w, k, stride, ho, wo;
+};
+PoolWindow poolWindow(const KernelCall& c, const TensorView& x);
+
+// conv2d of x [B, C, H, W] with w [Co, C, K, K]: output [B, Co, Ho, Wo]. Images go through
+// im2col in groups of group() images, at most kColBudget floats of columns a group.
+struct ConvGeometry {
+  static constexpr int64_t kColBudget = int64_t{1} << 22; // 16 MiB of im2col a group
+  int64_t b, c, h, w, co, k, stride, pad, ho, wo;
+  EPL_HOST_DEVICE int64_t plane() const { return ho * wo; }
+  EPL_HOST_DEVICE int64_t ckk() const { return c * k * k; }
+  int64_t group() const { return std::clamp<int64_t>(kColBudget / (ckk() * plane()), 1, b); }
+};
+ConvGeometry convGeometry(const KernelCall& c, const TensorView& x, const TensorView& w);
+
+// moe: N tokens of width D, E experts of hidden width F, each token to its top K.
+struct MoeDims {
+  int64_t n, d, e, f, k;
+};
+MoeDims moeDims(const KernelCall& c);
+
+// The activation forms of mlp and moe: "gelu" (tanh form), "relu", "silu".
+enum class Act { Gelu, Relu, Silu };
+Act parseAct(const std::string& word);
+
+// A binary op's operands a and b broadcast to `out`: the output's dims with size-1 dims
+// dropped and neighbours merged while both operands stay contiguous across them, and each
+// operand's stride per merged dim (0 where it is broadcast).
+struct BroadcastNest {
+  std::vector<int64_t> dims, sa, sb;
+};
+BroadcastNest broadcastNest(const std::vector<int64_t>& out, const std::vector<int64_t>& a,
+                            const std::vector<int64_t>& b);
+// Whether a and b are one shape once the shorter is padded with leading 1s.
+bool sameShape(const std::vector<int64_t>& a, const std::vector<int64_t>& b);
+
+} // namespace epl::backend

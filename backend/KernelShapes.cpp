@@ -44,6 +44,23 @@ MoeDims moeDims(const KernelCall& c) {
   return m;
 }
 
+TransposeDims transposeDims(const KernelCall& c, const TensorView& src) {
+  int64_t rank = static_cast<int64_t>(src.shape.size());
+  int64_t d0 = attrInt(c, "dim0"), d1 = attrInt(c, "dim1");
+  d0 = d0 < 0 ? d0 + rank : d0;
+  d1 = d1 < 0 ? d1 + rank : d1;
+  if (d0 > d1) std::swap(d0, d1);
+  auto prod = [&](int64_t from, int64_t to) {
+    int64_t p = 1;
+    for (int64_t i = from; i < to; ++i)
+      p *= src.shape[i];
+    return p;
+  };
+  if (d0 == d1) return TransposeDims{prod(0, rank), 1, 1, 1, 1, true};
+  return TransposeDims{prod(0, d0), src.shape[d0], prod(d0 + 1, d1), src.shape[d1],
+                       prod(d1 + 1, rank), false};
+}
+
 Act parseAct(const std::string& word) {
   if (word == "gelu") return Act::Gelu;
   if (word == "relu") return Act::Relu;

@@ -49,6 +49,14 @@ MoeDims moeDims(const KernelCall& c);
 enum class Act { Gelu, Relu, Silu };
 Act parseAct(const std::string& word);
 
+// transpose of dims dim0 and dim1 of src: [A, I, M, J, N] -> [A, J, M, I, N]; `same` when
+// the two dims are one (the transpose is a copy).
+struct TransposeDims {
+  int64_t a, i, m, j, n;
+  bool same;
+};
+TransposeDims transposeDims(const KernelCall& c, const TensorView& src);
+
 // A binary op's operands a and b broadcast to `out`: the output's dims with size-1 dims
 // dropped and neighbours merged while both operands stay contiguous across them, and each
 // operand's stride per merged dim (0 where it is broadcast).

@@ -223,28 +223,16 @@ void reshape(const KernelCall& c) {
 void transpose(const KernelCall& c) {
   expectArity(c, c.backward ? 3 : 1, 1);
   const TensorView& src = c.in[0]; // x forward, dy (already in the output's shape) backward
-  int64_t rank = static_cast<int64_t>(src.shape.size());
-  int64_t d0 = attrInt(c, "dim0"), d1 = attrInt(c, "dim1");
-  d0 = d0 < 0 ? d0 + rank : d0;
-  d1 = d1 < 0 ? d1 + rank : d1;
-  if (d0 > d1) std::swap(d0, d1);
-  auto prod = [&](int64_t from, int64_t to) {
-    int64_t p = 1;
-    for (int64_t i = from; i < to; ++i)
-      p *= src.shape[i];
-    return p;
-  };
+  TransposeDims t = transposeDims(c, src);
   if (!c.backward && src.dtype == ir::DType::I32) { // integer ids move as they are
-    if (d0 == d1) return (void)std::memcpy(c.out[0].data, src.data, src.bytes());
-    return transposeCopy(src.i32(), c.out[0].i32(), prod(0, d0), src.shape[d0], prod(d0 + 1, d1),
-                         src.shape[d1], prod(d1 + 1, rank), false);
+    if (t.same) return (void)std::memcpy(c.out[0].data, src.data, src.bytes());
+    return transposeCopy(src.i32(), c.out[0].i32(), t.a, t.i, t.m, t.j, t.n, false);
   }
   GradOut dst = c.backward ? gradOut(c, 0) : GradOut{c.out[0].f32(), false};
   if (!dst) return;
   EPL_ASSERT(src.dtype == ir::DType::F32, "transpose takes f32 or i32");
-  if (d0 == d1) return writeOrAdd(dst, src.f32(), src.numel());
-  transposeCopy(src.f32(), dst.p, prod(0, d0), src.shape[d0], prod(d0 + 1, d1), src.shape[d1],
-                prod(d1 + 1, rank), dst.acc);
+  if (t.same) return writeOrAdd(dst, src.f32(), src.numel());
+  transposeCopy(src.f32(), dst.p, t.a, t.i, t.m, t.j, t.n, dst.acc);
 }
 
 } // namespace epl::backend::cpu

@@ -254,10 +254,6 @@ __global__ void addIntoKernel(float* dst, const float* src, int64_t n) {
   }
 }
 
-struct TransposeDims {
-  int64_t a, i, m, j, n;
-};
-
 // out[a, j, m, i, n] (+)= in[a, i, m, j, n]; `acc` only for float gradients.
 template <class T>
 __global__ void transposeKernel(const T* in, T* out, TransposeDims s, bool acc, int64_t total) {
@@ -321,28 +317,15 @@ void reshape(const KernelCall& c, const Ctx& ctx) {
 void transpose(const KernelCall& c, const Ctx& ctx) {
   expectArity(c, c.backward ? 3 : 1, 1);
   const TensorView& src = c.in[0]; // x forward, dy (already in the output's shape) backward
-  int64_t rank = static_cast<int64_t>(src.shape.size());
-  int64_t d0 = attrInt(c, "dim0"), d1 = attrInt(c, "dim1");
-  d0 = d0 < 0 ? d0 + rank : d0;
-  d1 = d1 < 0 ? d1 + rank : d1;
-  if (d0 > d1) std::swap(d0, d1);
-  auto prod = [&](int64_t from, int64_t to) {
-    int64_t p = 1;
-    for (int64_t i = from; i < to; ++i)
-      p *= src.shape[i];
-    return p;
-  };
-  TransposeDims dims{};
-  if (d0 != d1)
-    dims = {prod(0, d0), src.shape[d0], prod(d0 + 1, d1), src.shape[d1], prod(d1 + 1, rank)};
+  TransposeDims dims = transposeDims(c, src);
   if (!c.backward && src.dtype == ir::DType::I32) { // integer ids move as they are
-    if (d0 == d1) return copyAsync(ctx, c.out[0].data, src.data, src.bytes(), "transpose");
+    if (dims.same) return copyAsync(ctx, c.out[0].data, src.data, src.bytes(), "transpose");
     return transposeCopy(ctx, src.i32(), c.out[0].i32(), dims, false);
   }
   GradOut dst = c.backward ? gradOut(c, 0) : GradOut{c.out[0].f32(), false};
   if (!dst) return;
   EPL_ASSERT(src.dtype == ir::DType::F32, "transpose takes f32 or i32");
-  if (d0 == d1) return writeOrAdd(ctx, dst, src.f32(), src.numel());
+  if (dims.same) return writeOrAdd(ctx, dst, src.f32(), src.numel());
   transposeCopy(ctx, src.f32(), dst.p, dims, dst.acc);
 }
 

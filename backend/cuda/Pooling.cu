@@ -42,22 +42,6 @@ __global__ void maxForward(Window g, const float* x, float* y, int32_t* arg) {
   }
 }
 
-// dx (+)= the dy of each output whose argmax is this element, outputs in ascending order.
-__global__ void maxBackward(Window g, const float* dy, const int32_t* arg, GradOut dx) {
-  EPL_GRID_STRIDE(e, g.planes * g.h * g.w) {
-    int64_t pl = e / (g.h * g.w), at = e % (g.h * g.w);
-    Span rows = covering(at / g.w, g.k, g.stride, g.ho),
-         cols = covering(at % g.w, g.k, g.stride, g.wo);
-    float v = dx.acc ? dx.p[e] : 0.f;
-    for (int64_t oh = rows.lo; oh <= rows.hi; ++oh)
-      for (int64_t ow = cols.lo; ow <= cols.hi; ++ow) {
-        int64_t o = (pl * g.ho + oh) * g.wo + ow;
-        if (arg[o] == at) v += dy[o];
-      }
-    dx.p[e] = v;
-  }
-}
-
 // y = the window's sum, in row-major order, times 1/K^2.
 __global__ void avgForward(Window g, const float* x, float* y, float inv) {
   EPL_GRID_STRIDE(o, g.planes * g.ho * g.wo) {
@@ -71,16 +55,36 @@ __global__ void avgForward(Window g, const float* x, float* y, float inv) {
   }
 }
 
-// dx (+)= dy / K^2 of each output whose window covers this element, in ascending order.
-__global__ void avgBackward(Window g, const float* dy, GradOut dx, float inv) {
+// What output o of a max_pool gives back to plane element `at`: its dy when `at` was its
+// argmax.
+struct MaxShare {
+  const float* dy;
+  const int32_t* arg;
+  __device__ bool gives(int64_t o, int64_t at) const { return arg[o] == at; }
+  __device__ float value(int64_t o) const { return dy[o]; }
+};
+
+// What output o of an avg_pool gives back to every element of its window: dy / K^2.
+struct AvgShare {
+  const float* dy;
+  float inv;
+  __device__ bool gives(int64_t, int64_t) const { return true; }
+  __device__ float value(int64_t o) const { return dy[o] * inv; }
+};
+
+// dx (+)= what each output whose window covers this element gives it, outputs in
+// ascending order (the CPU's order): one writer per element, no atomics.
+template <class Share> __global__ void poolBackward(Window g, Share share, GradOut dx) {
   EPL_GRID_STRIDE(e, g.planes * g.h * g.w) {
     int64_t pl = e / (g.h * g.w), at = e % (g.h * g.w);
     Span rows = covering(at / g.w, g.k, g.stride, g.ho),
          cols = covering(at % g.w, g.k, g.stride, g.wo);
     float v = dx.acc ? dx.p[e] : 0.f;
     for (int64_t oh = rows.lo; oh <= rows.hi; ++oh)
-      for (int64_t ow = cols.lo; ow <= cols.hi; ++ow)
-        v += dy[(pl * g.ho + oh) * g.wo + ow] * inv;
+      for (int64_t ow = cols.lo; ow <= cols.hi; ++ow) {
+        int64_t o = (pl * g.ho + oh) * g.wo + ow;
+        if (share.gives(o, at)) v += share.value(o);
+      }
     dx.p[e] = v;
   }
 }
@@ -105,8 +109,8 @@ void maxPool(const KernelCall& c, const Ctx& ctx) {
   GradOut dx = gradOut(c, 0);
   if (!dx) return;
   Window g = poolWindow(c, c.in[1]);
-  maxBackward<<<blocksFor(g.planes * g.h * g.w), kThreads, 0, ctx.stream>>>(g, c.in[0].f32(),
-                                                                            c.in[3].i32(), dx);
+  poolBackward<<<blocksFor(g.planes * g.h * g.w), kThreads, 0, ctx.stream>>>(
+      g, MaxShare{c.in[0].f32(), c.in[3].i32()}, dx);
   checkLaunch("max_pool backward");
 }
 
@@ -123,8 +127,8 @@ void avgPool(const KernelCall& c, const Ctx& ctx) {
   GradOut dx = gradOut(c, 0);
   if (!dx) return;
   Window g = poolWindow(c, c.in[1]);
-  avgBackward<<<blocksFor(g.planes * g.h * g.w), kThreads, 0, ctx.stream>>>(g, c.in[0].f32(), dx,
-                                                                            inverseArea(g));
+  poolBackward<<<blocksFor(g.planes * g.h * g.w), kThreads, 0, ctx.stream>>>(
+      g, AvgShare{c.in[0].f32(), inverseArea(g)}, dx);
   checkLaunch("avg_pool backward");
 }
 

@@ -13,17 +13,23 @@ import subprocess
 import sys
 
 
-def run(epl, work, script, np, steps, sets):
-    metrics = os.path.join(work, f"np{np}.jsonl")
+def run(epl, work, script, name, args, steps, sets, skip=None):
+    """`epl run SCRIPT ARGS` for `steps` steps; its output and metrics are saved in work as
+    NAME.out and NAME.jsonl. Returns the loss of every step, the validation losses and what
+    it printed. A failure ends the test, or skips it (exit 77) when skip(stderr) says so."""
+    metrics = os.path.join(work, f"{name}.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)
-    cmd = [epl, "run", script, "-np", str(np), "--steps", str(steps), "--metrics", metrics]
+    cmd = [epl, "run", script, *args, "--steps", str(steps), "--metrics", metrics]
     for s in sets:
         cmd += ["--set", s]
     out = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=600)
-    with open(os.path.join(work, f"np{np}.out"), "w") as f:
+    with open(os.path.join(work, f"{name}.out"), "w") as f:
         f.write(out.stdout + out.stderr)
     if out.returncode != 0:
+        if skip and skip(out.stderr):
+            print(f"skipped: {out.stderr.strip()}")
+            sys.exit(77)
         sys.exit(f"FAIL: {' '.join(cmd)} exited {out.returncode}\n{out.stdout}\n{out.stderr}")
     losses, evals = [], []
     with open(metrics) as f:
@@ -34,8 +40,30 @@ def run(epl, work, script, np, steps, sets):
             else:
                 losses.append(rec["loss"])
     if len(losses) != steps:
-        sys.exit(f"FAIL: -np {np} logged {len(losses)} steps, expected {steps}")
+        sys.exit(f"FAIL: {name} logged {len(losses)} steps, expected {steps}")
     return losses, evals, out.stdout
+
+
+def compare(ref, ref_eval, losses, evals, ref_name, name):
+    """Prints every step's pair and returns the worst relative difference."""
+    worst = 0.0
+    for i, (x, y) in enumerate(zip(ref, losses)):
+        rel = abs(x - y) / max(abs(x), 1e-30)
+        worst = max(worst, rel)
+        print(f"step {i + 1:2}: {ref_name} {x:.9f}  {name} {y:.9f}  rel {rel:.2e}")
+    if len(evals) != len(ref_eval):
+        sys.exit(f"FAIL: {name} ran {len(evals)} evaluations, {ref_name} ran {len(ref_eval)}")
+    for x, y in zip(ref_eval, evals):
+        rel = abs(x - y) / max(abs(x), 1e-30)
+        worst = max(worst, rel)
+        print(f"validation: {ref_name} {x:.9f}  {name} {y:.9f}  rel {rel:.2e}")
+    return worst
+
+
+def require_training(ref):
+    """Equal losses prove nothing if training stood still: the loss must move by 5%."""
+    if abs(ref[0] - ref[-1]) < 0.05 * abs(ref[0]):
+        sys.exit("FAIL: the loss hardly changed; the comparison is not meaningful")
 
 
 def main():
@@ -61,32 +89,21 @@ def main():
         script = os.path.join(a.work, "pinned.epl")
         with open(script, "w") as f:
             f.write(text.replace("replicate {", f"replicate({a.pin}) {{"))
-    ref, ref_eval, _ = run(a.epl, a.work, script, 1, a.steps, a.sets)
+    ref, ref_eval, _ = run(a.epl, a.work, script, "np1", ["-np", "1"], a.steps, a.sets)
     worst = 0.0
     for np in a.np:
         if np == 1:
             continue
-        losses, evals, stdout = run(a.epl, a.work, script, np, a.steps, a.sets)
+        losses, evals, stdout = run(a.epl, a.work, script, f"np{np}", ["-np", str(np)], a.steps,
+                                    a.sets)
         for text in (t.replace("_", " ") for t in a.expect):
             if text not in stdout:
                 sys.exit(f"FAIL: -np {np} did not print {text!r}:\n{stdout}")
-        for i, (x, y) in enumerate(zip(ref, losses)):
-            rel = abs(x - y) / max(abs(x), 1e-30)
-            worst = max(worst, rel)
-            print(f"step {i + 1:2}: np1 {x:.9f}  np{np} {y:.9f}  rel {rel:.2e}")
-        if len(evals) != len(ref_eval):
-            sys.exit(f"FAIL: -np {np} ran {len(evals)} evaluations, -np 1 ran {len(ref_eval)}")
-        for x, y in zip(ref_eval, evals):
-            rel = abs(x - y) / max(abs(x), 1e-30)
-            worst = max(worst, rel)
-            print(f"validation: np1 {x:.9f}  np{np} {y:.9f}  rel {rel:.2e}")
+        worst = max(worst, compare(ref, ref_eval, losses, evals, "np1", f"np{np}"))
     print(f"worst relative difference {worst:.2e} (tolerance {a.tol:g})")
     if worst > a.tol:
         sys.exit("FAIL: the parallel runs differ from -np 1")
-    # Equal losses prove nothing if training stood still: the loss must move by 5%.
-    if abs(ref[0] - ref[-1]) < 0.05 * abs(ref[0]):
-        sys.exit("FAIL: the loss hardly changed; the comparison is not meaningful")
-
+    require_training(ref)
 
 if __name__ == "__main__":
     main()

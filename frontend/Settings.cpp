@@ -290,10 +290,11 @@ void Elaborator::applyPolicy(const ast::SettingsBlock& b, ir::Policy& p) {
   std::map<std::string, Apply> a;
   a["micro_batches"] = [&](const ast::Setting& s) { r.integer(s, 1, 1'000'000, p.microBatches); };
   a["schedule"] = [&](const ast::Setting& s) {
-    if (r.word(s, {"gpipe", "1f1b", "interleaved"}, w))
-      p.schedule = w == "gpipe"  ? ir::Schedule::GPipe
-                   : w == "1f1b" ? ir::Schedule::OneFOneB
-                                 : ir::Schedule::Interleaved;
+    if (r.word(s, {"gpipe", "1f1b", "interleaved", "zb"}, w))
+      p.schedule = w == "gpipe"         ? ir::Schedule::GPipe
+                   : w == "1f1b"        ? ir::Schedule::OneFOneB
+                   : w == "interleaved" ? ir::Schedule::Interleaved
+                                        : ir::Schedule::ZeroBubble;
   };
   a["zero"] = [&](const ast::Setting& s) {
     if (r.integer(s, 0, 3, i)) p.zero = static_cast<ir::ZeroStage>(i);

@@ -10,7 +10,7 @@
 
 namespace epl::ir {
 
-enum class Schedule { GPipe, OneFOneB, Interleaved };
+enum class Schedule { GPipe, OneFOneB, Interleaved, ZeroBubble };
 enum class ZeroStage { None, OptimizerStates, Gradients, Parameters };
 enum class Recompute { None, Auto, Every, Listed };
 enum class Offload { None, Optimizer, Params };

@@ -342,6 +342,7 @@ void printPlan(const Module& m, std::ostream& out) {
     out << "\n";
   }
   printBridges(m, out);
+  printScheduleSection(m, out);
   if (!m.buckets.empty()) {
     int64_t bytes = 0;
     for (const GradBucket& b : m.buckets)

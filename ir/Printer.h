@@ -10,6 +10,9 @@ namespace epl::ir {
 void printModule(const Module& m, std::ostream& out);
 // The plan: mesh, stages with their layers and parameters, bridges, per-rank bytes.
 void printPlan(const Module& m, std::ostream& out);
+// The plan's pipeline-schedule section (ir/SchedulePrinter.cpp), for plans of two or more
+// stages: the schedule's simulated bubble and the activations each stage keeps in flight.
+void printScheduleSection(const Module& m, std::ostream& out);
 // One rank's instruction stream (a training step, then evaluation) and memory plan.
 void printProgram(const Module& m, int rank, std::ostream& out);
 

@@ -26,7 +26,7 @@ bool isWord(const std::string& s) {
   return letter;
 }
 
-// The word values of the policy keys, read from their types ("gpipe | 1f1b | interleaved").
+// The word values of the policy keys, read from their types ("gpipe | 1f1b | interleaved | zb").
 std::set<std::string> policyWords() {
   std::set<std::string> out;
   for (const auto& k : frontend::policyKeys()) {

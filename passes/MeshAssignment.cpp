@@ -13,6 +13,7 @@
 #include "passes/Passes.h"
 
 #include "ir/GradRules.h"
+#include "ir/PipelineSchedule.h"
 #include "support/Checked.h"
 
 #include <climits>
@@ -143,15 +144,25 @@ private:
     }
   }
 
+  // The schedule's own requirements (ir/PipelineSchedule.h), reported at the `schedule` key;
+  // the default schedule, 1f1b, orders any pipeline.
   void checkSchedule(ir::Module& m, PassContext& ctx) {
     const ir::Policy& pol = m.policy;
-    if (pol.schedule == ir::Schedule::Interleaved && m.mesh.stages.size() < 2 &&
-        pol.keyLocs.count("schedule"))
-      ctx.diags
-          .error(pol.keyLocs.at("schedule"),
-                 "`schedule = interleaved` needs at least two pipeline stages")
+    if (pol.schedule != ir::Schedule::Interleaved || !pol.keyLocs.count("schedule")) return;
+    SourceLoc at = pol.keyLocs.at("schedule");
+    int p = static_cast<int>(m.mesh.stages.size()), mb = static_cast<int>(pol.microBatches);
+    if (p < 2) {
+      ctx.diags.error(at, "`schedule = interleaved` needs at least two pipeline stages")
           .length(8)
           .help("use `gpipe` or `1f1b`, or split the model into `replicate { … }` stages");
+      return;
+    }
+    std::string why = ir::scheduleRequirement(pol.schedule, {p, mb, 1});
+    if (!why.empty())
+      ctx.diags.error(at, fmt::format("`schedule = interleaved` {}", why))
+          .length(8)
+          .note("interleaved 1F1B runs the micro-batches in rounds of one per stage")
+          .help(fmt::format("use `micro_batches = {}`, or `1f1b` or `zb`", (mb / p + 1) * p));
   }
 
   void bindBatch(ir::Module& m, PassContext& ctx) {

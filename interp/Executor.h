@@ -51,8 +51,12 @@ public:
   // Where micro-batch `micro` of this rank starts in the step's global batch: micro-batch
   // j of the step is the same samples at any -np, cut into one slice per rank.
   int64_t firstSample(int micro) const {
-    return (static_cast<int64_t>(micro) * m_.reduceRanks + comm_.rank()) * localBatch_;
+    return (static_cast<int64_t>(micro) * m_.reduceRanks + program_.dataRank) * localBatch_;
   }
+  // Where this rank's evaluation slices start: its index among the data-parallel ranks.
+  int dataRank() const { return program_.dataRank; }
+  // Whether this rank computes the loss (a pipeline's other stages do not).
+  bool holdsLoss() const { return program_.lossRank == comm_.rank(); }
   // Buffers Load copies from: one per micro-batch, sized for the rank's micro-batch.
   HostBatch& staging(int micro) { return staging_[micro]; }
   bool readsNextTokens() const { return !nextOps_.empty(); }
@@ -66,6 +70,9 @@ public:
   int64_t paramElements(int p) const { return paramElems_[p]; }
   // Copies `root`'s parameters and optimizer states to every rank.
   void broadcastState(int root);
+  // A pipeline: each rank sends the parameters and optimizer states of its own stage to
+  // every other rank, so that every rank (rank 0 writes checkpoints) holds the whole model.
+  void gatherStages();
 
   // One optimizer step over every micro-batch's staging buffers. `step` is 0-based.
   StepResult runStep(int64_t step, float lr, uint64_t seed);
@@ -78,18 +85,31 @@ public:
   int64_t arenaBytes() const { return program_.arenaBytes; }
 
 private:
-  struct Slot {
+  struct Bound {
     backend::KernelCall call; // views bound to this rank's buffers
+  };
+  // A pipeline's receive: where its buffer sits in recvMem_, and the transfer in flight.
+  struct Receive {
+    int64_t offset = -1;
+    backend::Request request;
   };
   void allocateBuffers();
   void releaseBuffers();
-  backend::TensorView view(int tensor) const;
+  int slotOf(int micro) const { return micro % program_.slots; }
+  backend::TensorView view(int tensor, int slot = 0) const;
   backend::TensorView shapeOnly(int tensor) const;
   backend::TensorView paramView(int p) const;
   backend::TensorView stateView(int p, int k) const;
   void bindCalls();
+  void bindCall(int op, int slot);
   void load(int micro);
   void run(const ir::Instr& in, size_t index, int64_t step, uint64_t seed, bool training);
+  void placeReceives(const std::vector<ir::Instr>& list, std::vector<Receive>& out,
+                     int64_t& offset);
+  void postReceives(const std::vector<ir::Instr>& list, std::vector<Receive>& receives);
+  void send(const ir::Instr& in, size_t index, int64_t step);
+  void receive(const ir::Instr& in, size_t index, int64_t step, Receive& r);
+  void gradNorm(const ir::Op& op);
   void startReduce(int bucket);
   void optimizerStep(const ir::Op& op, int64_t step);
   int lossOp() const;
@@ -107,15 +127,20 @@ private:
   int64_t gradBytes_ = 0;
   std::vector<int64_t> paramOffset_, paramElems_;
   std::vector<int> gradParam_; // tensor id -> param index for parameter gradients, else -1
-  std::vector<Slot> calls_;    // by op id
+  std::vector<std::vector<Bound>> calls_; // by slot, then op id
   std::vector<HostBatch> staging_;
   std::vector<int> nextOps_;
   std::vector<float> lossHost_;
   int64_t localBatch_ = 0;
   std::vector<int64_t> perSample_; // by op id: elements of a dropout's tensor per sample
+  std::vector<uint64_t> seedKey_;  // by forward op id: what its dropout seed mixes in
   // Gradient buckets: each one block of grads_, and its reduction while in flight.
   std::vector<int64_t> bucketBegin_, bucketEnd_;
   std::vector<backend::Request> pending_;
+  unsigned char* recvMem_ = nullptr;
+  std::vector<Receive> stepRecv_, evalRecv_;  // by instruction index
+  std::vector<Receive>* receiving_ = nullptr; // the list runStep or runEval posted
+  ir::Attrs noAttrs_;
   backend::WireType wire_ = backend::WireType::F32;
   float lr_ = 0, clipScale_ = 1, lossSeed_ = 1;
   double gradNorm_ = 0;

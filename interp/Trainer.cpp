@@ -13,6 +13,7 @@
 #include "interp/checkpoint/AtomicFile.h"
 #include "interp/checkpoint/FolderLock.h"
 #include "interp/data/Dataset.h"
+#include "ir/PipelineSchedule.h"
 #include "support/Text.h"
 
 #include <algorithm>
@@ -102,7 +103,7 @@ Evaluation evaluate(Executor& ex, const data::Dataset& ds, int64_t limit) {
   std::vector<float> logits;
   std::vector<int32_t> targets;
   for (int64_t start = 0; start < n; start += round) {
-    int64_t first = start + comm.rank() * batch;
+    int64_t first = start + ex.dataRank() * batch;
     std::vector<int64_t> ids;
     for (int64_t i = 0; i < batch; ++i)
       ids.push_back(std::min(first + i, n - 1));
@@ -110,6 +111,7 @@ Evaluation evaluate(Executor& ex, const data::Dataset& ds, int64_t limit) {
     int64_t valid = std::clamp<int64_t>(n - first, 0, batch);
     if (classes == 0) {
       double l = ex.runEval(nullptr, nullptr);
+      if (!ex.holdsLoss()) continue; // a pipeline stage before the loss's
       // A padded batch's mean is not its rows' mean; count it only when it is all there is.
       if (valid == batch || (valid > 0 && first == 0)) {
         sums[0] += l * static_cast<double>(valid);
@@ -118,6 +120,7 @@ Evaluation evaluate(Executor& ex, const data::Dataset& ds, int64_t limit) {
       continue;
     }
     ex.runEval(&logits, &targets);
+    if (!ex.holdsLoss()) continue;
     int64_t rowsPerSample = static_cast<int64_t>(targets.size()) / batch;
     for (int64_t r = 0; r < valid * rowsPerSample; ++r) {
       const float* row = logits.data() + r * classes;
@@ -269,9 +272,13 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
   int64_t params = 0;
   for (int p = 0; p < static_cast<int>(m.params.size()); ++p)
     params += ex.paramElements(p);
+  int stages = prog.stages;
   if (ranks == 1)
     out << fmt::format("model `{}`: {} params on 1 device ({})\n", m.modelName, withCommas(params),
                        device);
+  else if (stages > 1)
+    out << fmt::format("model `{}`: {} params in {} pipeline stages, one rank each ({}, {} comm)\n",
+                       m.modelName, withCommas(params), stages, device, comm.name());
   else
     out << fmt::format("model `{}`: {} params on {} data-parallel ranks ({} each, {} comm)\n",
                        m.modelName, withCommas(params), ranks, device, comm.name());
@@ -279,10 +286,20 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
   out << fmt::format("batch {} = {} micro-batch{} x {}{} samples; memory plan {} per rank "
                      "(activations {}, params {}, grads {}, optimizer {})\n",
                      m.train.batch, m.policy.microBatches, m.policy.microBatches == 1 ? "" : "es",
-                     ranks > 1 ? fmt::format("{} ranks x ", ranks) : "", ex.localBatch(),
-                     formatBytes(prog.peakBytes()), formatBytes(prog.arenaBytes),
+                     m.reduceRanks > 1 ? fmt::format("{} ranks x ", ranks) : "", ex.localBatch(),
+                     formatBytes(prog.peakBytes()),
+                     formatBytes(prog.slots == 1 ? prog.arenaBytes : prog.activationBytes()),
                      formatBytes(prog.paramBytes), formatBytes(prog.gradBytes),
                      formatBytes(prog.optimizerBytes));
+  if (stages > 1) {
+    std::vector<std::string> slots;
+    for (const ir::Program& p : m.programs)
+      slots.push_back(
+          fmt::format("stage {} {} x {}", p.stage, p.slots, formatBytes(p.slotStride())));
+    out << fmt::format(
+        "pipeline: {}{}; activations in flight: {}\n", ir::scheduleName(m.policy.schedule),
+        ir::splitsBackward(m.policy.schedule) ? " run as 1f1b" : "", fmt::join(slots, ", "));
+  }
   if (!m.buckets.empty())
     out << fmt::format("gradients: {} bucket{} summed over {} ranks in {}{}\n", m.buckets.size(),
                        m.buckets.size() == 1 ? "" : "s", ranks,
@@ -397,6 +414,15 @@ void warnUnappliedPolicies(const ir::Module& m, Diagnostics& diags) {
   warn("zero", p.zero != ir::ZeroStage::None,
        "every rank holds all parameters, gradients and optimizer states; the plan's model "
        "states assume the partition");
+  auto it = p.keyLocs.find("schedule");
+  if (m.mesh.stages.size() > 1 && !m.programs.empty() && ir::splitsBackward(p.schedule) &&
+      it != p.keyLocs.end())
+    diags
+        .warning(it->second, fmt::format("`schedule = {}` runs as `1f1b` in this version's runtime",
+                                         ir::scheduleName(p.schedule)))
+        .length(8)
+        .note("the split backward (input gradients first, weight gradients later) is not run "
+              "yet; the losses are the same, the bubble is 1F1B's");
 }
 
 bool checkRunnable(const ir::Module& m, Diagnostics& diags) {
@@ -407,16 +433,19 @@ bool checkRunnable(const ir::Module& m, Diagnostics& diags) {
     return false;
   }
   const ir::Mesh& mesh = m.mesh;
-  int widest = 1;
-  for (const ir::StagePlan& st : mesh.stages)
-    widest = std::max(widest, st.splitWidth);
+  size_t stages = mesh.stages.size();
+  std::string has = stages == 1
+                        ? fmt::format("a split of width {}", mesh.stages[0].splitWidth)
+                        : fmt::format("{} pipeline stages and {}", stages, mesh.pipelineRefusal());
   diags
-      .error(m.loc, fmt::format("`epl run` runs one device or data parallelism so far, and this "
-                                "plan has {} pipeline stage{} and split width {}",
-                                mesh.stages.size(), mesh.stages.size() == 1 ? "" : "s", widest))
+      .error(m.loc, fmt::format("`epl run` runs one device, data parallelism, and pipelines of "
+                                "one device a stage so far; this plan has {}",
+                                has))
       .length(static_cast<uint32_t>(m.modelName.size()))
-      .help("use -np 1, or make the model one `replicate { … }` block without `split` to "
-            "train it data-parallel");
+      .help(stages == 1 ? "use -np 1, or drop `split` to train the model data-parallel"
+                        : fmt::format("use -np 1, or -np {} with `replicate {{ … }}` stages "
+                                      "without `split` or a device count",
+                                      stages));
   return false;
 }
 
@@ -520,6 +549,7 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
   };
   // Written once, by rank 0 (the replicas are identical), and agreed on by every rank.
   auto writeCheckpoint = [&](int64_t stepsDone, std::string& where) {
+    ex.gatherStages(); // a pipeline's rank 0 gets the other stages' weights and states
     if (rank == 0) {
       try {
         where = saveCheckpoint(ex, ckptDir, {stepsDone, static_cast<uint64_t>(m.train.seed)},

@@ -4,6 +4,8 @@
 #include "support/Assert.h"
 #include "support/Checked.h"
 
+#include <fmt/format.h>
+
 namespace epl::ir {
 
 std::string Layout::str() const {
@@ -36,6 +38,17 @@ int Module::addScope(Scope s) {
              "scope parent out of range");
   scopes.push_back(s);
   return static_cast<int>(scopes.size()) - 1;
+}
+
+std::string Mesh::pipelineRefusal() const {
+  if (dataParallel != 1)
+    return fmt::format("{} data-parallel copies of the pipeline", dataParallel);
+  for (size_t s = 0; s < stages.size(); ++s) {
+    if (stages[s].splitWidth != 1)
+      return fmt::format("a split of width {} in stage {}", stages[s].splitWidth, s);
+    if (stages[s].group != 1) return fmt::format("{} devices in stage {}", stages[s].group, s);
+  }
+  return "";
 }
 
 int Module::stageScopeOf(int scope) const {

@@ -108,6 +108,10 @@ struct Mesh {
   // One stage without split regions: every rank runs the whole model on its share of the
   // batch, and only gradients travel. The runtime runs these plans (and -np 1).
   bool pureDataParallel() const { return stages.size() == 1 && stages[0].splitWidth == 1; }
+  // What keeps the runtime from running this plan's pipeline (several stages), in words
+  // ("a split inside stage 1 (width 2)"), or empty when it runs: so far every stage is one
+  // device, without data parallelism over pipelines.
+  std::string pipelineRefusal() const;
   // Global rank of (replica, stage, local index).
   int rank(int replica, int stage, int local) const {
     return replica * replicaSize + stages[stage].firstLocalRank + local;

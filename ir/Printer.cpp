@@ -389,6 +389,14 @@ std::string instrText(const Module& m, const Instr& in) {
         b.endParam - b.firstParam, b.endParam - b.firstParam == 1 ? "" : "s", params,
         formatBytes(static_cast<double>(b.bytes)), wireName(m.policy.commDtype), m.reduceRanks);
   }
+  case InstrKind::Send:
+  case InstrKind::Recv: {
+    bool send = in.kind == InstrKind::Send;
+    const char* what = m.ops.at(in.op).phase == Phase::Backward ? "gradient" : "activation";
+    return fmt::format("{} {} {}%{} of micro-batch {} {} rank {} (tag {})", send ? "send" : "recv",
+                       what, in.accumulate ? "+" : "", m.tensors[in.tensor].name, in.micro,
+                       send ? "to" : "from", in.peer, in.tag);
+  }
   case InstrKind::Run:
     break;
   }
@@ -408,15 +416,21 @@ std::string instrText(const Module& m, const Instr& in) {
 
 void printProgram(const Module& m, int rank, std::ostream& out) {
   const Program& p = m.programs.at(rank);
-  out << fmt::format("rank {}: one step, {} micro-batch{}\n", rank, m.policy.microBatches,
+  out << fmt::format("rank {}: one step, {} micro-batch{}", rank, m.policy.microBatches,
                      m.policy.microBatches == 1 ? "" : "es");
+  if (p.stages > 1) out << fmt::format(", pipeline stage {} of {}", p.stage, p.stages);
+  out << "\n";
   for (size_t i = 0; i < p.step.size(); ++i)
     out << fmt::format("  {:4}  {}\n", i, instrText(m, p.step[i]));
   out << fmt::format("evaluation: {} instructions (load, then the forward ops)\n", p.eval.size());
+  std::string activations =
+      p.slots == 1 ? formatBytes(p.arenaBytes)
+                   : fmt::format("{} slots x {}", p.slots, formatBytes(p.slotStride()));
+  if (p.recvBytes > 0)
+    activations += fmt::format(" + receive buffers {}", formatBytes(p.recvBytes));
   out << fmt::format("memory plan: {} = activations {} + params {} + grads {} + optimizer {}\n",
-                     formatBytes(p.peakBytes()), formatBytes(p.arenaBytes),
-                     formatBytes(p.paramBytes), formatBytes(p.gradBytes),
-                     formatBytes(p.optimizerBytes));
+                     formatBytes(p.peakBytes()), activations, formatBytes(p.paramBytes),
+                     formatBytes(p.gradBytes), formatBytes(p.optimizerBytes));
   std::vector<int> placed;
   for (size_t t = 0; t < p.offset.size(); ++t)
     if (p.offset[t] >= 0) placed.push_back(static_cast<int>(t));

@@ -15,6 +15,12 @@ enum class InstrKind {
   Run,         // run op `op` (forward, backward, grad-norm or optimizer)
   ReduceStart, // start summing gradient bucket `bucket` over the data-parallel ranks
   ReduceWait,  // wait until that sum has arrived
+  // Pipelines: a tensor of micro-batch `micro` between two stages' ranks. A Send starts
+  // the transfer from the tensor and waits for it at once; every Recv of a step is posted
+  // at the step's start into a buffer of its own, and the Recv instruction waits for it and
+  // writes (or, with `accumulate`, adds) it into the tensor.
+  Send,
+  Recv,
 };
 
 struct Instr {
@@ -22,20 +28,46 @@ struct Instr {
   int op = -1;
   int micro = 0;
   int bucket = -1; // ReduceStart, ReduceWait: index into Module::buckets
+  // Send, Recv: the tensor, the other rank, a tag unique per (micro-batch, direction,
+  // stage boundary), and whether the received values add into the tensor.
+  int tensor = -1;
+  int peer = -1;
+  int tag = -1;
+  bool accumulate = false;
 };
 
 struct Program {
   int rank = 0;
+  // Pipelines: this rank's stage among `stages` (1: every rank runs the whole model), the
+  // rank whose stage computes the loss, and the parameters this rank updates (their
+  // gradients are its share of the global gradient norm). Without a pipeline: stage 0,
+  // lossRank = rank, every parameter.
+  int stage = 0;
+  int stages = 1;
+  int lossRank = 0;
+  std::vector<int> params;
+  // Where this rank's slices of the batch start: its index among the data-parallel ranks
+  // (0 on every rank of a pipeline, whose ranks all read the same micro-batch).
+  int dataRank = 0;
   std::vector<Instr> step; // one optimizer step, every micro-batch in order
   std::vector<Instr> eval; // one forward pass without dropout, for a batch of B samples
   // The memory plan. offset[t] is tensor t's byte offset in the rank's activation arena,
   // -1 for tensors not in it (parameter gradients have buffers of their own).
+  // A pipeline stage keeps several micro-batches in flight: the arena is the plan of one
+  // micro-batch (a slot), repeated `slots` times, and micro-batch m uses slot m % slots.
   std::vector<int64_t> offset;
-  int64_t arenaBytes = 0;     // the arena: the peak of live activations and gradients
+  int64_t arenaBytes = 0; // one slot: the peak of one micro-batch's live activations and gradients
+  int slots = 1;
+  int64_t slotStride() const { return (arenaBytes + 63) / 64 * 64; }
+  int64_t activationBytes() const { return slots * slotStride(); }
+  int64_t recvBytes = 0;      // the buffers the step's receives are posted into
   int64_t paramBytes = 0;     // parameters
   int64_t gradBytes = 0;      // parameter gradients
   int64_t optimizerBytes = 0; // optimizer states
-  int64_t peakBytes() const { return arenaBytes + paramBytes + gradBytes + optimizerBytes; }
+  int64_t peakBytes() const {
+    return (slots == 1 ? arenaBytes : activationBytes()) + recvBytes + paramBytes + gradBytes +
+           optimizerBytes;
+  }
 };
 
 } // namespace epl::ir

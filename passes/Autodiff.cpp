@@ -10,7 +10,10 @@
 //      reach it writes it, later ones add into it.
 //   4. Parameter gradients live across micro-batches, so every write to them adds; the
 //      step starts by zeroing them.
-//   5. After the backward: a grad-norm op when `clip_grad_norm` is set, then one
+//   5. The backward of a send/recv between stages is the transfer of the gradient back:
+//      from the stage that received the activation to the one that sent it, which owns
+//      the op (ops belong to the stage that receives what they move).
+//   6. After the backward: a grad-norm op when `clip_grad_norm` is set, then one
 //      optimizer-step op per parameter.
 #include "ir/GradRules.h"
 #include "passes/Passes.h"
@@ -106,6 +109,12 @@ private:
     bwd.site = fwd.site;
     bwd.forward = i;
     bwd.params = fwd.params;
+    if (fwd.kind == ir::OpKind::SendRecv) {
+      int64_t from = ir::intAttr(fwd.attrs, "from_stage"), to = ir::intAttr(fwd.attrs, "to_stage");
+      bwd.stage = static_cast<int>(from);
+      bwd.attrs["from_stage"] = to;
+      bwd.attrs["to_stage"] = from;
+    }
     bwd.inputs.push_back(grad_[y]);
     for (int t : fwd.inputs)
       bwd.inputs.push_back(info.needsInputs ? t : -1);

@@ -15,6 +15,8 @@
 //      states are counted beside it. Evaluation runs a prefix of the forward ops, so its
 //      lifetimes sit inside the step's and the same offsets serve it. Ranks that run the
 //      same stream share one plan.
+//   5. A pipeline stage interleaves micro-batches: the plan of its micro-batch 0 is one
+//      slot, and the schedule pass decided how many slots the rank holds (Program::slots).
 #include "passes/Passes.h"
 
 #include "support/Assert.h"
@@ -187,7 +189,8 @@ public:
 private:
   static bool sameStream(const ir::Program& a, const ir::Program& b) {
     auto same = [](const ir::Instr& x, const ir::Instr& y) {
-      return x.kind == y.kind && x.op == y.op && x.micro == y.micro && x.bucket == y.bucket;
+      return x.kind == y.kind && x.op == y.op && x.micro == y.micro && x.bucket == y.bucket &&
+             x.tensor == y.tensor;
     };
     return std::equal(a.step.begin(), a.step.end(), b.step.begin(), b.step.end(), same);
   }
@@ -222,18 +225,28 @@ private:
       if (first[t] < 0) first[t] = pos;
       last[t] = std::max(last[t], pos);
     };
+    // A load writes the model inputs and `next` targets this rank's ops read (a pipeline
+    // stage reads some of them).
+    std::vector<bool> read(m.tensors.size(), false);
+    for (const ir::Instr& in : p.step)
+      if (in.kind == ir::InstrKind::Run)
+        for (int t : m.ops[in.op].inputs)
+          if (t >= 0) read[t] = true;
+    std::vector<int> loaded;
+    for (int t : m.inputs)
+      if (read[t]) loaded.push_back(t);
+    for (const ir::Op& o : m.ops)
+      if (o.kind == ir::OpKind::Next && read[o.outputs[0]]) loaded.push_back(o.outputs[0]);
     int pos = 0;
     for (const ir::Instr& in : p.step) {
       if (in.micro != 0 && in.kind != ir::InstrKind::Run) continue;
       const ir::Op* op = in.kind == ir::InstrKind::Run ? &m.ops[in.op] : nullptr;
       if (op && op->phase != ir::Phase::Optimizer && in.micro != 0) continue;
-      if (in.kind == ir::InstrKind::Load) {
-        for (int t : m.inputs)
+      if (in.kind == ir::InstrKind::Load)
+        for (int t : loaded)
           touch(t, pos);
-        for (const ir::Op& o : m.ops)
-          if (o.kind == ir::OpKind::Next) touch(o.outputs[0], pos);
-      }
       if (in.kind == ir::InstrKind::SeedGrad) touch(m.lossGrad, pos);
+      if (in.kind == ir::InstrKind::Send || in.kind == ir::InstrKind::Recv) touch(in.tensor, pos);
       if (op) {
         for (int t : op->inputs)
           touch(t, pos);
@@ -242,7 +255,8 @@ private:
       }
       ++pos;
     }
-    if (!m.outputs.empty()) touch(m.outputs[0], pos);
+    // The loss lives to the end of the step on the rank that computes it.
+    if (!m.outputs.empty() && first[m.outputs[0]] >= 0) touch(m.outputs[0], pos);
     std::vector<Interval> out;
     for (size_t t = 0; t < m.tensors.size(); ++t) {
       if (first[t] < 0) continue;

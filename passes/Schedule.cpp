@@ -10,10 +10,16 @@
 //   then the grad-norm op (when clipping) and the optimizer ops.
 // Evaluation loads one batch and runs the forward ops alone.
 // Each rank of a data-parallel plan runs on 1/np of each micro-batch.
-// Streams for pipelines and tensor parallelism are not built yet: such a plan has no
-// programs and `epl run` says so.
+// A pipeline of one-device stages gets one program per stage (passes/PipelinePrograms.cpp).
+// Streams for tensor parallelism, and pipelines of larger groups, are not built yet: such
+// a plan has no programs and `epl run` says so.
+//
+// Every plan with programs of several ranks then goes through the communication check
+// (ir/StreamCheck.h): the programs are built to fit, so a problem is a compiler bug.
 #include "passes/Passes.h"
+#include "passes/PipelinePrograms.h"
 
+#include "ir/StreamCheck.h"
 #include "support/Assert.h"
 
 #include <map>
@@ -28,8 +34,13 @@ public:
 
   bool run(ir::Module& m, PassContext&) override {
     m.programs.clear();
-    if (!m.train.present || m.lossGrad < 0 || !m.planned || !m.mesh.pureDataParallel())
-      return false;
+    if (!m.train.present || m.lossGrad < 0 || !m.planned) return false;
+    if (!m.mesh.pureDataParallel()) {
+      if (!m.mesh.pipelineRefusal().empty()) return false;
+      m.programs = pipelinePrograms(m);
+      checkCommunication(m);
+      return true;
+    }
     // A pinned `replicate(n)` stage divides each replica's micro-batch over its n devices:
     // from here on shapes are per rank.
     int group = m.mesh.stages[0].group;
@@ -48,14 +59,24 @@ public:
     for (size_t i = 0; i < m.ops.size(); ++i)
       if (m.ops[i].phase == ir::Phase::Forward)
         p.eval.push_back({ir::InstrKind::Run, static_cast<int>(i), 0, -1});
+    for (size_t q = 0; q < m.params.size(); ++q)
+      if (m.params[q].grad >= 0) p.params.push_back(static_cast<int>(q));
     for (int r = 0; r < m.mesh.np; ++r) {
-      p.rank = r;
+      p.rank = p.lossRank = p.dataRank = r;
       m.programs.push_back(p);
     }
+    checkCommunication(m);
     return true;
   }
 
 private:
+  static void checkCommunication(const ir::Module& m) {
+    if (m.programs.size() < 2) return;
+    for (bool eval : {false, true})
+      if (auto error = ir::checkStreams(programStreams(m, eval)))
+        EPL_ASSERT(false, error->str().c_str());
+  }
+
   static void appendMicroBatch(const ir::Module& m, int micro, bool last,
                                std::vector<ir::Instr>& out) {
     out.push_back({ir::InstrKind::Load, -1, micro, -1});

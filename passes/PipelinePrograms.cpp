@@ -1,0 +1,250 @@
+// The rank programs of a pipeline whose stages are one device each, and the communication
+// of every rank's program for the stream check.
+//
+//   1. Each op plays a role on each stage: the ops of a stage run there; a send/recv op
+//      between stages is a Send on the stage it leaves and a Recv on the one it enters (its
+//      backward, autodiff's transfer of the gradient back, the same the other way).
+//   2. A stage's work items come from ir::PipelineSchedule: the forward of micro-batch m is
+//      a load and the stage's forward roles in program order (the last stage then seeds the
+//      loss gradient); its backward, the stage's backward roles in program order. Both
+//      schedules add micro-batches into the parameter gradients in increasing order, as one
+//      device does, so their losses are bit-identical.
+//   3. Then the gradient norm (every rank: its share, summed over the ranks) and the
+//      optimizer ops of the stage's own parameters.
+//   4. Slots: the most micro-batches whose forward ran and whose backward has not, over
+//      the stage's order. Forwards and backwards both go in increasing micro-batch order,
+//      so micro-batch m can use slot m % slots: m + slots starts after m's backward.
+//   5. Tags: (2 x boundary + direction) x micro-batches + micro-batch, one per transfer of
+//      a step; evaluation uses micro-batch 0's.
+#include "passes/PipelinePrograms.h"
+
+#include "ir/PipelineSchedule.h"
+#include "support/Assert.h"
+
+#include <algorithm>
+#include <fmt/format.h>
+#include <map>
+
+namespace epl::passes {
+
+namespace {
+
+enum class Role { None, Run, Send, Recv };
+
+Role roleOn(const ir::Op& op, int stage) {
+  if (op.kind != ir::OpKind::SendRecv) return op.stage == stage ? Role::Run : Role::None;
+  if (ir::intAttr(op.attrs, "from_stage") == stage) return Role::Send;
+  if (ir::intAttr(op.attrs, "to_stage") == stage) return Role::Recv;
+  return Role::None;
+}
+
+class StageProgram {
+public:
+  StageProgram(const ir::Module& m, int stage) : m_(m), stage_(stage) {
+    int k = 0;
+    for (size_t i = 0; i < m.ops.size(); ++i)
+      if (m.ops[i].kind == ir::OpKind::SendRecv && m.ops[i].phase == ir::Phase::Forward)
+        boundary_[static_cast<int>(i)] = k++;
+    lossStage_ = m.ops[m.tensors[m.outputs[0]].producer].stage;
+  }
+
+  // Micro-batch `micro`'s forward on this stage, into `out`; `seed` adds the loss gradient.
+  void forward(int micro, bool seed, std::vector<ir::Instr>& out) const {
+    out.push_back({ir::InstrKind::Load, -1, micro, -1});
+    appendPhase(ir::Phase::Forward, micro, out);
+    if (seed && stage_ == lossStage_) out.push_back({ir::InstrKind::SeedGrad, -1, micro, -1});
+  }
+  void backward(int micro, std::vector<ir::Instr>& out) const {
+    appendPhase(ir::Phase::Backward, micro, out);
+  }
+  void optimizer(std::vector<ir::Instr>& out) const {
+    for (size_t i = 0; i < m_.ops.size(); ++i) {
+      const ir::Op& op = m_.ops[i];
+      if (op.phase == ir::Phase::Optimizer &&
+          (op.kind == ir::OpKind::GradNorm || op.stage == stage_))
+        out.push_back({ir::InstrKind::Run, static_cast<int>(i), 0, -1});
+    }
+  }
+  int lossStage() const { return lossStage_; }
+
+private:
+  void appendPhase(ir::Phase phase, int micro, std::vector<ir::Instr>& out) const {
+    for (size_t i = 0; i < m_.ops.size(); ++i) {
+      const ir::Op& op = m_.ops[i];
+      if (op.phase != phase) continue;
+      int id = static_cast<int>(i);
+      switch (roleOn(op, stage_)) {
+      case Role::None:
+        break;
+      case Role::Run:
+        out.push_back({ir::InstrKind::Run, id, micro, -1});
+        break;
+      case Role::Send:
+        out.push_back(transfer(ir::InstrKind::Send, id, micro, op.inputs.at(0), "to_stage"));
+        break;
+      case Role::Recv:
+        EPL_ASSERT(op.outputs.at(0) >= 0, "a received gradient has no buffer");
+        out.push_back(transfer(ir::InstrKind::Recv, id, micro, op.outputs[0], "from_stage"));
+        out.back().accumulate = !op.accumulate.empty() && op.accumulate[0];
+        break;
+      }
+    }
+  }
+
+  ir::Instr transfer(ir::InstrKind kind, int op, int micro, int tensor, const char* peerKey) const {
+    const ir::Op& o = m_.ops[op];
+    bool back = o.phase == ir::Phase::Backward;
+    int k = boundary_.at(back ? o.forward : op);
+    int micros = static_cast<int>(m_.policy.microBatches);
+    ir::Instr in{kind, op, micro, -1};
+    in.tensor = tensor;
+    in.peer = m_.mesh.rank(0, static_cast<int>(ir::intAttr(o.attrs, peerKey)), 0);
+    in.tag = (2 * k + (back ? 1 : 0)) * micros + micro;
+    return in;
+  }
+
+  const ir::Module& m_;
+  int stage_;
+  int lossStage_ = 0;
+  std::map<int, int> boundary_; // forward send/recv op -> its index among them
+};
+
+// The most micro-batches in flight (forward done, backward not) over a stage's order.
+int peakInFlight(const std::vector<ir::WorkItem>& order) {
+  int now = 0, peak = 0;
+  for (const ir::WorkItem& w : order) {
+    now += w.kind == ir::WorkKind::Forward ? 1 : w.kind == ir::WorkKind::BackwardWeight ? 0 : -1;
+    peak = std::max(peak, now);
+  }
+  return std::max(peak, 1);
+}
+
+// zb's split backward does not run yet: its stages run 1F1B (the runtime warns).
+ir::Schedule runnableSchedule(ir::Schedule s) {
+  return ir::splitsBackward(s) ? ir::Schedule::OneFOneB : s;
+}
+
+int64_t bytesOf(const ir::Module& m, int t) {
+  auto b = m.bytesOf(t);
+  EPL_ASSERT(b.has_value(), "a transferred tensor has an unbound dim");
+  return *b;
+}
+
+std::string transferLabel(const ir::Module& m, const ir::Instr& in) {
+  bool grad = m.ops[in.op].phase == ir::Phase::Backward;
+  bool send = in.kind == ir::InstrKind::Send;
+  return fmt::format("{} {} %{} of micro-batch {} {} rank {}", send ? "send" : "recv",
+                     grad ? "gradient" : "activation", m.tensors[in.tensor].name, in.micro,
+                     send ? "to" : "from", in.peer);
+}
+
+} // namespace
+
+std::vector<ir::Program> pipelinePrograms(const ir::Module& m) {
+  int stages = static_cast<int>(m.mesh.stages.size());
+  int micros = static_cast<int>(m.policy.microBatches);
+  ir::PipelineShape shape{stages, micros, 1};
+  ir::Schedule schedule = runnableSchedule(m.policy.schedule);
+  EPL_ASSERT(ir::scheduleRequirement(schedule, shape).empty(),
+             "mesh-assignment accepted a schedule that cannot order this pipeline");
+  std::vector<ir::Program> out;
+  for (int s = 0; s < stages; ++s) {
+    StageProgram stage(m, s);
+    ir::Program p;
+    p.rank = m.mesh.rank(0, s, 0);
+    p.stage = s;
+    p.stages = stages;
+    p.lossRank = m.mesh.rank(0, stage.lossStage(), 0);
+    for (size_t q = 0; q < m.params.size(); ++q)
+      if (m.params[q].grad >= 0 && m.ops[m.params[q].op].stage == s)
+        p.params.push_back(static_cast<int>(q));
+    std::vector<ir::WorkItem> order = ir::stageOrder(schedule, s, shape);
+    p.slots = peakInFlight(order);
+    p.step.push_back({ir::InstrKind::ZeroGrads, -1, 0, -1});
+    for (const ir::WorkItem& w : order) {
+      if (w.kind == ir::WorkKind::Forward)
+        stage.forward(w.micro, true, p.step);
+      else
+        stage.backward(w.micro, p.step);
+    }
+    stage.optimizer(p.step);
+    stage.forward(0, false, p.eval);
+    for (const auto* list : {&p.step, &p.eval})
+      for (const ir::Instr& in : *list)
+        if (in.kind == ir::InstrKind::Recv) p.recvBytes += (bytesOf(m, in.tensor) + 63) / 64 * 64;
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+ir::CommStreams programStreams(const ir::Module& m, bool eval) {
+  ir::CommStreams streams;
+  streams.ranks.resize(m.programs.size());
+  std::vector<int> all;
+  for (size_t r = 0; r < m.programs.size(); ++r)
+    all.push_back(static_cast<int>(r));
+  int world = streams.addGroup(all);
+  for (size_t r = 0; r < m.programs.size(); ++r) {
+    const ir::Program& p = m.programs[r];
+    const std::vector<ir::Instr>& list = eval ? p.eval : p.step;
+    int rank = static_cast<int>(r);
+    auto add = [&](ir::CommEvent e, size_t position) {
+      e.position = static_cast<int>(position);
+      return streams.add(rank, std::move(e));
+    };
+    // 1. Every receive is posted when the program starts.
+    std::map<size_t, int> posted;
+    for (size_t i = 0; i < list.size(); ++i)
+      if (list[i].kind == ir::InstrKind::Recv)
+        posted[i] = add(ir::CommEvent::irecv(list[i].peer, list[i].tag, bytesOf(m, list[i].tensor),
+                                             ir::DType::F32, transferLabel(m, list[i])),
+                        i);
+    // 2. In program order: sends start and are waited, receives waited, collectives.
+    std::map<int, int> reduces; // bucket -> its started all-reduce
+    for (size_t i = 0; i < list.size(); ++i) {
+      const ir::Instr& in = list[i];
+      switch (in.kind) {
+      case ir::InstrKind::Send: {
+        int e = add(ir::CommEvent::isend(in.peer, in.tag, bytesOf(m, in.tensor), ir::DType::F32,
+                                         transferLabel(m, in)),
+                    i);
+        add(ir::CommEvent::wait(e), i);
+        break;
+      }
+      case ir::InstrKind::Recv:
+        add(ir::CommEvent::wait(posted.at(i)), i);
+        break;
+      case ir::InstrKind::ReduceStart:
+        reduces[in.bucket] =
+            add(ir::CommEvent::icollective(ir::CollectiveKind::AllReduce, world,
+                                           m.buckets.at(in.bucket).bytes, ir::DType::F32,
+                                           fmt::format("reduce-start bucket {}", in.bucket)),
+                i);
+        break;
+      case ir::InstrKind::ReduceWait:
+        add(ir::CommEvent::wait(reduces.at(in.bucket)), i);
+        break;
+      case ir::InstrKind::Run:
+        if (p.stages > 1 && m.ops[in.op].kind == ir::OpKind::GradNorm)
+          add(ir::CommEvent::collectiveOp(ir::CollectiveKind::AllReduce, world, 4, ir::DType::F32,
+                                          "all-reduce the squared gradient norm"),
+              i);
+        break;
+      default:
+        break;
+      }
+    }
+    // 3. The step's loss reaches every rank.
+    if (eval || m.programs.size() == 1) continue;
+    if (p.stages > 1)
+      add(ir::CommEvent::broadcast(world, p.lossRank, 8, ir::DType::F32, "broadcast the loss"),
+          list.size());
+    else
+      add(ir::CommEvent::collectiveOp(ir::CollectiveKind::AllGather, world, 24, ir::DType::F32,
+                                      "all-gather the loss"),
+          list.size());
+  }
+  return streams;
+}
+
+} // namespace epl::passes

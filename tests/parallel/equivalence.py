@@ -1,10 +1,13 @@
 #!/usr/bin/python3
-"""Data parallelism equals one device: runs one script with `epl run -np N` for each N
-(real mpirun ranks) and compares the loss of every step, and the final validation loss,
-with the -np 1 run.
+"""Data parallelism and pipelines equal one device: runs one script with `epl run -np N`
+for each N (real mpirun ranks) and compares the loss of every step, and the final
+validation loss, with the -np 1 run. --exact KEY=VALUE runs each -np N again with that
+setting too and requires bit-identical losses (gpipe and 1f1b: the same arithmetic in
+another order).
 
 usage: equivalence.py EPL WORKDIR SCRIPT [--np 1 2 4] [--tol 1e-5] [--steps 20]
                       [--set KEY=VALUE ...] [--pin N] [--expect TEXT ...]
+                      [--exact KEY=VALUE ...]
 """
 import argparse
 import json
@@ -79,6 +82,8 @@ def main():
                     help="run a copy whose `replicate {` is `replicate(PIN) {`")
     ap.add_argument("--expect", action="append", default=[],
                     help="text the -np > 1 runs must print, _ for a space (8_buckets)")
+    ap.add_argument("--exact", action="append", default=[],
+                    help="a setting whose -np > 1 runs must give bit-identical losses")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     script = os.path.abspath(a.script)
@@ -100,6 +105,14 @@ def main():
             if text not in stdout:
                 sys.exit(f"FAIL: -np {np} did not print {text!r}:\n{stdout}")
         worst = max(worst, compare(ref, ref_eval, losses, evals, "np1", f"np{np}"))
+        for k, extra in enumerate(a.exact):
+            other, other_eval, _ = run(a.epl, a.work, script, f"np{np}_exact{k}",
+                                       ["-np", str(np)], a.steps, a.sets + [extra])
+            if other != losses or other_eval != evals:
+                compare(losses, evals, other, other_eval, f"np{np}", f"np{np} {extra}")
+                sys.exit(f"FAIL: -np {np} with {extra} is not bit-identical")
+            print(f"-np {np} with {extra}: bit-identical losses ({len(other)} steps, "
+                  f"{len(other_eval)} validations)")
     print(f"worst relative difference {worst:.2e} (tolerance {a.tol:g})")
     if worst > a.tol:
         sys.exit("FAIL: the parallel runs differ from -np 1")

@@ -9,8 +9,8 @@ namespace epl::backend {
 
 AttentionDims attentionDims(const KernelCall& c, const TensorView& x) {
   EPL_ASSERT(x.shape.size() == 3, "attention input must be [B, T, D]");
-  AttentionDims s{x.shape[0], x.shape[1], x.shape[2], attrInt(c, "heads"), 0, 0.f,
-                  attrBool(c, "causal")};
+  AttentionDims s{x.shape[0], x.shape[1], x.shape[2],           attrInt(c, "heads"),
+                  0,          0.f,        attrBool(c, "causal")};
   EPL_ASSERT(s.h > 0 && s.d % s.h == 0, "attention heads must divide the width");
   s.e = s.d / s.h;
   s.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.e)));
@@ -57,8 +57,8 @@ TransposeDims transposeDims(const KernelCall& c, const TensorView& src) {
     return p;
   };
   if (d0 == d1) return TransposeDims{prod(0, rank), 1, 1, 1, 1, true};
-  return TransposeDims{prod(0, d0), src.shape[d0], prod(d0 + 1, d1), src.shape[d1],
-                       prod(d1 + 1, rank), false};
+  return TransposeDims{prod(0, d0),   src.shape[d0],      prod(d0 + 1, d1),
+                       src.shape[d1], prod(d1 + 1, rank), false};
 }
 
 Act parseAct(const std::string& word) {

@@ -14,15 +14,15 @@ class Comm;
 namespace epl::interp {
 
 struct RunOptions {
-  std::string script;       // as given on the command line: how to resume is said with it
-  std::string baseDir;      // the script's folder: relative paths in the script resolve here
-  std::string metricsPath;  // JSON lines; empty for none
-  bool resume = false;      // continue from the newest checkpoint in train.checkpoint's dir
-  bool saveInitial = false; // write a checkpoint of the initial weights (step 0)
-  int threads = 0;          // CPU threads; 0: every core
+  std::string script;          // as given on the command line: how to resume is said with it
+  std::string baseDir;         // the script's folder: relative paths in the script resolve here
+  std::string metricsPath;     // JSON lines; empty for none
+  bool resume = false;         // continue from the newest checkpoint in train.checkpoint's dir
+  bool saveInitial = false;    // write a checkpoint of the initial weights (step 0)
+  int threads = 0;             // CPU threads; 0: every core
   std::string device = "auto"; // auto, cpu or cuda (DeviceChoice.h)
-  int64_t stopAfter = 0;    // stop after this step (a checkpoint is written) as if
-                            // interrupted; the schedule still spans `steps`. 0: run them all
+  int64_t stopAfter = 0;       // stop after this step (a checkpoint is written) as if
+                               // interrupted; the schedule still spans `steps`. 0: run them all
   std::ostream* out = nullptr;
   bool terminal = false; // draw a progress bar instead of log lines
   // The ranks of the job, each running train() on its share of the batch; nullptr: this

@@ -126,7 +126,6 @@ void reduceTo(const float* src, const std::vector<int64_t>& srcShape, const Grad
   });
 }
 
-
 // Backward of a op b for one operand x (index i: 0 = a, 1 = b), with `other` the other operand.
 // in = [dy, a, b, y], out = [da, db].
 void binaryGrad(const KernelCall& c, BinOp op, int i) {

@@ -2,8 +2,8 @@
 // each KernelCall to one of these by op kind. Each runs the forward or, when
 // `call.backward`, the backward, with the argument layout of backend/Device.h.
 #pragma once
-#include "backend/KernelShapes.h"
 #include "backend/Device.h"
+#include "backend/KernelShapes.h"
 
 namespace epl::backend::cpu {
 

@@ -39,7 +39,6 @@ int64_t padded(int64_t floats) {
   return (floats + 63) / 64 * 64;
 }
 
-
 // v reduced over the block (kThreads threads) in a fixed tree order; every thread gets it.
 template <class Op> __device__ float blockReduce(float v, Op op, float* shared) {
   shared[threadIdx.x] = v;

@@ -36,8 +36,8 @@ struct Max {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
 
-#define EPL_GRID_STRIDE(i, n)                                                                    \
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);         \
+#define EPL_GRID_STRIDE(i, n)                                                                      \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);           \
        i += static_cast<int64_t>(blockDim.x) * gridDim.x)
 
 } // namespace epl::backend::cuda

@@ -13,14 +13,13 @@ namespace epl::backend::cuda {
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess)
-    throw std::runtime_error(fmt::format("CUDA error in {}: {} ({})", what, cudaGetErrorString(e),
-                                         cudaGetErrorName(e)));
+    throw std::runtime_error(
+        fmt::format("CUDA error in {}: {} ({})", what, cudaGetErrorString(e), cudaGetErrorName(e)));
 }
 
 void check(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS)
-    throw std::runtime_error(
-        fmt::format("cuBLAS error in {}: {}", what, cublasGetStatusString(s)));
+    throw std::runtime_error(fmt::format("cuBLAS error in {}: {}", what, cublasGetStatusString(s)));
 }
 
 void checkLaunch(const char* what) {
@@ -137,10 +136,10 @@ public:
     cudaRuntimeGetVersion(&runtime);
     int blas = 0;
     cublasGetVersion(blas_, &blas);
-    name_ = fmt::format("cuda:{} ({}, {:.0f} GiB; driver {}, runtime {}, cuBLAS {}.{}.{})", ordinal_,
-                        prop.name, static_cast<double>(prop.totalGlobalMem) / (1u << 30),
-                        versionText(driver), versionText(runtime), blas / 10000,
-                        (blas / 100) % 100, blas % 100);
+    name_ = fmt::format("cuda:{} ({}, {:.0f} GiB; driver {}, runtime {}, cuBLAS {}.{}.{})",
+                        ordinal_, prop.name, static_cast<double>(prop.totalGlobalMem) / (1u << 30),
+                        versionText(driver), versionText(runtime), blas / 10000, (blas / 100) % 100,
+                        blas % 100);
   }
 
   ~CudaDevice() override {
@@ -178,13 +177,15 @@ public:
     copy(dst, src, bytes, cudaMemcpyDeviceToDevice, s);
   }
   void fillZero(void* dst, int64_t bytes, StreamId s) override {
-    if (bytes > 0) check(cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), stream(s)), "fillZero");
+    if (bytes > 0)
+      check(cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), stream(s)), "fillZero");
   }
 
   void launch(const KernelCall& call, StreamId s) override {
     Family f = familyOf(call.kind);
     if (!f)
-      throw std::runtime_error(fmt::format("op `{}` has no CUDA kernel", ir::opInfo(call.kind).name));
+      throw std::runtime_error(
+          fmt::format("op `{}` has no CUDA kernel", ir::opInfo(call.kind).name));
     f(call, ctxFor(s));
   }
   void optimizerStep(const OptimizerCall& call, StreamId s) override {
@@ -205,7 +206,8 @@ public:
     return static_cast<EventId>(events_.size() - 1);
   }
   void wait(StreamId s, EventId e) override {
-    check(cudaStreamWaitEvent(stream(s), events_.at(static_cast<size_t>(e)), 0), "waiting on an event");
+    check(cudaStreamWaitEvent(stream(s), events_.at(static_cast<size_t>(e)), 0),
+          "waiting on an event");
   }
   void synchronize() override {
     for (cudaStream_t s : streams_)

@@ -9,9 +9,9 @@
 //   - deterministic: no floating-point atomics, so a run and its resume give the same bits;
 //   - no host synchronisation, no allocation: scratch memory comes from ctx.scratch.
 #pragma once
-#include "backend/KernelShapes.h"
 #include "backend/Device.h"
 #include "backend/KernelArgs.h"
+#include "backend/KernelShapes.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -51,8 +51,8 @@ void gemm(const Ctx& ctx, bool transA, bool transB, int64_t m, int64_t n, int64_
 // Strided batched form: `batch` products, each operand advancing by its stride.
 void gemmBatched(const Ctx& ctx, bool transA, bool transB, int64_t m, int64_t n, int64_t k,
                  float alpha, const float* a, int64_t lda, int64_t strideA, const float* b,
-                 int64_t ldb, int64_t strideB, float beta, float* c, int64_t ldc,
-                 int64_t strideC, int64_t batch);
+                 int64_t ldb, int64_t strideB, float beta, float* c, int64_t ldc, int64_t strideC,
+                 int64_t batch);
 // out[c] (+)= sum over rows of x[r, c], in a fixed order.
 void columnSum(const Ctx& ctx, const float* x, int64_t rows, int64_t cols, GradOut out);
 // y[r, :] = b for every row.

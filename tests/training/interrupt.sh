@@ -6,21 +6,11 @@
 set -uo pipefail
 set -m # background jobs keep SIGINT (without job control, bash starts them ignoring it)
 epl=$1 work=$2
+here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
 fail=0
 head -c 200000 /usr/share/games/fortunes/cookie > corpus.txt
-cat > lm.epl <<'EPL'
-model lm(tokens: i32[B, 64]) {
-  return cross_entropy(linear(embedding(tokens, 256, 64), 256), next(tokens))
-}
-train lm {
-  data = text("corpus.txt", seq = 64)
-  batch = 64
-  optimizer = adamw(lr = 1e-2)
-  steps = 1000000
-  checkpoint = { dir = "ck", every = 1000000 }
-}
-EPL
+cp "$here/endless_lm.epl" lm.epl
 grep -v checkpoint lm.epl > nock.epl
 
 # start NAME SCRIPT ARGS...: a run in the background ($job), once it has trained 3 steps.

@@ -21,7 +21,7 @@ const ir::Op* opWithoutCudaKernel(const ir::Module& m) {
 // Why the CUDA device cannot run this plan, or "" when it can.
 std::string cudaRefusal(const ir::Module& m, int ranks, const ir::Op** op) {
   if (ranks > 1)
-    return "data parallelism over GPUs needs the NCCL communicator, which EPL does not have yet";
+    return "several ranks on GPUs need the NCCL communicator, which EPL does not have yet";
   *op = opWithoutCudaKernel(m);
   if (*op) return fmt::format("`{}` has no CUDA kernel yet", ir::opInfo((*op)->kind).name);
   return "";

@@ -190,6 +190,39 @@ void Executor::bindCalls() {
   for (int slot = 0; slot < program_.slots; ++slot)
     for (size_t i = 0; i < m_.ops.size(); ++i)
       if (runs[i]) bindCall(static_cast<int>(i), slot);
+  bindParts();
+}
+
+// A split backward's parts are the whole call with the outputs the part does not write left
+// null; each kept output keeps its accumulate flag. No new kernel: every backward kernel
+// computes only the gradients whose outputs have data.
+void Executor::bindParts() {
+  for (const ir::Instr& in : program_.step) {
+    if (in.kind != ir::InstrKind::Run || in.part == ir::BackwardPart::Whole) continue;
+    auto& calls = in.part == ir::BackwardPart::Inputs ? inputCalls_ : paramCalls_;
+    if (calls.empty()) calls.assign(program_.slots, std::vector<Bound>(m_.ops.size()));
+    size_t n = m_.ops[m_.ops[in.op].forward].inputs.size();
+    for (int slot = 0; slot < program_.slots; ++slot) {
+      backend::KernelCall& c = calls[slot][in.op].call;
+      if (!c.out.empty()) continue; // bound for an earlier micro-batch
+      c = calls_[slot][in.op].call;
+      for (size_t k = 0; k < c.out.size(); ++k)
+        if (!ir::writesOutput(in.part, k, n)) c.out[k].data = nullptr;
+    }
+  }
+}
+
+backend::KernelCall& Executor::callOf(const ir::Instr& in) {
+  int slot = slotOf(in.micro);
+  switch (in.part) {
+  case ir::BackwardPart::Whole:
+    break;
+  case ir::BackwardPart::Inputs:
+    return inputCalls_[slot][in.op].call;
+  case ir::BackwardPart::Params:
+    return paramCalls_[slot][in.op].call;
+  }
+  return calls_[slot][in.op].call;
 }
 
 void Executor::bindCall(int i, int slot) {
@@ -406,7 +439,7 @@ void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t see
   const ir::Op& op = m_.ops[in.op];
   if (op.phase == ir::Phase::Optimizer) return optimizerStep(op, step);
   if (op.kind == ir::OpKind::Next) return; // the load wrote its targets
-  backend::KernelCall& c = calls_[slotOf(in.micro)][in.op].call;
+  backend::KernelCall& c = callOf(in);
   c.training = training;
   int fwd = op.phase == ir::Phase::Backward ? op.forward : in.op;
   c.seed = mixSeeds({seed, static_cast<uint64_t>(step), seedKey_[fwd]});

@@ -102,6 +102,8 @@ private:
   backend::TensorView stateView(int p, int k) const;
   void bindCalls();
   void bindCall(int op, int slot);
+  void bindParts();
+  backend::KernelCall& callOf(const ir::Instr& in);
   void load(int micro);
   void run(const ir::Instr& in, size_t index, int64_t step, uint64_t seed, bool training);
   void placeReceives(const std::vector<ir::Instr>& list, std::vector<Receive>& out,
@@ -128,6 +130,9 @@ private:
   std::vector<int64_t> paramOffset_, paramElems_;
   std::vector<int> gradParam_; // tensor id -> param index for parameter gradients, else -1
   std::vector<std::vector<Bound>> calls_; // by slot, then op id
+  // A split backward (zb): the calls of its B (input gradients only) and W (parameter
+  // gradients only), by slot, then op id; bound for the ops this rank runs in that part.
+  std::vector<std::vector<Bound>> inputCalls_, paramCalls_;
   std::vector<HostBatch> staging_;
   std::vector<int> nextOps_;
   std::vector<float> lossHost_;

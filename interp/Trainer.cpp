@@ -296,9 +296,8 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
     for (const ir::Program& p : m.programs)
       slots.push_back(
           fmt::format("stage {} {} x {}", p.stage, p.slots, formatBytes(p.slotStride())));
-    out << fmt::format(
-        "pipeline: {}{}; activations in flight: {}\n", ir::scheduleName(m.policy.schedule),
-        ir::splitsBackward(m.policy.schedule) ? " run as 1f1b" : "", fmt::join(slots, ", "));
+    out << fmt::format("pipeline: {}; activations in flight: {}\n",
+                       ir::scheduleName(m.policy.schedule), fmt::join(slots, ", "));
   }
   if (!m.buckets.empty())
     out << fmt::format("gradients: {} bucket{} summed over {} ranks in {}{}\n", m.buckets.size(),
@@ -414,15 +413,6 @@ void warnUnappliedPolicies(const ir::Module& m, Diagnostics& diags) {
   warn("zero", p.zero != ir::ZeroStage::None,
        "every rank holds all parameters, gradients and optimizer states; the plan's model "
        "states assume the partition");
-  auto it = p.keyLocs.find("schedule");
-  if (m.mesh.stages.size() > 1 && !m.programs.empty() && ir::splitsBackward(p.schedule) &&
-      it != p.keyLocs.end())
-    diags
-        .warning(it->second, fmt::format("`schedule = {}` runs as `1f1b` in this version's runtime",
-                                         ir::scheduleName(p.schedule)))
-        .length(8)
-        .note("the split backward (input gradients first, weight gradients later) is not run "
-              "yet; the losses are the same, the bubble is 1F1B's");
 }
 
 bool checkRunnable(const ir::Module& m, Diagnostics& diags) {

@@ -402,11 +402,14 @@ std::string instrText(const Module& m, const Instr& in) {
   }
   const Op& op = m.ops[in.op];
   std::vector<std::string> outs;
+  size_t inputs = op.phase == Phase::Backward ? m.ops[op.forward].inputs.size() : 0;
   for (size_t k = 0; k < op.outputs.size(); ++k)
-    if (op.outputs[k] >= 0)
+    if (op.outputs[k] >= 0 && writesOutput(in.part, k, inputs))
       outs.push_back((k < op.accumulate.size() && op.accumulate[k] ? "+%" : "%") +
                      m.tensors[op.outputs[k]].name);
-  std::string name = opInfo(op.kind).name + (op.phase == Phase::Backward ? ".backward" : "");
+  static const char* part[] = {".backward", ".backward-inputs", ".backward-params"};
+  std::string name =
+      opInfo(op.kind).name + (op.phase == Phase::Backward ? part[static_cast<int>(in.part)] : "");
   if (op.phase == Phase::Optimizer && op.kind == OpKind::OptimizerStep)
     name = fmt::format("{} @{}", op.name, m.params[op.params.at(0)].name);
   return fmt::format("{}{}", outs.empty() ? "" : fmt::format("{} = ", fmt::join(outs, ", ")), name);

@@ -1,6 +1,7 @@
 // A rank's instruction stream for one training step and for evaluation, and the memory
 // plan that places every activation in one arena (DESIGN.md §2: "the plan is data").
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -23,6 +24,17 @@ enum class InstrKind {
   Recv,
 };
 
+// Which gradients a Run of a backward op writes. Zero-bubble schedules run a backward op
+// twice per micro-batch: first its input gradients (sent upstream at once), later its
+// parameter gradients; the kernel call leaves the other outputs null.
+enum class BackwardPart { Whole, Inputs, Params };
+
+// Whether `part` writes output `k` of a backward op whose forward has `tensorInputs` inputs
+// (its outputs: the gradient of each tensor input, then of each parameter).
+inline bool writesOutput(BackwardPart part, size_t k, size_t tensorInputs) {
+  return part == BackwardPart::Whole || (part == BackwardPart::Inputs) == (k < tensorInputs);
+}
+
 struct Instr {
   InstrKind kind = InstrKind::Run;
   int op = -1;
@@ -34,6 +46,7 @@ struct Instr {
   int peer = -1;
   int tag = -1;
   bool accumulate = false;
+  BackwardPart part = BackwardPart::Whole; // Run of a backward op: the gradients it writes
 };
 
 struct Program {

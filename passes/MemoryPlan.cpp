@@ -17,6 +17,9 @@
 //      same stream share one plan.
 //   5. A pipeline stage interleaves micro-batches: the plan of its micro-batch 0 is one
 //      slot, and the schedule pass decided how many slots the rank holds (Program::slots).
+//      With a split backward (zb), micro-batch 0's W comes after its B in the stream: the
+//      tensors W reads (activations, and gradients B wrote, such as a linear's dy) live
+//      until it.
 #include "passes/Passes.h"
 
 #include "support/Assert.h"
@@ -171,6 +174,14 @@ Placement greedyBySize(std::vector<Interval> live, size_t tensors) {
   return out;
 }
 
+// Whether Run `in` writes output k of its op: a split backward's W leaves the input
+// gradients alone (B wrote them), and reads the activations again, so they live until W.
+bool writes(const ir::Module& m, const ir::Instr& in, size_t k) {
+  const ir::Op& op = m.ops[in.op];
+  if (op.phase != ir::Phase::Backward) return true;
+  return ir::writesOutput(in.part, k, m.ops[op.forward].inputs.size());
+}
+
 class MemoryPlan : public Pass {
 public:
   const char* name() const override { return "memory-plan"; }
@@ -190,7 +201,7 @@ private:
   static bool sameStream(const ir::Program& a, const ir::Program& b) {
     auto same = [](const ir::Instr& x, const ir::Instr& y) {
       return x.kind == y.kind && x.op == y.op && x.micro == y.micro && x.bucket == y.bucket &&
-             x.tensor == y.tensor;
+             x.tensor == y.tensor && x.part == y.part;
     };
     return std::equal(a.step.begin(), a.step.end(), b.step.begin(), b.step.end(), same);
   }
@@ -250,8 +261,8 @@ private:
       if (op) {
         for (int t : op->inputs)
           touch(t, pos);
-        for (int t : op->outputs)
-          touch(t, pos);
+        for (size_t k = 0; k < op->outputs.size(); ++k)
+          if (writes(m, in, k)) touch(op->outputs[k], pos);
       }
       ++pos;
     }

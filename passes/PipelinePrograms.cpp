@@ -6,14 +6,16 @@
 //      backward, autodiff's transfer of the gradient back, the same the other way).
 //   2. A stage's work items come from ir::PipelineSchedule: the forward of micro-batch m is
 //      a load and the stage's forward roles in program order (the last stage then seeds the
-//      loss gradient); its backward, the stage's backward roles in program order. Both
-//      schedules add micro-batches into the parameter gradients in increasing order, as one
-//      device does, so their losses are bit-identical.
+//      loss gradient); its backward, the stage's backward roles in program order. zb splits
+//      the backward: B is those roles writing only input gradients (ops with none left
+//      out), the gradient sent upstream at once; W, later, the ops with parameters writing
+//      only their gradients. Every schedule adds micro-batches into the parameter gradients
+//      in increasing order, as one device does, so their losses are bit-identical.
 //   3. Then the gradient norm (every rank: its share, summed over the ranks) and the
 //      optimizer ops of the stage's own parameters.
-//   4. Slots: the most micro-batches whose forward ran and whose backward has not, over
-//      the stage's order. Forwards and backwards both go in increasing micro-batch order,
-//      so micro-batch m can use slot m % slots: m + slots starts after m's backward.
+//   4. Slots: the most micro-batches whose forward ran and whose backward (zb: its W) has
+//      not, over the stage's order. Forwards and backwards both go in increasing micro-batch
+//      order, so micro-batch m can use slot m % slots: m + slots starts after m's backward.
 //   5. Tags: (2 x boundary + direction) x micro-batches + micro-batch, one per transfer of
 //      a step; evaluation uses micro-batch 0's.
 #include "passes/PipelinePrograms.h"
@@ -38,6 +40,14 @@ Role roleOn(const ir::Op& op, int stage) {
   return Role::None;
 }
 
+// Whether backward op `op` has an output that `part` writes.
+bool writesAny(const ir::Module& m, const ir::Op& op, ir::BackwardPart part) {
+  size_t n = m.ops[op.forward].inputs.size();
+  for (size_t k = 0; k < op.outputs.size(); ++k)
+    if (op.outputs[k] >= 0 && ir::writesOutput(part, k, n)) return true;
+  return false;
+}
+
 class StageProgram {
 public:
   StageProgram(const ir::Module& m, int stage) : m_(m), stage_(stage) {
@@ -56,6 +66,18 @@ public:
   }
   void backward(int micro, std::vector<ir::Instr>& out) const {
     appendPhase(ir::Phase::Backward, micro, out);
+  }
+  // One part of a split backward: Inputs keeps the transfers and the ops that write an
+  // input gradient; Params only the ops that write a parameter gradient.
+  void backwardPart(ir::BackwardPart part, int micro, std::vector<ir::Instr>& out) const {
+    std::vector<ir::Instr> whole;
+    appendPhase(ir::Phase::Backward, micro, whole);
+    for (ir::Instr in : whole) {
+      bool run = in.kind == ir::InstrKind::Run;
+      if (run ? !writesAny(m_, m_.ops[in.op], part) : part != ir::BackwardPart::Inputs) continue;
+      if (run) in.part = part;
+      out.push_back(in);
+    }
   }
   void optimizer(std::vector<ir::Instr>& out) const {
     for (size_t i = 0; i < m_.ops.size(); ++i) {
@@ -109,19 +131,15 @@ private:
   std::map<int, int> boundary_; // forward send/recv op -> its index among them
 };
 
-// The most micro-batches in flight (forward done, backward not) over a stage's order.
+// The most micro-batches whose activations a stage holds (forward done, the whole backward
+// or W not) over its order.
 int peakInFlight(const std::vector<ir::WorkItem>& order) {
   int now = 0, peak = 0;
   for (const ir::WorkItem& w : order) {
-    now += w.kind == ir::WorkKind::Forward ? 1 : w.kind == ir::WorkKind::BackwardWeight ? 0 : -1;
+    now += w.kind == ir::WorkKind::Forward ? 1 : w.kind == ir::WorkKind::BackwardInput ? 0 : -1;
     peak = std::max(peak, now);
   }
   return std::max(peak, 1);
-}
-
-// zb's split backward does not run yet: its stages run 1F1B (the runtime warns).
-ir::Schedule runnableSchedule(ir::Schedule s) {
-  return ir::splitsBackward(s) ? ir::Schedule::OneFOneB : s;
 }
 
 int64_t bytesOf(const ir::Module& m, int t) {
@@ -144,7 +162,7 @@ std::vector<ir::Program> pipelinePrograms(const ir::Module& m) {
   int stages = static_cast<int>(m.mesh.stages.size());
   int micros = static_cast<int>(m.policy.microBatches);
   ir::PipelineShape shape{stages, micros, 1};
-  ir::Schedule schedule = runnableSchedule(m.policy.schedule);
+  ir::Schedule schedule = m.policy.schedule;
   EPL_ASSERT(ir::scheduleRequirement(schedule, shape).empty(),
              "mesh-assignment accepted a schedule that cannot order this pipeline");
   std::vector<ir::Program> out;
@@ -164,8 +182,12 @@ std::vector<ir::Program> pipelinePrograms(const ir::Module& m) {
     for (const ir::WorkItem& w : order) {
       if (w.kind == ir::WorkKind::Forward)
         stage.forward(w.micro, true, p.step);
-      else
+      else if (w.kind == ir::WorkKind::Backward)
         stage.backward(w.micro, p.step);
+      else
+        stage.backwardPart(w.kind == ir::WorkKind::BackwardInput ? ir::BackwardPart::Inputs
+                                                                 : ir::BackwardPart::Params,
+                           w.micro, p.step);
     }
     stage.optimizer(p.step);
     stage.forward(0, false, p.eval);

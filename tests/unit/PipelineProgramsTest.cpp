@@ -1,14 +1,16 @@
 // The rank programs of pipelines of one-device stages: what each stage runs, sends and
 // receives, its slots, and that every rank's communication fits together (the schedule
-// pass asserts it; these tests show it for gpipe and 1f1b, 2 to 4 stages, 1 to 8
+// pass asserts it; these tests show it for gpipe, 1f1b and zb, 2 to 4 stages, 1 to 8
 // micro-batches, and that the check would catch a wrong tag).
 #include "passes/PipelinePrograms.h"
 #include "driver/Epl.h"
+#include "ir/Printer.h"
 #include "ir/StreamCheck.h"
 
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <sstream>
 
 namespace {
 
@@ -82,6 +84,83 @@ TEST_CASE("pipeline programs fit together for gpipe and 1f1b") {
           CHECK(prog.offset.size() == m->tensors.size());
         }
       }
+}
+
+// The Runs of backward ops that write `part` of their gradients.
+int runs(const epl::ir::Module& m, const std::vector<epl::ir::Instr>& list,
+         epl::ir::BackwardPart part) {
+  return static_cast<int>(std::count_if(list.begin(), list.end(), [&](const epl::ir::Instr& in) {
+    return in.kind == InstrKind::Run && m.ops[in.op].phase == epl::ir::Phase::Backward &&
+           in.part == part;
+  }));
+}
+
+// Where the first instruction of micro-batch `micro` that matches `pred` sits in the step.
+template <class Pred> long firstOf(const std::vector<epl::ir::Instr>& list, int micro, Pred pred) {
+  auto it = std::find_if(list.begin(), list.end(),
+                         [&](const epl::ir::Instr& in) { return in.micro == micro && pred(in); });
+  return it == list.end() ? -1 : static_cast<long>(it - list.begin());
+}
+
+TEST_CASE("zb programs split every backward into B and W, and fit together") {
+  using epl::ir::BackwardPart;
+  for (int p : {2, 3, 4})
+    for (int micros : {1, 2, 4, 8}) {
+      INFO(p << " stages, " << micros << " micro-batches");
+      auto m = plan(p, micros, "zb");
+      REQUIRE(m);
+      for (bool eval : {false, true}) {
+        auto error = epl::ir::checkStreams(epl::passes::programStreams(*m, eval));
+        CHECK_FALSE(error);
+        if (error) FAIL(error->str());
+      }
+      for (int s = 0; s < p; ++s) {
+        const epl::ir::Program& prog = m->programs[s];
+        bool first = s == 0, last = s == p - 1;
+        CHECK(runs(*m, prog.step, BackwardPart::Whole) == 0);
+        // B: the relu, and the linear's input gradient unless its input is the model's;
+        // the last stage: the loss and the linear. W: the one linear's weight and bias.
+        CHECK(runs(*m, prog.step, BackwardPart::Inputs) == micros * (first ? 1 : 2));
+        CHECK(runs(*m, prog.step, BackwardPart::Params) == micros);
+        CHECK(count(prog.step, InstrKind::Send) == count(prog.step, InstrKind::Recv));
+        CHECK(count(prog.step, InstrKind::Recv) == micros * ((first ? 0 : 1) + (last ? 0 : 1)));
+        // Activations stay until W: at most p micro-batches between F and W (1F1B: p - s
+        // between F and B).
+        CHECK(prog.slots == std::min(micros, p));
+        for (int i = 0; i < micros; ++i) {
+          auto isW = [&](const epl::ir::Instr& in) {
+            return in.kind == InstrKind::Run && in.part == BackwardPart::Params;
+          };
+          auto isB = [&](const epl::ir::Instr& in) {
+            return in.kind == InstrKind::Run && in.part == BackwardPart::Inputs;
+          };
+          auto sendsGrad = [&](const epl::ir::Instr& in) {
+            return in.kind == InstrKind::Send && m->ops[in.op].phase == epl::ir::Phase::Backward;
+          };
+          long b = firstOf(prog.step, i, isB), w = firstOf(prog.step, i, isW);
+          REQUIRE(b >= 0);
+          CHECK(b < w);
+          // The gradient leaves with B, before W (that is the point of zb).
+          if (!first) CHECK(firstOf(prog.step, i, sendsGrad) < w);
+          // W adds micro-batches in increasing order, as 1f1b's whole backward does.
+          if (i > 0) CHECK(firstOf(prog.step, i - 1, isW) < w);
+        }
+      }
+    }
+}
+
+TEST_CASE("zb holds activations until W: p slots on every stage, where 1f1b has p - s") {
+  auto zb = plan(4, 8, "zb"), oneF = plan(4, 8, "1f1b");
+  REQUIRE(zb);
+  REQUIRE(oneF);
+  for (int s = 0; s < 4; ++s) {
+    CHECK(zb->programs[s].slots == 4);
+    CHECK(oneF->programs[s].slots == 4 - s);
+  }
+  std::ostringstream out;
+  epl::ir::printProgram(*zb, 1, out);
+  CHECK(out.str().find("linear.backward-inputs") != std::string::npos);
+  CHECK(out.str().find("linear.backward-params") != std::string::npos);
 }
 
 TEST_CASE("backward send/recv ops move gradients back to the stage that sent") {

@@ -213,6 +213,18 @@ def run_case(probe, rep, name, op, attrs, inputs, params, ref_fn, saved_ref=None
         rep.check(name, labels[i], g, ref)
 
 
+def split_cases(probe, rep, name, op, attrs, inputs, params, ref_fn):
+    """zb's split backward runs a kernel twice: B with only the input gradients wanted, W with
+    only the parameter gradients; each must still be right when the other outputs are null
+    (intermediate gradients a parameter needs are computed anyway), writing and adding."""
+    n, k = len(inputs), len(params)
+    for part, want in [("params only", [False] * n + [True] * k),
+                       ("inputs only", [True] * n + [False] * k)]:
+        for acc in (False, True):
+            run_case(probe, rep, "%s[%s%s]" % (name, part, ", accumulate" if acc else ""), op,
+                     attrs, inputs, params, ref_fn, accumulate=acc, want=want)
+
+
 # ---------------------------------------------------------------------------------------
 # Families
 
@@ -233,6 +245,9 @@ def fam_linear(probe, rep):
              accumulate=True)
     run_case(probe, rep, "linear[no dx]", "linear", {"out": 4}, [x], [w, b], ref,
              want=[False, True, True])
+    split_cases(probe, rep, "linear", "linear", {"out": 4}, [x], [w, b], ref)
+    split_cases(probe, rep, "linear", "linear", {"out": 4, "bias": False}, [x], [w],
+                lambda i, p: F.linear(i[0], p[0]))
 
 
 def fam_embedding(probe, rep):
@@ -250,6 +265,10 @@ def fam_embedding(probe, rep):
                  {"seq": seq, "dim": dim}, [], [rand(seq, dim)], lambda i, p: p[0] * 1.0)
     run_case(probe, rep, "positions[accumulate]", "positions", {"seq": 4, "dim": 2}, [],
              [rand(4, 2)], lambda i, p: p[0] * 1.0, accumulate=True)
+    split_cases(probe, rep, "embedding", "embedding", {"vocab": 5, "dim": 6}, [tok], [rand(5, 6)],
+                lambda i, p: F.embedding(i[0], p[0]))
+    split_cases(probe, rep, "positions", "positions", {"seq": 4, "dim": 2}, [], [rand(4, 2)],
+                lambda i, p: p[0] * 1.0)
 
 
 def layer_norm_saved(i, p, eps):
@@ -282,6 +301,11 @@ def fam_norms(probe, rep):
              lambda i, p: F.layer_norm(i[0], (8,), p[0], p[1], 1e-5), accumulate=True)
     run_case(probe, rep, "rms_norm[accumulate]", "rms_norm", {}, [x], [w],
              lambda i, p: rms_ref(i[0], p[0], 1e-6), accumulate=True)
+    x = rand(70, 8)  # three row blocks of partial sums
+    split_cases(probe, rep, "layer_norm", "layer_norm", {}, [x], [w, b],
+                lambda i, p: F.layer_norm(i[0], (8,), p[0], p[1], 1e-5))
+    split_cases(probe, rep, "rms_norm", "rms_norm", {}, [x], [w],
+                lambda i, p: rms_ref(i[0], p[0], 1e-6))
 
 
 def attention_parts(x, wqkv, bqkv, wp, bp, heads, causal):
@@ -316,6 +340,8 @@ def fam_attention(probe, rep):
     params = [rand(3 * D, D, scale=D ** -0.5), rand(3 * D), rand(D, D, scale=D ** -0.5), rand(D)]
     run_case(probe, rep, "attention[accumulate]", "attention", {"heads": H}, [rand(B, T, D)],
              params, lambda i, p: attention_parts(i[0], *p, H, True)[0], accumulate=True)
+    split_cases(probe, rep, "attention", "attention", {"heads": H}, [rand(B, T, D)], params,
+                lambda i, p: attention_parts(i[0], *p, H, True)[0])
 
 
 def act_ref(h, act):
@@ -341,6 +367,8 @@ def fam_mlp(probe, rep):
     run_case(probe, rep, "mlp[accumulate]", "mlp", {"hidden": 12}, [x], params,
              lambda i, p: act_ref(i[0] @ p[0].t() + p[1], "gelu") @ p[2].t() + p[3],
              accumulate=True)
+    split_cases(probe, rep, "mlp", "mlp", {"hidden": 12}, [x], params,
+                lambda i, p: act_ref(i[0] @ p[0].t() + p[1], "gelu") @ p[2].t() + p[3])
 
 
 def moe_parts(x, wr, w1, b1, w2, b2, k):
@@ -380,6 +408,8 @@ def fam_moe(probe, rep):
     params = [rand(4, 8), rand(4, 6, 8), rand(4, 6), rand(4, 8, 6), rand(4, 8)]
     run_case(probe, rep, "moe[accumulate]", "moe", {"experts": 4, "hidden": 6, "top_k": 2}, [x],
              params, lambda i, p: moe_parts(i[0], *p, 2)[0], accumulate=True)
+    split_cases(probe, rep, "moe", "moe", {"experts": 4, "hidden": 6, "top_k": 2}, [x], params,
+                lambda i, p: moe_parts(i[0], *p, 2)[0])
 
 
 def fam_conv(probe, rep):
@@ -398,6 +428,9 @@ def fam_conv(probe, rep):
     run_case(probe, rep, "conv2d[accumulate]", "conv2d",
              {"channels": 2, "kernel": 3, "padding": 1}, [x], [rand(2, 3, 3, 3), rand(2)],
              lambda i, p: F.conv2d(i[0], p[0], p[1], 1, 1), accumulate=True)
+    x = rand(3, 3, 6, 6)  # three images: several im2col groups when the group is small
+    split_cases(probe, rep, "conv2d", "conv2d", {"channels": 2, "kernel": 3, "padding": 1}, [x],
+                [rand(2, 3, 3, 3), rand(2)], lambda i, p: F.conv2d(i[0], p[0], p[1], 1, 1))
 
 
 def fam_pooling(probe, rep):

@@ -200,9 +200,10 @@ ScheduleSimulation simulateOrders(const std::vector<std::vector<WorkItem>>& orde
   int p = shape.stages;
   std::vector<size_t> next(p, 0);
   std::vector<int64_t> free(p, 0);
-  std::vector<int> inFlight(p, 0);
+  std::vector<int> inFlight(p, 0), held(p, 0);
   ScheduleSimulation out;
   out.peakInFlight.assign(p, 0);
+  out.peakHeld.assign(p, 0);
   int64_t busy = 0;
   for (bool progress = true; progress;) {
     progress = false;
@@ -221,6 +222,8 @@ ScheduleSimulation simulateOrders(const std::vector<std::vector<WorkItem>>& orde
                        : w.kind == WorkKind::BackwardWeight ? 0
                                                             : -1;
         out.peakInFlight[s] = std::max(out.peakInFlight[s], inFlight[s]);
+        held[s] += w.kind == WorkKind::Forward ? 1 : w.kind == WorkKind::BackwardInput ? 0 : -1;
+        out.peakHeld[s] = std::max(out.peakHeld[s], held[s]);
         progress = true;
       }
   }

@@ -55,6 +55,9 @@ struct ScheduleSimulation {
   // Per stage: the most (micro-batch, chunk) pairs whose forward ran and whose backward
   // (the whole one, or its input-gradient part) has not.
   std::vector<int> peakInFlight;
+  // Per stage: the most whose forward ran and whose weight gradient (W, or the whole
+  // backward) has not: the activations the stage holds, which W reads too.
+  std::vector<int> peakHeld;
 };
 
 // Runs the orders of all stages (orders[s] for stage s) together: each item starts when its

@@ -83,6 +83,11 @@ void printScheduleSection(const Module& m, std::ostream& out) {
   for (int s = 0; s < p; ++s) {
     int n = sim.peakInFlight[s];
     out << fmt::format("  stage {}: at most {} micro-batch{} in flight", s, n, n == 1 ? "" : "es");
+    // A split backward keeps a micro-batch's activations until its W, not its B.
+    if (splitsBackward(sched)) {
+      n = sim.peakHeld[s];
+      out << fmt::format(", {} held until W", n);
+    }
     if (trained) {
       double each = static_cast<double>(activationBytes(m, s));
       out << fmt::format(", activations {} per device ({} each)", formatBytes(n * each),

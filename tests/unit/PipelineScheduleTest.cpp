@@ -106,6 +106,7 @@ TEST_CASE("ZB-H1 keeps at most p micro-batches between F and W on every stage", 
           peak = std::max(peak, held);
         }
         CHECK(peak <= std::min(p, m));
+        CHECK(epl::ir::simulateSchedule(Schedule::ZeroBubble, {p, m, 1}).peakHeld[s] == peak);
       }
 }
 

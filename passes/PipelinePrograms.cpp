@@ -9,8 +9,8 @@
 //      loss gradient); its backward, the stage's backward roles in program order. Both
 //      schedules add micro-batches into the parameter gradients in increasing order, as one
 //      device does, so their losses are bit-identical.
-//   3. Then the gradient norm (every rank: its share, summed over the ranks) and the
-//      optimizer ops of the stage's own parameters.
+//   3. Then the gradient norm (every rank: its share, summed over its pipeline's ranks)
+//      and the optimizer ops of the stage's own parameters.
 //   4. Slots: the most micro-batches whose forward ran and whose backward has not, over
 //      the stage's order. Forwards and backwards both go in increasing micro-batch order,
 //      so micro-batch m can use slot m % slots: m + slots starts after m's backward.

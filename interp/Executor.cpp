@@ -46,6 +46,8 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
     : m_(m), program_(m.programs.at(comm.rank())), dev_(device), comm_(comm), opt_(optimizer) {
   EPL_ASSERT(comm_.size() == static_cast<int>(m.programs.size()),
              "one instruction stream per rank of the communicator");
+  // First, before anything a rank may fail on alone: the split is collective.
+  splitCommunicators();
   states_ = opt_.kind == backend::OptimizerKind::Sgd ? (opt_.momentum > 0 ? 1 : 0) : 2;
   int64_t total = 0;
   for (const ir::Param& p : m_.params) {
@@ -94,18 +96,18 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
 // gradients: it is waited for before they are freed. After a timeout the communicator has
 // failed every outstanding operation already, so these waits return at once.
 Executor::~Executor() {
-  auto drain = [&](backend::Request& r) {
+  auto drain = [&](backend::Request& r, backend::Comm& comm) {
     try {
-      comm_.wait(r, "a transfer left behind by an error");
+      comm.wait(r, "a transfer left behind by an error");
     } catch (const backend::CommError&) {
       // The error that ended the step is the one reported.
     }
   };
   for (backend::Request& r : pending_)
-    drain(r);
+    drain(r, reduceComm());
   for (auto* list : {&stepRecv_, &evalRecv_})
     for (Receive& r : *list)
-      drain(r.request);
+      drain(r.request, comm_);
   dev_.synchronize();
   releaseBuffers();
 }
@@ -292,8 +294,9 @@ void Executor::gatherStages() {
   if (program_.stages == 1) return;
   std::vector<int> owner(m_.params.size(), -1);
   for (const ir::Program& p : m_.programs)
-    for (int q : p.params)
-      owner[q] = p.rank;
+    if (p.dataRank == 0)
+      for (int q : p.params)
+        owner[q] = p.rank;
   dev_.synchronize();
   size_t n = m_.params.size();
   for (size_t first = 0; first < n;) {
@@ -378,6 +381,18 @@ void Executor::receive(const ir::Instr& in, size_t index, int64_t step, Receive&
   dev_.launch(c);
 }
 
+// Data-parallel copies of a pipeline: the ranks of this rank's stage in every replica
+// (ordered by replica) sum its gradient buckets; the ranks of its replica (by stage) sum the
+// squared gradient norm. Every rank splits, in the same order.
+void Executor::splitCommunicators() {
+  if (program_.stages == 1 || m_.reduceRanks == 1) return;
+  stageReplicas_ = comm_.split(program_.stage, program_.dataRank);
+  pipeline_ = comm_.split(program_.dataRank, program_.stage);
+  EPL_ASSERT(stageReplicas_->size() == m_.mesh.dataParallel &&
+                 pipeline_->size() == static_cast<int>(m_.mesh.stages.size()),
+             "the sub-communicators are the mesh's groups");
+}
+
 // Sums bucket b's gradients over the data-parallel ranks, in the background. Gradients sit
 // in parameter order, so a bucket is one block; the padding between parameters is zero.
 void Executor::startReduce(int b) {
@@ -389,7 +404,7 @@ void Executor::startReduce(int b) {
   // fp16 carries each rank's share times the rank count, so small gradients stay normal.
   float scale = wire_ == backend::WireType::F16 ? static_cast<float>(m_.reduceRanks) : 1.f;
   if (b == firstStarted_) reduceBegan_ = monotonicSeconds();
-  pending_[b] = comm_.iallReduce(data, count, wire_, scale);
+  pending_[b] = reduceComm().iallReduce(data, count, wire_, scale);
 }
 
 void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t seed, bool training) {
@@ -423,11 +438,11 @@ void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t see
   case ir::InstrKind::ReduceWait: {
     const ir::GradBucket& b = m_.buckets[in.bucket];
     auto began = std::chrono::steady_clock::now();
-    comm_.wait(pending_[in.bucket],
-               fmt::format("instruction {} of step {}: reduce-wait bucket {} ({} gradients "
-                           "from {}, {} bytes)",
-                           index, step + 1, in.bucket, b.endParam - b.firstParam,
-                           m_.params[b.firstParam].name, b.bytes));
+    reduceComm().wait(pending_[in.bucket],
+                      fmt::format("instruction {} of step {}: reduce-wait bucket {} ({} gradients "
+                                  "from {}, {} bytes)",
+                                  index, step + 1, in.bucket, b.endParam - b.firstParam,
+                                  m_.params[b.firstParam].name, b.bytes));
     reduceWaitSeconds_ +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
     reduceEnded_ = monotonicSeconds();
@@ -465,7 +480,7 @@ void Executor::gradNorm(const ir::Op& op) {
   float sq = 0;
   dev_.copyToHost(&sq, acc, 4);
   dev_.synchronize();
-  if (program_.stages > 1) comm_.allReduce(&sq, 1, "the squared gradient norm");
+  if (program_.stages > 1) normComm().allReduce(&sq, 1, "the squared gradient norm");
   gradNorm_ = std::sqrt(static_cast<double>(sq));
   double coef = opt_.clipGradNorm / (gradNorm_ + 1e-6);
   clipScale_ = coef < 1 ? static_cast<float>(coef) : 1.f;
@@ -504,25 +519,30 @@ StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
   for (float l : lossHost_)
     r.loss += l;
   r.loss /= static_cast<double>(lossHost_.size());
-  // A pipeline's last stage alone has the loss.
-  if (program_.stages > 1)
+  // A pipeline's last stage alone has the loss (copies of a pipeline gather it below).
+  if (program_.stages > 1 && m_.reduceRanks == 1)
     comm_.broadcast(&r.loss, sizeof r.loss, program_.lossRank,
                     fmt::format("the loss of step {}", step + 1));
   r.reduceWaitSeconds = reduceWaitSeconds_;
   if (m_.reduceRanks > 1) {
-    // Each rank's mean loss over its samples (the ranks hold equal shares), gathered so
-    // that every rank adds them in rank order, with when its reductions began and ended.
+    // Each loss rank's mean loss over its samples (the replicas hold equal shares; a
+    // pipeline's last stage holds its replica's), gathered so that every rank adds them in
+    // rank order, with when each rank's reductions began and ended.
     double mine[3] = {r.loss, reduceBegan_, reduceEnded_};
     std::vector<double> all(3 * static_cast<size_t>(comm_.size()));
     comm_.allGather(mine, all.data(), sizeof mine, fmt::format("the loss of step {}", step + 1));
     r.loss = 0;
     double began = 0, ended = 0;
+    int losses = 0;
     for (int k = 0; k < comm_.size(); ++k) {
-      r.loss += all[3 * k];
+      if (m_.programs[k].lossRank == k) {
+        r.loss += all[3 * k];
+        ++losses;
+      }
       began = std::max(began, all[3 * k + 1]);
       ended = std::max(ended, all[3 * k + 2]);
     }
-    r.loss /= comm_.size();
+    r.loss /= losses;
     r.reduceSpanSeconds = ended - began;
   }
   r.gradNorm = gradNorm_;

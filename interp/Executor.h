@@ -7,6 +7,7 @@
 #include "ir/Module.h"
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace epl::interp {
@@ -70,8 +71,9 @@ public:
   int64_t paramElements(int p) const { return paramElems_[p]; }
   // Copies `root`'s parameters and optimizer states to every rank.
   void broadcastState(int root);
-  // A pipeline: each rank sends the parameters and optimizer states of its own stage to
-  // every other rank, so that every rank (rank 0 writes checkpoints) holds the whole model.
+  // A pipeline: each rank of replica 0 sends the parameters and optimizer states of its own
+  // stage to every other rank, so that every rank (rank 0 writes checkpoints) holds the
+  // whole model.
   void gatherStages();
 
   // One optimizer step over every micro-batch's staging buffers. `step` is 0-based.
@@ -113,6 +115,11 @@ private:
   void receive(const ir::Instr& in, size_t index, int64_t step, Receive& r);
   void gradNorm(const ir::Op& op);
   void startReduce(int bucket);
+  void splitCommunicators();
+  // Where gradient buckets are summed (a stage's ranks in every replica, or every rank),
+  // and the squared gradient norm (the ranks of this rank's pipeline, or every rank).
+  backend::Comm& reduceComm() const { return stageReplicas_ ? *stageReplicas_ : comm_; }
+  backend::Comm& normComm() const { return pipeline_ ? *pipeline_ : comm_; }
   void optimizerStep(const ir::Op& op, int64_t step);
   int lossOp() const;
 
@@ -120,6 +127,8 @@ private:
   const ir::Program& program_;
   backend::Device& dev_;
   backend::Comm& comm_;
+  // Data-parallel copies of a pipeline: sub-communicators of comm_ (null otherwise).
+  std::unique_ptr<backend::Comm> stageReplicas_, pipeline_;
   OptimizerSettings opt_;
   int states_ = 0;
   unsigned char* arena_ = nullptr;

@@ -276,6 +276,10 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
   if (ranks == 1)
     out << fmt::format("model `{}`: {} params on 1 device ({})\n", m.modelName, withCommas(params),
                        device);
+  else if (stages > 1 && m.reduceRanks > 1)
+    out << fmt::format("model `{}`: {} params in {} pipeline stages, one rank each, x {} "
+                       "data-parallel copies ({}, {} comm)\n",
+                       m.modelName, withCommas(params), stages, m.reduceRanks, device, comm.name());
   else if (stages > 1)
     out << fmt::format("model `{}`: {} params in {} pipeline stages, one rank each ({}, {} comm)\n",
                        m.modelName, withCommas(params), stages, device, comm.name());
@@ -283,25 +287,28 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
     out << fmt::format("model `{}`: {} params on {} data-parallel ranks ({} each, {} comm)\n",
                        m.modelName, withCommas(params), ranks, device, comm.name());
   out << fmt::format("data: {}\n", ds.describe());
-  out << fmt::format("batch {} = {} micro-batch{} x {}{} samples; memory plan {} per rank "
-                     "(activations {}, params {}, grads {}, optimizer {})\n",
-                     m.train.batch, m.policy.microBatches, m.policy.microBatches == 1 ? "" : "es",
-                     m.reduceRanks > 1 ? fmt::format("{} ranks x ", ranks) : "", ex.localBatch(),
-                     formatBytes(prog.peakBytes()),
-                     formatBytes(prog.slots == 1 ? prog.arenaBytes : prog.activationBytes()),
-                     formatBytes(prog.paramBytes), formatBytes(prog.gradBytes),
-                     formatBytes(prog.optimizerBytes));
+  out << fmt::format(
+      "batch {} = {} micro-batch{} x {}{} samples; memory plan {} per rank "
+      "(activations {}, params {}, grads {}, optimizer {})\n",
+      m.train.batch, m.policy.microBatches, m.policy.microBatches == 1 ? "" : "es",
+      m.reduceRanks > 1 ? fmt::format("{} {} x ", m.reduceRanks, stages > 1 ? "copies" : "ranks")
+                        : "",
+      ex.localBatch(), formatBytes(prog.peakBytes()),
+      formatBytes(prog.slots == 1 ? prog.arenaBytes : prog.activationBytes()),
+      formatBytes(prog.paramBytes), formatBytes(prog.gradBytes), formatBytes(prog.optimizerBytes));
   if (stages > 1) {
     std::vector<std::string> slots;
     for (const ir::Program& p : m.programs)
-      slots.push_back(
-          fmt::format("stage {} {} x {}", p.stage, p.slots, formatBytes(p.slotStride())));
+      if (p.dataRank == 0) // the copies' programs are the same
+        slots.push_back(
+            fmt::format("stage {} {} x {}", p.stage, p.slots, formatBytes(p.slotStride())));
     out << fmt::format("pipeline: {}; activations in flight: {}\n",
                        ir::scheduleName(m.policy.schedule), fmt::join(slots, ", "));
   }
   if (!m.buckets.empty())
-    out << fmt::format("gradients: {} bucket{} summed over {} ranks in {}{}\n", m.buckets.size(),
-                       m.buckets.size() == 1 ? "" : "s", ranks,
+    out << fmt::format("gradients: {} bucket{} summed over {} ranks{} in {}{}\n", m.buckets.size(),
+                       m.buckets.size() == 1 ? "" : "s", m.reduceRanks,
+                       stages > 1 ? " (a stage's, one per copy)" : "",
                        m.policy.commDtype == ir::DType::F32    ? "fp32"
                        : m.policy.commDtype == ir::DType::BF16 ? "bf16"
                                                                : "fp16",
@@ -429,12 +436,14 @@ bool checkRunnable(const ir::Module& m, Diagnostics& diags) {
                         : fmt::format("{} pipeline stages and {}", stages, mesh.pipelineRefusal());
   diags
       .error(m.loc, fmt::format("`epl run` runs one device, data parallelism, and pipelines of "
-                                "one device a stage so far; this plan has {}",
+                                "one device a stage so far (data-parallel copies of them "
+                                "too); this plan has {}",
                                 has))
       .length(static_cast<uint32_t>(m.modelName.size()))
       .help(stages == 1 ? "use -np 1, or drop `split` to train the model data-parallel"
-                        : fmt::format("use -np 1, or -np {} with `replicate {{ … }}` stages "
-                                      "without `split` or a device count",
+                        : fmt::format("use -np 1, or -np {} (or a multiple: data-parallel "
+                                      "copies) with `replicate {{ … }}` stages without `split` "
+                                      "or a device count",
                                       stages));
   return false;
 }

@@ -40,9 +40,21 @@ int Module::addScope(Scope s) {
   return static_cast<int>(scopes.size()) - 1;
 }
 
+std::vector<int> Mesh::stageReplicaRanks(int stage, int local) const {
+  std::vector<int> out;
+  for (int r = 0; r < dataParallel; ++r)
+    out.push_back(rank(r, stage, local));
+  return out;
+}
+
+std::vector<int> Mesh::pipelineRanks(int replica, int local) const {
+  std::vector<int> out;
+  for (size_t s = 0; s < stages.size(); ++s)
+    out.push_back(rank(replica, static_cast<int>(s), local));
+  return out;
+}
+
 std::string Mesh::pipelineRefusal() const {
-  if (dataParallel != 1)
-    return fmt::format("{} data-parallel copies of the pipeline", dataParallel);
   for (size_t s = 0; s < stages.size(); ++s) {
     if (stages[s].splitWidth != 1)
       return fmt::format("a split of width {} in stage {}", stages[s].splitWidth, s);

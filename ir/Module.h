@@ -109,13 +109,19 @@ struct Mesh {
   // batch, and only gradients travel. The runtime runs these plans (and -np 1).
   bool pureDataParallel() const { return stages.size() == 1 && stages[0].splitWidth == 1; }
   // What keeps the runtime from running this plan's pipeline (several stages), in words
-  // ("a split inside stage 1 (width 2)"), or empty when it runs: so far every stage is one
-  // device, without data parallelism over pipelines.
+  // ("a split of width 2 in stage 1"), or empty when it runs: so far every stage is one
+  // device; any number of data-parallel copies of the pipeline.
   std::string pipelineRefusal() const;
   // Global rank of (replica, stage, local index).
   int rank(int replica, int stage, int local) const {
     return replica * replicaSize + stages[stage].firstLocalRank + local;
   }
+  // The ranks of one stage device in every replica, in replica order: the group its
+  // gradients are summed over.
+  std::vector<int> stageReplicaRanks(int stage, int local = 0) const;
+  // The ranks of one replica's pipeline (each stage's device `local`), in stage order: the
+  // group the gradient norm is summed over.
+  std::vector<int> pipelineRanks(int replica, int local = 0) const;
 };
 
 // Where the compiler inserted communication, for the plan and later the runtime.
@@ -134,6 +140,7 @@ struct GradBucket {
   int firstParam = 0, endParam = 0;
   int64_t bytes = 0; // f32 gradient bytes
   int readyOp = -1;
+  int stage = 0; // a pipeline's stage whose ranks hold these gradients (and reduce them)
 };
 
 struct Module {
@@ -156,7 +163,9 @@ struct Module {
   // when clipping, and each rank's instruction stream.
   int lossGrad = -1;
   int gradNorm = -1;
-  // Data parallelism: the ranks whose gradients are averaged (1: none) and the buckets.
+  // Data parallelism: how many ranks each gradient is averaged over (1: none; -np for a
+  // purely data-parallel plan, the data-parallel width for copies of a pipeline), and the
+  // buckets.
   int reduceRanks = 1;
   std::vector<GradBucket> buckets;
   std::vector<Program> programs;

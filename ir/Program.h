@@ -60,7 +60,7 @@ struct Program {
   int lossRank = 0;
   std::vector<int> params;
   // Where this rank's slices of the batch start: its index among the data-parallel ranks
-  // (0 on every rank of a pipeline, whose ranks all read the same micro-batch).
+  // (a pipeline's: its replica, the same on every stage of one replica).
   int dataRank = 0;
   std::vector<Instr> step; // one optimizer step, every micro-batch in order
   std::vector<Instr> eval; // one forward pass without dropout, for a batch of B samples

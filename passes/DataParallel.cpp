@@ -1,16 +1,19 @@
 // data-parallel: the gradient reduction of a plan whose ranks each run the whole model on
-// their share of the batch (Mesh::pureDataParallel, -np > 1).
+// their share of the batch (Mesh::pureDataParallel, -np > 1), and of data-parallel copies
+// of a pipeline (each rank holds one stage of one replica).
 //
-//   1. Every rank's gradients are summed over the np ranks (the loss seed already divides
-//      by them, so the sum is the mean over the global batch).
+//   1. Every rank's gradients are summed over the ranks that hold the same parameters: all
+//      np ranks, or a pipeline stage's ranks in every replica (the loss seed already
+//      divides by their number, reduceRanks, so the sum is the mean over the global batch).
 //   2. Parameters are grouped into buckets of about `bucket_mb`, from the last parameter
 //      back: backward produces the last layers' gradients first. A bucket is a run of
-//      consecutive parameters, so its gradients are one block of memory and one
-//      collective. `bucket_mb = 0` makes one bucket of everything.
+//      consecutive parameters of one stage, so its gradients are one block of memory and one
+//      collective. `bucket_mb = 0` makes one bucket of everything (of each stage).
 //   3. A bucket is ready after the last backward op that writes one of its gradients; the
 //      schedule starts its reduction there in the step's last micro-batch (earlier
 //      micro-batches only accumulate), so communication overlaps the rest of the
-//      backward. `overlap_comm = false` starts every bucket after the whole backward.
+//      backward. `overlap_comm = false` starts every bucket after the whole backward (of
+//      its stage).
 #include "passes/Passes.h"
 
 #include <algorithm>
@@ -26,31 +29,35 @@ public:
   bool run(ir::Module& m, PassContext&) override {
     m.buckets.clear();
     m.reduceRanks = 1;
-    if (!m.train.present || m.lossGrad < 0 || !m.planned || !m.mesh.pureDataParallel() ||
-        m.mesh.np == 1)
-      return false;
-    m.reduceRanks = m.mesh.np;
+    if (!m.train.present || m.lossGrad < 0 || !m.planned) return false;
+    const ir::Mesh& mesh = m.mesh;
+    bool copies = mesh.stages.size() > 1 && mesh.dataParallel > 1 && mesh.pipelineRefusal().empty();
+    if (!copies && !(mesh.pureDataParallel() && mesh.np > 1)) return false;
+    m.reduceRanks = copies ? mesh.dataParallel : mesh.np;
+    auto stageOf = [&](const ir::Op& op) { return copies ? op.stage : 0; };
     std::vector<int> gradOf(m.tensors.size(), -1), lastWriter(m.params.size(), -1);
     for (size_t p = 0; p < m.params.size(); ++p)
       if (m.params[p].grad >= 0) gradOf[m.params[p].grad] = static_cast<int>(p);
-    int lastBackward = -1;
+    std::vector<int> lastBackward(mesh.stages.size(), -1); // by stage
     for (size_t i = 0; i < m.ops.size(); ++i) {
       const ir::Op& op = m.ops[i];
       if (op.phase != ir::Phase::Backward) continue;
-      lastBackward = static_cast<int>(i);
+      lastBackward[stageOf(op)] = static_cast<int>(i);
       for (int t : op.outputs)
         if (t >= 0 && gradOf[t] >= 0) lastWriter[gradOf[t]] = static_cast<int>(i);
     }
+    auto paramStage = [&](int p) { return copies ? m.ops[m.params[p].op].stage : 0; };
     int end = static_cast<int>(m.params.size());
-    ir::GradBucket b{end, end, 0, -1};
+    ir::GradBucket b{end, end, 0, -1, end > 0 ? paramStage(end - 1) : 0};
     for (int p = end - 1; p >= 0; --p) {
       b.firstParam = p;
       b.bytes += 4 * ir::numElements(m.params[p].type.shape, {}).value_or(0);
       b.readyOp = std::max(b.readyOp, lastWriter[p]);
-      if ((m.policy.bucketBytes > 0 && b.bytes >= m.policy.bucketBytes) || p == 0) {
-        if (!m.policy.overlapComm || b.readyOp < 0) b.readyOp = lastBackward;
+      bool full = m.policy.bucketBytes > 0 && b.bytes >= m.policy.bucketBytes;
+      if (full || p == 0 || paramStage(p - 1) != b.stage) {
+        if (!m.policy.overlapComm || b.readyOp < 0) b.readyOp = lastBackward[b.stage];
         m.buckets.push_back(b);
-        b = ir::GradBucket{p, p, 0, -1};
+        b = ir::GradBucket{p, p, 0, -1, p > 0 ? paramStage(p - 1) : 0};
       }
     }
     return true;

@@ -11,13 +11,18 @@
 //      out), the gradient sent upstream at once; W, later, the ops with parameters writing
 //      only their gradients. Every schedule adds micro-batches into the parameter gradients
 //      in increasing order, as one device does, so their losses are bit-identical.
-//   3. Then the gradient norm (every rank: its share, summed over the ranks) and the
-//      optimizer ops of the stage's own parameters.
+//   3. Then the gradient norm (every rank: its share, summed over its pipeline's ranks)
+//      and the optimizer ops of the stage's own parameters.
 //   4. Slots: the most micro-batches whose forward ran and whose backward (zb: its W) has
 //      not, over the stage's order. Forwards and backwards both go in increasing micro-batch
 //      order, so micro-batch m can use slot m % slots: m + slots starts after m's backward.
 //   5. Tags: (2 x boundary + direction) x micro-batches + micro-batch, one per transfer of
 //      a step; evaluation uses micro-batch 0's.
+//   6. Data-parallel copies of the pipeline: replica r's ranks run the same programs on the
+//      r-th share of each micro-batch, their transfers between ranks of replica r. Each
+//      rank starts its stage's gradient buckets after the backward op that readies them in
+//      the last micro-batch, summed over the stage's ranks in every replica, and waits for
+//      them before the gradient norm and the optimizer.
 #include "passes/PipelinePrograms.h"
 
 #include "ir/PipelineSchedule.h"
@@ -50,7 +55,8 @@ bool writesAny(const ir::Module& m, const ir::Op& op, ir::BackwardPart part) {
 
 class StageProgram {
 public:
-  StageProgram(const ir::Module& m, int stage) : m_(m), stage_(stage) {
+  StageProgram(const ir::Module& m, int stage, int replica)
+      : m_(m), stage_(stage), replica_(replica) {
     int k = 0;
     for (size_t i = 0; i < m.ops.size(); ++i)
       if (m.ops[i].kind == ir::OpKind::SendRecv && m.ops[i].phase == ir::Phase::Forward)
@@ -120,13 +126,13 @@ private:
     int micros = static_cast<int>(m_.policy.microBatches);
     ir::Instr in{kind, op, micro, -1};
     in.tensor = tensor;
-    in.peer = m_.mesh.rank(0, static_cast<int>(ir::intAttr(o.attrs, peerKey)), 0);
+    in.peer = m_.mesh.rank(replica_, static_cast<int>(ir::intAttr(o.attrs, peerKey)), 0);
     in.tag = (2 * k + (back ? 1 : 0)) * micros + micro;
     return in;
   }
 
   const ir::Module& m_;
-  int stage_;
+  int stage_, replica_;
   int lossStage_ = 0;
   std::map<int, int> boundary_; // forward send/recv op -> its index among them
 };
@@ -156,6 +162,40 @@ std::string transferLabel(const ir::Module& m, const ir::Instr& in) {
                      send ? "to" : "from", in.peer);
 }
 
+// Data-parallel copies (step 6): the stage's buckets start right after the op that readies
+// them in the last micro-batch's backward, and are waited for, in the order they started,
+// before the first optimizer op (the gradient norm reads them).
+void addGradientReductions(const ir::Module& m, int stage, std::vector<ir::Instr>& step) {
+  std::multimap<int, int> readyAfter; // ready op -> bucket
+  for (size_t b = 0; b < m.buckets.size(); ++b)
+    if (m.buckets[b].stage == stage) readyAfter.emplace(m.buckets[b].readyOp, static_cast<int>(b));
+  if (readyAfter.empty()) return;
+  int last = static_cast<int>(m.policy.microBatches) - 1;
+  std::vector<ir::Instr> out;
+  std::vector<int> started;
+  bool waited = false;
+  for (const ir::Instr& in : step) {
+    bool optimizer = in.kind == ir::InstrKind::Run && m.ops[in.op].phase == ir::Phase::Optimizer;
+    if (optimizer && !waited) {
+      for (int b : started)
+        out.push_back({ir::InstrKind::ReduceWait, -1, last, b});
+      waited = true;
+    }
+    out.push_back(in);
+    // A bucket is ready once its op wrote the parameter gradients: zb's B part writes none.
+    if (in.kind != ir::InstrKind::Run || in.micro != last || in.part == ir::BackwardPart::Inputs)
+      continue;
+    auto [begin, end] = readyAfter.equal_range(in.op);
+    for (auto it = begin; it != end; ++it) {
+      out.push_back({ir::InstrKind::ReduceStart, -1, last, it->second});
+      started.push_back(it->second);
+    }
+  }
+  EPL_ASSERT(waited && started.size() == readyAfter.size(),
+             "every gradient bucket of a stage starts after one of its backward ops");
+  step = std::move(out);
+}
+
 } // namespace
 
 std::vector<ir::Program> pipelinePrograms(const ir::Module& m) {
@@ -166,36 +206,40 @@ std::vector<ir::Program> pipelinePrograms(const ir::Module& m) {
   EPL_ASSERT(ir::scheduleRequirement(schedule, shape).empty(),
              "mesh-assignment accepted a schedule that cannot order this pipeline");
   std::vector<ir::Program> out;
-  for (int s = 0; s < stages; ++s) {
-    StageProgram stage(m, s);
-    ir::Program p;
-    p.rank = m.mesh.rank(0, s, 0);
-    p.stage = s;
-    p.stages = stages;
-    p.lossRank = m.mesh.rank(0, stage.lossStage(), 0);
-    for (size_t q = 0; q < m.params.size(); ++q)
-      if (m.params[q].grad >= 0 && m.ops[m.params[q].op].stage == s)
-        p.params.push_back(static_cast<int>(q));
-    std::vector<ir::WorkItem> order = ir::stageOrder(schedule, s, shape);
-    p.slots = peakInFlight(order);
-    p.step.push_back({ir::InstrKind::ZeroGrads, -1, 0, -1});
-    for (const ir::WorkItem& w : order) {
-      if (w.kind == ir::WorkKind::Forward)
-        stage.forward(w.micro, true, p.step);
-      else if (w.kind == ir::WorkKind::Backward)
-        stage.backward(w.micro, p.step);
-      else
-        stage.backwardPart(w.kind == ir::WorkKind::BackwardInput ? ir::BackwardPart::Inputs
-                                                                 : ir::BackwardPart::Params,
-                           w.micro, p.step);
+  for (int r = 0; r < m.mesh.dataParallel; ++r)
+    for (int s = 0; s < stages; ++s) {
+      StageProgram stage(m, s, r);
+      ir::Program p;
+      p.rank = m.mesh.rank(r, s, 0);
+      EPL_ASSERT(p.rank == static_cast<int>(out.size()), "programs are in rank order");
+      p.stage = s;
+      p.stages = stages;
+      p.dataRank = r;
+      p.lossRank = m.mesh.rank(r, stage.lossStage(), 0);
+      for (size_t q = 0; q < m.params.size(); ++q)
+        if (m.params[q].grad >= 0 && m.ops[m.params[q].op].stage == s)
+          p.params.push_back(static_cast<int>(q));
+      std::vector<ir::WorkItem> order = ir::stageOrder(schedule, s, shape);
+      p.slots = peakInFlight(order);
+      p.step.push_back({ir::InstrKind::ZeroGrads, -1, 0, -1});
+      for (const ir::WorkItem& w : order) {
+        if (w.kind == ir::WorkKind::Forward)
+          stage.forward(w.micro, true, p.step);
+        else if (w.kind == ir::WorkKind::Backward)
+          stage.backward(w.micro, p.step);
+        else
+          stage.backwardPart(w.kind == ir::WorkKind::BackwardInput ? ir::BackwardPart::Inputs
+                                                                   : ir::BackwardPart::Params,
+                             w.micro, p.step);
+      }
+      stage.optimizer(p.step);
+      addGradientReductions(m, s, p.step);
+      stage.forward(0, false, p.eval);
+      for (const auto* list : {&p.step, &p.eval})
+        for (const ir::Instr& in : *list)
+          if (in.kind == ir::InstrKind::Recv) p.recvBytes += (bytesOf(m, in.tensor) + 63) / 64 * 64;
+      out.push_back(std::move(p));
     }
-    stage.optimizer(p.step);
-    stage.forward(0, false, p.eval);
-    for (const auto* list : {&p.step, &p.eval})
-      for (const ir::Instr& in : *list)
-        if (in.kind == ir::InstrKind::Recv) p.recvBytes += (bytesOf(m, in.tensor) + 63) / 64 * 64;
-    out.push_back(std::move(p));
-  }
   return out;
 }
 
@@ -206,6 +250,15 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
   for (size_t r = 0; r < m.programs.size(); ++r)
     all.push_back(static_cast<int>(r));
   int world = streams.addGroup(all);
+  // Data-parallel copies of a pipeline: each stage's ranks across the replicas sum its
+  // gradients; each replica's ranks sum the squared gradient norm.
+  const ir::Mesh& mesh = m.mesh;
+  bool copies = m.programs.size() > 1 && m.programs[0].stages > 1 && m.reduceRanks > 1;
+  std::vector<int> stageGroup, pipelineGroup;
+  for (size_t s = 0; copies && s < mesh.stages.size(); ++s)
+    stageGroup.push_back(streams.addGroup(mesh.stageReplicaRanks(static_cast<int>(s))));
+  for (int r = 0; copies && r < mesh.dataParallel; ++r)
+    pipelineGroup.push_back(streams.addGroup(mesh.pipelineRanks(r)));
   for (size_t r = 0; r < m.programs.size(); ++r) {
     const ir::Program& p = m.programs[r];
     const std::vector<ir::Instr>& list = eval ? p.eval : p.step;
@@ -238,7 +291,8 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
         break;
       case ir::InstrKind::ReduceStart:
         reduces[in.bucket] =
-            add(ir::CommEvent::icollective(ir::CollectiveKind::AllReduce, world,
+            add(ir::CommEvent::icollective(ir::CollectiveKind::AllReduce,
+                                           copies ? stageGroup.at(p.stage) : world,
                                            m.buckets.at(in.bucket).bytes, ir::DType::F32,
                                            fmt::format("reduce-start bucket {}", in.bucket)),
                 i);
@@ -248,17 +302,19 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
         break;
       case ir::InstrKind::Run:
         if (p.stages > 1 && m.ops[in.op].kind == ir::OpKind::GradNorm)
-          add(ir::CommEvent::collectiveOp(ir::CollectiveKind::AllReduce, world, 4, ir::DType::F32,
-                                          "all-reduce the squared gradient norm"),
+          add(ir::CommEvent::collectiveOp(ir::CollectiveKind::AllReduce,
+                                          copies ? pipelineGroup.at(p.dataRank) : world, 4,
+                                          ir::DType::F32, "all-reduce the squared gradient norm"),
               i);
         break;
       default:
         break;
       }
     }
-    // 3. The step's loss reaches every rank.
+    // 3. The step's loss reaches every rank: a pipeline's from its last stage; with data
+    // parallelism, every rank's is gathered (Executor::runStep).
     if (eval || m.programs.size() == 1) continue;
-    if (p.stages > 1)
+    if (p.stages > 1 && !copies)
       add(ir::CommEvent::broadcast(world, p.lossRank, 8, ir::DType::F32, "broadcast the loss"),
           list.size());
     else

@@ -9,8 +9,9 @@
 
 namespace epl::passes {
 
-// One program per rank (rank = stage) for a plan with several stages that
-// Mesh::pipelineRefusal() accepts, ordered by the policy's schedule.
+// One program per rank (rank = replica x stages + stage) for a plan with several stages
+// that Mesh::pipelineRefusal() accepts, ordered by the policy's schedule; with several
+// replicas, each stage's gradient buckets are reduced over its replicas.
 std::vector<ir::Program> pipelinePrograms(const ir::Module& m);
 
 // The communicating instructions of every rank's step (or evaluation) program, in

@@ -10,9 +10,9 @@
 //   then the grad-norm op (when clipping) and the optimizer ops.
 // Evaluation loads one batch and runs the forward ops alone.
 // Each rank of a data-parallel plan runs on 1/np of each micro-batch.
-// A pipeline of one-device stages gets one program per stage (passes/PipelinePrograms.cpp).
-// Streams for tensor parallelism, and pipelines of larger groups, are not built yet: such
-// a plan has no programs and `epl run` says so.
+// A pipeline of one-device stages gets one program per stage and data-parallel copy
+// (passes/PipelinePrograms.cpp). Streams for tensor parallelism, and pipelines of larger
+// groups, are not built yet: such a plan has no programs and `epl run` says so.
 //
 // Every plan with programs of several ranks then goes through the communication check
 // (ir/StreamCheck.h): the programs are built to fit, so a problem is a compiler bug.

@@ -75,6 +75,13 @@ public:
   virtual Request irecv(void* data, int64_t bytes, int peer, int tag) = 0;
   virtual Request ibarrier() = 0;
 
+  // A sub-communicator: the ranks that pass the same `color` (>= 0) form one, ranked by
+  // `key`, ties by their rank here. Collective over this communicator: every rank calls it,
+  // in the same order as its other collectives, and blocks until every rank did. The new
+  // communicator starts with this one's timeout and must be destroyed before this one;
+  // its collectives run beside those of other groups and of this communicator.
+  virtual std::unique_ptr<Comm> split(int color, int key) = 0;
+
   // Blocks until `r` finished and empties it. Throws CommError when it takes longer than
   // timeout() (or the operation failed); `what` names the instruction that waited.
   virtual void wait(Request& r, const std::string& what) = 0;

@@ -5,6 +5,7 @@
 #include "backend/comm/Pending.h"
 #include "backend/comm/Wire.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -70,14 +71,24 @@ struct Message {
   std::shared_ptr<LocalOp> op;
 };
 
-// What the n communicators of one makeLocalComms call share.
+struct Group;
+
+// A group that split() is making: the first member to get there creates it, the last one
+// to take it removes the entry.
+struct Forming {
+  std::shared_ptr<Group> group;
+  size_t pending = 0; // members that have not taken it yet
+};
+
+// What the n communicators of one makeLocalComms call (or one split) share.
 struct Group {
   explicit Group(int n) : n(n), nextSequence(n, 0) {}
   const int n;
   std::mutex m;
-  std::vector<uint64_t> nextSequence;              // per rank: its next collective
-  std::map<uint64_t, Collective> collectives;      // started by some rank, not yet by all
-  std::map<Key, std::deque<Message>> sends, recvs; // not yet matched, in start order
+  std::vector<uint64_t> nextSequence;                 // per rank: its next collective
+  std::map<uint64_t, Collective> collectives;         // started by some rank, not yet by all
+  std::map<Key, std::deque<Message>> sends, recvs;    // not yet matched, in start order
+  std::map<std::pair<uint64_t, int>, Forming> splits; // by (split number, color)
 };
 
 // Sums the float buffers `in[r] + offset` over ranks in rank order, rounding every partial
@@ -217,6 +228,8 @@ public:
     return r.get()->finished();
   }
 
+  std::unique_ptr<Comm> split(int color, int key) override;
+
   [[noreturn]] void abort(int code) override {
     std::fflush(stdout);
     std::fflush(stderr);
@@ -238,7 +251,36 @@ private:
   std::shared_ptr<Group> group_;
   int rank_;
   std::string name_;
+  uint64_t splits_ = 0; // split() calls so far: the same count on every rank
 };
+
+// Steps: 1. all-gather every rank's (color, key); 2. the members of this rank's color,
+// ordered by key, then rank; 3. the first member to get here creates their Group, keyed
+// by this split's number and the color, and the others join it.
+std::unique_ptr<Comm> LocalComm::split(int color, int key) {
+  if (color < 0) detail::misuse(*this, fmt::format("split with negative color {}", color));
+  int mine[2] = {color, key};
+  std::vector<int> all(2 * static_cast<size_t>(size()));
+  allGather(mine, all.data(), sizeof mine, fmt::format("split into color {}", color));
+  std::vector<int> members;
+  for (int r = 0; r < size(); ++r)
+    if (all[2 * r] == color) members.push_back(r);
+  std::stable_sort(members.begin(), members.end(),
+                   [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });
+  int rank = static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
+  std::shared_ptr<Group> group;
+  {
+    std::lock_guard<std::mutex> lock(group_->m);
+    auto id = std::make_pair(splits_++, color);
+    Forming& f = group_->splits[id];
+    if (!f.group) f = {std::make_shared<Group>(static_cast<int>(members.size())), members.size()};
+    group = f.group;
+    if (--f.pending == 0) group_->splits.erase(id);
+  }
+  auto comm = std::make_unique<LocalComm>(std::move(group), rank, name_);
+  comm->setTimeout(timeout());
+  return comm;
+}
 
 // Steps: 1. join the collective of this rank's next sequence number (the first rank to
 // start it creates it); 2. a rank whose signature differs fails it for everyone; 3. the

@@ -28,7 +28,8 @@ struct Scratch {
   size_t bytes = 0;
 };
 
-// What the communication thread owns: the MPI communicators, scratch memory and datatypes.
+// What the communication thread owns for one communicator (the world, or one split from
+// it): its MPI communicators, scratch memory and datatypes.
 struct Context {
   MPI_Comm collectives = MPI_COMM_NULL;  // MPI's own nonblocking collectives
   MPI_Comm ring = MPI_COMM_NULL;         // the messages of the ring reductions (MpiRing.cpp)
@@ -36,6 +37,10 @@ struct Context {
   int rank = 0;
   int size = 1;
   int nextRingTag = 0; // ring reductions, numbered in start order (the same on every rank)
+  int inFlight = 0;    // its operations posted and not yet finished (the thread's count)
+
+  // MPI_Comm_free of the three communicators.
+  void freeComms();
 
   // Scratch of at least `bytes`, and its return once no MPI call uses it any more.
   Scratch takeScratch(size_t bytes);
@@ -54,6 +59,9 @@ private:
 // One started operation as the communication thread sees it; every call runs on that thread.
 struct Op : detail::Pending, std::enable_shared_from_this<Op> {
   using Pending::Pending;
+  // The communicator's state it runs in, set when it is submitted; the thread passes it to
+  // start, progress and cancel.
+  std::shared_ptr<Context> context;
   // Posts the operation; called once per operation, in the order they were started.
   virtual void start(Context& c) = 0;
   // Drives it without blocking; returns whether anything moved. Calls finish() when done.

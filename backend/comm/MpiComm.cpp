@@ -1,7 +1,8 @@
-// The MPI communicator: one process per rank, MPI_COMM_WORLD. A communication thread owns
-// every MPI call after initialisation: callers queue operations and wait on them, and the
-// thread posts them as nonblocking MPI operations and drives them with MPI_Test, so they
-// progress while the caller computes. It sleeps on a condition variable when nothing is
+// The MPI communicator: one process per rank, MPI_COMM_WORLD, and the communicators split
+// from it. One communication thread (the Engine) owns every MPI call after initialisation:
+// callers of any of these communicators queue operations and wait on them, and the thread
+// posts them as nonblocking MPI operations and drives them with MPI_Test, so they progress
+// while the caller computes. It sleeps on a condition variable when nothing is
 // outstanding, and halts for good once a collective was given up or failed.
 #include "backend/comm/Mpi.h"
 
@@ -48,9 +49,66 @@ std::mutex mpiLifetime;
 int liveComms = 0;
 bool mpiStartedHere = false;
 
+// The communication thread and what callers share with it. The world communicator makes
+// it; every communicator split from it submits to it too, each operation carrying its own
+// communicator's Context.
+class Engine {
+public:
+  Engine(int rank, int threadLevel) : rank_(rank), threadLevel_(threadLevel) {}
+  void start() {
+    thread_ = std::thread([this] { run(); });
+  }
+  // Lets outstanding operations finish (kStopGrace at most) and joins the thread; returns
+  // whether some never finished (MPI cannot be finalised then).
+  bool stop();
+  Request submit(std::shared_ptr<Op> op);
+  void wait(const Comm& comm, Request& r, const std::string& what);
+  [[noreturn]] void abort(int code);
+
+private:
+  bool giveUp(Op& op);
+  void haltAndWait();
+
+  // The communication thread.
+  void run();
+  bool post(Op& op);
+  bool drive(Op& op);
+  bool cancel(Op& op);
+  void fail(Op& op, const char* error);
+  void halt(std::vector<std::shared_ptr<Op>>& active);
+  void reportUnfinished(const std::vector<std::shared_ptr<Op>>& active);
+
+  const int rank_, threadLevel_;
+
+  // Shared between callers and the communication thread, under m_.
+  std::mutex m_;
+  std::condition_variable wake_;
+  std::vector<std::shared_ptr<Op>> queue_;     // started, not yet posted
+  std::vector<std::shared_ptr<Op>> abandoned_; // a wait gave up on them
+  int waiters_ = 0;                            // callers blocked in wait
+  bool kick_ = false;                          // something changed: spin again before sleeping
+  bool sleeping_ = false;
+  bool stopping_ = false;
+  bool unfinished_ = false;    // operations never finished: MPI cannot be finalised
+  bool haltRequested_ = false; // a cancel took too long, or abort: halt at the next turn
+  bool halted_ = false;        // the thread makes no MPI call any more (halt())
+  bool exited_ = false;        // the thread returned
+  std::condition_variable haltedCv_;
+
+  // The communication thread's own: a collective failed; it halts before anyone hears.
+  std::shared_ptr<Op> failed_;
+  std::string failedError_;
+
+  std::thread thread_;
+};
+
 class MpiComm final : public Comm {
 public:
-  MpiComm();
+  MpiComm(); // MPI_COMM_WORLD: initialises MPI and starts the engine
+  // A communicator split from another, run by the same engine.
+  MpiComm(std::shared_ptr<Engine> engine, std::shared_ptr<mpi::Context> context, int tagUpperBound)
+      : engine_(std::move(engine)), context_(std::move(context)), world_(false),
+        rank_(context_->rank), size_(context_->size), tagUpperBound_(tagUpperBound) {}
   ~MpiComm() override;
 
   int rank() const override { return rank_; }
@@ -90,51 +148,65 @@ public:
     return submit(mpi::makeRecv(this, data, bytes, peer, tag));
   }
   Request ibarrier() override { return submit(mpi::makeBarrier(this)); }
+  std::unique_ptr<Comm> split(int color, int key) override;
 
-  void wait(Request& r, const std::string& what) override;
+  void wait(Request& r, const std::string& what) override { engine_->wait(*this, r, what); }
   bool test(Request& r) override;
-  [[noreturn]] void abort(int code) override;
+  [[noreturn]] void abort(int code) override { engine_->abort(code); }
 
 private:
   void checkReduction(int64_t count, WireType wire, float scale) const;
   void checkPointToPoint(int64_t bytes, int peer, int tag, const char* role) const;
-  Request submit(std::shared_ptr<Op> op);
+  Request submit(std::shared_ptr<Op> op) {
+    op->context = context_;
+    return engine_->submit(std::move(op));
+  }
 
-  bool giveUp(Op& op);
-  void haltAndWait();
+  std::shared_ptr<Engine> engine_;
+  std::shared_ptr<mpi::Context> context_;
+  bool world_ = true;
+  int rank_ = 0, size_ = 1, tagUpperBound_ = 32767;
+};
 
-  // The communication thread.
-  void run();
-  bool post(Op& op);
-  bool drive(Op& op);
-  bool cancel(Op& op);
-  void fail(Op& op, const char* error);
-  void halt(std::vector<std::shared_ptr<Op>>& active);
-  void reportUnfinished(const std::vector<std::shared_ptr<Op>>& active);
+// split(): MPI_Comm_split of the three communicators, on the communication thread. It
+// blocks that thread until every rank of the parent posted it; every rank posts its
+// operations in start order without waiting on any, so each one gets there.
+class SplitOp final : public Op {
+public:
+  SplitOp(const Comm* owner, int color, int key)
+      : Op(owner, fmt::format("split into color {}", color)), color_(color), key_(key) {}
+  void start(mpi::Context& parent) override {
+    auto c = std::make_shared<mpi::Context>();
+    EPL_MPI(MPI_Comm_split(parent.collectives, color_, key_, &c->collectives));
+    EPL_MPI(MPI_Comm_split(parent.ring, color_, key_, &c->ring));
+    EPL_MPI(MPI_Comm_split(parent.pointToPoint, color_, key_, &c->pointToPoint));
+    for (MPI_Comm comm : {c->collectives, c->ring, c->pointToPoint})
+      EPL_MPI(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+    EPL_MPI(MPI_Comm_rank(c->collectives, &c->rank));
+    EPL_MPI(MPI_Comm_size(c->collectives, &c->size));
+    result = std::move(c);
+    finish();
+  }
+  bool progress(mpi::Context&) override { return false; }
+  std::shared_ptr<mpi::Context> result;
 
-  int rank_ = 0, size_ = 1, tagUpperBound_ = 32767, threadLevel_ = MPI_THREAD_SINGLE;
-  mpi::Context context_; // the communication thread's, once it runs
+private:
+  int color_, key_;
+};
 
-  // Shared between callers and the communication thread, under m_.
-  std::mutex m_;
-  std::condition_variable wake_;
-  std::vector<std::shared_ptr<Op>> queue_;     // started, not yet posted
-  std::vector<std::shared_ptr<Op>> abandoned_; // a wait gave up on them
-  int waiters_ = 0;                            // callers blocked in wait
-  bool kick_ = false;                          // something changed: spin again before sleeping
-  bool sleeping_ = false;
-  bool stopping_ = false;
-  bool unfinished_ = false;    // operations never finished: MPI cannot be finalised
-  bool haltRequested_ = false; // a cancel took too long, or abort: halt at the next turn
-  bool halted_ = false;        // the thread makes no MPI call any more (halt())
-  bool exited_ = false;        // the thread returned
-  std::condition_variable haltedCv_;
-
-  // The communication thread's own: a collective failed; it halts before anyone hears.
-  std::shared_ptr<Op> failed_;
-  std::string failedError_;
-
-  std::thread thread_;
+// A split communicator's end: once none of its operations is in flight any more, the
+// thread frees its MPI communicators and datatypes.
+class ReleaseOp final : public Op {
+public:
+  explicit ReleaseOp(const Comm* owner) : Op(owner, "freeing a split communicator") {}
+  void start(mpi::Context&) override {}
+  bool progress(mpi::Context& c) override {
+    if (c.inFlight > 1) return false; // itself is one
+    c.freeComms();
+    c.freeTypes();
+    finish();
+    return true;
+  }
 };
 
 // Steps: 1. initialise MPI if nobody did, asking for MPI_THREAD_MULTIPLE so that abort()
@@ -144,6 +216,7 @@ private:
 // for collectives, ring messages and point to point, so that they never match each other,
 // and make their errors return codes; 3. start the communication thread.
 MpiComm::MpiComm() {
+  int threadLevel = MPI_THREAD_SINGLE;
   {
     std::lock_guard<std::mutex> lock(mpiLifetime);
     int initialised = 0, finalised = 0;
@@ -151,46 +224,75 @@ MpiComm::MpiComm() {
     MPI_Finalized(&finalised);
     if (finalised) throw CommError("MPI was finalised already: it cannot start again");
     if (!initialised) {
-      EPL_MPI(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &threadLevel_));
+      EPL_MPI(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &threadLevel));
       mpiStartedHere = true;
     } else {
-      EPL_MPI(MPI_Query_thread(&threadLevel_));
+      EPL_MPI(MPI_Query_thread(&threadLevel));
     }
-    if (threadLevel_ < MPI_THREAD_SERIALIZED)
+    if (threadLevel < MPI_THREAD_SERIALIZED)
       throw CommError(fmt::format("MPI provides thread level {}; EPL's communication thread "
                                   "needs MPI_THREAD_SERIALIZED or above",
-                                  threadLevel_));
+                                  threadLevel));
     ++liveComms;
   }
-  for (MPI_Comm* c : {&context_.collectives, &context_.ring, &context_.pointToPoint}) {
+  context_ = std::make_shared<mpi::Context>();
+  for (MPI_Comm* c : {&context_->collectives, &context_->ring, &context_->pointToPoint}) {
     EPL_MPI(MPI_Comm_dup(MPI_COMM_WORLD, c));
     EPL_MPI(MPI_Comm_set_errhandler(*c, MPI_ERRORS_RETURN));
   }
   EPL_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   EPL_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size_));
-  context_.rank = rank_;
-  context_.size = size_;
+  context_->rank = rank_;
+  context_->size = size_;
   int* upper = nullptr;
   int found = 0;
   EPL_MPI(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &upper, &found));
   if (found && upper) tagUpperBound_ = *upper;
-  thread_ = std::thread([this] { run(); });
+  engine_ = std::make_shared<Engine>(rank_, threadLevel);
+  engine_->start();
 }
 
-// Stops the communication thread (it finishes what is outstanding first), then frees the
-// communicators and finalises MPI if this process's communicators initialised it.
+// The world: stops the communication thread (it finishes what is outstanding first), then
+// frees the communicators and finalises MPI if this process's communicators initialised
+// it. A split communicator: the thread frees its communicators once its operations are
+// over (after the world stopped, nothing can: MPI is then finalised without).
 MpiComm::~MpiComm() {
+  if (!world_) {
+    Request r = submit(std::make_shared<ReleaseOp>(this));
+    try {
+      wait(r, "freeing a split communicator");
+    } catch (const CommError&) {
+      // The thread halted or stopped: the communicators stay until the process ends.
+    }
+    return;
+  }
+  if (engine_->stop()) return; // MPI_Finalize would wait for them forever
+  context_->freeTypes();
+  context_->freeComms();
+  std::lock_guard<std::mutex> lock(mpiLifetime);
+  if (--liveComms == 0 && mpiStartedHere) MPI_Finalize();
+}
+
+// Steps: 1. the thread splits this communicator's three MPI communicators by (color, key);
+// 2. the new MpiComm holds the Context it made and submits to the same engine.
+std::unique_ptr<Comm> MpiComm::split(int color, int key) {
+  if (color < 0) detail::misuse(*this, fmt::format("split with negative color {}", color));
+  auto op = std::make_shared<SplitOp>(this, color, key);
+  Request r = submit(op);
+  wait(r, fmt::format("split into color {}", color));
+  auto comm = std::make_unique<MpiComm>(engine_, op->result, tagUpperBound_);
+  comm->setTimeout(timeout());
+  return comm;
+}
+
+bool Engine::stop() {
   {
     std::lock_guard<std::mutex> lock(m_);
     stopping_ = true;
     wake_.notify_one();
   }
   thread_.join();
-  if (unfinished_) return; // MPI_Finalize would wait for them forever
-  for (MPI_Comm* c : {&context_.collectives, &context_.ring, &context_.pointToPoint})
-    MPI_Comm_free(c);
-  std::lock_guard<std::mutex> lock(mpiLifetime);
-  if (--liveComms == 0 && mpiStartedHere) MPI_Finalize();
+  return unfinished_;
 }
 
 void MpiComm::checkReduction(int64_t count, WireType wire, float scale) const {
@@ -207,10 +309,10 @@ void MpiComm::checkPointToPoint(int64_t bytes, int peer, int tag, const char* ro
     detail::misuse(*this, fmt::format("tag {} is outside MPI's range 0..{}", tag, tagUpperBound_));
 }
 
-Request MpiComm::submit(std::shared_ptr<Op> op) {
+Request Engine::submit(std::shared_ptr<Op> op) {
   std::lock_guard<std::mutex> lock(m_);
-  if (halted_) {
-    op->finish(kHalted);
+  if (halted_ || stopping_) {
+    op->finish(halted_ ? kHalted : "the MPI world communicator was destroyed");
     return Request(std::move(op));
   }
   queue_.push_back(op);
@@ -219,7 +321,7 @@ Request MpiComm::submit(std::shared_ptr<Op> op) {
   return Request(std::move(op));
 }
 
-void MpiComm::wait(Request& r, const std::string& what) {
+void Engine::wait(const Comm& comm, Request& r, const std::string& what) {
   if (r.empty()) return;
   {
     std::lock_guard<std::mutex> lock(m_);
@@ -228,7 +330,7 @@ void MpiComm::wait(Request& r, const std::string& what) {
     if (sleeping_) wake_.notify_one();
   }
   try {
-    detail::waitRequest(*this, r, what,
+    detail::waitRequest(comm, r, what,
                         [&](detail::Pending& p) { return giveUp(static_cast<Op&>(p)); });
   } catch (...) {
     std::lock_guard<std::mutex> lock(m_);
@@ -243,7 +345,7 @@ void MpiComm::wait(Request& r, const std::string& what) {
 // caller's error path may free them at once: MPI cancelled it (or it finished after all:
 // then false, and the wait succeeds), or the communication thread halted, as it does
 // at once for a collective, which MPI cannot cancel.
-bool MpiComm::giveUp(Op& op) {
+bool Engine::giveUp(Op& op) {
   {
     std::lock_guard<std::mutex> lock(m_);
     abandoned_.push_back(op.shared_from_this());
@@ -274,7 +376,7 @@ bool MpiComm::test(Request& r) {
 // MPI_THREAD_MULTIPLE, but a progress call beside it may still touch buffers the caller
 // freed on its way here, or state the abort tears down. Below that level, or outside MPI's
 // lifetime, the process exits and mpirun ends the other ranks.
-void MpiComm::abort(int code) {
+void Engine::abort(int code) {
   if (code == 0) code = 1;
   std::fflush(stdout);
   std::fflush(stderr);
@@ -289,7 +391,7 @@ void MpiComm::abort(int code) {
 
 // Asks the communication thread to halt and waits until it has (or returned), for a
 // moment at most: a thread stuck elsewhere must not keep the job from ending.
-void MpiComm::haltAndWait() {
+void Engine::haltAndWait() {
   if (std::this_thread::get_id() == thread_.get_id()) return;
   std::unique_lock<std::mutex> lock(m_);
   haltRequested_ = true;
@@ -305,7 +407,7 @@ void MpiComm::haltAndWait() {
 // operation once. It halts instead when a wait gave up on a collective, a collective
 // failed, or a caller asked (halt()). On stop it lets outstanding operations finish, for
 // kStopGrace at most.
-void MpiComm::run() {
+void Engine::run() {
 #ifdef __linux__
   prctl(PR_SET_TIMERSLACK, 1000UL); // in ns: short sleeps between polls stay short
 #endif
@@ -335,15 +437,25 @@ void MpiComm::run() {
       stop = stopping_;
       halting = haltRequested_;
     }
-    for (auto& op : started) // no MPI call once halting
-      if (halting || failed_ || !post(*op)) active.push_back(std::move(op));
+    for (auto& op : started) { // no MPI call once halting
+      if (halting || failed_) {
+        active.push_back(std::move(op));
+      } else if (!post(*op)) {
+        ++op->context->inFlight;
+        active.push_back(std::move(op));
+      }
+    }
     for (auto& op : abandoned)
       halting = halting || (!op->finished() && !cancel(*op));
     moved = false;
     for (size_t i = 0; i < active.size() && !halting && !failed_; ++i)
       moved |= drive(*active[i]);
     if (halting || failed_) break;
-    auto done = [](const std::shared_ptr<Op>& op) { return op->finished(); };
+    auto done = [](const std::shared_ptr<Op>& op) {
+      if (!op->finished()) return false;
+      --op->context->inFlight;
+      return true;
+    };
     active.erase(std::remove_if(active.begin(), active.end(), done), active.end());
     if (moved) lastMove = Clock::now();
     if (!stop) continue;
@@ -357,19 +469,16 @@ void MpiComm::run() {
       break;
     }
   }
-  if (halting || failed_)
-    halt(active);
-  else
-    context_.freeTypes();
+  if (halting || failed_) halt(active);
   std::lock_guard<std::mutex> lock(m_);
   exited_ = true;
   haltedCv_.notify_all();
 }
 
 // Posts a new operation; returns whether it already finished (or failed).
-bool MpiComm::post(Op& op) {
+bool Engine::post(Op& op) {
   try {
-    op.start(context_);
+    op.start(*op.context);
   } catch (const std::exception& e) {
     fail(op, e.what());
   }
@@ -377,9 +486,9 @@ bool MpiComm::post(Op& op) {
 }
 
 // Drives an outstanding operation; returns whether anything moved.
-bool MpiComm::drive(Op& op) {
+bool Engine::drive(Op& op) {
   try {
-    return op.progress(context_) || op.finished();
+    return op.progress(*op.context) || op.finished();
   } catch (const std::exception& e) {
     fail(op, e.what());
     return true;
@@ -387,10 +496,10 @@ bool MpiComm::drive(Op& op) {
 }
 
 // Asks MPI to cancel an operation nobody will wait for; false where it cannot.
-bool MpiComm::cancel(Op& op) {
+bool Engine::cancel(Op& op) {
   if (!op.cancellable()) return false;
   try {
-    op.cancel(context_);
+    op.cancel(*op.context);
     return true;
   } catch (const std::exception&) {
     return false;
@@ -400,7 +509,7 @@ bool MpiComm::cancel(Op& op) {
 // A send or recv that failed is over. A collective that failed may still have messages in
 // flight on the caller's buffers, which any later MPI call would move on: the thread halts
 // before its waiter hears of the failure.
-void MpiComm::fail(Op& op, const char* error) {
+void Engine::fail(Op& op, const char* error) {
   if (op.cancellable()) return op.finish(error);
   if (failed_) return;
   failed_ = op.shared_from_this();
@@ -413,7 +522,7 @@ void MpiComm::fail(Op& op, const char* error) {
 // what lets a caller free its buffers once a wait on a collective threw (its stack unwinds
 // at once), and what keeps MPI_Abort from running beside a progress call. MPI is then left
 // unfinalised: the job is ending.
-void MpiComm::halt(std::vector<std::shared_ptr<Op>>& active) {
+void Engine::halt(std::vector<std::shared_ptr<Op>>& active) {
   std::vector<std::shared_ptr<Op>> rest;
   {
     std::lock_guard<std::mutex> lock(m_);
@@ -428,7 +537,7 @@ void MpiComm::halt(std::vector<std::shared_ptr<Op>>& active) {
       op->finish(kHalted);
 }
 
-void MpiComm::reportUnfinished(const std::vector<std::shared_ptr<Op>>& active) {
+void Engine::reportUnfinished(const std::vector<std::shared_ptr<Op>>& active) {
   std::string list;
   for (size_t i = 0; i < active.size() && i < 3; ++i)
     list += fmt::format("{}{}", i ? ", " : "", active[i]->description);

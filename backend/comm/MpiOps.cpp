@@ -65,6 +65,11 @@ std::pair<MPI_Datatype, int> Context::bytesType(int64_t bytes) {
                               bytes));
 }
 
+void Context::freeComms() {
+  for (MPI_Comm* c : {&collectives, &ring, &pointToPoint})
+    if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+}
+
 void Context::freeTypes() {
   for (auto& [unit, t] : units_)
     MPI_Type_free(&t);

@@ -3,6 +3,7 @@
 // same bits on every rank), point to point with tags, waits in any order, timeouts and
 // misuse. Each rank runs on its own thread; Catch2's checks run on the test's thread only.
 #include "Reference.h"
+#include "SplitCheck.h"
 #include "backend/comm/Comm.h"
 #include "backend/comm/Wire.h"
 
@@ -356,4 +357,25 @@ TEST_CASE("the one-rank communicator copies or is the identity") {
   Request empty;
   self->wait(empty, "nothing"); // an empty request is complete
   CHECK(self->test(empty));
+}
+
+TEST_CASE("split communicators run collectives inside disjoint groups at once, in key order") {
+  for (int n = 1; n <= 4; ++n) {
+    CAPTURE(n);
+    auto comms = makeLocalComms(n);
+    std::vector<std::string> problems(n);
+    onRanks(comms, [&](Comm& c) {
+      c.setTimeout(30);
+      problems[c.rank()] = checkSplit(c);
+    });
+    for (int r = 0; r < n; ++r) {
+      CAPTURE(r);
+      CHECK(problems[r] == "");
+    }
+  }
+}
+
+TEST_CASE("a split with a negative color is refused") {
+  auto self = makeSelfComm();
+  CHECK(commErrorOf([&] { self->split(-1, 0); }) == "rank 0: split with negative color -1");
 }

@@ -1,11 +1,13 @@
 // The MPI communicator under a real mpirun (CTest runs it with 2, 3 and 4 ranks): every
 // collective against references computed from every rank's inputs, wire types with
 // the same bits on every rank, point to point, progress while the caller computes, the
-// timeout path and misuse. Each rank checks its own results and prints what failed; the
-// job fails when any rank does. With --abort, rank 1 ends the job with Comm::abort while the
-// others are blocked in a wait (abort_test.sh checks that mpirun ends, with an error); with
+// timeout path, misuse and split communicators (SplitCheck.h). Each rank checks its own results and
+// prints what failed; the job fails when any rank does. With --abort, rank 1 ends the job with
+// Comm::abort while the others are blocked in a wait (abort_test.sh checks that mpirun ends, with
+// an error); with
 // --abandon, rank 0 frees the buffer of an all-reduce it gave up on (abandon_test.sh).
 #include "Reference.h"
+#include "SplitCheck.h"
 #include "backend/comm/Comm.h"
 #include "backend/comm/Wire.h"
 
@@ -317,6 +319,11 @@ int main(int argc, char** argv) {
     testProgressWhileComputing(*comm);
     testTimeout(*comm);
     testMisuse(*comm);
+    std::string split = checkSplit(*comm);
+    if (!split.empty()) {
+      std::fprintf(stderr, "rank %d: split: %s\n", rank, split.c_str());
+      ++failures;
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: unexpected error: %s\n", rank, e.what());
     ++failures;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Pipeline checkpoints are whole-model: a run saved by 2 pipeline stages resumes on 1
-# device and on 2 stages, and one saved on 1 device resumes on 2 stages, with the losses
-# of a run that never stopped (bit-identical when the resumed run has the stopped one's
-# -np: each stage's optimizer states reached the checkpoint).
+# device and on 2 stages, one saved on 1 device resumes on 2 stages, and one saved by two
+# data-parallel copies of the pipeline (-np 4) resumes on 1 device and on 2 stages, with
+# the losses of a run that never stopped (bit-identical when the resumed run has the
+# stopped one's -np: each stage's optimizer states reached the checkpoint).
 # usage: pipeline_checkpoint.sh EPL WORKDIR SCRIPT
 set -euo pipefail
 epl=$1 work=$2 script=$(realpath "$3")
@@ -17,6 +18,7 @@ run() { # NAME ARGS...: a run into ck, its metrics in NAME.jsonl
 }
 run whole1 -np 1 && rm -rf ck
 run whole2 -np 2 && rm -rf ck
+run whole4 -np 4 && rm -rf ck
 run half2 -np 2 --stop-after 10
 ls ck | grep -qx step-00000010 || fail "no checkpoint at step 10"
 cp -r ck ck2
@@ -26,13 +28,22 @@ run rest2 -np 2 --resume
 rm -rf ck
 run half1 -np 1 --stop-after 10
 run rest1to2 -np 2 --resume
+rm -rf ck
+run half4 -np 4 --stop-after 10
+cp -r ck ck4 && cp -r ck ck4b
+run rest4to1 -np 1 --resume
+rm -rf ck && mv ck4 ck
+run rest4to2 -np 2 --resume
+rm -rf ck && mv ck4b ck
+run rest4 -np 4 --resume
 /usr/bin/python3 - <<'PY'
 import json, sys
 def losses(p):
     return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if "step_seconds" in r}
-whole1, whole2 = losses("whole1.jsonl"), losses("whole2.jsonl")
+whole1, whole2, whole4 = losses("whole1.jsonl"), losses("whole2.jsonl"), losses("whole4.jsonl")
 worst = 0
-for name in ("half2", "rest1", "rest2", "half1", "rest1to2"):
+for name in ("half2", "rest1", "rest2", "half1", "rest1to2", "whole4", "half4", "rest4to1",
+             "rest4to2", "rest4"):
     for step, loss in losses(name + ".jsonl").items():
         worst = max(worst, abs(loss - whole1[step]) / abs(whole1[step]))
 rest2 = losses("rest2.jsonl")
@@ -41,5 +52,8 @@ if min(rest2) != 11 or worst > 1e-5:
     sys.exit(1)
 if any(rest2[s] != whole2[s] for s in rest2):
     sys.exit("FAIL: -np 2 resumed on -np 2 is not bit-identical to -np 2 that never stopped")
+rest4 = losses("rest4.jsonl")
+if min(rest4) != 11 or any(rest4[s] != whole4[s] for s in rest4):
+    sys.exit("FAIL: -np 4 resumed on -np 4 is not bit-identical to -np 4 that never stopped")
 PY
 echo PASS

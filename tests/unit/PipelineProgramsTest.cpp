@@ -1,7 +1,8 @@
 // The rank programs of pipelines of one-device stages: what each stage runs, sends and
 // receives, its slots, and that every rank's communication fits together (the schedule
 // pass asserts it; these tests show it for gpipe, 1f1b and zb, 2 to 4 stages, 1 to 8
-// micro-batches, and that the check would catch a wrong tag).
+// micro-batches, data-parallel copies of them, and that the check would catch a wrong tag
+// or a missing gradient reduction).
 #include "passes/PipelinePrograms.h"
 #include "driver/Epl.h"
 #include "ir/Printer.h"
@@ -15,7 +16,8 @@
 namespace {
 
 // A linear layer per stage; the last stage also holds the loss.
-std::optional<epl::ir::Module> plan(int stages, int micros, const char* schedule) {
+// `copies` data-parallel copies of the pipeline: -np stages x copies.
+std::optional<epl::ir::Module> plan(int stages, int micros, const char* schedule, int copies = 1) {
   std::string blocks = "  replicate { h = relu(linear(x, 16)) }\n";
   for (int s = 1; s + 1 < stages; ++s)
     blocks += "  replicate { h = relu(linear(h, 16)) }\n";
@@ -31,10 +33,10 @@ train net {{
   clip_grad_norm = 1.0
 }}
 )",
-                                 blocks, micros, schedule, 2 * micros);
+                                 blocks, micros, schedule, 2 * micros * copies);
   epl::Session session;
   epl::PlanOptions options;
-  options.np = stages;
+  options.np = stages * copies;
   auto m = epl::planText("pipe.epl", text, session, options);
   for (const auto& d : session.diags.all())
     FAIL(d.message);
@@ -195,6 +197,67 @@ TEST_CASE("the check catches a receive with another micro-batch's tag") {
     if (in.kind == InstrKind::Recv && in.micro == 0) {
       in.tag += 1; // micro-batch 1's activation
       break;
+    }
+  auto error = epl::ir::checkStreams(epl::passes::programStreams(*m, false));
+  REQUIRE(error);
+  CHECK(error->str().find("rank 1") != std::string::npos);
+}
+
+TEST_CASE("copies of a pipeline: each replica's own transfers, each stage's buckets summed over "
+          "its replicas") {
+  for (const char* schedule : {"gpipe", "1f1b"})
+    for (auto [p, copies] : {std::pair{2, 2}, std::pair{2, 3}, std::pair{4, 2}})
+      for (int micros : {1, 4}) {
+        INFO(schedule << ", " << p << " stages x " << copies << " copies, " << micros
+                      << " micro-batches");
+        auto m = plan(p, micros, schedule, copies);
+        REQUIRE(m);
+        REQUIRE(static_cast<int>(m->programs.size()) == p * copies);
+        CHECK(m->reduceRanks == copies);
+        for (bool eval : {false, true}) {
+          auto error = epl::ir::checkStreams(epl::passes::programStreams(*m, eval));
+          CHECK_FALSE(error);
+          if (error) FAIL(error->str());
+        }
+        for (int rank = 0; rank < p * copies; ++rank) {
+          const epl::ir::Program& prog = m->programs[rank];
+          int replica = rank / p, stage = rank % p;
+          CHECK(prog.stage == stage);
+          CHECK(prog.dataRank == replica);
+          CHECK(prog.lossRank == replica * p + p - 1);
+          for (const epl::ir::Instr& in : prog.step)
+            if (in.kind == InstrKind::Send || in.kind == InstrKind::Recv)
+              CHECK(in.peer / p == replica);
+          int buckets = 0;
+          for (const epl::ir::GradBucket& b : m->buckets)
+            buckets += b.stage == stage;
+          CHECK(buckets >= 1);
+          CHECK(count(prog.step, InstrKind::ReduceStart) == buckets);
+          CHECK(count(prog.step, InstrKind::ReduceWait) == buckets);
+          // Started in the last micro-batch; all waited before the first optimizer op.
+          bool optimizer = false;
+          for (const epl::ir::Instr& in : prog.step) {
+            if (in.kind == InstrKind::ReduceStart) CHECK(in.micro == micros - 1);
+            if (in.kind == InstrKind::ReduceWait) CHECK_FALSE(optimizer);
+            if (in.kind == InstrKind::Run && m->ops[in.op].phase == epl::ir::Phase::Optimizer)
+              optimizer = true;
+          }
+        }
+      }
+}
+
+TEST_CASE("the check catches a replica that leaves out a gradient reduction") {
+  auto m = plan(2, 4, "1f1b", 2);
+  REQUIRE(m);
+  auto& step = m->programs[3].step;
+  int bucket = -1;
+  for (auto it = step.begin(); it != step.end();)
+    if ((it->kind == InstrKind::ReduceStart || it->kind == InstrKind::ReduceWait) &&
+        (bucket < 0 || it->bucket == bucket)) {
+      bucket = it->bucket;
+      it = step.erase(it);
+    } else {
+      ++it;
     }
   auto error = epl::ir::checkStreams(epl::passes::programStreams(*m, false));
   REQUIRE(error);

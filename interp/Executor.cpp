@@ -506,15 +506,64 @@ void Executor::optimizerStep(const ir::Op& op, int64_t step) {
   dev_.optimizerStep(c);
 }
 
+// What the trace calls an instruction.
+std::string Executor::traceName(const ir::Instr& in) const {
+  auto tensor = [&] { return m_.tensors[in.tensor].name; };
+  switch (in.kind) {
+  case ir::InstrKind::ZeroGrads:
+    return "zero-grads";
+  case ir::InstrKind::Load:
+    return "load";
+  case ir::InstrKind::SeedGrad:
+    return "seed-grad";
+  case ir::InstrKind::ReduceStart:
+    return fmt::format("reduce-start bucket {}", in.bucket);
+  case ir::InstrKind::ReduceWait:
+    return fmt::format("reduce-wait bucket {}", in.bucket);
+  case ir::InstrKind::Send:
+    return fmt::format("send %{} mb {} -> rank {}", tensor(), in.micro, in.peer);
+  case ir::InstrKind::Recv:
+    return fmt::format("recv %{} mb {} <- rank {}", tensor(), in.micro, in.peer);
+  case ir::InstrKind::Run:
+    break;
+  }
+  const ir::Op& op = m_.ops[in.op];
+  if (op.phase == ir::Phase::Forward) return "fwd " + op.name;
+  if (op.phase == ir::Phase::Optimizer) return "optimizer " + op.name;
+  const char* part = in.part == ir::BackwardPart::Inputs   ? "bwd-inputs"
+                     : in.part == ir::BackwardPart::Params ? "bwd-params"
+                                                           : "bwd";
+  return fmt::format("{} {}", part, m_.ops[op.forward].name);
+}
+
+// An instruction of a traced step. The device is synchronized after it, so a queued
+// device's work is counted in the instruction that queued it.
+void Executor::runTraced(const ir::Instr& in, size_t index, int64_t step, uint64_t seed) {
+  double began = trace_->nowUs();
+  run(in, index, step, seed, true);
+  dev_.synchronize();
+  bool comm = in.kind == ir::InstrKind::Send || in.kind == ir::InstrKind::Recv ||
+              in.kind == ir::InstrKind::ReduceStart || in.kind == ir::InstrKind::ReduceWait;
+  trace_->add({traceName(in), step, in.micro, comm ? Track::Communication : Track::Compute, began,
+               trace_->nowUs()});
+}
+
 StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
   lr_ = lr;
   clipScale_ = 1.f;
   gradNorm_ = 0;
   reduceWaitSeconds_ = 0;
   postReceives(program_.step, stepRecv_);
-  for (size_t i = 0; i < program_.step.size(); ++i)
-    run(program_.step[i], i, step, seed, true);
+  bool traced = trace_ && trace_->wants();
+  if (traced) trace_->beginStep(step);
+  for (size_t i = 0; i < program_.step.size(); ++i) {
+    if (traced)
+      runTraced(program_.step[i], i, step, seed);
+    else
+      run(program_.step[i], i, step, seed, true);
+  }
   dev_.synchronize();
+  if (traced) trace_->endStep();
   StepResult r;
   for (float l : lossHost_)
     r.loss += l;

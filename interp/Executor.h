@@ -4,6 +4,7 @@
 #pragma once
 #include "backend/Device.h"
 #include "backend/comm/Comm.h"
+#include "interp/Trace.h"
 #include "ir/Module.h"
 
 #include <cstdint>
@@ -76,6 +77,9 @@ public:
   // whole model.
   void gatherStages();
 
+  // Records the instructions of the next steps into `trace` (until it is full); null: off.
+  // While recording, each instruction synchronizes the device, so its time is its own.
+  void setTrace(TraceRecorder* trace) { trace_ = trace; }
   // One optimizer step over every micro-batch's staging buffers. `step` is 0-based.
   StepResult runStep(int64_t step, float lr, uint64_t seed);
   // A forward pass without dropout over staging(0). Returns the loss; when the loss is a
@@ -108,6 +112,8 @@ private:
   backend::KernelCall& callOf(const ir::Instr& in);
   void load(int micro);
   void run(const ir::Instr& in, size_t index, int64_t step, uint64_t seed, bool training);
+  void runTraced(const ir::Instr& in, size_t index, int64_t step, uint64_t seed);
+  std::string traceName(const ir::Instr& in) const;
   void placeReceives(const std::vector<ir::Instr>& list, std::vector<Receive>& out,
                      int64_t& offset);
   void postReceives(const std::vector<ir::Instr>& list, std::vector<Receive>& receives);
@@ -161,6 +167,7 @@ private:
   double reduceWaitSeconds_ = 0;
   int firstStarted_ = -1;                    // the bucket of the step's first reduce-start
   double reduceBegan_ = 0, reduceEnded_ = 0; // monotonic clock
+  TraceRecorder* trace_ = nullptr;
 };
 
 } // namespace epl::interp

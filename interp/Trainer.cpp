@@ -10,6 +10,7 @@
 #include "interp/LrSchedule.h"
 #include "interp/Progress.h"
 #include "interp/StopSignals.h"
+#include "interp/Trace.h"
 #include "interp/checkpoint/AtomicFile.h"
 #include "interp/checkpoint/FolderLock.h"
 #include "interp/data/Dataset.h"
@@ -17,11 +18,14 @@
 #include "support/Text.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fmt/format.h>
+#include <fstream>
 
 namespace epl::interp {
 
@@ -448,6 +452,46 @@ bool checkRunnable(const ir::Module& m, Diagnostics& diags) {
   return false;
 }
 
+namespace {
+
+// The schedule's bubble in the simulation's unit costs, or the classic formula where the
+// schedule is not simulated (as the plan prints it).
+std::string theoreticalBubble(const ir::Module& m) {
+  ir::PipelineShape shape{static_cast<int>(m.mesh.stages.size()),
+                          static_cast<int>(m.policy.microBatches), 1};
+  if (ir::scheduleRequirement(m.policy.schedule, shape).empty() &&
+      int64_t{shape.stages} * shape.micros <= 1'000'000) { // the plan's limit too
+    ir::ScheduleSimulation sim = ir::simulateSchedule(m.policy.schedule, shape);
+    if (!sim.deadlocked) return fmt::format("{:.1f}% in unit costs", 100 * sim.bubble);
+  }
+  return fmt::format("{:.1f}% by (p - 1) / (m + p - 1)", 100 * ir::classicBubble(shape));
+}
+
+// Collective: rank 0 gathers every rank's trace, writes it, and prints the measured bubble
+// of a pipeline beside its schedule's. A trace it cannot write costs a warning, not the run.
+void finishTrace(const TraceRecorder& trace, const ir::Module& m, const ir::Program& prog,
+                 backend::Comm& comm, const std::string& path, std::ostream& out,
+                 Diagnostics& diags) {
+  std::vector<RankTrace> ranks = gatherTraces(trace, prog.stage, comm);
+  if (comm.rank() != 0) return;
+  if (auto failure = writeChromeTrace(path, ranks)) {
+    diags.warning(SourceLoc{}, *failure).note("the run's training is not affected");
+    return;
+  }
+  size_t events = 0;
+  for (const RankTrace& r : ranks)
+    events += r.events.size();
+  out << fmt::format("trace: {} ({} events of {} rank{}, the first {} steps at most)\n", path,
+                     events, ranks.size(), ranks.size() == 1 ? "" : "s", TraceRecorder::kMaxSteps);
+  if (prog.stages < 2) return;
+  int steps = 0;
+  double bubble = measuredBubble(ranks, &steps);
+  out << fmt::format("bubble: measured {:.1f}% over {} step{} (schedule: {})\n", 100 * bubble,
+                     steps, steps == 1 ? "" : "s", theoreticalBubble(m));
+}
+
+} // namespace
+
 int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
   std::unique_ptr<backend::Comm> self;
   backend::Comm* commp = o.comm;
@@ -506,6 +550,14 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
     if (auto problem = metrics.open(o.metricsPath))
       mine.error(SourceLoc{}, problem->message).help(problem->help);
   if (!agree(!mine.hasErrors(), "opening the metrics file")) return 1;
+  // The trace is written at the end, by rank 0; its path is checked now all the same.
+  if (rank == 0 && !o.tracePath.empty() && !std::ofstream(o.tracePath)) {
+    std::string why = std::strerror(errno);
+    why[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(why[0])));
+    mine.error(SourceLoc{}, fmt::format("cannot write the trace file `{}`: {}", o.tracePath, why))
+        .help("create its folder, or pass --trace another path");
+  }
+  if (!agree(!mine.hasErrors(), "opening the trace file")) return 1;
   std::string ckptDir = resolve(o.baseDir, m.train.checkpointDir);
   std::string deviceNote;
   auto device = openDevice(m, {o.device, ranks, localRank(), o.threads}, &deviceNote, mine);
@@ -560,6 +612,13 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
     }
     return agree(!mine.hasErrors(), "writing the checkpoint");
   };
+  std::unique_ptr<TraceRecorder> trace;
+  if (!o.tracePath.empty()) {
+    trace = std::make_unique<TraceRecorder>();
+    comm.barrier("starting the trace"); // every rank's clock starts together
+    trace->restart();
+    ex.setTrace(trace.get());
+  }
   auto began = Clock::now();
   int64_t steps = m.train.steps, samples = 0;
   int64_t end = o.stopAfter > 0 ? std::min(steps, o.stopAfter) : steps;
@@ -632,6 +691,10 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
   }
   progress.finish();
   double took = seconds(began);
+  if (trace) {
+    ex.setTrace(nullptr);
+    finishTrace(*trace, m, prog, comm, o.tracePath, out, diags);
+  }
   if (end < steps) {
     out << fmt::format("stopped after step {} of {} (--stop-after)\n", end, steps);
     return 0;

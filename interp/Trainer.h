@@ -17,6 +17,7 @@ struct RunOptions {
   std::string script;          // as given on the command line: how to resume is said with it
   std::string baseDir;         // the script's folder: relative paths in the script resolve here
   std::string metricsPath;     // JSON lines; empty for none
+  std::string tracePath;       // Chrome trace of the first steps (Trace.h); empty for none
   bool resume = false;         // continue from the newest checkpoint in train.checkpoint's dir
   bool saveInitial = false;    // write a checkpoint of the initial weights (step 0)
   int threads = 0;             // CPU threads; 0: every core

@@ -1,0 +1,111 @@
+// Gathering every rank's trace on rank 0, and writing it as a Chrome trace.
+#include "interp/Trace.h"
+
+#include "backend/comm/Comm.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fmt/format.h>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace epl::interp {
+
+namespace {
+
+// Above every pipeline transfer's tag, and within the MPI standard's smallest tag bound.
+constexpr int kTraceTag = 32767;
+
+std::string serialize(const TraceRecorder& r, int stage) {
+  nlohmann::json steps = nlohmann::json::array(), events = nlohmann::json::array();
+  for (const TraceStep& s : r.steps())
+    steps.push_back({s.step, s.startUs, s.endUs});
+  for (const TraceEvent& e : r.events())
+    events.push_back({e.name, e.step, e.micro, static_cast<int>(e.track), e.startUs, e.endUs});
+  return nlohmann::json{{"stage", stage}, {"steps", steps}, {"events", events}}.dump();
+}
+
+RankTrace deserialize(const std::string& text) {
+  nlohmann::json j = nlohmann::json::parse(text);
+  RankTrace t;
+  t.stage = j.at("stage").get<int>();
+  for (const auto& s : j.at("steps"))
+    t.steps.push_back({s[0].get<int64_t>(), s[1].get<double>(), s[2].get<double>()});
+  for (const auto& e : j.at("events"))
+    t.events.push_back({e[0].get<std::string>(), e[1].get<int64_t>(), e[2].get<int>(),
+                        static_cast<Track>(e[3].get<int>()), e[4].get<double>(),
+                        e[5].get<double>()});
+  return t;
+}
+
+} // namespace
+
+// 1. Every rank learns every rank's byte count (allGather).
+// 2. The other ranks send their serialized events to rank 0, which receives them in rank
+//    order under one tag.
+std::vector<RankTrace> gatherTraces(const TraceRecorder& mine, int stage, backend::Comm& comm) {
+  std::string text = serialize(mine, stage);
+  int64_t bytes = static_cast<int64_t>(text.size());
+  std::vector<int64_t> sizes(static_cast<size_t>(comm.size()));
+  comm.allGather(&bytes, sizes.data(), sizeof bytes, "the trace's sizes");
+  std::vector<RankTrace> out;
+  if (comm.rank() != 0) {
+    backend::Request r = comm.isend(text.data(), bytes, 0, kTraceTag);
+    comm.wait(r, "sending the trace to rank 0");
+    return out;
+  }
+  out.push_back(deserialize(text));
+  for (int k = 1; k < comm.size(); ++k) {
+    std::string theirs(static_cast<size_t>(sizes[k]), '\0');
+    backend::Request r = comm.irecv(theirs.data(), sizes[k], k, kTraceTag);
+    comm.wait(r, fmt::format("the trace of rank {}", k));
+    out.push_back(deserialize(theirs));
+  }
+  return out;
+}
+
+std::optional<std::string> writeChromeTrace(const std::string& path,
+                                            const std::vector<RankTrace>& ranks) {
+  nlohmann::json events = nlohmann::json::array();
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    auto meta = [&](const char* kind, int tid, const std::string& name) {
+      events.push_back(
+          {{"name", kind}, {"ph", "M"}, {"pid", r}, {"tid", tid}, {"args", {{"name", name}}}});
+    };
+    meta("process_name", 0, fmt::format("rank {} (stage {})", r, ranks[r].stage));
+    meta("thread_name", 0, "compute");
+    meta("thread_name", 1, "communication");
+    for (const TraceEvent& e : ranks[r].events)
+      events.push_back({{"name", e.name},
+                        {"ph", "X"},
+                        {"ts", e.startUs},
+                        {"dur", e.endUs - e.startUs},
+                        {"pid", r},
+                        {"tid", static_cast<int>(e.track)},
+                        {"args", {{"micro", e.micro}, {"step", e.step + 1}}}});
+  }
+  std::ofstream f(path, std::ios::trunc);
+  if (f) f << nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() << "\n";
+  f.close();
+  if (!f) return fmt::format("cannot write the trace `{}`: {}", path, std::strerror(errno));
+  return std::nullopt;
+}
+
+double measuredBubble(const std::vector<RankTrace>& ranks, int* steps) {
+  double sum = 0;
+  int n = 0;
+  for (const RankTrace& r : ranks)
+    for (const TraceStep& s : r.steps) {
+      double busy = 0;
+      for (const TraceEvent& e : r.events)
+        if (e.step == s.step && e.track == Track::Compute) busy += e.endUs - e.startUs;
+      double wall = s.endUs - s.startUs;
+      if (wall <= 0) continue;
+      sum += 1 - busy / wall;
+      ++n;
+    }
+  *steps = ranks.empty() ? 0 : static_cast<int>(ranks[0].steps.size());
+  return n > 0 ? sum / n : 0;
+}
+
+} // namespace epl::interp

@@ -46,19 +46,10 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 # A model far bigger than any machine is an error at `batch`, before anything is allocated.
-cat >"$tmp/huge.epl" <<'EOF'
-model big(x: f32[B, 1000000], y: f32[B, 1000000]) {
-  return mse(linear(x, 1000000), y)
-}
-train big {
-  data = synthetic(samples = 64)
-  batch = 8
-  optimizer = adam(lr = 1e-3)
-}
-EOF
-expect 1 "error: the plan needs 16.0 TB of memory, and this machine has" -- run "$tmp/huge.epl"
-expect 1 "--> $tmp/huge.epl:6:3" -- run "$tmp/huge.epl"
-expect 1 "error: the plan's 2 ranks on this machine need 32.0 TB of memory" -- run "$tmp/huge.epl" -np 2
+huge=$src/tests/huge_model.epl
+expect 1 "error: the plan needs 16.0 TB of memory, and this machine has" -- run "$huge"
+expect 1 "--> $huge:8:3" -- run "$huge"
+expect 1 "error: the plan's 2 ranks on this machine need 32.0 TB of memory" -- run "$huge" -np 2
 
 # Numeric options name the bound they cross, and reject what is not a number of their kind.
 mlp="$src/examples/mlp_fashion.epl"

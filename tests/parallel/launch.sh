@@ -20,18 +20,8 @@ mpirun -np 2 "$epl" run "$script" -np 4 --steps 3 > np.out 2>&1 || rc=$?
 grep -q -- "-np 4 was given, but this MPI job has 2 ranks" np.out || { cat np.out; fail "message"; }
 
 # By hand, a plan too big for the machine: the ranks agree to stop, and one says why.
-cat > huge.epl <<'EOF'
-model big(x: f32[B, 1000000], y: f32[B, 1000000]) {
-  return mse(linear(x, 1000000), y)
-}
-train big {
-  data = synthetic(samples = 64)
-  batch = 8
-  optimizer = adam(lr = 1e-3)
-}
-EOF
 rc=0
-mpirun -np 2 "$epl" run huge.epl > huge.out 2>&1 || rc=$?
+mpirun -np 2 "$epl" run "$(dirname "$examples")/tests/huge_model.epl" > huge.out 2>&1 || rc=$?
 [ "$rc" -ne 0 ] || fail "a plan too big for the machine ran"
 [ "$(grep -c "2 ranks on this machine need 32.0 TB of memory" huge.out)" = 1 ] ||
   { cat huge.out; fail "the memory error, once"; }

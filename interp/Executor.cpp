@@ -90,6 +90,54 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
           : m_.policy.commDtype == ir::DType::F16 ? backend::WireType::F16
                                                   : backend::WireType::F32;
   bindCalls();
+  planSlotUse();
+}
+
+// Which instructions of the step begin and end each micro-batch's use of its slot: every
+// instruction that reads or writes the arena for micro-batch m (a load, a forward or
+// backward op, a transfer, the loss seed); not the gradient norm or the optimizer, which
+// name micro-batch 0 and touch parameters only.
+void Executor::planSlotUse() {
+  const std::vector<ir::Instr>& step = program_.step;
+  takesSlot_.assign(step.size(), -1);
+  freesSlot_.assign(step.size(), -1);
+  std::vector<int> first(m_.policy.microBatches, -1), last(m_.policy.microBatches, -1);
+  for (size_t i = 0; i < step.size(); ++i) {
+    const ir::Instr& in = step[i];
+    bool uses = in.kind == ir::InstrKind::Load || in.kind == ir::InstrKind::SeedGrad ||
+                in.kind == ir::InstrKind::Send || in.kind == ir::InstrKind::Recv ||
+                (in.kind == ir::InstrKind::Run && m_.ops[in.op].phase != ir::Phase::Optimizer);
+    if (!uses) continue;
+    if (first[in.micro] < 0) first[in.micro] = static_cast<int>(i);
+    last[in.micro] = static_cast<int>(i);
+  }
+  for (int micro = 0; micro < m_.policy.microBatches; ++micro) {
+    if (first[micro] < 0) continue;
+    takesSlot_[first[micro]] = micro;
+    freesSlot_[last[micro]] = micro;
+  }
+  slotHolder_.assign(program_.slots, -1);
+}
+
+void Executor::occupySlot(size_t index) {
+  int micro = takesSlot_[index];
+  if (micro < 0) return;
+  int& holder = slotHolder_[slotOf(micro)];
+  if (holder >= 0) {
+    std::string why = fmt::format("micro-batch {} needs slot {}, which micro-batch {} still "
+                                  "holds: the plan has too few slots for the schedule",
+                                  micro, slotOf(micro), holder);
+    EPL_ASSERT(holder < 0, why.c_str());
+  }
+  holder = micro;
+  peakInFlight_ = std::max(peakInFlight_, ++inFlight_);
+}
+
+void Executor::vacateSlot(size_t index) {
+  int micro = freesSlot_[index];
+  if (micro < 0) return;
+  slotHolder_[slotOf(micro)] = -1;
+  --inFlight_;
 }
 
 // A reduction still in flight (an error left runStep) may be reading or writing the
@@ -557,10 +605,12 @@ StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
   bool traced = trace_ && trace_->wants();
   if (traced) trace_->beginStep(step);
   for (size_t i = 0; i < program_.step.size(); ++i) {
+    occupySlot(i);
     if (traced)
       runTraced(program_.step[i], i, step, seed);
     else
       run(program_.step[i], i, step, seed, true);
+    vacateSlot(i);
   }
   dev_.synchronize();
   if (traced) trace_->endStep();

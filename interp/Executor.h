@@ -89,6 +89,11 @@ public:
   std::vector<float> forwardLogits();
   int64_t classes() const;
   int64_t arenaBytes() const { return program_.arenaBytes; }
+  // The runtime's account of activations: the most micro-batches whose slot of the arena
+  // was held at once over the steps run so far (a micro-batch holds slot m % slots from its
+  // forward's first instruction to its backward's last), and their bytes.
+  int peakInFlight() const { return peakInFlight_; }
+  int64_t peakActivationBytes() const { return peakInFlight_ * program_.slotStride(); }
 
 private:
   struct Bound {
@@ -107,6 +112,9 @@ private:
   backend::TensorView paramView(int p) const;
   backend::TensorView stateView(int p, int k) const;
   void bindCalls();
+  void planSlotUse();
+  void occupySlot(size_t index);
+  void vacateSlot(size_t index);
   void bindCall(int op, int slot);
   void bindParts();
   backend::KernelCall& callOf(const ir::Instr& in);
@@ -168,6 +176,10 @@ private:
   int firstStarted_ = -1;                    // the bucket of the step's first reduce-start
   double reduceBegan_ = 0, reduceEnded_ = 0; // monotonic clock
   TraceRecorder* trace_ = nullptr;
+  // Slot accounting over the step program: the micro-batch whose slot instruction i takes
+  // (its first) or gives back (its last), -1 for none; who holds each slot now.
+  std::vector<int> takesSlot_, freesSlot_, slotHolder_;
+  int inFlight_ = 0, peakInFlight_ = 0;
 };
 
 } // namespace epl::interp

@@ -490,6 +490,28 @@ void finishTrace(const TraceRecorder& trace, const ir::Module& m, const ir::Prog
                      steps, steps == 1 ? "" : "s", theoreticalBubble(m));
 }
 
+// Collective, for a pipeline: rank 0 prints each stage's peak of micro-batches in flight
+// by the runtime's account (replica 0's ranks) beside the plan's slots.
+void reportActivations(const Executor& ex, const ir::Module& m, backend::Comm& comm,
+                       std::ostream& out) {
+  const ir::Program& mine = m.programs[comm.rank()];
+  if (mine.stages < 2) return;
+  int64_t peak = ex.peakInFlight();
+  std::vector<int64_t> all(m.programs.size());
+  comm.allGather(&peak, all.data(), sizeof peak, "the activations in flight");
+  if (comm.rank() != 0) return;
+  std::vector<std::string> stages;
+  for (int s = 0; s < mine.stages; ++s) {
+    const ir::Program& p = m.programs[m.mesh.rank(0, s, 0)];
+    int64_t measured = all[p.rank];
+    stages.push_back(fmt::format("stage {} measured {} micro-batch{} ({}), planned {} ({})", s,
+                                 measured, measured == 1 ? "" : "es",
+                                 formatBytes(measured * p.slotStride()), p.slots,
+                                 formatBytes(p.slots * p.slotStride())));
+  }
+  out << fmt::format("activations: {}\n", fmt::join(stages, "; "));
+}
+
 } // namespace
 
 int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
@@ -695,6 +717,7 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
     ex.setTrace(nullptr);
     finishTrace(*trace, m, prog, comm, o.tracePath, out, diags);
   }
+  reportActivations(ex, m, comm, out);
   if (end < steps) {
     out << fmt::format("stopped after step {} of {} (--stop-after)\n", end, steps);
     return 0;

@@ -43,7 +43,8 @@ std::vector<int64_t> concrete(const ir::Shape& s, const std::map<std::string, in
 
 Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& comm,
                    OptimizerSettings optimizer)
-    : m_(m), program_(m.programs.at(comm.rank())), dev_(device), comm_(comm), opt_(optimizer) {
+    : m_(m), program_(m.programs.at(comm.rank())), dev_(device), comm_(comm), opt_(optimizer),
+      bindings_(m.bindingsOn(program_)) {
   EPL_ASSERT(comm_.size() == static_cast<int>(m.programs.size()),
              "one instruction stream per rank of the communicator");
   // First, before anything a rank may fail on alone: the split is collective.
@@ -70,7 +71,9 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
     if (!nextOps_.empty()) b.next.resize(*m_.bytesOf(m_.ops[nextOps_[0]].outputs[0]) / 4);
   }
   lossHost_.assign(m_.policy.microBatches, 0.f);
-  localBatch_ = m_.bindings.at(m_.batchSymbol);
+  localBatch_ = bindings_.at(m_.batchSymbol);
+  for (size_t k = 0; k < m_.programs.size(); ++k)
+    lossRanks_ += m_.programs[k].lossRank == static_cast<int>(k);
   for (const ir::GradBucket& b : m_.buckets) {
     bucketBegin_.push_back(paramOffset_[b.firstParam]);
     bucketEnd_.push_back(
@@ -189,7 +192,7 @@ void Executor::releaseBuffers() {
 backend::TensorView Executor::shapeOnly(int t) const {
   backend::TensorView v;
   v.dtype = m_.tensors[t].type.dtype;
-  v.shape = concrete(m_.tensors[t].type.shape, m_.bindings);
+  v.shape = concrete(m_.tensors[t].type.shape, bindings_);
   return v;
 }
 
@@ -386,7 +389,7 @@ void Executor::placeReceives(const std::vector<ir::Instr>& list, std::vector<Rec
   for (size_t i = 0; i < list.size(); ++i) {
     if (list[i].kind != ir::InstrKind::Recv) continue;
     out[i].offset = offset;
-    offset += alignUp(*m_.bytesOf(list[i].tensor));
+    offset += alignUp(m_.transferBytes(program_, list[i]));
   }
 }
 
@@ -394,16 +397,23 @@ void Executor::postReceives(const std::vector<ir::Instr>& list, std::vector<Rece
   receiving_ = &receives;
   for (size_t i = 0; i < list.size(); ++i)
     if (list[i].kind == ir::InstrKind::Recv)
-      receives[i].request = comm_.irecv(recvMem_ + receives[i].offset, *m_.bytesOf(list[i].tensor),
-                                        list[i].peer, list[i].tag);
+      receives[i].request =
+          comm_.irecv(recvMem_ + receives[i].offset, m_.transferBytes(program_, list[i]),
+                      list[i].peer, list[i].tag);
+}
+
+// Where a transfer's samples start in its tensor: the tensor's, or its row `firstRow`.
+unsigned char* Executor::transferData(const ir::Instr& in) const {
+  backend::TensorView v = view(in.tensor, slotOf(in.micro));
+  return static_cast<unsigned char*>(v.data) + v.bytes() / localBatch_ * in.firstRow;
 }
 
 // Started and waited at once: the receiver posted its receive at its step's start.
 void Executor::send(const ir::Instr& in, size_t index, int64_t step) {
   // The transfer reads the tensor from the host side: it must be written.
   dev_.synchronize();
-  backend::TensorView v = view(in.tensor, slotOf(in.micro));
-  backend::Request r = comm_.isend(v.data, v.bytes(), in.peer, in.tag);
+  backend::Request r =
+      comm_.isend(transferData(in), m_.transferBytes(program_, in), in.peer, in.tag);
   comm_.wait(r, fmt::format("instruction {} of step {}: send %{} of micro-batch {} to rank {}",
                             index, step + 1, m_.tensors[in.tensor].name, in.micro, in.peer));
 }
@@ -414,30 +424,36 @@ void Executor::receive(const ir::Instr& in, size_t index, int64_t step, Receive&
   comm_.wait(r.request,
              fmt::format("instruction {} of step {}: recv %{} of micro-batch {} from rank {}",
                          index, step + 1, m_.tensors[in.tensor].name, in.micro, in.peer));
-  backend::TensorView dst = view(in.tensor, slotOf(in.micro));
+  // The rows it carries: the whole tensor, or a re-cut micro-batch's share.
+  backend::TensorView dst = shapeOnly(in.tensor);
+  if (in.rows >= 0) dst.shape[0] = in.rows;
+  dst.data = transferData(in);
   unsigned char* src = recvMem_ + r.offset;
   if (!in.accumulate) return dev_.copyOnDevice(dst.data, src, dst.bytes());
   backend::KernelCall c;
   c.kind = ir::OpKind::Reshape;
   c.backward = true;
   c.attrs = &noAttrs_;
-  backend::TensorView dy = shapeOnly(in.tensor);
+  backend::TensorView dy = dst;
   dy.data = src;
-  c.in = {dy, shapeOnly(in.tensor), shapeOnly(in.tensor)};
+  backend::TensorView shape = dst;
+  shape.data = nullptr;
+  c.in = {dy, shape, shape};
   c.out = {dst};
   c.accumulate = {true};
   dev_.launch(c);
 }
 
-// Data-parallel copies of a pipeline: the ranks of this rank's stage in every replica
-// (ordered by replica) sum its gradient buckets; the ranks of its replica (by stage) sum the
-// squared gradient norm. Every rank splits, in the same order.
+// A pipeline of more ranks than stages (stage groups, data-parallel copies): the ranks of
+// this rank's stage in every replica (ordered by data rank) sum its gradient buckets; the
+// ranks of its replica (by rank) sum the squared gradient norm. Every rank splits, in the
+// same order.
 void Executor::splitCommunicators() {
-  if (program_.stages == 1 || m_.reduceRanks == 1) return;
+  if (program_.stages == 1 || comm_.size() == program_.stages) return;
   stageReplicas_ = comm_.split(program_.stage, program_.dataRank);
-  pipeline_ = comm_.split(program_.dataRank, program_.stage);
-  EPL_ASSERT(stageReplicas_->size() == m_.mesh.dataParallel &&
-                 pipeline_->size() == static_cast<int>(m_.mesh.stages.size()),
+  pipeline_ = comm_.split(program_.replica, program_.rank);
+  EPL_ASSERT(stageReplicas_->size() == program_.dataRanks &&
+                 pipeline_->size() == m_.mesh.replicaSize,
              "the sub-communicators are the mesh's groups");
 }
 
@@ -450,7 +466,7 @@ void Executor::startReduce(int b) {
   float* data = reinterpret_cast<float*>(grads_ + bucketBegin_[b]);
   int64_t count = (bucketEnd_[b] - bucketBegin_[b]) / 4;
   // fp16 carries each rank's share times the rank count, so small gradients stay normal.
-  float scale = wire_ == backend::WireType::F16 ? static_cast<float>(m_.reduceRanks) : 1.f;
+  float scale = wire_ == backend::WireType::F16 ? static_cast<float>(program_.dataRanks) : 1.f;
   if (b == firstStarted_) reduceBegan_ = monotonicSeconds();
   pending_[b] = reduceComm().iallReduce(data, count, wire_, scale);
 }
@@ -476,7 +492,7 @@ void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t see
     int slot = slotOf(in.micro);
     dev_.copyToHost(&lossHost_[in.micro], view(m_.outputs[0], slot).data, 4);
     // The source must outlive the copy on a queued device: a member, not a local.
-    lossSeed_ = 1.f / static_cast<float>(m_.policy.microBatches * m_.reduceRanks);
+    lossSeed_ = 1.f / static_cast<float>(m_.policy.microBatches * program_.dataRanks);
     dev_.copyToDevice(view(m_.lossGrad, slot).data, &lossSeed_, 4);
     return;
   }
@@ -528,6 +544,8 @@ void Executor::gradNorm(const ir::Op& op) {
   float sq = 0;
   dev_.copyToHost(&sq, acc, 4);
   dev_.synchronize();
+  // A stage group's ranks hold the same summed gradients: its first rank counts them.
+  if (program_.local != 0) sq = 0;
   if (program_.stages > 1) normComm().allReduce(&sq, 1, "the squared gradient norm");
   gradNorm_ = std::sqrt(static_cast<double>(sq));
   double coef = opt_.clipGradNorm / (gradNorm_ + 1e-6);
@@ -618,15 +636,15 @@ StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
   for (float l : lossHost_)
     r.loss += l;
   r.loss /= static_cast<double>(lossHost_.size());
-  // A pipeline's last stage alone has the loss (copies of a pipeline gather it below).
-  if (program_.stages > 1 && m_.reduceRanks == 1)
+  // A pipeline's last stage alone has the loss: from its one rank, or gathered below.
+  if (program_.stages > 1 && lossRanks_ == 1)
     comm_.broadcast(&r.loss, sizeof r.loss, program_.lossRank,
                     fmt::format("the loss of step {}", step + 1));
   r.reduceWaitSeconds = reduceWaitSeconds_;
-  if (m_.reduceRanks > 1) {
-    // Each loss rank's mean loss over its samples (the replicas hold equal shares; a
-    // pipeline's last stage holds its replica's), gathered so that every rank adds them in
-    // rank order, with when each rank's reductions began and ended.
+  if (lossRanks_ > 1) {
+    // Each loss rank's mean loss over its samples (they hold equal shares of the batch),
+    // gathered so that every rank adds them in rank order, with when each rank's
+    // reductions began and ended.
     double mine[3] = {r.loss, reduceBegan_, reduceEnded_};
     std::vector<double> all(3 * static_cast<size_t>(comm_.size()));
     comm_.allGather(mine, all.data(), sizeof mine, fmt::format("the loss of step {}", step + 1));

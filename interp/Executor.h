@@ -8,6 +8,7 @@
 #include "ir/Module.h"
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -53,10 +54,12 @@ public:
   // Where micro-batch `micro` of this rank starts in the step's global batch: micro-batch
   // j of the step is the same samples at any -np, cut into one slice per rank.
   int64_t firstSample(int micro) const {
-    return (static_cast<int64_t>(micro) * m_.reduceRanks + program_.dataRank) * localBatch_;
+    return (static_cast<int64_t>(micro) * program_.dataRanks + program_.dataRank) * localBatch_;
   }
-  // Where this rank's evaluation slices start: its index among the data-parallel ranks.
+  // Where this rank's evaluation slices start: its index among the ranks sharing each
+  // micro-batch, and their number.
   int dataRank() const { return program_.dataRank; }
+  int dataRanks() const { return program_.dataRanks; }
   // Whether this rank computes the loss (a pipeline's other stages do not).
   bool holdsLoss() const { return program_.lossRank == comm_.rank(); }
   // Buffers Load copies from: one per micro-batch, sized for the rank's micro-batch.
@@ -125,13 +128,14 @@ private:
   void placeReceives(const std::vector<ir::Instr>& list, std::vector<Receive>& out,
                      int64_t& offset);
   void postReceives(const std::vector<ir::Instr>& list, std::vector<Receive>& receives);
+  unsigned char* transferData(const ir::Instr& in) const;
   void send(const ir::Instr& in, size_t index, int64_t step);
   void receive(const ir::Instr& in, size_t index, int64_t step, Receive& r);
   void gradNorm(const ir::Op& op);
   void startReduce(int bucket);
   void splitCommunicators();
   // Where gradient buckets are summed (a stage's ranks in every replica, or every rank),
-  // and the squared gradient norm (the ranks of this rank's pipeline, or every rank).
+  // and the squared gradient norm (the ranks of this rank's replica, or every rank).
   backend::Comm& reduceComm() const { return stageReplicas_ ? *stageReplicas_ : comm_; }
   backend::Comm& normComm() const { return pipeline_ ? *pipeline_ : comm_; }
   void optimizerStep(const ir::Op& op, int64_t step);
@@ -141,7 +145,7 @@ private:
   const ir::Program& program_;
   backend::Device& dev_;
   backend::Comm& comm_;
-  // Data-parallel copies of a pipeline: sub-communicators of comm_ (null otherwise).
+  // A pipeline of more ranks than stages: sub-communicators of comm_ (null otherwise).
   std::unique_ptr<backend::Comm> stageReplicas_, pipeline_;
   OptimizerSettings opt_;
   int states_ = 0;
@@ -158,8 +162,10 @@ private:
   std::vector<std::vector<Bound>> inputCalls_, paramCalls_;
   std::vector<HostBatch> staging_;
   std::vector<int> nextOps_;
+  std::map<std::string, int64_t> bindings_; // symbol values on this rank
   std::vector<float> lossHost_;
   int64_t localBatch_ = 0;
+  int lossRanks_ = 0; // ranks that compute the loss
   std::vector<int64_t> perSample_; // by op id: elements of a dropout's tensor per sample
   std::vector<uint64_t> seedKey_;  // by forward op id: what its dropout seed mixes in
   // Gradient buckets: each one block of grads_, and its reduction while in flight.

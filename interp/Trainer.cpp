@@ -100,7 +100,7 @@ struct Evaluation {
 Evaluation evaluate(Executor& ex, const data::Dataset& ds, int64_t limit) {
   backend::Comm& comm = ex.comm();
   int64_t n = std::min(ds.size(data::Split::Validation), limit), batch = ex.localBatch();
-  int64_t ranks = ex.module().reduceRanks, round = batch * ranks;
+  int64_t ranks = ex.dataRanks(), round = batch * ranks;
   int64_t classes = ex.classes();
   // lossSum, rowsSeen, correct of this rank
   double sums[3] = {0, 0, 0};
@@ -280,13 +280,19 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
   if (ranks == 1)
     out << fmt::format("model `{}`: {} params on 1 device ({})\n", m.modelName, withCommas(params),
                        device);
-  else if (stages > 1 && m.reduceRanks > 1)
-    out << fmt::format("model `{}`: {} params in {} pipeline stages, one rank each, x {} "
-                       "data-parallel copies ({}, {} comm)\n",
-                       m.modelName, withCommas(params), stages, m.reduceRanks, device, comm.name());
-  else if (stages > 1)
-    out << fmt::format("model `{}`: {} params in {} pipeline stages, one rank each ({}, {} comm)\n",
-                       m.modelName, withCommas(params), stages, device, comm.name());
+  else if (stages > 1) {
+    std::vector<int> groups;
+    for (const ir::StagePlan& st : m.mesh.stages)
+      groups.push_back(st.group);
+    bool ones = std::all_of(groups.begin(), groups.end(), [](int g) { return g == 1; });
+    out << fmt::format("model `{}`: {} params in {} pipeline stages, {}{} ({}, {} comm)\n",
+                       m.modelName, withCommas(params), stages,
+                       ones ? "one rank each" : fmt::format("{} ranks", fmt::join(groups, " + ")),
+                       m.mesh.dataParallel > 1
+                           ? fmt::format(", x {} data-parallel copies", m.mesh.dataParallel)
+                           : "",
+                       device, comm.name());
+  }
   else
     out << fmt::format("model `{}`: {} params on {} data-parallel ranks ({} each, {} comm)\n",
                        m.modelName, withCommas(params), ranks, device, comm.name());
@@ -295,24 +301,31 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
       "batch {} = {} micro-batch{} x {}{} samples; memory plan {} per rank "
       "(activations {}, params {}, grads {}, optimizer {})\n",
       m.train.batch, m.policy.microBatches, m.policy.microBatches == 1 ? "" : "es",
-      m.reduceRanks > 1 ? fmt::format("{} {} x ", m.reduceRanks, stages > 1 ? "copies" : "ranks")
-                        : "",
+      prog.dataRanks > 1
+          ? fmt::format("{} {} x ", prog.dataRanks,
+                        stages == 1                        ? "ranks"
+                        : prog.dataRanks == m.reduceRanks ? "copies"
+                                                           : "ranks of stage 0")
+          : "",
       ex.localBatch(), formatBytes(prog.peakBytes()),
       formatBytes(prog.slots == 1 ? prog.arenaBytes : prog.activationBytes()),
       formatBytes(prog.paramBytes), formatBytes(prog.gradBytes), formatBytes(prog.optimizerBytes));
   if (stages > 1) {
     std::vector<std::string> slots;
     for (const ir::Program& p : m.programs)
-      if (p.dataRank == 0) // the copies' programs are the same
+      if (p.dataRank == 0) // the other ranks of a stage run the same program
         slots.push_back(
             fmt::format("stage {} {} x {}", p.stage, p.slots, formatBytes(p.slotStride())));
     out << fmt::format("pipeline: {}; activations in flight: {}\n",
                        ir::scheduleName(m.policy.schedule), fmt::join(slots, ", "));
   }
-  if (!m.buckets.empty())
-    out << fmt::format("gradients: {} bucket{} summed over {} ranks{} in {}{}\n", m.buckets.size(),
-                       m.buckets.size() == 1 ? "" : "s", m.reduceRanks,
-                       stages > 1 ? " (a stage's, one per copy)" : "",
+  if (m.buckets.empty()) return;
+  bool alike = std::all_of(m.buckets.begin(), m.buckets.end(),
+                           [&](const ir::GradBucket& b) { return b.ranks == m.buckets[0].ranks; });
+  out << fmt::format("gradients: {} bucket{} summed over {}{} in {}{}\n", m.buckets.size(),
+                       m.buckets.size() == 1 ? "" : "s",
+                       alike ? fmt::format("{} ranks", m.buckets[0].ranks) : "each stage's ranks",
+                       stages > 1 ? " (a stage's ranks in every copy)" : "",
                        m.policy.commDtype == ir::DType::F32    ? "fp32"
                        : m.policy.commDtype == ir::DType::BF16 ? "bf16"
                                                                : "fp16",
@@ -440,15 +453,13 @@ bool checkRunnable(const ir::Module& m, Diagnostics& diags) {
                         : fmt::format("{} pipeline stages and {}", stages, mesh.pipelineRefusal());
   diags
       .error(m.loc, fmt::format("`epl run` runs one device, data parallelism, and pipelines of "
-                                "one device a stage so far (data-parallel copies of them "
-                                "too); this plan has {}",
+                                "`replicate` stages so far (of any group sizes, and "
+                                "data-parallel copies of them); this plan has {}",
                                 has))
       .length(static_cast<uint32_t>(m.modelName.size()))
       .help(stages == 1 ? "use -np 1, or drop `split` to train the model data-parallel"
-                        : fmt::format("use -np 1, or -np {} (or a multiple: data-parallel "
-                                      "copies) with `replicate {{ … }}` stages without `split` "
-                                      "or a device count",
-                                      stages));
+                        : "use -np 1, or `replicate { … }` stages without `split`, with "
+                          "group sizes that divide the micro-batch");
   return false;
 }
 
@@ -689,7 +700,7 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
       int64_t batches = static_cast<int64_t>(
           m.train.eval.numbers.count("batches") ? m.train.eval.numbers.at("batches") : 10);
       // `batches` of the global micro-batch: the same samples at any -np.
-      Evaluation e = evaluate(ex, *ds, batches * ex.localBatch() * m.reduceRanks);
+      Evaluation e = evaluate(ex, *ds, batches * ex.localBatch() * ex.dataRanks());
       progress.line(
           fmt::format("step {}: validation {} ({} samples)", step + 1, evalText(e), e.samples));
       metrics.eval(step + 1, e.loss, e.accuracy, e.samples);

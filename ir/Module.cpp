@@ -28,6 +28,24 @@ std::optional<int64_t> Module::bytesOf(int t) const {
   return checkedMul(*n, dtypeBytes(tensors[t].type.dtype));
 }
 
+std::map<std::string, int64_t> Module::bindingsOn(const Program& p) const {
+  std::map<std::string, int64_t> out = bindings;
+  if (p.localBatch > 0) out[batchSymbol] = p.localBatch;
+  return out;
+}
+
+int64_t Module::bytesOn(const Program& p, int t) const {
+  auto n = numElements(tensors[t].type.shape, bindingsOn(p));
+  auto bytes = n ? checkedMul(*n, dtypeBytes(tensors[t].type.dtype)) : std::nullopt;
+  EPL_ASSERT(bytes.has_value(), "a tensor of a rank program has an unbound dim");
+  return *bytes;
+}
+
+int64_t Module::transferBytes(const Program& p, const Instr& in) const {
+  int64_t whole = bytesOn(p, in.tensor);
+  return in.rows < 0 ? whole : whole / p.localBatch * in.rows;
+}
+
 int Module::addTensor(std::string name, TensorType type, int producer) {
   tensors.push_back(Tensor{std::move(name), std::move(type), producer, Layout{}});
   return static_cast<int>(tensors.size()) - 1;
@@ -40,17 +58,18 @@ int Module::addScope(Scope s) {
   return static_cast<int>(scopes.size()) - 1;
 }
 
-std::vector<int> Mesh::stageReplicaRanks(int stage, int local) const {
+std::vector<int> Mesh::stageRanks(int stage) const {
   std::vector<int> out;
   for (int r = 0; r < dataParallel; ++r)
-    out.push_back(rank(r, stage, local));
+    for (int local = 0; local < stages[stage].group; ++local)
+      out.push_back(rank(r, stage, local));
   return out;
 }
 
-std::vector<int> Mesh::pipelineRanks(int replica, int local) const {
+std::vector<int> Mesh::replicaRanks(int replica) const {
   std::vector<int> out;
-  for (size_t s = 0; s < stages.size(); ++s)
-    out.push_back(rank(replica, static_cast<int>(s), local));
+  for (int k = 0; k < replicaSize; ++k)
+    out.push_back(replica * replicaSize + k);
   return out;
 }
 
@@ -58,7 +77,10 @@ std::string Mesh::pipelineRefusal() const {
   for (size_t s = 0; s < stages.size(); ++s) {
     if (stages[s].splitWidth != 1)
       return fmt::format("a split of width {} in stage {}", stages[s].splitWidth, s);
-    if (stages[s].group != 1) return fmt::format("{} devices in stage {}", stages[s].group, s);
+    // Each device of a group runs an equal share of every micro-batch.
+    if (microBatch > 0 && microBatch % stages[s].group != 0)
+      return fmt::format("{} devices in stage {} for micro-batches of {} samples",
+                         stages[s].group, s, microBatch);
   }
   return "";
 }

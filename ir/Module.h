@@ -109,19 +109,18 @@ struct Mesh {
   // batch, and only gradients travel. The runtime runs these plans (and -np 1).
   bool pureDataParallel() const { return stages.size() == 1 && stages[0].splitWidth == 1; }
   // What keeps the runtime from running this plan's pipeline (several stages), in words
-  // ("a split of width 2 in stage 1"), or empty when it runs: so far every stage is one
-  // device; any number of data-parallel copies of the pipeline.
+  // ("a split of width 2 in stage 1"), or empty when it runs: stages without split, of
+  // group sizes that divide the micro-batch; any number of data-parallel copies.
   std::string pipelineRefusal() const;
   // Global rank of (replica, stage, local index).
   int rank(int replica, int stage, int local) const {
     return replica * replicaSize + stages[stage].firstLocalRank + local;
   }
-  // The ranks of one stage device in every replica, in replica order: the group its
-  // gradients are summed over.
-  std::vector<int> stageReplicaRanks(int stage, int local = 0) const;
-  // The ranks of one replica's pipeline (each stage's device `local`), in stage order: the
-  // group the gradient norm is summed over.
-  std::vector<int> pipelineRanks(int replica, int local = 0) const;
+  // A stage's ranks in every replica, by (replica, local index): the group that sums its
+  // gradients, each a data-parallel rank of the stage. Its size is dataParallel x group.
+  std::vector<int> stageRanks(int stage) const;
+  // Every rank of one replica, in rank order: the group the gradient norm is summed over.
+  std::vector<int> replicaRanks(int replica) const;
 };
 
 // Where the compiler inserted communication, for the plan and later the runtime.
@@ -141,6 +140,7 @@ struct GradBucket {
   int64_t bytes = 0; // f32 gradient bytes
   int readyOp = -1;
   int stage = 0; // a pipeline's stage whose ranks hold these gradients (and reduce them)
+  int ranks = 0; // how many ranks sum them
 };
 
 struct Module {
@@ -163,9 +163,9 @@ struct Module {
   // when clipping, and each rank's instruction stream.
   int lossGrad = -1;
   int gradNorm = -1;
-  // Data parallelism: how many ranks each gradient is averaged over (1: none; -np for a
-  // purely data-parallel plan, the data-parallel width for copies of a pipeline), and the
-  // buckets.
+  // Data parallelism: -np for a purely data-parallel plan, the data-parallel width of a
+  // pipeline's copies (each stage's ranks: Program::dataRanks, GradBucket::ranks), 1 for
+  // neither; and the buckets.
   int reduceRanks = 1;
   std::vector<GradBucket> buckets;
   std::vector<Program> programs;
@@ -173,6 +173,11 @@ struct Module {
   int addTensor(std::string name, TensorType type, int producer);
   // Bytes of tensor t under the bindings; nullopt while a dim is unbound.
   std::optional<int64_t> bytesOf(int t) const;
+  // The layout -> local-shape arithmetic: the symbol values on a rank (the batch symbol is
+  // the rank's share of a micro-batch), and what tensor t and transfer `in` hold there.
+  std::map<std::string, int64_t> bindingsOn(const Program& p) const;
+  int64_t bytesOn(const Program& p, int t) const;
+  int64_t transferBytes(const Program& p, const Instr& in) const;
   int addScope(Scope s);
   // The stage scope enclosing a scope, or -1 for the model root.
   int stageScopeOf(int scope) const;

@@ -347,9 +347,12 @@ void printPlan(const Module& m, std::ostream& out) {
     int64_t bytes = 0;
     for (const GradBucket& b : m.buckets)
       bytes += b.bytes;
-    out << fmt::format("\ngradient reduction: {} in {} bucket{}, summed over {} ranks in {}, {}\n",
+    bool alike = std::all_of(m.buckets.begin(), m.buckets.end(),
+                             [&](const GradBucket& b) { return b.ranks == m.buckets[0].ranks; });
+    out << fmt::format("\ngradient reduction: {} in {} bucket{}, summed over {} in {}, {}\n",
                        formatBytes(static_cast<double>(bytes)), m.buckets.size(),
-                       m.buckets.size() == 1 ? "" : "s", m.reduceRanks,
+                       m.buckets.size() == 1 ? "" : "s",
+                       alike ? fmt::format("{} ranks", m.buckets[0].ranks) : "each stage's ranks",
                        wireName(m.policy.commDtype),
                        m.policy.overlapComm ? "each started as soon as its gradients are final"
                                             : "after the whole backward");
@@ -365,17 +368,17 @@ void printPlan(const Module& m, std::ostream& out) {
 
 namespace {
 
-std::string instrText(const Module& m, const Instr& in) {
+std::string instrText(const Module& m, const Program& p, const Instr& in) {
   switch (in.kind) {
   case InstrKind::ZeroGrads:
     return "zero-grads";
   case InstrKind::Load:
     return fmt::format("load micro-batch {}", in.micro);
   case InstrKind::SeedGrad:
-    return m.reduceRanks == 1
+    return p.dataRanks == 1
                ? fmt::format("seed-grad %{} = 1/micro_batches", m.tensors[m.lossGrad].name)
                : fmt::format("seed-grad %{} = 1/(micro_batches x {} ranks)",
-                             m.tensors[m.lossGrad].name, m.reduceRanks);
+                             m.tensors[m.lossGrad].name, p.dataRanks);
   case InstrKind::ReduceStart:
   case InstrKind::ReduceWait: {
     const GradBucket& b = m.buckets.at(in.bucket);
@@ -387,15 +390,18 @@ std::string instrText(const Module& m, const Instr& in) {
     return fmt::format(
         "reduce-start bucket {}: {} gradient{}, {} ({} {}), summed over {} ranks", in.bucket,
         b.endParam - b.firstParam, b.endParam - b.firstParam == 1 ? "" : "s", params,
-        formatBytes(static_cast<double>(b.bytes)), wireName(m.policy.commDtype), m.reduceRanks);
+        formatBytes(static_cast<double>(b.bytes)), wireName(m.policy.commDtype), b.ranks);
   }
   case InstrKind::Send:
   case InstrKind::Recv: {
     bool send = in.kind == InstrKind::Send;
     const char* what = m.ops.at(in.op).phase == Phase::Backward ? "gradient" : "activation";
-    return fmt::format("{} {} {}%{} of micro-batch {} {} rank {} (tag {})", send ? "send" : "recv",
-                       what, in.accumulate ? "+" : "", m.tensors[in.tensor].name, in.micro,
-                       send ? "to" : "from", in.peer, in.tag);
+    std::string rows =
+        in.rows < 0 ? "" : fmt::format(" rows {}..{}", in.firstRow, in.firstRow + in.rows);
+    return fmt::format("{} {} {}%{}{} of micro-batch {} {} rank {} (tag {})",
+                       send ? "send" : "recv", what, in.accumulate ? "+" : "",
+                       m.tensors[in.tensor].name, rows, in.micro, send ? "to" : "from", in.peer,
+                       in.tag);
   }
   case InstrKind::Run:
     break;
@@ -422,9 +428,12 @@ void printProgram(const Module& m, int rank, std::ostream& out) {
   out << fmt::format("rank {}: one step, {} micro-batch{}", rank, m.policy.microBatches,
                      m.policy.microBatches == 1 ? "" : "es");
   if (p.stages > 1) out << fmt::format(", pipeline stage {} of {}", p.stage, p.stages);
+  if (p.stages > 1 && p.dataRanks > 1)
+    out << fmt::format(" (one of its {} ranks, {} samples a micro-batch)", p.dataRanks,
+                       p.localBatch);
   out << "\n";
   for (size_t i = 0; i < p.step.size(); ++i)
-    out << fmt::format("  {:4}  {}\n", i, instrText(m, p.step[i]));
+    out << fmt::format("  {:4}  {}\n", i, instrText(m, p, p.step[i]));
   out << fmt::format("evaluation: {} instructions (load, then the forward ops)\n", p.eval.size());
   std::string activations =
       p.slots == 1 ? formatBytes(p.arenaBytes)
@@ -442,7 +451,7 @@ void printProgram(const Module& m, int rank, std::ostream& out) {
   });
   out << "  offset      bytes  tensor\n";
   for (int t : placed)
-    out << fmt::format("  {:>9}  {:>9}  %{}\n", p.offset[t], m.bytesOf(t).value_or(0),
+    out << fmt::format("  {:>9}  {:>9}  %{}\n", p.offset[t], m.bytesOn(p, t),
                        m.tensors[t].name);
 }
 

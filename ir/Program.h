@@ -46,6 +46,10 @@ struct Instr {
   int peer = -1;
   int tag = -1;
   bool accumulate = false;
+  // Between stage groups of different sizes a micro-batch is re-cut: the transfer carries
+  // `rows` samples of the tensor from sample `firstRow` of this rank's share (rows < 0: the
+  // whole tensor).
+  int64_t firstRow = 0, rows = -1;
   BackwardPart part = BackwardPart::Whole; // Run of a backward op: the gradients it writes
 };
 
@@ -59,9 +63,16 @@ struct Program {
   int stages = 1;
   int lossRank = 0;
   std::vector<int> params;
-  // Where this rank's slices of the batch start: its index among the data-parallel ranks
-  // (a pipeline's: its replica, the same on every stage of one replica).
+  // The ranks that hold this rank's parameters and share each micro-batch between them
+  // (every rank of a purely data-parallel plan; a pipeline stage's ranks in every replica),
+  // this rank's index among them (where its slice of each micro-batch starts), and the
+  // samples of one micro-batch it runs: the batch symbol's value on this rank.
+  int dataRanks = 1;
   int dataRank = 0;
+  int64_t localBatch = 0;
+  // A pipeline: this rank's replica, and its index among its stage group's devices.
+  int replica = 0;
+  int local = 0;
   std::vector<Instr> step; // one optimizer step, every micro-batch in order
   std::vector<Instr> eval; // one forward pass without dropout, for a batch of B samples
   // The memory plan. offset[t] is tensor t's byte offset in the rank's activation arena,

@@ -1,10 +1,11 @@
 // data-parallel: the gradient reduction of a plan whose ranks each run the whole model on
-// their share of the batch (Mesh::pureDataParallel, -np > 1), and of data-parallel copies
-// of a pipeline (each rank holds one stage of one replica).
+// their share of the batch (Mesh::pureDataParallel, -np > 1), and of a pipeline whose
+// stages have several ranks (stage groups, data-parallel copies of the pipeline).
 //
 //   1. Every rank's gradients are summed over the ranks that hold the same parameters: all
 //      np ranks, or a pipeline stage's ranks in every replica (the loss seed already
-//      divides by their number, reduceRanks, so the sum is the mean over the global batch).
+//      divides by their number, Program::dataRanks, so the sum is the mean over the global
+//      batch). A stage of one rank in all has nothing to sum.
 //   2. Parameters are grouped into buckets of about `bucket_mb`, from the last parameter
 //      back: backward produces the last layers' gradients first. A bucket is a run of
 //      consecutive parameters of one stage, so its gradients are one block of memory and one
@@ -31,9 +32,13 @@ public:
     m.reduceRanks = 1;
     if (!m.train.present || m.lossGrad < 0 || !m.planned) return false;
     const ir::Mesh& mesh = m.mesh;
-    bool copies = mesh.stages.size() > 1 && mesh.dataParallel > 1 && mesh.pipelineRefusal().empty();
+    bool copies = mesh.stages.size() > 1 && mesh.np > static_cast<int>(mesh.stages.size()) &&
+                  mesh.pipelineRefusal().empty();
     if (!copies && !(mesh.pureDataParallel() && mesh.np > 1)) return false;
     m.reduceRanks = copies ? mesh.dataParallel : mesh.np;
+    auto ranksOf = [&](int stage) {
+      return copies ? mesh.dataParallel * mesh.stages[stage].group : mesh.np;
+    };
     auto stageOf = [&](const ir::Op& op) { return copies ? op.stage : 0; };
     std::vector<int> gradOf(m.tensors.size(), -1), lastWriter(m.params.size(), -1);
     for (size_t p = 0; p < m.params.size(); ++p)
@@ -48,7 +53,7 @@ public:
     }
     auto paramStage = [&](int p) { return copies ? m.ops[m.params[p].op].stage : 0; };
     int end = static_cast<int>(m.params.size());
-    ir::GradBucket b{end, end, 0, -1, end > 0 ? paramStage(end - 1) : 0};
+    ir::GradBucket b{end, end, 0, -1, end > 0 ? paramStage(end - 1) : 0, 0};
     for (int p = end - 1; p >= 0; --p) {
       b.firstParam = p;
       b.bytes += 4 * ir::numElements(m.params[p].type.shape, {}).value_or(0);
@@ -56,8 +61,9 @@ public:
       bool full = m.policy.bucketBytes > 0 && b.bytes >= m.policy.bucketBytes;
       if (full || p == 0 || paramStage(p - 1) != b.stage) {
         if (!m.policy.overlapComm || b.readyOp < 0) b.readyOp = lastBackward[b.stage];
-        m.buckets.push_back(b);
-        b = ir::GradBucket{p, p, 0, -1, p > 0 ? paramStage(p - 1) : 0};
+        b.ranks = ranksOf(b.stage);
+        if (b.ranks > 1) m.buckets.push_back(b);
+        b = ir::GradBucket{p, p, 0, -1, p > 0 ? paramStage(p - 1) : 0, 0};
       }
     }
     return true;

@@ -203,7 +203,8 @@ private:
       return x.kind == y.kind && x.op == y.op && x.micro == y.micro && x.bucket == y.bucket &&
              x.tensor == y.tensor && x.part == y.part;
     };
-    return std::equal(a.step.begin(), a.step.end(), b.step.begin(), b.step.end(), same);
+    return a.localBatch == b.localBatch &&
+           std::equal(a.step.begin(), a.step.end(), b.step.begin(), b.step.end(), same);
   }
 
   static void copyPlan(const ir::Program& from, ir::Program& to) {
@@ -271,9 +272,8 @@ private:
     std::vector<Interval> out;
     for (size_t t = 0; t < m.tensors.size(); ++t) {
       if (first[t] < 0) continue;
-      auto bytes = m.bytesOf(static_cast<int>(t));
-      EPL_ASSERT(bytes.has_value(), "a planned tensor has an unbound dim");
-      out.push_back({static_cast<int>(t), first[t], last[t], std::max<int64_t>(*bytes, 1)});
+      int64_t bytes = m.bytesOn(p, static_cast<int>(t));
+      out.push_back({static_cast<int>(t), first[t], last[t], std::max<int64_t>(bytes, 1)});
     }
     return out;
   }

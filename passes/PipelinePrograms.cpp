@@ -18,11 +18,14 @@
 //      order, so micro-batch m can use slot m % slots: m + slots starts after m's backward.
 //   5. Tags: (2 x boundary + direction) x micro-batches + micro-batch, one per transfer of
 //      a step; evaluation uses micro-batch 0's.
-//   6. Data-parallel copies of the pipeline: replica r's ranks run the same programs on the
-//      r-th share of each micro-batch, their transfers between ranks of replica r. Each
-//      rank starts its stage's gradient buckets after the backward op that readies them in
-//      the last micro-batch, summed over the stage's ranks in every replica, and waits for
-//      them before the gradient norm and the optimizer.
+//   6. Stage groups and data-parallel copies: a stage of g devices in each of d replicas
+//      has d x g ranks, each running the stage's program on its own share of every
+//      micro-batch (rank (r, s, i) holds the replica's samples [i M/g, (i+1) M/g) of a
+//      micro-batch of M); its gradient buckets are summed over those ranks, started after
+//      the backward op that readies them in the last micro-batch and waited for before the
+//      gradient norm and the optimizer. Between stages of different group sizes a
+//      micro-batch is re-cut: each rank sends each rank of the next group the samples their
+//      shares have in common (and the gradients of them back), within its replica.
 #include "passes/PipelinePrograms.h"
 
 #include "ir/PipelineSchedule.h"
@@ -53,10 +56,19 @@ bool writesAny(const ir::Module& m, const ir::Op& op, ir::BackwardPart part) {
   return false;
 }
 
+// Where rank `local` of a stage group of `group` devices starts and ends in a micro-batch
+// of `micro` samples.
+struct Share {
+  int64_t begin, end;
+};
+Share shareOf(int64_t micro, int group, int local) {
+  return {micro / group * local, micro / group * (local + 1)};
+}
+
 class StageProgram {
 public:
-  StageProgram(const ir::Module& m, int stage, int replica)
-      : m_(m), stage_(stage), replica_(replica) {
+  StageProgram(const ir::Module& m, int stage, int replica, int local)
+      : m_(m), stage_(stage), replica_(replica), local_(local) {
     int k = 0;
     for (size_t i = 0; i < m.ops.size(); ++i)
       if (m.ops[i].kind == ir::OpKind::SendRecv && m.ops[i].phase == ir::Phase::Forward)
@@ -108,31 +120,54 @@ private:
         out.push_back({ir::InstrKind::Run, id, micro, -1});
         break;
       case Role::Send:
-        out.push_back(transfer(ir::InstrKind::Send, id, micro, op.inputs.at(0), "to_stage"));
+        transfers(ir::InstrKind::Send, id, micro, op.inputs.at(0), "to_stage", out);
         break;
       case Role::Recv:
         EPL_ASSERT(op.outputs.at(0) >= 0, "a received gradient has no buffer");
-        out.push_back(transfer(ir::InstrKind::Recv, id, micro, op.outputs[0], "from_stage"));
-        out.back().accumulate = !op.accumulate.empty() && op.accumulate[0];
+        transfers(ir::InstrKind::Recv, id, micro, op.outputs[0], "from_stage", out);
         break;
       }
     }
   }
 
-  ir::Instr transfer(ir::InstrKind kind, int op, int micro, int tensor, const char* peerKey) const {
+  // Op `op`'s transfers of `tensor` with the ranks of the stage named by `peerKey` in this
+  // replica: the one of the same index when the groups are alike, else every rank whose
+  // share of the micro-batch overlaps this rank's (step 6).
+  void transfers(ir::InstrKind kind, int op, int micro, int tensor, const char* peerKey,
+                 std::vector<ir::Instr>& out) const {
     const ir::Op& o = m_.ops[op];
     bool back = o.phase == ir::Phase::Backward;
     int k = boundary_.at(back ? o.forward : op);
     int micros = static_cast<int>(m_.policy.microBatches);
+    int peerStage = static_cast<int>(ir::intAttr(o.attrs, peerKey));
+    int mine = m_.mesh.stages[stage_].group, theirs = m_.mesh.stages[peerStage].group;
     ir::Instr in{kind, op, micro, -1};
     in.tensor = tensor;
-    in.peer = m_.mesh.rank(replica_, static_cast<int>(ir::intAttr(o.attrs, peerKey)), 0);
     in.tag = (2 * k + (back ? 1 : 0)) * micros + micro;
-    return in;
+    in.accumulate = kind == ir::InstrKind::Recv && !o.accumulate.empty() && o.accumulate[0];
+    if (mine == theirs) {
+      in.peer = m_.mesh.rank(replica_, peerStage, local_);
+      out.push_back(in);
+      return;
+    }
+    EPL_ASSERT(!m_.tensors[tensor].type.shape.empty() &&
+                   m_.tensors[tensor].type.shape[0] == ir::Dim::symbol(m_.batchSymbol),
+               "a tensor re-cut between stage groups is batch-first");
+    int64_t micro0 = m_.mesh.microBatch;
+    Share me = shareOf(micro0, mine, local_);
+    for (int j = 0; j < theirs; ++j) {
+      Share peer = shareOf(micro0, theirs, j);
+      int64_t begin = std::max(me.begin, peer.begin), end = std::min(me.end, peer.end);
+      if (begin >= end) continue;
+      in.peer = m_.mesh.rank(replica_, peerStage, j);
+      in.firstRow = begin - me.begin;
+      in.rows = end - begin;
+      out.push_back(in);
+    }
   }
 
   const ir::Module& m_;
-  int stage_, replica_;
+  int stage_, replica_, local_;
   int lossStage_ = 0;
   std::map<int, int> boundary_; // forward send/recv op -> its index among them
 };
@@ -148,18 +183,13 @@ int peakInFlight(const std::vector<ir::WorkItem>& order) {
   return std::max(peak, 1);
 }
 
-int64_t bytesOf(const ir::Module& m, int t) {
-  auto b = m.bytesOf(t);
-  EPL_ASSERT(b.has_value(), "a transferred tensor has an unbound dim");
-  return *b;
-}
-
 std::string transferLabel(const ir::Module& m, const ir::Instr& in) {
   bool grad = m.ops[in.op].phase == ir::Phase::Backward;
   bool send = in.kind == ir::InstrKind::Send;
-  return fmt::format("{} {} %{} of micro-batch {} {} rank {}", send ? "send" : "recv",
-                     grad ? "gradient" : "activation", m.tensors[in.tensor].name, in.micro,
-                     send ? "to" : "from", in.peer);
+  return fmt::format("{} {} %{}{} of micro-batch {} {} rank {}", send ? "send" : "recv",
+                     grad ? "gradient" : "activation", m.tensors[in.tensor].name,
+                     in.rows < 0 ? "" : fmt::format(" rows {}..{}", in.firstRow, in.firstRow + in.rows),
+                     in.micro, send ? "to" : "from", in.peer);
 }
 
 // Data-parallel copies (step 6): the stage's buckets start right after the op that readies
@@ -206,40 +236,47 @@ std::vector<ir::Program> pipelinePrograms(const ir::Module& m) {
   EPL_ASSERT(ir::scheduleRequirement(schedule, shape).empty(),
              "mesh-assignment accepted a schedule that cannot order this pipeline");
   std::vector<ir::Program> out;
-  for (int r = 0; r < m.mesh.dataParallel; ++r)
-    for (int s = 0; s < stages; ++s) {
-      StageProgram stage(m, s, r);
-      ir::Program p;
-      p.rank = m.mesh.rank(r, s, 0);
-      EPL_ASSERT(p.rank == static_cast<int>(out.size()), "programs are in rank order");
-      p.stage = s;
-      p.stages = stages;
-      p.dataRank = r;
-      p.lossRank = m.mesh.rank(r, stage.lossStage(), 0);
-      for (size_t q = 0; q < m.params.size(); ++q)
-        if (m.params[q].grad >= 0 && m.ops[m.params[q].op].stage == s)
-          p.params.push_back(static_cast<int>(q));
-      std::vector<ir::WorkItem> order = ir::stageOrder(schedule, s, shape);
-      p.slots = peakInFlight(order);
-      p.step.push_back({ir::InstrKind::ZeroGrads, -1, 0, -1});
-      for (const ir::WorkItem& w : order) {
-        if (w.kind == ir::WorkKind::Forward)
-          stage.forward(w.micro, true, p.step);
-        else if (w.kind == ir::WorkKind::Backward)
-          stage.backward(w.micro, p.step);
-        else
-          stage.backwardPart(w.kind == ir::WorkKind::BackwardInput ? ir::BackwardPart::Inputs
-                                                                   : ir::BackwardPart::Params,
-                             w.micro, p.step);
+  const ir::Mesh& mesh = m.mesh;
+  for (int r = 0; r < mesh.dataParallel; ++r)
+    for (int s = 0; s < stages; ++s)
+      for (int local = 0; local < mesh.stages[s].group; ++local) {
+        StageProgram stage(m, s, r, local);
+        ir::Program p;
+        p.rank = mesh.rank(r, s, local);
+        EPL_ASSERT(p.rank == static_cast<int>(out.size()), "programs are in rank order");
+        p.stage = s;
+        p.stages = stages;
+        p.replica = r;
+        p.local = local;
+        p.dataRanks = mesh.dataParallel * mesh.stages[s].group;
+        p.dataRank = r * mesh.stages[s].group + local;
+        p.localBatch = mesh.microBatch / mesh.stages[s].group;
+        // The loss's stage computes it on each of its ranks; the others name the first.
+        p.lossRank = s == stage.lossStage() ? p.rank : mesh.rank(r, stage.lossStage(), 0);
+        for (size_t q = 0; q < m.params.size(); ++q)
+          if (m.params[q].grad >= 0 && m.ops[m.params[q].op].stage == s)
+            p.params.push_back(static_cast<int>(q));
+        std::vector<ir::WorkItem> order = ir::stageOrder(schedule, s, shape);
+        p.slots = peakInFlight(order);
+        p.step.push_back({ir::InstrKind::ZeroGrads, -1, 0, -1});
+        for (const ir::WorkItem& w : order) {
+          if (w.kind == ir::WorkKind::Forward)
+            stage.forward(w.micro, true, p.step);
+          else if (w.kind == ir::WorkKind::Backward)
+            stage.backward(w.micro, p.step);
+          else
+            stage.backwardPart(w.kind == ir::WorkKind::BackwardInput ? ir::BackwardPart::Inputs
+                                                                     : ir::BackwardPart::Params,
+                               w.micro, p.step);
+        }
+        stage.optimizer(p.step);
+        addGradientReductions(m, s, p.step);
+        stage.forward(0, false, p.eval);
+        for (const auto* list : {&p.step, &p.eval})
+          for (const ir::Instr& in : *list)
+            if (in.kind == ir::InstrKind::Recv) p.recvBytes += (m.transferBytes(p, in) + 63) / 64 * 64;
+        out.push_back(std::move(p));
       }
-      stage.optimizer(p.step);
-      addGradientReductions(m, s, p.step);
-      stage.forward(0, false, p.eval);
-      for (const auto* list : {&p.step, &p.eval})
-        for (const ir::Instr& in : *list)
-          if (in.kind == ir::InstrKind::Recv) p.recvBytes += (bytesOf(m, in.tensor) + 63) / 64 * 64;
-      out.push_back(std::move(p));
-    }
   return out;
 }
 
@@ -250,15 +287,20 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
   for (size_t r = 0; r < m.programs.size(); ++r)
     all.push_back(static_cast<int>(r));
   int world = streams.addGroup(all);
-  // Data-parallel copies of a pipeline: each stage's ranks across the replicas sum its
-  // gradients; each replica's ranks sum the squared gradient norm.
+  // A pipeline of more ranks than stages (stage groups, data-parallel copies): each
+  // stage's ranks sum its gradients; each replica's ranks sum the squared gradient norm
+  // (Executor::splitCommunicators).
   const ir::Mesh& mesh = m.mesh;
-  bool copies = m.programs.size() > 1 && m.programs[0].stages > 1 && m.reduceRanks > 1;
-  std::vector<int> stageGroup, pipelineGroup;
-  for (size_t s = 0; copies && s < mesh.stages.size(); ++s)
-    stageGroup.push_back(streams.addGroup(mesh.stageReplicaRanks(static_cast<int>(s))));
-  for (int r = 0; copies && r < mesh.dataParallel; ++r)
-    pipelineGroup.push_back(streams.addGroup(mesh.pipelineRanks(r)));
+  int stages = m.programs.empty() ? 1 : m.programs[0].stages;
+  bool grouped = stages > 1 && static_cast<int>(m.programs.size()) > stages;
+  std::vector<int> stageGroup, replicaGroup;
+  for (int s = 0; grouped && s < stages; ++s)
+    stageGroup.push_back(streams.addGroup(mesh.stageRanks(s)));
+  for (int r = 0; grouped && r < mesh.dataParallel; ++r)
+    replicaGroup.push_back(streams.addGroup(mesh.replicaRanks(r)));
+  int lossRanks = 0;
+  for (size_t r = 0; r < m.programs.size(); ++r)
+    lossRanks += m.programs[r].lossRank == static_cast<int>(r);
   for (size_t r = 0; r < m.programs.size(); ++r) {
     const ir::Program& p = m.programs[r];
     const std::vector<ir::Instr>& list = eval ? p.eval : p.step;
@@ -271,7 +313,7 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
     std::map<size_t, int> posted;
     for (size_t i = 0; i < list.size(); ++i)
       if (list[i].kind == ir::InstrKind::Recv)
-        posted[i] = add(ir::CommEvent::irecv(list[i].peer, list[i].tag, bytesOf(m, list[i].tensor),
+        posted[i] = add(ir::CommEvent::irecv(list[i].peer, list[i].tag, m.transferBytes(p, list[i]),
                                              ir::DType::F32, transferLabel(m, list[i])),
                         i);
     // 2. In program order: sends start and are waited, receives waited, collectives.
@@ -280,7 +322,7 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
       const ir::Instr& in = list[i];
       switch (in.kind) {
       case ir::InstrKind::Send: {
-        int e = add(ir::CommEvent::isend(in.peer, in.tag, bytesOf(m, in.tensor), ir::DType::F32,
+        int e = add(ir::CommEvent::isend(in.peer, in.tag, m.transferBytes(p, in), ir::DType::F32,
                                          transferLabel(m, in)),
                     i);
         add(ir::CommEvent::wait(e), i);
@@ -292,7 +334,7 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
       case ir::InstrKind::ReduceStart:
         reduces[in.bucket] =
             add(ir::CommEvent::icollective(ir::CollectiveKind::AllReduce,
-                                           copies ? stageGroup.at(p.stage) : world,
+                                           grouped ? stageGroup.at(p.stage) : world,
                                            m.buckets.at(in.bucket).bytes, ir::DType::F32,
                                            fmt::format("reduce-start bucket {}", in.bucket)),
                 i);
@@ -303,7 +345,7 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
       case ir::InstrKind::Run:
         if (p.stages > 1 && m.ops[in.op].kind == ir::OpKind::GradNorm)
           add(ir::CommEvent::collectiveOp(ir::CollectiveKind::AllReduce,
-                                          copies ? pipelineGroup.at(p.dataRank) : world, 4,
+                                          grouped ? replicaGroup.at(p.replica) : world, 4,
                                           ir::DType::F32, "all-reduce the squared gradient norm"),
               i);
         break;
@@ -311,10 +353,10 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
         break;
       }
     }
-    // 3. The step's loss reaches every rank: a pipeline's from its last stage; with data
-    // parallelism, every rank's is gathered (Executor::runStep).
+    // 3. The step's loss reaches every rank: from the one rank that computes it, or
+    // gathered from every rank when several do (Executor::runStep).
     if (eval || m.programs.size() == 1) continue;
-    if (p.stages > 1 && !copies)
+    if (lossRanks == 1)
       add(ir::CommEvent::broadcast(world, p.lossRank, 8, ir::DType::F32, "broadcast the loss"),
           list.size());
     else

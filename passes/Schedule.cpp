@@ -10,9 +10,9 @@
 //   then the grad-norm op (when clipping) and the optimizer ops.
 // Evaluation loads one batch and runs the forward ops alone.
 // Each rank of a data-parallel plan runs on 1/np of each micro-batch.
-// A pipeline of one-device stages gets one program per stage and data-parallel copy
-// (passes/PipelinePrograms.cpp). Streams for tensor parallelism, and pipelines of larger
-// groups, are not built yet: such a plan has no programs and `epl run` says so.
+// A pipeline gets one program per rank: its stage, its place in the stage's group and its
+// data-parallel copy (passes/PipelinePrograms.cpp). Streams for tensor parallelism are not
+// built yet: such a plan has no programs and `epl run` says so.
 //
 // Every plan with programs of several ranks then goes through the communication check
 // (ir/StreamCheck.h): the programs are built to fit, so a problem is a compiler bug.
@@ -61,8 +61,11 @@ public:
         p.eval.push_back({ir::InstrKind::Run, static_cast<int>(i), 0, -1});
     for (size_t q = 0; q < m.params.size(); ++q)
       if (m.params[q].grad >= 0) p.params.push_back(static_cast<int>(q));
+    auto batch = m.bindings.find(m.batchSymbol);
+    p.localBatch = batch == m.bindings.end() ? 0 : batch->second;
+    p.dataRanks = m.mesh.np;
     for (int r = 0; r < m.mesh.np; ++r) {
-      p.rank = p.lossRank = p.dataRank = r;
+      p.rank = p.lossRank = p.dataRank = p.replica = r;
       m.programs.push_back(p);
     }
     checkCommunication(m);

@@ -80,6 +80,8 @@ def main():
     ap.add_argument("--set", dest="sets", action="append", default=[])
     ap.add_argument("--pin", type=int, default=0,
                     help="run a copy whose `replicate {` is `replicate(PIN) {`")
+    ap.add_argument("--groups", default="",
+                    help="run a copy whose k-th `replicate {` is `replicate(G_k) {` (1,2)")
     ap.add_argument("--expect", action="append", default=[],
                     help="text the -np > 1 runs must print, _ for a space (8_buckets)")
     ap.add_argument("--exact", action="append", default=[],
@@ -94,6 +96,16 @@ def main():
         script = os.path.join(a.work, "pinned.epl")
         with open(script, "w") as f:
             f.write(text.replace("replicate {", f"replicate({a.pin}) {{"))
+    if a.groups:
+        parts = open(script).read().split("replicate {")
+        groups = a.groups.split(",")
+        if len(parts) != len(groups) + 1:
+            sys.exit(f"FAIL: --groups names {len(groups)} groups for {len(parts) - 1} "
+                     f"`replicate {{` in {script}")
+        text = parts[0] + "".join(f"replicate({g}) {{" + rest for g, rest in zip(groups, parts[1:]))
+        script = os.path.join(a.work, "groups.epl")
+        with open(script, "w") as f:
+            f.write(text)
     ref, ref_eval, _ = run(a.epl, a.work, script, "np1", ["-np", "1"], a.steps, a.sets)
     worst = 0.0
     for np in a.np:

@@ -2,9 +2,10 @@
 # A multi-rank job never hangs: a rank killed with SIGKILL mid-run, and a rank that stops
 # answering (SIGSTOP, so its collectives time out), each end the whole job within 10 s with
 # a non-zero exit and a message naming the rank. An error every rank meets is reported once.
-# usage: failures.sh EPL WORKDIR SCRIPT
+# Pipelines alike: a killed rank of a stage group, a stopped stage.
+# usage: failures.sh EPL WORKDIR SCRIPT PIPELINE_SCRIPT
 set -euo pipefail
-epl=$1 work=$2 script=$(realpath "$3")
+epl=$1 work=$2 script=$(realpath "$3") pipeline=$(realpath "$4")
 rm -rf "$work" && mkdir -p "$work" && cd "$work"
 
 # The pid of rank R of the job whose metrics file is $1 (found by its environment).
@@ -72,4 +73,25 @@ rc=0
 [ "$(grep -c "^error" missing.out)" = 1 ] || { echo "FAIL: not reported once"; cat missing.out; exit 1; }
 grep -q -- "--> missing.epl:" missing.out || { echo "FAIL: no location"; cat missing.out; exit 1; }
 echo "missing data: one error, exit 1"
+
+# 4. A pipeline of stage groups 1 + 2 (-np 3): SIGKILL rank 2, one of stage 1's two ranks.
+sed '0,/replicate {/s//replicate(1) {/; 0,/  replicate {/s//  replicate(2) {/' "$pipeline" \
+  > groups.epl
+script=$(realpath groups.epl)
+start_job pipeline_killed 3
+victim=$(rank_pid 2)
+[ -n "$victim" ] || { echo "FAIL: rank 2 not found"; exit 1; }
+began=$(( $(date +%s%N) / 1000000 ))
+kill -KILL "$victim"
+expect_end pipeline_killed "rank 2.*(killed|signal 9|Killed)" "$began"
+
+# 5. SIGSTOP stage 1 of a 2-stage pipeline: stage 0's transfers time out.
+script=$pipeline
+start_job pipeline_stopped 2 --set policy.comm_timeout=2
+victim=$(rank_pid 1)
+[ -n "$victim" ] || { echo "FAIL: rank 1 not found"; exit 1; }
+began=$(( $(date +%s%N) / 1000000 ))
+kill -STOP "$victim"
+expect_end pipeline_stopped "rank 0: .*did not finish within 2 s" "$began"
+kill -KILL "$victim" 2>/dev/null || true
 echo PASS

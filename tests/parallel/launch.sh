@@ -41,7 +41,7 @@ rc=0
 rc=0
 "$epl" run "$examples/gpt_char.epl" -np 4 > pipe.out 2>&1 || rc=$?
 [ "$rc" = 1 ] || { cat pipe.out; fail "gpt_char -np 4 exited $rc"; }
-grep -q "runs one device, data parallelism, and pipelines of one device a stage so far" pipe.out || { cat pipe.out; fail "reason"; }
+grep -q "this plan has 2 pipeline stages and a split of width 2 in stage 1" pipe.out || { cat pipe.out; fail "reason"; }
 if grep -qi "mpirun" pipe.out; then fail "mpirun was started"; fi
 
 # A checkpoint written by 2 ranks (once, by rank 0) resumes on 4 and on 1, and the losses

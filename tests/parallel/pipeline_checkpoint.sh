@@ -3,7 +3,8 @@
 # device and on 2 stages, one saved on 1 device resumes on 2 stages, and one saved by two
 # data-parallel copies of the pipeline (-np 4) resumes on 1 device and on 2 stages, with
 # the losses of a run that never stopped (bit-identical when the resumed run has the
-# stopped one's -np: each stage's optimizer states reached the checkpoint).
+# stopped one's -np: each stage's optimizer states reached the checkpoint). Stage groups
+# of 1 + 2 devices (-np 3) save and resume the same way.
 # usage: pipeline_checkpoint.sh EPL WORKDIR SCRIPT
 set -euo pipefail
 epl=$1 work=$2 script=$(realpath "$3")
@@ -11,9 +12,12 @@ rm -rf "$work" && mkdir -p "$work" && cd "$work"
 fail() { echo "FAIL: $*"; exit 1; }
 sed 's|^  seed = 3|  seed = 3\n  checkpoint = { dir = "ck", every = 5 }|' "$script" > ck.epl
 grep -q 'dir = "ck"' ck.epl || fail "no checkpoint setting added"
-run() { # NAME ARGS...: a run into ck, its metrics in NAME.jsonl
+sed '0,/replicate {/s//replicate(1) {/; 0,/  replicate {/s//  replicate(2) {/' ck.epl > groups.epl
+grep -q 'replicate(2) {' groups.epl || fail "no stage group of 2 devices"
+model=ck.epl
+run() { # NAME ARGS...: a run of $model into ck, its metrics in NAME.jsonl
   local name=$1; shift
-  "$epl" run ck.epl "$@" --metrics "$name.jsonl" > "$name.out" 2>&1 ||
+  "$epl" run "$model" "$@" --metrics "$name.jsonl" > "$name.out" 2>&1 ||
     { cat "$name.out"; fail "$name: epl run $*"; }
 }
 run whole1 -np 1 && rm -rf ck
@@ -36,6 +40,16 @@ rm -rf ck && mv ck4 ck
 run rest4to2 -np 2 --resume
 rm -rf ck && mv ck4b ck
 run rest4 -np 4 --resume
+rm -rf ck
+model=groups.epl
+run half3 -np 3 --stop-after 10
+cp -r ck ck3
+run rest3to1 -np 1 --resume
+rm -rf ck && mv ck3 ck
+run rest3 -np 3 --resume
+rm -rf ck
+run half1g -np 1 --stop-after 10
+run rest1to3 -np 3 --resume
 /usr/bin/python3 - <<'PY'
 import json, sys
 def losses(p):
@@ -43,7 +57,7 @@ def losses(p):
 whole1, whole2, whole4 = losses("whole1.jsonl"), losses("whole2.jsonl"), losses("whole4.jsonl")
 worst = 0
 for name in ("half2", "rest1", "rest2", "half1", "rest1to2", "whole4", "half4", "rest4to1",
-             "rest4to2", "rest4"):
+             "rest4to2", "rest4", "half3", "rest3to1", "rest3", "half1g", "rest1to3"):
     for step, loss in losses(name + ".jsonl").items():
         worst = max(worst, abs(loss - whole1[step]) / abs(whole1[step]))
 rest2 = losses("rest2.jsonl")

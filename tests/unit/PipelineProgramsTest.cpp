@@ -1,8 +1,8 @@
-// The rank programs of pipelines of one-device stages: what each stage runs, sends and
-// receives, its slots, and that every rank's communication fits together (the schedule
-// pass asserts it; these tests show it for gpipe, 1f1b and zb, 2 to 4 stages, 1 to 8
-// micro-batches, data-parallel copies of them, and that the check would catch a wrong tag
-// or a missing gradient reduction).
+// The rank programs of pipelines: what each stage runs, sends and receives, its slots,
+// and that every rank's communication fits together (the schedule pass asserts it; these
+// tests show it for gpipe, 1f1b and zb, 2 to 4 stages, 1 to 8 micro-batches, stage groups
+// of several devices, data-parallel copies of them, and that the check would catch a
+// wrong tag, a wrong share of a re-cut micro-batch or a missing gradient reduction).
 #include "passes/PipelinePrograms.h"
 #include "driver/Epl.h"
 #include "ir/Printer.h"
@@ -38,6 +38,41 @@ train net {{
   epl::PlanOptions options;
   options.np = stages * copies;
   auto m = epl::planText("pipe.epl", text, session, options);
+  for (const auto& d : session.diags.all())
+    FAIL(d.message);
+  return m;
+}
+
+// Stages of the given group sizes, a linear layer each (the last one also the loss), with
+// micro-batches of `micro` samples per replica.
+std::optional<epl::ir::Module> planGroups(const std::vector<int>& groups, int micros, int micro,
+                                          const char* schedule, int copies) {
+  std::string blocks;
+  int devices = 0;
+  for (size_t s = 0; s < groups.size(); ++s) {
+    devices += groups[s];
+    bool last = s + 1 == groups.size();
+    blocks += fmt::format("  replicate({}) {{ {} }}\n", groups[s],
+                          s == 0 ? "h = relu(linear(x, 16))"
+                          : last ? "loss = cross_entropy(linear(h, 4), y)"
+                                 : "h = relu(linear(h, 16))");
+  }
+  std::string text = fmt::format(R"(
+model net(x: f32[B, 16], y: i32[B]) {{
+{}  return loss
+}}
+policy {{ micro_batches = {} schedule = {} }}
+train net {{
+  data = synthetic(samples = 64)
+  batch = {}
+  clip_grad_norm = 1.0
+}}
+)",
+                                 blocks, micros, schedule, micro * micros * copies);
+  epl::Session session;
+  epl::PlanOptions options;
+  options.np = devices * copies;
+  auto m = epl::planText("groups.epl", text, session, options);
   for (const auto& d : session.diags.all())
     FAIL(d.message);
   return m;
@@ -262,4 +297,56 @@ TEST_CASE("the check catches a replica that leaves out a gradient reduction") {
   auto error = epl::ir::checkStreams(epl::passes::programStreams(*m, false));
   REQUIRE(error);
   CHECK(error->str().find("rank 1") != std::string::npos);
+}
+
+TEST_CASE("stage groups: each rank runs its share of every micro-batch, re-cut between groups "
+          "of different sizes") {
+  for (const char* schedule : {"gpipe", "1f1b", "zb"})
+    for (int copies : {1, 2}) {
+      std::vector<int> groups{1, 2, 4};
+      INFO(schedule << ", groups 1 + 2 + 4, " << copies << " copies");
+      auto m = planGroups(groups, 2, 4, schedule, copies);
+      REQUIRE(m);
+      REQUIRE(m->programs.size() == 7u * copies);
+      for (bool eval : {false, true}) {
+        auto error = epl::ir::checkStreams(epl::passes::programStreams(*m, eval));
+        CHECK_FALSE(error);
+        if (error) FAIL(error->str());
+      }
+      for (const epl::ir::Program& prog : m->programs) {
+        int g = groups[prog.stage];
+        CHECK(prog.localBatch == 4 / g);
+        CHECK(prog.dataRanks == copies * g);
+        CHECK(prog.dataRank == prog.replica * g + prog.local);
+        // The forward sends of one micro-batch cover this rank's share once, in order.
+        int64_t next = 0;
+        for (const epl::ir::Instr& in : prog.step)
+          if (in.kind == InstrKind::Send && in.micro == 0 &&
+              m->ops[in.op].phase == epl::ir::Phase::Forward) {
+            CHECK(in.firstRow == next);
+            next += in.rows;
+            CHECK(in.peer / 7 == prog.replica);
+          }
+        if (prog.stage + 1 < 3) CHECK(next == prog.localBatch);
+        // Every stage has several ranks in all but stage 0 of one copy, which sums nothing.
+        int buckets = count(prog.step, InstrKind::ReduceStart);
+        CHECK((buckets == 0) == (copies * g == 1));
+      }
+      for (const epl::ir::GradBucket& b : m->buckets)
+        CHECK(b.ranks == copies * groups[b.stage]);
+    }
+}
+
+TEST_CASE("the check catches a rank that sends another share of a re-cut micro-batch") {
+  auto m = planGroups({1, 2}, 2, 4, "1f1b", 1);
+  REQUIRE(m);
+  for (epl::ir::Instr& in : m->programs[0].step)
+    if (in.kind == InstrKind::Send && in.rows == 2 && in.peer == 2) {
+      in.rows = 1; // half the samples the receiver expects
+      break;
+    }
+  auto error = epl::ir::checkStreams(epl::passes::programStreams(*m, false));
+  REQUIRE(error);
+  INFO(error->str());
+  CHECK(error->str().find("rank 0") != std::string::npos);
 }

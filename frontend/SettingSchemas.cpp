@@ -79,6 +79,8 @@ const std::vector<KeyDoc>& policyKeys() {
       {"micro_batches", "integer >= 1", "1",
        "micro-batches per step (pipeline depth and gradient accumulation)"},
       {"schedule", "gpipe | 1f1b | interleaved | zb", "1f1b", "pipeline schedule"},
+      {"chunks", "integer >= 1", "1",
+       "interleaved: stage blocks per pipeline rank, placed round-robin (virtual stages)"},
       {"zero", "0 | 1 | 2 | 3", "0",
        "ZeRO stage: 1 shards optimizer states, 2 also gradients, 3 also parameters"},
       {"recompute", "none | auto | every | [def names]", "none",

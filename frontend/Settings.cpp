@@ -296,6 +296,7 @@ void Elaborator::applyPolicy(const ast::SettingsBlock& b, ir::Policy& p) {
                    : w == "interleaved" ? ir::Schedule::Interleaved
                                         : ir::Schedule::ZeroBubble;
   };
+  a["chunks"] = [&](const ast::Setting& s) { r.integer(s, 1, 1'000'000, p.chunks); };
   a["zero"] = [&](const ast::Setting& s) {
     if (r.integer(s, 0, 3, i)) p.zero = static_cast<ir::ZeroStage>(i);
   };

@@ -282,11 +282,14 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
                        device);
   else if (stages > 1) {
     std::vector<int> groups;
-    for (const ir::StagePlan& st : m.mesh.stages)
-      groups.push_back(st.group);
+    for (int s = 0; s < stages; ++s)
+      groups.push_back(m.mesh.stages[s].group);
     bool ones = std::all_of(groups.begin(), groups.end(), [](int g) { return g == 1; });
-    out << fmt::format("model `{}`: {} params in {} pipeline stages, {}{} ({}, {} comm)\n",
+    out << fmt::format("model `{}`: {} params in {} pipeline stages{}, {}{} ({}, {} comm)\n",
                        m.modelName, withCommas(params), stages,
+                       m.mesh.chunks == 1
+                           ? ""
+                           : fmt::format(" of {} model chunks each", m.mesh.chunks),
                        ones ? "one rank each" : fmt::format("{} ranks", fmt::join(groups, " + ")),
                        m.mesh.dataParallel > 1
                            ? fmt::format(", x {} data-parallel copies", m.mesh.dataParallel)
@@ -468,8 +471,8 @@ namespace {
 // The schedule's bubble in the simulation's unit costs, or the classic formula where the
 // schedule is not simulated (as the plan prints it).
 std::string theoreticalBubble(const ir::Module& m) {
-  ir::PipelineShape shape{static_cast<int>(m.mesh.stages.size()),
-                          static_cast<int>(m.policy.microBatches), 1};
+  ir::PipelineShape shape{m.mesh.depth(), static_cast<int>(m.policy.microBatches),
+                          m.mesh.chunks};
   if (ir::scheduleRequirement(m.policy.schedule, shape).empty() &&
       int64_t{shape.stages} * shape.micros <= 1'000'000) { // the plan's limit too
     ir::ScheduleSimulation sim = ir::simulateSchedule(m.policy.schedule, shape);

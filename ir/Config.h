@@ -20,6 +20,9 @@ enum class Amp { None, Fp16, Bf16 };
 struct Policy {
   int64_t microBatches = 1;
   Schedule schedule = Schedule::OneFOneB;
+  // Interleaved: model chunks per pipeline rank. The stage blocks go round-robin over
+  // blocks / chunks pipeline ranks (block k on rank k mod that), Megatron-LM's virtual stages.
+  int64_t chunks = 1;
   ZeroStage zero = ZeroStage::None;
   Recompute recompute = Recompute::None;
   std::vector<std::string> recomputeBlocks; // with Recompute::Listed

@@ -105,6 +105,11 @@ struct Mesh {
   int replicaSize = 1;    // devices one replica needs
   int64_t microBatch = 0; // samples per micro-batch per replica; 0 when unknown
   std::vector<StagePlan> stages;
+  // Interleaved schedules: stage blocks per pipeline rank (policy `chunks`). Block k runs
+  // on the devices of block k mod depth(), as its model chunk k / depth(); 1 otherwise.
+  int chunks = 1;
+  // The pipeline's ranks along one replica's path: stage blocks / chunks.
+  int depth() const { return static_cast<int>(stages.size()) / chunks; }
   // One stage without split regions: every rank runs the whole model on its share of the
   // batch, and only gradients travel. The runtime runs these plans (and -np 1).
   bool pureDataParallel() const { return stages.size() == 1 && stages[0].splitWidth == 1; }

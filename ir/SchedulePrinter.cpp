@@ -60,10 +60,11 @@ std::string percent(double f) {
 } // namespace
 
 void printScheduleSection(const Module& m, std::ostream& out) {
-  int p = static_cast<int>(m.mesh.stages.size());
-  if (p < 2) return;
-  // Every stage block has its own device group today, so each stage holds one chunk.
-  PipelineShape shape{p, static_cast<int>(m.policy.microBatches), 1};
+  int p = m.mesh.depth();
+  if (m.mesh.stages.size() < 2) return;
+  // Stage blocks sharing a device group (`chunks`) are one stage's model chunks: block k
+  // is chunk k / p of stage k mod p.
+  PipelineShape shape{p, static_cast<int>(m.policy.microBatches), m.mesh.chunks};
   Schedule sched = m.policy.schedule;
   out << fmt::format("\npipeline schedule: {}, {} micro-batch{} over {} stages, {} chunk{} per "
                      "stage\n",
@@ -89,7 +90,11 @@ void printScheduleSection(const Module& m, std::ostream& out) {
       out << fmt::format(", {} held until W", n);
     }
     if (trained) {
-      double each = static_cast<double>(activationBytes(m, s));
+      // With chunks, a (micro-batch, chunk) pair holds the largest chunk's at most.
+      int64_t largest = 0;
+      for (int c = 0; c < shape.chunks; ++c)
+        largest = std::max(largest, activationBytes(m, c * p + s));
+      double each = static_cast<double>(largest);
       out << fmt::format(", activations {} per device ({} each)", formatBytes(n * each),
                          formatBytes(each));
     }

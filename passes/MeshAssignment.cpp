@@ -7,6 +7,9 @@
 //   3. Each stage group has g devices, or n when `replicate(n)` pins it; it must be a
 //      multiple of the stage's w. One replica needs the sum of the groups.
 //   4. -np must be a multiple of that sum; the quotient is the outer data-parallel width.
+//      With `chunks = v` (interleaved), the stage blocks go round-robin over S / v device
+//      groups: block k shares block k mod (S / v)'s devices, and a replica needs the sum of
+//      the first S / v groups.
 //   5. global batch = micro-batch x micro_batches x data-parallel width, and each stage
 //      must divide its micro-batch over its devices. The batch symbol binds to it.
 //   With -np 1 every split width is 1: one device runs the whole model.
@@ -55,6 +58,8 @@ public:
         st.splitWidth = std::max(st.splitWidth, m.scopes[r].width);
         g = std::max(g, st.splitWidth);
       }
+    if (!assignChunks(m, ctx)) return true;
+    int depth = mesh.depth();
     int64_t offset = 0;
     for (int s = 0; s < p; ++s) {
       ir::StagePlan& st = mesh.stages[s];
@@ -67,6 +72,22 @@ public:
             .length(9)
             .help(fmt::format("make `replicate({})` a multiple of {}", st.group, st.splitWidth));
         return true;
+      }
+      if (s >= depth) {
+        // A later model chunk on the devices of block s mod depth.
+        const ir::StagePlan& host = mesh.stages[s % depth];
+        if (st.group != host.group) {
+          ctx.diags
+              .error(st.loc, fmt::format("stage {} shares the devices of stage {} (`chunks = {}`), "
+                                         "which has {} device{}, not {}",
+                                         s, s % depth, mesh.chunks, host.group,
+                                         host.group == 1 ? "" : "s", st.group))
+              .length(9)
+              .help("give the stage blocks that share devices the same `replicate(n)`");
+          return true;
+        }
+        st.firstLocalRank = host.firstLocalRank;
+        continue;
       }
       st.firstLocalRank = static_cast<int>(offset);
       offset += st.group;
@@ -144,20 +165,55 @@ private:
     }
   }
 
+  // `chunks = v`: v stage blocks per pipeline rank, for the interleaved schedule; the stage
+  // blocks must fill the ranks evenly and leave at least two. One stage (-np 1 collapses
+  // the model into one) has nothing to interleave: chunks is 1.
+  static bool assignChunks(ir::Module& m, PassContext& ctx) {
+    ir::Mesh& mesh = m.mesh;
+    const ir::Policy& pol = m.policy;
+    int blocks = static_cast<int>(mesh.stages.size());
+    mesh.chunks = 1;
+    if (pol.chunks == 1 || blocks < 2) return true;
+    SourceLoc at = pol.keyLocs.count("chunks") ? pol.keyLocs.at("chunks") : m.loc;
+    if (pol.schedule != ir::Schedule::Interleaved) {
+      ctx.diags.error(at, fmt::format("`chunks = {}` needs `schedule = interleaved`", pol.chunks))
+          .length(6)
+          .note("chunks places several stage blocks on each pipeline rank, which only the "
+                "interleaved schedule orders")
+          .help("set `schedule = interleaved`, or remove `chunks`");
+      return false;
+    }
+    if (blocks % pol.chunks != 0 || blocks / pol.chunks < 2) {
+      ctx.diags
+          .error(at, fmt::format("`chunks = {}` does not fit {} stage blocks", pol.chunks, blocks))
+          .length(6)
+          .note("the stage blocks go round-robin over blocks / chunks pipeline ranks, which "
+                "must be a whole number of at least 2")
+          .help(blocks >= 4 ? fmt::format("use `chunks = {}`", blocks % 2 == 0 ? 2 : 1)
+                            : std::string("use `chunks = 1`, or more `replicate { … }` stages"));
+      return false;
+    }
+    mesh.chunks = static_cast<int>(pol.chunks);
+    return true;
+  }
+
   // The schedule's own requirements (ir/PipelineSchedule.h), reported at the `schedule` key;
-  // the default schedule, 1f1b, orders any pipeline.
+  // the default schedule, 1f1b, orders any pipeline. -np 1 runs every stage on one device,
+  // where no schedule applies.
   void checkSchedule(ir::Module& m, PassContext& ctx) {
     const ir::Policy& pol = m.policy;
-    if (pol.schedule != ir::Schedule::Interleaved || !pol.keyLocs.count("schedule")) return;
+    if (pol.schedule != ir::Schedule::Interleaved || !pol.keyLocs.count("schedule") ||
+        ctx.np == 1)
+      return;
     SourceLoc at = pol.keyLocs.at("schedule");
-    int p = static_cast<int>(m.mesh.stages.size()), mb = static_cast<int>(pol.microBatches);
-    if (p < 2) {
+    int p = m.mesh.depth(), mb = static_cast<int>(pol.microBatches);
+    if (m.mesh.stages.size() < 2) {
       ctx.diags.error(at, "`schedule = interleaved` needs at least two pipeline stages")
           .length(8)
           .help("use `gpipe` or `1f1b`, or split the model into `replicate { … }` stages");
       return;
     }
-    std::string why = ir::scheduleRequirement(pol.schedule, {p, mb, 1});
+    std::string why = ir::scheduleRequirement(pol.schedule, {p, mb, m.mesh.chunks});
     if (!why.empty())
       ctx.diags.error(at, fmt::format("`schedule = interleaved` {}", why))
           .length(8)

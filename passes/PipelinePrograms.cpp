@@ -26,6 +26,10 @@
 //      gradient norm and the optimizer. Between stages of different group sizes a
 //      micro-batch is re-cut: each rank sends each rank of the next group the samples their
 //      shares have in common (and the gradients of them back), within its replica.
+//   7. Chunks (`chunks = v`, interleaved): rank position s runs stage blocks s, s + p, …,
+//      s + (v - 1)·p of a pipeline of p = blocks / v positions; the schedule's item of
+//      chunk c is block c·p + s. A micro-batch is loaded by its first chunk's forward and
+//      holds one slot (every chunk's activations) until its last item.
 #include "passes/PipelinePrograms.h"
 
 #include "ir/PipelineSchedule.h"
@@ -65,10 +69,12 @@ Share shareOf(int64_t micro, int group, int local) {
   return {micro / group * local, micro / group * (local + 1)};
 }
 
+// The program of one rank: the stage blocks on its device group (one, or `chunks` of them
+// under an interleaved schedule), each method working on one block.
 class StageProgram {
 public:
-  StageProgram(const ir::Module& m, int stage, int replica, int local)
-      : m_(m), stage_(stage), replica_(replica), local_(local) {
+  StageProgram(const ir::Module& m, int replica, int local)
+      : m_(m), replica_(replica), local_(local) {
     int k = 0;
     for (size_t i = 0; i < m.ops.size(); ++i)
       if (m.ops[i].kind == ir::OpKind::SendRecv && m.ops[i].phase == ir::Phase::Forward)
@@ -76,20 +82,21 @@ public:
     lossStage_ = m.ops[m.tensors[m.outputs[0]].producer].stage;
   }
 
-  // Micro-batch `micro`'s forward on this stage, into `out`; `seed` adds the loss gradient.
-  void forward(int micro, bool seed, std::vector<ir::Instr>& out) const {
-    out.push_back({ir::InstrKind::Load, -1, micro, -1});
-    appendPhase(ir::Phase::Forward, micro, out);
-    if (seed && stage_ == lossStage_) out.push_back({ir::InstrKind::SeedGrad, -1, micro, -1});
+  // Micro-batch `micro`'s forward on stage block `block`, into `out`: its first chunk loads
+  // the micro-batch (every input this rank's blocks read); `seed` adds the loss gradient.
+  void forward(int block, int micro, bool seed, std::vector<ir::Instr>& out) const {
+    if (block < m_.mesh.depth()) out.push_back({ir::InstrKind::Load, -1, micro, -1});
+    appendPhase(ir::Phase::Forward, block, micro, out);
+    if (seed && block == lossStage_) out.push_back({ir::InstrKind::SeedGrad, -1, micro, -1});
   }
-  void backward(int micro, std::vector<ir::Instr>& out) const {
-    appendPhase(ir::Phase::Backward, micro, out);
+  void backward(int block, int micro, std::vector<ir::Instr>& out) const {
+    appendPhase(ir::Phase::Backward, block, micro, out);
   }
   // One part of a split backward: Inputs keeps the transfers and the ops that write an
   // input gradient; Params only the ops that write a parameter gradient.
-  void backwardPart(ir::BackwardPart part, int micro, std::vector<ir::Instr>& out) const {
+  void backwardPart(ir::BackwardPart part, int block, int micro, std::vector<ir::Instr>& out) const {
     std::vector<ir::Instr> whole;
-    appendPhase(ir::Phase::Backward, micro, whole);
+    appendPhase(ir::Phase::Backward, block, micro, whole);
     for (ir::Instr in : whole) {
       bool run = in.kind == ir::InstrKind::Run;
       if (run ? !writesAny(m_, m_.ops[in.op], part) : part != ir::BackwardPart::Inputs) continue;
@@ -97,34 +104,35 @@ public:
       out.push_back(in);
     }
   }
-  void optimizer(std::vector<ir::Instr>& out) const {
+  // The gradient norm and the optimizer ops of the parameters of the blocks at `position`.
+  void optimizer(int position, std::vector<ir::Instr>& out) const {
     for (size_t i = 0; i < m_.ops.size(); ++i) {
       const ir::Op& op = m_.ops[i];
       if (op.phase == ir::Phase::Optimizer &&
-          (op.kind == ir::OpKind::GradNorm || op.stage == stage_))
+          (op.kind == ir::OpKind::GradNorm || op.stage % m_.mesh.depth() == position))
         out.push_back({ir::InstrKind::Run, static_cast<int>(i), 0, -1});
     }
   }
   int lossStage() const { return lossStage_; }
 
 private:
-  void appendPhase(ir::Phase phase, int micro, std::vector<ir::Instr>& out) const {
+  void appendPhase(ir::Phase phase, int block, int micro, std::vector<ir::Instr>& out) const {
     for (size_t i = 0; i < m_.ops.size(); ++i) {
       const ir::Op& op = m_.ops[i];
       if (op.phase != phase) continue;
       int id = static_cast<int>(i);
-      switch (roleOn(op, stage_)) {
+      switch (roleOn(op, block)) {
       case Role::None:
         break;
       case Role::Run:
         out.push_back({ir::InstrKind::Run, id, micro, -1});
         break;
       case Role::Send:
-        transfers(ir::InstrKind::Send, id, micro, op.inputs.at(0), "to_stage", out);
+        transfers(ir::InstrKind::Send, block, id, micro, op.inputs.at(0), "to_stage", out);
         break;
       case Role::Recv:
         EPL_ASSERT(op.outputs.at(0) >= 0, "a received gradient has no buffer");
-        transfers(ir::InstrKind::Recv, id, micro, op.outputs[0], "from_stage", out);
+        transfers(ir::InstrKind::Recv, block, id, micro, op.outputs[0], "from_stage", out);
         break;
       }
     }
@@ -133,14 +141,14 @@ private:
   // Op `op`'s transfers of `tensor` with the ranks of the stage named by `peerKey` in this
   // replica: the one of the same index when the groups are alike, else every rank whose
   // share of the micro-batch overlaps this rank's (step 6).
-  void transfers(ir::InstrKind kind, int op, int micro, int tensor, const char* peerKey,
-                 std::vector<ir::Instr>& out) const {
+  void transfers(ir::InstrKind kind, int block, int op, int micro, int tensor,
+                 const char* peerKey, std::vector<ir::Instr>& out) const {
     const ir::Op& o = m_.ops[op];
     bool back = o.phase == ir::Phase::Backward;
     int k = boundary_.at(back ? o.forward : op);
     int micros = static_cast<int>(m_.policy.microBatches);
     int peerStage = static_cast<int>(ir::intAttr(o.attrs, peerKey));
-    int mine = m_.mesh.stages[stage_].group, theirs = m_.mesh.stages[peerStage].group;
+    int mine = m_.mesh.stages[block].group, theirs = m_.mesh.stages[peerStage].group;
     ir::Instr in{kind, op, micro, -1};
     in.tensor = tensor;
     in.tag = (2 * k + (back ? 1 : 0)) * micros + micro;
@@ -167,20 +175,29 @@ private:
   }
 
   const ir::Module& m_;
-  int stage_, replica_, local_;
+  int replica_, local_;
   int lossStage_ = 0;
   std::map<int, int> boundary_; // forward send/recv op -> its index among them
 };
 
-// The most micro-batches whose activations a stage holds (forward done, the whole backward
-// or W not) over its order.
-int peakInFlight(const std::vector<ir::WorkItem>& order) {
-  int now = 0, peak = 0;
-  for (const ir::WorkItem& w : order) {
-    now += w.kind == ir::WorkKind::Forward ? 1 : w.kind == ir::WorkKind::BackwardInput ? 0 : -1;
-    peak = std::max(peak, now);
+// The most micro-batches whose activations a stage holds over its order: from the first
+// item of a micro-batch (its first chunk's forward) to its last (its first chunk's whole
+// backward or W).
+int peakInFlight(const std::vector<ir::WorkItem>& order, int micros) {
+  std::vector<int> last(micros, -1);
+  for (size_t i = 0; i < order.size(); ++i)
+    last[order[i].micro] = static_cast<int>(i);
+  std::vector<bool> started(micros, false);
+  int now = 0, peak = 1;
+  for (size_t i = 0; i < order.size(); ++i) {
+    int micro = order[i].micro;
+    if (!started[micro]) {
+      started[micro] = true;
+      peak = std::max(peak, ++now);
+    }
+    if (last[micro] == static_cast<int>(i)) --now;
   }
-  return std::max(peak, 1);
+  return peak;
 }
 
 std::string transferLabel(const ir::Module& m, const ir::Instr& in) {
@@ -195,10 +212,11 @@ std::string transferLabel(const ir::Module& m, const ir::Instr& in) {
 // Data-parallel copies (step 6): the stage's buckets start right after the op that readies
 // them in the last micro-batch's backward, and are waited for, in the order they started,
 // before the first optimizer op (the gradient norm reads them).
-void addGradientReductions(const ir::Module& m, int stage, std::vector<ir::Instr>& step) {
+void addGradientReductions(const ir::Module& m, int position, std::vector<ir::Instr>& step) {
   std::multimap<int, int> readyAfter; // ready op -> bucket
   for (size_t b = 0; b < m.buckets.size(); ++b)
-    if (m.buckets[b].stage == stage) readyAfter.emplace(m.buckets[b].readyOp, static_cast<int>(b));
+    if (m.buckets[b].stage % m.mesh.depth() == position)
+      readyAfter.emplace(m.buckets[b].readyOp, static_cast<int>(b));
   if (readyAfter.empty()) return;
   int last = static_cast<int>(m.policy.microBatches) - 1;
   std::vector<ir::Instr> out;
@@ -229,49 +247,53 @@ void addGradientReductions(const ir::Module& m, int stage, std::vector<ir::Instr
 } // namespace
 
 std::vector<ir::Program> pipelinePrograms(const ir::Module& m) {
-  int stages = static_cast<int>(m.mesh.stages.size());
+  const ir::Mesh& mesh = m.mesh;
+  int depth = mesh.depth();
   int micros = static_cast<int>(m.policy.microBatches);
-  ir::PipelineShape shape{stages, micros, 1};
+  ir::PipelineShape shape{depth, micros, mesh.chunks};
   ir::Schedule schedule = m.policy.schedule;
   EPL_ASSERT(ir::scheduleRequirement(schedule, shape).empty(),
              "mesh-assignment accepted a schedule that cannot order this pipeline");
   std::vector<ir::Program> out;
-  const ir::Mesh& mesh = m.mesh;
   for (int r = 0; r < mesh.dataParallel; ++r)
-    for (int s = 0; s < stages; ++s)
+    for (int s = 0; s < depth; ++s)
       for (int local = 0; local < mesh.stages[s].group; ++local) {
-        StageProgram stage(m, s, r, local);
+        StageProgram stage(m, r, local);
+        int group = mesh.stages[s].group; // every chunk's block of this position has it
         ir::Program p;
         p.rank = mesh.rank(r, s, local);
         EPL_ASSERT(p.rank == static_cast<int>(out.size()), "programs are in rank order");
         p.stage = s;
-        p.stages = stages;
+        p.stages = depth;
         p.replica = r;
         p.local = local;
-        p.dataRanks = mesh.dataParallel * mesh.stages[s].group;
-        p.dataRank = r * mesh.stages[s].group + local;
-        p.localBatch = mesh.microBatch / mesh.stages[s].group;
+        p.dataRanks = mesh.dataParallel * group;
+        p.dataRank = r * group + local;
+        p.localBatch = mesh.microBatch / group;
         // The loss's stage computes it on each of its ranks; the others name the first.
-        p.lossRank = s == stage.lossStage() ? p.rank : mesh.rank(r, stage.lossStage(), 0);
+        int lossBlock = stage.lossStage();
+        p.lossRank = lossBlock % depth == s ? p.rank : mesh.rank(r, lossBlock, 0);
         for (size_t q = 0; q < m.params.size(); ++q)
-          if (m.params[q].grad >= 0 && m.ops[m.params[q].op].stage == s)
+          if (m.params[q].grad >= 0 && m.ops[m.params[q].op].stage % depth == s)
             p.params.push_back(static_cast<int>(q));
         std::vector<ir::WorkItem> order = ir::stageOrder(schedule, s, shape);
-        p.slots = peakInFlight(order);
+        p.slots = peakInFlight(order, micros);
         p.step.push_back({ir::InstrKind::ZeroGrads, -1, 0, -1});
         for (const ir::WorkItem& w : order) {
+          int block = w.chunk * depth + s; // chunk c of this position is virtual stage c·p + s
           if (w.kind == ir::WorkKind::Forward)
-            stage.forward(w.micro, true, p.step);
+            stage.forward(block, w.micro, true, p.step);
           else if (w.kind == ir::WorkKind::Backward)
-            stage.backward(w.micro, p.step);
+            stage.backward(block, w.micro, p.step);
           else
             stage.backwardPart(w.kind == ir::WorkKind::BackwardInput ? ir::BackwardPart::Inputs
                                                                      : ir::BackwardPart::Params,
-                               w.micro, p.step);
+                               block, w.micro, p.step);
         }
-        stage.optimizer(p.step);
+        stage.optimizer(s, p.step);
         addGradientReductions(m, s, p.step);
-        stage.forward(0, false, p.eval);
+        for (int c = 0; c < mesh.chunks; ++c)
+          stage.forward(c * depth + s, 0, false, p.eval);
         for (const auto* list : {&p.step, &p.eval})
           for (const ir::Instr& in : *list)
             if (in.kind == ir::InstrKind::Recv) p.recvBytes += (m.transferBytes(p, in) + 63) / 64 * 64;

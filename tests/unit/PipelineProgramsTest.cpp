@@ -17,7 +17,8 @@ namespace {
 
 // A linear layer per stage; the last stage also holds the loss.
 // `copies` data-parallel copies of the pipeline: -np stages x copies.
-std::optional<epl::ir::Module> plan(int stages, int micros, const char* schedule, int copies = 1) {
+std::optional<epl::ir::Module> plan(int stages, int micros, const char* schedule, int copies = 1,
+                                    int chunks = 1) {
   std::string blocks = "  replicate { h = relu(linear(x, 16)) }\n";
   for (int s = 1; s + 1 < stages; ++s)
     blocks += "  replicate { h = relu(linear(h, 16)) }\n";
@@ -26,17 +27,17 @@ model net(x: f32[B, 16], y: i32[B]) {{
 {}  replicate {{ loss = cross_entropy(linear(h, 4), y) }}
   return loss
 }}
-policy {{ micro_batches = {} schedule = {} }}
+policy {{ micro_batches = {} schedule = {} chunks = {} }}
 train net {{
   data = synthetic(samples = 64)
   batch = {}
   clip_grad_norm = 1.0
 }}
 )",
-                                 blocks, micros, schedule, 2 * micros * copies);
+                                 blocks, micros, schedule, chunks, 2 * micros * copies);
   epl::Session session;
   epl::PlanOptions options;
-  options.np = stages * copies;
+  options.np = stages / chunks * copies;
   auto m = epl::planText("pipe.epl", text, session, options);
   for (const auto& d : session.diags.all())
     FAIL(d.message);
@@ -349,4 +350,37 @@ TEST_CASE("the check catches a rank that sends another share of a re-cut micro-b
   REQUIRE(error);
   INFO(error->str());
   CHECK(error->str().find("rank 0") != std::string::npos);
+}
+
+TEST_CASE("interleaved chunks: each rank runs its stage blocks round-robin, one load per "
+          "micro-batch, and the programs fit together") {
+  for (auto [blocks, chunks] : {std::pair{4, 2}, std::pair{6, 3}, std::pair{6, 2}})
+    for (int copies : {1, 2})
+      for (int micros : {2, 4, 6}) {
+        int depth = blocks / chunks;
+        if (micros % depth != 0) continue;
+        INFO(blocks << " blocks, " << chunks << " chunks, " << copies << " copies, " << micros
+                    << " micro-batches");
+        auto m = plan(blocks, micros, "interleaved", copies, chunks);
+        REQUIRE(m);
+        REQUIRE(m->mesh.chunks == chunks);
+        REQUIRE(static_cast<int>(m->programs.size()) == depth * copies);
+        for (bool eval : {false, true}) {
+          auto error = epl::ir::checkStreams(epl::passes::programStreams(*m, eval));
+          CHECK_FALSE(error);
+          if (error) FAIL(error->str());
+        }
+        for (const epl::ir::Program& prog : m->programs) {
+          CHECK(prog.stages == depth);
+          for (const epl::ir::Instr& in : prog.step)
+            if (in.kind == InstrKind::Run && m->ops[in.op].phase != epl::ir::Phase::Optimizer)
+              CHECK(m->ops[in.op].stage % depth == prog.stage);
+          CHECK(count(prog.step, InstrKind::Load) == micros);
+          CHECK(count(prog.eval, InstrKind::Load) == 1);
+          for (int q : prog.params)
+            CHECK(m->ops[m->params[q].op].stage % depth == prog.stage);
+          CHECK(prog.slots >= 1);
+          CHECK(prog.slots <= micros);
+        }
+      }
 }

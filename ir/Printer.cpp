@@ -359,6 +359,16 @@ void printPlan(const Module& m, std::ostream& out) {
                        wireName(m.policy.commDtype),
                        m.policy.overlapComm ? "each started as soon as its gradients are final"
                                             : "after the whole backward");
+    // A pipeline: every stage's data-parallel group, and what it sums.
+    for (size_t s = 0; mesh.stages.size() > 1 && s < mesh.stages.size(); ++s) {
+      int64_t stageBytes = 0, count = 0;
+      for (const GradBucket& b : m.buckets)
+        if (b.stage == static_cast<int>(s)) stageBytes += b.bytes, ++count;
+      if (count == 0) continue;
+      out << fmt::format("  stage {}: {} in {} bucket{} over ranks {}\n", s,
+                         formatBytes(static_cast<double>(stageBytes)), count, count == 1 ? "" : "s",
+                         rankRanges(mesh, static_cast<int>(s)));
+    }
   }
   out << "\nparameters per rank:\n";
   for (size_t s = 0; s < mesh.stages.size(); ++s) {

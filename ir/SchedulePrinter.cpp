@@ -83,7 +83,10 @@ void printScheduleSection(const Module& m, std::ostream& out) {
   bool trained = m.lossGrad >= 0 && m.mesh.microBatch > 0; // autodiff made backward ops
   for (int s = 0; s < p; ++s) {
     int n = sim.peakInFlight[s];
-    out << fmt::format("  stage {}: at most {} micro-batch{} in flight", s, n, n == 1 ? "" : "es");
+    // With chunks the simulation counts (micro-batch, chunk) pairs.
+    out << fmt::format("  stage {}: at most {} {}{} in flight", s, n,
+                       shape.chunks > 1 ? "(micro-batch, chunk) pair" : "micro-batch",
+                       n == 1 ? "" : shape.chunks > 1 ? "s" : "es");
     // A split backward keeps a micro-batch's activations until its W, not its B.
     if (splitsBackward(sched)) {
       n = sim.peakHeld[s];
@@ -99,6 +102,17 @@ void printScheduleSection(const Module& m, std::ostream& out) {
                          formatBytes(each));
     }
     out << "\n";
+  }
+  // The backward's transfers: each boundary's gradient goes back to the stage it came from,
+  // each device of that stage getting the gradient of what it sent.
+  for (const Bridge& b : m.bridges) {
+    if (!trained || b.fromStage == b.toStage || b.bytes < 0) continue;
+    double back = static_cast<double>(b.bytes) * m.mesh.stages[b.toStage].group /
+                  m.mesh.stages[b.fromStage].group;
+    out << fmt::format("  backward: stage {} -> {} gradient of %{}, {} to each device a "
+                       "micro-batch\n",
+                       b.toStage, b.fromStage, m.tensors[m.ops[b.op].inputs.at(0)].name,
+                       formatBytes(back));
   }
 }
 

@@ -106,10 +106,21 @@ std::vector<std::string> verify(const Module& m) {
     if (t < 0 || t >= static_cast<int>(m.tensors.size()) || !defined[t])
       errs.push_back("model output is not defined");
   if (m.planned) {
-    int sum = 0;
-    for (const auto& st : m.mesh.stages) {
+    // The first depth() blocks own contiguous groups; a later chunk's block shares the
+    // group of block k mod depth().
+    int sum = 0, depth = m.mesh.depth();
+    if (m.mesh.chunks < 1 || depth * m.mesh.chunks != static_cast<int>(m.mesh.stages.size()))
+      errs.push_back("the stage blocks are not chunks x pipeline ranks");
+    for (size_t s = 0; s < m.mesh.stages.size(); ++s) {
+      const StagePlan& st = m.mesh.stages[s];
       if (st.group % st.splitWidth != 0)
         errs.push_back("stage group not a multiple of its split width");
+      if (depth > 0 && static_cast<int>(s) >= depth) {
+        const StagePlan& host = m.mesh.stages[s % depth];
+        if (st.firstLocalRank != host.firstLocalRank || st.group != host.group)
+          errs.push_back("a chunk's stage block does not share its stage's group");
+        continue;
+      }
       if (st.firstLocalRank != sum) errs.push_back("stage groups are not contiguous");
       sum += st.group;
     }

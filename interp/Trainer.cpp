@@ -26,6 +26,8 @@
 #include <filesystem>
 #include <fmt/format.h>
 #include <fstream>
+#include <memory>
+#include <optional>
 
 namespace epl::interp {
 
@@ -526,6 +528,267 @@ void reportActivations(const Executor& ex, const ir::Module& m, backend::Comm& c
   out << fmt::format("activations: {}\n", fmt::join(stages, "; "));
 }
 
+// One rank's `epl run`, in its parts: open what the run needs (the ranks agree on every
+// fallible part), the steps, and the summary.
+class TrainingRun {
+public:
+  TrainingRun(const ir::Module& m, const RunOptions& o, Diagnostics& diags, backend::Comm& comm)
+      : m_(m), o_(o), diags_(diags), comm_(comm), rank_(comm.rank()), ranks_(comm.size()),
+        mine_(diags.sources()),
+        // From here a signal ends the run after a step, with a checkpoint. With several
+        // ranks the launcher, not each rank, says that it was seen.
+        stopSignals_(ranks_ > 1                       ? ""
+                     : m.train.checkpointDir.empty() ? kStopNotice
+                                                     : kStopNoticeSaving),
+        prefixed_(*o.out, fmt::format("rank {}: ", rank_)), others_(&prefixed_), quiet_(nullptr),
+        // Rank 0 speaks; the others only under --log-all, each line after its rank.
+        out_(rank_ == 0 ? *o.out : o.logAll ? others_ : quiet_),
+        steps_(m.train.steps), end_(o.stopAfter > 0 ? std::min(steps_, o.stopAfter) : steps_) {}
+
+  // The data, the metrics and trace files, the device, the executor and the first step's
+  // weights (a checkpoint or fresh ones): an exit code when the run ends here.
+  std::optional<int> open();
+  int64_t start() const { return start_; }
+  int64_t end() const { return end_; }
+  // One training step with its evaluation, checkpoint and stop check: an exit code when
+  // the run ends there.
+  std::optional<int> step(int64_t step);
+  // The trace, the activations, the summary and the final evaluation.
+  int finish();
+
+private:
+  bool agree(bool ok, const char* what);
+  bool writeCheckpoint(int64_t stepsDone, std::string& where);
+  void checkMetrics();
+  bool evaluatesAfter(int64_t step) const;
+
+  const ir::Module& m_;
+  const RunOptions& o_;
+  Diagnostics& diags_;
+  backend::Comm& comm_;
+  int rank_, ranks_;
+  Diagnostics mine_; // this rank's errors until the ranks agree
+  StopSignals stopSignals_;
+  PrefixBuf prefixed_;
+  std::ostream others_, quiet_;
+  std::ostream& out_;
+  std::unique_ptr<data::Dataset> ds_;
+  MetricsFile metrics_;
+  std::string ckptDir_;
+  std::unique_ptr<backend::Device> device_;
+  int64_t baseline_ = 0; // resident bytes before the run's buffers
+  std::unique_ptr<Executor> ex_;
+  std::unique_ptr<checkpoint::FolderLock> lock_;
+  std::unique_ptr<data::Sampler> sampler_;
+  std::unique_ptr<Progress> progress_;
+  std::unique_ptr<TraceRecorder> trace_;
+  int64_t steps_, end_, start_ = 0, samples_ = 0;
+  Clock::time_point began_;
+  double lastLoss_ = 0;
+};
+
+// Fallible work every rank does: errors go to `mine_`, then the ranks agree. A failing rank
+// reports when it is rank 0, or when rank 0 succeeded (then the error is its own and is
+// named by its rank; what rank 0 shares with others is not).
+bool TrainingRun::agree(bool ok, const char* what) {
+  std::vector<char> flags(static_cast<size_t>(ranks_));
+  char me = ok ? 1 : 0;
+  comm_.allGather(&me, flags.data(), 1, what);
+  int failed = static_cast<int>(std::count(flags.begin(), flags.end(), 0));
+  if (!ok && (rank_ == 0 || flags[0]))
+    diags_.append(mine_,
+                  ranks_ > 1 && (rank_ != 0 || failed == 1) ? fmt::format("rank {}: ", rank_) : "");
+  return failed == 0;
+}
+
+std::optional<int> TrainingRun::open() {
+  const ir::Module& m = m_;
+  try {
+    ds_ = data::openDataset(m.train.data, inputSpecs(m), m.train.seed, o_.baseDir);
+  } catch (const data::DataError& e) {
+    mine_.error(keyLoc(m, "data"), e.what());
+  }
+  if (!agree(ds_ && checkDataFitsModel(m, *ds_, mine_), "opening the data")) return 1;
+  // Rank 0 writes the metrics; a path it cannot write is found now, not after the run.
+  if (rank_ == 0 && !o_.metricsPath.empty())
+    if (auto problem = metrics_.open(o_.metricsPath))
+      mine_.error(SourceLoc{}, problem->message).help(problem->help);
+  if (!agree(!mine_.hasErrors(), "opening the metrics file")) return 1;
+  // The trace is written at the end, by rank 0; its path is checked now all the same.
+  if (rank_ == 0 && !o_.tracePath.empty() && !std::ofstream(o_.tracePath)) {
+    std::string why = std::strerror(errno);
+    why[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(why[0])));
+    mine_.error(SourceLoc{}, fmt::format("cannot write the trace file `{}`: {}", o_.tracePath, why))
+        .help("create its folder, or pass --trace another path");
+  }
+  if (!agree(!mine_.hasErrors(), "opening the trace file")) return 1;
+  ckptDir_ = resolve(o_.baseDir, m.train.checkpointDir);
+  std::string deviceNote;
+  device_ = openDevice(m, {o_.device, ranks_, localRank(), o_.threads}, &deviceNote, mine_);
+  if (!agree(device_ != nullptr, "opening the device")) return 1;
+  if (!deviceNote.empty()) out_ << deviceNote << "\n";
+  // What the process holds before the run's buffers exist (code, libraries, the data
+  // set): the measured memory of the step is the peak above it.
+  baseline_ = residentBytes();
+  ex_ = std::make_unique<Executor>(m, *device_, comm_, optimizerSettings(m.train));
+  // Rank 0 locks the checkpoint folder, reads the checkpoint or initialises, then every
+  // rank gets its weights and optimizer states: replicas start bit-identical, and a
+  // checkpoint needs to be readable by rank 0 alone.
+  if (rank_ == 0 && !ckptDir_.empty()) lock_ = lockFolder(m, ckptDir_, mine_);
+  Start from;
+  if (rank_ == 0 && !mine_.hasErrors())
+    from = startOnRank0(*ex_, m, o_, ckptDir_, out_, mine_, diags_);
+  if (!agree(!mine_.hasErrors(), "loading the checkpoint")) return 1;
+  start_ = from.step;
+  if (ranks_ > 1) {
+    comm_.broadcast(&start_, sizeof start_, 0, "the first step");
+    ex_->broadcastState(0);
+  }
+  if (start_ == steps_) {
+    out_ << fmt::format("nothing to train: {} is at step {} of {}\n", from.folder, start_, steps_);
+    return 0;
+  }
+  describeRun(out_, m, *ex_, device_->name(), comm_, *ds_, m.programs[rank_]);
+  sampler_ = std::make_unique<data::Sampler>(ds_->size(data::Split::Train),
+                                             static_cast<uint64_t>(m.train.seed));
+  progress_ = std::make_unique<Progress>(out_, rank_ == 0 && o_.terminal, m.train.logEvery);
+  if (!o_.resume) metrics_.startAfresh();
+  if (!o_.tracePath.empty()) {
+    trace_ = std::make_unique<TraceRecorder>();
+    comm_.barrier("starting the trace"); // every rank's clock starts together
+    trace_->restart();
+    ex_->setTrace(trace_.get());
+  }
+  began_ = Clock::now();
+  return std::nullopt;
+}
+
+// Losing the metrics is no reason to lose the training: the run goes on, and says so.
+void TrainingRun::checkMetrics() {
+  if (auto failure = metrics_.failure())
+    diags_.warning(SourceLoc{}, *failure).note("the run goes on without writing more metrics");
+}
+
+// Written once, by rank 0 (the replicas are identical), and agreed on by every rank.
+bool TrainingRun::writeCheckpoint(int64_t stepsDone, std::string& where) {
+  ex_->gatherStages(); // a pipeline's rank 0 gets the other stages' weights and states
+  if (rank_ == 0) {
+    try {
+      where = saveCheckpoint(*ex_, ckptDir_, {stepsDone, static_cast<uint64_t>(m_.train.seed)},
+                             m_.train.checkpointKeep);
+    } catch (const checkpoint::CheckpointError& e) {
+      progress_->finish();
+      report(mine_, m_, e);
+    }
+  }
+  return agree(!mine_.hasErrors(), "writing the checkpoint");
+}
+
+bool TrainingRun::evaluatesAfter(int64_t step) const {
+  const ir::CallSpec& eval = m_.train.eval;
+  return eval.kind != "" && eval.numbers.count("every") &&
+         (step + 1) % static_cast<int64_t>(eval.numbers.at("every")) == 0;
+}
+
+std::optional<int> TrainingRun::step(int64_t step) {
+  const ir::Module& m = m_;
+  Executor& ex = *ex_;
+  Progress& progress = *progress_;
+  auto stepBegan = Clock::now();
+  std::vector<int64_t> ids = sampler_->globalBatch(step, m.train.batch);
+  for (int mb = 0; mb < m.policy.microBatches; ++mb) {
+    auto first = ids.begin() + ex.firstSample(mb);
+    fill(ex, *ds_, data::Split::Train, {first, first + ex.localBatch()}, mb);
+  }
+  double lr = learningRate(m.train.lrSchedule, m.train.optimizer.numbers.at("lr"), step, steps_);
+  StepResult r = ex.runStep(step, static_cast<float>(lr), static_cast<uint64_t>(m.train.seed));
+  if (!std::isfinite(r.loss)) {
+    // Every rank sees the same (summed) loss and stops here; rank 0 says why.
+    progress.finish();
+    if (rank_ == 0)
+      diags_
+          .error(keyLoc(m, "optimizer"),
+                 fmt::format("the loss is {} at step {}", std::isnan(r.loss) ? "NaN" : "infinite",
+                             step + 1))
+          .note(fmt::format("steps 1 to {} were finite; no checkpoint was written after step {}",
+                            step, step))
+          .help("lower the learning rate, or set `clip_grad_norm`");
+    return 1;
+  }
+  lastLoss_ = r.loss;
+  samples_ += m.train.batch;
+  StepReport rep = stepReport(r, step, start_, steps_, lr);
+  rep.samplesPerSecond = samples_ / seconds(began_);
+  rep.elapsedSeconds = seconds(began_);
+  rep.stepSeconds = seconds(stepBegan);
+  progress.step(rep);
+  metrics_.step(rep);
+  checkMetrics();
+  if (step == start_) {
+    const ir::Program& prog = m.programs[rank_];
+    int64_t measured = peakResidentBytes() - baseline_;
+    progress.line(fmt::format(
+        "memory after the first step: planned {}, measured {} ({:+.1f}%; the process's peak "
+        "above what it held before the run's buffers)",
+        formatBytes(prog.peakBytes()), formatBytes(measured),
+        100.0 * (measured - prog.peakBytes()) / std::max<int64_t>(prog.peakBytes(), 1)));
+  }
+  if (evaluatesAfter(step)) {
+    int64_t batches = static_cast<int64_t>(
+        m.train.eval.numbers.count("batches") ? m.train.eval.numbers.at("batches") : 10);
+    // `batches` of the global micro-batch: the same samples at any -np.
+    Evaluation e = evaluate(ex, *ds_, batches * ex.localBatch() * ex.dataRanks());
+    progress.line(
+        fmt::format("step {}: validation {} ({} samples)", step + 1, evalText(e), e.samples));
+    metrics_.eval(step + 1, e.loss, e.accuracy, e.samples);
+    checkMetrics();
+  }
+  bool last = step + 1 == end_;
+  bool saved = false;
+  std::string where;
+  if (!ckptDir_.empty() &&
+      ((m.train.checkpointEvery > 0 && (step + 1) % m.train.checkpointEvery == 0) || last)) {
+    if (!writeCheckpoint(step + 1, where)) return 1;
+    saved = true;
+    if (rank_ == 0 && (!o_.terminal || last)) progress.line(fmt::format("checkpoint: {}", where));
+  }
+  if (int sig = agreeOnStop(comm_, stopSignals_.received())) {
+    progress.finish();
+    if (!ckptDir_.empty() && !saved && !writeCheckpoint(step + 1, where)) return 1;
+    out_ << stopText(sig, step + 1, steps_, where, o_, ranks_);
+    return sig == SIGUSR1 ? 0 : 128 + sig;
+  }
+  return std::nullopt;
+}
+
+int TrainingRun::finish() {
+  const ir::Program& prog = m_.programs[rank_];
+  progress_->finish();
+  double took = seconds(began_);
+  if (trace_) {
+    ex_->setTrace(nullptr);
+    finishTrace(*trace_, m_, prog, comm_, o_.tracePath, out_, diags_);
+  }
+  reportActivations(*ex_, m_, comm_, out_);
+  if (end_ < steps_) {
+    out_ << fmt::format("stopped after step {} of {} (--stop-after)\n", end_, steps_);
+    return 0;
+  }
+  out_ << fmt::format("trained {} steps in {} ({:.0f} samples/s); last loss {:.4f}\n",
+                      end_ - start_, formatDuration(took), took > 0 ? samples_ / took : 0.0,
+                      lastLoss_);
+  if (ds_->size(data::Split::Validation) > 0) {
+    Evaluation e = evaluate(*ex_, *ds_, ds_->size(data::Split::Validation));
+    out_ << fmt::format("validation ({} samples): {}\n", withCommas(e.samples), evalText(e));
+    metrics_.eval(steps_, e.loss, e.accuracy, e.samples);
+    checkMetrics();
+  }
+  out_ << fmt::format("memory: planned {} for tensors; peak resident {}{}\n",
+                      formatBytes(prog.peakBytes()), formatBytes(peakResidentBytes()),
+                      ranks_ > 1 ? " (rank 0)" : "");
+  return 0;
+}
+
 } // namespace
 
 int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
@@ -536,218 +799,21 @@ int train(const ir::Module& m, const RunOptions& o, Diagnostics& diags) {
     commp = self.get();
   }
   backend::Comm& comm = *commp;
-  int rank = comm.rank(), ranks = comm.size();
   // Every rank planned the same script and meets these alike: rank 0 says so.
   Diagnostics mine(diags.sources());
-  Diagnostics& shared = rank == 0 ? diags : mine;
+  Diagnostics& shared = comm.rank() == 0 ? diags : mine;
   if (!checkRunnable(m, shared)) return 1;
-  if (static_cast<int>(m.programs.size()) != ranks) {
-    shared.error(m.loc, fmt::format("this job has {} ranks, and the plan is for -np {}", ranks,
-                                    m.programs.size()));
+  if (static_cast<int>(m.programs.size()) != comm.size()) {
+    shared.error(m.loc, fmt::format("this job has {} ranks, and the plan is for -np {}",
+                                    comm.size(), m.programs.size()));
     return 1;
   }
   comm.setTimeout(m.policy.commTimeoutSeconds);
-  // From here a signal ends the run after a step, with a checkpoint. With several ranks
-  // the launcher, not each rank, says that it was seen.
-  StopSignals stopSignals(ranks > 1                       ? ""
-                          : m.train.checkpointDir.empty() ? kStopNotice
-                                                          : kStopNoticeSaving);
-  // Rank 0 speaks; the others only under --log-all, each line after its rank.
-  std::ostream quiet(nullptr);
-  PrefixBuf prefixed(*o.out, fmt::format("rank {}: ", rank));
-  std::ostream others(&prefixed);
-  std::ostream& out = rank == 0 ? *o.out : o.logAll ? others : quiet;
-  bool terminal = rank == 0 && o.terminal;
-
-  // Fallible work every rank does: errors go to `mine`, then the ranks agree. A failing rank
-  // reports when it is rank 0, or when rank 0 succeeded (then the error is its own and is
-  // named by its rank; what rank 0 shares with others is not).
-  auto agree = [&](bool ok, const char* what) {
-    std::vector<char> flags(static_cast<size_t>(ranks));
-    char me = ok ? 1 : 0;
-    comm.allGather(&me, flags.data(), 1, what);
-    int failed = static_cast<int>(std::count(flags.begin(), flags.end(), 0));
-    if (!ok && (rank == 0 || flags[0]))
-      diags.append(mine,
-                   ranks > 1 && (rank != 0 || failed == 1) ? fmt::format("rank {}: ", rank) : "");
-    return failed == 0;
-  };
-
-  std::unique_ptr<data::Dataset> ds;
-  try {
-    ds = data::openDataset(m.train.data, inputSpecs(m), m.train.seed, o.baseDir);
-  } catch (const data::DataError& e) {
-    mine.error(keyLoc(m, "data"), e.what());
-  }
-  if (!agree(ds && checkDataFitsModel(m, *ds, mine), "opening the data")) return 1;
-  // Rank 0 writes the metrics; a path it cannot write is found now, not after the run.
-  MetricsFile metrics;
-  if (rank == 0 && !o.metricsPath.empty())
-    if (auto problem = metrics.open(o.metricsPath))
-      mine.error(SourceLoc{}, problem->message).help(problem->help);
-  if (!agree(!mine.hasErrors(), "opening the metrics file")) return 1;
-  // The trace is written at the end, by rank 0; its path is checked now all the same.
-  if (rank == 0 && !o.tracePath.empty() && !std::ofstream(o.tracePath)) {
-    std::string why = std::strerror(errno);
-    why[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(why[0])));
-    mine.error(SourceLoc{}, fmt::format("cannot write the trace file `{}`: {}", o.tracePath, why))
-        .help("create its folder, or pass --trace another path");
-  }
-  if (!agree(!mine.hasErrors(), "opening the trace file")) return 1;
-  std::string ckptDir = resolve(o.baseDir, m.train.checkpointDir);
-  std::string deviceNote;
-  auto device = openDevice(m, {o.device, ranks, localRank(), o.threads}, &deviceNote, mine);
-  if (!agree(device != nullptr, "opening the device")) return 1;
-  if (!deviceNote.empty()) out << deviceNote << "\n";
-  // What the process holds before the run's buffers exist (code, libraries, the data
-  // set): the measured memory of the step is the peak above it.
-  int64_t baseline = residentBytes();
-  Executor ex(m, *device, comm, optimizerSettings(m.train));
-  // Rank 0 locks the checkpoint folder, reads the checkpoint or initialises, then every
-  // rank gets its weights and optimizer states: replicas start bit-identical, and a
-  // checkpoint needs to be readable by rank 0 alone.
-  std::unique_ptr<checkpoint::FolderLock> lock;
-  if (rank == 0 && !ckptDir.empty()) lock = lockFolder(m, ckptDir, mine);
-  Start from;
-  if (rank == 0 && !mine.hasErrors()) from = startOnRank0(ex, m, o, ckptDir, out, mine, diags);
-  if (!agree(!mine.hasErrors(), "loading the checkpoint")) return 1;
-  int64_t start = from.step;
-  if (ranks > 1) {
-    comm.broadcast(&start, sizeof start, 0, "the first step");
-    ex.broadcastState(0);
-  }
-  if (start == m.train.steps) {
-    out << fmt::format("nothing to train: {} is at step {} of {}\n", from.folder, start,
-                       m.train.steps);
-    return 0;
-  }
-
-  const ir::Program& prog = m.programs[rank];
-  int64_t B = ex.localBatch();
-  describeRun(out, m, ex, device->name(), comm, *ds, prog);
-
-  data::Sampler sampler(ds->size(data::Split::Train), static_cast<uint64_t>(m.train.seed));
-  Progress progress(out, terminal, m.train.logEvery);
-  if (!o.resume) metrics.startAfresh();
-  // Losing the metrics is no reason to lose the training: the run goes on, and says so.
-  auto checkMetrics = [&] {
-    if (auto failure = metrics.failure())
-      diags.warning(SourceLoc{}, *failure).note("the run goes on without writing more metrics");
-  };
-  // Written once, by rank 0 (the replicas are identical), and agreed on by every rank.
-  auto writeCheckpoint = [&](int64_t stepsDone, std::string& where) {
-    ex.gatherStages(); // a pipeline's rank 0 gets the other stages' weights and states
-    if (rank == 0) {
-      try {
-        where = saveCheckpoint(ex, ckptDir, {stepsDone, static_cast<uint64_t>(m.train.seed)},
-                               m.train.checkpointKeep);
-      } catch (const checkpoint::CheckpointError& e) {
-        progress.finish();
-        report(mine, m, e);
-      }
-    }
-    return agree(!mine.hasErrors(), "writing the checkpoint");
-  };
-  std::unique_ptr<TraceRecorder> trace;
-  if (!o.tracePath.empty()) {
-    trace = std::make_unique<TraceRecorder>();
-    comm.barrier("starting the trace"); // every rank's clock starts together
-    trace->restart();
-    ex.setTrace(trace.get());
-  }
-  auto began = Clock::now();
-  int64_t steps = m.train.steps, samples = 0;
-  int64_t end = o.stopAfter > 0 ? std::min(steps, o.stopAfter) : steps;
-  double lastLoss = 0;
-  for (int64_t step = start; step < end; ++step) {
-    auto stepBegan = Clock::now();
-    std::vector<int64_t> ids = sampler.globalBatch(step, m.train.batch);
-    for (int mb = 0; mb < m.policy.microBatches; ++mb) {
-      auto first = ids.begin() + ex.firstSample(mb);
-      fill(ex, *ds, data::Split::Train, {first, first + B}, mb);
-    }
-    double lr = learningRate(m.train.lrSchedule, m.train.optimizer.numbers.at("lr"), step, steps);
-    StepResult r = ex.runStep(step, static_cast<float>(lr), static_cast<uint64_t>(m.train.seed));
-    if (!std::isfinite(r.loss)) {
-      // Every rank sees the same (summed) loss and stops here; rank 0 says why.
-      progress.finish();
-      if (rank == 0)
-        diags
-            .error(keyLoc(m, "optimizer"),
-                   fmt::format("the loss is {} at step {}", std::isnan(r.loss) ? "NaN" : "infinite",
-                               step + 1))
-            .note(fmt::format("steps 1 to {} were finite; no checkpoint was written after step {}",
-                              step, step))
-            .help("lower the learning rate, or set `clip_grad_norm`");
-      return 1;
-    }
-    lastLoss = r.loss;
-    samples += m.train.batch;
-    StepReport rep = stepReport(r, step, start, steps, lr);
-    rep.samplesPerSecond = samples / seconds(began);
-    rep.elapsedSeconds = seconds(began);
-    rep.stepSeconds = seconds(stepBegan);
-    progress.step(rep);
-    metrics.step(rep);
-    checkMetrics();
-    if (step == start) {
-      int64_t measured = peakResidentBytes() - baseline;
-      progress.line(fmt::format(
-          "memory after the first step: planned {}, measured {} ({:+.1f}%; the process's peak "
-          "above what it held before the run's buffers)",
-          formatBytes(prog.peakBytes()), formatBytes(measured),
-          100.0 * (measured - prog.peakBytes()) / std::max<int64_t>(prog.peakBytes(), 1)));
-    }
-    if (m.train.eval.kind != "" && m.train.eval.numbers.count("every") &&
-        (step + 1) % static_cast<int64_t>(m.train.eval.numbers.at("every")) == 0) {
-      int64_t batches = static_cast<int64_t>(
-          m.train.eval.numbers.count("batches") ? m.train.eval.numbers.at("batches") : 10);
-      // `batches` of the global micro-batch: the same samples at any -np.
-      Evaluation e = evaluate(ex, *ds, batches * ex.localBatch() * ex.dataRanks());
-      progress.line(
-          fmt::format("step {}: validation {} ({} samples)", step + 1, evalText(e), e.samples));
-      metrics.eval(step + 1, e.loss, e.accuracy, e.samples);
-      checkMetrics();
-    }
-    bool last = step + 1 == end;
-    bool saved = false;
-    std::string where;
-    if (!ckptDir.empty() &&
-        ((m.train.checkpointEvery > 0 && (step + 1) % m.train.checkpointEvery == 0) || last)) {
-      if (!writeCheckpoint(step + 1, where)) return 1;
-      saved = true;
-      if (rank == 0 && (!o.terminal || last)) progress.line(fmt::format("checkpoint: {}", where));
-    }
-    if (int sig = agreeOnStop(comm, stopSignals.received())) {
-      progress.finish();
-      if (!ckptDir.empty() && !saved && !writeCheckpoint(step + 1, where)) return 1;
-      out << stopText(sig, step + 1, steps, where, o, ranks);
-      return sig == SIGUSR1 ? 0 : 128 + sig;
-    }
-  }
-  progress.finish();
-  double took = seconds(began);
-  if (trace) {
-    ex.setTrace(nullptr);
-    finishTrace(*trace, m, prog, comm, o.tracePath, out, diags);
-  }
-  reportActivations(ex, m, comm, out);
-  if (end < steps) {
-    out << fmt::format("stopped after step {} of {} (--stop-after)\n", end, steps);
-    return 0;
-  }
-  out << fmt::format("trained {} steps in {} ({:.0f} samples/s); last loss {:.4f}\n", end - start,
-                     formatDuration(took), took > 0 ? samples / took : 0.0, lastLoss);
-  if (ds->size(data::Split::Validation) > 0) {
-    Evaluation e = evaluate(ex, *ds, ds->size(data::Split::Validation));
-    out << fmt::format("validation ({} samples): {}\n", withCommas(e.samples), evalText(e));
-    metrics.eval(steps, e.loss, e.accuracy, e.samples);
-    checkMetrics();
-  }
-  out << fmt::format("memory: planned {} for tensors; peak resident {}{}\n",
-                     formatBytes(prog.peakBytes()), formatBytes(peakResidentBytes()),
-                     ranks > 1 ? " (rank 0)" : "");
-  return 0;
+  TrainingRun run(m, o, diags, comm);
+  if (auto exit = run.open()) return *exit;
+  for (int64_t step = run.start(); step < run.end(); ++step)
+    if (auto exit = run.step(step)) return *exit;
+  return run.finish();
 }
 
 int sample(const ir::Module& m, const SampleOptions& o, Diagnostics& diags) {

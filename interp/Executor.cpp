@@ -64,13 +64,13 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
   for (size_t i = 0; i < m_.ops.size(); ++i)
     if (m_.ops[i].kind == ir::OpKind::Next && m_.ops[i].phase == ir::Phase::Forward)
       nextOps_.push_back(static_cast<int>(i));
-  staging_.resize(m_.policy.microBatches);
+  staging_.resize(program_.microBatches);
   for (HostBatch& b : staging_) {
     for (int t : m_.inputs)
       b.inputs.emplace_back(*m_.bytesOf(t));
     if (!nextOps_.empty()) b.next.resize(*m_.bytesOf(m_.ops[nextOps_[0]].outputs[0]) / 4);
   }
-  lossHost_.assign(m_.policy.microBatches, 0.f);
+  lossHost_.assign(program_.microBatches, 0.f);
   localBatch_ = bindings_.at(m_.batchSymbol);
   for (size_t k = 0; k < m_.programs.size(); ++k)
     lossRanks_ += m_.programs[k].lossRank == static_cast<int>(k);
@@ -89,8 +89,8 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
   placeReceives(program_.step, stepRecv_, recvOffset);
   placeReceives(program_.eval, evalRecv_, recvOffset);
   EPL_ASSERT(recvOffset == program_.recvBytes, "the receive buffers differ from the plan's");
-  wire_ = m_.policy.commDtype == ir::DType::BF16  ? backend::WireType::BF16
-          : m_.policy.commDtype == ir::DType::F16 ? backend::WireType::F16
+  wire_ = program_.commDtype == ir::DType::BF16  ? backend::WireType::BF16
+          : program_.commDtype == ir::DType::F16 ? backend::WireType::F16
                                                   : backend::WireType::F32;
   bindCalls();
   planSlotUse();
@@ -104,7 +104,7 @@ void Executor::planSlotUse() {
   const std::vector<ir::Instr>& step = program_.step;
   takesSlot_.assign(step.size(), -1);
   freesSlot_.assign(step.size(), -1);
-  std::vector<int> first(m_.policy.microBatches, -1), last(m_.policy.microBatches, -1);
+  std::vector<int> first(program_.microBatches, -1), last(program_.microBatches, -1);
   for (size_t i = 0; i < step.size(); ++i) {
     const ir::Instr& in = step[i];
     bool uses = in.kind == ir::InstrKind::Load || in.kind == ir::InstrKind::SeedGrad ||
@@ -114,7 +114,7 @@ void Executor::planSlotUse() {
     if (first[in.micro] < 0) first[in.micro] = static_cast<int>(i);
     last[in.micro] = static_cast<int>(i);
   }
-  for (int micro = 0; micro < m_.policy.microBatches; ++micro) {
+  for (int micro = 0; micro < program_.microBatches; ++micro) {
     if (first[micro] < 0) continue;
     takesSlot_[first[micro]] = micro;
     freesSlot_[last[micro]] = micro;
@@ -492,7 +492,7 @@ void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t see
     int slot = slotOf(in.micro);
     dev_.copyToHost(&lossHost_[in.micro], view(m_.outputs[0], slot).data, 4);
     // The source must outlive the copy on a queued device: a member, not a local.
-    lossSeed_ = 1.f / static_cast<float>(m_.policy.microBatches * program_.dataRanks);
+    lossSeed_ = 1.f / static_cast<float>(program_.microBatches * program_.dataRanks);
     dev_.copyToDevice(view(m_.lossGrad, slot).data, &lossSeed_, 4);
     return;
   }

@@ -65,6 +65,7 @@ public:
   // Buffers Load copies from: one per micro-batch, sized for the rank's micro-batch.
   HostBatch& staging(int micro) { return staging_[micro]; }
   bool readsNextTokens() const { return !nextOps_.empty(); }
+  int microBatches() const { return program_.microBatches; }
 
   // Parameters and optimizer states (k = 0, 1) by param index, as f32 host arrays.
   void writeParam(int p, const float* host);

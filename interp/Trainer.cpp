@@ -696,7 +696,7 @@ std::optional<int> TrainingRun::step(int64_t step) {
   Progress& progress = *progress_;
   auto stepBegan = Clock::now();
   std::vector<int64_t> ids = sampler_->globalBatch(step, m.train.batch);
-  for (int mb = 0; mb < m.policy.microBatches; ++mb) {
+  for (int mb = 0; mb < ex.microBatches(); ++mb) {
     auto first = ids.begin() + ex.firstSample(mb);
     fill(ex, *ds_, data::Split::Train, {first, first + ex.localBatch()}, mb);
   }

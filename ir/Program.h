@@ -1,6 +1,8 @@
 // A rank's instruction stream for one training step and for evaluation, and the memory
 // plan that places every activation in one arena (DESIGN.md §2: "the plan is data").
 #pragma once
+#include "ir/Types.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -70,6 +72,10 @@ struct Program {
   int dataRanks = 1;
   int dataRank = 0;
   int64_t localBatch = 0;
+  // What the executor takes from the policy: micro-batches per step, and the element
+  // type of gradient reductions on the wire.
+  int microBatches = 1;
+  DType commDtype = DType::F32;
   // A pipeline: this rank's replica, and its index among its stage group's devices.
   int replica = 0;
   int local = 0;

@@ -270,6 +270,8 @@ std::vector<ir::Program> pipelinePrograms(const ir::Module& m) {
         p.dataRanks = mesh.dataParallel * group;
         p.dataRank = r * group + local;
         p.localBatch = mesh.microBatch / group;
+        p.microBatches = micros;
+        p.commDtype = m.policy.commDtype;
         // The loss's stage computes it on each of its ranks; the others name the first.
         int lossBlock = stage.lossStage();
         p.lossRank = lossBlock % depth == s ? p.rank : mesh.rank(r, lossBlock, 0);

@@ -64,6 +64,8 @@ public:
     auto batch = m.bindings.find(m.batchSymbol);
     p.localBatch = batch == m.bindings.end() ? 0 : batch->second;
     p.dataRanks = m.mesh.np;
+    p.microBatches = static_cast<int>(m.policy.microBatches);
+    p.commDtype = m.policy.commDtype;
     for (int r = 0; r < m.mesh.np; ++r) {
       p.rank = p.lossRank = p.dataRank = p.replica = r;
       m.programs.push_back(p);

@@ -13,7 +13,8 @@ namespace epl::interp {
 
 namespace {
 
-// Above every pipeline transfer's tag, and within the MPI standard's smallest tag bound.
+// Within the MPI standard's smallest tag bound. A pipeline's transfer may use the same tag,
+// but the traces are gathered after the last step, when every transfer has completed.
 constexpr int kTraceTag = 32767;
 
 std::string serialize(const TraceRecorder& r, int stage) {

@@ -617,7 +617,7 @@ void Executor::runTraced(const ir::Instr& in, size_t index, int64_t step, uint64
 StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
   lr_ = lr;
   clipScale_ = 1.f;
-  gradNorm_ = 0;
+  gradNorm_ = -1; // measured by the grad-norm op, which runs only when clipping
   reduceWaitSeconds_ = 0;
   postReceives(program_.step, stepRecv_);
   bool traced = trace_ && trace_->wants();

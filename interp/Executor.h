@@ -29,7 +29,7 @@ struct OptimizerSettings {
 
 struct StepResult {
   double loss = 0;     // mean over the step's micro-batches and data-parallel ranks
-  double gradNorm = 0; // global L2 norm before clipping; 0 when not clipping
+  double gradNorm = -1; // global L2 norm before clipping; -1 when not clipping (not measured)
   // Data parallelism: seconds this rank was blocked in reduce-wait; seconds from the last
   // rank's first reduce-start to the last rank's last reduce-wait (the reductions' own
   // time once every rank has joined; by the monotonic clock, so meaningful when the ranks

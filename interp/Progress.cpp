@@ -69,10 +69,10 @@ void Progress::step(const StepReport& r) {
     return;
   }
   if (r.step % logEvery_ != 0 && r.step != r.steps && r.step != 1) return;
-  out_ << fmt::format("step {}/{}  loss {:.4f}  lr {:.3g}  grad_norm {:.3g}  {:.0f} samples/s  "
-                      "ETA {}\n",
-                      r.step, r.steps, r.loss, r.lr, r.gradNorm, r.samplesPerSecond,
-                      formatDuration(eta))
+  // The gradient norm is measured only when clipping needs it: never a false 0.
+  std::string norm = r.gradNorm < 0 ? "" : fmt::format("  grad_norm {:.3g}", r.gradNorm);
+  out_ << fmt::format("step {}/{}  loss {:.4f}  lr {:.3g}{}  {:.0f} samples/s  ETA {}\n", r.step,
+                      r.steps, r.loss, r.lr, norm, r.samplesPerSecond, formatDuration(eta))
        << std::flush;
 }
 
@@ -142,10 +142,10 @@ void MetricsFile::step(const StepReport& r) {
   nlohmann::json j{{"step", r.step},
                    {"loss", r.loss},
                    {"lr", r.lr},
-                   {"grad_norm", r.gradNorm},
                    {"samples_per_s", r.samplesPerSecond},
                    {"step_seconds", r.stepSeconds},
                    {"memory_bytes", r.memoryBytes}};
+  if (r.gradNorm >= 0) j["grad_norm"] = r.gradNorm;
   if (r.reduceBytes > 0) {
     j["reduce_wait_seconds"] = r.reduceWaitSeconds;
     j["reduce_span_seconds"] = r.reduceSpanSeconds;

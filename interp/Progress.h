@@ -13,7 +13,8 @@ struct StepReport {
   int64_t step = 0; // 1-based: steps done
   int64_t steps = 0;
   int64_t firstStep = 0; // steps done before this run started (a resumed run's checkpoint)
-  double loss = 0, lr = 0, gradNorm = 0;
+  double loss = 0, lr = 0;
+  double gradNorm = -1; // measured only when clipping; -1 otherwise, and left out
   double samplesPerSecond = 0;
   double elapsedSeconds = 0;
   double stepSeconds = 0;  // this step alone: data, forward, backward, optimizer
@@ -42,8 +43,8 @@ private:
   double lastDraw_ = -1;
 };
 
-// Appends JSON lines: {"step":…, "loss":…, "lr":…, "grad_norm":…, "samples_per_s":…,
-// "step_seconds":…, "memory_bytes":…} per step (with "reduce_wait_seconds",
+// Appends JSON lines: {"step":…, "loss":…, "lr":…, "samples_per_s":…, "step_seconds":…,
+// "memory_bytes":…} per step (with "grad_norm" when clipping, "reduce_wait_seconds",
 // "reduce_span_seconds" and "reduce_bytes" under data parallelism), {"step":…, "eval_loss":…,
 // "eval_accuracy":…} per evaluation. Not opened, it writes nothing. A write that fails
 // (a full disk) closes it: the run goes on, and failure() says why once.

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fmt/format.h>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 namespace epl::interp {
@@ -93,19 +94,32 @@ std::optional<std::string> writeChromeTrace(const std::string& path,
 }
 
 double measuredBubble(const std::vector<RankTrace>& ranks, int* steps) {
-  double sum = 0;
-  int n = 0;
+  // Per step: one window for every rank, from the first rank's start to the last rank's
+  // end (a rank that finished early idles until the step ends on all of them), and the
+  // compute time of every rank in it.
+  struct Window {
+    double start = 0, end = 0, busy = 0;
+    int ranks = 0;
+  };
+  std::map<int64_t, Window> windows;
   for (const RankTrace& r : ranks)
     for (const TraceStep& s : r.steps) {
-      double busy = 0;
+      Window& w = windows[s.step];
+      w.start = w.ranks == 0 ? s.startUs : std::min(w.start, s.startUs);
+      w.end = w.ranks == 0 ? s.endUs : std::max(w.end, s.endUs);
+      ++w.ranks;
       for (const TraceEvent& e : r.events)
-        if (e.step == s.step && e.track == Track::Compute) busy += e.endUs - e.startUs;
-      double wall = s.endUs - s.startUs;
-      if (wall <= 0) continue;
-      sum += 1 - busy / wall;
-      ++n;
+        if (e.step == s.step && e.track == Track::Compute) w.busy += e.endUs - e.startUs;
     }
-  *steps = ranks.empty() ? 0 : static_cast<int>(ranks[0].steps.size());
+  double sum = 0;
+  int n = 0;
+  for (const auto& [step, w] : windows) {
+    double wall = w.end - w.start;
+    if (wall <= 0) continue;
+    sum += 1 - w.busy / (wall * w.ranks);
+    ++n;
+  }
+  *steps = static_cast<int>(windows.size());
   return n > 0 ? sum / n : 0;
 }
 

@@ -71,8 +71,9 @@ std::vector<RankTrace> gatherTraces(const TraceRecorder& mine, int stage, backen
 std::optional<std::string> writeChromeTrace(const std::string& path,
                                             const std::vector<RankTrace>& ranks);
 
-// 1 - (time in compute instructions) / (the step's wall time), averaged over ranks and
-// traced steps; and how many steps that is.
+// 1 - (every rank's time in compute instructions) / (ranks x the step's window, from the
+// first rank's start to the last rank's end), averaged over the traced steps; and how many
+// steps that is.
 double measuredBubble(const std::vector<RankTrace>& ranks, int* steps);
 
 } // namespace epl::interp

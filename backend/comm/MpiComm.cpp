@@ -34,9 +34,14 @@ using mpi::Op;
 // the thread spins longer for it. With nothing outstanding it sleeps until the next
 // operation: spinning there (or in a waiter) takes cores that compute threads or the other
 // ranks' communication threads need, which made small operations slower, not faster.
+// Between polls the thread sleeps kPollInterval, doubling while nothing moves up to
+// kPollIdleMax when no caller waits: a pipeline posts every receive of a step at its start,
+// and polling those every 50 us for the whole step took a quarter of the core a
+// one-thread rank computes on.
 constexpr auto kSpinIdle = std::chrono::microseconds(50);
 constexpr auto kSpinWaited = std::chrono::milliseconds(2);
 constexpr auto kPollInterval = std::chrono::microseconds(50);
+constexpr auto kPollIdleMax = std::chrono::microseconds(1000);
 // How long the destructor lets operations nobody waited for finish before it gives up.
 constexpr auto kStopGrace = std::chrono::seconds(2);
 // How long a wait that gave up lets MPI cancel a send or recv before the thread halts.
@@ -413,6 +418,7 @@ void Engine::run() {
 #endif
   std::vector<std::shared_ptr<Op>> active;
   auto lastMove = Clock::now();
+  auto interval = std::chrono::duration_cast<Clock::duration>(kPollInterval);
   bool moved = true, halting = false;
   std::optional<Clock::time_point> stopSince;
   for (;;) {
@@ -424,12 +430,16 @@ void Engine::run() {
       if (!moved && !kick_ && (active.empty() || Clock::now() - lastMove > spin)) {
         sleeping_ = true;
         auto woken = [&] { return kick_ || stopping_; };
-        if (active.empty())
+        if (active.empty()) {
           wake_.wait(lock, woken);
-        else
-          wake_.wait_for(lock, kPollInterval, woken);
+        } else {
+          wake_.wait_for(lock, interval, woken);
+          interval = waiters_ > 0 ? std::chrono::duration_cast<Clock::duration>(kPollInterval)
+                                  : std::min<Clock::duration>(2 * interval, kPollIdleMax);
+        }
         sleeping_ = false;
       }
+      if (kick_ || moved) interval = kPollInterval;
       if (kick_) lastMove = Clock::now();
       kick_ = false;
       started.swap(queue_);

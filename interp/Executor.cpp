@@ -41,6 +41,9 @@ std::vector<int64_t> concrete(const ir::Shape& s, const std::map<std::string, in
 
 } // namespace
 
+// How long the destructor waits for each transfer an error left behind.
+constexpr double kDrainSeconds = 0.1;
+
 Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& comm,
                    OptimizerSettings optimizer)
     : m_(m), program_(m.programs.at(comm.rank())), dev_(device), comm_(comm), opt_(optimizer),
@@ -96,35 +99,32 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
   planSlotUse();
 }
 
-// Which instructions of the step begin and end each micro-batch's use of its slot: every
-// instruction that reads or writes the arena for micro-batch m (a load, a forward or
-// backward op, a transfer, the loss seed); not the gradient norm or the optimizer, which
-// name micro-batch 0 and touch parameters only.
+// Which instructions of the step begin and end each micro-batch's use of its slot
+// (Module::slotUse).
 void Executor::planSlotUse() {
-  const std::vector<ir::Instr>& step = program_.step;
-  takesSlot_.assign(step.size(), -1);
-  freesSlot_.assign(step.size(), -1);
-  std::vector<int> first(program_.microBatches, -1), last(program_.microBatches, -1);
-  for (size_t i = 0; i < step.size(); ++i) {
-    const ir::Instr& in = step[i];
-    bool uses = in.kind == ir::InstrKind::Load || in.kind == ir::InstrKind::SeedGrad ||
-                in.kind == ir::InstrKind::Send || in.kind == ir::InstrKind::Recv ||
-                (in.kind == ir::InstrKind::Run && m_.ops[in.op].phase != ir::Phase::Optimizer);
-    if (!uses) continue;
-    if (first[in.micro] < 0) first[in.micro] = static_cast<int>(i);
-    last[in.micro] = static_cast<int>(i);
-  }
+  ir::Module::SlotUse use = m_.slotUse(program_);
+  takesSlot_.assign(program_.step.size(), -1);
+  freesSlot_.assign(program_.step.size(), -1);
   for (int micro = 0; micro < program_.microBatches; ++micro) {
-    if (first[micro] < 0) continue;
-    takesSlot_[first[micro]] = micro;
-    freesSlot_[last[micro]] = micro;
+    if (use.first[micro] < 0) continue;
+    takesSlot_[use.first[micro]] = micro;
+    freesSlot_[use.last[micro]] = micro;
   }
   slotHolder_.assign(program_.slots, -1);
+  sending_.assign(program_.slots, {});
 }
 
 void Executor::occupySlot(size_t index) {
   int micro = takesSlot_[index];
   if (micro < 0) return;
+  // The slot's previous micro-batch may still be sending.
+  if (tracing_ && !sending_[slotOf(micro)].empty()) {
+    double began = trace_->nowUs();
+    finishSends(slotOf(micro));
+    trace_->add({fmt::format("send-wait slot {}", slotOf(micro)), tracingStep_, micro,
+                 Track::Communication, began, trace_->nowUs()});
+  }
+  finishSends(slotOf(micro));
   int& holder = slotHolder_[slotOf(micro)];
   if (holder >= 0) {
     std::string why = fmt::format("micro-batch {} needs slot {}, which micro-batch {} still "
@@ -143,10 +143,33 @@ void Executor::vacateSlot(size_t index) {
   --inFlight_;
 }
 
-// A reduction still in flight (an error left runStep) may be reading or writing the
-// gradients: it is waited for before they are freed. After a timeout the communicator has
-// failed every outstanding operation already, so these waits return at once.
+// A reduction, receive or send still in flight (an error left runStep) may be reading or
+// writing the rank's buffers: it is waited for before they are freed. After a collective
+// timed out the communicator has failed every outstanding operation already, so these
+// waits return at once; after a transfer timed out the peer may be gone, so each wait
+// gives up after kDrainSeconds (then the communicator halts and finishes the rest), and
+// the job ends within about the timeout that ended it, not one more per transfer.
 Executor::~Executor() {
+  bool leftBehind = false;
+  auto check = [&](backend::Request& r, backend::Comm& comm) {
+    try {
+      leftBehind = leftBehind || (!r.empty() && !comm.test(r));
+    } catch (const backend::CommError&) {
+      // Failed already: its wait returns at once.
+    }
+  };
+  for (backend::Request& r : pending_)
+    check(r, reduceComm());
+  for (auto* list : {&stepRecv_, &evalRecv_})
+    for (Receive& r : *list)
+      check(r.request, comm_);
+  for (auto& slot : sending_)
+    for (Sending& x : slot)
+      check(x.request, comm_);
+  if (leftBehind) {
+    comm_.setTimeout(kDrainSeconds);
+    reduceComm().setTimeout(kDrainSeconds);
+  }
   auto drain = [&](backend::Request& r, backend::Comm& comm) {
     try {
       comm.wait(r, "a transfer left behind by an error");
@@ -159,6 +182,9 @@ Executor::~Executor() {
   for (auto* list : {&stepRecv_, &evalRecv_})
     for (Receive& r : *list)
       drain(r.request, comm_);
+  for (auto& slot : sending_)
+    for (Sending& x : slot)
+      drain(x.request, comm_);
   dev_.synchronize();
   releaseBuffers();
 }
@@ -408,14 +434,29 @@ unsigned char* Executor::transferData(const ir::Instr& in) const {
   return static_cast<unsigned char*>(v.data) + v.bytes() / localBatch_ * in.firstRow;
 }
 
-// Started and waited at once: the receiver posted its receive at its step's start.
-void Executor::send(const ir::Instr& in, size_t index, int64_t step) {
+// The receiver posted its receive at its step's start. In a training step the transfer
+// goes on while the rank computes: it is waited for before the next micro-batch takes its
+// slot (occupySlot), or at the step's end, and the memory plan keeps the tensor to the end
+// of its micro-batch (ir::sendWaitPositions). In evaluation it is waited for at once.
+void Executor::send(const ir::Instr& in, size_t index, int64_t step, bool training) {
   // The transfer reads the tensor from the host side: it must be written.
   dev_.synchronize();
   backend::Request r =
       comm_.isend(transferData(in), m_.transferBytes(program_, in), in.peer, in.tag);
-  comm_.wait(r, fmt::format("instruction {} of step {}: send %{} of micro-batch {} to rank {}",
-                            index, step + 1, m_.tensors[in.tensor].name, in.micro, in.peer));
+  std::string what = fmt::format("instruction {} of step {}: send %{} of micro-batch {} to rank {}",
+                                 index, step + 1, m_.tensors[in.tensor].name, in.micro, in.peer);
+  if (!training) return comm_.wait(r, what);
+  sending_[slotOf(in.micro)].push_back({std::move(r), std::move(what)});
+}
+
+// Waits for the sends still reading slot `slot` (all slots: -1).
+void Executor::finishSends(int slot) {
+  for (int s = 0; s < static_cast<int>(sending_.size()); ++s) {
+    if (slot >= 0 && s != slot) continue;
+    for (Sending& x : sending_[s])
+      comm_.wait(x.request, x.what);
+    sending_[s].clear();
+  }
 }
 
 // Waits for the posted receive, then writes it into the tensor, or adds it (a gradient
@@ -480,7 +521,7 @@ void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t see
     load(in.micro);
     return;
   case ir::InstrKind::Send:
-    send(in, index, step);
+    send(in, index, step, training);
     return;
   case ir::InstrKind::Recv:
     receive(in, index, step, (*receiving_)[index]);
@@ -622,6 +663,8 @@ StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
   postReceives(program_.step, stepRecv_);
   bool traced = trace_ && trace_->wants();
   if (traced) trace_->beginStep(step);
+  tracing_ = traced;
+  tracingStep_ = step;
   for (size_t i = 0; i < program_.step.size(); ++i) {
     occupySlot(i);
     if (traced)
@@ -630,6 +673,8 @@ StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
       run(program_.step[i], i, step, seed, true);
     vacateSlot(i);
   }
+  tracing_ = false;
+  finishSends(-1);
   dev_.synchronize();
   if (traced) trace_->endStep();
   StepResult r;

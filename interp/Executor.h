@@ -130,7 +130,8 @@ private:
                      int64_t& offset);
   void postReceives(const std::vector<ir::Instr>& list, std::vector<Receive>& receives);
   unsigned char* transferData(const ir::Instr& in) const;
-  void send(const ir::Instr& in, size_t index, int64_t step);
+  void send(const ir::Instr& in, size_t index, int64_t step, bool training);
+  void finishSends(int slot);
   void receive(const ir::Instr& in, size_t index, int64_t step, Receive& r);
   void gradNorm(const ir::Op& op);
   void startReduce(int bucket);
@@ -183,9 +184,17 @@ private:
   int firstStarted_ = -1;                    // the bucket of the step's first reduce-start
   double reduceBegan_ = 0, reduceEnded_ = 0; // monotonic clock
   TraceRecorder* trace_ = nullptr;
+  bool tracing_ = false; // this step is traced
+  int64_t tracingStep_ = 0;
   // Slot accounting over the step program: the micro-batch whose slot instruction i takes
   // (its first) or gives back (its last), -1 for none; who holds each slot now.
   std::vector<int> takesSlot_, freesSlot_, slotHolder_;
+  // A step's sends in flight, by the slot they read from.
+  struct Sending {
+    backend::Request request;
+    std::string what;
+  };
+  std::vector<std::vector<Sending>> sending_;
   int inFlight_ = 0, peakInFlight_ = 0;
 };
 

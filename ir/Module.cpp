@@ -46,6 +46,22 @@ int64_t Module::transferBytes(const Program& p, const Instr& in) const {
   return in.rows < 0 ? whole : whole / p.localBatch * in.rows;
 }
 
+Module::SlotUse Module::slotUse(const Program& p) const {
+  SlotUse u;
+  u.first.assign(static_cast<size_t>(p.microBatches), -1);
+  u.last.assign(static_cast<size_t>(p.microBatches), -1);
+  for (size_t i = 0; i < p.step.size(); ++i) {
+    const Instr& in = p.step[i];
+    bool uses = in.kind == InstrKind::Load || in.kind == InstrKind::SeedGrad ||
+                in.kind == InstrKind::Send || in.kind == InstrKind::Recv ||
+                (in.kind == InstrKind::Run && ops[in.op].phase != Phase::Optimizer);
+    if (!uses) continue;
+    if (u.first[in.micro] < 0) u.first[in.micro] = static_cast<int>(i);
+    u.last[in.micro] = static_cast<int>(i);
+  }
+  return u;
+}
+
 int Module::addTensor(std::string name, TensorType type, int producer) {
   tensors.push_back(Tensor{std::move(name), std::move(type), producer, Layout{}});
   return static_cast<int>(tensors.size()) - 1;

@@ -183,6 +183,15 @@ struct Module {
   std::map<std::string, int64_t> bindingsOn(const Program& p) const;
   int64_t bytesOn(const Program& p, int t) const;
   int64_t transferBytes(const Program& p, const Instr& in) const;
+  // Where each micro-batch uses its slot of p's arena in p.step: the index of its first
+  // and last instruction that reads or writes the arena (a load, a forward or backward op,
+  // a transfer, the loss seed), -1 for a micro-batch the program does not run. The
+  // executor holds the slot between them; a send is waited for before the slot's next
+  // micro-batch starts, or at the step's end.
+  struct SlotUse {
+    std::vector<int> first, last;
+  };
+  SlotUse slotUse(const Program& p) const;
   int addScope(Scope s);
   // The stage scope enclosing a scope, or -1 for the model root.
   int stageScopeOf(int scope) const;

@@ -19,7 +19,8 @@ enum class InstrKind {
   ReduceStart, // start summing gradient bucket `bucket` over the data-parallel ranks
   ReduceWait,  // wait until that sum has arrived
   // Pipelines: a tensor of micro-batch `micro` between two stages' ranks. A Send starts
-  // the transfer from the tensor and waits for it at once; every Recv of a step is posted
+  // the transfer from the tensor; a step's is waited for before the next micro-batch takes
+  // the slot, or at the step's end (an evaluation's at once); every Recv of a step is posted
   // at the step's start into a buffer of its own, and the Recv instruction waits for it and
   // writes (or, with `accumulate`, adds) it into the tensor.
   Send,

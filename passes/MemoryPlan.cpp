@@ -19,7 +19,8 @@
 //      slot, and the schedule pass decided how many slots the rank holds (Program::slots).
 //      With a split backward (zb), micro-batch 0's W comes after its B in the stream: the
 //      tensors W reads (activations, and gradients B wrote, such as a linear's dy) live
-//      until it.
+//      until it. A sent tensor lives to the end of the step: the transfer goes on in the
+//      background until the slot's next micro-batch starts, or the step ends.
 #include "passes/Passes.h"
 
 #include "support/Assert.h"
@@ -250,6 +251,7 @@ private:
     for (const ir::Op& o : m.ops)
       if (o.kind == ir::OpKind::Next && read[o.outputs[0]]) loaded.push_back(o.outputs[0]);
     int pos = 0;
+    std::vector<int> sent; // a send may be waited for at the step's end
     for (const ir::Instr& in : p.step) {
       if (in.micro != 0 && in.kind != ir::InstrKind::Run) continue;
       const ir::Op* op = in.kind == ir::InstrKind::Run ? &m.ops[in.op] : nullptr;
@@ -259,6 +261,7 @@ private:
           touch(t, pos);
       if (in.kind == ir::InstrKind::SeedGrad) touch(m.lossGrad, pos);
       if (in.kind == ir::InstrKind::Send || in.kind == ir::InstrKind::Recv) touch(in.tensor, pos);
+      if (in.kind == ir::InstrKind::Send) sent.push_back(in.tensor);
       if (op) {
         for (int t : op->inputs)
           touch(t, pos);
@@ -267,7 +270,10 @@ private:
       }
       ++pos;
     }
-    // The loss lives to the end of the step on the rank that computes it.
+    // The loss lives to the end of the step on the rank that computes it, and so does a sent
+    // tensor: the last micro-batch's sends are waited for after the optimizer.
+    for (int t : sent)
+      touch(t, pos);
     if (!m.outputs.empty() && first[m.outputs[0]] >= 0) touch(m.outputs[0], pos);
     std::vector<Interval> out;
     for (size_t t = 0; t < m.tensors.size(); ++t) {

@@ -340,16 +340,34 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
         posted[i] = add(ir::CommEvent::irecv(list[i].peer, list[i].tag, m.transferBytes(p, list[i]),
                                              ir::DType::F32, transferLabel(m, list[i])),
                         i);
-    // 2. In program order: sends start and are waited, receives waited, collectives.
-    std::map<int, int> reduces; // bucket -> its started all-reduce
+    // 2. In program order: sends start, receives waited, collectives. An evaluation's send
+    // is waited at once; a step's before the next micro-batch takes its slot, or at the
+    // step's end (Executor::send).
+    std::map<int, int> reduces;                 // bucket -> its started all-reduce
+    std::vector<std::vector<int>> sending(p.slots); // by slot: sends not yet waited
+    std::vector<int> takesSlot(list.size(), -1);   // instruction -> the micro-batch it starts
+    if (!eval) {
+      ir::Module::SlotUse use = m.slotUse(p);
+      for (size_t micro = 0; micro < use.first.size(); ++micro)
+        if (use.first[micro] >= 0) takesSlot[use.first[micro]] = static_cast<int>(micro);
+    }
+    auto finishSends = [&](int slot, size_t position) {
+      for (int e : sending[slot])
+        add(ir::CommEvent::wait(e), position);
+      sending[slot].clear();
+    };
     for (size_t i = 0; i < list.size(); ++i) {
       const ir::Instr& in = list[i];
+      if (takesSlot[i] >= 0) finishSends(takesSlot[i] % p.slots, i);
       switch (in.kind) {
       case ir::InstrKind::Send: {
         int e = add(ir::CommEvent::isend(in.peer, in.tag, m.transferBytes(p, in), ir::DType::F32,
                                          transferLabel(m, in)),
                     i);
-        add(ir::CommEvent::wait(e), i);
+        if (eval)
+          add(ir::CommEvent::wait(e), i);
+        else
+          sending[in.micro % p.slots].push_back(e);
         break;
       }
       case ir::InstrKind::Recv:
@@ -377,6 +395,8 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
         break;
       }
     }
+    for (int slot = 0; slot < p.slots; ++slot)
+      finishSends(slot, list.size());
     // 3. The step's loss reaches every rank: from the one rank that computes it, or
     // gathered from every rank when several do (Executor::runStep).
     if (eval || m.programs.size() == 1) continue;

@@ -6,14 +6,13 @@ The model is bench/pipeline_gpt{p}.epl: a char-GPT (d 256, 8 heads, seq 128) cut
 stages of equal blocks (4 blocks at p = 2 and 4, 8 at p = 8), micro-batches of 4 samples.
 
 1. Bubble: for each p, m and schedule, `epl run -np p --trace` prints
-   `bubble: measured X% over K steps (schedule: Y% in unit costs)`: the idle share of
-   each rank's step (time not in a compute instruction), averaged over ranks and steps.
-   Printed beside the classic (p - 1) / (m + p - 1) and the schedule's simulated figure,
-   and beside the bubble as the schedules define it, computed from the trace: the idle
-   share of p x the step's makespan over all ranks (steps 2 on). The two differ because
-   a rank's own step ends when its last instruction does: the last stage's wait for the
-   first stage's last backward falls outside it. Targets: |measured - classic| <= 0.05
-   for gpipe and 1f1b; zb's bubble <= 0.6 x 1f1b's.
+   `bubble: measured X% over K steps (schedule: Y% in unit costs)`: the idle share
+   (time not in a compute instruction) of p x one window per step, from the first rank's
+   start to the last rank's end, averaged over steps. Printed beside the classic
+   (p - 1) / (m + p - 1) and the schedule's simulated figure, and beside the same idle
+   share computed here from the trace over the steps' makespans (steps 2 on), a check of
+   epl's figure. Targets: |measured - classic| <= 0.05 for gpipe and 1f1b; zb's bubble
+   <= 0.6 x 1f1b's.
 2. Step time at -np p (1f1b, 8 micro-batches, no trace: a traced run synchronizes after
    every instruction) vs -np 1 on the same cores (one rank with p times the threads):
    median `step_seconds` of the metrics file after 2 warm-up steps. Also -np 1 with one
@@ -218,6 +217,7 @@ def main():
                     help="defaults of m 4,8, 3 traced and 4 timed steps")
     ap.add_argument("--keep", metavar="DIR", help="keep the traces (t-P-M-SCHEDULE.json) in DIR")
     args = ap.parse_args()
+    args.epl = os.path.abspath(args.epl)  # the runs start in a work folder
     defaults = ("4,8", 3, WARMUP + 2) if args.quick else ("4,8,16", 6, 10)
     for key, value in zip(("micro", "steps", "time_steps"), defaults):
         if getattr(args, key) is None:

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <fmt/format.h>
 #include <new>
 
@@ -150,41 +151,36 @@ void Executor::vacateSlot(size_t index) {
 // gives up after kDrainSeconds (then the communicator halts and finishes the rest), and
 // the job ends within about the timeout that ended it, not one more per transfer.
 Executor::~Executor() {
+  // Every transfer that may still be in flight, with the communicator it runs on.
+  auto inFlight = [&](const std::function<void(backend::Request&, backend::Comm&)>& f) {
+    for (backend::Request& r : pending_)
+      f(r, reduceComm());
+    for (auto* list : {&stepRecv_, &evalRecv_})
+      for (Receive& r : *list)
+        f(r.request, comm_);
+    for (auto& slot : sending_)
+      for (Sending& x : slot)
+        f(x.request, comm_);
+  };
   bool leftBehind = false;
-  auto check = [&](backend::Request& r, backend::Comm& comm) {
+  inFlight([&](backend::Request& r, backend::Comm& comm) {
     try {
       leftBehind = leftBehind || (!r.empty() && !comm.test(r));
     } catch (const backend::CommError&) {
       // Failed already: its wait returns at once.
     }
-  };
-  for (backend::Request& r : pending_)
-    check(r, reduceComm());
-  for (auto* list : {&stepRecv_, &evalRecv_})
-    for (Receive& r : *list)
-      check(r.request, comm_);
-  for (auto& slot : sending_)
-    for (Sending& x : slot)
-      check(x.request, comm_);
+  });
   if (leftBehind) {
     comm_.setTimeout(kDrainSeconds);
     reduceComm().setTimeout(kDrainSeconds);
   }
-  auto drain = [&](backend::Request& r, backend::Comm& comm) {
+  inFlight([&](backend::Request& r, backend::Comm& comm) {
     try {
       comm.wait(r, "a transfer left behind by an error");
     } catch (const backend::CommError&) {
       // The error that ended the step is the one reported.
     }
-  };
-  for (backend::Request& r : pending_)
-    drain(r, reduceComm());
-  for (auto* list : {&stepRecv_, &evalRecv_})
-    for (Receive& r : *list)
-      drain(r.request, comm_);
-  for (auto& slot : sending_)
-    for (Sending& x : slot)
-      drain(x.request, comm_);
+  });
   dev_.synchronize();
   releaseBuffers();
 }

@@ -47,22 +47,25 @@ expect_end() {
   if pgrep -f "epl run $script" > /dev/null; then echo "FAIL: $name: ranks left"; exit 1; fi
 }
 
+# Sends SIGNAL to rank RANK of the running job NAME, then expects its end with PATTERN.
+fault() {
+  local name=$1 rank=$2 signal=$3 pattern=$4
+  local victim
+  victim=$(rank_pid "$rank")
+  [ -n "$victim" ] || { echo "FAIL: $name: rank $rank not found"; exit 1; }
+  local began=$(( $(date +%s%N) / 1000000 ))
+  kill "-$signal" "$victim"
+  expect_end "$name" "$pattern" "$began"
+  kill -KILL "$victim" 2>/dev/null || true
+}
+
 # 1. SIGKILL rank 2 of 4.
 start_job killed 4
-victim=$(rank_pid 2)
-[ -n "$victim" ] || { echo "FAIL: rank 2 not found"; exit 1; }
-began=$(( $(date +%s%N) / 1000000 ))
-kill -KILL "$victim"
-expect_end killed "rank 2.*(killed|signal 9|Killed)" "$began"
+fault killed 2 KILL "rank 2.*(killed|signal 9|Killed)"
 
 # 2. SIGSTOP rank 1 of 2: rank 0's collectives time out after comm_timeout seconds.
 start_job stopped 2 --set policy.comm_timeout=2
-victim=$(rank_pid 1)
-[ -n "$victim" ] || { echo "FAIL: rank 1 not found"; exit 1; }
-began=$(( $(date +%s%N) / 1000000 ))
-kill -STOP "$victim"
-expect_end stopped "rank 0: .*did not finish within 2 s" "$began"
-kill -KILL "$victim" 2>/dev/null || true
+fault stopped 1 STOP "rank 0: .*did not finish within 2 s"
 
 # 3. A missing data file: every rank meets it, rank 0 alone reports it, once.
 sed 's|/usr/share/games/fortunes/cookie|missing.txt|' "$script" > missing.epl
@@ -79,19 +82,10 @@ sed '0,/replicate {/s//replicate(1) {/; 0,/  replicate {/s//  replicate(2) {/' "
   > groups.epl
 script=$(realpath groups.epl)
 start_job pipeline_killed 3
-victim=$(rank_pid 2)
-[ -n "$victim" ] || { echo "FAIL: rank 2 not found"; exit 1; }
-began=$(( $(date +%s%N) / 1000000 ))
-kill -KILL "$victim"
-expect_end pipeline_killed "rank 2.*(killed|signal 9|Killed)" "$began"
+fault pipeline_killed 2 KILL "rank 2.*(killed|signal 9|Killed)"
 
 # 5. SIGSTOP stage 1 of a 2-stage pipeline: stage 0's transfers time out.
 script=$pipeline
 start_job pipeline_stopped 2 --set policy.comm_timeout=2
-victim=$(rank_pid 1)
-[ -n "$victim" ] || { echo "FAIL: rank 1 not found"; exit 1; }
-began=$(( $(date +%s%N) / 1000000 ))
-kill -STOP "$victim"
-expect_end pipeline_stopped "rank 0: .*did not finish within 2 s" "$began"
-kill -KILL "$victim" 2>/dev/null || true
+fault pipeline_stopped 1 STOP "rank 0: .*did not finish within 2 s"
 echo PASS

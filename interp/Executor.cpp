@@ -11,8 +11,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <fmt/format.h>
+#include <functional>
 #include <new>
 
 namespace epl::interp {
@@ -95,7 +95,7 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
   EPL_ASSERT(recvOffset == program_.recvBytes, "the receive buffers differ from the plan's");
   wire_ = program_.commDtype == ir::DType::BF16  ? backend::WireType::BF16
           : program_.commDtype == ir::DType::F16 ? backend::WireType::F16
-                                                  : backend::WireType::F32;
+                                                 : backend::WireType::F32;
   bindCalls();
   planSlotUse();
 }

@@ -28,7 +28,7 @@ struct OptimizerSettings {
 };
 
 struct StepResult {
-  double loss = 0;     // mean over the step's micro-batches and data-parallel ranks
+  double loss = 0;      // mean over the step's micro-batches and data-parallel ranks
   double gradNorm = -1; // global L2 norm before clipping; -1 when not clipping (not measured)
   // Data parallelism: seconds this rank was blocked in reduce-wait; seconds from the last
   // rank's first reduce-start to the last rank's last reduce-wait (the reductions' own
@@ -167,7 +167,7 @@ private:
   std::map<std::string, int64_t> bindings_; // symbol values on this rank
   std::vector<float> lossHost_;
   int64_t localBatch_ = 0;
-  int lossRanks_ = 0; // ranks that compute the loss
+  int lossRanks_ = 0;              // ranks that compute the loss
   std::vector<int64_t> perSample_; // by op id: elements of a dropout's tensor per sample
   std::vector<uint64_t> seedKey_;  // by forward op id: what its dropout seed mixes in
   // Gradient buckets: each one block of grads_, and its reduction while in flight.

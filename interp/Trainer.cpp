@@ -287,18 +287,15 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
     for (int s = 0; s < stages; ++s)
       groups.push_back(m.mesh.stages[s].group);
     bool ones = std::all_of(groups.begin(), groups.end(), [](int g) { return g == 1; });
-    out << fmt::format("model `{}`: {} params in {} pipeline stages{}, {}{} ({}, {} comm)\n",
-                       m.modelName, withCommas(params), stages,
-                       m.mesh.chunks == 1
-                           ? ""
-                           : fmt::format(" of {} model chunks each", m.mesh.chunks),
-                       ones ? "one rank each" : fmt::format("{} ranks", fmt::join(groups, " + ")),
-                       m.mesh.dataParallel > 1
-                           ? fmt::format(", x {} data-parallel copies", m.mesh.dataParallel)
-                           : "",
-                       device, comm.name());
-  }
-  else
+    out << fmt::format(
+        "model `{}`: {} params in {} pipeline stages{}, {}{} ({}, {} comm)\n", m.modelName,
+        withCommas(params), stages,
+        m.mesh.chunks == 1 ? "" : fmt::format(" of {} model chunks each", m.mesh.chunks),
+        ones ? "one rank each" : fmt::format("{} ranks", fmt::join(groups, " + ")),
+        m.mesh.dataParallel > 1 ? fmt::format(", x {} data-parallel copies", m.mesh.dataParallel)
+                                : "",
+        device, comm.name());
+  } else
     out << fmt::format("model `{}`: {} params on {} data-parallel ranks ({} each, {} comm)\n",
                        m.modelName, withCommas(params), ranks, device, comm.name());
   out << fmt::format("data: {}\n", ds.describe());
@@ -306,12 +303,11 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
       "batch {} = {} micro-batch{} x {}{} samples; memory plan {} per rank "
       "(activations {}, params {}, grads {}, optimizer {})\n",
       m.train.batch, m.policy.microBatches, m.policy.microBatches == 1 ? "" : "es",
-      prog.dataRanks > 1
-          ? fmt::format("{} {} x ", prog.dataRanks,
-                        stages == 1                        ? "ranks"
-                        : prog.dataRanks == m.reduceRanks ? "copies"
-                                                           : "ranks of stage 0")
-          : "",
+      prog.dataRanks > 1 ? fmt::format("{} {} x ", prog.dataRanks,
+                                       stages == 1                       ? "ranks"
+                                       : prog.dataRanks == m.reduceRanks ? "copies"
+                                                                         : "ranks of stage 0")
+                         : "",
       ex.localBatch(), formatBytes(prog.peakBytes()),
       formatBytes(prog.slots == 1 ? prog.arenaBytes : prog.activationBytes()),
       formatBytes(prog.paramBytes), formatBytes(prog.gradBytes), formatBytes(prog.optimizerBytes));
@@ -328,14 +324,13 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
   bool alike = std::all_of(m.buckets.begin(), m.buckets.end(),
                            [&](const ir::GradBucket& b) { return b.ranks == m.buckets[0].ranks; });
   out << fmt::format("gradients: {} bucket{} summed over {}{} in {}{}\n", m.buckets.size(),
-                       m.buckets.size() == 1 ? "" : "s",
-                       alike ? fmt::format("{} ranks", m.buckets[0].ranks) : "each stage's ranks",
-                       stages > 1 ? " (a stage's ranks in every copy)" : "",
-                       m.policy.commDtype == ir::DType::F32    ? "fp32"
-                       : m.policy.commDtype == ir::DType::BF16 ? "bf16"
-                                                               : "fp16",
-                       m.policy.overlapComm ? ", overlapping the backward"
-                                            : ", after the backward");
+                     m.buckets.size() == 1 ? "" : "s",
+                     alike ? fmt::format("{} ranks", m.buckets[0].ranks) : "each stage's ranks",
+                     stages > 1 ? " (a stage's ranks in every copy)" : "",
+                     m.policy.commDtype == ir::DType::F32    ? "fp32"
+                     : m.policy.commDtype == ir::DType::BF16 ? "bf16"
+                                                             : "fp16",
+                     m.policy.overlapComm ? ", overlapping the backward" : ", after the backward");
 }
 
 // Rank 0 writes the checkpoints: it locks their folder for the whole run, which also shows
@@ -473,8 +468,7 @@ namespace {
 // The schedule's bubble in the simulation's unit costs, or the classic formula where the
 // schedule is not simulated (as the plan prints it).
 std::string theoreticalBubble(const ir::Module& m) {
-  ir::PipelineShape shape{m.mesh.depth(), static_cast<int>(m.policy.microBatches),
-                          m.mesh.chunks};
+  ir::PipelineShape shape{m.mesh.depth(), static_cast<int>(m.policy.microBatches), m.mesh.chunks};
   if (ir::scheduleRequirement(m.policy.schedule, shape).empty() &&
       int64_t{shape.stages} * shape.micros <= 1'000'000) { // the plan's limit too
     ir::ScheduleSimulation sim = ir::simulateSchedule(m.policy.schedule, shape);
@@ -537,12 +531,14 @@ public:
         mine_(diags.sources()),
         // From here a signal ends the run after a step, with a checkpoint. With several
         // ranks the launcher, not each rank, says that it was seen.
-        stopSignals_(ranks_ > 1                       ? ""
+        stopSignals_(ranks_ > 1                      ? ""
                      : m.train.checkpointDir.empty() ? kStopNotice
                                                      : kStopNoticeSaving),
         prefixed_(*o.out, fmt::format("rank {}: ", rank_)), others_(&prefixed_), quiet_(nullptr),
         // Rank 0 speaks; the others only under --log-all, each line after its rank.
-        out_(rank_ == 0 ? *o.out : o.logAll ? others_ : quiet_),
+        out_(rank_ == 0 ? *o.out
+             : o.logAll ? others_
+                        : quiet_),
         steps_(m.train.steps), end_(o.stopAfter > 0 ? std::min(steps_, o.stopAfter) : steps_) {}
 
   // The data, the metrics and trace files, the device, the executor and the first step's

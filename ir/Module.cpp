@@ -95,8 +95,8 @@ std::string Mesh::pipelineRefusal() const {
       return fmt::format("a split of width {} in stage {}", stages[s].splitWidth, s);
     // Each device of a group runs an equal share of every micro-batch.
     if (microBatch > 0 && microBatch % stages[s].group != 0)
-      return fmt::format("{} devices in stage {} for micro-batches of {} samples",
-                         stages[s].group, s, microBatch);
+      return fmt::format("{} devices in stage {} for micro-batches of {} samples", stages[s].group,
+                         s, microBatch);
   }
   return "";
 }

@@ -322,12 +322,13 @@ void printPlan(const Module& m, std::ostream& out) {
   int g = 1;
   for (const auto& st : mesh.stages)
     g = std::max(g, st.splitWidth);
-  out << fmt::format("mesh: {} data-parallel x {} stage{} x split {}; one replica = {} device{}{}\n",
-                     mesh.dataParallel, mesh.stages.size(), mesh.stages.size() == 1 ? "" : "s", g,
-                     mesh.replicaSize, mesh.replicaSize == 1 ? "" : "s",
-                     mesh.chunks == 1 ? ""
-                                      : fmt::format(" ({} chunks on each of {} pipeline ranks)",
-                                                    mesh.chunks, mesh.depth()));
+  out << fmt::format(
+      "mesh: {} data-parallel x {} stage{} x split {}; one replica = {} device{}{}\n",
+      mesh.dataParallel, mesh.stages.size(), mesh.stages.size() == 1 ? "" : "s", g,
+      mesh.replicaSize, mesh.replicaSize == 1 ? "" : "s",
+      mesh.chunks == 1
+          ? ""
+          : fmt::format(" ({} chunks on each of {} pipeline ranks)", mesh.chunks, mesh.depth()));
   if (mesh.microBatch > 0)
     out << fmt::format("batch: {} = {} micro-batches x {} data-parallel x {} samples ({} = {})\n",
                        m.train.batch, m.policy.microBatches, mesh.dataParallel, mesh.microBatch,
@@ -464,8 +465,7 @@ void printProgram(const Module& m, int rank, std::ostream& out) {
   });
   out << "  offset      bytes  tensor\n";
   for (int t : placed)
-    out << fmt::format("  {:>9}  {:>9}  %{}\n", p.offset[t], m.bytesOn(p, t),
-                       m.tensors[t].name);
+    out << fmt::format("  {:>9}  {:>9}  %{}\n", p.offset[t], m.bytesOn(p, t), m.tensors[t].name);
 }
 
 } // namespace epl::ir

@@ -86,7 +86,9 @@ void printScheduleSection(const Module& m, std::ostream& out) {
     // With chunks the simulation counts (micro-batch, chunk) pairs.
     out << fmt::format("  stage {}: at most {} {}{} in flight", s, n,
                        shape.chunks > 1 ? "(micro-batch, chunk) pair" : "micro-batch",
-                       n == 1 ? "" : shape.chunks > 1 ? "s" : "es");
+                       n == 1             ? ""
+                       : shape.chunks > 1 ? "s"
+                                          : "es");
     // A split backward keeps a micro-batch's activations until its W, not its B.
     if (splitsBackward(sched)) {
       n = sim.peakHeld[s];

@@ -32,7 +32,8 @@ public:
     m.reduceRanks = 1;
     if (!m.train.present || m.lossGrad < 0 || !m.planned) return false;
     const ir::Mesh& mesh = m.mesh;
-    bool copies = mesh.stages.size() > 1 && mesh.np > mesh.depth() && mesh.pipelineRefusal().empty();
+    bool copies =
+        mesh.stages.size() > 1 && mesh.np > mesh.depth() && mesh.pipelineRefusal().empty();
     if (!copies && !(mesh.pureDataParallel() && mesh.np > 1)) return false;
     m.reduceRanks = copies ? mesh.dataParallel : mesh.np;
     auto ranksOf = [&](int stage) {

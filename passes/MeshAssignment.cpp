@@ -202,8 +202,7 @@ private:
   // where no schedule applies.
   void checkSchedule(ir::Module& m, PassContext& ctx) {
     const ir::Policy& pol = m.policy;
-    if (pol.schedule != ir::Schedule::Interleaved || !pol.keyLocs.count("schedule") ||
-        ctx.np == 1)
+    if (pol.schedule != ir::Schedule::Interleaved || !pol.keyLocs.count("schedule") || ctx.np == 1)
       return;
     SourceLoc at = pol.keyLocs.at("schedule");
     int p = m.mesh.depth(), mb = static_cast<int>(pol.microBatches);

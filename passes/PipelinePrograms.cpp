@@ -94,7 +94,8 @@ public:
   }
   // One part of a split backward: Inputs keeps the transfers and the ops that write an
   // input gradient; Params only the ops that write a parameter gradient.
-  void backwardPart(ir::BackwardPart part, int block, int micro, std::vector<ir::Instr>& out) const {
+  void backwardPart(ir::BackwardPart part, int block, int micro,
+                    std::vector<ir::Instr>& out) const {
     std::vector<ir::Instr> whole;
     appendPhase(ir::Phase::Backward, block, micro, whole);
     for (ir::Instr in : whole) {
@@ -141,8 +142,8 @@ private:
   // Op `op`'s transfers of `tensor` with the ranks of the stage named by `peerKey` in this
   // replica: the one of the same index when the groups are alike, else every rank whose
   // share of the micro-batch overlaps this rank's (step 6).
-  void transfers(ir::InstrKind kind, int block, int op, int micro, int tensor,
-                 const char* peerKey, std::vector<ir::Instr>& out) const {
+  void transfers(ir::InstrKind kind, int block, int op, int micro, int tensor, const char* peerKey,
+                 std::vector<ir::Instr>& out) const {
     const ir::Op& o = m_.ops[op];
     bool back = o.phase == ir::Phase::Backward;
     int k = boundary_.at(back ? o.forward : op);
@@ -205,7 +206,8 @@ std::string transferLabel(const ir::Module& m, const ir::Instr& in) {
   bool send = in.kind == ir::InstrKind::Send;
   return fmt::format("{} {} %{}{} of micro-batch {} {} rank {}", send ? "send" : "recv",
                      grad ? "gradient" : "activation", m.tensors[in.tensor].name,
-                     in.rows < 0 ? "" : fmt::format(" rows {}..{}", in.firstRow, in.firstRow + in.rows),
+                     in.rows < 0 ? ""
+                                 : fmt::format(" rows {}..{}", in.firstRow, in.firstRow + in.rows),
                      in.micro, send ? "to" : "from", in.peer);
 }
 
@@ -298,7 +300,8 @@ std::vector<ir::Program> pipelinePrograms(const ir::Module& m) {
           stage.forward(c * depth + s, 0, false, p.eval);
         for (const auto* list : {&p.step, &p.eval})
           for (const ir::Instr& in : *list)
-            if (in.kind == ir::InstrKind::Recv) p.recvBytes += (m.transferBytes(p, in) + 63) / 64 * 64;
+            if (in.kind == ir::InstrKind::Recv)
+              p.recvBytes += (m.transferBytes(p, in) + 63) / 64 * 64;
         out.push_back(std::move(p));
       }
   return out;
@@ -343,9 +346,9 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
     // 2. In program order: sends start, receives waited, collectives. An evaluation's send
     // is waited at once; a step's before the next micro-batch takes its slot, or at the
     // step's end (Executor::send).
-    std::map<int, int> reduces;                 // bucket -> its started all-reduce
+    std::map<int, int> reduces;                     // bucket -> its started all-reduce
     std::vector<std::vector<int>> sending(p.slots); // by slot: sends not yet waited
-    std::vector<int> takesSlot(list.size(), -1);   // instruction -> the micro-batch it starts
+    std::vector<int> takesSlot(list.size(), -1);    // instruction -> the micro-batch it starts
     if (!eval) {
       ir::Module::SlotUse use = m.slotUse(p);
       for (size_t micro = 0; micro < use.first.size(); ++micro)

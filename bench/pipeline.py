@@ -119,10 +119,9 @@ def within(value, p, m, sched):
 def bubbles(args, work, cores):
     print(f"1. bubble, one rank a stage, micro-batches of {SAMPLES} samples, {args.steps} traced "
           f"steps a run")
-    print("   epl: its `bubble:` line (each rank's idle share of its own step, averaged); "
-          "makespan: idle share")
-    print("   of p x the step's makespan over all ranks, from the trace, step 1 left out; "
-          "unit: the schedule simulated")
+    print("   epl: its `bubble:` line (idle share of p x one window a step, every step); "
+          "makespan: the same")
+    print("   computed here from the trace, step 1 left out; unit: the schedule simulated")
     print(f"   {'p':>2} {'m':>3} {'schedule':8} {'epl':>6} {'makespan':>8} {'classic':>7} "
           f"{'unit':>6}   {'|epl-classic|':>13}   {'|makespan-classic|':>18}   {'step s':>6}")
     results = {}

@@ -259,8 +259,10 @@ int printRank(const epl::ir::Module& m, int rank) {
   }
   if (rank >= static_cast<int>(m.programs.size())) {
     std::cerr << "error: no instruction stream for rank " << rank
-              << (m.train.present ? ": streams are built for -np 1 so far\n"
-                                  : ": the script has no `train` block\n");
+              << (m.train.present
+                      ? ": streams are built for one device, data parallelism and pipelines of "
+                        "`replicate` stages so far; this plan has a `split`\n"
+                      : ": the script has no `train` block\n");
     return 1;
   }
   epl::ir::printProgram(m, rank, std::cout);

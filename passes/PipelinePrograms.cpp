@@ -1,5 +1,6 @@
-// The rank programs of a pipeline whose stages are one device each, and the communication
-// of every rank's program for the stream check.
+// The rank programs of a pipeline (stages of one or several devices, model chunks,
+// data-parallel copies), and the communication of every rank's program for the stream
+// check.
 //
 //   1. Each op plays a role on each stage: the ops of a stage run there; a send/recv op
 //      between stages is a Send on the stage it leaves and a Recv on the one it enters (its

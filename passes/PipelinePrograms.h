@@ -1,5 +1,5 @@
-// The rank programs of a pipeline plan (one rank per stage) and the communication of any
-// plan's programs, which ir/StreamCheck.h checks. The schedule pass calls these.
+// The rank programs of a pipeline plan and the communication of any plan's programs, which
+// ir/StreamCheck.h checks. The schedule pass calls these.
 #pragma once
 #include "ir/CommStreams.h"
 #include "ir/Module.h"
@@ -9,9 +9,9 @@
 
 namespace epl::passes {
 
-// One program per rank (rank = replica x stages + stage) for a plan with several stages
-// that Mesh::pipelineRefusal() accepts, ordered by the policy's schedule; with several
-// replicas, each stage's gradient buckets are reduced over its replicas.
+// One program per rank (Mesh::rank(replica, stage, device of the stage's group)) for a plan
+// with several stages that Mesh::pipelineRefusal() accepts, ordered by the policy's
+// schedule; each stage's gradient buckets are summed over its ranks in every replica.
 std::vector<ir::Program> pipelinePrograms(const ir::Module& m);
 
 // The communicating instructions of every rank's step (or evaluation) program, in

@@ -331,9 +331,8 @@ void printPlan(const Module& m, std::ostream& out) {
           : fmt::format(" ({} chunks on each of {} pipeline ranks)", mesh.chunks, mesh.depth()));
   if (mesh.microBatch > 0)
     out << fmt::format("batch: {} = {} micro-batch{} x {} data-parallel x {} samples ({} = {})\n",
-                       m.train.batch, m.policy.microBatches,
-                       m.policy.microBatches == 1 ? "" : "es", mesh.dataParallel, mesh.microBatch,
-                       m.batchSymbol, mesh.microBatch);
+                       m.train.batch, m.policy.microBatches, m.policy.microBatches == 1 ? "" : "es",
+                       mesh.dataParallel, mesh.microBatch, m.batchSymbol, mesh.microBatch);
   else
     out << fmt::format("batch: no `train` block; `{}` stays symbolic\n", m.batchSymbol);
   out << fmt::format("params: {} ({}, f32)\n", withCommas(total), formatBytes(4.0 * total));

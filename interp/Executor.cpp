@@ -76,8 +76,7 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
   }
   lossHost_.assign(program_.microBatches, 0.f);
   localBatch_ = bindings_.at(m_.batchSymbol);
-  for (size_t k = 0; k < m_.programs.size(); ++k)
-    lossRanks_ += m_.programs[k].lossRank == static_cast<int>(k);
+  lossRanks_ = m_.lossRanks();
   for (const ir::GradBucket& b : m_.buckets) {
     bucketBegin_.push_back(paramOffset_[b.firstParam]);
     bucketEnd_.push_back(

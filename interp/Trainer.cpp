@@ -458,8 +458,7 @@ bool checkRunnable(const ir::Module& m, Diagnostics& diags) {
                                 has))
       .length(static_cast<uint32_t>(m.modelName.size()))
       .help(stages == 1 ? "use -np 1, or drop `split` to train the model data-parallel"
-                        : "use -np 1, or `replicate { … }` stages without `split`, with "
-                          "group sizes that divide the micro-batch");
+                        : "use -np 1, or `replicate { … }` stages without `split`");
   return false;
 }
 

@@ -46,6 +46,13 @@ int64_t Module::transferBytes(const Program& p, const Instr& in) const {
   return in.rows < 0 ? whole : whole / p.localBatch * in.rows;
 }
 
+int Module::lossRanks() const {
+  int n = 0;
+  for (size_t r = 0; r < programs.size(); ++r)
+    n += programs[r].lossRank == static_cast<int>(r);
+  return n;
+}
+
 Module::SlotUse Module::slotUse(const Program& p) const {
   SlotUse u;
   u.first.assign(static_cast<size_t>(p.microBatches), -1);
@@ -93,10 +100,6 @@ std::string Mesh::pipelineRefusal() const {
   for (size_t s = 0; s < stages.size(); ++s) {
     if (stages[s].splitWidth != 1)
       return fmt::format("a split of width {} in stage {}", stages[s].splitWidth, s);
-    // Each device of a group runs an equal share of every micro-batch.
-    if (microBatch > 0 && microBatch % stages[s].group != 0)
-      return fmt::format("{} devices in stage {} for micro-batches of {} samples", stages[s].group,
-                         s, microBatch);
   }
   return "";
 }

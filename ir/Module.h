@@ -114,8 +114,9 @@ struct Mesh {
   // batch, and only gradients travel. The runtime runs these plans (and -np 1).
   bool pureDataParallel() const { return stages.size() == 1 && stages[0].splitWidth == 1; }
   // What keeps the runtime from running this plan's pipeline (several stages), in words
-  // ("a split of width 2 in stage 1"), or empty when it runs: stages without split, of
-  // group sizes that divide the micro-batch; any number of data-parallel copies.
+  // ("a split of width 2 in stage 1"), or empty when it runs: stages without split, of any
+  // group sizes (mesh-assignment has checked that each divides the micro-batch), and any
+  // number of data-parallel copies.
   std::string pipelineRefusal() const;
   // Global rank of (replica, stage, local index).
   int rank(int replica, int stage, int local) const {
@@ -183,6 +184,8 @@ struct Module {
   std::map<std::string, int64_t> bindingsOn(const Program& p) const;
   int64_t bytesOn(const Program& p, int t) const;
   int64_t transferBytes(const Program& p, const Instr& in) const;
+  // How many ranks compute the loss (each program whose lossRank is its own rank).
+  int lossRanks() const;
   // Where each micro-batch uses its slot of p's arena in p.step: the index of its first
   // and last instruction that reads or writes the arena (a load, a forward or backward op,
   // a transfer, the loss seed), -1 for a micro-batch the program does not run. The

@@ -326,9 +326,7 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
     stageGroup.push_back(streams.addGroup(mesh.stageRanks(s)));
   for (int r = 0; grouped && r < mesh.dataParallel; ++r)
     replicaGroup.push_back(streams.addGroup(mesh.replicaRanks(r)));
-  int lossRanks = 0;
-  for (size_t r = 0; r < m.programs.size(); ++r)
-    lossRanks += m.programs[r].lossRank == static_cast<int>(r);
+  int lossRanks = m.lossRanks();
   for (size_t r = 0; r < m.programs.size(); ++r) {
     const ir::Program& p = m.programs[r];
     const std::vector<ir::Instr>& list = eval ? p.eval : p.step;

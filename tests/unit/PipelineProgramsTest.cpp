@@ -79,6 +79,15 @@ train net {{
   return m;
 }
 
+// Every rank's step and evaluation communication fits together (ir/StreamCheck.h).
+void checkStreamsFit(const epl::ir::Module& m) {
+  for (bool eval : {false, true}) {
+    auto error = epl::ir::checkStreams(epl::passes::programStreams(m, eval));
+    CHECK_FALSE(error);
+    if (error) FAIL(error->str());
+  }
+}
+
 int count(const std::vector<epl::ir::Instr>& list, epl::ir::InstrKind kind) {
   return static_cast<int>(std::count_if(list.begin(), list.end(),
                                         [&](const epl::ir::Instr& in) { return in.kind == kind; }));
@@ -96,11 +105,7 @@ TEST_CASE("pipeline programs fit together for gpipe and 1f1b") {
         auto m = plan(p, micros, schedule);
         REQUIRE(m);
         REQUIRE(static_cast<int>(m->programs.size()) == p);
-        for (bool eval : {false, true}) {
-          auto error = epl::ir::checkStreams(epl::passes::programStreams(*m, eval));
-          CHECK_FALSE(error);
-          if (error) FAIL(error->str());
-        }
+        checkStreamsFit(*m);
         for (int s = 0; s < p; ++s) {
           const epl::ir::Program& prog = m->programs[s];
           bool first = s == 0, last = s == p - 1;
@@ -147,11 +152,7 @@ TEST_CASE("zb programs split every backward into B and W, and fit together") {
       INFO(p << " stages, " << micros << " micro-batches");
       auto m = plan(p, micros, "zb");
       REQUIRE(m);
-      for (bool eval : {false, true}) {
-        auto error = epl::ir::checkStreams(epl::passes::programStreams(*m, eval));
-        CHECK_FALSE(error);
-        if (error) FAIL(error->str());
-      }
+      checkStreamsFit(*m);
       for (int s = 0; s < p; ++s) {
         const epl::ir::Program& prog = m->programs[s];
         bool first = s == 0, last = s == p - 1;
@@ -250,11 +251,7 @@ TEST_CASE("copies of a pipeline: each replica's own transfers, each stage's buck
         REQUIRE(m);
         REQUIRE(static_cast<int>(m->programs.size()) == p * copies);
         CHECK(m->reduceRanks == copies);
-        for (bool eval : {false, true}) {
-          auto error = epl::ir::checkStreams(epl::passes::programStreams(*m, eval));
-          CHECK_FALSE(error);
-          if (error) FAIL(error->str());
-        }
+        checkStreamsFit(*m);
         for (int rank = 0; rank < p * copies; ++rank) {
           const epl::ir::Program& prog = m->programs[rank];
           int replica = rank / p, stage = rank % p;
@@ -309,11 +306,7 @@ TEST_CASE("stage groups: each rank runs its share of every micro-batch, re-cut b
       auto m = planGroups(groups, 2, 4, schedule, copies);
       REQUIRE(m);
       REQUIRE(m->programs.size() == 7u * copies);
-      for (bool eval : {false, true}) {
-        auto error = epl::ir::checkStreams(epl::passes::programStreams(*m, eval));
-        CHECK_FALSE(error);
-        if (error) FAIL(error->str());
-      }
+      checkStreamsFit(*m);
       for (const epl::ir::Program& prog : m->programs) {
         int g = groups[prog.stage];
         CHECK(prog.localBatch == 4 / g);
@@ -365,11 +358,7 @@ TEST_CASE("interleaved chunks: each rank runs its stage blocks round-robin, one 
         REQUIRE(m);
         REQUIRE(m->mesh.chunks == chunks);
         REQUIRE(static_cast<int>(m->programs.size()) == depth * copies);
-        for (bool eval : {false, true}) {
-          auto error = epl::ir::checkStreams(epl::passes::programStreams(*m, eval));
-          CHECK_FALSE(error);
-          if (error) FAIL(error->str());
-        }
+        checkStreamsFit(*m);
         for (const epl::ir::Program& prog : m->programs) {
           CHECK(prog.stages == depth);
           for (const epl::ir::Instr& in : prog.step)

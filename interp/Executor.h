@@ -95,9 +95,8 @@ public:
   int64_t arenaBytes() const { return program_.arenaBytes; }
   // The runtime's account of activations: the most micro-batches whose slot of the arena
   // was held at once over the steps run so far (a micro-batch holds slot m % slots from its
-  // forward's first instruction to its backward's last), and their bytes.
+  // forward's first instruction to its backward's last); each holds Program::slotStride().
   int peakInFlight() const { return peakInFlight_; }
-  int64_t peakActivationBytes() const { return peakInFlight_ * program_.slotStride(); }
 
 private:
   struct Bound {

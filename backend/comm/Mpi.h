@@ -4,6 +4,7 @@
 #pragma once
 #include "backend/comm/Pending.h"
 
+#include <atomic>
 #include <cstddef>
 #include <map>
 #include <memory>
@@ -62,6 +63,9 @@ struct Op : detail::Pending, std::enable_shared_from_this<Op> {
   // The communicator's state it runs in, set when it is submitted; the thread passes it to
   // start, progress and cancel.
   std::shared_ptr<Context> context;
+  // A caller waits for it (set by the caller): the thread polls without sleeping until it
+  // finishes.
+  std::atomic<bool> waited{false};
   // Posts the operation; called once per operation, in the order they were started.
   virtual void start(Context& c) = 0;
   // Drives it without blocking; returns whether anything moved. Calls finish() when done.

@@ -31,11 +31,14 @@ using mpi::Op;
 // How the communication thread polls while operations are outstanding: it spins (calls
 // MPI_Test back to back) for a while after anything moved, then sleeps between polls so
 // that compute threads get the cores. A caller blocked in wait has nothing else to do, so
-// the thread spins longer for it. With nothing outstanding it sleeps until the next
-// operation: spinning there (or in a waiter) takes cores that compute threads or the other
-// ranks' communication threads need, which made small operations slower, not faster.
-// Between polls the thread sleeps kPollInterval, doubling while nothing moves up to
-// kPollIdleMax when no caller waits: a pipeline posts every receive of a step at its start,
+// the thread spins longer while an operation somebody waits for is unfinished, and no
+// longer: counting the callers instead kept it spinning after the operation finished,
+// until its waiter got a core back to say so, and with as many busy threads as cores that
+// took the whole spin (a 2 ms wait for a receive that had arrived long before). With nothing
+// outstanding it sleeps until the next operation: spinning there (or in a waiter) takes cores that
+// compute threads or the other ranks' communication threads need, which made small operations
+// slower, not faster. Between polls the thread sleeps kPollInterval, doubling while nothing moves
+// up to kPollIdleMax when no caller waits: a pipeline posts every receive of a step at its start,
 // and polling those every 50 us for the whole step took a quarter of the core a
 // one-thread rank computes on.
 constexpr auto kSpinIdle = std::chrono::microseconds(50);
@@ -90,7 +93,6 @@ private:
   std::condition_variable wake_;
   std::vector<std::shared_ptr<Op>> queue_;     // started, not yet posted
   std::vector<std::shared_ptr<Op>> abandoned_; // a wait gave up on them
-  int waiters_ = 0;                            // callers blocked in wait
   bool kick_ = false;                          // something changed: spin again before sleeping
   bool sleeping_ = false;
   bool stopping_ = false;
@@ -326,24 +328,18 @@ Request Engine::submit(std::shared_ptr<Op> op) {
   return Request(std::move(op));
 }
 
+// An operation that finished already is not the thread's business any more; otherwise it
+// is marked waited and the thread woken to poll it without sleeping.
 void Engine::wait(const Comm& comm, Request& r, const std::string& what) {
   if (r.empty()) return;
-  {
+  auto& op = static_cast<Op&>(*r.get());
+  if (!op.finished() && !op.waited.exchange(true)) {
     std::lock_guard<std::mutex> lock(m_);
-    ++waiters_;
     kick_ = true;
     if (sleeping_) wake_.notify_one();
   }
-  try {
-    detail::waitRequest(comm, r, what,
-                        [&](detail::Pending& p) { return giveUp(static_cast<Op&>(p)); });
-  } catch (...) {
-    std::lock_guard<std::mutex> lock(m_);
-    --waiters_;
-    throw;
-  }
-  std::lock_guard<std::mutex> lock(m_);
-  --waiters_;
+  detail::waitRequest(comm, r, what,
+                      [&](detail::Pending& p) { return giveUp(static_cast<Op&>(p)); });
 }
 
 // A wait timed out on `op`. Returns once MPI no longer touches its buffers, since the
@@ -425,8 +421,10 @@ void Engine::run() {
     std::vector<std::shared_ptr<Op>> started, abandoned;
     bool stop;
     {
+      bool waited = std::any_of(active.begin(), active.end(),
+                                [](const std::shared_ptr<Op>& op) { return op->waited.load(); });
       std::unique_lock<std::mutex> lock(m_);
-      auto spin = waiters_ > 0 ? kSpinWaited : kSpinIdle;
+      auto spin = waited ? kSpinWaited : kSpinIdle;
       if (!moved && !kick_ && (active.empty() || Clock::now() - lastMove > spin)) {
         sleeping_ = true;
         auto woken = [&] { return kick_ || stopping_; };
@@ -434,8 +432,8 @@ void Engine::run() {
           wake_.wait(lock, woken);
         } else {
           wake_.wait_for(lock, interval, woken);
-          interval = waiters_ > 0 ? std::chrono::duration_cast<Clock::duration>(kPollInterval)
-                                  : std::min<Clock::duration>(2 * interval, kPollIdleMax);
+          interval = waited ? std::chrono::duration_cast<Clock::duration>(kPollInterval)
+                            : std::min<Clock::duration>(2 * interval, kPollIdleMax);
         }
         sleeping_ = false;
       }

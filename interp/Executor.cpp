@@ -30,14 +30,39 @@ int64_t alignUp(int64_t v) {
   return (v + kAlign - 1) / kAlign * kAlign;
 }
 
-std::vector<int64_t> concrete(const ir::Shape& s, const std::map<std::string, int64_t>& b) {
-  std::vector<int64_t> out;
-  for (const ir::Dim& d : s) {
-    auto v = d.eval(b);
-    EPL_ASSERT(v.has_value(), "a runtime shape has an unbound dim");
-    out.push_back(*v);
+// Where dim `dim` of a tensor of `shape` is cut in `pieces`: the rows before it, the
+// piece's elements after it, per row (whole = pieces x piece).
+struct Cut {
+  int64_t rows = 1, piece = 1;
+};
+Cut cutOf(const std::vector<int64_t>& shape, int dim, int pieces) {
+  Cut c;
+  for (int d = 0; d < dim; ++d)
+    c.rows *= shape[d];
+  for (size_t d = dim; d < shape.size(); ++d)
+    c.piece *= shape[d];
+  c.piece /= pieces;
+  return c;
+}
+
+// Piece `k` of `pieces` along a cut (Cut) between a whole tensor and its piece, either way.
+void copyPiece(float* whole, float* piece, Cut c, int pieces, int k, bool toPiece) {
+  for (int64_t r = 0; r < c.rows; ++r) {
+    float* w = whole + (r * pieces + k) * c.piece;
+    float* p = piece + r * c.piece;
+    if (toPiece)
+      std::memcpy(p, w, 4 * c.piece);
+    else
+      std::memcpy(w, p, 4 * c.piece);
   }
-  return out;
+}
+
+// The dim a bridge op cuts: its `dim` attribute ("batch" is dim 0, "dim k" dim k).
+int bridgeDim(const ir::Op& op) {
+  auto it = op.attrs.find("dim");
+  if (it == op.attrs.end()) return 0;
+  const std::string& s = std::get<std::string>(it->second);
+  return s == "batch" ? 0 : std::stoi(s.substr(4));
 }
 
 } // namespace
@@ -55,10 +80,15 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
   splitCommunicators();
   states_ = opt_.kind == backend::OptimizerKind::Sgd ? (opt_.momentum > 0 ? 1 : 0) : 2;
   int64_t total = 0;
-  for (const ir::Param& p : m_.params) {
+  for (size_t p = 0; p < m_.params.size(); ++p) {
     paramOffset_.push_back(total);
-    paramElems_.push_back(*ir::numElements(p.type.shape, {}));
-    total += alignUp(4 * paramElems_.back());
+    paramShape_.push_back(m_.localParamShape(program_, static_cast<int>(p)));
+    int64_t n = 1;
+    for (int64_t d : paramShape_.back())
+      n *= d;
+    paramElems_.push_back(n);
+    wholeElems_.push_back(*ir::numElements(m_.params[p].type.shape, {}));
+    total += alignUp(4 * n);
   }
   gradBytes_ = std::max<int64_t>(total, kAlign);
   allocateBuffers();
@@ -213,7 +243,7 @@ void Executor::releaseBuffers() {
 backend::TensorView Executor::shapeOnly(int t) const {
   backend::TensorView v;
   v.dtype = m_.tensors[t].type.dtype;
-  v.shape = concrete(m_.tensors[t].type.shape, bindings_);
+  v.shape = m_.localShape(program_, t);
   return v;
 }
 
@@ -230,7 +260,7 @@ backend::TensorView Executor::view(int t, int slot) const {
 
 backend::TensorView Executor::paramView(int p) const {
   backend::TensorView v;
-  v.shape = concrete(m_.params[p].type.shape, {});
+  v.shape = paramShape_[p];
   v.data = params_ + paramOffset_[p];
   return v;
 }
@@ -255,8 +285,12 @@ void Executor::bindCalls() {
         ir::opInfo(m_.ops[i].kind).split != ir::SplitRule::Communication)
       seedKey_[i] = key++;
   for (size_t i = 0; i < m_.ops.size(); ++i)
-    if (m_.ops[i].kind == ir::OpKind::Dropout && m_.ops[i].phase == ir::Phase::Forward)
-      perSample_[i] = shapeOnly(m_.ops[i].outputs[0]).numel() / std::max<int64_t>(localBatch_, 1);
+    if (m_.ops[i].kind == ir::OpKind::Dropout && m_.ops[i].phase == ir::Phase::Forward) {
+      int t = m_.ops[i].outputs[0];
+      bool whole = m_.tensors[t].layout.kind != ir::LayoutKind::DataParallel;
+      int64_t rows = localBatch_ * (whole ? program_.splitWidth : 1);
+      perSample_[i] = shapeOnly(t).numel() / std::max<int64_t>(rows, 1);
+    }
   std::vector<bool> runs(m_.ops.size(), false);
   for (const ir::Instr& in : program_.step)
     if (in.kind == ir::InstrKind::Run) runs[in.op] = true;
@@ -313,6 +347,15 @@ void Executor::bindCall(int i, int slot) {
       c.in.push_back(paramView(p));
     for (int t : op.outputs)
       c.out.push_back(view(t));
+    // A row-parallel linear or split mlp leaves partial sums, which the all-reduce after it
+    // adds up: the output bias is added by the split group's first rank alone.
+    size_t bias = op.splitForm == "row" ? 1 : op.splitForm == "hidden" ? 3 : 0;
+    if (bias > 0 && program_.splitRank != 0 && bias < op.params.size()) {
+      backend::TensorView& b = c.in[op.inputs.size() + bias];
+      if (zeroBias_.size() < static_cast<size_t>(b.numel()))
+        zeroBias_.assign(static_cast<size_t>(b.numel()), 0.f);
+      b.data = zeroBias_.data();
+    }
   } else if (op.phase == ir::Phase::Backward) {
     const ir::Op& fwd = m_.ops[op.forward];
     size_t n = fwd.inputs.size();
@@ -334,19 +377,74 @@ void Executor::bindCall(int i, int slot) {
   }
 }
 
+int64_t Executor::firstSample(int micro, int t) const {
+  bool whole = program_.splitWidth > 1 && t >= 0 &&
+               m_.tensors[t].layout.kind != ir::LayoutKind::DataParallel;
+  return whole ? firstSample(micro) - program_.splitRank * localBatch_ : firstSample(micro);
+}
+
+void Executor::toPiece(int q, const float* whole, float* piece) const {
+  const std::vector<int64_t>& shape = paramShape_[q];
+  int w = program_.splitWidth, dim = m_.params[q].shardDim;
+  std::vector<int64_t> wholeShape = shape;
+  wholeShape[dim] *= w;
+  copyPiece(const_cast<float*>(whole), piece, cutOf(wholeShape, dim, w), w, program_.splitRank,
+            true);
+}
+
+void Executor::fromPieces(int q, const float* pieces, float* whole) const {
+  const std::vector<int64_t>& shape = paramShape_[q];
+  int w = program_.splitWidth, dim = m_.params[q].shardDim;
+  std::vector<int64_t> wholeShape = shape;
+  wholeShape[dim] *= w;
+  Cut c = cutOf(wholeShape, dim, w);
+  for (int k = 0; k < w; ++k)
+    copyPiece(whole, const_cast<float*>(pieces) + k * paramElems_[q], c, w, k, false);
+}
+
+// Parameters and states come and go whole: a sharded one is kept whole on the host until
+// broadcastState hands every rank its piece.
 void Executor::writeParam(int p, const float* host) {
+  if (sharded(p)) {
+    wholeParam_[p].assign(host, host + wholeElems_[p]);
+    std::vector<float> piece(static_cast<size_t>(paramElems_[p]));
+    toPiece(p, host, piece.data());
+    dev_.copyToDevice(params_ + paramOffset_[p], piece.data(), 4 * paramElems_[p]);
+    dev_.synchronize();
+    return;
+  }
   dev_.copyToDevice(params_ + paramOffset_[p], host, 4 * paramElems_[p]);
 }
 void Executor::readParam(int p, float* host) const {
+  if (sharded(p)) {
+    EPL_ASSERT(wholeParam_.count(p), "gatherShards() runs before a sharded parameter is read");
+    const std::vector<float>& v = wholeParam_.at(p);
+    std::copy(v.begin(), v.end(), host);
+    return;
+  }
   dev_.copyToHost(host, params_ + paramOffset_[p], 4 * paramElems_[p]);
   dev_.synchronize();
 }
 void Executor::writeState(int p, int k, const float* host) {
   EPL_ASSERT(k < states_, "no such optimizer state");
+  if (sharded(p)) {
+    wholeState_[{p, k}].assign(host, host + wholeElems_[p]);
+    std::vector<float> piece(static_cast<size_t>(paramElems_[p]));
+    toPiece(p, host, piece.data());
+    dev_.copyToDevice(stateMem_[k] + paramOffset_[p], piece.data(), 4 * paramElems_[p]);
+    dev_.synchronize();
+    return;
+  }
   dev_.copyToDevice(stateMem_[k] + paramOffset_[p], host, 4 * paramElems_[p]);
 }
 void Executor::readState(int p, int k, float* host) const {
   EPL_ASSERT(k < states_, "no such optimizer state");
+  if (sharded(p)) {
+    EPL_ASSERT(wholeState_.count({p, k}), "gatherShards() runs before a sharded state is read");
+    const std::vector<float>& v = wholeState_.at({p, k});
+    std::copy(v.begin(), v.end(), host);
+    return;
+  }
   dev_.copyToHost(host, stateMem_[k] + paramOffset_[p], 4 * paramElems_[p]);
   dev_.synchronize();
 }
@@ -358,6 +456,49 @@ void Executor::broadcastState(int root) {
   comm_.broadcast(params_, gradBytes_, root, "broadcasting the parameters");
   for (int k = 0; k < states_; ++k)
     comm_.broadcast(stateMem_[k], gradBytes_, root, "broadcasting the optimizer states");
+  // Sharded ones: the root's whole arrays (an optimizer state only when the root has it:
+  // a checkpoint was loaded), each rank keeping its piece.
+  bool anyState = !wholeState_.empty();
+  comm_.broadcast(&anyState, sizeof anyState, root, "broadcasting the optimizer states");
+  for (size_t p = 0; p < m_.params.size(); ++p) {
+    int q = static_cast<int>(p);
+    if (!sharded(q)) continue;
+    auto share = [&](std::vector<float>& whole, unsigned char* mem) {
+      whole.resize(static_cast<size_t>(wholeElems_[q]));
+      comm_.broadcast(whole.data(), 4 * wholeElems_[q], root,
+                      fmt::format("broadcasting @{}", m_.params[q].name));
+      std::vector<float> piece(static_cast<size_t>(paramElems_[q]));
+      toPiece(q, whole.data(), piece.data());
+      dev_.copyToDevice(mem + paramOffset_[q], piece.data(), 4 * paramElems_[q]);
+      dev_.synchronize();
+    };
+    share(wholeParam_[q], params_);
+    for (int k = 0; anyState && k < states_; ++k)
+      share(wholeState_[{q, k}], stateMem_[k]);
+  }
+  wholeParam_.clear();
+  wholeState_.clear();
+}
+
+void Executor::gatherShards() {
+  wholeParam_.clear();
+  wholeState_.clear();
+  if (program_.splitWidth == 1) return;
+  dev_.synchronize();
+  for (size_t p = 0; p < m_.params.size(); ++p) {
+    int q = static_cast<int>(p);
+    if (!sharded(q)) continue;
+    auto gather = [&](unsigned char* mem, std::vector<float>& whole) {
+      std::vector<float> pieces(static_cast<size_t>(paramElems_[q] * program_.splitWidth));
+      splitComm().allGather(mem + paramOffset_[q], pieces.data(), 4 * paramElems_[q],
+                            fmt::format("gathering @{}", m_.params[q].name));
+      whole.resize(static_cast<size_t>(wholeElems_[q]));
+      fromPieces(q, pieces.data(), whole.data());
+    };
+    gather(params_, wholeParam_[q]);
+    for (int k = 0; k < states_; ++k)
+      gather(stateMem_[k], wholeState_[{q, k}]);
+  }
 }
 
 // A pipeline: parameters sit in parameter order, and a stage owns runs of them; each run
@@ -528,7 +669,11 @@ void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t see
     int slot = slotOf(in.micro);
     dev_.copyToHost(&lossHost_[in.micro], view(m_.outputs[0], slot).data, 4);
     // The source must outlive the copy on a queued device: a member, not a local.
-    lossSeed_ = 1.f / static_cast<float>(program_.microBatches * program_.dataRanks);
+    // Inside a split region a split group computes one loss over its copy's samples.
+    int shares = program_.dataRanks;
+    if (m_.tensors[m_.outputs[0]].layout.kind != ir::LayoutKind::DataParallel)
+      shares /= program_.splitWidth;
+    lossSeed_ = 1.f / static_cast<float>(program_.microBatches * shares);
     dev_.copyToDevice(view(m_.lossGrad, slot).data, &lossSeed_, 4);
     return;
   }
@@ -554,12 +699,74 @@ void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t see
   const ir::Op& op = m_.ops[in.op];
   if (op.phase == ir::Phase::Optimizer) return optimizerStep(op, step);
   if (op.kind == ir::OpKind::Next) return; // the load wrote its targets
+  int fwd = op.phase == ir::Phase::Backward ? op.forward : in.op;
+  if (ir::opInfo(m_.ops[fwd].kind).split == ir::SplitRule::Communication)
+    return splitTransfer(in, index, step);
   backend::KernelCall& c = callOf(in);
   c.training = training;
-  int fwd = op.phase == ir::Phase::Backward ? op.forward : in.op;
   c.seed = mixSeeds({seed, static_cast<uint64_t>(step), seedKey_[fwd]});
-  c.elementOffset = perSample_[fwd] * firstSample(in.micro);
+  c.elementOffset = perSample_[fwd] * firstSample(in.micro, m_.ops[fwd].outputs[0]);
   dev_.launch(c);
+}
+
+// A split region's communication op, forward or backward (its transpose): all-reduce
+// <-> identity, all-gather <-> slice. Runs on the host side of the device's memory.
+void Executor::splitTransfer(const ir::Instr& in, size_t index, int64_t step) {
+  const ir::Op& op = m_.ops[in.op];
+  bool backward = op.phase == ir::Phase::Backward;
+  const ir::Op& fwd = backward ? m_.ops[op.forward] : op;
+  int slot = slotOf(in.micro);
+  // Forward: input -> output. Backward: the output's gradient -> the input's.
+  int from = op.inputs[0], to = op.outputs[0];
+  if (to < 0) return; // no gradient flows back through it
+  bool add = backward && op.accumulate[0];
+  backend::TensorView src = view(from, slot), dst = view(to, slot);
+  dev_.synchronize();
+  auto what = [&] {
+    return fmt::format("instruction {} of step {}: {} {}", index, step + 1,
+                       backward ? "backward of" : "", op.name);
+  };
+  auto put = [&](const float* values) { // dst = values, or += with `add`
+    float* d = static_cast<float*>(dst.data);
+    int64_t n = dst.numel();
+    if (!add) {
+      if (values != d) std::memcpy(d, values, 4 * n);
+      return;
+    }
+    for (int64_t i = 0; i < n; ++i)
+      d[i] += values[i];
+  };
+  int w = program_.splitWidth, k = program_.splitRank;
+  ir::OpKind kind = fwd.kind;
+  bool reduce =
+      (!backward && kind == ir::OpKind::AllReduce) || (backward && kind == ir::OpKind::Identity);
+  bool gather =
+      (!backward && kind == ir::OpKind::AllGather) || (backward && kind == ir::OpKind::Slice);
+  bool slice =
+      (!backward && kind == ir::OpKind::Slice) || (backward && kind == ir::OpKind::AllGather);
+  if (reduce) {
+    // Sums in place in the source when the result is added: the source (a partial sum, or
+    // the identity's gradient) has no other reader.
+    float* buf = static_cast<float*>(add ? src.data : dst.data);
+    if (!add) std::memcpy(buf, src.data, static_cast<size_t>(src.bytes()));
+    splitComm().allReduce(buf, src.numel(), what());
+    if (add) put(buf);
+  } else if (gather) {
+    scratch_.resize(static_cast<size_t>(dst.numel()));
+    splitComm().allGather(src.data, scratch_.data(), src.bytes(), what());
+    Cut c = cutOf(dst.shape, bridgeDim(fwd), w);
+    std::vector<float> whole(static_cast<size_t>(dst.numel()));
+    for (int j = 0; j < w; ++j)
+      copyPiece(whole.data(), scratch_.data() + j * c.rows * c.piece, c, w, j, false);
+    put(whole.data());
+  } else if (slice) {
+    Cut c = cutOf(src.shape, bridgeDim(fwd), w);
+    scratch_.resize(static_cast<size_t>(dst.numel()));
+    copyPiece(static_cast<float*>(src.data), scratch_.data(), c, w, k, true);
+    put(scratch_.data());
+  } else { // a forward identity, or the backward of an all-reduce: the values pass as they are
+    put(static_cast<float*>(src.data));
+  }
 }
 
 // The clip factor is needed on the host before any update: wait for the norm here. Each
@@ -568,7 +775,7 @@ void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t see
 void Executor::gradNorm(const ir::Op& op) {
   std::vector<bool> mine(m_.tensors.size(), false);
   for (int p : program_.params)
-    mine[m_.params[p].grad] = true;
+    mine[m_.params[p].grad] = program_.splitWidth == 1 || !sharded(p);
   float* acc = static_cast<float*>(view(m_.gradNorm).data);
   bool first = true;
   for (int g : op.inputs)
@@ -580,8 +787,22 @@ void Executor::gradNorm(const ir::Op& op) {
   float sq = 0;
   dev_.copyToHost(&sq, acc, 4);
   dev_.synchronize();
-  // A stage group's ranks hold the same summed gradients: its first rank counts them.
+  // A stage group's ranks hold the same summed gradients: its first rank counts them. A
+  // split group's ranks each count their pieces of the sharded ones.
   if (program_.local != 0) sq = 0;
+  if (program_.splitWidth > 1) {
+    bool firstSharded = true;
+    for (int g : op.inputs)
+      if (gradParam_[g] >= 0 && sharded(gradParam_[g])) {
+        dev_.sumSquares(view(g), acc, !firstSharded);
+        firstSharded = false;
+      }
+    float part = 0;
+    if (!firstSharded) dev_.copyToHost(&part, acc, 4);
+    dev_.synchronize();
+    sq += part;
+    splitComm().allReduce(&sq, 1, "the squared gradient norm");
+  }
   if (program_.stages > 1) normComm().allReduce(&sq, 1, "the squared gradient norm");
   gradNorm_ = std::sqrt(static_cast<double>(sq));
   double coef = opt_.clipGradNorm / (gradNorm_ + 1e-6);

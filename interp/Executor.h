@@ -73,9 +73,13 @@ public:
   int statesPerParam() const { return states_; }
   void writeState(int p, int k, const float* host);
   void readState(int p, int k, float* host) const;
-  int64_t paramElements(int p) const { return paramElems_[p]; }
-  // Copies `root`'s parameters and optimizer states to every rank.
+  int64_t paramElements(int p) const { return wholeElems_[p]; } // whole, as read and written
+  // Copies `root`'s parameters and optimizer states to every rank (each rank of a split
+  // group keeps its piece of the sharded ones).
   void broadcastState(int root);
+  // A stage with split regions: every rank gathers the sharded parameters and optimizer
+  // states whole, so that rank 0 can read them (checkpoints). Collective.
+  void gatherShards();
   // A pipeline: each rank of replica 0 sends the parameters and optimizer states of its own
   // stage to every other rank, so that every rank (rank 0 writes checkpoints) holds the
   // whole model.
@@ -133,12 +137,23 @@ private:
   void finishSends(int slot);
   void receive(const ir::Instr& in, size_t index, int64_t step, Receive& r);
   void gradNorm(const ir::Op& op);
+  void splitTransfer(const ir::Instr& in, size_t index, int64_t step);
+  // Where micro-batch `micro`'s piece of tensor t starts in the step's global batch: the
+  // rank's slice (data-parallel), or its copy's inside a split region.
+  int64_t firstSample(int micro, int t) const;
+  // Parameter q is cut over the split group (else every rank holds it whole).
+  bool sharded(int q) const { return paramElems_[q] != wholeElems_[q]; }
+  // A whole parameter (or optimizer state) <-> this rank's piece of it.
+  void toPiece(int q, const float* whole, float* piece) const;
+  void fromPieces(int q, const float* pieces, float* whole) const;
   void startReduce(int bucket);
   void splitCommunicators();
   // Where gradient buckets are summed (a stage's ranks in every replica, or every rank),
   // and the squared gradient norm (the ranks of this rank's replica, or every rank).
   backend::Comm& reduceComm() const { return stageReplicas_ ? *stageReplicas_ : comm_; }
   backend::Comm& normComm() const { return pipeline_ ? *pipeline_ : comm_; }
+  // The ranks of this rank's split group (a stage with split regions), in split-rank order.
+  backend::Comm& splitComm() const { return split_ ? *split_ : comm_; }
   void optimizerStep(const ir::Op& op, int64_t step);
   int lossOp() const;
 
@@ -147,7 +162,7 @@ private:
   backend::Device& dev_;
   backend::Comm& comm_;
   // A pipeline of more ranks than stages: sub-communicators of comm_ (null otherwise).
-  std::unique_ptr<backend::Comm> stageReplicas_, pipeline_;
+  std::unique_ptr<backend::Comm> stageReplicas_, pipeline_, split_;
   OptimizerSettings opt_;
   int states_ = 0;
   unsigned char* arena_ = nullptr;
@@ -155,7 +170,15 @@ private:
   unsigned char* grads_ = nullptr;
   unsigned char* stateMem_[2] = {nullptr, nullptr};
   int64_t gradBytes_ = 0;
-  std::vector<int64_t> paramOffset_, paramElems_;
+  std::vector<int64_t> paramOffset_, paramElems_, wholeElems_;
+  std::vector<std::vector<int64_t>> paramShape_; // this rank's piece of each parameter
+  // Split regions: sharded parameters and optimizer states as whole host arrays, between
+  // rank 0's writes and broadcastState, or gatherShards and rank 0's reads; a zero bias for
+  // the ranks that must not add one to their partial sums; scratch for the regions'
+  // collectives.
+  std::map<int, std::vector<float>> wholeParam_;
+  std::map<std::pair<int, int>, std::vector<float>> wholeState_;
+  std::vector<float> zeroBias_, scratch_;
   std::vector<int> gradParam_; // tensor id -> param index for parameter gradients, else -1
   std::vector<std::vector<Bound>> calls_; // by slot, then op id
   // A split backward (zb): the calls of its B (input gradients only) and W (parameter

@@ -295,7 +295,12 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
         m.mesh.dataParallel > 1 ? fmt::format(", x {} data-parallel copies", m.mesh.dataParallel)
                                 : "",
         device, comm.name());
-  } else
+  } else if (prog.splitWidth > 1)
+    out << fmt::format("model `{}`: {} params on {} ranks, one split group: each holds 1/{} "
+                       "of the split layers ({} each, {} comm)\n",
+                       m.modelName, withCommas(params), ranks, prog.splitWidth, device,
+                       comm.name());
+  else
     out << fmt::format("model `{}`: {} params on {} data-parallel ranks ({} each, {} comm)\n",
                        m.modelName, withCommas(params), ranks, device, comm.name());
   out << fmt::format("data: {}\n", ds.describe());
@@ -446,16 +451,13 @@ bool checkRunnable(const ir::Module& m, Diagnostics& diags) {
         .length(static_cast<uint32_t>(m.modelName.size()));
     return false;
   }
-  const ir::Mesh& mesh = m.mesh;
-  size_t stages = mesh.stages.size();
-  std::string has = stages == 1
-                        ? fmt::format("a split of width {}", mesh.stages[0].splitWidth)
-                        : fmt::format("{} pipeline stages and {}", stages, mesh.pipelineRefusal());
+  size_t stages = m.mesh.stages.size();
   diags
-      .error(m.loc, fmt::format("`epl run` runs one device, data parallelism, and pipelines of "
-                                "`replicate` stages so far (of any group sizes, and "
-                                "data-parallel copies of them); this plan has {}",
-                                has))
+      .error(m.loc, fmt::format("`epl run` runs one device, data parallelism, pipelines of "
+                                "`replicate` stages (of any group sizes, and data-parallel "
+                                "copies of them), and one stage of split linear and mlp layers "
+                                "on as many ranks as the split width so far; this plan has {}",
+                                m.runRefusal()))
       .length(static_cast<uint32_t>(m.modelName.size()))
       .help(stages == 1 ? "use -np 1, or drop `split` to train the model data-parallel"
                         : "use -np 1, or `replicate { … }` stages without `split`");
@@ -621,6 +623,13 @@ std::optional<int> TrainingRun::open() {
   std::string deviceNote;
   device_ = openDevice(m, {o_.device, ranks_, localRank(), o_.threads}, &deviceNote, mine_);
   if (!agree(device_ != nullptr, "opening the device")) return 1;
+  // The split regions' transfers read and write the device's memory from the host.
+  if (m.programs[rank_].splitWidth > 1 && device_->name().rfind("cpu", 0) != 0)
+    mine_
+        .error(m.loc, fmt::format("split regions run on the cpu device so far, not on {}",
+                                  device_->name()))
+        .help("pass --device cpu");
+  if (!agree(!mine_.hasErrors(), "opening the device")) return 1;
   if (!deviceNote.empty()) out_ << deviceNote << "\n";
   // What the process holds before the run's buffers exist (code, libraries, the data
   // set): the measured memory of the step is the peak above it.
@@ -667,6 +676,7 @@ void TrainingRun::checkMetrics() {
 // Written once, by rank 0 (the replicas are identical), and agreed on by every rank.
 bool TrainingRun::writeCheckpoint(int64_t stepsDone, std::string& where) {
   ex_->gatherStages(); // a pipeline's rank 0 gets the other stages' weights and states
+  ex_->gatherShards(); // and a split group's the other pieces of the sharded ones
   if (rank_ == 0) {
     try {
       where = saveCheckpoint(*ex_, ckptDir_, {stepsDone, static_cast<uint64_t>(m_.train.seed)},

@@ -97,6 +97,7 @@ GradInfo gradInfo(OpKind kind, const std::vector<TensorType>& in, const Attrs& a
   case K::AllToAll:  // it reads nothing saved
   case K::Slice:
   case K::SendRecv:
+  case K::Identity:
     break;
   }
   if (kind == K::MaxPool) {

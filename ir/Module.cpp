@@ -34,11 +34,59 @@ std::map<std::string, int64_t> Module::bindingsOn(const Program& p) const {
   return out;
 }
 
+std::vector<int64_t> Module::localShape(const Program& p, int t) const {
+  const Tensor& x = tensors[t];
+  auto b = bindingsOn(p);
+  if (p.splitWidth > 1 && x.layout.kind != LayoutKind::DataParallel && p.localBatch > 0)
+    b[batchSymbol] = p.localBatch * p.splitWidth;
+  std::vector<int64_t> out;
+  for (const Dim& d : x.type.shape) {
+    auto v = d.eval(b);
+    EPL_ASSERT(v.has_value(), "a tensor of a rank program has an unbound dim");
+    out.push_back(*v);
+  }
+  if (x.layout.kind == LayoutKind::Sharded && p.splitWidth > 1) {
+    EPL_ASSERT(x.layout.dim >= 0 && x.layout.dim < static_cast<int>(out.size()) &&
+                   out[x.layout.dim] % p.splitWidth == 0,
+               "split-layout checked that the width divides a cut dim");
+    out[x.layout.dim] /= p.splitWidth;
+  }
+  return out;
+}
+
+std::vector<int64_t> Module::localParamShape(const Program& p, int q) const {
+  const Param& prm = params[q];
+  std::vector<int64_t> out;
+  for (const Dim& d : prm.type.shape)
+    out.push_back(d.coef);
+  bool mine = prm.op >= 0 && ops[prm.op].stage == p.stage;
+  if (prm.shardDim >= 0 && p.splitWidth > 1 && mine) out[prm.shardDim] /= p.splitWidth;
+  return out;
+}
+
 int64_t Module::bytesOn(const Program& p, int t) const {
-  auto n = numElements(tensors[t].type.shape, bindingsOn(p));
+  std::optional<int64_t> n = 1;
+  for (int64_t d : localShape(p, t))
+    n = n ? checkedMul(*n, d) : std::nullopt;
   auto bytes = n ? checkedMul(*n, dtypeBytes(tensors[t].type.dtype)) : std::nullopt;
-  EPL_ASSERT(bytes.has_value(), "a tensor of a rank program has an unbound dim");
+  EPL_ASSERT(bytes.has_value(), "a tensor of a rank program has more than 2^63 - 1 bytes");
   return *bytes;
+}
+
+std::optional<Module::SplitCollective> Module::splitCollective(const Program& p, int i) const {
+  const Op& op = ops[i];
+  bool backward = op.phase == Phase::Backward;
+  OpKind kind = backward ? ops[op.forward].kind : op.kind;
+  if (p.splitWidth == 1 || (backward && op.outputs[0] < 0)) return std::nullopt;
+  // Forward: all-reduce the partial sums, or gather the pieces of the input. Backward: sum
+  // the identity's partial gradients, or gather the slices' gradient pieces.
+  if (!backward && kind == OpKind::AllReduce)
+    return SplitCollective{true, bytesOn(p, op.outputs[0])};
+  if (!backward && kind == OpKind::AllGather)
+    return SplitCollective{false, bytesOn(p, op.inputs[0])};
+  if (backward && kind == OpKind::Identity) return SplitCollective{true, bytesOn(p, op.inputs[0])};
+  if (backward && kind == OpKind::Slice) return SplitCollective{false, bytesOn(p, op.inputs[0])};
+  return std::nullopt;
 }
 
 int64_t Module::transferBytes(const Program& p, const Instr& in) const {
@@ -100,6 +148,35 @@ std::string Mesh::pipelineRefusal() const {
   for (size_t s = 0; s < stages.size(); ++s) {
     if (stages[s].splitWidth != 1)
       return fmt::format("a split of width {} in stage {}", stages[s].splitWidth, s);
+  }
+  return "";
+}
+
+std::string Module::runRefusal() const {
+  if (mesh.stages.size() > 1) {
+    std::string why = mesh.pipelineRefusal();
+    return why.empty() ? why : fmt::format("{} pipeline stages and {}", mesh.stages.size(), why);
+  }
+  const StagePlan& st = mesh.stages.at(0);
+  if (st.splitWidth == 1) return "";
+  if (mesh.dataParallel > 1 || st.copies() > 1)
+    return fmt::format("{} copies of a split of width {}", mesh.dataParallel * st.copies(),
+                       st.splitWidth);
+  for (const Op& op : ops) {
+    if (op.phase != Phase::Forward) continue;
+    auto at = [&](const std::string& what) {
+      return fmt::format("{} (`{}` at line {})", what, op.name, op.site.line);
+    };
+    if (op.splitForm == "heads") return at("attention heads split");
+    if (op.splitForm == "vocab") return at("a vocabulary split");
+    if (op.splitForm == "experts") return at("experts split");
+    if (op.kind == OpKind::Conv2d && !op.splitForm.empty()) return at("conv2d channels split");
+    if (op.kind == OpKind::Dropout && tensors[op.inputs[0]].layout.kind == LayoutKind::Sharded)
+      return at("dropout on a cut tensor");
+    if (splitScopeOf(op.scope) >= 0)
+      for (int t : op.inputs)
+        if (tensors[t].producer < 0 && t != lossGrad)
+          return at("a model input read inside a split region");
   }
   return "";
 }

@@ -182,8 +182,28 @@ struct Module {
   // The layout -> local-shape arithmetic: the symbol values on a rank (the batch symbol is
   // the rank's share of a micro-batch), and what tensor t and transfer `in` hold there.
   std::map<std::string, int64_t> bindingsOn(const Program& p) const;
+  // Tensor t's shape on p's rank: a tensor inside a split region (not data-parallel) holds
+  // its copy's micro-batch, and a sharded one 1 / splitWidth of its cut dim. Parameter q's
+  // shape there: cut along its shardDim.
+  std::vector<int64_t> localShape(const Program& p, int t) const;
+  std::vector<int64_t> localParamShape(const Program& p, int q) const;
   int64_t bytesOn(const Program& p, int t) const;
+  // What a Run of communication op `op` moves on p's rank over its split group, following
+  // each op's transpose in the backward: all-reduce <-> identity, all-gather <-> slice.
+  // nullopt when it moves nothing (a forward slice or identity, a backward all-reduce or
+  // all-gather).
+  struct SplitCollective {
+    bool allReduce = true; // else all-gather
+    int64_t bytes = 0;     // the Comm call's bytes: the buffer reduced, or each rank's piece
+  };
+  std::optional<SplitCollective> splitCollective(const Program& p, int op) const;
   int64_t transferBytes(const Program& p, const Instr& in) const;
+  // What keeps the runtime from running this plan, in words ("2 pipeline stages and a split
+  // of width 2 in stage 1", "attention heads split at line 7"), or empty when it runs. Split
+  // regions run in a plan of one stage whose ranks are one split group (-np = the width):
+  // linear (column, row), mlp (hidden) and the ops that follow layouts, with inputs read
+  // outside the regions.
+  std::string runRefusal() const;
   // How many ranks compute the loss (each program whose lossRank is its own rank).
   int lossRanks() const;
   // Where each micro-batch uses its slot of p's arena in p.step: the index of its first

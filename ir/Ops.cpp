@@ -125,6 +125,8 @@ std::vector<OpInfo> buildTable() {
   comm(K::AllToAll, "all_to_all", "exchange token slices between expert shards");
   comm(K::Slice, "slice", "keep this device's piece of a tensor (no transfer)");
   comm(K::SendRecv, "send_recv", "move an activation to the next stage");
+  comm(K::Identity, "identity",
+       "a whole tensor entering a split op; the backward sums the op's partial gradients");
   t.push_back(OpInfo{K::GradNorm,
                      "grad_norm",
                      {},

@@ -48,6 +48,7 @@ enum class OpKind {
   AllToAll,
   Slice,
   SendRecv,
+  Identity, // a whole tensor entering a split op: its backward all-reduces the gradient
   // Training, inserted by autodiff.
   GradNorm,      // the global L2 norm of every parameter gradient
   OptimizerStep, // one parameter's update from its gradient

@@ -80,6 +80,11 @@ struct Program {
   // A pipeline: this rank's replica, and its index among its stage group's devices.
   int replica = 0;
   int local = 0;
+  // A stage with `split` regions: their width, and this rank's index in its split group
+  // (local = copy x splitWidth + splitRank). Inside a region a rank holds its copy's whole
+  // micro-batch (localBatch x splitWidth samples) and 1 / splitWidth of every cut dim.
+  int splitWidth = 1;
+  int splitRank = 0;
   std::vector<Instr> step; // one optimizer step, every micro-batch in order
   std::vector<Instr> eval; // one forward pass without dropout, for a batch of B samples
   // The memory plan. offset[t] is tensor t's byte offset in the rank's activation arena,

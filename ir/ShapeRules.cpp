@@ -328,6 +328,7 @@ std::string inferTypes(OpKind kind, const std::vector<TensorType>& in, const Att
   case K::AllToAll:
   case K::Slice:
   case K::SendRecv:
+  case K::Identity:
     out.push_back(in[0]);
     return "";
   case K::GradNorm:

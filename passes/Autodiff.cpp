@@ -83,6 +83,7 @@ private:
     if (!needs_[t]) return {-1, false};
     if (grad_[t] >= 0) return {grad_[t], true};
     grad_[t] = m_->addTensor(m_->tensors[t].name + ".grad", m_->tensors[t].type, -1);
+    m_->tensors[grad_[t]].layout = m_->tensors[t].layout; // each device's piece, as the value's
     return {grad_[t], false};
   }
 
@@ -95,6 +96,7 @@ private:
     std::vector<int> saved;
     for (size_t k = 0; k < info.saved.size(); ++k) {
       int t = m_->addTensor(fmt::format("{}.saved{}", m_->tensors[y].name, k), info.saved[k], i);
+      m_->tensors[t].layout = savedLayout(fwd, k);
       m_->ops[i].outputs.push_back(t);
       saved.push_back(t);
     }
@@ -131,10 +133,28 @@ private:
     for (int p : fwd.params) { // parameter gradients have no producer: every op adds
       ir::Param& param = m_->params[p];
       param.grad = m_->addTensor(param.name + ".grad", param.type, -1);
+      m_->tensors[param.grad].layout = param.shardDim >= 0
+                                           ? ir::Layout{ir::LayoutKind::Sharded, param.shardDim}
+                                           : ir::Layout{ir::LayoutKind::Replicated, -1};
       bwd.outputs.push_back(param.grad);
       bwd.accumulate.push_back(true);
     }
     m_->ops.push_back(std::move(bwd));
+  }
+
+  // How a device holds what op `fwd` saves for its backward (ir::gradInfo's list): split
+  // attention keeps its heads' qkv and context (cut along the width) and log-sum-exps (cut
+  // along heads), a split mlp its hidden slice; otherwise rows as the op's output has them.
+  ir::Layout savedLayout(const ir::Op& fwd, size_t k) const {
+    auto cut = [](int dim) { return ir::Layout{ir::LayoutKind::Sharded, dim}; };
+    if (fwd.splitForm == "heads") return k == 2 ? cut(1) : cut(2);
+    if (fwd.splitForm == "hidden") {
+      int rank = static_cast<int>(m_->tensors[fwd.inputs[0]].type.shape.size());
+      return cut(rank - 1);
+    }
+    ir::Layout l = m_->tensors[fwd.outputs[0]].layout;
+    if (l.kind == ir::LayoutKind::Partial) l = ir::Layout{ir::LayoutKind::Replicated, -1};
+    return l;
   }
 
   void addOptimizer() {

@@ -10,7 +10,8 @@
 // Conversions: partial -> all-reduce; data-parallel -> whole: all-gather the batch over
 // the split group; cut -> whole: all-gather that dim; whole -> cut or data-parallel: a
 // local slice (no transfer). Experts add an all-to-all before and after. Model inputs
-// need none: the data loader reads what each device needs.
+// need none: the data loader reads what each device needs. A whole input of a split op
+// that cuts its output enters through an identity whose backward all-reduces (enterSplit).
 #include "passes/Passes.h"
 
 #include "support/Assert.h"
@@ -44,6 +45,7 @@ public:
       ir::Op op = std::move(old[i]);
       for (size_t k = 0; k < op.inputs.size(); ++k)
         op.inputs[k] = arrive(op.inputs[k], op, k);
+      if (!op.inputs.empty()) op.inputs[0] = enterSplit(op.inputs[0], op);
       bool experts = op.splitForm == "experts";
       if (experts) op.inputs[0] = allToAll(op.inputs[0], op, "dispatch");
       newId[i] = static_cast<int>(m.ops.size());
@@ -187,6 +189,26 @@ private:
     }
     Layout want = k < op.inputLayouts.size() ? op.inputLayouts[k] : Layout{};
     return convert(t, want, op.stage, op.scope, op.site);
+  }
+
+  // A split op that cuts its output (column, heads, hidden) on a whole input leaves each
+  // device a partial gradient of that input: the input enters through an identity whose
+  // backward sums them (Megatron-LM's pairing: this all-reduce in the backward, the one
+  // after the row-parallel half in the forward). Ops of one region share it.
+  int enterSplit(int t, const ir::Op& op) {
+    bool cuts = op.splitForm == "column" || op.splitForm == "heads" || op.splitForm == "hidden";
+    if (!cuts || m_->tensors[t].layout.kind != LayoutKind::Replicated ||
+        ir::isIntegral(m_->tensors[t].type.dtype))
+      return t;
+    auto key = std::make_tuple(t, -2, m_->splitScopeOf(op.scope), op.stage);
+    auto hit = cache_.find(key);
+    if (hit != cache_.end()) return hit->second;
+    int64_t bytes = micro() ? bytesWith(t, micro() / stage(op.stage).copies()) : -1;
+    int out = emit(ir::OpKind::Identity, t, op.stage, op.scope, op.site, {}, "entered",
+                   "identity; all-reduce backward", bytes, op.stage);
+    m_->tensors[out].layout = m_->tensors[t].layout;
+    cache_[key] = out;
+    return out;
   }
 
   // `op` is copied: emit() grows m.ops, which may move it.

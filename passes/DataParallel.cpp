@@ -1,6 +1,7 @@
 // data-parallel: the gradient reduction of a plan whose ranks each run the whole model on
-// their share of the batch (Mesh::pureDataParallel, -np > 1), and of a pipeline whose
-// stages have several ranks (stage groups, data-parallel copies of the pipeline).
+// their share of the batch (Mesh::pureDataParallel, -np > 1), of a pipeline whose stages
+// have several ranks (stage groups, data-parallel copies of the pipeline), and of the
+// parameters outside the split regions of a stage that has some.
 //
 //   1. Every rank's gradients are summed over the ranks that hold the same parameters: all
 //      np ranks, or a pipeline stage's ranks in every replica (the loss seed already
@@ -34,8 +35,13 @@ public:
     const ir::Mesh& mesh = m.mesh;
     bool copies =
         mesh.stages.size() > 1 && mesh.np > mesh.depth() && mesh.pipelineRefusal().empty();
-    if (!copies && !(mesh.pureDataParallel() && mesh.np > 1)) return false;
+    // A stage with split regions (one split group): the ranks share each micro-batch outside
+    // the regions, so the parameters there sum their gradients over the group; inside, each
+    // rank computed its piece (or the whole, alike on every rank) from the whole micro-batch.
+    bool split = mesh.stages.size() == 1 && mesh.stages[0].splitWidth > 1 && m.runRefusal().empty();
+    if (!copies && !split && !(mesh.pureDataParallel() && mesh.np > 1)) return false;
     m.reduceRanks = copies ? mesh.dataParallel : mesh.np;
+    auto summed = [&](int p) { return !split || m.splitScopeOf(m.ops[m.params[p].op].scope) < 0; };
     auto ranksOf = [&](int stage) {
       return copies ? mesh.dataParallel * mesh.stages[stage].group : mesh.np;
     };
@@ -59,10 +65,10 @@ public:
       b.bytes += 4 * ir::numElements(m.params[p].type.shape, {}).value_or(0);
       b.readyOp = std::max(b.readyOp, lastWriter[p]);
       bool full = m.policy.bucketBytes > 0 && b.bytes >= m.policy.bucketBytes;
-      if (full || p == 0 || paramStage(p - 1) != b.stage) {
+      if (full || p == 0 || paramStage(p - 1) != b.stage || summed(p - 1) != summed(p)) {
         if (!m.policy.overlapComm || b.readyOp < 0) b.readyOp = lastBackward[b.stage];
         b.ranks = ranksOf(b.stage);
-        if (b.ranks > 1) m.buckets.push_back(b);
+        if (b.ranks > 1 && summed(p)) m.buckets.push_back(b);
         b = ir::GradBucket{p, p, 0, -1, p > 0 ? paramStage(p - 1) : 0, 0};
       }
     }

@@ -286,8 +286,11 @@ private:
 
   static void countStates(const ir::Module& m, ir::Program& p) {
     int64_t params = 0, grads = 0;
-    for (const ir::Param& prm : m.params) {
-      int64_t n = ir::numElements(prm.type.shape, m.bindings).value_or(0);
+    for (size_t q = 0; q < m.params.size(); ++q) {
+      const ir::Param& prm = m.params[q];
+      int64_t n = 1;
+      for (int64_t d : m.localParamShape(p, static_cast<int>(q)))
+        n *= d;
       params += 4 * n;
       if (prm.grad >= 0) grads += 4 * n;
     }

@@ -326,6 +326,18 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
     stageGroup.push_back(streams.addGroup(mesh.stageRanks(s)));
   for (int r = 0; grouped && r < mesh.dataParallel; ++r)
     replicaGroup.push_back(streams.addGroup(mesh.replicaRanks(r)));
+  // A stage with split regions: each split group runs the regions' collectives and sums
+  // the squared gradient norm (Executor::splitCommunicators).
+  std::map<int, int> splitGroup; // first rank of a split group -> its group
+  auto splitGroupOf = [&](int rank, int width) {
+    int first = rank - rank % width;
+    auto it = splitGroup.find(first);
+    if (it != splitGroup.end()) return it->second;
+    std::vector<int> members;
+    for (int k = 0; k < width; ++k)
+      members.push_back(first + k);
+    return splitGroup[first] = streams.addGroup(members);
+  };
   int lossRanks = m.lossRanks();
   for (size_t r = 0; r < m.programs.size(); ++r) {
     const ir::Program& p = m.programs[r];
@@ -387,6 +399,18 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
         add(ir::CommEvent::wait(reduces.at(in.bucket)), i);
         break;
       case ir::InstrKind::Run:
+        if (auto c = m.splitCollective(p, in.op))
+          add(ir::CommEvent::collectiveOp(
+                  c->allReduce ? ir::CollectiveKind::AllReduce : ir::CollectiveKind::AllGather,
+                  splitGroupOf(rank, p.splitWidth), c->bytes, ir::DType::F32,
+                  fmt::format("{} {}", m.ops[in.op].phase == ir::Phase::Backward ? "bwd" : "fwd",
+                              m.ops[in.op].name)),
+              i);
+        if (p.splitWidth > 1 && m.ops[in.op].kind == ir::OpKind::GradNorm)
+          add(ir::CommEvent::collectiveOp(ir::CollectiveKind::AllReduce,
+                                          splitGroupOf(rank, p.splitWidth), 4, ir::DType::F32,
+                                          "all-reduce the squared gradient norm"),
+              i);
         if (p.stages > 1 && m.ops[in.op].kind == ir::OpKind::GradNorm)
           add(ir::CommEvent::collectiveOp(ir::CollectiveKind::AllReduce,
                                           grouped ? replicaGroup.at(p.replica) : world, 4,

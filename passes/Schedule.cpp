@@ -10,9 +10,11 @@
 //   then the grad-norm op (when clipping) and the optimizer ops.
 // Evaluation loads one batch and runs the forward ops alone.
 // Each rank of a data-parallel plan runs on 1/np of each micro-batch.
+// A stage with split regions runs the same way on each rank of its split group, the
+// regions' communication ops among the forward and backward ops (Module::splitCollective).
 // A pipeline gets one program per rank: its stage, its place in the stage's group and its
-// data-parallel copy (passes/PipelinePrograms.cpp). Streams for tensor parallelism are not
-// built yet: such a plan has no programs and `epl run` says so.
+// data-parallel copy (passes/PipelinePrograms.cpp). What else runs with split regions is not
+// built yet: such a plan has no programs and `epl run` says why (Module::runRefusal).
 //
 // Every plan with programs of several ranks then goes through the communication check
 // (ir/StreamCheck.h): the programs are built to fit, so a problem is a compiler bug.
@@ -35,15 +37,17 @@ public:
   bool run(ir::Module& m, PassContext&) override {
     m.programs.clear();
     if (!m.train.present || m.lossGrad < 0 || !m.planned) return false;
-    if (!m.mesh.pureDataParallel()) {
-      if (!m.mesh.pipelineRefusal().empty()) return false;
+    if (!m.runRefusal().empty()) return false;
+    if (m.mesh.stages.size() > 1) {
       m.programs = pipelinePrograms(m);
       checkCommunication(m);
       return true;
     }
     // A pinned `replicate(n)` stage divides each replica's micro-batch over its n devices:
-    // from here on shapes are per rank.
+    // from here on shapes are per rank. A stage with split regions is one split group: its
+    // ranks run the same program, data-parallel outside the regions, each its piece inside.
     int group = m.mesh.stages[0].group;
+    int width = m.mesh.stages[0].splitWidth;
     if (group > 1) m.bindings[m.batchSymbol] = m.mesh.microBatch / group;
     ir::Program p;
     p.step.push_back({ir::InstrKind::ZeroGrads, -1, 0, -1});
@@ -66,8 +70,12 @@ public:
     p.dataRanks = m.mesh.np;
     p.microBatches = static_cast<int>(m.policy.microBatches);
     p.commDtype = m.policy.commDtype;
+    p.splitWidth = width;
     for (int r = 0; r < m.mesh.np; ++r) {
-      p.rank = p.lossRank = p.dataRank = p.replica = r;
+      p.rank = p.lossRank = p.dataRank = r;
+      p.replica = width > 1 ? 0 : r;
+      p.local = width > 1 ? r : 0;
+      p.splitRank = r % width;
       m.programs.push_back(p);
     }
     checkCommunication(m);
@@ -87,8 +95,6 @@ private:
     out.push_back({ir::InstrKind::Load, -1, micro, -1});
     for (size_t i = 0; i < m.ops.size(); ++i) {
       const ir::Op& op = m.ops[i];
-      EPL_ASSERT(ir::opInfo(op.kind).split != ir::SplitRule::Communication,
-                 "a data-parallel plan has no communication ops");
       if (op.phase == ir::Phase::Forward)
         out.push_back({ir::InstrKind::Run, static_cast<int>(i), micro, -1});
     }

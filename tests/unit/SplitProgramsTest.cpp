@@ -1,0 +1,118 @@
+// The rank programs of a stage with split regions: what each rank holds (local shapes of
+// tensors and parameters), what every communication op moves forward and backward (the
+// transposes), and that the ranks' communication fits together.
+#include "driver/Epl.h"
+#include "ir/StreamCheck.h"
+#include "passes/PipelinePrograms.h"
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+namespace {
+
+// Data-parallel linear layers around a split mlp and a column-then-row linear pair.
+std::optional<epl::ir::Module> plan(int width, int np) {
+  std::string text = fmt::format(R"(
+model net(x: f32[B, 16], y: i32[B]) {{
+  replicate {{
+    h = linear(x, 16)
+    split({}) {{
+      h = h + mlp(layer_norm(h), 32)
+      h = linear(gelu(linear(h, 24)), 16)
+    }}
+    loss = cross_entropy(linear(h, 4), y)
+  }}
+  return loss
+}}
+policy {{ micro_batches = 2 }}
+train net {{
+  data = synthetic(samples = 64)
+  batch = 16
+  clip_grad_norm = 1.0
+}}
+)",
+                                 width);
+  epl::Session session;
+  epl::PlanOptions options;
+  options.np = np;
+  auto m = epl::planText("split.epl", text, session, options);
+  for (const auto& d : session.diags.all())
+    FAIL(d.message);
+  return m;
+}
+
+int opNamed(const epl::ir::Module& m, const std::string& name, epl::ir::Phase phase) {
+  for (size_t i = 0; i < m.ops.size(); ++i)
+    if (m.ops[i].name == name && m.ops[i].phase == phase) return static_cast<int>(i);
+  FAIL("no op " << name);
+  return -1;
+}
+
+int paramNamed(const epl::ir::Module& m, const std::string& name) {
+  for (size_t q = 0; q < m.params.size(); ++q)
+    if (m.params[q].name == name) return static_cast<int>(q);
+  FAIL("no parameter " << name);
+  return -1;
+}
+
+} // namespace
+
+TEST_CASE("a split stage's ranks hold their batch share outside regions, pieces inside") {
+  using epl::ir::Phase;
+  auto m = plan(2, 2);
+  REQUIRE(m);
+  REQUIRE(m->runRefusal().empty());
+  REQUIRE(m->programs.size() == 2);
+  const epl::ir::Program& p = m->programs[1];
+  CHECK(p.splitWidth == 2);
+  CHECK(p.splitRank == 1);
+  CHECK(p.localBatch == 4); // 16 samples, 2 micro-batches, 2 ranks
+  auto out = [&](const std::string& op) {
+    return m->localShape(p, m->ops[opNamed(*m, op, Phase::Forward)].outputs[0]);
+  };
+  CHECK(out("linear") == std::vector<int64_t>{4, 16});   // data-parallel
+  CHECK(out("mlp") == std::vector<int64_t>{8, 16});      // partial sums, the whole batch
+  CHECK(out("linear.1") == std::vector<int64_t>{8, 12}); // column: half of 24
+  CHECK(out("linear.2") == std::vector<int64_t>{8, 16}); // row: partial sums
+  CHECK(out("linear.3") == std::vector<int64_t>{4, 4});  // data-parallel again
+  CHECK(m->localParamShape(p, paramNamed(*m, "mlp.fc1_weight")) == std::vector<int64_t>{16, 16});
+  CHECK(m->localParamShape(p, paramNamed(*m, "mlp.fc2_weight")) == std::vector<int64_t>{16, 16});
+  CHECK(m->localParamShape(p, paramNamed(*m, "linear.2.weight")) == std::vector<int64_t>{16, 12});
+  CHECK(m->localParamShape(p, paramNamed(*m, "linear.2.bias")) == std::vector<int64_t>{16});
+}
+
+TEST_CASE("split communication: all-reduce <-> identity, all-gather <-> slice") {
+  using epl::ir::Phase;
+  auto m = plan(2, 2);
+  REQUIRE(m);
+  const epl::ir::Program& p = m->programs[0];
+  int moves = 0, allReduces = 0;
+  for (size_t i = 0; i < m->ops.size(); ++i) {
+    const epl::ir::Op& op = m->ops[i];
+    auto c = m->splitCollective(p, static_cast<int>(i));
+    bool backward = op.phase == Phase::Backward;
+    epl::ir::OpKind kind = backward ? m->ops[op.forward].kind : op.kind;
+    using K = epl::ir::OpKind;
+    bool expected = (!backward && (kind == K::AllReduce || kind == K::AllGather)) ||
+                    (backward && (kind == K::Identity || kind == K::Slice));
+    if (op.phase == Phase::Optimizer) expected = false;
+    CHECK(c.has_value() == expected);
+    if (!c) continue;
+    ++moves;
+    allReduces += c->allReduce;
+    if (kind == K::AllGather) CHECK(c->bytes == 4 * 4 * 16); // each rank's 4 samples
+  }
+  // Forward: the batch gathered, two all-reduces. Backward: two identities' all-reduces
+  // (before the mlp and the column linear) and the slice's gather.
+  CHECK(moves == 6);
+  CHECK(allReduces == 4);
+  for (bool eval : {false, true})
+    CHECK_FALSE(epl::ir::checkStreams(epl::passes::programStreams(*m, eval)).has_value());
+}
+
+TEST_CASE("what does not run yet has no programs, and says why") {
+  auto m = plan(2, 4); // two copies of the split group
+  REQUIRE(m);
+  CHECK(m->programs.empty());
+  CHECK(m->runRefusal() == "2 copies of a split of width 2");
+}

@@ -182,8 +182,8 @@ void Executor::vacateSlot(size_t index) {
 Executor::~Executor() {
   // Every transfer that may still be in flight, with the communicator it runs on.
   auto inFlight = [&](const std::function<void(backend::Request&, backend::Comm&)>& f) {
-    for (backend::Request& r : pending_)
-      f(r, reduceComm());
+    for (size_t b = 0; b < pending_.size(); ++b)
+      f(pending_[b], bucketComm(static_cast<int>(b)));
     for (auto* list : {&stepRecv_, &evalRecv_})
       for (Receive& r : *list)
         f(r.request, comm_);
@@ -624,8 +624,17 @@ void Executor::receive(const ir::Instr& in, size_t index, int64_t step, Receive&
 // A pipeline of more ranks than stages (stage groups, data-parallel copies): the ranks of
 // this rank's stage in every replica (ordered by data rank) sum its gradient buckets; the
 // ranks of its replica (by rank) sum the squared gradient norm. Every rank splits, in the
-// same order.
+// same order. A stage with split regions in several copies: the ranks of this rank's split
+// group run the regions' collectives and sum the squared gradient norm; the ranks with its
+// split rank in every copy sum the gradients of the pieces it holds.
 void Executor::splitCommunicators() {
+  if (program_.splitWidth > 1 && comm_.size() > program_.splitWidth) {
+    split_ = comm_.split(program_.rank / program_.splitWidth, program_.splitRank);
+    pieces_ = comm_.split(program_.splitRank, program_.rank);
+    EPL_ASSERT(split_->size() == program_.splitWidth &&
+                   pieces_->size() == comm_.size() / program_.splitWidth,
+               "the sub-communicators are the split groups and their copies");
+  }
   if (program_.stages == 1 || comm_.size() == program_.stages) return;
   stageReplicas_ = comm_.split(program_.stage, program_.dataRank);
   pipeline_ = comm_.split(program_.replica, program_.rank);
@@ -645,7 +654,7 @@ void Executor::startReduce(int b) {
   // fp16 carries each rank's share times the rank count, so small gradients stay normal.
   float scale = wire_ == backend::WireType::F16 ? static_cast<float>(program_.dataRanks) : 1.f;
   if (b == firstStarted_) reduceBegan_ = monotonicSeconds();
-  pending_[b] = reduceComm().iallReduce(data, count, wire_, scale);
+  pending_[b] = bucketComm(b).iallReduce(data, count, wire_, scale);
 }
 
 void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t seed, bool training) {
@@ -683,11 +692,12 @@ void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t see
   case ir::InstrKind::ReduceWait: {
     const ir::GradBucket& b = m_.buckets[in.bucket];
     auto began = std::chrono::steady_clock::now();
-    reduceComm().wait(pending_[in.bucket],
-                      fmt::format("instruction {} of step {}: reduce-wait bucket {} ({} gradients "
-                                  "from {}, {} bytes)",
-                                  index, step + 1, in.bucket, b.endParam - b.firstParam,
-                                  m_.params[b.firstParam].name, b.bytes));
+    bucketComm(in.bucket).wait(
+        pending_[in.bucket],
+        fmt::format("instruction {} of step {}: reduce-wait bucket {} ({} gradients "
+                    "from {}, {} bytes)",
+                    index, step + 1, in.bucket, b.endParam - b.firstParam,
+                    m_.params[b.firstParam].name, b.bytes));
     reduceWaitSeconds_ +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
     reduceEnded_ = monotonicSeconds();
@@ -788,8 +798,9 @@ void Executor::gradNorm(const ir::Op& op) {
   dev_.copyToHost(&sq, acc, 4);
   dev_.synchronize();
   // A stage group's ranks hold the same summed gradients: its first rank counts them. A
-  // split group's ranks each count their pieces of the sharded ones.
-  if (program_.local != 0) sq = 0;
+  // split group's ranks each count their pieces of the sharded ones, and its first rank the
+  // rest (every copy of the group then has the whole norm).
+  if ((program_.splitWidth > 1 ? program_.splitRank : program_.local) != 0) sq = 0;
   if (program_.splitWidth > 1) {
     bool firstSharded = true;
     for (int g : op.inputs)

@@ -154,6 +154,10 @@ private:
   backend::Comm& normComm() const { return pipeline_ ? *pipeline_ : comm_; }
   // The ranks of this rank's split group (a stage with split regions), in split-rank order.
   backend::Comm& splitComm() const { return split_ ? *split_ : comm_; }
+  // Where bucket b's gradients are summed.
+  backend::Comm& bucketComm(int b) const {
+    return m_.buckets[b].pieces && pieces_ ? *pieces_ : reduceComm();
+  }
   void optimizerStep(const ir::Op& op, int64_t step);
   int lossOp() const;
 
@@ -162,7 +166,7 @@ private:
   backend::Device& dev_;
   backend::Comm& comm_;
   // A pipeline of more ranks than stages: sub-communicators of comm_ (null otherwise).
-  std::unique_ptr<backend::Comm> stageReplicas_, pipeline_, split_;
+  std::unique_ptr<backend::Comm> stageReplicas_, pipeline_, split_, pieces_;
   OptimizerSettings opt_;
   int states_ = 0;
   unsigned char* arena_ = nullptr;

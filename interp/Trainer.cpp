@@ -296,10 +296,14 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
                                 : "",
         device, comm.name());
   } else if (prog.splitWidth > 1)
-    out << fmt::format("model `{}`: {} params on {} ranks, one split group: each holds 1/{} "
-                       "of the split layers ({} each, {} comm)\n",
-                       m.modelName, withCommas(params), ranks, prog.splitWidth, device,
-                       comm.name());
+    out << fmt::format("model `{}`: {} params on {} ranks, {}: each holds 1/{} of the split "
+                       "layers ({} each, {} comm)\n",
+                       m.modelName, withCommas(params), ranks,
+                       ranks == prog.splitWidth
+                           ? std::string("one split group")
+                           : fmt::format("{} data-parallel copies of a split group of {}",
+                                         ranks / prog.splitWidth, prog.splitWidth),
+                       prog.splitWidth, device, comm.name());
   else
     out << fmt::format("model `{}`: {} params on {} data-parallel ranks ({} each, {} comm)\n",
                        m.modelName, withCommas(params), ranks, device, comm.name());
@@ -330,7 +334,11 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
                            [&](const ir::GradBucket& b) { return b.ranks == m.buckets[0].ranks; });
   out << fmt::format("gradients: {} bucket{} summed over {}{} in {}{}\n", m.buckets.size(),
                      m.buckets.size() == 1 ? "" : "s",
-                     alike ? fmt::format("{} ranks", m.buckets[0].ranks) : "each stage's ranks",
+                     alike                 ? fmt::format("{} ranks", m.buckets[0].ranks)
+                     : prog.splitWidth > 1 ? fmt::format("{} ranks, or {} for the split layers' "
+                                                         "pieces",
+                                                         m.mesh.np, m.mesh.np / prog.splitWidth)
+                                           : "each stage's ranks",
                      stages > 1 ? " (a stage's ranks in every copy)" : "",
                      m.policy.commDtype == ir::DType::F32    ? "fp32"
                      : m.policy.commDtype == ir::DType::BF16 ? "bf16"

@@ -159,9 +159,6 @@ std::string Module::runRefusal() const {
   }
   const StagePlan& st = mesh.stages.at(0);
   if (st.splitWidth == 1) return "";
-  if (mesh.dataParallel > 1 || st.copies() > 1)
-    return fmt::format("{} copies of a split of width {}", mesh.dataParallel * st.copies(),
-                       st.splitWidth);
   for (const Op& op : ops) {
     if (op.phase != Phase::Forward) continue;
     auto at = [&](const std::string& what) {

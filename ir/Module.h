@@ -147,6 +147,9 @@ struct GradBucket {
   int readyOp = -1;
   int stage = 0; // a pipeline's stage whose ranks hold these gradients (and reduce them)
   int ranks = 0; // how many ranks sum them
+  // Gradients of parameters inside split regions: summed over the ranks that hold the same
+  // pieces (the same split rank in every copy), not over every rank of the stage.
+  bool pieces = false;
 };
 
 struct Module {
@@ -200,9 +203,9 @@ struct Module {
   int64_t transferBytes(const Program& p, const Instr& in) const;
   // What keeps the runtime from running this plan, in words ("2 pipeline stages and a split
   // of width 2 in stage 1", "attention heads split at line 7"), or empty when it runs. Split
-  // regions run in a plan of one stage whose ranks are one split group (-np = the width):
+  // regions run in a plan of one stage:
   // linear (column, row), mlp (hidden) and the ops that follow layouts, with inputs read
-  // outside the regions.
+  // outside the regions, and any number of copies of the group.
   std::string runRefusal() const;
   // How many ranks compute the loss (each program whose lossRank is its own rank).
   int lossRanks() const;

@@ -35,13 +35,23 @@ public:
     const ir::Mesh& mesh = m.mesh;
     bool copies =
         mesh.stages.size() > 1 && mesh.np > mesh.depth() && mesh.pipelineRefusal().empty();
-    // A stage with split regions (one split group): the ranks share each micro-batch outside
-    // the regions, so the parameters there sum their gradients over the group; inside, each
-    // rank computed its piece (or the whole, alike on every rank) from the whole micro-batch.
+    // A stage with split regions: the ranks share each micro-batch outside the regions, so
+    // the parameters there sum their gradients over every rank; inside, each rank computed
+    // its piece (or the whole, alike in its split group) from its copy's micro-batch, summed
+    // over the copies.
     bool split = mesh.stages.size() == 1 && mesh.stages[0].splitWidth > 1 && m.runRefusal().empty();
     if (!copies && !split && !(mesh.pureDataParallel() && mesh.np > 1)) return false;
     m.reduceRanks = copies ? mesh.dataParallel : mesh.np;
-    auto summed = [&](int p) { return !split || m.splitScopeOf(m.ops[m.params[p].op].scope) < 0; };
+    // Inside the regions, ranks holding the same pieces in other copies of the group (if
+    // any) sum theirs.
+    int width = mesh.stages[0].splitWidth;
+    auto inRegion = [&](int p) {
+      return split && m.splitScopeOf(m.ops[m.params[p].op].scope) >= 0;
+    };
+    auto localBytes = [&](int p) {
+      int64_t n = 4 * ir::numElements(m.params[p].type.shape, {}).value_or(0);
+      return inRegion(p) && m.params[p].shardDim >= 0 ? n / width : n;
+    };
     auto ranksOf = [&](int stage) {
       return copies ? mesh.dataParallel * mesh.stages[stage].group : mesh.np;
     };
@@ -62,13 +72,14 @@ public:
     ir::GradBucket b{end, end, 0, -1, end > 0 ? paramStage(end - 1) : 0, 0};
     for (int p = end - 1; p >= 0; --p) {
       b.firstParam = p;
-      b.bytes += 4 * ir::numElements(m.params[p].type.shape, {}).value_or(0);
+      b.bytes += localBytes(p);
       b.readyOp = std::max(b.readyOp, lastWriter[p]);
       bool full = m.policy.bucketBytes > 0 && b.bytes >= m.policy.bucketBytes;
-      if (full || p == 0 || paramStage(p - 1) != b.stage || summed(p - 1) != summed(p)) {
+      if (full || p == 0 || paramStage(p - 1) != b.stage || inRegion(p - 1) != inRegion(p)) {
         if (!m.policy.overlapComm || b.readyOp < 0) b.readyOp = lastBackward[b.stage];
-        b.ranks = ranksOf(b.stage);
-        if (b.ranks > 1 && summed(p)) m.buckets.push_back(b);
+        b.pieces = inRegion(p);
+        b.ranks = b.pieces ? mesh.np / width : ranksOf(b.stage);
+        if (b.ranks > 1) m.buckets.push_back(b);
         b = ir::GradBucket{p, p, 0, -1, p > 0 ? paramStage(p - 1) : 0, 0};
       }
     }

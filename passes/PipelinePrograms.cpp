@@ -338,6 +338,17 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
       members.push_back(first + k);
     return splitGroup[first] = streams.addGroup(members);
   };
+  // ... and the ranks of one split rank in every copy sum the gradients of its pieces.
+  std::map<int, int> piecesGroup; // split rank -> its group
+  auto piecesGroupOf = [&](int rank, int width) {
+    int k = rank % width;
+    auto it = piecesGroup.find(k);
+    if (it != piecesGroup.end()) return it->second;
+    std::vector<int> members;
+    for (int q = k; q < static_cast<int>(m.programs.size()); q += width)
+      members.push_back(q);
+    return piecesGroup[k] = streams.addGroup(members);
+  };
   int lossRanks = m.lossRanks();
   for (size_t r = 0; r < m.programs.size(); ++r) {
     const ir::Program& p = m.programs[r];
@@ -390,7 +401,10 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
       case ir::InstrKind::ReduceStart:
         reduces[in.bucket] =
             add(ir::CommEvent::icollective(ir::CollectiveKind::AllReduce,
-                                           grouped ? stageGroup.at(p.stage) : world,
+                                           m.buckets.at(in.bucket).pieces
+                                               ? piecesGroupOf(rank, p.splitWidth)
+                                           : grouped ? stageGroup.at(p.stage)
+                                                     : world,
                                            m.buckets.at(in.bucket).bytes, ir::DType::F32,
                                            fmt::format("reduce-start bucket {}", in.bucket)),
                 i);

@@ -73,8 +73,8 @@ public:
     p.splitWidth = width;
     for (int r = 0; r < m.mesh.np; ++r) {
       p.rank = p.lossRank = p.dataRank = r;
-      p.replica = width > 1 ? 0 : r;
-      p.local = width > 1 ? r : 0;
+      p.replica = width > 1 ? r / group : r;
+      p.local = width > 1 ? r % group : 0;
       p.splitRank = r % width;
       m.programs.push_back(p);
     }

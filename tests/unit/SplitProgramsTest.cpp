@@ -110,9 +110,39 @@ TEST_CASE("split communication: all-reduce <-> identity, all-gather <-> slice") 
     CHECK_FALSE(epl::ir::checkStreams(epl::passes::programStreams(*m, eval)).has_value());
 }
 
+TEST_CASE("copies of a split group sum their pieces' gradients over the same split rank") {
+  auto m = plan(2, 4);
+  REQUIRE(m);
+  REQUIRE(m->programs.size() == 4);
+  CHECK(m->programs[3].splitRank == 1);
+  CHECK(m->programs[3].replica == 1);
+  int pieces = 0;
+  for (const epl::ir::GradBucket& b : m->buckets) {
+    CHECK(b.ranks == (b.pieces ? 2 : 4));
+    pieces += b.pieces;
+  }
+  CHECK(pieces > 0);
+  for (bool eval : {false, true})
+    CHECK_FALSE(epl::ir::checkStreams(epl::passes::programStreams(*m, eval)).has_value());
+}
+
 TEST_CASE("what does not run yet has no programs, and says why") {
-  auto m = plan(2, 4); // two copies of the split group
+  std::string text = R"(
+model net(x: f32[B, 8, 16]) {
+  replicate {
+    h = linear(x, 16)
+    split(2) { h = h + attention(layer_norm(h), 2) }
+    loss = mse(h, x)
+  }
+  return loss
+}
+train net { data = synthetic(samples = 64) batch = 8 }
+)";
+  epl::Session session;
+  epl::PlanOptions options;
+  options.np = 2;
+  auto m = epl::planText("heads.epl", text, session, options);
   REQUIRE(m);
   CHECK(m->programs.empty());
-  CHECK(m->runRefusal() == "2 copies of a split of width 2");
+  CHECK(m->runRefusal() == "attention heads split (`attention` at line 5)");
 }

@@ -7,10 +7,11 @@
 
 namespace epl::backend {
 
-AttentionDims attentionDims(const KernelCall& c, const TensorView& x) {
+AttentionDims attentionDims(const KernelCall& c, const TensorView& x, const TensorView& wqkv) {
   EPL_ASSERT(x.shape.size() == 3, "attention input must be [B, T, D]");
-  AttentionDims s{x.shape[0], x.shape[1], x.shape[2],           attrInt(c, "heads"),
-                  0,          0.f,        attrBool(c, "causal")};
+  EPL_ASSERT(wqkv.shape.size() == 2 && wqkv.shape[0] % 3 == 0, "attention's Wqkv is [3D, M]");
+  AttentionDims s{x.shape[0], x.shape[1], wqkv.shape[0] / 3,    attrInt(c, "heads"), 0,
+                  x.shape[2], 0.f,        attrBool(c, "causal")};
   EPL_ASSERT(s.h > 0 && s.d % s.h == 0, "attention heads must divide the width");
   s.e = s.d / s.h;
   s.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.e)));

@@ -13,13 +13,14 @@
 
 namespace epl::backend {
 
-// attention: x [B, T, D] with H heads of width E = D / H.
+// attention over x [B, T, M]: H heads of width E, D = H E of them on this device (all of
+// them, M = D, unless the heads are split: then Wqkv is [3D, M] and Wp [M, D]).
 struct AttentionDims {
-  int64_t b, t, d, h, e;
+  int64_t b, t, d, h, e, m;
   float scale; // 1 / sqrt(E)
   bool causal;
 };
-AttentionDims attentionDims(const KernelCall& c, const TensorView& x);
+AttentionDims attentionDims(const KernelCall& c, const TensorView& x, const TensorView& wqkv);
 
 // max_pool, avg_pool over x [B, C, H, W]: `planes` = B C planes of H x W, windows of k x k
 // every `stride`, Ho x Wo of them.

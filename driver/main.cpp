@@ -260,9 +260,8 @@ int printRank(const epl::ir::Module& m, int rank) {
   if (rank >= static_cast<int>(m.programs.size())) {
     std::cerr << "error: no instruction stream for rank " << rank
               << (m.train.present
-                      ? ": streams are built for one device, data parallelism and pipelines of "
-                        "`replicate` stages so far; this plan has a `split`\n"
-                      : ": the script has no `train` block\n");
+                      ? ": streams are not built yet for a plan with " + m.runRefusal() + "\n"
+                      : std::string(": the script has no `train` block\n"));
     return 1;
   }
   epl::ir::printProgram(m, rank, std::cout);

@@ -35,13 +35,14 @@ int64_t alignUp(int64_t v) {
 struct Cut {
   int64_t rows = 1, piece = 1;
 };
-Cut cutOf(const std::vector<int64_t>& shape, int dim, int pieces) {
+Cut cutOf(const std::vector<int64_t>& shape, int dim, int pieces, int blocks = 1) {
   Cut c;
   for (int d = 0; d < dim; ++d)
     c.rows *= shape[d];
   for (size_t d = dim; d < shape.size(); ++d)
     c.piece *= shape[d];
-  c.piece /= pieces;
+  c.rows *= blocks; // each block of the dim is cut alike
+  c.piece /= pieces * blocks;
   return c;
 }
 
@@ -54,6 +55,23 @@ void copyPiece(float* whole, float* piece, Cut c, int pieces, int k, bool toPiec
       std::memcpy(p, w, 4 * c.piece);
     else
       std::memcpy(w, p, 4 * c.piece);
+  }
+}
+
+// Per-row figures of a slice of logits [rows, V]: its max, the sum of exp(x - max), and the
+// target's logit where the slice holds the target's column (first <= target < first + V),
+// else 0.
+void sliceFigures(const float* x, const int32_t* targets, int64_t rows, int64_t v, int64_t first,
+                  float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * v;
+    float top = *std::max_element(row, row + v), sum = 0;
+    for (int64_t j = 0; j < v; ++j)
+      sum += std::exp(row[j] - top);
+    int64_t k = targets[r] - first;
+    out[3 * r] = top;
+    out[3 * r + 1] = sum;
+    out[3 * r + 2] = k >= 0 && k < v ? row[k] : 0.f;
   }
 }
 
@@ -88,7 +106,9 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
       n *= d;
     paramElems_.push_back(n);
     wholeElems_.push_back(*ir::numElements(m_.params[p].type.shape, {}));
-    total += alignUp(4 * n);
+    // Every rank lays parameters out alike, whole-sized (a piece fills its start), so that
+    // the broadcasts of the whole memory line up.
+    total += alignUp(4 * wholeElems_.back());
   }
   gradBytes_ = std::max<int64_t>(total, kAlign);
   allocateBuffers();
@@ -291,6 +311,19 @@ void Executor::bindCalls() {
       int64_t rows = localBatch_ * (whole ? program_.splitWidth : 1);
       perSample_[i] = shapeOnly(t).numel() / std::max<int64_t>(rows, 1);
     }
+  // A split op's attributes on this rank: the heads, hidden width, output width … it cuts
+  // are its share.
+  localAttrs_.resize(m_.ops.size());
+  for (size_t i = 0; i < m_.ops.size(); ++i) {
+    const ir::Op& op = m_.ops[i];
+    localAttrs_[i] = op.attrs;
+    const ir::Op& fwd = op.phase == ir::Phase::Backward ? m_.ops[op.forward] : op;
+    std::string cut = ir::cutAttr(fwd.kind);
+    bool cuts = fwd.splitForm == "heads" || fwd.splitForm == "hidden" || fwd.splitForm == "column";
+    auto it = localAttrs_[i].find(cut);
+    if (cuts && program_.splitWidth > 1 && it != localAttrs_[i].end())
+      it->second = std::get<int64_t>(it->second) / program_.splitWidth;
+  }
   std::vector<bool> runs(m_.ops.size(), false);
   for (const ir::Instr& in : program_.step)
     if (in.kind == ir::InstrKind::Run) runs[in.op] = true;
@@ -338,7 +371,7 @@ void Executor::bindCall(int i, int slot) {
   const ir::Op& op = m_.ops[i];
   backend::KernelCall& c = calls_[slot][i].call;
   c.kind = op.kind;
-  c.attrs = &op.attrs;
+  c.attrs = &localAttrs_[i];
   if (op.phase == ir::Phase::Forward) {
     if (op.kind == ir::OpKind::Next) return;
     for (int t : op.inputs)
@@ -349,7 +382,9 @@ void Executor::bindCall(int i, int slot) {
       c.out.push_back(view(t));
     // A row-parallel linear or split mlp leaves partial sums, which the all-reduce after it
     // adds up: the output bias is added by the split group's first rank alone.
-    size_t bias = op.splitForm == "row" ? 1 : op.splitForm == "hidden" ? 3 : 0;
+    size_t bias = op.splitForm == "row"                                 ? 1
+                  : op.splitForm == "hidden" || op.splitForm == "heads" ? 3
+                                                                        : 0;
     if (bias > 0 && program_.splitRank != 0 && bias < op.params.size()) {
       backend::TensorView& b = c.in[op.inputs.size() + bias];
       if (zeroBias_.size() < static_cast<size_t>(b.numel()))
@@ -388,8 +423,8 @@ void Executor::toPiece(int q, const float* whole, float* piece) const {
   int w = program_.splitWidth, dim = m_.params[q].shardDim;
   std::vector<int64_t> wholeShape = shape;
   wholeShape[dim] *= w;
-  copyPiece(const_cast<float*>(whole), piece, cutOf(wholeShape, dim, w), w, program_.splitRank,
-            true);
+  copyPiece(const_cast<float*>(whole), piece, cutOf(wholeShape, dim, w, m_.params[q].shardBlocks),
+            w, program_.splitRank, true);
 }
 
 void Executor::fromPieces(int q, const float* pieces, float* whole) const {
@@ -397,7 +432,7 @@ void Executor::fromPieces(int q, const float* pieces, float* whole) const {
   int w = program_.splitWidth, dim = m_.params[q].shardDim;
   std::vector<int64_t> wholeShape = shape;
   wholeShape[dim] *= w;
-  Cut c = cutOf(wholeShape, dim, w);
+  Cut c = cutOf(wholeShape, dim, w, m_.params[q].shardBlocks);
   for (int k = 0; k < w; ++k)
     copyPiece(whole, const_cast<float*>(pieces) + k * paramElems_[q], c, w, k, false);
 }
@@ -416,7 +451,7 @@ void Executor::writeParam(int p, const float* host) {
   dev_.copyToDevice(params_ + paramOffset_[p], host, 4 * paramElems_[p]);
 }
 void Executor::readParam(int p, float* host) const {
-  if (sharded(p)) {
+  if (sharded(p) || wholeParam_.count(p)) {
     EPL_ASSERT(wholeParam_.count(p), "gatherShards() runs before a sharded parameter is read");
     const std::vector<float>& v = wholeParam_.at(p);
     std::copy(v.begin(), v.end(), host);
@@ -439,7 +474,7 @@ void Executor::writeState(int p, int k, const float* host) {
 }
 void Executor::readState(int p, int k, float* host) const {
   EPL_ASSERT(k < states_, "no such optimizer state");
-  if (sharded(p)) {
+  if (sharded(p) || wholeState_.count({p, k})) {
     EPL_ASSERT(wholeState_.count({p, k}), "gatherShards() runs before a sharded state is read");
     const std::vector<float>& v = wholeState_.at({p, k});
     std::copy(v.begin(), v.end(), host);
@@ -456,25 +491,34 @@ void Executor::broadcastState(int root) {
   comm_.broadcast(params_, gradBytes_, root, "broadcasting the parameters");
   for (int k = 0; k < states_; ++k)
     comm_.broadcast(stateMem_[k], gradBytes_, root, "broadcasting the optimizer states");
-  // Sharded ones: the root's whole arrays (an optimizer state only when the root has it:
-  // a checkpoint was loaded), each rank keeping its piece.
-  bool anyState = !wholeState_.empty();
-  comm_.broadcast(&anyState, sizeof anyState, root, "broadcasting the optimizer states");
+  // Parameters cut on some ranks: the root's whole arrays (kept aside where the root holds
+  // a piece, else its memory), each rank keeping its piece, or the whole.
   for (size_t p = 0; p < m_.params.size(); ++p) {
     int q = static_cast<int>(p);
-    if (!sharded(q)) continue;
-    auto share = [&](std::vector<float>& whole, unsigned char* mem) {
-      whole.resize(static_cast<size_t>(wholeElems_[q]));
+    if (!cutSomewhere(q)) continue;
+    auto share = [&](std::vector<float>* kept, unsigned char* mem) {
+      std::vector<float> whole(static_cast<size_t>(wholeElems_[q]));
+      if (comm_.rank() == root) {
+        if (kept && !kept->empty())
+          whole = *kept;
+        else
+          dev_.copyToHost(whole.data(), mem + paramOffset_[q], 4 * wholeElems_[q]);
+        dev_.synchronize();
+      }
       comm_.broadcast(whole.data(), 4 * wholeElems_[q], root,
                       fmt::format("broadcasting @{}", m_.params[q].name));
       std::vector<float> piece(static_cast<size_t>(paramElems_[q]));
-      toPiece(q, whole.data(), piece.data());
-      dev_.copyToDevice(mem + paramOffset_[q], piece.data(), 4 * paramElems_[q]);
+      if (sharded(q)) toPiece(q, whole.data(), piece.data());
+      dev_.copyToDevice(mem + paramOffset_[q], sharded(q) ? piece.data() : whole.data(),
+                        4 * paramElems_[q]);
       dev_.synchronize();
     };
-    share(wholeParam_[q], params_);
-    for (int k = 0; anyState && k < states_; ++k)
-      share(wholeState_[{q, k}], stateMem_[k]);
+    auto kept = wholeParam_.find(q);
+    share(kept == wholeParam_.end() ? nullptr : &kept->second, params_);
+    for (int k = 0; k < states_; ++k) {
+      auto ks = wholeState_.find({q, k});
+      share(ks == wholeState_.end() ? nullptr : &ks->second, stateMem_[k]);
+    }
   }
   wholeParam_.clear();
   wholeState_.clear();
@@ -512,11 +556,14 @@ void Executor::gatherStages() {
         owner[q] = p.rank;
   dev_.synchronize();
   size_t n = m_.params.size();
+  // Runs of whole parameters of one owner; one cut over a split group goes whole below (its
+  // ranks' pieces must stay theirs).
   for (size_t first = 0; first < n;) {
     size_t end = first + 1;
-    while (end < n && owner[end] == owner[first])
+    bool cut = cutSomewhere(static_cast<int>(first));
+    while (!cut && end < n && owner[end] == owner[first] && !cutSomewhere(static_cast<int>(end)))
       ++end;
-    if (owner[first] >= 0) {
+    if (owner[first] >= 0 && !cut) {
       int64_t begin = paramOffset_[first];
       int64_t bytes = (end < n ? paramOffset_[end] : gradBytes_) - begin;
       std::string what =
@@ -526,6 +573,20 @@ void Executor::gatherStages() {
         comm_.broadcast(stateMem_[k] + begin, bytes, owner[first], what);
     }
     first = end;
+  }
+  // Parameters cut over a stage's split group: its owner gathered them (gatherShards);
+  // every rank keeps them whole aside, for readParam.
+  for (size_t p = 0; p < n; ++p) {
+    int q = static_cast<int>(p);
+    if (!cutSomewhere(q) || owner[q] < 0) continue;
+    auto share = [&](std::vector<float>& whole) {
+      whole.resize(static_cast<size_t>(wholeElems_[q]));
+      comm_.broadcast(whole.data(), 4 * wholeElems_[q], owner[q],
+                      fmt::format("gathering @{} from rank {}", m_.params[q].name, owner[q]));
+    };
+    share(wholeParam_[q]);
+    for (int k = 0; k < states_; ++k)
+      share(wholeState_[{q, k}]);
   }
 }
 
@@ -628,11 +689,13 @@ void Executor::receive(const ir::Instr& in, size_t index, int64_t step, Receive&
 // group run the regions' collectives and sum the squared gradient norm; the ranks with its
 // split rank in every copy sum the gradients of the pieces it holds.
 void Executor::splitCommunicators() {
-  if (program_.splitWidth > 1 && comm_.size() > program_.splitWidth) {
-    split_ = comm_.split(program_.rank / program_.splitWidth, program_.splitRank);
-    pieces_ = comm_.split(program_.splitRank, program_.rank);
-    EPL_ASSERT(split_->size() == program_.splitWidth &&
-                   pieces_->size() == comm_.size() / program_.splitWidth,
+  int widest = 1;
+  for (const ir::StagePlan& st : m_.mesh.stages)
+    widest = std::max(widest, st.splitWidth);
+  if (widest > 1 && comm_.size() > 1) {
+    split_ = comm_.split(program_.rank - program_.splitRank, program_.splitRank);
+    pieces_ = comm_.split(program_.stage * widest + program_.splitRank, program_.rank);
+    EPL_ASSERT(split_->size() == program_.splitWidth,
                "the sub-communicators are the split groups and their copies");
   }
   if (program_.stages == 1 || comm_.size() == program_.stages) return;
@@ -712,11 +775,68 @@ void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t see
   int fwd = op.phase == ir::Phase::Backward ? op.forward : in.op;
   if (ir::opInfo(m_.ops[fwd].kind).split == ir::SplitRule::Communication)
     return splitTransfer(in, index, step);
+  if (vocabLoss(fwd)) return vocabCrossEntropy(in, index, step);
   backend::KernelCall& c = callOf(in);
   c.training = training;
   c.seed = mixSeeds({seed, static_cast<uint64_t>(step), seedKey_[fwd]});
   c.elementOffset = perSample_[fwd] * firstSample(in.micro, m_.ops[fwd].outputs[0]);
   dev_.launch(c);
+}
+
+// A vocabulary-parallel cross-entropy: each rank holds a slice of the logits' columns.
+// Forward: each rank's per-row max, sum of exponentials and target logit (sliceFigures)
+// are all-gathered; every rank combines them into the row's log-sum-exp (saved for the
+// backward) and the mean loss. Backward: softmax minus one-hot on its own columns, with
+// the saved log-sum-exp; no communication. The logits are never gathered.
+void Executor::vocabCrossEntropy(const ir::Instr& in, size_t index, int64_t step) {
+  const ir::Op& op = m_.ops[in.op];
+  int slot = slotOf(in.micro);
+  int w = program_.splitWidth;
+  bool backward = op.phase == ir::Phase::Backward;
+  int logitsT = backward ? op.inputs[1] : op.inputs[0];
+  int targetsT = backward ? op.inputs[2] : op.inputs[1];
+  backend::TensorView logits = view(logitsT, slot), targets = view(targetsT, slot);
+  int64_t v = logits.shape.back(), rows = logits.numel() / v, first = program_.splitRank * v;
+  const float* x = static_cast<const float*>(logits.data);
+  const int32_t* t = static_cast<const int32_t*>(targets.data);
+  dev_.synchronize();
+  if (backward) {
+    if (op.outputs[0] < 0) return;
+    float* dx = static_cast<float*>(view(op.outputs[0], slot).data);
+    bool add = op.accumulate[0];
+    const float* lse = static_cast<const float*>(view(op.inputs[4], slot).data);
+    float g = *static_cast<const float*>(view(op.inputs[0], slot).data) / static_cast<float>(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < v; ++j) {
+        float d = g * std::exp(x[r * v + j] - lse[r]);
+        dx[r * v + j] = add ? dx[r * v + j] + d : d;
+      }
+      int64_t k = t[r] - first;
+      if (k >= 0 && k < v) dx[r * v + k] -= g;
+    }
+    return;
+  }
+  std::vector<float> mine(static_cast<size_t>(3 * rows)), all(static_cast<size_t>(3 * rows * w));
+  sliceFigures(x, t, rows, v, first, mine.data());
+  splitComm().allGather(mine.data(), all.data(), 12 * rows,
+                        fmt::format("instruction {} of step {}: {}", index, step + 1, op.name));
+  float* lse = static_cast<float*>(view(op.outputs[1], slot).data);
+  double total = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    float top = all[3 * r];
+    for (int k = 1; k < w; ++k)
+      top = std::max(top, all[(k * rows + r) * 3]);
+    float sum = 0, target = 0;
+    for (int k = 0; k < w; ++k) {
+      const float* f = &all[(k * rows + r) * 3];
+      sum += f[1] * std::exp(f[0] - top);
+      target += f[2];
+    }
+    lse[r] = top + std::log(sum);
+    total += static_cast<double>(lse[r] - target);
+  }
+  *static_cast<float*>(view(op.outputs[0], slot).data) =
+      static_cast<float>(total / static_cast<double>(rows));
 }
 
 // A split region's communication op, forward or backward (its transpose): all-reduce
@@ -783,38 +903,39 @@ void Executor::splitTransfer(const ir::Instr& in, size_t index, int64_t step) {
 // pipeline stage sums the squares of its own gradients; the ranks' sums add up to the
 // global norm.
 void Executor::gradNorm(const ir::Op& op) {
+  // The squares of this rank's gradients: whole ones, and its pieces of sharded ones.
   std::vector<bool> mine(m_.tensors.size(), false);
   for (int p : program_.params)
-    mine[m_.params[p].grad] = program_.splitWidth == 1 || !sharded(p);
+    mine[m_.params[p].grad] = true;
   float* acc = static_cast<float*>(view(m_.gradNorm).data);
-  bool first = true;
-  for (int g : op.inputs)
-    if (mine[g]) {
-      dev_.sumSquares(view(g), acc, !first);
-      first = false;
-    }
-  if (first) dev_.fillZero(acc, 4);
-  float sq = 0;
-  dev_.copyToHost(&sq, acc, 4);
-  dev_.synchronize();
-  // A stage group's ranks hold the same summed gradients: its first rank counts them. A
-  // split group's ranks each count their pieces of the sharded ones, and its first rank the
-  // rest (every copy of the group then has the whole norm).
-  if ((program_.splitWidth > 1 ? program_.splitRank : program_.local) != 0) sq = 0;
-  if (program_.splitWidth > 1) {
-    bool firstSharded = true;
+  auto sumSquares = [&](bool pieces) {
+    bool first = true;
     for (int g : op.inputs)
-      if (gradParam_[g] >= 0 && sharded(gradParam_[g])) {
-        dev_.sumSquares(view(g), acc, !firstSharded);
-        firstSharded = false;
+      if (mine[g] && sharded(gradParam_[g]) == pieces) {
+        dev_.sumSquares(view(g), acc, !first);
+        first = false;
       }
-    float part = 0;
-    if (!firstSharded) dev_.copyToHost(&part, acc, 4);
+    float sq = 0;
+    if (!first) dev_.copyToHost(&sq, acc, 4);
     dev_.synchronize();
-    sq += part;
+    return sq;
+  };
+  float whole = sumSquares(false), cut = sumSquares(true);
+  // Each gradient is counted once: the ranks of a stage group hold the same summed
+  // gradients (its first rank counts the whole ones, its first split group the pieces),
+  // and a pipeline's stages add theirs up. A stage of split regions alone: every copy of
+  // the split group sums its own, the whole ones from its first rank.
+  float sq = 0;
+  if (program_.stages > 1) {
+    sq = (program_.local == 0 ? whole : 0.f) + (program_.local < program_.splitWidth ? cut : 0.f);
+    normComm().allReduce(&sq, 1, "the squared gradient norm");
+  } else if (program_.splitWidth > 1) {
+    sq = (program_.splitRank == 0 ? whole : 0.f) + cut;
     splitComm().allReduce(&sq, 1, "the squared gradient norm");
+  } else {
+    sq = program_.local == 0 ? whole : 0.f;
   }
-  if (program_.stages > 1) normComm().allReduce(&sq, 1, "the squared gradient norm");
+  dev_.copyToDevice(acc, &sq, 4);
   gradNorm_ = std::sqrt(static_cast<double>(sq));
   double coef = opt_.clipGradNorm / (gradNorm_ + 1e-6);
   clipScale_ = coef < 1 ? static_cast<float>(coef) : 1.f;
@@ -947,7 +1068,7 @@ int Executor::lossOp() const {
 int64_t Executor::classes() const {
   const ir::Op& op = m_.ops[lossOp()];
   if (op.kind != ir::OpKind::CrossEntropy) return 0;
-  return shapeOnly(op.inputs[0]).shape.back();
+  return shapeOnly(op.inputs[0]).shape.back() * (vocabLoss(lossOp()) ? program_.splitWidth : 1);
 }
 
 double Executor::runEval(std::vector<float>* logits, std::vector<int32_t>* targets) {
@@ -963,6 +1084,10 @@ double Executor::runEval(std::vector<float>* logits, std::vector<int32_t>* targe
   }
   dev_.copyToHost(&loss, view(m_.outputs[0]).data, 4);
   const ir::Op& op = m_.ops[lossOp()];
+  if (vocabLoss(lossOp())) {
+    gatherVocabLogits(op, logits, targets);
+    return loss;
+  }
   if (op.kind == ir::OpKind::CrossEntropy && logits && targets) {
     backend::TensorView l = view(op.inputs[0]), t = view(op.inputs[1]);
     logits->resize(l.numel());
@@ -972,6 +1097,30 @@ double Executor::runEval(std::vector<float>* logits, std::vector<int32_t>* targe
   }
   dev_.synchronize();
   return loss;
+}
+
+// A vocabulary-parallel loss's evaluation: the split group gathers the logits' columns
+// (every time: the ranks must agree), and each rank keeps the rows of its own samples, as
+// a rank outside split regions has them.
+void Executor::gatherVocabLogits(const ir::Op& op, std::vector<float>* logits,
+                                 std::vector<int32_t>* targets) {
+  backend::TensorView l = view(op.inputs[0]), t = view(op.inputs[1]);
+  int w = program_.splitWidth;
+  dev_.synchronize();
+  std::vector<float> pieces(static_cast<size_t>(l.numel() * w));
+  splitComm().allGather(l.data, pieces.data(), l.bytes(), "gathering the evaluation's logits");
+  if (!logits || !targets) return;
+  std::vector<int64_t> whole = l.shape;
+  whole.back() *= w;
+  std::vector<float> all(static_cast<size_t>(l.numel() * w));
+  Cut c = cutOf(whole, static_cast<int>(whole.size()) - 1, w);
+  for (int k = 0; k < w; ++k)
+    copyPiece(all.data(), pieces.data() + k * l.numel(), c, w, k, false);
+  int64_t rows = t.numel(), mine = rows / w, first = program_.splitRank * mine;
+  int64_t v = whole.back();
+  logits->assign(all.begin() + first * v, all.begin() + (first + mine) * v);
+  const int32_t* tp = static_cast<const int32_t*>(t.data);
+  targets->assign(tp + first, tp + first + mine);
 }
 
 std::vector<float> Executor::forwardLogits() {

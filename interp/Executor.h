@@ -138,11 +138,24 @@ private:
   void receive(const ir::Instr& in, size_t index, int64_t step, Receive& r);
   void gradNorm(const ir::Op& op);
   void splitTransfer(const ir::Instr& in, size_t index, int64_t step);
+  void vocabCrossEntropy(const ir::Instr& in, size_t index, int64_t step);
+  void gatherVocabLogits(const ir::Op& op, std::vector<float>* logits,
+                         std::vector<int32_t>* targets);
+  // Forward op `op` is a cross-entropy over a vocabulary split on this rank.
+  bool vocabLoss(int op) const {
+    return program_.splitWidth > 1 && m_.ops[op].kind == ir::OpKind::CrossEntropy &&
+           m_.ops[op].splitForm == "vocab";
+  }
   // Where micro-batch `micro`'s piece of tensor t starts in the step's global batch: the
   // rank's slice (data-parallel), or its copy's inside a split region.
   int64_t firstSample(int micro, int t) const;
   // Parameter q is cut over the split group (else every rank holds it whole).
   bool sharded(int q) const { return paramElems_[q] != wholeElems_[q]; }
+  // Parameter q is cut over the split group of its stage (on the ranks that run it).
+  bool cutSomewhere(int q) const {
+    const ir::Param& p = m_.params[q];
+    return p.shardDim >= 0 && p.op >= 0 && m_.mesh.stages[m_.ops[p.op].stage].splitWidth > 1;
+  }
   // A whole parameter (or optimizer state) <-> this rank's piece of it.
   void toPiece(int q, const float* whole, float* piece) const;
   void fromPieces(int q, const float* pieces, float* whole) const;
@@ -183,7 +196,8 @@ private:
   std::map<int, std::vector<float>> wholeParam_;
   std::map<std::pair<int, int>, std::vector<float>> wholeState_;
   std::vector<float> zeroBias_, scratch_;
-  std::vector<int> gradParam_; // tensor id -> param index for parameter gradients, else -1
+  std::vector<ir::Attrs> localAttrs_; // by op id: its attributes on this rank
+  std::vector<int> gradParam_;        // tensor id -> param index for parameter gradients, else -1
   std::vector<std::vector<Bound>> calls_; // by slot, then op id
   // A split backward (zb): the calls of its B (input gradients only) and W (parameter
   // gradients only), by slot, then op id; bound for the ops this rank runs in that part.

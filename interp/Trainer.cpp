@@ -459,16 +459,14 @@ bool checkRunnable(const ir::Module& m, Diagnostics& diags) {
         .length(static_cast<uint32_t>(m.modelName.size()));
     return false;
   }
-  size_t stages = m.mesh.stages.size();
   diags
-      .error(m.loc, fmt::format("`epl run` runs one device, data parallelism, pipelines of "
-                                "`replicate` stages (of any group sizes, and data-parallel "
-                                "copies of them), and one stage of split linear and mlp layers "
-                                "on as many ranks as the split width so far; this plan has {}",
+      .error(m.loc, fmt::format("`epl run` runs one device, data parallelism, pipelines (of "
+                                "any group sizes, and data-parallel copies of them), and "
+                                "split linear, mlp, attention and cross_entropy layers so "
+                                "far; this plan has {}",
                                 m.runRefusal()))
       .length(static_cast<uint32_t>(m.modelName.size()))
-      .help(stages == 1 ? "use -np 1, or drop `split` to train the model data-parallel"
-                        : "use -np 1, or `replicate { … }` stages without `split`");
+      .help("use -np 1, or leave that layer out of `split`");
   return false;
 }
 
@@ -683,8 +681,8 @@ void TrainingRun::checkMetrics() {
 
 // Written once, by rank 0 (the replicas are identical), and agreed on by every rank.
 bool TrainingRun::writeCheckpoint(int64_t stepsDone, std::string& where) {
-  ex_->gatherStages(); // a pipeline's rank 0 gets the other stages' weights and states
-  ex_->gatherShards(); // and a split group's the other pieces of the sharded ones
+  ex_->gatherShards(); // each split group gathers the pieces of its sharded parameters
+  ex_->gatherStages(); // and a pipeline's rank 0 gets the other stages' weights and states
   if (rank_ == 0) {
     try {
       where = saveCheckpoint(*ex_, ckptDir_, {stepsDone, static_cast<uint64_t>(m_.train.seed)},

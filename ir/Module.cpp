@@ -4,6 +4,7 @@
 #include "support/Assert.h"
 #include "support/Checked.h"
 
+#include <algorithm>
 #include <fmt/format.h>
 
 namespace epl::ir {
@@ -80,6 +81,8 @@ std::optional<Module::SplitCollective> Module::splitCollective(const Program& p,
   if (p.splitWidth == 1 || (backward && op.outputs[0] < 0)) return std::nullopt;
   // Forward: all-reduce the partial sums, or gather the pieces of the input. Backward: sum
   // the identity's partial gradients, or gather the slices' gradient pieces.
+  if (!backward && kind == OpKind::CrossEntropy && op.splitForm == "vocab") // 3 floats a row
+    return SplitCollective{false, 3 * bytesOn(p, op.inputs[1])};
   if (!backward && kind == OpKind::AllReduce)
     return SplitCollective{true, bytesOn(p, op.outputs[0])};
   if (!backward && kind == OpKind::AllGather)
@@ -146,8 +149,9 @@ std::vector<int> Mesh::replicaRanks(int replica) const {
 
 std::string Mesh::pipelineRefusal() const {
   for (size_t s = 0; s < stages.size(); ++s) {
-    if (stages[s].splitWidth != 1)
-      return fmt::format("a split of width {} in stage {}", stages[s].splitWidth, s);
+    if (stages[s].splitWidth != 1 && chunks > 1)
+      return fmt::format("model chunks and a split of width {} in stage {}", stages[s].splitWidth,
+                         s);
   }
   return "";
 }
@@ -155,25 +159,28 @@ std::string Mesh::pipelineRefusal() const {
 std::string Module::runRefusal() const {
   if (mesh.stages.size() > 1) {
     std::string why = mesh.pipelineRefusal();
-    return why.empty() ? why : fmt::format("{} pipeline stages and {}", mesh.stages.size(), why);
+    if (!why.empty()) return fmt::format("{} pipeline stages and {}", mesh.stages.size(), why);
   }
-  const StagePlan& st = mesh.stages.at(0);
-  if (st.splitWidth == 1) return "";
+  bool split = std::any_of(mesh.stages.begin(), mesh.stages.end(),
+                           [](const StagePlan& st) { return st.splitWidth > 1; });
+  if (!split) return "";
   for (const Op& op : ops) {
     if (op.phase != Phase::Forward) continue;
     auto at = [&](const std::string& what) {
       return fmt::format("{} (`{}` at line {})", what, op.name, op.site.line);
     };
-    if (op.splitForm == "heads") return at("attention heads split");
-    if (op.splitForm == "vocab") return at("a vocabulary split");
+    if (op.splitForm == "vocab" && op.kind == OpKind::Embedding)
+      return at("a vocabulary-split embedding");
     if (op.splitForm == "experts") return at("experts split");
     if (op.kind == OpKind::Conv2d && !op.splitForm.empty()) return at("conv2d channels split");
     if (op.kind == OpKind::Dropout && tensors[op.inputs[0]].layout.kind == LayoutKind::Sharded)
       return at("dropout on a cut tensor");
-    if (splitScopeOf(op.scope) >= 0)
+    if (op.kind == OpKind::SendRecv &&
+        tensors[op.outputs[0]].layout.kind != LayoutKind::DataParallel)
+      return at("a tensor crossing stages whole (out of a split region, or into a split stage)");
+    if (splitScopeOf(op.scope) >= 0 && op.kind != OpKind::Next) // the loader writes `next`
       for (int t : op.inputs)
-        if (tensors[t].producer < 0 && t != lossGrad)
-          return at("a model input read inside a split region");
+        if (tensors[t].producer < 0) return at("a model input read inside a split region");
   }
   return "";
 }

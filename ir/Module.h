@@ -46,7 +46,10 @@ struct Param {
   TensorType type;  // always concrete
   int op = -1;
   int shardDim = -1; // dim cut over the split width, -1 when every device holds it whole
-  int grad = -1;     // its gradient tensor, once autodiff ran
+  // The cut dim is this many blocks side by side, each cut alike: attention's qkv weight
+  // [3D, M] is q, k and v, and a device holds its heads' rows of each.
+  int shardBlocks = 1;
+  int grad = -1; // its gradient tensor, once autodiff ran
 };
 
 enum class ScopeKind { Model, Stage, Split };
@@ -114,9 +117,9 @@ struct Mesh {
   // batch, and only gradients travel. The runtime runs these plans (and -np 1).
   bool pureDataParallel() const { return stages.size() == 1 && stages[0].splitWidth == 1; }
   // What keeps the runtime from running this plan's pipeline (several stages), in words
-  // ("a split of width 2 in stage 1"), or empty when it runs: stages without split, of any
-  // group sizes (mesh-assignment has checked that each divides the micro-batch), and any
-  // number of data-parallel copies.
+  // ("model chunks and a split of width 2 in stage 1"), or empty when it runs: stages of
+  // any group sizes (mesh-assignment has checked that each divides the micro-batch), with
+  // split regions unless interleaved, and any number of data-parallel copies.
   std::string pipelineRefusal() const;
   // Global rank of (replica, stage, local index).
   int rank(int replica, int stage, int local) const {
@@ -201,11 +204,10 @@ struct Module {
   };
   std::optional<SplitCollective> splitCollective(const Program& p, int op) const;
   int64_t transferBytes(const Program& p, const Instr& in) const;
-  // What keeps the runtime from running this plan, in words ("2 pipeline stages and a split
-  // of width 2 in stage 1", "attention heads split at line 7"), or empty when it runs. Split
-  // regions run in a plan of one stage:
-  // linear (column, row), mlp (hidden) and the ops that follow layouts, with inputs read
-  // outside the regions, and any number of copies of the group.
+  // What keeps the runtime from running this plan, in words ("experts split (`moe` at line
+  // 7)"), or empty when it runs. Split regions run in any stage, in any number of copies:
+  // linear (column, row), mlp (hidden), attention (heads), a vocabulary-parallel
+  // cross_entropy and the ops that follow layouts, with inputs read outside the regions.
   std::string runRefusal() const;
   // How many ranks compute the loss (each program whose lossRank is its own rank).
   int lossRanks() const;

@@ -223,17 +223,18 @@ private:
     return out;
   }
 
-  // A vocabulary-parallel loss reduces three per-token figures (max, sum of exp, target
-  // logit) over the split group; listed so the plan shows every byte moved.
+  // A vocabulary-parallel loss gathers three per-token figures (max, sum of exp, target
+  // logit) of every device of the split group; listed so the plan shows every byte moved.
   void recordVocabLoss(int opId) {
     const ir::Op& op = m_->ops[opId];
     int targets = op.inputs[1];
     int opStage = op.stage;
     int64_t bytes = micro() ? bytesWith(targets, micro() / stage(opStage).copies()) : -1;
     if (bytes > 0)
-      bytes = bounded(checkedMul(bytes / ir::dtypeBytes(m_->tensors[targets].type.dtype), 12));
+      bytes = bounded(checkedMul(bytes / ir::dtypeBytes(m_->tensors[targets].type.dtype),
+                                 12 * stage(opStage).splitWidth));
     m_->bridges.push_back(
-        ir::Bridge{opId, "all-reduce x3 (vocab-parallel loss)", opStage, opStage, bytes});
+        ir::Bridge{opId, "all-gather (vocab-parallel loss)", opStage, opStage, bytes});
   }
 
   ir::Module* m_ = nullptr;

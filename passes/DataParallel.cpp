@@ -35,22 +35,20 @@ public:
     const ir::Mesh& mesh = m.mesh;
     bool copies =
         mesh.stages.size() > 1 && mesh.np > mesh.depth() && mesh.pipelineRefusal().empty();
-    // A stage with split regions: the ranks share each micro-batch outside the regions, so
-    // the parameters there sum their gradients over every rank; inside, each rank computed
+    // A stage with split regions: its ranks share each micro-batch outside the regions, so
+    // the parameters there sum their gradients over all of them; inside, each rank computed
     // its piece (or the whole, alike in its split group) from its copy's micro-batch, summed
-    // over the copies.
+    // over the ranks of its split rank in every copy and replica.
     bool split = mesh.stages.size() == 1 && mesh.stages[0].splitWidth > 1 && m.runRefusal().empty();
     if (!copies && !split && !(mesh.pureDataParallel() && mesh.np > 1)) return false;
     m.reduceRanks = copies ? mesh.dataParallel : mesh.np;
-    // Inside the regions, ranks holding the same pieces in other copies of the group (if
-    // any) sum theirs.
-    int width = mesh.stages[0].splitWidth;
+    auto widthOf = [&](int p) { return mesh.stages[m.ops[m.params[p].op].stage].splitWidth; };
     auto inRegion = [&](int p) {
-      return split && m.splitScopeOf(m.ops[m.params[p].op].scope) >= 0;
+      return widthOf(p) > 1 && m.splitScopeOf(m.ops[m.params[p].op].scope) >= 0;
     };
     auto localBytes = [&](int p) {
       int64_t n = 4 * ir::numElements(m.params[p].type.shape, {}).value_or(0);
-      return inRegion(p) && m.params[p].shardDim >= 0 ? n / width : n;
+      return inRegion(p) && m.params[p].shardDim >= 0 ? n / widthOf(p) : n;
     };
     auto ranksOf = [&](int stage) {
       return copies ? mesh.dataParallel * mesh.stages[stage].group : mesh.np;
@@ -78,7 +76,7 @@ public:
       if (full || p == 0 || paramStage(p - 1) != b.stage || inRegion(p - 1) != inRegion(p)) {
         if (!m.policy.overlapComm || b.readyOp < 0) b.readyOp = lastBackward[b.stage];
         b.pieces = inRegion(p);
-        b.ranks = b.pieces ? mesh.np / width : ranksOf(b.stage);
+        b.ranks = b.pieces ? ranksOf(b.stage) / widthOf(p) : ranksOf(b.stage);
         if (b.ranks > 1) m.buckets.push_back(b);
         b = ir::GradBucket{p, p, 0, -1, p > 0 ? paramStage(p - 1) : 0, 0};
       }

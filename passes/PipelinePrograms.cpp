@@ -273,6 +273,8 @@ std::vector<ir::Program> pipelinePrograms(const ir::Module& m) {
         p.dataRanks = mesh.dataParallel * group;
         p.dataRank = r * group + local;
         p.localBatch = mesh.microBatch / group;
+        p.splitWidth = mesh.stages[s].splitWidth;
+        p.splitRank = local % p.splitWidth;
         p.microBatches = micros;
         p.commDtype = m.policy.commDtype;
         // The loss's stage computes it on each of its ranks; the others name the first.
@@ -326,11 +328,12 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
     stageGroup.push_back(streams.addGroup(mesh.stageRanks(s)));
   for (int r = 0; grouped && r < mesh.dataParallel; ++r)
     replicaGroup.push_back(streams.addGroup(mesh.replicaRanks(r)));
-  // A stage with split regions: each split group runs the regions' collectives and sums
-  // the squared gradient norm (Executor::splitCommunicators).
+  // A stage with split regions: each split group (consecutive ranks) runs the regions'
+  // collectives; the ranks of one split rank of a stage in every copy and replica sum the
+  // gradients of its pieces (Executor::splitCommunicators).
   std::map<int, int> splitGroup; // first rank of a split group -> its group
   auto splitGroupOf = [&](int rank, int width) {
-    int first = rank - rank % width;
+    int first = rank - m.programs[rank].splitRank;
     auto it = splitGroup.find(first);
     if (it != splitGroup.end()) return it->second;
     std::vector<int> members;
@@ -338,16 +341,16 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
       members.push_back(first + k);
     return splitGroup[first] = streams.addGroup(members);
   };
-  // ... and the ranks of one split rank in every copy sum the gradients of its pieces.
-  std::map<int, int> piecesGroup; // split rank -> its group
-  auto piecesGroupOf = [&](int rank, int width) {
-    int k = rank % width;
-    auto it = piecesGroup.find(k);
+  std::map<std::pair<int, int>, int> piecesGroup; // (stage, split rank) -> its group
+  auto piecesGroupOf = [&](int rank) {
+    const ir::Program& me = m.programs[rank];
+    auto key = std::make_pair(me.stage, me.splitRank);
+    auto it = piecesGroup.find(key);
     if (it != piecesGroup.end()) return it->second;
     std::vector<int> members;
-    for (int q = k; q < static_cast<int>(m.programs.size()); q += width)
-      members.push_back(q);
-    return piecesGroup[k] = streams.addGroup(members);
+    for (const ir::Program& q : m.programs)
+      if (q.stage == me.stage && q.splitRank == me.splitRank) members.push_back(q.rank);
+    return piecesGroup[key] = streams.addGroup(members);
   };
   int lossRanks = m.lossRanks();
   for (size_t r = 0; r < m.programs.size(); ++r) {
@@ -401,10 +404,9 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
       case ir::InstrKind::ReduceStart:
         reduces[in.bucket] =
             add(ir::CommEvent::icollective(ir::CollectiveKind::AllReduce,
-                                           m.buckets.at(in.bucket).pieces
-                                               ? piecesGroupOf(rank, p.splitWidth)
-                                           : grouped ? stageGroup.at(p.stage)
-                                                     : world,
+                                           m.buckets.at(in.bucket).pieces ? piecesGroupOf(rank)
+                                           : grouped                      ? stageGroup.at(p.stage)
+                                                                          : world,
                                            m.buckets.at(in.bucket).bytes, ir::DType::F32,
                                            fmt::format("reduce-start bucket {}", in.bucket)),
                 i);
@@ -420,7 +422,7 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
                   fmt::format("{} {}", m.ops[in.op].phase == ir::Phase::Backward ? "bwd" : "fwd",
                               m.ops[in.op].name)),
               i);
-        if (p.splitWidth > 1 && m.ops[in.op].kind == ir::OpKind::GradNorm)
+        if (p.stages == 1 && p.splitWidth > 1 && m.ops[in.op].kind == ir::OpKind::GradNorm)
           add(ir::CommEvent::collectiveOp(ir::CollectiveKind::AllReduce,
                                           splitGroupOf(rank, p.splitWidth), 4, ir::DType::F32,
                                           "all-reduce the squared gradient norm"),
@@ -437,6 +439,14 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
     }
     for (int slot = 0; slot < p.slots; ++slot)
       finishSends(slot, list.size());
+    // A vocabulary-parallel loss's evaluation gathers the logits (Executor::runEval).
+    int loss = m.tensors[m.outputs[0]].producer;
+    if (eval && p.splitWidth > 1 && p.lossRank == rank && m.ops[loss].splitForm == "vocab")
+      add(ir::CommEvent::collectiveOp(ir::CollectiveKind::AllGather,
+                                      splitGroupOf(rank, p.splitWidth),
+                                      m.bytesOn(p, m.ops[loss].inputs[0]), ir::DType::F32,
+                                      "all-gather the evaluation's logits"),
+          list.size());
     // 3. The step's loss reaches every rank: from the one rank that computes it, or
     // gathered from every rank when several do (Executor::runStep).
     if (eval || m.programs.size() == 1) continue;

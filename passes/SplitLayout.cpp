@@ -87,6 +87,12 @@ private:
     auto rank = [&](int t) { return static_cast<int>(m.tensors[t].type.shape.size()); };
     int x = op.inputs.empty() ? -1 : op.inputs[0];
     std::fill(op.inputLayouts.begin(), op.inputLayouts.end(), kWhole);
+    if (op.kind == ir::OpKind::Next) {
+      // Targets of each sample: the loader writes them with the tokens' layout (a split op
+      // that wants them whole gets them gathered).
+      op.inputLayouts[0] = out = current(m, x);
+      return true;
+    }
     switch (ir::opInfo(op.kind).split) {
     case ir::SplitRule::Linear: {
       int d = rank(x) - 1;
@@ -98,6 +104,7 @@ private:
       if (!divides(op, m, region, cut(op), w, "heads", ctx)) return false;
       op.splitForm = "heads";
       shard(m, op, 0, 0), shard(m, op, 1, 0), shard(m, op, 2, 1);
+      m.params[op.params[0]].shardBlocks = m.params[op.params[1]].shardBlocks = 3;
       out = kPartial;
       return true;
     case ir::SplitRule::Hidden:

@@ -127,7 +127,8 @@ void forwardGroup(const Ctx& ctx, const Dims& s, const float* qkv, int64_t bi, i
 // ctx [B, T, D], lse [B, H, T]].
 void attentionForward(const KernelCall& c, const Ctx& ctx) {
   const TensorView& x = c.in[0];
-  Dims s = attentionDims(c, x);
+  Dims s = attentionDims(c, x, c.in[1]);
+  EPL_ASSERT(s.m == s.d, "split attention heads run on the cpu device so far");
   int64_t n = s.b * s.t, g = groupHeads(s, 1);
   float *y = c.out[0].f32(), *qkv = c.out[1].f32(), *ctxOut = c.out[2].f32();
   float* lse = c.out[3].f32();
@@ -190,7 +191,8 @@ void backwardGroup(const Ctx& ctx, const Dims& s, const float* qkv, const float*
 // in = [dy, x, Wqkv, bqkv, Wp, bp, y, qkv, ctx, lse], out = [dx, dWqkv, dbqkv, dWp, dbp].
 void attentionBackward(const KernelCall& c, const Ctx& ctx) {
   const TensorView &dyv = c.in[0], &x = c.in[1];
-  Dims s = attentionDims(c, x);
+  Dims s = attentionDims(c, x, c.in[2]);
+  EPL_ASSERT(s.m == s.d, "split attention heads run on the cpu device so far");
   int64_t n = s.b * s.t, g = groupHeads(s, 2);
   const float *dy = dyv.f32(), *wqkv = c.in[2].f32(), *wp = c.in[4].f32();
   const float *qkv = c.in[7].f32(), *ctxSaved = c.in[8].f32(), *lse = c.in[9].f32();

@@ -37,11 +37,11 @@ rc=0
 "$epl" run "$script" -np 2 --steps 3 --mca btl no_such_transport > badmca.out 2>&1 || rc=$?
 [ "$rc" -ne 0 ] || { cat badmca.out; fail "--mca was not passed to mpirun"; }
 
-# A pipeline with a split: refused with a reason, before mpirun starts.
+# Experts split (not run yet): refused with a reason, before mpirun starts.
 rc=0
-"$epl" run "$examples/gpt_char.epl" -np 4 > pipe.out 2>&1 || rc=$?
-[ "$rc" = 1 ] || { cat pipe.out; fail "gpt_char -np 4 exited $rc"; }
-grep -q "this plan has 2 pipeline stages and a split of width 2 in stage 1" pipe.out || { cat pipe.out; fail "reason"; }
+"$epl" run "$examples/moe.epl" -np 4 > pipe.out 2>&1 || rc=$?
+[ "$rc" = 1 ] || { cat pipe.out; fail "moe -np 4 exited $rc"; }
+grep -q "this plan has experts split (\`moe\` at line 12)" pipe.out || { cat pipe.out; fail "reason"; }
 if grep -qi "mpirun" pipe.out; then fail "mpirun was started"; fi
 
 # A checkpoint written by 2 ranks (once, by rank 0) resumes on 4 and on 1, and the losses

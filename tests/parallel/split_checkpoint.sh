@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Checkpoints of a split stage are whole tensors: each rank's pieces of the sharded
-# parameters and optimizer states are gathered before rank 0 writes them, and cut again
-# on load. A run saved at split 2 (-np 2) resumes on 1 device and at split 2, and one saved
-# on 1 device resumes at split 2, with the losses of a run that never stopped
-# (bit-identical when resumed at the -np that stopped).
-# usage: split_checkpoint.sh EPL WORKDIR SCRIPT
+# Checkpoints of split stages are whole tensors: each rank's pieces of the sharded
+# parameters and optimizer states are gathered before rank 0 writes them (from another
+# pipeline stage too), and cut again on load, and training goes on after a save with every
+# piece in place. A run saved at -np N resumes on 1 device and at -np N, and one saved on
+# 1 device resumes at -np N, with the losses of a run that never stopped (bit-identical
+# when resumed at the -np that stopped).
+# usage: split_checkpoint.sh EPL WORKDIR SCRIPT N
 set -euo pipefail
-epl=$1 work=$2 script=$(realpath "$3")
+epl=$1 work=$2 script=$(realpath "$3") np=$4
 rm -rf "$work" && mkdir -p "$work" && cd "$work"
 fail() { echo "FAIL: $*"; exit 1; }
 sed 's|^  seed = 3|  seed = 3\n  checkpoint = { dir = "ck", every = 5 }|' "$script" > ck.epl
@@ -17,16 +18,16 @@ run() { # NAME ARGS...: a run of ck.epl into ck, its metrics in NAME.jsonl
     { cat "$name.out"; fail "$name: epl run $*"; }
 }
 run whole1 -np 1 && rm -rf ck
-run whole2 -np 2 && rm -rf ck
-run half2 -np 2 --stop-after 10
+run whole2 -np "$np" && rm -rf ck
+run half2 -np "$np" --stop-after 10
 ls ck | grep -qx step-00000010 || fail "no checkpoint at step 10"
 cp -r ck ck2
 run rest1 -np 1 --resume
 rm -rf ck && mv ck2 ck
-run rest2 -np 2 --resume
+run rest2 -np "$np" --resume
 rm -rf ck
 run half1 -np 1 --stop-after 10
-run rest1to2 -np 2 --resume
+run rest1to2 -np "$np" --resume
 /usr/bin/python3 - <<'PY'
 import json, sys
 def losses(p):
@@ -41,6 +42,6 @@ print(f"resumed steps {min(rest2)}..{max(rest2)}; worst relative difference {wor
 if min(rest2) != 11 or worst > 1e-5:
     sys.exit(1)
 if any(rest2[s] != whole2[s] for s in rest2):
-    sys.exit("FAIL: -np 2 resumed on -np 2 is not bit-identical to -np 2 that never stopped")
+    sys.exit("FAIL: -np N resumed on -np N is not bit-identical to -np N that never stopped")
 PY
 echo PASS

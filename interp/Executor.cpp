@@ -998,7 +998,8 @@ void Executor::runTraced(const ir::Instr& in, size_t index, int64_t step, uint64
   run(in, index, step, seed, true);
   dev_.synchronize();
   bool comm = in.kind == ir::InstrKind::Send || in.kind == ir::InstrKind::Recv ||
-              in.kind == ir::InstrKind::ReduceStart || in.kind == ir::InstrKind::ReduceWait;
+              in.kind == ir::InstrKind::ReduceStart || in.kind == ir::InstrKind::ReduceWait ||
+              (in.kind == ir::InstrKind::Run && m_.splitCollective(program_, in.op));
   trace_->add({traceName(in), step, in.micro, comm ? Track::Communication : Track::Compute, began,
                trace_->nowUs()});
 }

@@ -156,6 +156,27 @@ std::string Mesh::pipelineRefusal() const {
   return "";
 }
 
+Module::SplitTraffic Module::splitTraffic(const Program& p) const {
+  SplitTraffic t;
+  int w = p.splitWidth;
+  for (const Instr& in : p.step) {
+    if (in.kind != InstrKind::Run || in.micro != 0) continue;
+    auto c = splitCollective(p, in.op);
+    if (!c) continue;
+    int k = ops[in.op].phase == Phase::Backward ? 1 : 0;
+    if (c->allReduce) {
+      ++t.allReduces[k];
+      t.allReduceBytes[k] += c->bytes;
+      t.ringSendBytes += 2 * c->bytes * (w - 1) / w;
+    } else {
+      ++t.allGathers[k];
+      t.allGatherBytes[k] += c->bytes * w;
+      t.ringSendBytes += c->bytes * (w - 1);
+    }
+  }
+  return t;
+}
+
 std::string Module::runRefusal() const {
   if (mesh.stages.size() > 1) {
     std::string why = mesh.pipelineRefusal();

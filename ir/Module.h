@@ -203,6 +203,16 @@ struct Module {
     int64_t bytes = 0;     // the Comm call's bytes: the buffer reduced, or each rank's piece
   };
   std::optional<SplitCollective> splitCollective(const Program& p, int op) const;
+  // The split regions' communication of one micro-batch of p's step: the collectives of
+  // the forward and of the backward, their bytes (an all-reduce's buffer, an all-gather's
+  // whole result), and what a ring sends from each rank: 2 (w - 1) / w of an all-reduce,
+  // (w - 1) / w of an all-gather.
+  struct SplitTraffic {
+    int allReduces[2] = {0, 0}, allGathers[2] = {0, 0}; // [forward, backward]
+    int64_t allReduceBytes[2] = {0, 0}, allGatherBytes[2] = {0, 0};
+    int64_t ringSendBytes = 0;
+  };
+  SplitTraffic splitTraffic(const Program& p) const;
   int64_t transferBytes(const Program& p, const Instr& in) const;
   // What keeps the runtime from running this plan, in words ("experts split (`moe` at line
   // 7)"), or empty when it runs. Split regions run in any stage, in any number of copies:

@@ -305,6 +305,29 @@ void printBridges(const Module& m, std::ostream& out) {
     }
 }
 
+// Each split stage's collectives per micro-batch and per step, from its first rank's
+// program (every rank of a split group runs the same ones).
+void printSplitTraffic(const Module& m, std::ostream& out) {
+  std::vector<int> shown(m.mesh.stages.size(), 0);
+  for (const Program& p : m.programs) {
+    if (p.splitWidth == 1 || shown[p.stage]++) continue;
+    Module::SplitTraffic t = m.splitTraffic(p);
+    auto side = [&](int k) {
+      return fmt::format("{} all-reduce{} ({}), {} all-gather{} ({})", t.allReduces[k],
+                         t.allReduces[k] == 1 ? "" : "s",
+                         formatBytes(static_cast<double>(t.allReduceBytes[k])), t.allGathers[k],
+                         t.allGathers[k] == 1 ? "" : "s",
+                         formatBytes(static_cast<double>(t.allGatherBytes[k])));
+    };
+    out << fmt::format("\nsplit communication of stage {} (groups of {} ranks), per micro-batch:\n",
+                       p.stage, p.splitWidth);
+    out << fmt::format("  forward: {}\n  backward: {}\n", side(0), side(1));
+    out << fmt::format("  a ring sends {} from each rank a micro-batch, {} a step\n",
+                       formatBytes(static_cast<double>(t.ringSendBytes)),
+                       formatBytes(static_cast<double>(t.ringSendBytes * p.microBatches)));
+  }
+}
+
 // The policy's `comm_dtype` word.
 const char* wireName(DType d) {
   return d == DType::F32 ? "fp32" : d == DType::BF16 ? "bf16" : "fp16";
@@ -346,6 +369,7 @@ void printPlan(const Module& m, std::ostream& out) {
     out << "\n";
   }
   printBridges(m, out);
+  printSplitTraffic(m, out);
   printScheduleSection(m, out);
   if (!m.buckets.empty()) {
     int64_t bytes = 0;

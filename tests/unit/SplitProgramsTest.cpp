@@ -147,3 +147,40 @@ train net { data = synthetic(samples = 64) batch = 8 }
   CHECK(m->programs.empty());
   CHECK(m->runRefusal() == "dropout on a cut tensor (`dropout` at line 5)");
 }
+
+TEST_CASE("a transformer layer split t ways moves 4 all-reduces of b s h a micro-batch") {
+  for (int t : {2, 4}) {
+    std::string text = R"(
+model net(x: f32[B, 8, 16]) {
+  replicate {
+    h = linear(x, 16)
+    split()" + std::to_string(t) +
+                       R"() {
+      h = h + attention(layer_norm(h), 4)
+      h = h + mlp(layer_norm(h), 64)
+    }
+    loss = mse(h, x)
+  }
+  return loss
+}
+train net { data = synthetic(samples = 64) batch = 8 }
+)";
+    epl::Session session;
+    epl::PlanOptions options;
+    options.np = t;
+    auto m = epl::planText("layer.epl", text, session, options);
+    REQUIRE(m);
+    REQUIRE(m->programs.size() == static_cast<size_t>(t));
+    epl::ir::Module::SplitTraffic traffic = m->splitTraffic(m->programs[0]);
+    const int64_t b = 8, s = 8, h = 16, bsh = 4 * b * s * h; // f32 bytes of one activation
+    CHECK(traffic.allReduces[0] == 2); // after attention's and the mlp's partial sums
+    CHECK(traffic.allReduces[1] == 2); // into them: the identities' backward
+    CHECK(traffic.allReduceBytes[0] == 2 * bsh);
+    CHECK(traffic.allReduceBytes[1] == 2 * bsh);
+    // The region's entry gathers the batch; its exit's backward gathers the gradient.
+    CHECK(traffic.allGathers[0] == 1);
+    CHECK(traffic.allGathers[1] == 1);
+    int64_t gathers = (traffic.allGatherBytes[0] + traffic.allGatherBytes[1]) * (t - 1) / t;
+    CHECK(traffic.ringSendBytes == 8 * bsh * (t - 1) / t + gathers);
+  }
+}

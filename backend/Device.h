@@ -49,6 +49,17 @@ struct KernelCall {
   // micro-batch of every rank), so a mask depends on the sample, not on how -np and
   // micro_batches cut the batch.
   int64_t elementOffset = 0;
+  // dropout on a tensor cut over a split group: the call holds piece `cutIndex` of
+  // `cutPieces` of every row of cutPiece elements (a row: the dims before the cut one), so
+  // its element i is element (i / cutPiece) cutPieces cutPiece + cutIndex cutPiece +
+  // i % cutPiece of the whole tensor. cutPiece 0: the call holds the whole tensor.
+  int64_t cutPiece = 0;
+  int cutPieces = 1, cutIndex = 0;
+  // The whole tensor's index of the call's element i.
+  int64_t wholeIndex(int64_t i) const {
+    if (cutPiece == 0) return i;
+    return (i / cutPiece * cutPieces + cutIndex) * cutPiece + i % cutPiece;
+  }
 };
 
 enum class OptimizerKind { Sgd, Adam, AdamW };

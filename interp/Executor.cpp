@@ -307,9 +307,13 @@ void Executor::bindCalls() {
   for (size_t i = 0; i < m_.ops.size(); ++i)
     if (m_.ops[i].kind == ir::OpKind::Dropout && m_.ops[i].phase == ir::Phase::Forward) {
       int t = m_.ops[i].outputs[0];
-      bool whole = m_.tensors[t].layout.kind != ir::LayoutKind::DataParallel;
+      const ir::Layout& l = m_.tensors[t].layout;
+      bool whole = l.kind != ir::LayoutKind::DataParallel;
       int64_t rows = localBatch_ * (whole ? program_.splitWidth : 1);
-      perSample_[i] = shapeOnly(t).numel() / std::max<int64_t>(rows, 1);
+      // A cut tensor's mask is the whole tensor's: its elements per sample count whole.
+      bool cut = l.kind == ir::LayoutKind::Sharded && program_.splitWidth > 1;
+      perSample_[i] =
+          shapeOnly(t).numel() * (cut ? program_.splitWidth : 1) / std::max<int64_t>(rows, 1);
     }
   // A split op's attributes on this rank: the heads, hidden width, output width … it cuts
   // are its share.
@@ -779,7 +783,16 @@ void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t see
   backend::KernelCall& c = callOf(in);
   c.training = training;
   c.seed = mixSeeds({seed, static_cast<uint64_t>(step), seedKey_[fwd]});
-  c.elementOffset = perSample_[fwd] * firstSample(in.micro, m_.ops[fwd].outputs[0]);
+  int out = m_.ops[fwd].outputs[0];
+  c.elementOffset = perSample_[fwd] * firstSample(in.micro, out);
+  const ir::Layout& l = m_.tensors[out].layout;
+  if (m_.ops[fwd].kind == ir::OpKind::Dropout && l.kind == ir::LayoutKind::Sharded &&
+      program_.splitWidth > 1) {
+    std::vector<int64_t> local = shapeOnly(out).shape;
+    c.cutPiece = cutOf(local, l.dim, 1).piece;
+    c.cutPieces = program_.splitWidth;
+    c.cutIndex = program_.splitRank;
+  }
   dev_.launch(c);
 }
 

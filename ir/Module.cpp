@@ -194,8 +194,6 @@ std::string Module::runRefusal() const {
       return at("a vocabulary-split embedding");
     if (op.splitForm == "experts") return at("experts split");
     if (op.kind == OpKind::Conv2d && !op.splitForm.empty()) return at("conv2d channels split");
-    if (op.kind == OpKind::Dropout && tensors[op.inputs[0]].layout.kind == LayoutKind::Sharded)
-      return at("dropout on a cut tensor");
     if (op.kind == OpKind::SendRecv &&
         tensors[op.outputs[0]].layout.kind != LayoutKind::DataParallel)
       return at("a tensor crossing stages whole (out of a split region, or into a split stage)");

@@ -81,6 +81,13 @@ void dropoutApply(const KernelCall& c, const float* src, const GradOut& dst, int
   }
   DropoutMask mask(c.seed, p);
   int64_t at = c.elementOffset;
+  if (c.cutPiece > 0) { // a piece of each row of a tensor cut over a split group
+    parallelFor(n, kParallelMin, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i)
+        dst.put(i, src[i] * mask.factor(at + c.wholeIndex(i)));
+    });
+    return;
+  }
   parallelFor(n, kParallelMin, [&](int64_t lo, int64_t hi) {
 #pragma omp simd
     for (int64_t i = lo; i < hi; ++i)

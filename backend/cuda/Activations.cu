@@ -186,6 +186,7 @@ void dropoutApply(const KernelCall& c, const Ctx& ctx, const float* src, const G
                   int64_t n) {
   double p = attrFloat(c, "p");
   if (!c.training || p == 0) return writeOrAdd(ctx, dst, src, n);
+  EPL_ASSERT(c.cutPiece == 0, "dropout on a cut tensor runs on the cpu device so far");
   dropoutKernel<<<blocksFor(n), kThreads, 0, ctx.stream>>>(DropoutMask(c.seed, p), c.elementOffset,
                                                            src, dst, n);
   checkLaunch("dropout");

@@ -55,6 +55,10 @@ struct KernelCall {
   // i % cutPiece of the whole tensor. cutPiece 0: the call holds the whole tensor.
   int64_t cutPiece = 0;
   int cutPieces = 1, cutIndex = 0;
+  // embedding over a vocabulary split: the call holds rows [vocabFirst, vocabFirst + V) of
+  // the table; other tokens give zero rows (another device adds theirs) and no gradient.
+  int64_t vocabFirst = 0;
+  bool vocabSlice = false;
   // The whole tensor's index of the call's element i.
   int64_t wholeIndex(int64_t i) const {
     if (cutPiece == 0) return i;

@@ -376,6 +376,12 @@ void Executor::bindCall(int i, int slot) {
   backend::KernelCall& c = calls_[slot][i].call;
   c.kind = op.kind;
   c.attrs = &localAttrs_[i];
+  const ir::Op& fwdOp = op.phase == ir::Phase::Backward ? m_.ops[op.forward] : op;
+  if (fwdOp.kind == ir::OpKind::Embedding && fwdOp.splitForm == "vocab" &&
+      program_.splitWidth > 1) {
+    c.vocabSlice = true;
+    c.vocabFirst = program_.splitRank * paramShape_[fwdOp.params[0]][0];
+  }
   if (op.phase == ir::Phase::Forward) {
     if (op.kind == ir::OpKind::Next) return;
     for (int t : op.inputs)

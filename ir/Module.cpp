@@ -190,16 +190,15 @@ std::string Module::runRefusal() const {
     auto at = [&](const std::string& what) {
       return fmt::format("{} (`{}` at line {})", what, op.name, op.site.line);
     };
-    if (op.splitForm == "vocab" && op.kind == OpKind::Embedding)
-      return at("a vocabulary-split embedding");
     if (op.splitForm == "experts") return at("experts split");
     if (op.kind == OpKind::Conv2d && !op.splitForm.empty()) return at("conv2d channels split");
+    for (size_t k = 0; k < op.inputs.size() && k < op.inputLayouts.size(); ++k)
+      if (tensors[op.inputs[k]].producer < 0 && op.inputLayouts[k].kind != LayoutKind::DataParallel)
+        return at("a model input read whole where the micro-batch does not divide over the "
+                  "stage's devices");
     if (op.kind == OpKind::SendRecv &&
         tensors[op.outputs[0]].layout.kind != LayoutKind::DataParallel)
       return at("a tensor crossing stages whole (out of a split region, or into a split stage)");
-    if (splitScopeOf(op.scope) >= 0 && op.kind != OpKind::Next) // the loader writes `next`
-      for (int t : op.inputs)
-        if (tensors[t].producer < 0) return at("a model input read inside a split region");
   }
   return "";
 }

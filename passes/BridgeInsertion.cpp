@@ -10,7 +10,8 @@
 // Conversions: partial -> all-reduce; data-parallel -> whole: all-gather the batch over
 // the split group; cut -> whole: all-gather that dim; whole -> cut or data-parallel: a
 // local slice (no transfer). Experts add an all-to-all before and after. Model inputs
-// need none: the data loader reads what each device needs. A whole input of a split op
+// are read by the data loader on each device as its share of the batch, gathered where a
+// split op wants them whole. A whole input of a split op
 // that cuts its output enters through an identity whose backward all-reduces (enterSplit).
 #include "passes/Passes.h"
 
@@ -40,6 +41,7 @@ public:
     m.bridges.clear();
     cache_.clear();
     rename_.clear();
+    learned_.clear();
     std::vector<int> newId(old.size(), -1);
     for (size_t i = 0; i < old.size(); ++i) {
       ir::Op op = std::move(old[i]);
@@ -155,9 +157,14 @@ private:
     auto r = rename_.find(t);
     if (r != rename_.end()) t = r->second;
     int producer = m_->tensors[t].producer;
-    // Model inputs come from the data loader, which reads on each device the piece of
-    // the batch the op's layout asks for: no bridge.
-    if (producer < 0) return t;
+    // Model inputs come from the data loader, which reads on each device its share of the
+    // batch; an op of a split region that wants them whole gets them gathered. In a stage
+    // whose micro-batch does not divide over its devices the loader reads them whole.
+    if (producer < 0) {
+      Layout want = k < op.inputLayouts.size() ? op.inputLayouts[k] : Layout{};
+      if (micro() > 0 && micro() % stage(op.stage).group != 0) return t;
+      return convert(t, want, op.stage, op.scope, op.site);
+    }
     int from = m_->ops[producer].stage;
     if (from != op.stage) {
       auto key = std::make_tuple(t, -1, -1, op.stage);
@@ -197,9 +204,7 @@ private:
   // after the row-parallel half in the forward). Ops of one region share it.
   int enterSplit(int t, const ir::Op& op) {
     bool cuts = op.splitForm == "column" || op.splitForm == "heads" || op.splitForm == "hidden";
-    if (!cuts || m_->tensors[t].layout.kind != LayoutKind::Replicated ||
-        ir::isIntegral(m_->tensors[t].type.dtype))
-      return t;
+    if (!cuts || m_->tensors[t].layout.kind != LayoutKind::Replicated || !learned(t)) return t;
     auto key = std::make_tuple(t, -2, m_->splitScopeOf(op.scope), op.stage);
     auto hit = cache_.find(key);
     if (hit != cache_.end()) return hit->second;
@@ -237,7 +242,23 @@ private:
         ir::Bridge{opId, "all-gather (vocab-parallel loss)", opStage, opStage, bytes});
   }
 
+  // Whether tensor t depends on a parameter (only then does a gradient flow back into it).
+  bool learned(int t) {
+    auto hit = learned_.find(t);
+    if (hit != learned_.end()) return hit->second;
+    int producer = m_->tensors[t].producer;
+    bool yes = false;
+    if (producer >= 0 && !ir::isIntegral(m_->tensors[t].type.dtype)) {
+      const ir::Op& op = m_->ops[producer];
+      yes = !op.params.empty();
+      for (size_t k = 0; !yes && k < op.inputs.size(); ++k)
+        yes = learned(op.inputs[k]);
+    }
+    return learned_[t] = yes;
+  }
+
   ir::Module* m_ = nullptr;
+  std::map<int, bool> learned_;
   std::map<std::tuple<int, int, int, int>, int> cache_;
   std::map<int, int> rename_;
 };

@@ -18,6 +18,14 @@ int32_t checkedToken(const int32_t* tok, int64_t n, int64_t v) {
   return t;
 }
 
+// A token's row in this call's table (KernelCall::vocabSlice), or -1 where another device
+// holds it.
+int64_t rowOf(const KernelCall& c, const int32_t* tok, int64_t n, int64_t v) {
+  if (!c.vocabSlice) return checkedToken(tok, n, v);
+  int64_t r = tok[n] - c.vocabFirst;
+  return r >= 0 && r < v ? r : -1;
+}
+
 // in = [tokens i32 [N], W [V, D]], out = [y [N, D]].
 void embeddingForward(const KernelCall& c) {
   const int32_t* tok = c.in[0].i32();
@@ -25,8 +33,13 @@ void embeddingForward(const KernelCall& c) {
   int64_t n = c.in[0].numel(), v = c.in[1].shape[0], d = c.in[1].shape[1];
   float* y = c.out[0].f32();
   parallelFor(n, rowGrain(d), [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i)
-      std::memcpy(y + i * d, w + checkedToken(tok, i, v) * d, sizeof(float) * d);
+    for (int64_t i = lo; i < hi; ++i) {
+      int64_t r = rowOf(c, tok, i, v);
+      if (r >= 0)
+        std::memcpy(y + i * d, w + r * d, sizeof(float) * d);
+      else
+        std::memset(y + i * d, 0, sizeof(float) * d);
+    }
   });
 }
 
@@ -44,7 +57,9 @@ void embeddingBackward(const KernelCall& c) {
     for (int64_t ch = lo; ch < hi; ++ch) {
       int64_t c0 = ch * kCols, w = std::min(kCols, d - c0);
       for (int64_t i = 0; i < n; ++i) {
-        float* dst = dw.p + checkedToken(tok, i, v) * d + c0;
+        int64_t r = rowOf(c, tok, i, v);
+        if (r < 0) continue;
+        float* dst = dw.p + r * d + c0;
         const float* src = dy + i * d + c0;
         for (int64_t j = 0; j < w; ++j)
           dst[j] += src[j];

@@ -68,6 +68,7 @@ int idBits(int64_t v) {
 
 // in = [tokens i32 [N], W [V, D]], out = [y [N, D]].
 void embeddingForward(const KernelCall& c, const Ctx& ctx) {
+  EPL_ASSERT(!c.vocabSlice, "a vocabulary-split embedding runs on the cpu device so far");
   int64_t n = c.in[0].numel(), v = c.in[1].shape[0], d = c.in[1].shape[1];
   lookupKernel<<<blocksFor(n * d), kThreads, 0, ctx.stream>>>(c.in[0].i32(), c.in[1].f32(), n, v, d,
                                                               c.out[0].f32());
@@ -78,6 +79,7 @@ void embeddingForward(const KernelCall& c, const Ctx& ctx) {
 void embeddingBackward(const KernelCall& c, const Ctx& ctx) {
   GradOut dw = gradOut(c, 1);
   if (!dw) return;
+  EPL_ASSERT(!c.vocabSlice, "a vocabulary-split embedding runs on the cpu device so far");
   const int32_t* tok = c.in[1].i32();
   int64_t n = c.in[1].numel(), v = c.in[2].shape[0], d = c.in[2].shape[1];
   if (!dw.acc)

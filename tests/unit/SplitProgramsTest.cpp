@@ -129,10 +129,10 @@ TEST_CASE("copies of a split group sum their pieces' gradients over the same spl
 
 TEST_CASE("what does not run yet has no programs, and says why") {
   std::string text = R"(
-model net(x: i32[B, 8]) {
+model net(x: f32[B, 16]) {
   split(2) {
-    h = embedding(x, 64, 16)
-    loss = cross_entropy(linear(h, 64), next(x))
+    h = moe(x, 4, 32)
+    loss = mse(h, x)
   }
   return loss
 }
@@ -144,7 +144,7 @@ train net { data = synthetic(samples = 64) batch = 8 }
   auto m = epl::planText("heads.epl", text, session, options);
   REQUIRE(m);
   CHECK(m->programs.empty());
-  CHECK(m->runRefusal() == "a vocabulary-split embedding (`embedding` at line 4)");
+  CHECK(m->runRefusal() == "experts split (`moe` at line 4)");
 }
 
 TEST_CASE("a transformer layer split t ways moves 4 all-reduces of b s h a micro-batch") {

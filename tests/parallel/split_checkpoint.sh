@@ -4,17 +4,19 @@
 # pipeline stage too), and cut again on load, and training goes on after a save with every
 # piece in place. A run saved at -np N resumes on 1 device and at -np N, and one saved on
 # 1 device resumes at -np N, with the losses of a run that never stopped (bit-identical
-# when resumed at the -np that stopped).
-# usage: split_checkpoint.sh EPL WORKDIR SCRIPT N
+# when resumed at the -np that stopped). With W, the script's split(2) also becomes
+# split(W) at -np W: a run saved at split 2 resumes at split W, and the other way.
+# usage: split_checkpoint.sh EPL WORKDIR SCRIPT N [W]
 set -euo pipefail
-epl=$1 work=$2 script=$(realpath "$3") np=$4
+epl=$1 work=$2 script=$(realpath "$3") np=$4 wide=${5:-}
 rm -rf "$work" && mkdir -p "$work" && cd "$work"
 fail() { echo "FAIL: $*"; exit 1; }
 sed 's|^  seed = 3|  seed = 3\n  checkpoint = { dir = "ck", every = 5 }|' "$script" > ck.epl
 grep -q 'dir = "ck"' ck.epl || fail "no checkpoint setting added"
-run() { # NAME ARGS...: a run of ck.epl into ck, its metrics in NAME.jsonl
+model=ck.epl
+run() { # NAME ARGS...: a run of $model into ck, its metrics in NAME.jsonl
   local name=$1; shift
-  "$epl" run ck.epl "$@" --steps 16 --metrics "$name.jsonl" > "$name.out" 2>&1 ||
+  "$epl" run "$model" "$@" --steps 16 --metrics "$name.jsonl" > "$name.out" 2>&1 ||
     { cat "$name.out"; fail "$name: epl run $*"; }
 }
 run whole1 -np 1 && rm -rf ck
@@ -28,13 +30,25 @@ run rest2 -np "$np" --resume
 rm -rf ck
 run half1 -np 1 --stop-after 10
 run rest1to2 -np "$np" --resume
-/usr/bin/python3 - <<'PY'
-import json, sys
+names="whole2 half2 rest1 rest2 half1 rest1to2"
+if [ -n "$wide" ]; then
+  sed "s/split(2)/split($wide)/" ck.epl > wide.epl
+  grep -q "split($wide)" wide.epl || fail "no split($wide)"
+  rm -rf ck
+  run half2w -np "$np" --stop-after 10
+  model=wide.epl run rest2tow -np "$wide" --resume
+  rm -rf ck
+  model=wide.epl run halfw -np "$wide" --stop-after 10
+  run restwto2 -np "$np" --resume
+  names="$names half2w rest2tow halfw restwto2"
+fi
+NAMES="$names" /usr/bin/python3 - <<'PY'
+import json, os, sys
 def losses(p):
     return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if "step_seconds" in r}
 whole1, whole2 = losses("whole1.jsonl"), losses("whole2.jsonl")
 worst = 0
-for name in ("whole2", "half2", "rest1", "rest2", "half1", "rest1to2"):
+for name in os.environ["NAMES"].split():
     for step, loss in losses(name + ".jsonl").items():
         worst = max(worst, abs(loss - whole1[step]) / abs(whole1[step]))
 rest2 = losses("rest2.jsonl")

@@ -196,6 +196,8 @@ void printStage(const Module& m, int s, std::ostream& out) {
     out << fmt::format("  {:<34} {:>16} {:>10}\n", rowName(r), count,
                        formatBytes(4.0 * r.params * r.count));
   }
+  // One line a split block; the blocks of a def repeated in a loop fold into one, `x4`.
+  std::vector<std::pair<std::string, int>> lines;
   for (size_t sc = 1; sc < m.scopes.size(); ++sc) {
     if (m.scopes[sc].kind != ScopeKind::Split &&
         !(m.scopes[sc].kind == ScopeKind::Stage && m.scopes[sc].isSplitStage))
@@ -205,10 +207,16 @@ void printStage(const Module& m, int s, std::ostream& out) {
       if (op.stage == s && op.phase == Phase::Forward &&
           m.splitScopeOf(op.scope) == static_cast<int>(sc) && !op.splitForm.empty())
         forms.push_back(fmt::format("{} {}", op.name.substr(op.name.rfind('/') + 1), op.splitForm));
-    if (!forms.empty())
-      out << fmt::format("  split({}) at line {}: {}\n", m.scopes[sc].width, m.scopes[sc].loc.line,
-                         countedList(forms));
+    if (forms.empty()) continue;
+    std::string line = fmt::format("  split({}) at line {}: {}", m.scopes[sc].width,
+                                   m.scopes[sc].loc.line, countedList(forms));
+    if (!lines.empty() && lines.back().first == line)
+      ++lines.back().second;
+    else
+      lines.push_back({line, 1});
   }
+  for (const auto& [line, times] : lines)
+    out << line << (times > 1 ? fmt::format(" (x{})", times) : "") << "\n";
   out << fmt::format("  {:<34} {:>16} {:>10}\n", "stage total", withCommas(st.paramCount),
                      formatBytes(st.paramBytes));
   out << fmt::format("  {:<34} {:>16} {:>10}\n", "held by each device",

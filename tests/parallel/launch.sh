@@ -41,7 +41,7 @@ rc=0
 rc=0
 "$epl" run "$examples/moe.epl" -np 4 > pipe.out 2>&1 || rc=$?
 [ "$rc" = 1 ] || { cat pipe.out; fail "moe -np 4 exited $rc"; }
-grep -q "this plan has experts split (\`moe\` at line 12)" pipe.out || { cat pipe.out; fail "reason"; }
+grep -q "this plan has experts split (\`expert_block.0/moe\` at line 20)" pipe.out || { cat pipe.out; fail "reason"; }
 if grep -qi "mpirun" pipe.out; then fail "mpirun was started"; fi
 
 # A checkpoint written by 2 ranks (once, by rank 0) resumes on 4 and on 1, and the losses

@@ -462,8 +462,8 @@ bool checkRunnable(const ir::Module& m, Diagnostics& diags) {
   diags
       .error(m.loc, fmt::format("`epl run` runs one device, data parallelism, pipelines (of "
                                 "any group sizes, and data-parallel copies of them), and "
-                                "split linear, mlp, attention, embedding and cross_entropy "
-                                "layers so far; this plan has {}",
+                                "split linear, conv2d, mlp, attention, embedding and "
+                                "cross_entropy layers so far; this plan has {}",
                                 m.runRefusal()))
       .length(static_cast<uint32_t>(m.modelName.size()))
       .help("use -np 1, or leave that layer out of `split`");

@@ -191,7 +191,6 @@ std::string Module::runRefusal() const {
       return fmt::format("{} (`{}` at line {})", what, op.name, op.site.line);
     };
     if (op.splitForm == "experts") return at("experts split");
-    if (op.kind == OpKind::Conv2d && !op.splitForm.empty()) return at("conv2d channels split");
     for (size_t k = 0; k < op.inputs.size() && k < op.inputLayouts.size(); ++k)
       if (tensors[op.inputs[k]].producer < 0 && op.inputLayouts[k].kind != LayoutKind::DataParallel)
         return at("a model input read whole where the micro-batch does not divide over the "

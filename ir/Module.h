@@ -216,8 +216,8 @@ struct Module {
   int64_t transferBytes(const Program& p, const Instr& in) const;
   // What keeps the runtime from running this plan, in words ("experts split (`moe` at line
   // 7)"), or empty when it runs. Split regions run in any stage, in any number of copies:
-  // linear (column, row), mlp (hidden), attention (heads), vocabulary-parallel embedding
-  // and cross_entropy, and the ops that follow layouts.
+  // linear (column, row), mlp (hidden), attention (heads), conv2d (channels),
+  // vocabulary-parallel embedding and cross_entropy, and the ops that follow layouts.
   std::string runRefusal() const;
   // How many ranks compute the loss (each program whose lossRank is its own rank).
   int lossRanks() const;

@@ -10,6 +10,17 @@
 
 namespace {
 
+// A script planned for -np `np`; any diagnostic fails the test.
+std::optional<epl::ir::Module> planned(const std::string& text, int np) {
+  epl::Session session;
+  epl::PlanOptions options;
+  options.np = np;
+  auto m = epl::planText("split.epl", text, session, options);
+  for (const auto& d : session.diags.all())
+    FAIL(d.message);
+  return m;
+}
+
 // Data-parallel linear layers around a split mlp and a column-then-row linear pair (split
 // attention: tests/parallel/gpt_split.epl).
 std::optional<epl::ir::Module> plan(int width, int np) {
@@ -33,13 +44,7 @@ train net {{
 }}
 )",
                                  width);
-  epl::Session session;
-  epl::PlanOptions options;
-  options.np = np;
-  auto m = epl::planText("split.epl", text, session, options);
-  for (const auto& d : session.diags.all())
-    FAIL(d.message);
-  return m;
+  return planned(text, np);
 }
 
 int opNamed(const epl::ir::Module& m, const std::string& name, epl::ir::Phase phase) {
@@ -138,10 +143,7 @@ model net(x: f32[B, 16]) {
 }
 train net { data = synthetic(samples = 64) batch = 8 }
 )";
-  epl::Session session;
-  epl::PlanOptions options;
-  options.np = 2;
-  auto m = epl::planText("heads.epl", text, session, options);
+  auto m = planned(text, 2);
   REQUIRE(m);
   CHECK(m->programs.empty());
   CHECK(m->runRefusal() == "experts split (`moe` at line 4)");
@@ -164,10 +166,7 @@ model net(x: f32[B, 8, 16]) {
 }
 train net { data = synthetic(samples = 64) batch = 8 }
 )";
-    epl::Session session;
-    epl::PlanOptions options;
-    options.np = t;
-    auto m = epl::planText("layer.epl", text, session, options);
+    auto m = planned(text, t);
     REQUIRE(m);
     REQUIRE(m->programs.size() == static_cast<size_t>(t));
     epl::ir::Module::SplitTraffic traffic = m->splitTraffic(m->programs[0]);

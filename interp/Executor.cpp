@@ -328,6 +328,12 @@ void Executor::bindCalls() {
     if (cuts && program_.splitWidth > 1 && it != localAttrs_[i].end())
       it->second = std::get<int64_t>(it->second) / program_.splitWidth;
   }
+  // The zero bias of split ranks past the first (bindCall): sized once, as calls keep
+  // pointers into it.
+  int64_t widest = 0;
+  for (size_t q = 0; q < paramShape_.size(); ++q)
+    if (paramShape_[q].size() == 1) widest = std::max(widest, paramElems_[q]);
+  if (program_.splitWidth > 1) zeroBias_.assign(static_cast<size_t>(widest), 0.f);
   std::vector<bool> runs(m_.ops.size(), false);
   for (const ir::Instr& in : program_.step)
     if (in.kind == ir::InstrKind::Run) runs[in.op] = true;
@@ -397,8 +403,8 @@ void Executor::bindCall(int i, int slot) {
                                                                         : 0;
     if (bias > 0 && program_.splitRank != 0 && bias < op.params.size()) {
       backend::TensorView& b = c.in[op.inputs.size() + bias];
-      if (zeroBias_.size() < static_cast<size_t>(b.numel()))
-        zeroBias_.assign(static_cast<size_t>(b.numel()), 0.f);
+      EPL_ASSERT(zeroBias_.size() >= static_cast<size_t>(b.numel()),
+                 "the zero bias is sized for every bias before the calls are bound");
       b.data = zeroBias_.data();
     }
   } else if (op.phase == ir::Phase::Backward) {

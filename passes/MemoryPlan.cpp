@@ -286,11 +286,11 @@ private:
 
   static void countStates(const ir::Module& m, ir::Program& p) {
     int64_t params = 0, grads = 0;
-    for (size_t q = 0; q < m.params.size(); ++q) {
-      const ir::Param& prm = m.params[q];
-      int64_t n = 1;
-      for (int64_t d : m.localParamShape(p, static_cast<int>(q)))
-        n *= d;
+    // What the executor holds: every parameter's memory whole-sized on every rank (a split
+    // rank's piece fills the start of it), so that whole-memory broadcasts line up. Placing
+    // only a rank's own parameters and pieces is the state layout's work (docs/architecture.md).
+    for (const ir::Param& prm : m.params) {
+      int64_t n = ir::numElements(prm.type.shape, m.bindings).value_or(0);
       params += 4 * n;
       if (prm.grad >= 0) grads += 4 * n;
     }

@@ -477,6 +477,9 @@ void printProgram(const Module& m, int rank, std::ostream& out) {
   if (p.stages > 1 && p.dataRanks > 1)
     out << fmt::format(" (one of its {} ranks, {} samples a micro-batch)", p.dataRanks,
                        p.localBatch);
+  if (p.splitWidth > 1)
+    out << fmt::format(", split rank {} of {} (ranks {}-{})", p.splitRank, p.splitWidth,
+                       rank - p.splitRank, rank - p.splitRank + p.splitWidth - 1);
   out << "\n";
   for (size_t i = 0; i < p.step.size(); ++i)
     out << fmt::format("  {:4}  {}\n", i, instrText(m, p, p.step[i]));

@@ -58,6 +58,12 @@ void copyPiece(float* whole, float* piece, Cut c, int pieces, int k, bool toPiec
   }
 }
 
+// The whole tensor from `pieces` pieces laid one after another (an all-gather's result).
+void joinPieces(const float* gathered, float* whole, Cut c, int pieces) {
+  for (int k = 0; k < pieces; ++k)
+    copyPiece(whole, const_cast<float*>(gathered) + k * c.rows * c.piece, c, pieces, k, false);
+}
+
 // Per-row figures of a slice of logits [rows, V]: its max, the sum of exp(x - max), and the
 // target's logit where the slice holds the target's column (first <= target < first + V),
 // else 0.
@@ -448,9 +454,7 @@ void Executor::fromPieces(int q, const float* pieces, float* whole) const {
   int w = program_.splitWidth, dim = m_.params[q].shardDim;
   std::vector<int64_t> wholeShape = shape;
   wholeShape[dim] *= w;
-  Cut c = cutOf(wholeShape, dim, w, m_.params[q].shardBlocks);
-  for (int k = 0; k < w; ++k)
-    copyPiece(whole, const_cast<float*>(pieces) + k * paramElems_[q], c, w, k, false);
+  joinPieces(pieces, whole, cutOf(wholeShape, dim, w, m_.params[q].shardBlocks), w);
 }
 
 // Parameters and states come and go whole: a sharded one is kept whole on the host until
@@ -907,13 +911,14 @@ void Executor::splitTransfer(const ir::Instr& in, size_t index, int64_t step) {
     splitComm().allReduce(buf, src.numel(), what());
     if (add) put(buf);
   } else if (gather) {
-    scratch_.resize(static_cast<size_t>(dst.numel()));
-    splitComm().allGather(src.data, scratch_.data(), src.bytes(), what());
+    // The pieces go to scratch, then joined into the result, or beside it to be added.
+    std::vector<float> gathered(static_cast<size_t>(dst.numel()));
+    splitComm().allGather(src.data, gathered.data(), src.bytes(), what());
     Cut c = cutOf(dst.shape, bridgeDim(fwd), w);
-    std::vector<float> whole(static_cast<size_t>(dst.numel()));
-    for (int j = 0; j < w; ++j)
-      copyPiece(whole.data(), scratch_.data() + j * c.rows * c.piece, c, w, j, false);
-    put(whole.data());
+    if (!add) return joinPieces(gathered.data(), static_cast<float*>(dst.data), c, w);
+    scratch_.resize(static_cast<size_t>(dst.numel()));
+    joinPieces(gathered.data(), scratch_.data(), c, w);
+    put(scratch_.data());
   } else if (slice) {
     Cut c = cutOf(src.shape, bridgeDim(fwd), w);
     scratch_.resize(static_cast<size_t>(dst.numel()));
@@ -1139,9 +1144,7 @@ void Executor::gatherVocabLogits(const ir::Op& op, std::vector<float>* logits,
   std::vector<int64_t> whole = l.shape;
   whole.back() *= w;
   std::vector<float> all(static_cast<size_t>(l.numel() * w));
-  Cut c = cutOf(whole, static_cast<int>(whole.size()) - 1, w);
-  for (int k = 0; k < w; ++k)
-    copyPiece(all.data(), pieces.data() + k * l.numel(), c, w, k, false);
+  joinPieces(pieces.data(), all.data(), cutOf(whole, static_cast<int>(whole.size()) - 1, w), w);
   int64_t rows = t.numel(), mine = rows / w, first = program_.splitRank * mine;
   int64_t v = whole.back();
   logits->assign(all.begin() + first * v, all.begin() + (first + mine) * v);

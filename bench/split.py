@@ -8,6 +8,8 @@ The model is bench/split_gpt.epl: four blocks, the head and the loss split `w` w
 1. Step time (median `step_seconds` of the metrics after 2 warm-up steps, no trace):
    -np w with 1 thread a rank, against -np 1 with w threads (the same cores) and -np 1
    with 1 thread. Target: split w within 1.15x of -np 1 with w threads.
+   And -np w with `sequence_parallel = true`: its step time, and the activation memory of
+   a rank in both runs (the run's memory plan).
 2. Communication share: a traced -np w run (`--trace`; each instruction synchronizes),
    the time in the split regions' collectives (the communication track) over the time
    of every instruction, per rank, steps 2 on.
@@ -41,7 +43,7 @@ def script(work, width):
     return path
 
 
-def run(args, work, path, np, threads, trace=None):
+def run(args, work, path, np, threads, trace=None, settings=()):
     """Runs the script; returns the step_seconds of every step and the output."""
     metrics = os.path.join(work, "m.jsonl")
     if os.path.exists(metrics):
@@ -50,11 +52,19 @@ def run(args, work, path, np, threads, trace=None):
            str(args.steps), "--metrics", metrics, "--set", f"train.batch={args.batch}"]
     if trace:
         cmd += ["--trace", trace]
+    for s in settings:
+        cmd += ["--set", s]
     r = subprocess.run(cmd, env=ENV, capture_output=True, text=True, cwd=work)
     if r.returncode != 0:
         sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stdout[-3000:]}{r.stderr[-3000:]}")
     rows = [json.loads(l) for l in open(metrics) if "step_seconds" in l]
     return [row["step_seconds"] for row in rows], r.stdout
+
+
+def activations(output):
+    """The activation memory of a rank in the run's memory plan, as printed."""
+    m = re.search(r"memory plan [^(]*\(activations ([^,]+),", output)
+    return m.group(1) if m else "?"
 
 
 def comm_share(trace):
@@ -91,17 +101,21 @@ def main():
         work = os.path.abspath(args.keep) if args.keep else scratch
         os.makedirs(work, exist_ok=True)
         path = script(work, w)
-        split, _ = run(args, work, path, w, 1)
+        split, split_out = run(args, work, path, w, 1)
+        seq, seq_out = run(args, work, path, w, 1, settings=["policy.sequence_parallel=true"])
         same, _ = run(args, work, path, 1, w)
         one, _ = run(args, work, path, 1, 1)
-        split_s, same_s, one_s = med(split), med(same), med(one)
+        split_s, seq_s, same_s, one_s = med(split), med(seq), med(same), med(one)
         ratio = split_s / same_s
         print("1. step time")
         rows = [(f"-np {w}, 1 thread a rank (split {w})", split_s, ""),
                 (f"-np 1, {w} threads (the same cores)", same_s,
                  f"split / this = {ratio:.2f} ({'ok' if ratio <= TARGET else 'OVER'} against "
                  f"{TARGET})"),
-                ("-np 1, 1 thread", one_s, f"split is {one_s / split_s:.2f}x as fast")]
+                ("-np 1, 1 thread", one_s, f"split is {one_s / split_s:.2f}x as fast"),
+                (f"-np {w}, sequence-parallel", seq_s,
+                 f"/ split = {seq_s / split_s:.2f}; activations a rank {activations(seq_out)}, "
+                 f"split alone {activations(split_out)}")]
         for name, seconds, note in rows:
             print(f"   {name:38} {seconds:.3f} s   {note}")
         trace = os.path.join(work, "trace.json")

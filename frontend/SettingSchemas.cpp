@@ -94,6 +94,8 @@ const std::vector<KeyDoc>& policyKeys() {
        "gradient bucket size for the data-parallel reduction (0: one bucket)"},
       {"overlap_comm", "true | false", "true",
        "reduce each gradient bucket during the backward, as soon as it is ready"},
+      {"sequence_parallel", "true | false", "false",
+       "inside split regions, norms and dropout work on a slice of the sequence"},
       {"comm_timeout", "seconds", "300",
        "a collective waiting longer ends the job, naming the instruction"},
       {"device_memory", "size (e.g. 80GB)", "none",

@@ -350,6 +350,7 @@ void Elaborator::applyPolicy(const ast::SettingsBlock& b, ir::Policy& p) {
       p.bucketBytes = i * 1'000'000;
   };
   a["overlap_comm"] = [&](const ast::Setting& s) { r.boolean(s, p.overlapComm); };
+  a["sequence_parallel"] = [&](const ast::Setting& s) { r.boolean(s, p.sequenceParallel); };
   a["comm_timeout"] = [&](const ast::Setting& s) {
     double v = 0;
     if (r.number(s, 0, v)) {

@@ -869,7 +869,8 @@ void Executor::vocabCrossEntropy(const ir::Instr& in, size_t index, int64_t step
 }
 
 // A split region's communication op, forward or backward (its transpose): all-reduce
-// <-> identity, all-gather <-> slice. Runs on the host side of the device's memory.
+// <-> identity, all-gather <-> slice, reduce-scatter <-> all-gather (sequence
+// parallelism). Runs on the host side of the device's memory.
 void Executor::splitTransfer(const ir::Instr& in, size_t index, int64_t step) {
   const ir::Op& op = m_.ops[in.op];
   bool backward = op.phase == ir::Phase::Backward;
@@ -899,11 +900,23 @@ void Executor::splitTransfer(const ir::Instr& in, size_t index, int64_t step) {
   ir::OpKind kind = fwd.kind;
   bool reduce =
       (!backward && kind == ir::OpKind::AllReduce) || (backward && kind == ir::OpKind::Identity);
-  bool gather =
-      (!backward && kind == ir::OpKind::AllGather) || (backward && kind == ir::OpKind::Slice);
-  bool slice =
-      (!backward && kind == ir::OpKind::Slice) || (backward && kind == ir::OpKind::AllGather);
-  if (reduce) {
+  bool scatter = (!backward && kind == ir::OpKind::ReduceScatter) ||
+                 (backward && ir::reduceScattersBackward(fwd));
+  bool gather = (!backward && kind == ir::OpKind::AllGather) ||
+                (backward && (kind == ir::OpKind::Slice || kind == ir::OpKind::ReduceScatter));
+  bool slice = (!backward && kind == ir::OpKind::Slice) ||
+               (backward && kind == ir::OpKind::AllGather && !scatter);
+  if (scatter) {
+    // The whole partial tensor laid out as w pieces one after another, then each rank
+    // receives the sum of its piece.
+    Cut c = cutOf(src.shape, bridgeDim(fwd), w);
+    scratch_.resize(static_cast<size_t>(src.numel() + dst.numel()));
+    float *send = scratch_.data(), *sum = send + src.numel();
+    for (int j = 0; j < w; ++j)
+      copyPiece(static_cast<float*>(src.data), send + j * c.rows * c.piece, c, w, j, true);
+    splitComm().reduceScatter(send, sum, dst.numel(), what());
+    put(sum);
+  } else if (reduce) {
     // Sums in place in the source when the result is added: the source (a partial sum, or
     // the identity's gradient) has no other reader.
     float* buf = static_cast<float*>(add ? src.data : dst.data);

@@ -296,14 +296,15 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
                                 : "",
         device, comm.name());
   } else if (prog.splitWidth > 1)
-    out << fmt::format("model `{}`: {} params on {} ranks, {}: each holds 1/{} of the split "
-                       "layers ({} each, {} comm)\n",
-                       m.modelName, withCommas(params), ranks,
-                       ranks == prog.splitWidth
-                           ? std::string("one split group")
-                           : fmt::format("{} data-parallel copies of a split group of {}",
-                                         ranks / prog.splitWidth, prog.splitWidth),
-                       prog.splitWidth, device, comm.name());
+    out << fmt::format(
+        "model `{}`: {} params on {} ranks, {}: each holds 1/{} of the split "
+        "layers{} ({} each, {} comm)\n",
+        m.modelName, withCommas(params), ranks,
+        ranks == prog.splitWidth ? std::string("one split group")
+                                 : fmt::format("{} data-parallel copies of a split group of {}",
+                                               ranks / prog.splitWidth, prog.splitWidth),
+        prog.splitWidth, m.policy.sequenceParallel ? " and of the sequence between them" : "",
+        device, comm.name());
   else
     out << fmt::format("model `{}`: {} params on {} data-parallel ranks ({} each, {} comm)\n",
                        m.modelName, withCommas(params), ranks, device, comm.name());

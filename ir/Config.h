@@ -32,6 +32,9 @@ struct Policy {
   DType commDtype = DType::F32;
   int64_t bucketBytes = 25'000'000; // 0: every gradient in one bucket
   bool overlapComm = true;          // start each bucket's reduction as soon as it is ready
+  // Inside split regions, row-wise ops and dropout work on a slice of the sequence (dim 1),
+  // and the all-reduces become reduce-scatters and all-gathers (Korthikanti et al., 2022).
+  bool sequenceParallel = false;
   double commTimeoutSeconds = 300;
   int64_t deviceMemoryBytes = 0;            // 0: not declared, no fit check
   std::map<std::string, SourceLoc> keyLocs; // where each key was set, for later errors

@@ -94,6 +94,7 @@ GradInfo gradInfo(OpKind kind, const std::vector<TensorType>& in, const Attrs& a
     break;
   case K::AllGather: // the backward of a bridge is the transposed bridge (reduce-scatter
   case K::AllReduce: // for an all-gather, …), chosen where per-rank streams are built;
+  case K::ReduceScatter:
   case K::AllToAll:  // it reads nothing saved
   case K::Slice:
   case K::SendRecv:

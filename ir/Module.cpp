@@ -23,6 +23,12 @@ std::string Layout::str() const {
   return "?";
 }
 
+bool reduceScattersBackward(const Op& op) {
+  auto it = op.attrs.find("backward");
+  return op.kind == OpKind::AllGather && it != op.attrs.end() &&
+         std::get<std::string>(it->second) == "reduce-scatter";
+}
+
 std::optional<int64_t> Module::bytesOf(int t) const {
   auto n = numElements(tensors[t].type.shape, bindings);
   if (!n) return std::nullopt;
@@ -79,16 +85,24 @@ std::optional<Module::SplitCollective> Module::splitCollective(const Program& p,
   bool backward = op.phase == Phase::Backward;
   OpKind kind = backward ? ops[op.forward].kind : op.kind;
   if (p.splitWidth == 1 || (backward && op.outputs[0] < 0)) return std::nullopt;
-  // Forward: all-reduce the partial sums, or gather the pieces of the input. Backward: sum
-  // the identity's partial gradients, or gather the slices' gradient pieces.
+  // Forward: all-reduce the partial sums, reduce-scatter them, or gather the pieces of the
+  // input. Backward: sum the identity's partial gradients, gather the slices' (and the
+  // reduce-scatters') gradient pieces, or reduce-scatter a sequence gather's partial ones.
+  using C = CollectiveKind;
   if (!backward && kind == OpKind::CrossEntropy && op.splitForm == "vocab") // 3 floats a row
-    return SplitCollective{false, 3 * bytesOn(p, op.inputs[1])};
+    return SplitCollective{C::AllGather, 3 * bytesOn(p, op.inputs[1])};
   if (!backward && kind == OpKind::AllReduce)
-    return SplitCollective{true, bytesOn(p, op.outputs[0])};
+    return SplitCollective{C::AllReduce, bytesOn(p, op.outputs[0])};
+  if (!backward && kind == OpKind::ReduceScatter)
+    return SplitCollective{C::ReduceScatter, bytesOn(p, op.inputs[0])};
   if (!backward && kind == OpKind::AllGather)
-    return SplitCollective{false, bytesOn(p, op.inputs[0])};
-  if (backward && kind == OpKind::Identity) return SplitCollective{true, bytesOn(p, op.inputs[0])};
-  if (backward && kind == OpKind::Slice) return SplitCollective{false, bytesOn(p, op.inputs[0])};
+    return SplitCollective{C::AllGather, bytesOn(p, op.inputs[0])};
+  if (backward && kind == OpKind::Identity)
+    return SplitCollective{C::AllReduce, bytesOn(p, op.inputs[0])};
+  if (backward && (kind == OpKind::Slice || kind == OpKind::ReduceScatter))
+    return SplitCollective{C::AllGather, bytesOn(p, op.inputs[0])};
+  if (backward && kind == OpKind::AllGather && reduceScattersBackward(ops[op.forward]))
+    return SplitCollective{C::ReduceScatter, bytesOn(p, op.inputs[0])};
   return std::nullopt;
 }
 
@@ -164,10 +178,14 @@ Module::SplitTraffic Module::splitTraffic(const Program& p) const {
     auto c = splitCollective(p, in.op);
     if (!c) continue;
     int k = ops[in.op].phase == Phase::Backward ? 1 : 0;
-    if (c->allReduce) {
+    if (c->kind == CollectiveKind::AllReduce) {
       ++t.allReduces[k];
       t.allReduceBytes[k] += c->bytes;
       t.ringSendBytes += 2 * c->bytes * (w - 1) / w;
+    } else if (c->kind == CollectiveKind::ReduceScatter) {
+      ++t.reduceScatters[k];
+      t.reduceScatterBytes[k] += c->bytes;
+      t.ringSendBytes += c->bytes * (w - 1) / w;
     } else {
       ++t.allGathers[k];
       t.allGatherBytes[k] += c->bytes * w;

@@ -1,6 +1,7 @@
 // The IR: a module of ops over tensors and parameters, grouped into parallel scopes, plus
 // the plan the passes attach to it (mesh, layouts, per-rank figures). It knows no backend.
 #pragma once
+#include "ir/CommStreams.h"
 #include "ir/Config.h"
 #include "ir/Ops.h"
 #include "ir/Program.h"
@@ -49,6 +50,10 @@ struct Param {
   // The cut dim is this many blocks side by side, each cut alike: attention's qkv weight
   // [3D, M] is q, k and v, and a device holds its heads' rows of each.
   int shardBlocks = 1;
+  // A whole parameter of a split region whose op reads a tensor cut along another dim (a
+  // norm over a slice of the sequence): each device's gradient is a partial sum, added up
+  // over the whole stage group like the parameters outside split regions.
+  bool sumOverSplit = false;
   int grad = -1; // its gradient tensor, once autodiff ran
 };
 
@@ -82,6 +87,11 @@ struct Op {
   int forward = -1;
   std::vector<bool> accumulate;
 };
+
+// An all-gather of a sequence slice entering split ops that cut their output (sequence
+// parallelism): they leave each device a partial gradient of the gathered tensor, which
+// its backward reduce-scatters (an ordinary all-gather's backward keeps a slice).
+bool reduceScattersBackward(const Op& op);
 
 // One pipeline stage of a model replica and the devices it owns.
 struct StagePlan {
@@ -199,17 +209,21 @@ struct Module {
   // nullopt when it moves nothing (a forward slice or identity, a backward all-reduce or
   // all-gather).
   struct SplitCollective {
-    bool allReduce = true; // else all-gather
-    int64_t bytes = 0;     // the Comm call's bytes: the buffer reduced, or each rank's piece
+    CollectiveKind kind = CollectiveKind::AllReduce; // or AllGather, ReduceScatter
+    // The Comm call's bytes: the buffer reduced (all-reduce; reduce-scatter: the whole
+    // partial tensor), or each rank's piece (all-gather).
+    int64_t bytes = 0;
   };
   std::optional<SplitCollective> splitCollective(const Program& p, int op) const;
   // The split regions' communication of one micro-batch of p's step: the collectives of
   // the forward and of the backward, their bytes (an all-reduce's buffer, an all-gather's
-  // whole result), and what a ring sends from each rank: 2 (w - 1) / w of an all-reduce,
-  // (w - 1) / w of an all-gather.
+  // whole result, a reduce-scatter's whole input), and what a ring sends from each rank:
+  // 2 (w - 1) / w of an all-reduce, (w - 1) / w of an all-gather or a reduce-scatter.
   struct SplitTraffic {
     int allReduces[2] = {0, 0}, allGathers[2] = {0, 0}; // [forward, backward]
+    int reduceScatters[2] = {0, 0};
     int64_t allReduceBytes[2] = {0, 0}, allGatherBytes[2] = {0, 0};
+    int64_t reduceScatterBytes[2] = {0, 0};
     int64_t ringSendBytes = 0;
   };
   SplitTraffic splitTraffic(const Program& p) const;

@@ -122,6 +122,7 @@ std::vector<OpInfo> buildTable() {
   };
   comm(K::AllGather, "all_gather", "gather the pieces of a tensor along a dim");
   comm(K::AllReduce, "all_reduce", "sum partial results");
+  comm(K::ReduceScatter, "reduce_scatter", "sum partial results, keep this device's piece");
   comm(K::AllToAll, "all_to_all", "exchange token slices between expert shards");
   comm(K::Slice, "slice", "keep this device's piece of a tensor (no transfer)");
   comm(K::SendRecv, "send_recv", "move an activation to the next stage");

@@ -45,6 +45,7 @@ enum class OpKind {
   // Communication, inserted by passes (never written by users).
   AllGather,
   AllReduce,
+  ReduceScatter, // partial sums in, this device's piece of their sum out
   AllToAll,
   Slice,
   SendRecv,

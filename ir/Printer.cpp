@@ -302,13 +302,17 @@ void printBridges(const Module& m, std::ostream& out) {
     }
     folded.push_back(u);
   }
+  size_t whatWidth = 36; // wider where a row's summary is longer
+  for (const BridgeUnit& u : folded)
+    for (const BridgeRow& r : u.rows)
+      whatWidth = std::max(whatWidth, r.what.size());
   for (const BridgeUnit& u : folded)
     for (const BridgeRow& r : u.rows) {
       bool many = u.first != u.last;
       std::string name =
           many ? fmt::format("{}.{}-{}{}", r.base, u.first, u.last, r.rest) : r.tensor;
       std::string times = many ? fmt::format(" x{}", u.last - u.first + 1) : "";
-      out << fmt::format("  {:<12} {:<36} {:<40} {:>10}{}  line {}\n", r.where, r.what,
+      out << fmt::format("  {:<12} {:<{}} {:<40} {:>10}{}  line {}\n", r.where, r.what, whatWidth,
                          name + " " + r.type, r.bytes, times, r.line);
     }
 }
@@ -321,11 +325,16 @@ void printSplitTraffic(const Module& m, std::ostream& out) {
     if (p.splitWidth == 1 || shown[p.stage]++) continue;
     Module::SplitTraffic t = m.splitTraffic(p);
     auto side = [&](int k) {
-      return fmt::format("{} all-reduce{} ({}), {} all-gather{} ({})", t.allReduces[k],
-                         t.allReduces[k] == 1 ? "" : "s",
-                         formatBytes(static_cast<double>(t.allReduceBytes[k])), t.allGathers[k],
-                         t.allGathers[k] == 1 ? "" : "s",
-                         formatBytes(static_cast<double>(t.allGatherBytes[k])));
+      std::string s = fmt::format("{} all-reduce{} ({}), {} all-gather{} ({})", t.allReduces[k],
+                                  t.allReduces[k] == 1 ? "" : "s",
+                                  formatBytes(static_cast<double>(t.allReduceBytes[k])),
+                                  t.allGathers[k], t.allGathers[k] == 1 ? "" : "s",
+                                  formatBytes(static_cast<double>(t.allGatherBytes[k])));
+      if (t.reduceScatters[k] > 0)
+        s += fmt::format(", {} reduce-scatter{} ({})", t.reduceScatters[k],
+                         t.reduceScatters[k] == 1 ? "" : "s",
+                         formatBytes(static_cast<double>(t.reduceScatterBytes[k])));
+      return s;
     };
     out << fmt::format("\nsplit communication of stage {} (groups of {} ranks), per micro-batch:\n",
                        p.stage, p.splitWidth);
@@ -354,9 +363,10 @@ void printPlan(const Module& m, std::ostream& out) {
   for (const auto& st : mesh.stages)
     g = std::max(g, st.splitWidth);
   out << fmt::format(
-      "mesh: {} data-parallel x {} stage{} x split {}; one replica = {} device{}{}\n",
+      "mesh: {} data-parallel x {} stage{} x split {}{}; one replica = {} device{}{}\n",
       mesh.dataParallel, mesh.stages.size(), mesh.stages.size() == 1 ? "" : "s", g,
-      mesh.replicaSize, mesh.replicaSize == 1 ? "" : "s",
+      g > 1 && m.policy.sequenceParallel ? " (sequence-parallel)" : "", mesh.replicaSize,
+      mesh.replicaSize == 1 ? "" : "s",
       mesh.chunks == 1
           ? ""
           : fmt::format(" ({} chunks on each of {} pipeline ranks)", mesh.chunks, mesh.depth()));

@@ -325,6 +325,7 @@ std::string inferTypes(OpKind kind, const std::vector<TensorType>& in, const Att
     return "";
   case K::AllGather:
   case K::AllReduce:
+  case K::ReduceScatter:
   case K::AllToAll:
   case K::Slice:
   case K::SendRecv:

@@ -9,10 +9,12 @@
 //      earlier op of the same stage already made.
 // Conversions: partial -> all-reduce; data-parallel -> whole: all-gather the batch over
 // the split group; cut -> whole: all-gather that dim; whole -> cut or data-parallel: a
-// local slice (no transfer). Experts add an all-to-all before and after. Model inputs
-// are read by the data loader on each device as its share of the batch, gathered where a
-// split op wants them whole. A whole input of a split op
-// that cuts its output enters through an identity whose backward all-reduces (enterSplit).
+// local slice (no transfer); partial -> cut: reduce-scatter. Experts add an all-to-all
+// before and after. Model inputs are read by the data loader on each device as its share
+// of the batch, gathered where a split op wants them whole. A whole input of a split op
+// that cuts its output enters through an identity whose backward all-reduces (enterSplit);
+// under sequence parallelism a sequence slice entering such an op is all-gathered by a
+// gather whose backward reduce-scatters instead (gatherEntering).
 #include "passes/Passes.h"
 
 #include "support/Assert.h"
@@ -130,7 +132,21 @@ private:
     int64_t copyBytes = micro() ? bytesWith(t, micro() / stage(s).copies()) : -1;
     int out = -1;
     auto dimName = [](int d) { return d < 0 ? std::string("batch") : "dim " + std::to_string(d); };
-    if (from.kind == LayoutKind::Partial) {
+    const Layout whole{LayoutKind::Replicated, -1};
+    bool direct = from.kind == LayoutKind::Replicated || to == whole ||
+                  (from.kind == LayoutKind::Partial && to.kind == LayoutKind::Sharded);
+    if (!direct) { // through the whole tensor, which other readers may share
+      out = convert(convert(t, whole, s, scope, loc), to, s, scope, loc);
+      cache_[key] = out;
+      return out;
+    }
+    if (from.kind == LayoutKind::Partial && to.kind == LayoutKind::Sharded) {
+      out =
+          emit(ir::OpKind::ReduceScatter, t, s, scope, loc, {{"dim", std::string(dimName(to.dim))}},
+               "scattered", "reduce-scatter " + dimName(to.dim),
+               copyBytes < 0 ? -1 : copyBytes / stage(s).splitWidth, s);
+      m_->tensors[out].layout = to;
+    } else if (from.kind == LayoutKind::Partial) {
       out =
           emit(ir::OpKind::AllReduce, t, s, scope, loc, {}, "reduced", "all-reduce", copyBytes, s);
       m_->tensors[out].layout = Layout{LayoutKind::Replicated, -1};
@@ -195,7 +211,34 @@ private:
       }
     }
     Layout want = k < op.inputLayouts.size() ? op.inputLayouts[k] : Layout{};
+    if (k == 0 && m_->policy.sequenceParallel && cutsOutput(op) &&
+        want.kind == LayoutKind::Replicated && m_->tensors[t].layout.kind == LayoutKind::Sharded &&
+        learned(t))
+      return gatherEntering(t, op);
     return convert(t, want, op.stage, op.scope, op.site);
+  }
+
+  static bool cutsOutput(const ir::Op& op) {
+    return op.splitForm == "column" || op.splitForm == "heads" || op.splitForm == "hidden";
+  }
+
+  // Sequence parallelism: a slice entering a split op that cuts its output is gathered
+  // whole, and the op leaves each device a partial gradient of the whole; the gather's
+  // backward reduce-scatters them (one collective, where an identity's all-reduce and the
+  // gather's slice would be two). Ops of one region share it.
+  int gatherEntering(int t, const ir::Op& op) {
+    auto key = std::make_tuple(t, -3, m_->splitScopeOf(op.scope), op.stage);
+    auto hit = cache_.find(key);
+    if (hit != cache_.end()) return hit->second;
+    int d = m_->tensors[t].layout.dim;
+    int64_t bytes = micro() ? bytesWith(t, micro() / stage(op.stage).copies()) : -1;
+    std::string dim = "dim " + std::to_string(d);
+    int out = emit(ir::OpKind::AllGather, t, op.stage, op.scope, op.site,
+                   {{"dim", dim}, {"backward", std::string("reduce-scatter")}}, "gathered",
+                   "all-gather " + dim + "; reduce-scatter backward", bytes, op.stage);
+    m_->tensors[out].layout = Layout{LayoutKind::Replicated, -1};
+    cache_[key] = out;
+    return out;
   }
 
   // A split op that cuts its output (column, heads, hidden) on a whole input leaves each
@@ -203,8 +246,10 @@ private:
   // backward sums them (Megatron-LM's pairing: this all-reduce in the backward, the one
   // after the row-parallel half in the forward). Ops of one region share it.
   int enterSplit(int t, const ir::Op& op) {
-    bool cuts = op.splitForm == "column" || op.splitForm == "heads" || op.splitForm == "hidden";
-    if (!cuts || m_->tensors[t].layout.kind != LayoutKind::Replicated || !learned(t)) return t;
+    if (!cutsOutput(op) || m_->tensors[t].layout.kind != LayoutKind::Replicated || !learned(t))
+      return t;
+    int producer = m_->tensors[t].producer;
+    if (producer >= 0 && ir::reduceScattersBackward(m_->ops[producer])) return t;
     auto key = std::make_tuple(t, -2, m_->splitScopeOf(op.scope), op.stage);
     auto hit = cache_.find(key);
     if (hit != cache_.end()) return hit->second;

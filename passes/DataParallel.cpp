@@ -43,8 +43,11 @@ public:
     if (!copies && !split && !(mesh.pureDataParallel() && mesh.np > 1)) return false;
     m.reduceRanks = copies ? mesh.dataParallel : mesh.np;
     auto widthOf = [&](int p) { return mesh.stages[m.ops[m.params[p].op].stage].splitWidth; };
+    // A whole parameter whose op reads a cut tensor (sumOverSplit) has partial gradients
+    // in its split group: summed over the whole stage, like those outside the regions.
     auto inRegion = [&](int p) {
-      return widthOf(p) > 1 && m.splitScopeOf(m.ops[m.params[p].op].scope) >= 0;
+      return widthOf(p) > 1 && m.splitScopeOf(m.ops[m.params[p].op].scope) >= 0 &&
+             !m.params[p].sumOverSplit;
     };
     auto localBytes = [&](int p) {
       int64_t n = 4 * ir::numElements(m.params[p].type.shape, {}).value_or(0);

@@ -417,8 +417,7 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
       case ir::InstrKind::Run:
         if (auto c = m.splitCollective(p, in.op))
           add(ir::CommEvent::collectiveOp(
-                  c->allReduce ? ir::CollectiveKind::AllReduce : ir::CollectiveKind::AllGather,
-                  splitGroupOf(rank, p.splitWidth), c->bytes, ir::DType::F32,
+                  c->kind, splitGroupOf(rank, p.splitWidth), c->bytes, ir::DType::F32,
                   fmt::format("{} {}", m.ops[in.op].phase == ir::Phase::Backward ? "bwd" : "fwd",
                               m.ops[in.op].name)),
               i);

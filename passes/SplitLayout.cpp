@@ -6,6 +6,11 @@
 // embedding and cross_entropy the vocabulary, moe its experts, conv2d its output channels.
 // Elementwise ops keep a layout their inputs share; everything else wants whole tensors.
 // Outside split regions every tensor is data-parallel (the batch spread over the group).
+//
+// With `sequence_parallel = true` (Korthikanti et al., 2022), partial sums that feed
+// row-wise or elementwise ops are reduce-scattered along the sequence (dim 1) instead of
+// all-reduced, and those ops work on the slice: the residual stream, its norms and dropout
+// hold 1 / w of the sequence, and ops that want it whole all-gather it again.
 #include "passes/Passes.h"
 
 #include <fmt/format.h>
@@ -34,6 +39,8 @@ public:
     for (size_t i = 0; i < m.ops.size(); ++i)
       for (int t : m.ops[i].inputs)
         readers_[t].push_back(static_cast<int>(i));
+    for (ir::Param& prm : m.params)
+      prm.sumOverSplit = false;
     for (size_t i = 0; i < m.ops.size(); ++i) {
       ir::Op& op = m.ops[i];
       int region = m.splitScopeOf(op.scope);
@@ -60,14 +67,47 @@ private:
 
   std::map<int, std::vector<int>> readers_; // tensor -> ops that read it
 
+  // Sequence parallelism: whether `op` cuts the sequence of its tensors (dim 1) where they
+  // arrive partial or already cut there. False when the policy is off or a tensor has no
+  // sequence (fewer than 3 dims, or unknown length); an error when the length does not
+  // divide by the width.
+  bool sequenceCut(const ir::Module& m, const ir::Op& op, int w, int region, bool& failed,
+                   PassContext& ctx) const {
+    failed = false;
+    if (!m.policy.sequenceParallel) return false;
+    const ir::Shape& first = m.tensors[op.inputs[0]].type.shape;
+    bool wants = false;
+    for (int t : op.inputs) {
+      const ir::Shape& s = m.tensors[t].type.shape;
+      if (s.size() < 3 || s.size() != first.size() || !s[1].isConstant()) return false;
+      Layout l = current(m, t);
+      if (l.kind == LayoutKind::Sharded && l.dim != 1) return false;
+      wants = wants || l.kind == LayoutKind::Partial || l == cutAlong(1);
+    }
+    if (!wants) return false;
+    if (divides(op, m, region, first[1].coef, w, "sequence length", ctx,
+                " with `sequence_parallel = true`"))
+      return true;
+    failed = true;
+    return false;
+  }
+
+  // The op's input is cut along a dim its parameters do not have (a slice of the sequence,
+  // the channels, or spread tokens): each device's gradient of its whole parameters is a
+  // partial sum, added up over the split group as well (data-parallel pass).
+  static void partialParamGrads(ir::Module& m, const ir::Op& op) {
+    for (int p : op.params)
+      if (m.params[p].shardDim < 0) m.params[p].sumOverSplit = true;
+  }
+
   // Layout a tensor has where `op` reads it (a producer outside the region gives data-parallel).
   Layout current(const ir::Module& m, int tensor) const { return m.tensors[tensor].layout; }
 
-  bool divides(const ir::Op& op, const ir::Module& m, int region, int64_t size, int width,
-               const char* what, PassContext& ctx) {
+  static bool divides(const ir::Op& op, const ir::Module& m, int region, int64_t size, int width,
+                      const char* what, PassContext& ctx, const char* why = "") {
     if (size % width == 0) return true;
-    auto d = ctx.diags.error(
-        op.site, fmt::format("{} ({}) must be divisible by split width ({})", what, size, width));
+    auto d = ctx.diags.error(op.site, fmt::format("{} ({}) must be divisible by split width ({}){}",
+                                                  what, size, width, why));
     if (op.site.line == op.loc.line && op.site.file == op.loc.file)
       d.length(static_cast<uint32_t>(ir::opInfo(op.kind).name.size()));
     else
@@ -130,6 +170,13 @@ private:
     case ir::SplitRule::Vocab:
       return assignVocab(m, op, w, region, out, ctx);
     case ir::SplitRule::Elementwise: {
+      bool failed = false;
+      if (sequenceCut(m, op, w, region, failed, ctx)) {
+        std::fill(op.inputLayouts.begin(), op.inputLayouts.end(), cutAlong(1));
+        out = cutAlong(1);
+        return true;
+      }
+      if (failed) return false;
       // Keep a layout all inputs share (not partial sums, which must be reduced first).
       Layout l = current(m, op.inputs[0]);
       bool same = l.kind != LayoutKind::Partial;
@@ -151,10 +198,14 @@ private:
       // experts read it (they want tokens spread). Otherwise gather its input once, as
       // Megatron-LM does, so a residual beside it reuses the gathered tensor.
       Layout l = current(m, x);
+      bool failed = false;
+      if (sequenceCut(m, op, w, region, failed, ctx)) l = cutAlong(1);
+      if (failed) return false;
       bool forExperts = l.kind == LayoutKind::DataParallel && onlyExpertsRead(m, op.outputs[0]);
       if (forExperts || (l.kind == LayoutKind::Sharded && l.dim != rank(x) - 1)) {
         op.inputLayouts[0] = l;
         out = l;
+        partialParamGrads(m, op);
       } else {
         out = kWhole;
       }

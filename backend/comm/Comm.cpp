@@ -26,6 +26,12 @@ void Comm::allReduce(float* data, int64_t count, const std::string& what, WireTy
   wait(r, what);
 }
 
+void Comm::reduceScatter(const float* send, float* recv, int64_t recvCount,
+                         const std::string& what) {
+  Request r = ireduceScatter(send, recv, recvCount);
+  wait(r, what);
+}
+
 void Comm::allGather(const void* send, void* recv, int64_t bytes, const std::string& what) {
   Request r = iallGather(send, recv, bytes);
   wait(r, what);

@@ -99,6 +99,7 @@ public:
   // Blocking forms: start, then wait.
   void allReduce(float* data, int64_t count, const std::string& what, WireType wire = WireType::F32,
                  float scale = 1.f);
+  void reduceScatter(const float* send, float* recv, int64_t recvCount, const std::string& what);
   void allGather(const void* send, void* recv, int64_t bytes, const std::string& what);
   void broadcast(void* data, int64_t bytes, int root, const std::string& what);
   void barrier(const std::string& what);

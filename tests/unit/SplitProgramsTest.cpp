@@ -105,7 +105,7 @@ TEST_CASE("split communication: all-reduce <-> identity, all-gather <-> slice") 
     CHECK(c.has_value() == expected);
     if (!c) continue;
     ++moves;
-    allReduces += c->allReduce;
+    allReduces += c->kind == epl::ir::CollectiveKind::AllReduce;
     if (kind == K::AllGather) CHECK(c->bytes == 4 * 4 * 16); // each rank's 4 samples
   }
   // Forward: the batch gathered, two all-reduces. Backward: two identities' all-reduces
@@ -181,4 +181,76 @@ train net { data = synthetic(samples = 64) batch = 8 }
     int64_t gathers = (traffic.allGatherBytes[0] + traffic.allGatherBytes[1]) * (t - 1) / t;
     CHECK(traffic.ringSendBytes == 8 * bsh * (t - 1) / t + gathers);
   }
+}
+
+// The split traffic of `layers` transformer layers split t ways inside a region (a
+// sequence of 8, width 16, batch 8 a micro-batch).
+epl::ir::Module::SplitTraffic layerTraffic(int t, int layers, bool sequenceParallel) {
+  std::string text = fmt::format(R"(
+def layer(h: f32[B, T, D]) -> f32[B, T, D] {{
+  h = h + attention(layer_norm(h), 4)
+  return h + mlp(layer_norm(h), 64)
+}}
+model net(x: f32[B, 8, 16]) {{
+  replicate {{
+    h = linear(x, 16)
+    split({}) {{
+      h = repeat({}) layer(h)
+    }}
+    loss = mse(h, x)
+  }}
+  return loss
+}}
+policy {{ sequence_parallel = {} }}
+train net {{ data = synthetic(samples = 64) batch = 8 }}
+)",
+                                 t, layers, sequenceParallel ? "true" : "false");
+  auto m = planned(text, t);
+  REQUIRE(m);
+  REQUIRE(m->programs.size() == static_cast<size_t>(t));
+  return m->splitTraffic(m->programs[0]);
+}
+
+TEST_CASE("sequence parallelism moves a layer's activations as all-gathers and reduce-scatters "
+          "at the all-reduces' volume") {
+  const int64_t b = 8, s = 8, h = 16, bsh = 4 * b * s * h; // f32 bytes of one activation
+  for (int t : {2, 4}) {
+    // One more layer adds what a layer in the middle of the region moves.
+    for (bool sp : {false, true}) {
+      auto two = layerTraffic(t, 2, sp), three = layerTraffic(t, 3, sp);
+      CHECK(three.ringSendBytes - two.ringSendBytes == 8 * bsh * (t - 1) / t);
+      for (int k : {0, 1}) { // forward, backward
+        int allReduces = three.allReduces[k] - two.allReduces[k];
+        int gathers = three.allGathers[k] - two.allGathers[k];
+        int scatters = three.reduceScatters[k] - two.reduceScatters[k];
+        CHECK(allReduces == (sp ? 0 : 2));
+        CHECK(gathers == (sp ? 2 : 0));
+        CHECK(scatters == (sp ? 2 : 0));
+        CHECK(three.allReduceBytes[k] - two.allReduceBytes[k] == allReduces * bsh);
+        CHECK(three.allGatherBytes[k] - two.allGatherBytes[k] == gathers * bsh);
+        CHECK(three.reduceScatterBytes[k] - two.reduceScatterBytes[k] == scatters * bsh);
+      }
+    }
+  }
+}
+
+TEST_CASE("sequence parallelism needs the sequence to divide by the split width") {
+  epl::Session session;
+  epl::PlanOptions options;
+  options.np = 2;
+  auto m = epl::planText("split.epl", R"(
+model net(x: f32[B, 7, 16]) {
+  split(2) {
+    h = x + mlp(layer_norm(x), 32)
+    loss = mse(layer_norm(h), x)
+  }
+  return loss
+}
+policy { sequence_parallel = true }
+train net { data = synthetic(samples = 64) batch = 8 }
+)",
+                         session, options);
+  REQUIRE(session.diags.hasErrors());
+  CHECK(session.diags.all()[0].message ==
+        "sequence length (7) must be divisible by split width (2) with `sequence_parallel = true`");
 }

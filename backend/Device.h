@@ -59,6 +59,10 @@ struct KernelCall {
   // the table; other tokens give zero rows (another device adds theirs) and no gradient.
   int64_t vocabFirst = 0;
   bool vocabSlice = false;
+  // The weight of one sample in the step's loss (1 / the global batch), for a loss an op
+  // adds on its own: moe_dispatch's backward adds aux_weight x this x d(aux)/d(gates) per
+  // sample (its load-balancing loss).
+  float sampleWeight = 0.f;
   // The whole tensor's index of the call's element i.
   int64_t wholeIndex(int64_t i) const {
     if (cutPiece == 0) return i;

@@ -37,11 +37,19 @@ ConvGeometry convGeometry(const KernelCall& c, const TensorView& x, const Tensor
   return g;
 }
 
-MoeDims moeDims(const KernelCall& c) {
-  const TensorView& x = c.in[c.backward ? 1 : 0];
-  MoeDims m{rowsOf(x), lastDim(x), attrInt(c, "experts"), attrInt(c, "hidden"),
-            attrInt(c, "top_k")};
+MoeRouting moeRouting(const KernelCall& c) {
+  // Forward: [x or rows, gates]; backward: [d out, x or rows, gates, …]. The gates give
+  // the tokens: [B, ..., E].
+  const TensorView& g = c.in[c.backward ? 2 : 1];
+  MoeRouting m{rowsOf(g),           0, lastDim(c.in[c.backward ? 1 : 0]), lastDim(g),
+               attrInt(c, "top_k"), 0, attrFloat(c, "aux_weight")};
   EPL_ASSERT(m.k >= 1 && m.k <= m.e, "moe top_k must be in [1, experts]");
+  int64_t samples = g.shape.empty() ? 1 : g.shape[0];
+  m.t = samples > 0 ? m.n / samples : 0;
+  double factor = attrFloat(c, "capacity_factor");
+  m.cap = factor > 0 ? static_cast<int64_t>(std::ceil(factor * static_cast<double>(m.t * m.k) /
+                                                      static_cast<double>(m.e)))
+                     : m.t * m.k;
   return m;
 }
 

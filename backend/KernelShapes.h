@@ -40,11 +40,15 @@ struct ConvGeometry {
 };
 ConvGeometry convGeometry(const KernelCall& c, const TensorView& x, const TensorView& w);
 
-// moe: N tokens of width D, E experts of hidden width F, each token to its top K.
-struct MoeDims {
-  int64_t n, d, e, f, k;
+// moe_dispatch and moe_combine: N tokens of width D in samples of T tokens (N = B T), E
+// experts, each token to its top K, each expert taking at most `cap` of a sample's token
+// copies (capacity_factor x T x K / E rounded up; T K when the factor is 0, no limit).
+// The tokens are in[1] of a backward call (after the gradient), in[0] of a forward.
+struct MoeRouting {
+  int64_t n, t, d, e, k, cap;
+  double auxWeight;
 };
-MoeDims moeDims(const KernelCall& c);
+MoeRouting moeRouting(const KernelCall& c);
 
 // The activation forms of mlp and moe: "gelu" (tanh form), "relu", "silu".
 enum class Act { Gelu, Relu, Silu };

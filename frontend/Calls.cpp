@@ -197,6 +197,7 @@ Value Elaborator::callBuiltin(const ir::OpInfo& info, const ast::Expr& call,
     }
     }
   }
+  if (info.kind == ir::OpKind::Moe) return emitMoe(call, inputs.at(0), attrs, ctx, inRepeat);
   return emitOp(info.kind, call, std::move(inputs), std::move(attrs), ctx, info.name, inRepeat);
 }
 

@@ -77,8 +77,12 @@ private:
                         const std::vector<ir::TensorType>& in, const ir::Attrs& attrs,
                         const std::vector<ir::TensorType>& out,
                         const std::vector<ir::ParamSpec>& params);
+  // An op named after `name` (made unique), or exactly `fixedName` when one is given, whose
+  // parameters are named after the op, or after `paramOwner` when one is given.
   Value emitOp(ir::OpKind kind, const ast::Expr& at, std::vector<int> inputs, ir::Attrs attrs,
-               Context& ctx, const std::string& name, bool inRepeat);
+               Context& ctx, const std::string& name, bool inRepeat,
+               const std::string& fixedName = "", const std::string& paramOwner = "");
+  Value emitMoe(const ast::Expr& at, int x, const ir::Attrs& attrs, Context& ctx, bool inRepeat);
   std::string uniqueName(Context& ctx, const std::string& base, bool inRepeat);
   Value lookup(const ast::Expr& e, Frame& frame);
   // A bare name bound neither in `frame` nor globally: a new dim symbol, or a word.

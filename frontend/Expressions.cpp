@@ -262,7 +262,8 @@ void Elaborator::checkTensorSizes(const ast::Expr& at, const Context& ctx, ir::O
 }
 
 Value Elaborator::emitOp(ir::OpKind kind, const ast::Expr& at, std::vector<int> inputs,
-                         ir::Attrs attrs, Context& ctx, const std::string& name, bool inRepeat) {
+                         ir::Attrs attrs, Context& ctx, const std::string& name, bool inRepeat,
+                         const std::string& fixedName, const std::string& paramOwner) {
   ir::Module& m = *ctx.module;
   if (opBudget_-- == 0) fail(at, "the model expands to more than 2,000,000 ops");
   std::vector<ir::TensorType> in, out;
@@ -275,15 +276,15 @@ Value Elaborator::emitOp(ir::OpKind kind, const ast::Expr& at, std::vector<int> 
   checkTensorSizes(at, ctx, kind, in, attrs, out, params);
   ir::Op op;
   op.kind = kind;
-  op.name = uniqueName(ctx, name, inRepeat);
+  op.name = fixedName.empty() ? uniqueName(ctx, name, inRepeat) : fixedName;
   op.inputs = std::move(inputs);
   op.scope = ctx.scope;
   op.loc = at.loc;
   op.site = ctx.site.valid() ? ctx.site : at.loc;
   int id = static_cast<int>(m.ops.size());
   for (const auto& spec : params) {
-    m.params.push_back(
-        ir::Param{op.name + "." + spec.name, ir::TensorType{ir::DType::F32, spec.shape}, id, -1});
+    m.params.push_back(ir::Param{(paramOwner.empty() ? op.name : paramOwner) + "." + spec.name,
+                                 ir::TensorType{ir::DType::F32, spec.shape}, id, -1});
     op.params.push_back(static_cast<int>(m.params.size()) - 1);
   }
   op.attrs = std::move(attrs);
@@ -292,6 +293,39 @@ Value Elaborator::emitOp(ir::OpKind kind, const ast::Expr& at, std::vector<int> 
         m.addTensor(op.name + (out.size() > 1 ? "." + std::to_string(k) : ""), out[k], id));
   m.ops.push_back(std::move(op));
   return Value::ofTensor(m.ops.back().outputs[0]);
+}
+
+// A `moe` call becomes its four ops (ir/Ops.h): `NAME.router`, `NAME.dispatch`,
+// `NAME.experts` and the combine `NAME`, whose output is the call's value; the parameters
+// keep the call's names (`NAME.router_weight`, `NAME.fc1_weight`, …), so a checkpoint
+// names them as a script reads them.
+Value Elaborator::emitMoe(const ast::Expr& at, int x, const ir::Attrs& attrs, Context& ctx,
+                          bool inRepeat) {
+  ir::Module& m = *ctx.module;
+  std::vector<ir::TensorType> in{m.tensors[x].type}, out;
+  std::string err = ir::inferTypes(ir::OpKind::Moe, in, attrs, out);
+  if (!err.empty()) failInOp(at, ctx, err);
+  checkTensorSizes(at, ctx, ir::OpKind::Moe, in, attrs, out,
+                   ir::paramSpecs(ir::OpKind::Moe, in, attrs));
+  std::string name = uniqueName(ctx, "moe", inRepeat);
+  auto pick = [&](std::initializer_list<const char*> keys) {
+    ir::Attrs a;
+    for (const char* k : keys)
+      a[k] = attrs.at(k);
+    return a;
+  };
+  ir::Attrs routing = pick({"experts", "top_k", "capacity_factor", "aux_weight"});
+  int gates = emitOp(ir::OpKind::MoeRouter, at, {x}, pick({"experts"}), ctx, "", false,
+                     name + ".router", name)
+                  .tensor;
+  int rows =
+      emitOp(ir::OpKind::MoeDispatch, at, {x, gates}, routing, ctx, "", false, name + ".dispatch")
+          .tensor;
+  int counts = m.ops.back().outputs[1];
+  int expertRows = emitOp(ir::OpKind::MoeExperts, at, {rows, counts}, pick({"experts", "hidden"}),
+                          ctx, "", false, name + ".experts", name)
+                       .tensor;
+  return emitOp(ir::OpKind::MoeCombine, at, {expertRows, gates}, routing, ctx, "", false, name);
 }
 
 } // namespace epl::frontend

@@ -121,9 +121,11 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
   gradParam_.assign(m_.tensors.size(), -1);
   for (size_t p = 0; p < m_.params.size(); ++p)
     if (m_.params[p].grad >= 0) gradParam_[m_.params[p].grad] = static_cast<int>(p);
-  for (size_t i = 0; i < m_.ops.size(); ++i)
-    if (m_.ops[i].kind == ir::OpKind::Next && m_.ops[i].phase == ir::Phase::Forward)
-      nextOps_.push_back(static_cast<int>(i));
+  for (size_t i = 0; i < m_.ops.size(); ++i) {
+    if (m_.ops[i].phase != ir::Phase::Forward) continue;
+    if (m_.ops[i].kind == ir::OpKind::Next) nextOps_.push_back(static_cast<int>(i));
+    if (m_.ops[i].kind == ir::OpKind::MoeDispatch) dispatchOps_.push_back(static_cast<int>(i));
+  }
   staging_.resize(program_.microBatches);
   for (HostBatch& b : staging_) {
     for (int t : m_.inputs)
@@ -431,6 +433,9 @@ void Executor::bindCall(int i, int slot) {
       c.out.push_back(t >= 0 ? view(t) : shapeOnly(fwd.inputs[k]));
     }
     c.accumulate = op.accumulate;
+    // moe's load-balancing loss: each sample's share of the step's loss.
+    if (fwd.kind == ir::OpKind::MoeDispatch)
+      c.sampleWeight = 1.f / static_cast<float>(m_.train.batch);
   }
 }
 
@@ -793,6 +798,7 @@ void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t see
   if (op.phase == ir::Phase::Optimizer) return optimizerStep(op, step);
   if (op.kind == ir::OpKind::Next) return; // the load wrote its targets
   int fwd = op.phase == ir::Phase::Backward ? op.forward : in.op;
+  if (m_.ops[fwd].kind == ir::OpKind::AllToAll) return moeExchange(in, index, step);
   if (ir::opInfo(m_.ops[fwd].kind).split == ir::SplitRule::Communication)
     return splitTransfer(in, index, step);
   if (vocabLoss(fwd)) return vocabCrossEntropy(in, index, step);
@@ -810,6 +816,13 @@ void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t see
     c.cutIndex = program_.splitRank;
   }
   dev_.launch(c);
+  if (training && op.kind == ir::OpKind::MoeDispatch && op.phase == ir::Phase::Forward) {
+    float stats[4];
+    dev_.copyToHost(stats, c.out[2].data, sizeof stats);
+    dev_.synchronize();
+    for (int k = 0; k < 4; ++k)
+      moeStats_[k] += stats[k];
+  }
 }
 
 // A vocabulary-parallel cross-entropy: each rank holds a slice of the logits' columns.
@@ -942,6 +955,120 @@ void Executor::splitTransfer(const ir::Instr& in, size_t index, int64_t step) {
   }
 }
 
+// Split experts' all-to-all (bridge-insertion): the dispatch brings each rank the rows of
+// its experts from every rank of its split group, the combine takes the experts' outputs
+// back, and each one's backward moves the gradients the other way. A rank's dispatched
+// rows are grouped by expert, so the rows of one rank's experts are one block: each rank
+// sends each peer one block and gets one from each. The counts travel first (the
+// dispatch's forward) and are kept for the combine and the backward of the micro-batch.
+// A rank holds what it got by expert, then sending rank: the order one device running
+// every expert would hold them in. Rows past the ones in use are zero.
+void Executor::moeExchange(const ir::Instr& in, size_t index, int64_t step) {
+  const ir::Op& op = m_.ops[in.op];
+  bool backward = op.phase == ir::Phase::Backward;
+  const ir::Op& fwd = backward ? m_.ops[op.forward] : op;
+  bool dispatch = std::get<std::string>(fwd.attrs.at("phase")) == "dispatch";
+  int slot = slotOf(in.micro);
+  int to = op.outputs[0];
+  if (to < 0) return; // no gradient flows back through it
+  int w = program_.splitWidth;
+  int countsT = fwd.inputs[1];
+  backend::Comm& comm = splitComm();
+  auto what = [&] {
+    return fmt::format("instruction {} of step {}: {}{}", index, step + 1,
+                       backward ? "backward of " : "", op.name);
+  };
+  dev_.synchronize();
+  MoeTraffic& tr = moeTraffic_[{countsT, slot}];
+  if (dispatch && !backward) { // the counts: of each rank's experts, and of this rank's
+    backend::TensorView counts = view(countsT, slot);
+    const int32_t* c = static_cast<const int32_t*>(counts.data);
+    int64_t experts = counts.numel(), el = experts / w;
+    std::vector<int32_t> got(static_cast<size_t>(experts));
+    backend::Request r = comm.iallToAll(c, got.data(), 4 * el);
+    comm.wait(r, what());
+    tr.sent.assign(w, 0);
+    for (int64_t e = 0; e < experts; ++e)
+      tr.sent[e / el] += c[e];
+    tr.got.assign(got.begin(), got.end());
+    int32_t* mine = static_cast<int32_t*>(view(op.outputs[1], slot).data);
+    for (int64_t x = 0; x < el; ++x) {
+      int64_t n = 0;
+      for (int i = 0; i < w; ++i)
+        n += got[i * el + x];
+      mine[x] = static_cast<int32_t>(n);
+    }
+  }
+  EPL_ASSERT(static_cast<int>(tr.sent.size()) == w, "a moe exchange before its dispatch");
+  backend::TensorView src = view(op.inputs[0], slot), dst = view(to, slot);
+  int64_t d = src.shape.back(), el = static_cast<int64_t>(tr.got.size()) / w;
+  // Where each rank's block starts in the local layout, and each (expert, rank) run in the
+  // experts' layout.
+  std::vector<int64_t> localAt(w + 1, 0), expertAt(el * w + 1, 0);
+  for (int j = 0; j < w; ++j)
+    localAt[j + 1] = localAt[j] + tr.sent[j];
+  for (int64_t x = 0; x < el; ++x)
+    for (int i = 0; i < w; ++i)
+      expertAt[x * w + i + 1] = expertAt[x * w + i] + tr.got[i * el + x];
+  bool toExperts = dispatch != backward;
+  const float* s = static_cast<const float*>(src.data);
+  // Blocks to send and to receive, per peer, in the order the peer holds them.
+  std::vector<std::vector<float>> out(w), back(w);
+  for (int i = 0; i < w; ++i) {
+    if (toExperts) {
+      out[i].assign(s + localAt[i] * d, s + localAt[i + 1] * d);
+      int64_t n = 0;
+      for (int64_t x = 0; x < el; ++x)
+        n += tr.got[i * el + x];
+      back[i].resize(n * d);
+    } else {
+      for (int64_t x = 0; x < el; ++x)
+        out[i].insert(out[i].end(), s + expertAt[x * w + i] * d, s + expertAt[x * w + i + 1] * d);
+      back[i].resize(tr.sent[i] * d);
+    }
+  }
+  std::vector<backend::Request> requests;
+  constexpr int kTag = 0x4d4f; // the split communicator carries nothing else point to point
+  int me = program_.splitRank;
+  for (int i = 0; i < w; ++i) {
+    if (i == me) {
+      back[i] = out[i];
+      continue;
+    }
+    if (!back[i].empty())
+      requests.push_back(
+          comm.irecv(back[i].data(), 4 * static_cast<int64_t>(back[i].size()), i, kTag));
+    if (!out[i].empty())
+      requests.push_back(
+          comm.isend(out[i].data(), 4 * static_cast<int64_t>(out[i].size()), i, kTag));
+  }
+  for (backend::Request& r : requests)
+    comm.wait(r, what());
+  float* t = static_cast<float*>(dst.data);
+  bool add = backward && op.accumulate[0];
+  std::vector<float> whole(add ? static_cast<size_t>(dst.numel()) : 0);
+  float* into = add ? whole.data() : t;
+  int64_t used = 0;
+  for (int i = 0; i < w; ++i) {
+    if (toExperts) {
+      int64_t from = 0;
+      for (int64_t x = 0; x < el; ++x) {
+        int64_t n = tr.got[i * el + x];
+        std::memcpy(into + expertAt[x * w + i] * d, back[i].data() + from * d, 4 * n * d);
+        from += n;
+      }
+      used = expertAt[el * w];
+    } else {
+      std::memcpy(into + localAt[i] * d, back[i].data(), 4 * tr.sent[i] * d);
+      used = localAt[w];
+    }
+  }
+  std::fill(into + used * d, into + dst.numel(), 0.f);
+  if (add)
+    for (int64_t k = 0; k < dst.numel(); ++k)
+      t[k] += whole[k];
+}
+
 // The clip factor is needed on the host before any update: wait for the norm here. Each
 // pipeline stage sums the squares of its own gradients; the ranks' sums add up to the
 // global norm.
@@ -1050,6 +1177,7 @@ void Executor::runTraced(const ir::Instr& in, size_t index, int64_t step, uint64
 StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
   lr_ = lr;
   clipScale_ = 1.f;
+  std::fill(std::begin(moeStats_), std::end(moeStats_), 0.0);
   gradNorm_ = -1; // measured by the grad-norm op, which runs only when clipping
   reduceWaitSeconds_ = 0;
   postReceives(program_.step, stepRecv_);
@@ -1098,6 +1226,19 @@ StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
     }
     r.loss /= losses;
     r.reduceSpanSeconds = ended - began;
+  }
+  if (!dispatchOps_.empty()) {
+    // Every rank's moe statistics, added up in rank order (each rank routed its own
+    // tokens; a rank without moe layers adds zeros).
+    std::vector<double> all(4 * static_cast<size_t>(comm_.size()));
+    comm_.allGather(moeStats_, all.data(), sizeof moeStats_,
+                    fmt::format("the moe statistics of step {}", step + 1));
+    double sum[4] = {0, 0, 0, 0};
+    for (int k = 0; k < comm_.size(); ++k)
+      for (int j = 0; j < 4; ++j)
+        sum[j] += all[4 * k + j];
+    r.moeAux = sum[3] > 0 ? sum[0] / sum[3] : 0;
+    r.moeDropped = sum[2] > 0 ? sum[1] / sum[2] : 0;
   }
   r.gradNorm = gradNorm_;
   for (size_t b = 0; b < bucketBegin_.size(); ++b)

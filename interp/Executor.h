@@ -36,6 +36,10 @@ struct StepResult {
   // share one machine); and the bytes reduced.
   double reduceWaitSeconds = 0, reduceSpanSeconds = 0;
   int64_t reduceBytes = 0;
+  // A model with `moe`: the mean over its moe layers and the step's samples of the
+  // load-balancing loss (1 when the experts share the tokens evenly), and the share of
+  // token copies the capacity dropped; -1 without moe.
+  double moeAux = -1, moeDropped = -1;
 };
 
 class Executor {
@@ -138,6 +142,7 @@ private:
   void receive(const ir::Instr& in, size_t index, int64_t step, Receive& r);
   void gradNorm(const ir::Op& op);
   void splitTransfer(const ir::Instr& in, size_t index, int64_t step);
+  void moeExchange(const ir::Instr& in, size_t index, int64_t step);
   void vocabCrossEntropy(const ir::Instr& in, size_t index, int64_t step);
   void gatherVocabLogits(const ir::Op& op, std::vector<float>* logits,
                          std::vector<int32_t>* targets);
@@ -196,6 +201,17 @@ private:
   std::map<int, std::vector<float>> wholeParam_;
   std::map<std::pair<int, int>, std::vector<float>> wholeState_;
   std::vector<float> zeroBias_, scratch_;
+  // Split experts: what each moe's dispatch exchanged for the micro-batch in each slot, by
+  // (its counts tensor, slot): the rows this rank sent to each rank of its split group,
+  // and the rows of each of its experts it got from each (rank-major), for the combine and
+  // the backward.
+  struct MoeTraffic {
+    std::vector<int64_t> sent, got;
+  };
+  std::map<std::pair<int, int>, MoeTraffic> moeTraffic_;
+  // The step's moe statistics so far (moe_dispatch's stats summed), and the dispatch ops.
+  double moeStats_[4] = {0, 0, 0, 0};
+  std::vector<int> dispatchOps_;
   std::vector<ir::Attrs> localAttrs_; // by op id: its attributes on this rank
   std::vector<int> gradParam_;        // tensor id -> param index for parameter gradients, else -1
   std::vector<std::vector<Bound>> calls_; // by slot, then op id

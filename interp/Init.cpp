@@ -43,7 +43,7 @@ int64_t fanIn(const ir::Module& m, const ir::Op& op, const std::string& weight) 
     const ir::Param& w = m.params[q];
     if (suffix(w.name) != weight) continue;
     const ir::Shape& s = w.type.shape;
-    if (op.kind == ir::OpKind::Moe && s.size() == 3) return s[2].coef;
+    if (op.kind == ir::OpKind::MoeExperts && s.size() == 3) return s[2].coef;
     int64_t n = 1;
     for (size_t d = 1; d < s.size(); ++d)
       n *= s[d].coef;

@@ -71,6 +71,8 @@ void Progress::step(const StepReport& r) {
   if (r.step % logEvery_ != 0 && r.step != r.steps && r.step != 1) return;
   // The gradient norm is measured only when clipping needs it: never a false 0.
   std::string norm = r.gradNorm < 0 ? "" : fmt::format("  grad_norm {:.3g}", r.gradNorm);
+  if (r.moeAux >= 0)
+    norm += fmt::format("  moe_aux {:.3f}  dropped {:.1f}%", r.moeAux, 100 * r.moeDropped);
   out_ << fmt::format("step {}/{}  loss {:.4f}  lr {:.3g}{}  {:.0f} samples/s  ETA {}\n", r.step,
                       r.steps, r.loss, r.lr, norm, r.samplesPerSecond, formatDuration(eta))
        << std::flush;
@@ -146,6 +148,10 @@ void MetricsFile::step(const StepReport& r) {
                    {"step_seconds", r.stepSeconds},
                    {"memory_bytes", r.memoryBytes}};
   if (r.gradNorm >= 0) j["grad_norm"] = r.gradNorm;
+  if (r.moeAux >= 0) {
+    j["moe_aux_loss"] = r.moeAux;
+    j["moe_dropped"] = r.moeDropped;
+  }
   if (r.reduceBytes > 0) {
     j["reduce_wait_seconds"] = r.reduceWaitSeconds;
     j["reduce_span_seconds"] = r.reduceSpanSeconds;

@@ -24,6 +24,9 @@ struct StepReport {
   // gradient bytes each rank reduced (0 on one device).
   double reduceWaitSeconds = 0, reduceSpanSeconds = 0;
   int64_t reduceBytes = 0;
+  // A model with moe: the load-balancing loss (mean over layers and samples) and the share
+  // of token copies the capacity dropped; -1 without moe, and left out.
+  double moeAux = -1, moeDropped = -1;
 };
 
 class Progress {
@@ -45,7 +48,8 @@ private:
 
 // Appends JSON lines: {"step":…, "loss":…, "lr":…, "samples_per_s":…, "step_seconds":…,
 // "memory_bytes":…} per step (with "grad_norm" when clipping, "reduce_wait_seconds",
-// "reduce_span_seconds" and "reduce_bytes" under data parallelism), {"step":…, "eval_loss":…,
+// "reduce_span_seconds" and "reduce_bytes" under data parallelism, "moe_aux_loss" and
+// "moe_dropped" with moe layers), {"step":…, "eval_loss":…,
 // "eval_accuracy":…} per evaluation. Not opened, it writes nothing. A write that fails
 // (a full disk) closes it: the run goes on, and failure() says why once.
 class MetricsFile {

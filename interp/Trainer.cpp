@@ -171,6 +171,8 @@ StepReport stepReport(const StepResult& r, int64_t step, int64_t start, int64_t 
   rep.reduceWaitSeconds = r.reduceWaitSeconds;
   rep.reduceSpanSeconds = r.reduceSpanSeconds;
   rep.reduceBytes = r.reduceBytes;
+  rep.moeAux = r.moeAux;
+  rep.moeDropped = r.moeDropped;
   return rep;
 }
 

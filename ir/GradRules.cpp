@@ -71,13 +71,22 @@ GradInfo gradInfo(OpKind kind, const std::vector<TensorType>& in, const Attrs& a
     g.saved = {f32(h)};
     break;
   }
-  case K::Moe: {
+  case K::Moe: // a call becomes the four ops below
+    g.differentiable = false;
+    break;
+  case K::MoeRouter:
     g.needsInputs = true;
-    Shape gates = allButLast(x), h = allButLast(x);
-    gates.push_back(c(intAttr(attrs, "experts")));
-    h.push_back(c(intAttr(attrs, "top_k")));
+    g.needsOutput = true;
+    break;
+  case K::MoeDispatch: // the routing is recomputed from the gates
+  case K::MoeCombine:
+    g.needsInputs = true;
+    break;
+  case K::MoeExperts: {
+    g.needsInputs = true;
+    Shape h = allButLast(x);
     h.push_back(c(intAttr(attrs, "hidden")));
-    g.saved = {f32(gates), f32(h)};
+    g.saved = {f32(h)};
     break;
   }
   case K::MaxPool:
@@ -95,7 +104,7 @@ GradInfo gradInfo(OpKind kind, const std::vector<TensorType>& in, const Attrs& a
   case K::AllGather: // the backward of a bridge is the transposed bridge (reduce-scatter
   case K::AllReduce: // for an all-gather, …), chosen where per-rank streams are built;
   case K::ReduceScatter:
-  case K::AllToAll:  // it reads nothing saved
+  case K::AllToAll: // it reads nothing saved
   case K::Slice:
   case K::SendRecv:
   case K::Identity:

@@ -17,8 +17,7 @@ struct GradInfo {
   //   attention   qkv f32[B, T, 3D], ctx f32[B, T, D] (heads joined, before the output
   //               projection), lse f32[B, H, T] (log-sum-exp of each softmax row)
   //   mlp         h f32[..., F] (first linear's output, before the activation)
-  //   moe         gates f32[..., E] (router softmax), h f32[..., top_k, F] (pre-activation
-  //               of each chosen expert's first linear)
+  //   moe_experts h f32[B, R k, F] (each row's first linear, before the activation)
   //   max_pool    argmax i32[B, C, H', W'] (flat index into the input's H x W plane)
   //   cross_entropy lse f32[rows] (log-sum-exp of each row of logits)
   std::vector<TensorType> saved;

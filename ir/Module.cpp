@@ -103,6 +103,11 @@ std::optional<Module::SplitCollective> Module::splitCollective(const Program& p,
     return SplitCollective{C::AllGather, bytesOn(p, op.inputs[0])};
   if (backward && kind == OpKind::AllGather && reduceScattersBackward(ops[op.forward]))
     return SplitCollective{C::ReduceScatter, bytesOn(p, op.inputs[0])};
+  // Split experts' exchanges, either way: the rows this rank's tokens dispatched (what it
+  // sends or gets back; how many of them leave depends on the routing).
+  if (kind == OpKind::AllToAll)
+    return SplitCollective{C::AllToAll,
+                           std::min(bytesOn(p, op.inputs[0]), bytesOn(p, op.outputs[0]))};
   return std::nullopt;
 }
 
@@ -182,6 +187,10 @@ Module::SplitTraffic Module::splitTraffic(const Program& p) const {
       ++t.allReduces[k];
       t.allReduceBytes[k] += c->bytes;
       t.ringSendBytes += 2 * c->bytes * (w - 1) / w;
+    } else if (c->kind == CollectiveKind::AllToAll) {
+      ++t.allToAlls[k];
+      t.allToAllBytes[k] += c->bytes;
+      t.ringSendBytes += c->bytes * (w - 1) / w; // tokens spread evenly over the experts
     } else if (c->kind == CollectiveKind::ReduceScatter) {
       ++t.reduceScatters[k];
       t.reduceScatterBytes[k] += c->bytes;
@@ -208,7 +217,6 @@ std::string Module::runRefusal() const {
     auto at = [&](const std::string& what) {
       return fmt::format("{} (`{}` at line {})", what, op.name, op.site.line);
     };
-    if (op.splitForm == "experts") return at("experts split");
     for (size_t k = 0; k < op.inputs.size() && k < op.inputLayouts.size(); ++k)
       if (tensors[op.inputs[k]].producer < 0 && op.inputLayouts[k].kind != LayoutKind::DataParallel)
         return at("a model input read whole where the micro-batch does not divide over the "

@@ -209,7 +209,7 @@ struct Module {
   // nullopt when it moves nothing (a forward slice or identity, a backward all-reduce or
   // all-gather).
   struct SplitCollective {
-    CollectiveKind kind = CollectiveKind::AllReduce; // or AllGather, ReduceScatter
+    CollectiveKind kind = CollectiveKind::AllReduce; // or AllGather, ReduceScatter, AllToAll
     // The Comm call's bytes: the buffer reduced (all-reduce; reduce-scatter: the whole
     // partial tensor), or each rank's piece (all-gather).
     int64_t bytes = 0;
@@ -222,16 +222,19 @@ struct Module {
   struct SplitTraffic {
     int allReduces[2] = {0, 0}, allGathers[2] = {0, 0}; // [forward, backward]
     int reduceScatters[2] = {0, 0};
+    int allToAlls[2] = {0, 0}; // split experts: their rows' bytes, (w - 1) / w of them sent
+    int64_t allToAllBytes[2] = {0, 0};
     int64_t allReduceBytes[2] = {0, 0}, allGatherBytes[2] = {0, 0};
     int64_t reduceScatterBytes[2] = {0, 0};
     int64_t ringSendBytes = 0;
   };
   SplitTraffic splitTraffic(const Program& p) const;
   int64_t transferBytes(const Program& p, const Instr& in) const;
-  // What keeps the runtime from running this plan, in words ("experts split (`moe` at line
-  // 7)"), or empty when it runs. Split regions run in any stage, in any number of copies:
-  // linear (column, row), mlp (hidden), attention (heads), conv2d (channels),
-  // vocabulary-parallel embedding and cross_entropy, and the ops that follow layouts.
+  // What keeps the runtime from running this plan, in words ("a tensor crossing stages
+  // whole (`linear` at line 7)"), or empty when it runs. Split regions run in any stage, in
+  // any number of copies: linear (column, row), mlp (hidden), attention (heads), conv2d
+  // (channels), vocabulary-parallel embedding and cross_entropy, moe (experts), and the
+  // ops that follow layouts.
   std::string runRefusal() const;
   // How many ranks compute the loss (each program whose lossRank is its own rank).
   int lossRanks() const;

@@ -69,9 +69,46 @@ std::vector<OpInfo> buildTable() {
       S::Hidden, "two linears with an activation between", "x: [..., D] -> [..., D]");
   add(K::Moe, "moe",
       {x(), integer("experts", "number of experts E"), integer("hidden", "expert hidden width F"),
-       optInt("top_k", 2, "experts each token is routed to")},
-      S::Experts, "mixture of experts: a linear router and E mlps, top-k routing",
-      "x: [..., D] -> [..., D]");
+       optInt("top_k", 2, "experts each token is routed to"),
+       optFloat("capacity_factor", 0.0,
+                "rows each expert takes per sample: factor x tokens x top_k / E; 0: no limit"),
+       optFloat("aux_weight", 0.01, "weight of the load-balancing loss (Switch Transformer)")},
+      S::Experts,
+      "mixture of experts: a linear router, top-k routing under a capacity, E gelu mlps and "
+      "a load-balancing loss",
+      "x: [B, ..., D] -> [B, ..., D]");
+  auto moePart = [&](K k, std::string name, std::vector<ArgSpec> args, S split, std::string summary,
+                     std::string shapes) {
+    t.push_back(OpInfo{k, std::move(name), std::move(args), split, false, std::move(summary),
+                       std::move(shapes)});
+  };
+  auto routing = [] {
+    return std::vector<ArgSpec>{integer("experts", "number of experts E"),
+                                optInt("top_k", 2, "experts each token is routed to"),
+                                optFloat("capacity_factor", 0.0, "see moe"),
+                                optFloat("aux_weight", 0.01, "see moe")};
+  };
+  moePart(K::MoeRouter, "moe_router", {x(), integer("experts", "number of experts E")}, S::Tokens,
+          "moe's router: softmax(x Wr^T)", "x: [..., D] -> gates [..., E]");
+  {
+    std::vector<ArgSpec> a{x(), tensor("gates", "the router's gates")};
+    for (auto& r : routing())
+      a.push_back(r);
+    moePart(K::MoeDispatch, "moe_dispatch", a, S::Tokens,
+            "moe's routing: each token's top-k experts under the capacity, copies grouped by "
+            "expert",
+            "x: [B, ..., D], gates [B, ..., E] -> rows [B, R k, D], counts i32[E], stats f32[4]");
+    a[0] = tensor("rows", "the expert outputs, grouped as dispatched");
+    moePart(K::MoeCombine, "moe_combine", a, S::Tokens,
+            "moe's combine: each token's expert outputs weighted by its renormalised gates",
+            "rows [B, R k, D], gates [B, ..., E] -> [B, ..., D]");
+  }
+  moePart(K::MoeExperts, "moe_experts",
+          {tensor("rows", "token copies grouped by expert"),
+           tensor("counts", "rows of each expert"), integer("experts", "number of experts E"),
+           integer("hidden", "expert hidden width F")},
+          S::Experts, "moe's experts: E gelu mlps, each over its rows",
+          "rows [B, R k, D], counts i32[E] -> [B, R k, D]");
   add(K::Conv2d, "conv2d",
       {x(), integer("channels", "output channels"), integer("kernel", "square kernel size K"),
        optInt("stride", 1, "step"), optInt("padding", 0, "zeros on each side"),
@@ -123,7 +160,13 @@ std::vector<OpInfo> buildTable() {
   comm(K::AllGather, "all_gather", "gather the pieces of a tensor along a dim");
   comm(K::AllReduce, "all_reduce", "sum partial results");
   comm(K::ReduceScatter, "reduce_scatter", "sum partial results, keep this device's piece");
-  comm(K::AllToAll, "all_to_all", "exchange token slices between expert shards");
+  t.push_back(OpInfo{K::AllToAll,
+                     "all_to_all",
+                     {tensor("rows", "moe's dispatched rows"), tensor("counts", "rows per expert")},
+                     S::Communication,
+                     false,
+                     "move moe's rows to the devices of their experts, or back",
+                     "rows, counts -> rows (and, dispatching, this device's experts' counts)"});
   comm(K::Slice, "slice", "keep this device's piece of a tensor (no transfer)");
   comm(K::SendRecv, "send_recv", "move an activation to the next stage");
   comm(K::Identity, "identity",
@@ -159,6 +202,18 @@ const std::vector<OpInfo>& allOps() {
   return table;
 }
 
+OpKind builtinOf(OpKind kind) {
+  switch (kind) {
+  case OpKind::MoeRouter:
+  case OpKind::MoeDispatch:
+  case OpKind::MoeExperts:
+  case OpKind::MoeCombine:
+    return OpKind::Moe;
+  default:
+    return kind;
+  }
+}
+
 const OpInfo& opInfo(OpKind kind) {
   for (const auto& i : allOps())
     if (i.kind == kind) return i;
@@ -173,6 +228,7 @@ std::string cutAttr(OpKind kind) {
   case OpKind::Mlp:
     return "hidden";
   case OpKind::Moe:
+  case OpKind::MoeExperts:
     return "experts";
   case OpKind::Embedding:
     return "vocab";
@@ -249,6 +305,15 @@ std::vector<ParamSpec> paramSpecs(OpKind kind, const std::vector<TensorType>& in
     int64_t d = last(), e = intAttr(attrs, "experts"), f = intAttr(attrs, "hidden");
     return {{"router_weight", {c(e), c(d)}},
             {"fc1_weight", {c(e), c(f), c(d)}},
+            {"fc1_bias", {c(e), c(f)}},
+            {"fc2_weight", {c(e), c(d), c(f)}},
+            {"fc2_bias", {c(e), c(d)}}};
+  }
+  case K::MoeRouter: // named as the moe call's (frontend, emitMoe)
+    return {{"router_weight", {c(intAttr(attrs, "experts")), c(last())}}};
+  case K::MoeExperts: {
+    int64_t d = last(), e = intAttr(attrs, "experts"), f = intAttr(attrs, "hidden");
+    return {{"fc1_weight", {c(e), c(f), c(d)}},
             {"fc1_bias", {c(e), c(f)}},
             {"fc2_weight", {c(e), c(d), c(f)}},
             {"fc2_bias", {c(e), c(d)}}};

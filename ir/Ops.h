@@ -19,7 +19,7 @@ enum class OpKind {
   RmsNorm,
   Attention,
   Mlp,
-  Moe,
+  Moe, // the builtin; a call becomes the four ops below (frontend, emitMoe)
   Conv2d,
   // Parameter-free ops.
   Gelu,
@@ -39,6 +39,13 @@ enum class OpKind {
   Reshape,
   Transpose,
   Next,
+  // A `moe` call, in the order they run (docs/language.md, "moe"): the router's softmax
+  // gates; each token's top-k experts under the capacity, its copies grouped by expert;
+  // each expert's mlp over its rows; the rows weighted back into their tokens.
+  MoeRouter,
+  MoeDispatch,
+  MoeExperts,
+  MoeCombine,
   // Losses.
   CrossEntropy,
   Mse,
@@ -78,7 +85,8 @@ enum class SplitRule {
   Heads,       // attention heads divided
   Hidden,      // mlp hidden width divided, output all-reduced
   Vocab,       // embedding rows or loss vocabulary divided
-  Experts,     // moe experts divided, tokens moved by all-to-all
+  Experts,     // moe experts divided, tokens moved by all-to-all (moe_experts)
+  Tokens,      // moe's router, dispatch and combine: each device its own tokens
   Channels,    // conv2d output channels divided
   Communication,
 };
@@ -103,6 +111,9 @@ const OpInfo& opInfo(OpKind kind);
 // The attribute `split(n)` divides for an op (`heads` of attention, `out` of a column
 // linear, …), or "" when split cuts nothing of it.
 std::string cutAttr(OpKind kind);
+// The builtin a script's call wrote for an op of this kind: `moe` for its four ops, else
+// the kind itself.
+OpKind builtinOf(OpKind kind);
 // The builtin with this script name, or nullptr.
 const OpInfo* findBuiltin(const std::string& name);
 const std::vector<OpInfo>& allOps();

@@ -330,6 +330,10 @@ void printSplitTraffic(const Module& m, std::ostream& out) {
                                   formatBytes(static_cast<double>(t.allReduceBytes[k])),
                                   t.allGathers[k], t.allGathers[k] == 1 ? "" : "s",
                                   formatBytes(static_cast<double>(t.allGatherBytes[k])));
+      if (t.allToAlls[k] > 0)
+        s += fmt::format(", {} all-to-all{} (up to {})", t.allToAlls[k],
+                         t.allToAlls[k] == 1 ? "" : "s",
+                         formatBytes(static_cast<double>(t.allToAllBytes[k])));
       if (t.reduceScatters[k] > 0)
         s += fmt::format(", {} reduce-scatter{} ({})", t.reduceScatters[k],
                          t.reduceScatters[k] == 1 ? "" : "s",

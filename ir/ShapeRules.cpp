@@ -3,6 +3,7 @@
 // Shape legend: B batch, T time, D width, H heads, V vocab, C channels, E experts,
 // F hidden width, K kernel.
 #include "ir/Ops.h"
+#include "support/Assert.h"
 
 #include "support/Checked.h"
 
@@ -103,6 +104,15 @@ std::optional<Dim> product(const Shape& dims) {
   for (size_t i = 0; i < dims.size() && p; ++i)
     p = p->times(dims[i]);
   return p;
+}
+
+// moe's dispatched rows for tokens x [B, ..., D]: [B, R k, D], R the dims between the
+// batch and the width (1 for [B, D]); nullopt past 2^63 - 1.
+std::optional<Shape> moeRows(const TensorType& x, int64_t k) {
+  std::optional<Dim> r = product(Shape(x.shape.begin() + 1, x.shape.end() - 1));
+  if (r) r = r->times(Dim::constant(k));
+  if (!r) return std::nullopt;
+  return Shape{x.shape[0], *r, x.shape.back()};
 }
 
 std::string inferReshape(const TensorType& x, const Shape& target, std::vector<TensorType>& out) {
@@ -221,7 +231,38 @@ std::string inferTypes(OpKind kind, const std::vector<TensorType>& in, const Att
         !(err = positive(op, "top_k", k)).empty())
       return fail(err);
     if (k > e) return fail(fmt::format("`moe` top_k ({}) cannot exceed experts ({})", k, e));
+    if (in[0].shape.size() < 2)
+      return fail(fmt::format("`moe` needs tokens [B, ..., D], got {}", tensorStr(in[0])));
+    if (floatAttr(attrs, "capacity_factor") < 0)
+      return fail("`moe` argument `capacity_factor` must not be negative (0: no limit)");
+    if (floatAttr(attrs, "aux_weight") < 0)
+      return fail("`moe` argument `aux_weight` must not be negative");
+    if (!moeRows(in[0], k))
+      return fail(fmt::format("`moe` tokens {} x top_k {} pass 2^63 - 1", tensorStr(in[0]), k));
     out.push_back(in[0]);
+    return "";
+  }
+  case K::MoeRouter: {
+    Shape s = in[0].shape;
+    s.back() = Dim::constant(intAttr(attrs, "experts"));
+    out.push_back(TensorType{in[0].dtype, s});
+    return "";
+  }
+  case K::MoeDispatch: {
+    std::optional<Shape> rows = moeRows(in[0], intAttr(attrs, "top_k"));
+    EPL_ASSERT(rows.has_value(), "the moe call's rule checked the rows' size");
+    out.push_back(TensorType{in[0].dtype, *rows});
+    out.push_back(TensorType{DType::I32, {Dim::constant(intAttr(attrs, "experts"))}});
+    out.push_back(TensorType{DType::F32, {Dim::constant(4)}});
+    return "";
+  }
+  case K::MoeExperts:
+    out.push_back(in[0]);
+    return "";
+  case K::MoeCombine: {
+    Shape s = in[1].shape;
+    s.back() = in[0].shape.back();
+    out.push_back(TensorType{in[0].dtype, s});
     return "";
   }
   case K::Conv2d: {
@@ -323,10 +364,13 @@ std::string inferTypes(OpKind kind, const std::vector<TensorType>& in, const Att
     if (!(err = needFloat(op, in[0])).empty()) return fail(err);
     out.push_back(TensorType{in[0].dtype, {}});
     return "";
+  case K::AllToAll:
+    out.push_back(in[0]);
+    if (std::get<std::string>(attrs.at("phase")) == "dispatch") out.push_back(in[1]);
+    return "";
   case K::AllGather:
   case K::AllReduce:
   case K::ReduceScatter:
-  case K::AllToAll:
   case K::Slice:
   case K::SendRecv:
   case K::Identity:

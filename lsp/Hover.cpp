@@ -199,7 +199,7 @@ std::vector<int> opsWritten(const Analysis& a, SourceLoc loc, std::optional<ir::
   if (!a.module) return out;
   for (size_t i = 0; i < a.module->ops.size(); ++i) {
     const ir::Op& op = a.module->ops[i];
-    if (forward(op) && sameLoc(op.loc, loc) && (!kind || op.kind == *kind))
+    if (forward(op) && sameLoc(op.loc, loc) && (!kind || ir::builtinOf(op.kind) == *kind))
       out.push_back(static_cast<int>(i));
   }
   return out;

@@ -51,7 +51,12 @@ public:
         op.inputs[k] = arrive(op.inputs[k], op, k);
       if (!op.inputs.empty()) op.inputs[0] = enterSplit(op.inputs[0], op);
       bool experts = op.splitForm == "experts";
-      if (experts) op.inputs[0] = allToAll(op.inputs[0], op, "dispatch");
+      int counts = experts ? op.inputs[1] : -1;
+      if (experts) {
+        auto [rows, local] = exchange(op.inputs[0], counts, op, "dispatch");
+        op.inputs[0] = rows;
+        op.inputs[1] = local;
+      }
       newId[i] = static_cast<int>(m.ops.size());
       bool vocabLoss = op.kind == ir::OpKind::CrossEntropy && op.splitForm == "vocab";
       for (int t : op.outputs)
@@ -61,7 +66,7 @@ public:
       int out = op.outputs[0];
       m.ops.push_back(std::move(op));
       // Both may append ops, so no reference into m.ops is held across them.
-      if (experts) rename_[out] = allToAll(out, m.ops[newId[i]], "combine");
+      if (experts) rename_[out] = exchange(out, counts, m.ops[newId[i]], "combine").first;
       if (vocabLoss) recordVocabLoss(newId[i]);
     }
     return !m.bridges.empty();
@@ -261,16 +266,28 @@ private:
     return out;
   }
 
+  // Split experts: the all-to-all that brings each device the rows of its experts from
+  // every device of the group, with their counts (dispatch: rows and counts in, the
+  // gathered rows, whole, and this device's experts' counts, cut, out), or takes the
+  // experts' outputs back to the devices of their tokens (combine: one output, as
+  // dispatched). Listed with the most a device can get: every row of its copy's tokens.
   // `op` is copied: emit() grows m.ops, which may move it.
-  int allToAll(int t, ir::Op op, const char* phase) {
-    int64_t topK = ir::intAttr(op.attrs, "top_k");
-    int64_t bytes =
-        micro() ? bounded(checkedMul(bytesWith(t, micro() / stage(op.stage).group), topK)) : -1;
-    int out =
-        emit(ir::OpKind::AllToAll, t, op.stage, op.scope, op.site, {{"phase", std::string(phase)}},
-             phase, std::string("all-to-all ") + phase, bytes, op.stage);
-    m_->tensors[out].layout = Layout{};
-    return out;
+  std::pair<int, int> exchange(int rows, int counts, ir::Op op, const char* phase) {
+    bool dispatch = std::string(phase) == "dispatch";
+    int64_t bytes = micro() ? bytesWith(rows, micro() / stage(op.stage).copies()) : -1;
+    int out = emit(ir::OpKind::AllToAll, rows, op.stage, op.scope, op.site,
+                   {{"phase", std::string(phase)}}, phase, std::string("all-to-all ") + phase,
+                   bytes, op.stage);
+    ir::Op& a2a = m_->ops.back();
+    a2a.inputs.push_back(counts);
+    a2a.inputLayouts.push_back(m_->tensors[counts].layout);
+    m_->tensors[out].layout = dispatch ? Layout{LayoutKind::Replicated, -1} : Layout{};
+    if (!dispatch) return {out, -1};
+    int id = static_cast<int>(m_->ops.size()) - 1;
+    int local = m_->addTensor(a2a.name + ".counts", m_->tensors[counts].type, id);
+    m_->tensors[local].layout = Layout{LayoutKind::Sharded, 0};
+    m_->ops[id].outputs.push_back(local);
+    return {out, local};
   }
 
   // A vocabulary-parallel loss gathers three per-token figures (max, sum of exp, target

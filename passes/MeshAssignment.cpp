@@ -261,8 +261,8 @@ private:
 
   // Bytes op `op` holds with the batch bound (a symbol without a binding counts as 1):
   // its outputs and their gradients, what autodiff saves, its parameters with their
-  // gradients and two optimizer moments, and for `moe` the tokens it sends to its top_k
-  // experts. nullopt past 2^63 - 1.
+  // gradients and two optimizer moments (moe's dispatched rows, top_k copies of its
+  // tokens, are an output of moe_dispatch). nullopt past 2^63 - 1.
   static std::optional<int64_t> opBytes(const ir::Module& m, const ir::Op& op) {
     std::optional<int64_t> sum = 0;
     auto add = [&](const ir::TensorType& t, int64_t times) {
@@ -279,7 +279,6 @@ private:
       add(t, 1);
     for (int p : op.params)
       add(m.params[p].type, 4);
-    if (op.kind == ir::OpKind::Moe) add(in[0], ir::intAttr(op.attrs, "top_k"));
     return sum;
   }
 

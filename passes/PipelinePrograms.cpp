@@ -353,6 +353,8 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
     return piecesGroup[key] = streams.addGroup(members);
   };
   int lossRanks = m.lossRanks();
+  bool hasMoe = std::any_of(m.ops.begin(), m.ops.end(),
+                            [](const ir::Op& op) { return op.kind == ir::OpKind::MoeDispatch; });
   for (size_t r = 0; r < m.programs.size(); ++r) {
     const ir::Program& p = m.programs[r];
     const std::vector<ir::Instr>& list = eval ? p.eval : p.step;
@@ -449,12 +451,17 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
     // 3. The step's loss reaches every rank: from the one rank that computes it, or
     // gathered from every rank when several do (Executor::runStep).
     if (eval || m.programs.size() == 1) continue;
-    if (lossRanks == 1)
+    if (lossRanks == 1 && p.stages > 1)
       add(ir::CommEvent::broadcast(world, p.lossRank, 8, ir::DType::F32, "broadcast the loss"),
           list.size());
-    else
+    else if (lossRanks > 1)
       add(ir::CommEvent::collectiveOp(ir::CollectiveKind::AllGather, world, 24, ir::DType::F32,
                                       "all-gather the loss"),
+          list.size());
+    // 4. A model with moe: every rank's statistics of its experts' routing.
+    if (hasMoe)
+      add(ir::CommEvent::collectiveOp(ir::CollectiveKind::AllGather, world, 32, ir::DType::F32,
+                                      "all-gather the moe statistics"),
           list.size());
   }
   return streams;

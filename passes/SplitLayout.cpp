@@ -56,12 +56,14 @@ public:
   }
 
 private:
-  // Whether every op reading `tensor` is a moe (experts want tokens spread, not gathered).
+  // Whether every op reading `tensor` is a moe's (experts want tokens spread, not gathered).
   bool onlyExpertsRead(const ir::Module& m, int tensor) const {
     auto it = readers_.find(tensor);
     if (it == readers_.end()) return false;
-    for (int op : it->second)
-      if (ir::opInfo(m.ops[op].kind).split != ir::SplitRule::Experts) return false;
+    for (int op : it->second) {
+      ir::SplitRule r = ir::opInfo(m.ops[op].kind).split;
+      if (r != ir::SplitRule::Experts && r != ir::SplitRule::Tokens) return false;
+    }
     return true;
   }
 
@@ -156,10 +158,19 @@ private:
     case ir::SplitRule::Experts:
       if (!divides(op, m, region, cut(op), w, "experts", ctx)) return false;
       op.splitForm = "experts";
-      // Tokens stay spread over the group; all-to-all moves them to their experts' owners.
-      op.inputLayouts[0] = kData;
-      for (size_t p = 1; p < op.params.size(); ++p)
+      // Each device's dispatched rows and counts, as the dispatch left them: the
+      // all-to-all before the experts brings each device its experts' rows from the whole
+      // group (whole: the copy's tokens) and their counts (cut), the one after takes the
+      // outputs back (bridge-insertion).
+      std::fill(op.inputLayouts.begin(), op.inputLayouts.end(), kData);
+      for (size_t p = 0; p < op.params.size(); ++p)
         shard(m, op, p, 0);
+      out = kWhole;
+      return true;
+    case ir::SplitRule::Tokens:
+      // The router, the dispatch and the combine: each device its own tokens (nothing cut).
+      std::fill(op.inputLayouts.begin(), op.inputLayouts.end(), kData);
+      partialParamGrads(m, op);
       out = kData;
       return true;
     case ir::SplitRule::Channels: {

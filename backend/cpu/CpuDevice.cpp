@@ -32,7 +32,10 @@ void dispatch(const KernelCall& c) {
     return attention(c);
   case OpKind::Mlp:
     return mlp(c);
-  case OpKind::Moe:
+  case OpKind::MoeRouter:
+  case OpKind::MoeDispatch:
+  case OpKind::MoeExperts:
+  case OpKind::MoeCombine:
     return moe(c);
   case OpKind::Conv2d:
     return conv2d(c);

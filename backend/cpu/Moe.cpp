@@ -1,18 +1,26 @@
-// moe: a linear router (no bias), softmax gates, top-k routing, and E gelu mlps.
+// moe's four ops (docs/language.md, "moe"): the router, the dispatch that routes each
+// token's copies to its top-k experts under a capacity, the experts' gelu mlps over their
+// rows, and the combine that weights the rows back into their tokens. Between the dispatch
+// and the experts an all-to-all moves the rows to the devices owning their experts when
+// the experts are split (Executor::moeExchange); the kernels never communicate.
 //
-// Forward:
-//   1. gates = softmax(x Wr^T) (saved).
-//   2. Each token picks the k largest gates (ties: the lower expert index); its weights
+// Routing (the dispatch and the combine compute it alike from the gates, forward and
+// backward, so nothing but the gates is kept):
+//   1. Each token picks the k largest gates (ties: the lower expert index); its weights
 //      are those gates renormalised to sum 1.
-//   3. Per expert e, over the tokens routed to it in token order (gathered rows):
-//      h = x W1_e^T + b1_e (saved per (token, slot)), out_e = gelu(h) W2_e^T + b2_e.
-//   4. y[token] = sum over its slots, in slot order, of weight * out_e.
-// Backward recomputes the routing from the saved gates, and per expert gelu(h) and the
-// expert output's dot with dy (for the weights' gradient), then flows through the
-// renormalisation and the softmax into the router. Every sum runs in a fixed order.
+//   2. Within each sample (the T tokens of one batch row), each expert takes at most
+//      `cap` copies, first choices first: slot 0 of every token in token order, then slot
+//      1, … (GShard's and Switch's priority). A copy past the capacity is dropped: it adds
+//      nothing to its token, whose other copies keep their weights.
+//   3. The kept copies are laid out by expert, then sample, slot and token: the rows
+//      expert e owns are one block, in the order one device would hold them however the
+//      batch is spread, and the blocks of a device's experts are contiguous.
+// The load-balancing loss of a sample (Switch Transformer): E x sum over e of f_e P_e,
+// f_e the share of the sample's T k choices (before the capacity) that went to e, P_e the
+// mean gate of e over its tokens. Per sample, so it adds up over samples like the loss.
 //
-// Shape legend: N tokens (every dim of x but the last), D width, E experts, F expert hidden
-// width, S top-k slots, M tokens routed to one expert.
+// Shape legend: N tokens (every dim but the last; B samples of T), D width, E experts
+// (El of them on this device), F expert hidden width, K top-k slots, M rows.
 #include "backend/KernelShapes.h"
 #include "backend/cpu/KernelUtil.h"
 #include "backend/cpu/Kernels.h"
@@ -24,17 +32,24 @@ namespace epl::backend::cpu {
 
 namespace {
 
-// Top-k routing: expert[n S + s] and normalised weight[n S + s] of each token's slots.
+// Each token's choices and where its copies went.
 struct Routing {
-  std::vector<int32_t> expert;
-  std::vector<float> weight;
-  std::vector<std::vector<int64_t>> rows; // per expert: the (token * S + slot) routed to it
+  std::vector<int32_t> expert; // [N K]: the expert of slot s of token t
+  std::vector<float> weight;   // [N K]: its renormalised gate
+  std::vector<int64_t> row;    // [N K]: its row among the dispatched rows, -1 when dropped
+  std::vector<int64_t> counts; // [E]: rows of each expert
+  std::vector<float> share;    // [N E]: f_e of the token's sample (the load-balancing loss)
+  int64_t dropped = 0;
 };
 
-Routing route(const MoeDims& m, const float* gates) {
+Routing route(const MoeRouting& m, const float* gates) {
   Routing r;
-  r.expert.resize(m.n * m.k);
-  r.weight.resize(m.n * m.k);
+  int64_t nk = m.n * m.k, samples = m.t > 0 ? m.n / m.t : 0;
+  r.expert.resize(nk);
+  r.weight.resize(nk);
+  r.row.assign(nk, -1);
+  r.counts.assign(m.e, 0);
+  r.share.assign(m.n * m.e, 0.f);
   parallelFor(m.n, rowGrain(m.e), [&](int64_t lo, int64_t hi) {
     for (int64_t t = lo; t < hi; ++t) {
       const float* g = gates + t * m.e;
@@ -53,196 +68,282 @@ Routing route(const MoeDims& m, const float* gates) {
         r.weight[t * m.k + s] = g[ex[s]] / sum;
     }
   });
-  r.rows.resize(m.e);
-  for (int64_t i = 0; i < m.n * m.k; ++i)
-    r.rows[r.expert[i]].push_back(i);
+  // The capacity, per sample, first choices first; then each kept copy's place in its
+  // expert's block (expert, sample, slot, token).
+  std::vector<int64_t> kept(m.e), chosen(m.e);
+  std::vector<std::vector<int64_t>> byExpert(m.e); // kept (token K + slot), in order
+  for (int64_t b = 0; b < samples; ++b) {
+    std::fill(kept.begin(), kept.end(), 0);
+    std::fill(chosen.begin(), chosen.end(), 0);
+    for (int64_t s = 0; s < m.k; ++s)
+      for (int64_t t = b * m.t; t < (b + 1) * m.t; ++t) {
+        int32_t e = r.expert[t * m.k + s];
+        ++chosen[e];
+        if (kept[e] == m.cap) {
+          ++r.dropped;
+          continue;
+        }
+        ++kept[e];
+        byExpert[e].push_back(t * m.k + s);
+      }
+    for (int64_t t = b * m.t; t < (b + 1) * m.t; ++t)
+      for (int64_t e = 0; e < m.e; ++e)
+        r.share[t * m.e + e] = static_cast<float>(chosen[e]) / static_cast<float>(m.t * m.k);
+  }
+  int64_t next = 0;
+  for (int64_t e = 0; e < m.e; ++e) {
+    for (int64_t slot : byExpert[e])
+      r.row[slot] = next++;
+    r.counts[e] = static_cast<int64_t>(byExpert[e].size());
+  }
   return r;
 }
 
-// dst[i] = src[rows[i] / S] for each routed row, width w.
-void gatherTokens(const float* src, const std::vector<int64_t>& rows, int64_t s, int64_t w,
-                  float* dst) {
-  int64_t m = static_cast<int64_t>(rows.size());
-  parallelFor(m, rowGrain(w), [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i)
-      std::memcpy(dst + i * w, src + rows[i] / s * w, sizeof(float) * w);
-  });
-}
-
-void softmaxRows(float* x, int64_t rows, int64_t cols) {
-  parallelFor(rows, rowGrain(cols), [&](int64_t lo, int64_t hi) {
-    for (int64_t r = lo; r < hi; ++r) {
-      float* row = x + r * cols;
-      float mx = *std::max_element(row, row + cols), s = 0;
-      for (int64_t j = 0; j < cols; ++j) {
-        row[j] = expf32(row[j] - mx);
-        s += row[j];
+// in = [x [N, D], Wr [E, D]], out = [gates [N, E]]; backward in = [dgates, x, Wr, gates],
+// out = [dx, dWr].
+void router(const KernelCall& c) {
+  if (!c.backward) {
+    expectArity(c, 2, 1);
+    const TensorView &x = c.in[0], &wr = c.in[1];
+    int64_t n = rowsOf(x), d = lastDim(x), e = wr.shape[0];
+    float* gates = c.out[0].f32();
+    gemm(false, true, n, e, d, 1.f, x.f32(), d, wr.f32(), d, 0.f, gates, e);
+    parallelFor(n, rowGrain(e), [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
+        float* row = gates + r * e;
+        float mx = *std::max_element(row, row + e), s = 0;
+        for (int64_t j = 0; j < e; ++j) {
+          row[j] = expf32(row[j] - mx);
+          s += row[j];
+        }
+        for (int64_t j = 0; j < e; ++j)
+          row[j] /= s;
       }
-      for (int64_t j = 0; j < cols; ++j)
-        row[j] /= s;
-    }
-  });
-}
-
-struct Params {
-  const float *wr, *w1, *b1, *w2, *b2;
-};
-
-// in = [x [N, D], Wr [E, D], W1 [E, F, D], b1 [E, F], W2 [E, D, F], b2 [E, D]],
-// out = [y [N, D], gates [N, E], h [N, S, F]].
-void moeForward(const KernelCall& c, const MoeDims& m, const Params& p) {
-  const float* x = c.in[0].f32();
-  float *y = c.out[0].f32(), *gates = c.out[1].f32(), *h = c.out[2].f32();
-  gemm(false, true, m.n, m.e, m.d, 1.f, x, m.d, p.wr, m.d, 0.f, gates, m.e);
-  softmaxRows(gates, m.n, m.e);
-  Routing r = route(m, gates);
-  float *xe = scratch(0, m.n * m.d), *he = scratch(1, m.n * m.f), *ye = scratch(2, m.n * m.k * m.d);
-  for (int64_t e = 0; e < m.e; ++e) {
-    const auto& rows = r.rows[e];
-    int64_t cnt = static_cast<int64_t>(rows.size());
-    if (cnt == 0) continue;
-    gatherTokens(x, rows, m.k, m.d, xe);
-    broadcastRows(he, p.b1 + e * m.f, cnt, m.f);
-    gemm(false, true, cnt, m.f, m.d, 1.f, xe, m.d, p.w1 + e * m.f * m.d, m.d, 1.f, he, m.f);
-    for (int64_t i = 0; i < cnt; ++i) // saved h, per (token, slot)
-      std::memcpy(h + rows[i] * m.f, he + i * m.f, sizeof(float) * m.f);
-    actForward(Act::Gelu, he, he, cnt * m.f);
-    float* out = xe; // reuse: the expert's outputs, [M, D]
-    broadcastRows(out, p.b2 + e * m.d, cnt, m.d);
-    gemm(false, true, cnt, m.d, m.f, 1.f, he, m.f, p.w2 + e * m.d * m.f, m.f, 1.f, out, m.d);
-    for (int64_t i = 0; i < cnt; ++i)
-      std::memcpy(ye + rows[i] * m.d, out + i * m.d, sizeof(float) * m.d);
-  }
-  parallelFor(m.n, rowGrain(m.d), [&](int64_t lo, int64_t hi) {
-    for (int64_t t = lo; t < hi; ++t)
-      for (int64_t j = 0; j < m.d; ++j) {
-        float s = 0;
-        for (int64_t slot = 0; slot < m.k; ++slot)
-          s += r.weight[t * m.k + slot] * ye[(t * m.k + slot) * m.d + j];
-        y[t * m.d + j] = s;
-      }
-  });
-}
-
-// Backward of one expert: parameter gradients, dL/dx of its rows into dxk [N S, D], and
-// dL/dweight of its rows into dw [N S].
-struct ExpertGrads {
-  GradOut dw1, db1, dw2, db2;
-};
-
-void expertBackward(const MoeDims& m, const Params& p, int64_t e, const std::vector<int64_t>& rows,
-                    const Routing& r, const float* x, const float* dy, const float* h,
-                    const ExpertGrads& g, float* dxk, float* dw) {
-  int64_t cnt = static_cast<int64_t>(rows.size());
-  int64_t fd = m.f * m.d;
-  auto zeroSlice = [&](const GradOut& o, int64_t off, int64_t len) {
-    if (o && !o.acc) std::fill(o.p + off, o.p + off + len, 0.f);
-  };
-  if (cnt == 0) {
-    zeroSlice(g.dw1, e * fd, fd), zeroSlice(g.db1, e * m.f, m.f);
-    zeroSlice(g.dw2, e * fd, fd), zeroSlice(g.db2, e * m.d, m.d);
+    });
     return;
   }
-  float *hRows = scratch(4, cnt * m.f), *a = scratch(0, cnt * m.f), *dyr = scratch(1, cnt * m.d),
-        *da = scratch(2, cnt * m.f), *xe = scratch(3, cnt * m.d);
-  for (int64_t i = 0; i < cnt; ++i)
-    std::memcpy(hRows + i * m.f, h + rows[i] * m.f, sizeof(float) * m.f);
-  gatherTokens(dy, rows, m.k, m.d, dyr); // unweighted dy rows
-  const float *w1 = p.w1 + e * fd, *w2 = p.w2 + e * fd, *b2 = p.b2 + e * m.d;
-  gemm(false, false, cnt, m.f, m.d, 1.f, dyr, m.d, w2, m.f, 0.f, da, m.f); // dy W2, unweighted
-  actForward(Act::Gelu, hRows, a, cnt * m.f);
-  parallelFor(cnt, rowGrain(m.f), [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) { // dL/dweight = dy . (gelu(h) W2^T + b2)
-      double s = 0;
-      for (int64_t j = 0; j < m.f; ++j)
-        s += da[i * m.f + j] * a[i * m.f + j];
-      for (int64_t j = 0; j < m.d; ++j)
-        s += dyr[i * m.d + j] * b2[j];
-      dw[rows[i]] = static_cast<float>(s);
-      float wt = r.weight[rows[i]];
-      for (int64_t j = 0; j < m.d; ++j)
-        dyr[i * m.d + j] *= wt; // now the weighted dy
-      for (int64_t j = 0; j < m.f; ++j)
-        da[i * m.f + j] *= wt;
+  expectArity(c, 4, 2);
+  const TensorView &x = c.in[1], &wr = c.in[2];
+  const float *dg = c.in[0].f32(), *g = c.in[3].f32();
+  int64_t n = rowsOf(x), d = lastDim(x), e = wr.shape[0];
+  float* dl = scratch(0, n * e); // d loss / d logits: g (dg - sum dg g)
+  parallelFor(n, rowGrain(e), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      float dot = 0;
+      for (int64_t j = 0; j < e; ++j)
+        dot += dg[r * e + j] * g[r * e + j];
+      for (int64_t j = 0; j < e; ++j)
+        dl[r * e + j] = g[r * e + j] * (dg[r * e + j] - dot);
     }
   });
-  if (g.dw2)
-    gemm(true, false, m.d, m.f, cnt, 1.f, dyr, m.d, a, m.f, g.dw2.beta(), g.dw2.p + e * fd, m.f);
-  if (g.db2) columnSum(dyr, cnt, m.d, GradOut{g.db2.p + e * m.d, g.db2.acc});
-  actBackwardInPlace(Act::Gelu, hRows, da, cnt * m.f); // da = dL/dh
-  gatherTokens(x, rows, m.k, m.d, xe);
-  if (g.dw1)
-    gemm(true, false, m.f, m.d, cnt, 1.f, da, m.f, xe, m.d, g.dw1.beta(), g.dw1.p + e * fd, m.d);
-  if (g.db1) columnSum(da, cnt, m.f, GradOut{g.db1.p + e * m.f, g.db1.acc});
-  gemm(false, false, cnt, m.d, m.f, 1.f, da, m.f, w1, m.d, 0.f, xe, m.d);
-  for (int64_t i = 0; i < cnt; ++i)
-    std::memcpy(dxk + rows[i] * m.d, xe + i * m.d, sizeof(float) * m.d);
+  if (GradOut dwr = gradOut(c, 1))
+    gemm(true, false, e, d, n, 1.f, dl, e, x.f32(), d, dwr.beta(), dwr.p, d);
+  if (GradOut dx = gradOut(c, 0))
+    gemm(false, false, n, d, e, 1.f, dl, e, wr.f32(), d, dx.beta(), dx.p, d);
 }
 
-// dL/dlogits of the router from dL/dweight of each slot: through w_s = g_s / sum(g_sel),
-// dL/dg_s = (dw_s - sum_t dw_t w_t) / sum(g_sel); then the softmax backward.
-void routerGrad(const MoeDims& m, const Routing& r, const float* gates, const float* dw,
-                float* dlogits) {
-  parallelFor(m.n, rowGrain(m.e), [&](int64_t lo, int64_t hi) {
+// in = [x [N, D], gates [N, E]], out = [rows [N K, D], counts i32[E], stats f32[4]]: the
+// kept copies grouped by expert (zeros after them), rows per expert, and (the sum over
+// samples of their load-balancing loss, copies dropped, copies, samples).
+// Backward in = [drows, x, gates, rows], out = [dx, dgates]: each token's copies' gradients
+// in slot order, and the load-balancing loss's gradient of the gates.
+void dispatch(const KernelCall& c) {
+  MoeRouting m = moeRouting(c);
+  int64_t samples = m.t > 0 ? m.n / m.t : 0;
+  if (!c.backward) {
+    expectArity(c, 2, 3);
+    const float *x = c.in[0].f32(), *gates = c.in[1].f32();
+    Routing r = route(m, gates);
+    float* rows = c.out[0].f32();
+    std::fill(rows, rows + m.n * m.k * m.d, 0.f);
+    parallelFor(m.n, rowGrain(m.k * m.d), [&](int64_t lo, int64_t hi) {
+      for (int64_t t = lo; t < hi; ++t)
+        for (int64_t s = 0; s < m.k; ++s)
+          if (int64_t at = r.row[t * m.k + s]; at >= 0)
+            std::memcpy(rows + at * m.d, x + t * m.d, sizeof(float) * m.d);
+    });
+    int32_t* counts = static_cast<int32_t*>(c.out[1].data);
+    for (int64_t e = 0; e < m.e; ++e)
+      counts[e] = static_cast<int32_t>(r.counts[e]);
+    double aux = 0; // sum over samples of E sum_e f_e P_e, P_e = the mean gate
+    for (int64_t b = 0; b < samples; ++b)
+      for (int64_t e = 0; e < m.e; ++e) {
+        double p = 0;
+        for (int64_t t = b * m.t; t < (b + 1) * m.t; ++t)
+          p += gates[t * m.e + e];
+        aux += static_cast<double>(m.e) * r.share[b * m.t * m.e + e] * p / static_cast<double>(m.t);
+      }
+    float* stats = c.out[2].f32();
+    stats[0] = static_cast<float>(aux);
+    stats[1] = static_cast<float>(r.dropped);
+    stats[2] = static_cast<float>(m.n * m.k);
+    stats[3] = static_cast<float>(samples);
+    return;
+  }
+  expectArity(c, 4, 2);
+  const float *drows = c.in[0].f32(), *gates = c.in[2].f32();
+  Routing r = route(m, gates);
+  if (GradOut dx = gradOut(c, 0))
+    parallelFor(m.n, rowGrain(m.d), [&](int64_t lo, int64_t hi) {
+      for (int64_t t = lo; t < hi; ++t)
+        for (int64_t j = 0; j < m.d; ++j) {
+          float s = 0;
+          for (int64_t slot = 0; slot < m.k; ++slot)
+            if (int64_t at = r.row[t * m.k + slot]; at >= 0) s += drows[at * m.d + j];
+          dx.put(t * m.d + j, s);
+        }
+    });
+  // d(aux_weight x sample weight x aux) / d gates[t, e] = that scale x E f_e / T.
+  if (GradOut dg = gradOut(c, 1)) {
+    float scale = static_cast<float>(m.auxWeight) * c.sampleWeight * static_cast<float>(m.e) /
+                  static_cast<float>(m.t);
+    for (int64_t i = 0; i < m.n * m.e; ++i)
+      dg.put(i, scale * r.share[i]);
+  }
+}
+
+// in = [rows [M, D], counts i32[El], W1 [El, F, D], b1 [El, F], W2 [El, D, F], b2 [El, D]],
+// out = [y [M, D], h [M, F]]: expert e's block of rows (after the blocks of experts
+// before it) through gelu(rows W1_e^T + b1_e) W2_e^T + b2_e; rows after the blocks give 0.
+// Backward in = [dy, rows, counts, W1, b1, W2, b2, y, h], out = [drows, (counts: none),
+// dW1, db1, dW2, db2].
+void experts(const KernelCall& c) {
+  int base = c.backward ? 1 : 0;
+  const TensorView &rows = c.in[base], &w1v = c.in[base + 2];
+  const int32_t* counts = static_cast<const int32_t*>(c.in[base + 1].data);
+  int64_t m = rowsOf(rows), d = lastDim(rows), el = w1v.shape[0], f = w1v.shape[1], fd = f * d;
+  const float *x = rows.f32(), *w1 = w1v.f32(), *b1 = c.in[base + 3].f32(),
+              *w2 = c.in[base + 4].f32(), *b2 = c.in[base + 5].f32();
+  std::vector<int64_t> first(el + 1, 0);
+  for (int64_t e = 0; e < el; ++e)
+    first[e + 1] = first[e] + counts[e];
+  EPL_ASSERT(first[el] <= m, "moe_experts: the counts name more rows than the buffer holds");
+  int64_t used = first[el];
+  if (!c.backward) {
+    expectArity(c, 6, 2);
+    float *y = c.out[0].f32(), *h = c.out[1].f32();
+    for (int64_t e = 0; e < el; ++e) {
+      int64_t n = first[e + 1] - first[e], at = first[e];
+      if (n == 0) continue;
+      float *he = h + at * f, *ye = y + at * d;
+      broadcastRows(he, b1 + e * f, n, f);
+      gemm(false, true, n, f, d, 1.f, x + at * d, d, w1 + e * fd, d, 1.f, he, f);
+      float* a = scratch(0, n * f);
+      actForward(Act::Gelu, he, a, n * f);
+      broadcastRows(ye, b2 + e * d, n, d);
+      gemm(false, true, n, d, f, 1.f, a, f, w2 + e * fd, f, 1.f, ye, d);
+    }
+    std::fill(y + used * d, y + m * d, 0.f);
+    std::fill(h + used * f, h + m * f, 0.f);
+    return;
+  }
+  expectArity(c, 9, 6);
+  const float *dy = c.in[0].f32(), *h = c.in[8].f32();
+  GradOut dx = gradOut(c, 0), dw1 = gradOut(c, 2), db1 = gradOut(c, 3), dw2 = gradOut(c, 4),
+          db2 = gradOut(c, 5);
+  for (int64_t e = 0; e < el; ++e) {
+    int64_t n = first[e + 1] - first[e], at = first[e];
+    GradOut gw1{dw1.p ? dw1.p + e * fd : nullptr, dw1.acc},
+        gb1{db1.p ? db1.p + e * f : nullptr, db1.acc},
+        gw2{dw2.p ? dw2.p + e * fd : nullptr, dw2.acc},
+        gb2{db2.p ? db2.p + e * d : nullptr, db2.acc};
+    if (n == 0) { // no rows: its wanted gradients are zero
+      for (auto [g, len] : {std::pair{gw1, fd}, {gb1, f}, {gw2, fd}, {gb2, d}})
+        if (g) zeroUnlessAcc(g, len);
+      continue;
+    }
+    const float *dye = dy + at * d, *xe = x + at * d, *he = h + at * f;
+    float *a = scratch(0, n * f), *da = scratch(1, n * f);
+    actForward(Act::Gelu, he, a, n * f);
+    if (gw2) gemm(true, false, d, f, n, 1.f, dye, d, a, f, gw2.beta(), gw2.p, f);
+    if (gb2) columnSum(dye, n, d, gb2);
+    gemm(false, false, n, f, d, 1.f, dye, d, w2 + e * fd, f, 0.f, da, f);
+    actBackwardInPlace(Act::Gelu, he, da, n * f); // da = d loss / d h
+    if (gw1) gemm(true, false, f, d, n, 1.f, da, f, xe, d, gw1.beta(), gw1.p, d);
+    if (gb1) columnSum(da, n, f, gb1);
+    if (dx) gemm(false, false, n, d, f, 1.f, da, f, w1 + e * fd, d, dx.beta(), dx.p + at * d, d);
+  }
+  if (dx && !dx.acc) std::fill(dx.p + used * d, dx.p + m * d, 0.f);
+}
+
+// in = [rows [N K, D], gates [N, E]], out = [y [N, D]]: each token's kept copies' rows times
+// their weights, in slot order. Backward in = [dy, rows, gates, y], out = [drows, dgates]:
+// drows of a copy = its weight x dy of its token; the weights' gradient dy . row goes
+// through the renormalisation w_s = g_s / sum(g_sel) into the gates.
+void combine(const KernelCall& c) {
+  MoeRouting m = moeRouting(c);
+  if (!c.backward) {
+    expectArity(c, 2, 1);
+    const float *rows = c.in[0].f32(), *gates = c.in[1].f32();
+    Routing r = route(m, gates);
+    float* y = c.out[0].f32();
+    parallelFor(m.n, rowGrain(m.d), [&](int64_t lo, int64_t hi) {
+      for (int64_t t = lo; t < hi; ++t)
+        for (int64_t j = 0; j < m.d; ++j) {
+          float s = 0;
+          for (int64_t slot = 0; slot < m.k; ++slot)
+            if (int64_t at = r.row[t * m.k + slot]; at >= 0)
+              s += r.weight[t * m.k + slot] * rows[at * m.d + j];
+          y[t * m.d + j] = s;
+        }
+    });
+    return;
+  }
+  expectArity(c, 4, 2);
+  const float *dy = c.in[0].f32(), *rows = c.in[1].f32(), *gates = c.in[2].f32();
+  Routing r = route(m, gates);
+  if (GradOut drows = gradOut(c, 0)) {
+    int64_t total = m.n * m.k;
+    if (!drows.acc) std::fill(drows.p, drows.p + total * m.d, 0.f);
+    parallelFor(m.n, rowGrain(m.k * m.d), [&](int64_t lo, int64_t hi) {
+      for (int64_t t = lo; t < hi; ++t)
+        for (int64_t slot = 0; slot < m.k; ++slot)
+          if (int64_t at = r.row[t * m.k + slot]; at >= 0)
+            for (int64_t j = 0; j < m.d; ++j)
+              drows.p[at * m.d + j] += r.weight[t * m.k + slot] * dy[t * m.d + j];
+    });
+  }
+  GradOut dg = gradOut(c, 1);
+  if (!dg) return;
+  parallelFor(m.n, rowGrain(m.e + m.k * m.d), [&](int64_t lo, int64_t hi) {
+    std::vector<float> dw(m.k), out(m.e);
     for (int64_t t = lo; t < hi; ++t) {
       const float* g = gates + t * m.e;
-      float* dl = dlogits + t * m.e;
-      std::fill(dl, dl + m.e, 0.f);
       float sel = 0, dot = 0;
       for (int64_t s = 0; s < m.k; ++s) {
+        int64_t at = r.row[t * m.k + s];
+        double v = 0;
+        if (at >= 0)
+          for (int64_t j = 0; j < m.d; ++j)
+            v += static_cast<double>(dy[t * m.d + j]) * rows[at * m.d + j];
+        dw[s] = static_cast<float>(v);
         sel += g[r.expert[t * m.k + s]];
-        dot += dw[t * m.k + s] * r.weight[t * m.k + s];
+        dot += dw[s] * r.weight[t * m.k + s];
       }
-      for (int64_t s = 0; s < m.k; ++s) // dl holds dL/dgates for now
-        dl[r.expert[t * m.k + s]] = (dw[t * m.k + s] - dot) / sel;
-      float gdot = 0;
+      std::fill(out.begin(), out.end(), 0.f);
+      for (int64_t s = 0; s < m.k; ++s)
+        out[r.expert[t * m.k + s]] = (dw[s] - dot) / sel;
       for (int64_t e = 0; e < m.e; ++e)
-        gdot += dl[e] * g[e];
-      for (int64_t e = 0; e < m.e; ++e)
-        dl[e] = g[e] * (dl[e] - gdot);
+        dg.put(t * m.e + e, out[e]);
     }
-  });
-}
-
-// in = [dy, x, Wr, W1, b1, W2, b2, y, gates, h], out = [dx, dWr, dW1, db1, dW2, db2].
-void moeBackward(const KernelCall& c, const MoeDims& m, const Params& p) {
-  const float *dy = c.in[0].f32(), *x = c.in[1].f32(), *gates = c.in[8].f32(), *h = c.in[9].f32();
-  Routing r = route(m, gates);
-  std::vector<float> dxk(m.n * m.k * m.d), dw(m.n * m.k), dlogits(m.n * m.e);
-  ExpertGrads g{gradOut(c, 2), gradOut(c, 3), gradOut(c, 4), gradOut(c, 5)};
-  for (int64_t e = 0; e < m.e; ++e)
-    expertBackward(m, p, e, r.rows[e], r, x, dy, h, g, dxk.data(), dw.data());
-  routerGrad(m, r, gates, dw.data(), dlogits.data());
-  if (GradOut dwr = gradOut(c, 1))
-    gemm(true, false, m.e, m.d, m.n, 1.f, dlogits.data(), m.e, x, m.d, dwr.beta(), dwr.p, m.d);
-  GradOut dx = gradOut(c, 0);
-  if (!dx) return;
-  float* dxr = scratch(0, m.n * m.d); // router path, then the experts' slots in order
-  gemm(false, false, m.n, m.d, m.e, 1.f, dlogits.data(), m.e, p.wr, m.d, 0.f, dxr, m.d);
-  parallelFor(m.n, rowGrain(m.d), [&](int64_t lo, int64_t hi) {
-    for (int64_t t = lo; t < hi; ++t)
-      for (int64_t j = 0; j < m.d; ++j) {
-        float s = dxr[t * m.d + j];
-        for (int64_t slot = 0; slot < m.k; ++slot)
-          s += dxk[(t * m.k + slot) * m.d + j];
-        dx.put(t * m.d + j, s);
-      }
   });
 }
 
 } // namespace
 
 void moe(const KernelCall& c) {
-  MoeDims m = moeDims(c);
-  int base = c.backward ? 2 : 1;
-  Params p{c.in[base].f32(), c.in[base + 1].f32(), c.in[base + 2].f32(), c.in[base + 3].f32(),
-           c.in[base + 4].f32()};
-  if (!c.backward) {
-    expectArity(c, 6, 3);
-    return moeForward(c, m, p);
+  switch (c.kind) {
+  case ir::OpKind::MoeRouter:
+    return router(c);
+  case ir::OpKind::MoeDispatch:
+    return dispatch(c);
+  case ir::OpKind::MoeExperts:
+    return experts(c);
+  case ir::OpKind::MoeCombine:
+    return combine(c);
+  default:
+    EPL_ASSERT(false, "not one of moe's ops");
   }
-  expectArity(c, 10, 6);
-  moeBackward(c, m, p);
 }
 
 } // namespace epl::backend::cpu

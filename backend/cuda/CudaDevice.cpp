@@ -69,7 +69,10 @@ Family familyOf(OpKind kind) {
     return attention;
   case OpKind::Mlp:
     return mlp;
-  case OpKind::Moe:
+  case OpKind::MoeRouter:
+  case OpKind::MoeDispatch:
+  case OpKind::MoeExperts:
+  case OpKind::MoeCombine:
     return moe;
   case OpKind::Conv2d:
     return conv2d;

@@ -62,6 +62,9 @@ void broadcastRows(const Ctx& ctx, float* y, const float* b, int64_t rows, int64
 void linear(const KernelCall& c, const Ctx& ctx);
 void mlp(const KernelCall& c, const Ctx& ctx);
 void attention(const KernelCall& c, const Ctx& ctx);
+// moe_router, moe_dispatch, moe_experts and moe_combine, by c.kind. moe_experts reads its
+// experts' row counts on the host (it waits for the stream): the one exception to the rule
+// of no host synchronisation.
 void moe(const KernelCall& c, const Ctx& ctx);
 
 // Activations.cu

@@ -31,10 +31,10 @@ def main():
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     script = os.path.abspath(a.script)
-    gpu, gpu_eval, out = run(a.epl, a.work, script, "cuda", ["--device", "cuda"], a.steps, a.sets,
-                             skip=no_gpu)
+    gpu, gpu_eval, out, _ = run(a.epl, a.work, script, "cuda", ["--device", "cuda"], a.steps,
+                                a.sets, skip=no_gpu)
     print(out.splitlines()[0] if out else "")
-    cpu, cpu_eval, _ = run(a.epl, a.work, script, "cpu", ["--device", "cpu"], a.steps, a.sets)
+    cpu, cpu_eval, _, _ = run(a.epl, a.work, script, "cpu", ["--device", "cpu"], a.steps, a.sets)
     worst = compare(cpu, cpu_eval, gpu, gpu_eval, "cpu", "cuda")
     print(f"worst relative difference {worst:.2e} (tolerance {a.tol:g})")
     if worst > a.tol:

@@ -4,12 +4,16 @@
 // Reads a JSON case (argv[1]) naming an op, its attributes, its tensor inputs and params as
 // raw little-endian files, then runs the forward and the backward through
 // makeDevice(device)->launch with the argument layout of backend/Device.h, and writes every
-// result as a raw file into the case's "out_dir": out.bin, saved<i>.bin, grad<i>.bin.
-// Inputs the backward must not read (ir::gradInfo) are passed with null data, so a kernel
-// that reads them crashes here. With "repeat", the case runs again, and once more on one
-// thread, and must give identical bits each time. Two other modes test the optimizer ("mode":
-// "optimizer") and sumSquares/scale
-// ("mode": "reduce").
+// result as a raw file into the case's "out_dir": out.bin (output 0), out<i>.bin (the other
+// outputs of an op with several, as moe_dispatch's counts and stats), saved<i>.bin,
+// grad<i>.bin. The op is a builtin or an internal op (moe_router, …) by its name.
+// The backward gets what the executor passes it: the gradient of output 0 only, and inputs
+// and output 0 the backward must not read (ir::gradInfo) with null data, so a kernel that
+// reads them crashes here. Optional keys: "sample_weight" (KernelCall::sampleWeight),
+// "param_pieces" (the params are a split rank's pieces, as the experts of a split
+// moe_experts: their shapes come from the case, not from the op table). With "repeat", the
+// case runs again, and once more on one thread, and must give identical bits each time. Two
+// other modes test the optimizer ("mode": "optimizer") and sumSquares/scale ("mode": "reduce").
 #include "backend/Device.h"
 #include "ir/GradRules.h"
 #include "ir/Ops.h"
@@ -130,6 +134,14 @@ ir::DType dtypeOf(const json& t) {
   return t.value("dtype", "f32") == "i32" ? ir::DType::I32 : ir::DType::F32;
 }
 
+// A builtin by its script name, else an internal op (the parts of a moe call).
+const ir::OpInfo* findOp(const std::string& name) {
+  if (const ir::OpInfo* op = ir::findBuiltin(name)) return op;
+  for (const auto& op : ir::allOps())
+    if (op.name == name) return &op;
+  return nullptr;
+}
+
 struct Case {
   const ir::OpInfo* op = nullptr;
   ir::Attrs attrs;
@@ -140,7 +152,7 @@ struct Case {
 
 Case describe(const json& j) {
   Case c;
-  c.op = ir::findBuiltin(j.at("op").get<std::string>());
+  c.op = findOp(j.at("op").get<std::string>());
   if (!c.op) fail("unknown op " + j.at("op").get<std::string>());
   c.attrs = buildAttrs(*c.op, j.value("attrs", json::object()));
   for (const auto& t : j.at("inputs"))
@@ -162,15 +174,18 @@ std::vector<std::vector<char>> runCase(Device& dev, const json& j, const Case& c
         std::make_unique<Tensor>(&dev, c.inTypes[i].dtype, concreteShape(c.inTypes[i].shape)));
     inputs.back()->load(j["inputs"][i].at("path"));
   }
+  const bool pieces = j.value("param_pieces", false);
   for (size_t i = 0; i < c.params.size(); ++i) {
-    params.push_back(
-        std::make_unique<Tensor>(&dev, ir::DType::F32, concreteShape(c.params[i].shape)));
-    if (params.back()->view.shape != j["params"][i].at("shape").get<std::vector<int64_t>>())
+    std::vector<int64_t> given = j["params"][i].at("shape"),
+                         table = concreteShape(c.params[i].shape);
+    if (!pieces && given != table)
       fail("param " + c.params[i].name + " has another shape in the op table");
+    params.push_back(std::make_unique<Tensor>(&dev, ir::DType::F32, pieces ? given : table));
     params.back()->load(j["params"][i].at("path"));
   }
-  outs.push_back(
-      std::make_unique<Tensor>(&dev, c.outTypes[0].dtype, concreteShape(c.outTypes[0].shape)));
+  // Forward out = [the op's outputs, the saved tensors].
+  for (const auto& t : c.outTypes)
+    outs.push_back(std::make_unique<Tensor>(&dev, t.dtype, concreteShape(t.shape)));
   for (const auto& s : c.grad.saved)
     outs.push_back(std::make_unique<Tensor>(&dev, s.dtype, concreteShape(s.shape)));
 
@@ -192,23 +207,27 @@ std::vector<std::vector<char>> runCase(Device& dev, const json& j, const Case& c
     results.push_back(t.host());
     if (write) t.save(dir + "/" + name);
   };
+  const size_t nOut = c.outTypes.size();
   keep(*outs[0], "out.bin");
   for (size_t i = 1; i < outs.size(); ++i)
-    keep(*outs[i], "saved" + std::to_string(i - 1) + ".bin");
+    keep(*outs[i], i < nOut ? "out" + std::to_string(i) + ".bin"
+                            : "saved" + std::to_string(i - nOut) + ".bin");
   if (!j.value("backward", true) || !c.grad.differentiable) return results;
 
-  // Backward: in = [dy, inputs, params, output, saved], out = [grad inputs, grad params].
+  // Backward: in = [dy, inputs, params, output 0, saved], out = [grad inputs, grad params];
+  // the other outputs (moe_dispatch's counts and stats) take no gradient and are not passed.
   Tensor dy(&dev, c.outTypes[0].dtype, concreteShape(c.outTypes[0].shape));
   dy.load(j.at("dy"));
   epl::backend::KernelCall bwd = fwd;
   bwd.backward = true;
+  bwd.sampleWeight = j.value("sample_weight", 0.f); // set on backward calls, as the executor does
   bwd.in = {dy.view};
   for (auto& t : inputs)
     bwd.in.push_back(c.grad.needsInputs ? t->view : t->nullView());
   for (auto& t : params)
     bwd.in.push_back(t->view);
   bwd.in.push_back(c.grad.needsOutput ? outs[0]->view : outs[0]->nullView());
-  for (size_t i = 1; i < outs.size(); ++i)
+  for (size_t i = nOut; i < outs.size(); ++i)
     bwd.in.push_back(outs[i]->view);
   bwd.out.clear();
   const json want = j.value("want", json::array()), acc = j.value("accumulate", json::array());

@@ -112,17 +112,19 @@ class Probe:
                                                     torch.from_numpy(ref.copy())))
 
     def op(self, op, attrs, inputs, params, out_shape, saved=(), dy=None, accumulate=None,
-           acc_init=None, want=None, training=True, seed=0, backward=True, repeat=2):
+           acc_init=None, want=None, training=True, seed=0, backward=True, repeat=2, extra=None):
         """Runs op; returns (out, [saved], [grads of inputs then params]).
-        saved: (shape, dtype) of each saved tensor."""
+        saved: (shape, dtype) of each saved tensor. extra: more keys of the case
+        ("sample_weight", "param_pieces"). The other outputs of an op with several: out()."""
         self.new_dir()
-        case = {"op": op, "attrs": attrs, "training": training, "seed": seed,
-                "backward": backward, "repeat": repeat,
-                "inputs": [{"dtype": "i32" if t.dtype == torch.int32 else "f32",
-                            "shape": list(t.shape), "path": self._write(t, "in%d.bin" % i)}
-                           for i, t in enumerate(inputs)],
-                "params": [{"shape": list(t.shape), "path": self._write(t, "p%d.bin" % i)}
-                           for i, t in enumerate(params)]}
+        case = dict(extra or {})
+        case.update({"op": op, "attrs": attrs, "training": training, "seed": seed,
+                     "backward": backward, "repeat": repeat,
+                     "inputs": [{"dtype": "i32" if t.dtype == torch.int32 else "f32",
+                                 "shape": list(t.shape), "path": self._write(t, "in%d.bin" % i)}
+                                for i, t in enumerate(inputs)],
+                     "params": [{"shape": list(t.shape), "path": self._write(t, "p%d.bin" % i)}
+                                for i, t in enumerate(params)]})
         if dy is not None:
             case["dy"] = self._write(dy, "dy.bin")
         if accumulate is not None:
@@ -140,6 +142,10 @@ class Probe:
             for i, t in enumerate(list(inputs) + list(params)):
                 grads.append(self._read("grad%d.bin" % i, tuple(t.shape)))
         return out, sv, grads
+
+    def out(self, i, shape, dtype="f32"):
+        """Output i (> 0) of the last case run."""
+        return self._read("out%d.bin" % i, shape, "<i4" if dtype == "i32" else "<f4")
 
 
 class NoDevice(Exception):
@@ -178,9 +184,10 @@ def rand(*shape, scale=1.0):
 
 
 def run_case(probe, rep, name, op, attrs, inputs, params, ref_fn, saved_ref=None,
-             accumulate=False, want=None, training=True, seed=0):
+             accumulate=False, want=None, training=True, seed=0, extra=None):
     """ref_fn(inputs64, params64) -> output (float64, differentiable). saved_ref(inputs64,
-    params64) -> list of (tensor, dtype str) the forward saves, checked too."""
+    params64) -> list of (tensor, dtype str) the forward saves, checked too. extra: more keys
+    of the case (Probe.op)."""
     ins64 = [t.double().requires_grad_() if t.is_floating_point() else t.long() for t in inputs]
     ps64 = [t.double().requires_grad_() for t in params]
     out = ref_fn(ins64, ps64)
@@ -195,9 +202,12 @@ def run_case(probe, rep, name, op, attrs, inputs, params, ref_fn, saved_ref=None
     if accumulate:
         acc_flags = [t.is_floating_point() for t in inputs + params]
         acc_init = [rand(*t.shape) if f else None for t, f in zip(inputs + params, acc_flags)]
-    o, sv, grads = probe.op(op, attrs, inputs, params, tuple(out.shape),
-                            [(tuple(s.shape), d) for s, d in saved], dy, acc_flags, acc_init,
-                            want, training, seed)
+    try:
+        o, sv, grads = probe.op(op, attrs, inputs, params, tuple(out.shape),
+                                [(tuple(s.shape), d) for s, d in saved], dy, acc_flags, acc_init,
+                                want, training, seed, extra=extra)
+    except RuntimeError as e:  # a crash: name the case
+        raise RuntimeError("%s: %s" % (name, e)) from e
     rep.check(name, "out", o, out)
     for i, ((s, d), ours) in enumerate(zip(saved, sv)):
         if d == "i32":
@@ -213,7 +223,7 @@ def run_case(probe, rep, name, op, attrs, inputs, params, ref_fn, saved_ref=None
         rep.check(name, labels[i], g, ref)
 
 
-def split_cases(probe, rep, name, op, attrs, inputs, params, ref_fn):
+def split_cases(probe, rep, name, op, attrs, inputs, params, ref_fn, extra=None):
     """zb's split backward runs a kernel twice: B with only the input gradients wanted, W with
     only the parameter gradients; each must still be right when the other outputs are null
     (intermediate gradients a parameter needs are computed anyway), writing and adding."""
@@ -222,7 +232,7 @@ def split_cases(probe, rep, name, op, attrs, inputs, params, ref_fn):
                        ("inputs only", [True] * n + [False] * k)]:
         for acc in (False, True):
             run_case(probe, rep, "%s[%s%s]" % (name, part, ", accumulate" if acc else ""), op,
-                     attrs, inputs, params, ref_fn, accumulate=acc, want=want)
+                     attrs, inputs, params, ref_fn, accumulate=acc, want=want, extra=extra)
 
 
 # ---------------------------------------------------------------------------------------
@@ -371,45 +381,250 @@ def fam_mlp(probe, rep):
                 lambda i, p: act_ref(i[0] @ p[0].t() + p[1], "gelu") @ p[2].t() + p[3])
 
 
-def moe_parts(x, wr, w1, b1, w2, b2, k):
+# moe's four ops, each against a reference written from the specification in
+# backend/cpu/Moe.cpp's header (routing, capacity, layout of the dispatched rows, the
+# load-balancing loss), not from its loops. Inputs are built as the pipeline feeds them:
+# gates from a softmax, the experts' rows and counts from an actual routing.
+
+
+class MoeRouting:
+    """The routing of gates [B, ..., E] (B samples of T tokens, N tokens in all):
+    choice [N, k] the experts of each token's slots, kept [N, k], row [N, k] each copy's
+    row among the dispatched rows (-1 when dropped), source [rows in use] the token of each
+    dispatched row, counts [E] rows per expert, chosen [B, E] each sample's choices before
+    the capacity, dropped."""
+
+    def __init__(self, gates, k, capacity_factor):
+        B, E = gates.shape[0], gates.shape[-1]
+        g = gates.detach().reshape(-1, E)
+        N = g.shape[0]
+        T = N // B
+        cap = math.ceil(capacity_factor * T * k / E) if capacity_factor > 0 else T * k
+        # 1. The k largest gates; a stable sort sends ties to the lower expert.
+        self.choice = torch.sort(g, dim=-1, descending=True, stable=True).indices[:, :k]
+        # 2. Each copy's place in its expert's queue of the sample, slot 0 of every token
+        #    first (GShard's cumsum over the one-hot choices in priority order).
+        onehot = F.one_hot(self.choice.reshape(B, T, k), E)  # [B, T, k, E]
+        queue = onehot.transpose(1, 2).reshape(B, k * T, E)
+        place = (queue.cumsum(1) * queue).sum(-1) - 1  # [B, k T], 0-based
+        self.kept = (place < cap).reshape(B, k, T).transpose(1, 2).reshape(N, k)
+        self.chosen = onehot.sum((1, 2)).double()  # [B, E]
+        # 3. The kept copies sorted by (expert, sample, slot, token).
+        token = torch.arange(N)
+        key = (self.choice * (N * k) + (token // T * k)[:, None] * T +
+               torch.arange(k)[None, :] * T + (token % T)[:, None])
+        key = key.masked_fill(~self.kept, N * k * (E + 1))
+        order = torch.argsort(key.reshape(-1))  # flat copies t k + s, kept ones first
+        used = int(self.kept.sum())
+        self.row = torch.full((N * k,), -1, dtype=torch.long)
+        self.row[order[:used]] = torch.arange(used)
+        self.row = self.row.reshape(N, k)
+        self.source = order[:used] // k
+        self.counts = torch.bincount(self.choice[self.kept], minlength=E)
+        self.dropped = N * k - used
+        self.n, self.t, self.k, self.e = N, T, k, E
+
+
+def moe_rows_shape(x_shape, k):
+    """[B, ..., D] -> the dispatched rows [B, R k, D]."""
+    return (x_shape[0], math.prod(x_shape[1:-1]) * k, x_shape[-1])
+
+
+def moe_dispatch_ref(x, gates, r):
+    """(rows, aux): the kept copies of the tokens grouped as routed, zeros after them; and
+    the sum over samples of E sum_e f_e P_e, f_e (a count, no gradient) the share of the
+    sample's T k choices that went to e, P_e the sample's mean gate of e."""
     D = x.shape[-1]
     xs = x.reshape(-1, D)
-    gates = torch.softmax(xs @ wr.t(), -1)
-    idx = torch.sort(-gates.detach(), dim=-1, stable=True).indices[:, :k]
-    sel = gates.gather(1, idx)
+    pad = torch.zeros(r.n * r.k - len(r.source), D, dtype=x.dtype)
+    rows = torch.cat([xs[r.source], pad]).reshape(moe_rows_shape(x.shape, r.k))
+    f = r.chosen / (r.t * r.k)
+    p = gates.reshape(-1, r.t, r.e).mean(1)
+    return rows, (r.e * f * p).sum()
+
+
+def moe_combine_ref(rows, gates, r):
+    """Each token's kept copies' rows times their gates renormalised over its k choices
+    (dropped ones included), added in slot order."""
+    D = rows.shape[-1]
+    flat = rows.reshape(-1, D)
+    g = gates.reshape(-1, r.e)
+    sel = g.gather(1, r.choice)
     w = sel / sel.sum(-1, keepdim=True)
-    out = torch.zeros_like(xs)
-    hs = torch.zeros(xs.shape[0], k, w1.shape[1], dtype=xs.dtype)
-    for slot in range(k):
-        for e in range(wr.shape[0]):
-            m = idx[:, slot] == e
-            if not m.any():
-                continue
-            h = xs[m] @ w1[e].t() + b1[e]
-            hs[m, slot] = h.detach()
-            y = F.gelu(h, approximate="tanh") @ w2[e].t() + b2[e]
-            out = out.index_add(0, m.nonzero()[:, 0], w[m, slot:slot + 1] * y)
-    lead = x.shape[:-1]
-    return out.reshape(x.shape), gates.reshape(*lead, -1), hs.reshape(*lead, k, -1)
+    y = torch.zeros(r.n, D, dtype=rows.dtype)
+    for s in range(r.k):
+        kept = r.kept[:, s]
+        y = y + torch.where(kept[:, None], w[:, s:s + 1] * flat[r.row[:, s].clamp(min=0)], 0.0)
+    return y.reshape(*gates.shape[:-1], D)
+
+
+def moe_experts_ref(rows, counts, w1, b1, w2, b2):
+    """(y, h): expert e's block of rows (after the blocks of the experts before it) through
+    gelu(rows W1_e^T + b1_e) W2_e^T + b2_e, h the first linear; rows after the blocks give 0."""
+    D, Fh = rows.shape[-1], w1.shape[1]
+    flat = rows.reshape(-1, D)
+    ys, hs, at = [], [], 0
+    for e in range(w1.shape[0]):
+        block = flat[at:at + int(counts[e])]
+        at += int(counts[e])
+        h = block @ w1[e].t() + b1[e]
+        hs.append(h)
+        ys.append(act_ref(h, "gelu") @ w2[e].t() + b2[e])
+    ys.append(torch.zeros(flat.shape[0] - at, D, dtype=rows.dtype))
+    hs.append(torch.zeros(flat.shape[0] - at, Fh, dtype=rows.dtype))
+    return torch.cat(ys).reshape(rows.shape), torch.cat(hs).reshape(*rows.shape[:-1], Fh)
+
+
+def moe_gates(lead, E, skew=0.0, unused=None):
+    """Router-like gates [*lead, E]: a softmax of random logits; skew favours expert 0 (so
+    a capacity drops copies), `unused` an expert no token picks."""
+    logits = rand(*lead, E) * 1.5
+    logits[..., 0] += skew
+    if unused is not None:
+        logits[..., unused] -= 12
+    return torch.softmax(logits, -1)
+
+
+def moe_dispatch_case(probe, rep, name, x, gates, k, cf, aux_weight=0.01, sample_weight=0.125,
+                      accumulate=False, want=None, expect_drops=None):
+    attrs = {"experts": gates.shape[-1], "top_k": k, "capacity_factor": cf,
+             "aux_weight": aux_weight}
+    r = MoeRouting(gates, k, cf)
+    if expect_drops is not None:  # the case is built to (not) exercise the capacity
+        assert (r.dropped > 0) == expect_drops, "%s: %d dropped" % (name, r.dropped)
+    x64, g64 = x.double().requires_grad_(), gates.double().requires_grad_()
+    rows, aux = moe_dispatch_ref(x64, g64, r)
+    drows = rand(*rows.shape)
+    # The backward adds the load-balancing loss's gradient, aux_weight x sample weight x aux.
+    ((rows * drows.double()).sum() + aux_weight * sample_weight * aux).backward()
+    refs = [x64.grad, g64.grad]
+    acc_flags, acc_init = None, None
+    if accumulate:
+        acc_flags, acc_init = [True, True], [rand(*x.shape), rand(*gates.shape)]
+    o, _, grads = probe.op("moe_dispatch", attrs, [x, gates], [], tuple(rows.shape), (), drows,
+                           acc_flags, acc_init, want, extra={"sample_weight": sample_weight})
+    counts, stats = probe.out(1, (r.e,), "i32"), probe.out(2, (4,))
+    rep.check(name, "rows", o, rows)
+    rep.expect(name, "counts", torch.equal(counts.long(), r.counts),
+               "%s, reference %s" % (counts.tolist(), r.counts.tolist()))
+    rep.check(name, "stats aux", stats[0:1], aux.detach().reshape(1))
+    want_stats = [float(r.dropped), float(r.n * r.k), float(gates.shape[0])]
+    rep.expect(name, "stats counts", stats[1:].tolist() == want_stats,
+               "dropped, copies, samples %s, reference %s" % (stats[1:].tolist(), want_stats))
+    for i, (label, g, ref) in enumerate(zip(["d_x", "d_gates"], grads, refs)):
+        if want is not None and not want[i]:
+            continue
+        rep.check(name, label, g, ref + acc_init[i].double() if accumulate else ref)
+
+
+def moe_combine_inputs(lead, D, E, k, cf, skew=0.0):
+    """gates, and expert outputs laid out as their routing dispatched them, zero after."""
+    gates = moe_gates(lead, E, skew)
+    r = MoeRouting(gates, k, cf)
+    rows = rand(*moe_rows_shape(lead + (D,), k))
+    rows.view(-1, D)[len(r.source):] = 0
+    return rows, gates, r
+
+
+def moe_experts_inputs(lead, D, E, k, cf, unused=None, local=None):
+    """Rows and counts from a dispatch of random tokens; with local = (first, El) the rows
+    of experts first .. first + El - 1 alone, at the start, as the device holding them gets
+    them when the experts are split."""
+    x, gates = rand(*lead, D), moe_gates(lead, E, 1.0, unused)
+    r = MoeRouting(gates, k, cf)
+    rows = moe_dispatch_ref(x.double(), gates.double(), r)[0].float()
+    counts = r.counts
+    if local is not None:
+        first, el = local
+        start, n = int(counts[:first].sum()), int(counts[first:first + el].sum())
+        flat = rows.view(-1, D)
+        mine = torch.zeros_like(flat)
+        mine[:n] = flat[start:start + n]
+        rows, counts = mine.reshape(rows.shape), counts[first:first + el]
+    return rows, counts.to(torch.int32), r
+
+
+def moe_experts_params(El, D, Fh):
+    return [rand(El, Fh, D, scale=D ** -0.5), 0.1 * rand(El, Fh), rand(El, D, Fh, scale=Fh ** -0.5),
+            0.1 * rand(El, D)]
 
 
 def fam_moe(probe, rep):
-    for shape, E, Fh, k in [((5, 8), 4, 6, 1), ((5, 8), 4, 6, 2), ((2, 9, 16), 3, 32, 2),
-                            ((2, 7, 12), 5, 10, 3), ((4, 32, 32), 8, 64, 2), ((3, 4), 2, 5, 2)]:
-        D = shape[-1]
-        x = rand(*shape)
-        params = [rand(E, D), rand(E, Fh, D, scale=D ** -0.5), 0.1 * rand(E, Fh),
-                  rand(E, D, Fh, scale=Fh ** -0.5), 0.1 * rand(E, D)]
-        run_case(probe, rep, "moe[%s,E=%d,F=%d,k=%d]" % (shape, E, Fh, k), "moe",
-                 {"experts": E, "hidden": Fh, "top_k": k}, [x], params,
-                 lambda i, p: moe_parts(i[0], *p, k)[0],
-                 lambda i, p: [(t, "f32") for t in moe_parts(i[0], *p, k)[1:]])
-    x = rand(6, 8)
-    params = [rand(4, 8), rand(4, 6, 8), rand(4, 6), rand(4, 8, 6), rand(4, 8)]
-    run_case(probe, rep, "moe[accumulate]", "moe", {"experts": 4, "hidden": 6, "top_k": 2}, [x],
-             params, lambda i, p: moe_parts(i[0], *p, 2)[0], accumulate=True)
-    split_cases(probe, rep, "moe", "moe", {"experts": 4, "hidden": 6, "top_k": 2}, [x], params,
-                lambda i, p: moe_parts(i[0], *p, 2)[0])
+    # moe_router: softmax(x Wr^T).
+    router = lambda i, p: torch.softmax(i[0] @ p[0].t(), -1)
+    for shape, E in [((5, 8), 4), ((2, 9, 16), 3), ((2, 7, 12), 5), ((4, 32, 32), 8)]:
+        run_case(probe, rep, "moe_router[%s,E=%d]" % (shape, E), "moe_router", {"experts": E},
+                 [rand(*shape)], [rand(E, shape[-1])], router)
+    x, wr = rand(3, 6, 8), rand(4, 8)
+    run_case(probe, rep, "moe_router[accumulate]", "moe_router", {"experts": 4}, [x], [wr],
+             router, accumulate=True)
+    split_cases(probe, rep, "moe_router", "moe_router", {"experts": 4}, [x], [wr], router)
+
+    # moe_dispatch: shapes, E, k, capacity_factor, skew; whether copies are dropped.
+    for lead, D, E, k, cf, skew, drops in [
+            ((2, 6), 8, 4, 1, 0.0, 0.0, False), ((2, 6), 8, 4, 2, 0.0, 0.0, False),
+            ((3, 5), 8, 5, 3, 0.0, 0.0, False), ((6,), 8, 4, 2, 0.0, 0.0, False),
+            ((5,), 6, 3, 1, 0.5, 0.0, False), ((2, 3, 2), 6, 4, 2, 0.0, 0.0, False),
+            ((3, 8), 6, 4, 2, 0.5, 0.0, True), ((2, 9), 6, 3, 1, 1.0, 1.5, True),
+            ((4, 10), 5, 6, 3, 1.25, 1.0, True), ((2, 12), 4, 4, 2, 1.0, 2.0, True),
+            ((4, 32), 16, 8, 2, 1.25, 1.0, True), ((2, 3, 2), 6, 4, 2, 0.75, 1.0, True)]:
+        name = "moe_dispatch[%s,D=%d,E=%d,k=%d,cf=%g]" % (lead, D, E, k, cf)
+        moe_dispatch_case(probe, rep, name, rand(*lead, D), moe_gates(lead, E, skew), k, cf,
+                          expect_drops=drops)
+    x, gates = rand(3, 8, 6), moe_gates((3, 8), 4, 1.0)
+    for aw, sw in [(0.5, 0.25), (0.01, 0.0)]:  # a large load-balancing gradient; none
+        moe_dispatch_case(probe, rep, "moe_dispatch[aux_weight=%g,sample_weight=%g]" % (aw, sw),
+                          x, gates, 2, 1.0, aux_weight=aw, sample_weight=sw)
+    moe_dispatch_case(probe, rep, "moe_dispatch[accumulate]", x, gates, 2, 1.0, aux_weight=0.5,
+                      accumulate=True, expect_drops=True)
+    moe_dispatch_case(probe, rep, "moe_dispatch[d_gates only]", x, gates, 2, 1.0, aux_weight=0.5,
+                      want=[False, True])
+
+    # moe_combine: expert outputs in the dispatched layout.
+    for lead, D, E, k, cf, skew in [
+            ((2, 6), 8, 4, 1, 0.0, 0.0), ((2, 6), 8, 4, 2, 0.0, 0.0), ((3, 5), 8, 5, 3, 0.0, 0.0),
+            ((6,), 8, 4, 2, 0.0, 0.0), ((2, 3, 2), 6, 4, 2, 0.0, 0.0),
+            ((3, 8), 6, 4, 2, 0.5, 0.0), ((2, 9), 6, 3, 1, 1.0, 1.5), ((4, 10), 5, 6, 3, 1.25, 1.0),
+            ((4, 32), 16, 8, 2, 1.25, 1.0)]:
+        rows, gates, r = moe_combine_inputs(lead, D, E, k, cf, skew)
+        attrs = {"experts": E, "top_k": k, "capacity_factor": cf}
+        run_case(probe, rep, "moe_combine[%s,D=%d,E=%d,k=%d,cf=%g,dropped=%d]" %
+                 (lead, D, E, k, cf, r.dropped), "moe_combine", attrs, [rows, gates], [],
+                 lambda i, p, r=r: moe_combine_ref(i[0], i[1], r))
+    rows, gates, r = moe_combine_inputs((3, 8), 6, 4, 2, 1.0, 1.0)
+    run_case(probe, rep, "moe_combine[accumulate]", "moe_combine",
+             {"experts": 4, "top_k": 2, "capacity_factor": 1.0}, [rows, gates], [],
+             lambda i, p: moe_combine_ref(i[0], i[1], r), accumulate=True)
+
+    # moe_experts: rows and counts of a dispatch (with trailing unused rows where copies were
+    # dropped, an expert without rows where one is unused), every expert or a split's piece.
+    experts = lambda i, p: moe_experts_ref(i[0], i[1], *p)[0]
+    experts_h = lambda i, p: [(moe_experts_ref(i[0], i[1], *p)[1], "f32")]
+    for lead, D, E, Fh, k, cf, unused, local in [
+            ((2, 6), 8, 4, 6, 1, 0.0, None, None), ((2, 6), 8, 4, 6, 2, 0.0, None, None),
+            ((3, 5), 12, 5, 10, 3, 0.0, None, None), ((6,), 8, 3, 5, 2, 0.0, None, None),
+            ((3, 8), 8, 4, 6, 2, 1.0, None, None), ((2, 9), 16, 4, 32, 2, 0.75, 2, None),
+            ((4, 32), 32, 8, 64, 2, 1.25, 5, None), ((2, 9), 8, 4, 6, 2, 1.0, None, (2, 2)),
+            ((3, 8), 8, 6, 10, 2, 0.0, 4, (3, 3)), ((2, 6), 8, 4, 6, 3, 0.0, None, (0, 1))]:
+        rows, counts, r = moe_experts_inputs(lead, D, E, k, cf, unused, local)
+        El = E if local is None else local[1]
+        used = int(counts.sum())
+        name = "moe_experts[%s,D=%d,E=%d,F=%d,k=%d,cf=%g,%s]" % (
+            lead, D, E, Fh, k, cf, "rows %d of %d, counts %s" % (used, rows.numel() // D,
+                                                                 counts.tolist()))
+        run_case(probe, rep, name, "moe_experts", {"experts": E, "hidden": Fh}, [rows, counts],
+                 moe_experts_params(El, D, Fh), experts, experts_h,
+                 extra={"param_pieces": True} if local is not None else None)
+    rows, counts, r = moe_experts_inputs((3, 8), 8, 4, 2, 0.75, 3)
+    params = moe_experts_params(4, 8, 6)
+    run_case(probe, rep, "moe_experts[accumulate]", "moe_experts", {"experts": 4, "hidden": 6},
+             [rows, counts], params, experts, experts_h, accumulate=True)
+    split_cases(probe, rep, "moe_experts", "moe_experts", {"experts": 4, "hidden": 6},
+                [rows, counts], params, experts)
+    rows, counts, r = moe_experts_inputs((3, 8), 8, 6, 2, 0.0, 4, (3, 3))
+    split_cases(probe, rep, "moe_experts[piece]", "moe_experts", {"experts": 6, "hidden": 6},
+                [rows, counts], moe_experts_params(3, 8, 6), experts,
+                extra={"param_pieces": True})
 
 
 def fam_conv(probe, rep):

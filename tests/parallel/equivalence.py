@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Data parallelism and pipelines equal one device: runs one script with `epl run -np N`
 for each N (real mpirun ranks) and compares the loss of every step, and the final
-validation loss, with the -np 1 run. --exact KEY=VALUE runs each -np N again with that
+validation loss, with the -np 1 run; with moe layers, also the share of token copies the
+experts' capacity dropped at every step (equal) and the load-balancing loss. --exact KEY=VALUE runs each -np N again with that
 setting too and requires bit-identical losses (gpipe and 1f1b: the same arithmetic in
 another order).
 
@@ -18,8 +19,8 @@ import sys
 
 def run(epl, work, script, name, args, steps, sets, skip=None):
     """`epl run SCRIPT ARGS` for `steps` steps; its output and metrics are saved in work as
-    NAME.out and NAME.jsonl. Returns the loss of every step, the validation losses and what
-    it printed. A failure ends the test, or skips it (exit 77) when skip(stderr) says so."""
+    NAME.out and NAME.jsonl. Returns the loss of every step, the validation losses, what
+    it printed, and with moe layers each step's (load-balancing loss, dropped share). A failure ends the test, or skips it (exit 77) when skip(stderr) says so."""
     metrics = os.path.join(work, f"{name}.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)
@@ -34,7 +35,7 @@ def run(epl, work, script, name, args, steps, sets, skip=None):
             print(f"skipped: {out.stderr.strip()}")
             sys.exit(77)
         sys.exit(f"FAIL: {' '.join(cmd)} exited {out.returncode}\n{out.stdout}\n{out.stderr}")
-    losses, evals = [], []
+    losses, evals, moe = [], [], []
     with open(metrics) as f:
         for line in f:
             rec = json.loads(line)
@@ -42,9 +43,30 @@ def run(epl, work, script, name, args, steps, sets, skip=None):
                 evals.append(rec["eval_loss"])
             else:
                 losses.append(rec["loss"])
+                if "moe_dropped" in rec:
+                    moe.append((rec["moe_aux_loss"], rec["moe_dropped"]))
     if len(losses) != steps:
         sys.exit(f"FAIL: {name} logged {len(losses)} steps, expected {steps}")
-    return losses, evals, out.stdout
+    return losses, evals, out.stdout, moe
+
+
+def compare_moe(ref, moe, name, tol):
+    """The experts' routing of every step: the same share of copies dropped as one device,
+    and the same load-balancing loss within the tolerance."""
+    if len(moe) != len(ref):
+        sys.exit(f"FAIL: {name} logged moe statistics for {len(moe)} steps, np1 {len(ref)}")
+    worst = 0.0
+    for i, ((aux, dropped), (ref_aux, ref_dropped)) in enumerate(zip(moe, ref)):
+        if dropped != ref_dropped:
+            sys.exit(f"FAIL: step {i + 1}: {name} dropped {dropped:.6f} of the copies, "
+                     f"np1 {ref_dropped:.6f}")
+        worst = max(worst, abs(aux - ref_aux) / max(abs(ref_aux), 1e-30))
+    if worst > tol:
+        sys.exit(f"FAIL: {name}'s load-balancing loss differs from np1 by {worst:.2e}")
+    shares = [d for _, d in ref]
+    print(f"moe: {name} dropped the copies np1 dropped at every step "
+          f"({100 * min(shares):.1f}%-{100 * max(shares):.1f}%), load-balancing loss within "
+          f"{worst:.2e}")
 
 
 def compare(ref, ref_eval, losses, evals, ref_name, name):
@@ -106,19 +128,21 @@ def main():
         script = os.path.join(a.work, "groups.epl")
         with open(script, "w") as f:
             f.write(text)
-    ref, ref_eval, _ = run(a.epl, a.work, script, "np1", ["-np", "1"], a.steps, a.sets)
+    ref, ref_eval, _, ref_moe = run(a.epl, a.work, script, "np1", ["-np", "1"], a.steps, a.sets)
     worst = 0.0
     for np in a.np:
         if np == 1:
             continue
-        losses, evals, stdout = run(a.epl, a.work, script, f"np{np}", ["-np", str(np)], a.steps,
-                                    a.sets)
+        losses, evals, stdout, moe = run(a.epl, a.work, script, f"np{np}", ["-np", str(np)],
+                                         a.steps, a.sets)
         for text in (t.replace("_", " ") for t in a.expect):
             if text not in stdout:
                 sys.exit(f"FAIL: -np {np} did not print {text!r}:\n{stdout}")
         worst = max(worst, compare(ref, ref_eval, losses, evals, "np1", f"np{np}"))
+        if ref_moe:
+            compare_moe(ref_moe, moe, f"np{np}", a.tol)
         for k, extra in enumerate(a.exact):
-            other, other_eval, _ = run(a.epl, a.work, script, f"np{np}_exact{k}",
+            other, other_eval, _, _ = run(a.epl, a.work, script, f"np{np}_exact{k}",
                                        ["-np", str(np)], a.steps, a.sets + [extra])
             if other != losses or other_eval != evals:
                 compare(losses, evals, other, other_eval, f"np{np}", f"np{np} {extra}")

@@ -133,10 +133,34 @@ TEST_CASE("copies of a split group sum their pieces' gradients over the same spl
 }
 
 TEST_CASE("what does not run yet has no programs, and says why") {
+  // A tensor entering a stage made only of split regions crosses whole.
   std::string text = R"(
-model net(x: f32[B, 16]) {
-  split(2) {
-    h = moe(x, 4, 32)
+model net(x: f32[B, 64], y: i32[B]) {
+  replicate(2) {
+    x = relu(linear(x, 64))
+  }
+  split(4) {
+    loss = cross_entropy(linear(relu(linear(x, 256)), 12), y)
+  }
+  return loss
+}
+train net { data = synthetic(samples = 60) batch = 6 }
+)";
+  auto m = planned(text, 6);
+  REQUIRE(m);
+  CHECK(m->programs.empty());
+  CHECK(m->runRefusal() == "a tensor crossing stages whole (out of a split region, or into a "
+                           "split stage) (`relu.to_stage1` at line 7)");
+}
+
+TEST_CASE("split experts: the rows of a device's experts arrive by all-to-all, and go back") {
+  std::string text = R"(
+model net(x: f32[B, 8, 16]) {
+  replicate {
+    h = linear(x, 16)
+    split(2) {
+      h = h + moe(layer_norm(h), 4, 32, top_k = 2, capacity_factor = 1.5)
+    }
     loss = mse(h, x)
   }
   return loss
@@ -145,8 +169,25 @@ train net { data = synthetic(samples = 64) batch = 8 }
 )";
   auto m = planned(text, 2);
   REQUIRE(m);
-  CHECK(m->programs.empty());
-  CHECK(m->runRefusal() == "experts split (`moe` at line 4)");
+  REQUIRE(m->programs.size() == 2);
+  const epl::ir::Program& p = m->programs[1];
+  using epl::ir::Phase;
+  // Each device routes its own 4 samples; its experts see up to the copy's 8 samples' rows.
+  CHECK(m->localShape(p, m->ops[opNamed(*m, "moe.dispatch", Phase::Forward)].outputs[0]) ==
+        std::vector<int64_t>{4, 16, 16});
+  const epl::ir::Op& experts = m->ops[opNamed(*m, "moe.experts", Phase::Forward)];
+  CHECK(m->localShape(p, experts.inputs[0]) == std::vector<int64_t>{8, 16, 16});
+  CHECK(m->localShape(p, experts.inputs[1]) == std::vector<int64_t>{2}); // its 2 experts' counts
+  CHECK(m->localParamShape(p, paramNamed(*m, "moe.fc1_weight")) == std::vector<int64_t>{2, 32, 16});
+  CHECK(m->localParamShape(p, paramNamed(*m, "moe.router_weight")) == std::vector<int64_t>{4, 16});
+  // The router's whole weight sees each device's own tokens: summed over the group.
+  CHECK(m->params[paramNamed(*m, "moe.router_weight")].sumOverSplit);
+  epl::ir::Module::SplitTraffic traffic = m->splitTraffic(p);
+  CHECK(traffic.allToAlls[0] == 2); // dispatch, combine
+  CHECK(traffic.allToAlls[1] == 2); // their backwards
+  CHECK(traffic.allToAllBytes[0] == 2 * 4 * (4 * 16 * 16));
+  for (bool eval : {false, true})
+    CHECK_FALSE(epl::ir::checkStreams(epl::passes::programStreams(*m, eval)).has_value());
 }
 
 TEST_CASE("a transformer layer split t ways moves 4 all-reduces of b s h a micro-batch") {

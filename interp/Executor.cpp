@@ -126,11 +126,13 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
     if (m_.ops[i].kind == ir::OpKind::Next) nextOps_.push_back(static_cast<int>(i));
     if (m_.ops[i].kind == ir::OpKind::MoeDispatch) dispatchOps_.push_back(static_cast<int>(i));
   }
+  // This rank's share of each micro-batch: in a pipeline, a stage group's share (the
+  // module's batch symbol counts the replica's micro-batch there).
   staging_.resize(program_.microBatches);
   for (HostBatch& b : staging_) {
     for (int t : m_.inputs)
-      b.inputs.emplace_back(*m_.bytesOf(t));
-    if (!nextOps_.empty()) b.next.resize(*m_.bytesOf(m_.ops[nextOps_[0]].outputs[0]) / 4);
+      b.inputs.emplace_back(m_.bytesOn(program_, t));
+    if (!nextOps_.empty()) b.next.resize(m_.bytesOn(program_, m_.ops[nextOps_[0]].outputs[0]) / 4);
   }
   lossHost_.assign(program_.microBatches, 0.f);
   localBatch_ = bindings_.at(m_.batchSymbol);
@@ -653,7 +655,7 @@ void Executor::postReceives(const std::vector<ir::Instr>& list, std::vector<Rece
 // Where a transfer's samples start in its tensor: the tensor's, or its row `firstRow`.
 unsigned char* Executor::transferData(const ir::Instr& in) const {
   backend::TensorView v = view(in.tensor, slotOf(in.micro));
-  return static_cast<unsigned char*>(v.data) + v.bytes() / localBatch_ * in.firstRow;
+  return static_cast<unsigned char*>(v.data) + v.bytes() / v.shape.at(0) * in.firstRow;
 }
 
 // The receiver posted its receive at its step's start. In a training step the transfer

@@ -113,7 +113,7 @@ std::optional<Module::SplitCollective> Module::splitCollective(const Program& p,
 
 int64_t Module::transferBytes(const Program& p, const Instr& in) const {
   int64_t whole = bytesOn(p, in.tensor);
-  return in.rows < 0 ? whole : whole / p.localBatch * in.rows;
+  return in.rows < 0 ? whole : whole / localShape(p, in.tensor).at(0) * in.rows;
 }
 
 int Module::lossRanks() const {
@@ -221,9 +221,6 @@ std::string Module::runRefusal() const {
       if (tensors[op.inputs[k]].producer < 0 && op.inputLayouts[k].kind != LayoutKind::DataParallel)
         return at("a model input read whole where the micro-batch does not divide over the "
                   "stage's devices");
-    if (op.kind == OpKind::SendRecv &&
-        tensors[op.outputs[0]].layout.kind != LayoutKind::DataParallel)
-      return at("a tensor crossing stages whole (out of a split region, or into a split stage)");
   }
   return "";
 }

@@ -230,8 +230,9 @@ struct Module {
   };
   SplitTraffic splitTraffic(const Program& p) const;
   int64_t transferBytes(const Program& p, const Instr& in) const;
-  // What keeps the runtime from running this plan, in words ("a tensor crossing stages
-  // whole (`linear` at line 7)"), or empty when it runs. Split regions run in any stage, in
+  // What keeps the runtime from running this plan, in words ("a model input read whole
+  // where the micro-batch does not divide over the stage's devices (`cross_entropy` at
+  // line 7)"), or empty when it runs. Split regions run in any stage, in
   // any number of copies: linear (column, row), mlp (hidden), attention (heads), conv2d
   // (channels), vocabulary-parallel embedding and cross_entropy, moe (experts), and the
   // ops that follow layouts.

@@ -142,7 +142,10 @@ private:
 
   // Op `op`'s transfers of `tensor` with the ranks of the stage named by `peerKey` in this
   // replica: the one of the same index when the groups are alike, else every rank whose
-  // share of the micro-batch overlaps this rank's (step 6).
+  // share of the micro-batch overlaps this rank's (step 6). A whole tensor (out of a split
+  // region, or into a stage of split regions alone) is held alike by every device of a
+  // split group, for the group's copy's share of the micro-batch: the shares are the
+  // copies', a copy's first device sends, and every device of a receiving copy receives.
   void transfers(ir::InstrKind kind, int block, int op, int micro, int tensor, const char* peerKey,
                  std::vector<ir::Instr>& out) const {
     const ir::Op& o = m_.ops[op];
@@ -150,29 +153,50 @@ private:
     int k = boundary_.at(back ? o.forward : op);
     int micros = static_cast<int>(m_.policy.microBatches);
     int peerStage = static_cast<int>(ir::intAttr(o.attrs, peerKey));
-    int mine = m_.mesh.stages[block].group, theirs = m_.mesh.stages[peerStage].group;
+    const ir::StagePlan &here = m_.mesh.stages[block], &there = m_.mesh.stages[peerStage];
+    // Whole or not is the transfer's: its forward op's output says (the tensor sent from a
+    // stage without split regions is data-parallel there, which is the same as whole).
+    const ir::Op& fwdOp = back ? m_.ops[o.forward] : o;
+    bool whole = m_.tensors[fwdOp.outputs[0]].layout.kind != ir::LayoutKind::DataParallel;
+    // Devices of one copy of the data on each side, and the copies.
+    int myWidth = whole ? here.splitWidth : 1, theirWidth = whole ? there.splitWidth : 1;
+    int mine = here.group / myWidth, theirs = there.group / theirWidth;
+    int myUnit = local_ / myWidth;
+    bool sends = kind == ir::InstrKind::Send;
+    if (sends && local_ % myWidth != 0) return; // the copy's first device sends for it
+    // The peers of copy j: all its devices when this rank sends, its first when it receives.
+    auto peers = [&](int j) {
+      std::vector<int> ranks;
+      for (int s = 0; s < (sends ? theirWidth : 1); ++s)
+        ranks.push_back(m_.mesh.rank(replica_, peerStage, j * theirWidth + s));
+      return ranks;
+    };
     ir::Instr in{kind, op, micro, -1};
     in.tensor = tensor;
     in.tag = (2 * k + (back ? 1 : 0)) * micros + micro;
     in.accumulate = kind == ir::InstrKind::Recv && !o.accumulate.empty() && o.accumulate[0];
     if (mine == theirs) {
-      in.peer = m_.mesh.rank(replica_, peerStage, local_);
-      out.push_back(in);
+      for (int peer : peers(myUnit)) {
+        in.peer = peer;
+        out.push_back(in);
+      }
       return;
     }
     EPL_ASSERT(!m_.tensors[tensor].type.shape.empty() &&
                    m_.tensors[tensor].type.shape[0] == ir::Dim::symbol(m_.batchSymbol),
                "a tensor re-cut between stage groups is batch-first");
     int64_t micro0 = m_.mesh.microBatch;
-    Share me = shareOf(micro0, mine, local_);
+    Share me = shareOf(micro0, mine, myUnit);
     for (int j = 0; j < theirs; ++j) {
       Share peer = shareOf(micro0, theirs, j);
       int64_t begin = std::max(me.begin, peer.begin), end = std::min(me.end, peer.end);
       if (begin >= end) continue;
-      in.peer = m_.mesh.rank(replica_, peerStage, j);
       in.firstRow = begin - me.begin;
       in.rows = end - begin;
-      out.push_back(in);
+      for (int rank : peers(j)) {
+        in.peer = rank;
+        out.push_back(in);
+      }
     }
   }
 

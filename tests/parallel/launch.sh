@@ -37,8 +37,9 @@ rc=0
 "$epl" run "$script" -np 2 --steps 3 --mca btl no_such_transport > badmca.out 2>&1 || rc=$?
 [ "$rc" -ne 0 ] || { cat badmca.out; fail "--mca was not passed to mpirun"; }
 
-# A plan that does not run yet (a tensor entering a stage of split regions alone crosses
-# whole): refused with a reason, before mpirun starts.
+# A plan that does not run yet (a split stage reads a model input whole, and its
+# micro-batch does not divide over its devices): refused with a reason, before mpirun
+# starts.
 cat > whole.epl <<'EOF'
 model net(x: f32[B, 64], y: i32[B]) {
   replicate(2) { x = relu(linear(x, 64)) }
@@ -50,7 +51,7 @@ EOF
 rc=0
 "$epl" run whole.epl -np 6 > pipe.out 2>&1 || rc=$?
 [ "$rc" = 1 ] || { cat pipe.out; fail "whole.epl -np 6 exited $rc"; }
-grep -q "this plan has .*a tensor crossing stages whole" pipe.out || { cat pipe.out; fail "reason"; }
+grep -q "this plan has .*a model input read whole" pipe.out || { cat pipe.out; fail "reason"; }
 if grep -qi "mpirun" pipe.out; then fail "mpirun was started"; fi
 
 # A checkpoint written by 2 ranks (once, by rank 0) resumes on 4 and on 1, and the losses

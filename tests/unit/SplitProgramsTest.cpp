@@ -133,7 +133,8 @@ TEST_CASE("copies of a split group sum their pieces' gradients over the same spl
 }
 
 TEST_CASE("what does not run yet has no programs, and says why") {
-  // A tensor entering a stage made only of split regions crosses whole.
+  // A model input read whole by a split stage whose micro-batch (6) does not divide over
+  // its devices (4).
   std::string text = R"(
 model net(x: f32[B, 64], y: i32[B]) {
   replicate(2) {
@@ -149,8 +150,8 @@ train net { data = synthetic(samples = 60) batch = 6 }
   auto m = planned(text, 6);
   REQUIRE(m);
   CHECK(m->programs.empty());
-  CHECK(m->runRefusal() == "a tensor crossing stages whole (out of a split region, or into a "
-                           "split stage) (`relu.to_stage1` at line 7)");
+  CHECK(m->runRefusal() == "a model input read whole where the micro-batch does not divide over "
+                           "the stage's devices (`cross_entropy` at line 7)");
 }
 
 TEST_CASE("split experts: the rows of a device's experts arrive by all-to-all, and go back") {

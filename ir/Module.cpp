@@ -66,7 +66,8 @@ std::vector<int64_t> Module::localParamShape(const Program& p, int q) const {
   std::vector<int64_t> out;
   for (const Dim& d : prm.type.shape)
     out.push_back(d.coef);
-  bool mine = prm.op >= 0 && ops[prm.op].stage == p.stage;
+  // The rank's stage blocks: its position's, one a model chunk under `interleaved`.
+  bool mine = prm.op >= 0 && ops[prm.op].stage % mesh.depth() == p.stage;
   if (prm.shardDim >= 0 && p.splitWidth > 1 && mine) out[prm.shardDim] /= p.splitWidth;
   return out;
 }
@@ -167,10 +168,13 @@ std::vector<int> Mesh::replicaRanks(int replica) const {
 }
 
 std::string Mesh::pipelineRefusal() const {
+  // Model chunks on one rank share its split group: their blocks need one split width.
   for (size_t s = 0; s < stages.size(); ++s) {
-    if (stages[s].splitWidth != 1 && chunks > 1)
-      return fmt::format("model chunks and a split of width {} in stage {}", stages[s].splitWidth,
-                         s);
+    const StagePlan& host = stages[s % depth()];
+    if (stages[s].splitWidth != host.splitWidth)
+      return fmt::format("model chunks of split widths {} (stage {}) and {} (stage {}) on the same "
+                         "devices",
+                         host.splitWidth, s % depth(), stages[s].splitWidth, s);
   }
   return "";
 }

@@ -127,9 +127,10 @@ struct Mesh {
   // batch, and only gradients travel. The runtime runs these plans (and -np 1).
   bool pureDataParallel() const { return stages.size() == 1 && stages[0].splitWidth == 1; }
   // What keeps the runtime from running this plan's pipeline (several stages), in words
-  // ("model chunks and a split of width 2 in stage 1"), or empty when it runs: stages of
-  // any group sizes (mesh-assignment has checked that each divides the micro-batch), with
-  // split regions unless interleaved, and any number of data-parallel copies.
+  // ("model chunks of split widths 2 (stage 0) and 1 (stage 2) on the same devices"), or
+  // empty when it runs: stages of any group sizes (mesh-assignment has checked that each
+  // divides the micro-batch), with split regions (one width for the model chunks on the
+  // same devices), and any number of data-parallel copies.
   std::string pipelineRefusal() const;
   // Global rank of (replica, stage, local index).
   int rank(int replica, int stage, int local) const {

@@ -154,6 +154,25 @@ train net { data = synthetic(samples = 60) batch = 6 }
                            "the stage's devices (`cross_entropy` at line 7)");
 }
 
+TEST_CASE("model chunks on the same devices need one split width") {
+  std::string text = R"(
+model net(x: f32[B, 16]) {
+  replicate { split(2) { x = x + mlp(x, 32) } }
+  replicate { split(2) { x = x + mlp(x, 32) } }
+  replicate { x = x + mlp(x, 32) }
+  replicate(2) { loss = mse(x, x) }
+  return loss
+}
+policy { micro_batches = 4 schedule = interleaved chunks = 2 }
+train net { data = synthetic(samples = 64) batch = 8 }
+)";
+  auto m = planned(text, 4);
+  REQUIRE(m);
+  CHECK(m->programs.empty());
+  CHECK(m->runRefusal() == "4 pipeline stages and model chunks of split widths 2 (stage 0) and 1 "
+                           "(stage 2) on the same devices");
+}
+
 TEST_CASE("split experts: the rows of a device's experts arrive by all-to-all, and go back") {
   std::string text = R"(
 model net(x: f32[B, 8, 16]) {

@@ -317,6 +317,49 @@ void printBridges(const Module& m, std::ostream& out) {
     }
 }
 
+// A split stage's collectives of one micro-batch by the statement they serve (the line of
+// the model, or of the repeated call, whose ops they feed or drain): forward and backward,
+// each as counts and bytes by kind, with the split ops of that line as its label.
+void printSplitTrafficByLine(const Module& m, const Program& p, std::ostream& out) {
+  struct Side {
+    std::map<std::string, std::pair<int, int64_t>> kinds; // "all-reduce" -> (count, bytes)
+  };
+  std::map<uint32_t, Side[2]> lines;
+  std::map<uint32_t, std::vector<std::string>> labels;
+  for (const Instr& in : p.step) {
+    if (in.kind != InstrKind::Run || in.micro != 0) continue;
+    auto c = m.splitCollective(p, in.op);
+    if (!c) continue;
+    const Op& op = m.ops[in.op];
+    auto& [n, bytes] =
+        lines[op.site.line][op.phase == Phase::Backward ? 1 : 0].kinds[collectiveName(c->kind)];
+    ++n;
+    bytes += c->kind == CollectiveKind::AllGather ? c->bytes * p.splitWidth : c->bytes;
+  }
+  if (lines.empty()) return;
+  for (const Op& op : m.ops)
+    if (op.phase == Phase::Forward && op.stage == p.stage && !op.splitForm.empty() &&
+        lines.count(op.site.line)) {
+      std::vector<std::string>& l = labels[op.site.line];
+      std::string kind = opInfo(builtinOf(op.kind)).name;
+      if (std::find(l.begin(), l.end(), kind) == l.end()) l.push_back(kind);
+    }
+  out << "  by line (all-gathers: the gathered bytes):\n";
+  for (const auto& [line, sides] : lines) {
+    auto side = [&](const Side& s) {
+      if (s.kinds.empty()) return std::string("-");
+      std::vector<std::string> parts;
+      for (const auto& [kind, v] : s.kinds)
+        parts.push_back(fmt::format("{} {}{} ({})", v.first, kind, v.first == 1 ? "" : "s",
+                                    formatBytes(static_cast<double>(v.second))));
+      return fmt::format("{}", fmt::join(parts, ", "));
+    };
+    std::string label = labels.count(line) ? fmt::format(" {}", fmt::join(labels[line], ", ")) : "";
+    out << fmt::format("    line {}{}: forward {}; backward {}\n", line, label, side(sides[0]),
+                       side(sides[1]));
+  }
+}
+
 // Each split stage's collectives per micro-batch and per step, from its first rank's
 // program (every rank of a split group runs the same ones).
 void printSplitTraffic(const Module& m, std::ostream& out) {
@@ -346,6 +389,7 @@ void printSplitTraffic(const Module& m, std::ostream& out) {
     out << fmt::format("  a ring sends {} from each rank a micro-batch, {} a step\n",
                        formatBytes(static_cast<double>(t.ringSendBytes)),
                        formatBytes(static_cast<double>(t.ringSendBytes * p.microBatches)));
+    printSplitTrafficByLine(m, p, out);
   }
 }
 

@@ -7,7 +7,7 @@ setting too and requires bit-identical losses (gpipe and 1f1b: the same arithmet
 another order).
 
 usage: equivalence.py EPL WORKDIR SCRIPT [--np 1 2 4] [--tol 1e-5] [--steps 20]
-                      [--set KEY=VALUE ...] [--pin N] [--expect TEXT ...]
+                      [--set KEY=VALUE ...] [--pin N] [--width W] [--expect TEXT ...]
                       [--exact KEY=VALUE ...]
 """
 import argparse
@@ -102,6 +102,8 @@ def main():
     ap.add_argument("--set", dest="sets", action="append", default=[])
     ap.add_argument("--pin", type=int, default=0,
                     help="run a copy whose `replicate {` is `replicate(PIN) {`")
+    ap.add_argument("--width", type=int, default=0,
+                    help="run a copy whose `split(2)` blocks are `split(WIDTH)`")
     ap.add_argument("--groups", default="",
                     help="run a copy whose k-th `replicate {` is `replicate(G_k) {` (1,2)")
     ap.add_argument("--expect", action="append", default=[],
@@ -118,6 +120,13 @@ def main():
         script = os.path.join(a.work, "pinned.epl")
         with open(script, "w") as f:
             f.write(text.replace("replicate {", f"replicate({a.pin}) {{"))
+    if a.width:
+        text = open(script).read()
+        if "split(2)" not in text:
+            sys.exit(f"FAIL: --width needs a `split(2)` in {script}")
+        script = os.path.join(a.work, f"width{a.width}.epl")
+        with open(script, "w") as f:
+            f.write(text.replace("split(2)", f"split({a.width})"))
     if a.groups:
         parts = open(script).read().split("replicate {")
         groups = a.groups.split(",")

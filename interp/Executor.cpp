@@ -940,12 +940,16 @@ void Executor::splitTransfer(const ir::Instr& in, size_t index, int64_t step) {
     if (add) put(buf);
   } else if (gather) {
     // The pieces go to scratch, then joined into the result, or beside it to be added.
-    std::vector<float> gathered(static_cast<size_t>(dst.numel()));
-    splitComm().allGather(src.data, gathered.data(), src.bytes(), what());
+    // A cut of dim 0 lays the pieces one after another: they land in place. Otherwise
+    // they go to a buffer kept across calls (no fresh pages a call), then are joined.
     Cut c = cutOf(dst.shape, bridgeDim(fwd), w);
-    if (!add) return joinPieces(gathered.data(), static_cast<float*>(dst.data), c, w);
+    if (!add && c.rows == 1)
+      return splitComm().allGather(src.data, dst.data, src.bytes(), what());
+    gathered_.resize(static_cast<size_t>(dst.numel()));
+    splitComm().allGather(src.data, gathered_.data(), src.bytes(), what());
+    if (!add) return joinPieces(gathered_.data(), static_cast<float*>(dst.data), c, w);
     scratch_.resize(static_cast<size_t>(dst.numel()));
-    joinPieces(gathered.data(), scratch_.data(), c, w);
+    joinPieces(gathered_.data(), scratch_.data(), c, w);
     put(scratch_.data());
   } else if (slice) {
     Cut c = cutOf(src.shape, bridgeDim(fwd), w);

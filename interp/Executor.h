@@ -200,7 +200,7 @@ private:
   // collectives.
   std::map<int, std::vector<float>> wholeParam_;
   std::map<std::pair<int, int>, std::vector<float>> wholeState_;
-  std::vector<float> zeroBias_, scratch_;
+  std::vector<float> zeroBias_, scratch_, gathered_;
   // Split experts: what each moe's dispatch exchanged for the micro-batch in each slot, by
   // (its counts tensor, slot): the rows this rank sent to each rank of its split group,
   // and the rows of each of its experts it got from each (rank-major), for the combine and

@@ -80,6 +80,13 @@ Value Elaborator::evalCall(const ast::Expr& e, Frame& frame, Context* ctx, bool 
       names.push_back(n);
     auto d = diags_.error(e.loc, fmt::format("unknown layer or function `{}`", e.text));
     d.length(e.length);
+    std::string file = importDefining(e.text);
+    if (!file.empty()) {
+      d.note(
+          fmt::format("`{}` is a `def` of `{}`, which this script does not import", e.text, file));
+      d.help(fmt::format("add `import \"{}\"` at the top", file));
+      throw CompileAborted{};
+    }
     std::string near = closestMatch(e.text, names);
     if (!near.empty()) d.help(fmt::format("did you mean `{}`?", near));
     throw CompileAborted{};

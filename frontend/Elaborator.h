@@ -37,6 +37,9 @@ private:
   bool loadImport(const ast::Import& imp, uint32_t file, std::vector<uint32_t>& stack);
   std::vector<std::string> importCandidates(const std::string& from, const std::string& path) const;
   std::string resolveImport(const std::string& from, const std::string& path) const;
+  // The import path (`std/nn.epl`) of a file in the import folders that defines `def name`,
+  // or "": what a script that calls it without importing it is missing.
+  std::string importDefining(const std::string& name) const;
   void unresolvedImport(const ast::Import& imp, const std::string& from);
   // Elaborator.cpp: globals, functions and statements.
   void declareGlobals();

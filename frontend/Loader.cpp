@@ -5,8 +5,11 @@
 #include "frontend/Parser.h"
 #include "support/Files.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fmt/format.h>
+#include <fstream>
+#include <regex>
 
 namespace epl::frontend {
 
@@ -24,6 +27,23 @@ std::string Elaborator::resolveImport(const std::string& from, const std::string
   for (const auto& c : importCandidates(from, path)) {
     std::error_code ec;
     if (fileKind(c) == FileKind::Regular) return fs::weakly_canonical(c, ec).string();
+  }
+  return "";
+}
+
+std::string Elaborator::importDefining(const std::string& name) const {
+  const std::regex def("^\\s*def\\s+" + name + "\\s*\\(");
+  for (const auto& dir : options_.importPath) {
+    std::error_code ec;
+    std::vector<fs::path> files;
+    for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+      if (it->is_regular_file(ec) && it->path().extension() == ".epl") files.push_back(it->path());
+    std::sort(files.begin(), files.end()); // the same answer on every file system
+    for (const fs::path& f : files) {
+      std::ifstream in(f);
+      for (std::string line; std::getline(in, line);)
+        if (std::regex_search(line, def)) return f.lexically_relative(dir).generic_string();
+    }
   }
   return "";
 }

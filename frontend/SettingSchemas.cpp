@@ -116,7 +116,7 @@ const std::vector<KeyDoc>& trainKeys() {
       {"steps", "integer >= 1", "100", "optimizer steps to run"},
       {"clip_grad_norm", "number >= 0", "0 (off)", "clip the global gradient norm to this value"},
       {"log_every", "integer >= 1", "10", "steps between log lines"},
-      {"eval", "{ every = n, batches = n }", "none",
+      {"eval", "{ every = n, batches = n, final = true | false | n }", "none",
        "evaluate on the validation split every n steps"},
       {"checkpoint", "{ dir = \"…\", every = n, keep = n }", "none",
        "write checkpoints every n steps"},

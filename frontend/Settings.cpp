@@ -384,10 +384,14 @@ void Elaborator::applyTrain(const ast::SettingsBlock& b, ir::TrainConfig& t) {
   a["clip_grad_norm"] = [&](const ast::Setting& s) { r.number(s, 0, t.clipGradNorm); };
   a["log_every"] = [&](const ast::Setting& s) { r.integer(s, 1, INT64_MAX / 2, t.logEvery); };
   a["seed"] = [&](const ast::Setting& s) { r.integer(s, 0, INT64_MAX, t.seed); };
+  // A record setting, or `none` (the setting off: what a `--set` of an existing one says).
+  auto isNone = [](const ast::Setting& s) { return s.value->kind == ast::ExprKind::None; };
   auto record = [&](const ast::Setting& s, const std::vector<std::string>& keys,
                     const std::function<void(const ast::Setting&)>& field) {
+    if (isNone(s)) return;
     if (s.value->kind != ast::ExprKind::Record) {
-      r.error(*s.value, fmt::format("`{}` must be a record such as {{ every = 100 }}", s.key));
+      r.error(*s.value,
+              fmt::format("`{}` must be a record such as {{ every = 100 }}, or `none`", s.key));
       return;
     }
     std::set<std::string> seen;
@@ -423,15 +427,33 @@ void Elaborator::applyTrain(const ast::SettingsBlock& b, ir::TrainConfig& t) {
         r.integer(f, 1, 1'000'000, t.checkpointKeep);
     });
     for (const char* required : {"dir", "every"})
-      if (s.value->kind == ast::ExprKind::Record && !given.count(required))
+      if (s.value->kind == ast::ExprKind::Record && !given.count(required) && !isNone(s))
         r.error(*s.value, fmt::format("`checkpoint` needs `{}`", required),
                 "write e.g. checkpoint = { dir = \"ckpt\", every = 100 }");
   };
   a["eval"] = [&](const ast::Setting& s) {
-    t.eval = ir::CallSpec{"eval", {}, {{"every", 100}, {"batches", 10}}, s.loc};
-    record(s, {"every", "batches"}, [&](const ast::Setting& f) {
+    // Periodic evaluation unless the record only says what the final one does.
+    bool periodic = s.value->kind != ast::ExprKind::Record || s.value->fields.empty() ||
+                    std::any_of(s.value->fields.begin(), s.value->fields.end(),
+                                [](const ast::Setting& f) { return f.key != "final"; });
+    t.eval = periodic && !isNone(s)
+                 ? ir::CallSpec{"eval", {}, {{"every", 100}, {"batches", 10}}, s.loc}
+                 : ir::CallSpec{};
+    t.finalEvalBatches = isNone(s) ? 0 : -1; // `eval = none`: no evaluation at all
+    record(s, {"every", "batches", "final"}, [&](const ast::Setting& f) {
       int64_t v = 0;
-      if (r.integer(f, 1, INT64_MAX / 2, v)) t.eval.numbers[f.key] = static_cast<double>(v);
+      if (f.key != "final") {
+        if (r.integer(f, 1, INT64_MAX / 2, v)) t.eval.numbers[f.key] = static_cast<double>(v);
+        return;
+      }
+      Value fv = eval(*f.value, globals_, nullptr);
+      if (fv.kind == Value::Kind::Bool)
+        t.finalEvalBatches = fv.i != 0 ? -1 : 0;
+      else if (fv.kind == Value::Kind::Int && fv.i >= 1)
+        t.finalEvalBatches = fv.i;
+      else
+        r.error(*f.value, "`final` must be `true` (the whole validation split), `false` (none) or "
+                          "a number of batches");
     });
   };
   applyKeys(b, trainKeys(), a, "train", diags_, t.keyLocs);

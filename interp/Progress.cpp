@@ -78,6 +78,16 @@ void Progress::step(const StepReport& r) {
        << std::flush;
 }
 
+void Progress::evaluating(int64_t done, int64_t total) {
+  if (!terminal_ || total <= 0) return;
+  auto now = std::chrono::steady_clock::now();
+  if (lastEval_ && now - *lastEval_ < std::chrono::milliseconds(100)) return;
+  lastEval_ = now;
+  out_ << fmt::format("\r\x1b[Kvalidation [{}] {}%", bar(done, total, 24), 100 * done / total)
+       << std::flush;
+  barShown_ = true;
+}
+
 void Progress::line(const std::string& text) {
   if (barShown_) out_ << "\r\x1b[K";
   out_ << text << "\n";
@@ -160,9 +170,10 @@ void MetricsFile::step(const StepReport& r) {
   write(j.dump() + "\n");
 }
 
-void MetricsFile::eval(int64_t step, double loss, double accuracy, int64_t samples) {
+void MetricsFile::eval(int64_t step, double loss, double accuracy, int64_t samples, bool final) {
   if (fd_ < 0) return;
-  nlohmann::json j{{"step", step}, {"eval_loss", loss}, {"eval_samples", samples}};
+  nlohmann::json j{
+      {"step", step}, {"eval_loss", loss}, {"eval_samples", samples}, {"eval_final", final}};
   if (accuracy >= 0) j["eval_accuracy"] = accuracy;
   write(j.dump() + "\n");
 }

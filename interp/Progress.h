@@ -2,6 +2,7 @@
 // terminal (step, loss, samples/s, ETA), plain log lines every `log_every` steps when the
 // output is a file or a pipe; and every logged step as a JSON line for plotting.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <ostream>
@@ -34,6 +35,8 @@ public:
   Progress(std::ostream& out, bool terminal, int64_t logEvery)
       : out_(out), terminal_(terminal), logEvery_(logEvery) {}
   void step(const StepReport& r);
+  // An evaluation's progress (`done` of `total` samples), redrawn on a terminal only.
+  void evaluating(int64_t done, int64_t total);
   // A line that must not be overwritten by the bar (evaluation, checkpoint).
   void line(const std::string& text);
   void finish();
@@ -44,14 +47,16 @@ private:
   int64_t logEvery_;
   bool barShown_ = false;
   double lastDraw_ = -1;
+  std::optional<std::chrono::steady_clock::time_point> lastEval_;
 };
 
 // Appends JSON lines: {"step":…, "loss":…, "lr":…, "samples_per_s":…, "step_seconds":…,
 // "memory_bytes":…} per step (with "grad_norm" when clipping, "reduce_wait_seconds",
 // "reduce_span_seconds" and "reduce_bytes" under data parallelism, "moe_aux_loss" and
 // "moe_dropped" with moe layers), {"step":…, "eval_loss":…,
-// "eval_accuracy":…} per evaluation. Not opened, it writes nothing. A write that fails
-// (a full disk) closes it: the run goes on, and failure() says why once.
+// "eval_accuracy":…, "eval_final":…} per evaluation (final: the one after the last step). Not
+// opened, it writes nothing. A write that fails (a full disk) closes it: the run goes on, and
+// failure() says why once.
 class MetricsFile {
 public:
   MetricsFile() = default;
@@ -67,7 +72,8 @@ public:
   std::optional<Problem> open(const std::string& path);
   void startAfresh(); // empties the file (a resumed run appends)
   void step(const StepReport& r);
-  void eval(int64_t step, double loss, double accuracy, int64_t samples);
+  // `final`: the evaluation after the last step (else a periodic one).
+  void eval(int64_t step, double loss, double accuracy, int64_t samples, bool final);
   // The message of the write that failed, the first time it is asked for.
   std::optional<std::string> failure();
 

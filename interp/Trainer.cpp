@@ -26,6 +26,7 @@
 #include <filesystem>
 #include <fmt/format.h>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -99,7 +100,8 @@ struct Evaluation {
 // micro-batch does; the ranks' sums meet at the end. A cross-entropy is scored per row on
 // the host, so a last, partial slice (padded by repeating the last sample) counts its real
 // rows only.
-Evaluation evaluate(Executor& ex, const data::Dataset& ds, int64_t limit) {
+Evaluation evaluate(Executor& ex, const data::Dataset& ds, int64_t limit,
+                    const std::function<void(int64_t, int64_t)>& progress = {}) {
   backend::Comm& comm = ex.comm();
   int64_t n = std::min(ds.size(data::Split::Validation), limit), batch = ex.localBatch();
   int64_t ranks = ex.dataRanks(), round = batch * ranks;
@@ -109,6 +111,7 @@ Evaluation evaluate(Executor& ex, const data::Dataset& ds, int64_t limit) {
   std::vector<float> logits;
   std::vector<int32_t> targets;
   for (int64_t start = 0; start < n; start += round) {
+    if (progress) progress(start, n);
     int64_t first = start + ex.dataRank() * batch;
     std::vector<int64_t> ids;
     for (int64_t i = 0; i < batch; ++i)
@@ -754,7 +757,7 @@ std::optional<int> TrainingRun::step(int64_t step) {
     Evaluation e = evaluate(ex, *ds_, batches * ex.localBatch() * ex.dataRanks());
     progress.line(
         fmt::format("step {}: validation {} ({} samples)", step + 1, evalText(e), e.samples));
-    metrics_.eval(step + 1, e.loss, e.accuracy, e.samples);
+    metrics_.eval(step + 1, e.loss, e.accuracy, e.samples, false);
     checkMetrics();
   }
   bool last = step + 1 == end_;
@@ -791,10 +794,22 @@ int TrainingRun::finish() {
   out_ << fmt::format("trained {} steps in {} ({:.0f} samples/s); last loss {:.4f}\n",
                       end_ - start_, formatDuration(took), took > 0 ? samples_ / took : 0.0,
                       lastLoss_);
-  if (ds_->size(data::Split::Validation) > 0) {
-    Evaluation e = evaluate(*ex_, *ds_, ds_->size(data::Split::Validation));
+  int64_t finalBatches = m_.train.finalEvalBatches, split = ds_->size(data::Split::Validation);
+  if (split > 0 && finalBatches != 0) {
+    // `final = n`: n batches of the global micro-batch, the same samples at any -np.
+    int64_t limit = finalBatches < 0
+                        ? split
+                        : std::min(split, finalBatches * ex_->localBatch() * ex_->dataRanks());
+    out_ << fmt::format("validation: evaluating {} samples{}\n", withCommas(limit),
+                        finalBatches < 0 ? " (the whole split; `eval = { final = n }` takes n "
+                                           "batches, `final = false` none)"
+                                         : "");
+    Evaluation e = evaluate(*ex_, *ds_, limit, [&](int64_t done, int64_t total) {
+      progress_->evaluating(done, total);
+    });
+    progress_->finish();
     out_ << fmt::format("validation ({} samples): {}\n", withCommas(e.samples), evalText(e));
-    metrics_.eval(steps_, e.loss, e.accuracy, e.samples);
+    metrics_.eval(steps_, e.loss, e.accuracy, e.samples, true);
     checkMetrics();
   }
   out_ << fmt::format("memory: planned {} for tensors; peak resident {}{}\n",

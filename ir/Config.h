@@ -59,6 +59,9 @@ struct TrainConfig {
   double clipGradNorm = 0;
   int64_t logEvery = 10;
   CallSpec eval; // kind "" when absent
+  // The evaluation after the last step: -1 the whole validation split, 0 none, else that
+  // many batches of the global micro-batch (`eval = { final = true | false | N }`).
+  int64_t finalEvalBatches = -1;
   std::string checkpointDir;
   int64_t checkpointEvery = 0;
   int64_t checkpointKeep = 0; // 0: keep every checkpoint

@@ -30,6 +30,23 @@ grep -q "step 10: validation loss" run.out
 grep -q "validation (" run.out
 [ "$(grep -c '"step_seconds"' m.jsonl)" = 20 ]
 grep -q '"eval_loss"' m.jsonl
+grep -q '"eval_final":false' m.jsonl
+grep -q '"eval_final":true' m.jsonl
+grep -q "validation: evaluating .* samples (the whole split" run.out
+# The final evaluation: n batches of the global micro-batch, or none.
+"$epl" run lm.epl --steps 3 --metrics f2.jsonl --set train.checkpoint=none \
+  --set 'train.eval={final = 2}' > f2.out
+grep -q "validation: evaluating 32 samples$" f2.out
+grep -q "validation (32 samples)" f2.out
+if grep -q "step .*: validation" f2.out; then exit 1; fi # `final` alone: no periodic ones
+"$epl" run lm.epl --steps 10 --metrics f0.jsonl --set train.checkpoint=none \
+  --set 'train.eval={every = 10, final = false}' > f0.out
+grep -q "step 10: validation" f0.out
+if grep -q "validation (" f0.out; then exit 1; fi
+if grep -q '"eval_final":true' f0.jsonl; then exit 1; fi
+"$epl" run lm.epl --steps 2 --metrics n.jsonl --set train.checkpoint=none --set train.eval=none \
+  > n.out
+if grep -q "validation (\|validation:" n.out || grep -q "eval_loss" n.jsonl; then exit 1; fi
 ls ck | grep -qx step-00000020
 # Sampling: the prompt, then exactly --length bytes.
 "$epl" sample lm.epl --prompt "Hello" --length 40 --seed 1 > s1.txt

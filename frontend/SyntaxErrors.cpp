@@ -172,6 +172,10 @@ void ErrorListener::syntaxError(antlr4::Recognizer* recognizer, antlr4::Token* o
   d.length(lengthOf(offending));
   if (missingCloser)
     d.noteAt(locOf(file_, open), fmt::format("to match this `{}`", open->getText()));
+  // `train net { data = …, batch = 10 }`: the habit of other languages.
+  if (offending->getText() == "," && open && open->getText() == "{")
+    d.help("the entries of a `{ }` block are not separated by commas: put each on its own line, "
+           "or separate them with spaces");
 }
 
 // Lexical problems the grammar lets through as tokens: stray characters, open strings,

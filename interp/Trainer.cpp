@@ -42,13 +42,36 @@ double seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
 
+// How many values the layers reading integer tensor t accept: the smallest embedding vocab
+// or cross-entropy class count among them, through the ops that only move or shift it
+// (bridges, `next`); 0 when none of them says.
+int64_t accepted(const ir::Module& m, int t) {
+  int64_t n = 0;
+  auto take = [&](int64_t v) { n = n == 0 ? v : std::min(n, v); };
+  for (const ir::Op& op : m.ops) {
+    if (op.phase != ir::Phase::Forward) continue;
+    for (size_t k = 0; k < op.inputs.size(); ++k) {
+      if (op.inputs[k] != t) continue;
+      if (op.kind == ir::OpKind::Embedding && k == 0) take(ir::intAttr(op.attrs, "vocab"));
+      if (op.kind == ir::OpKind::CrossEntropy && k == 1)
+        take(m.tensors[op.inputs[0]].type.shape.back().coef);
+      bool moves =
+          op.kind == ir::OpKind::Next || ir::opInfo(op.kind).split == ir::SplitRule::Communication;
+      if (moves && k == 0)
+        if (int64_t v = accepted(m, op.outputs[0]); v > 0) take(v);
+    }
+  }
+  return n;
+}
+
 std::vector<data::InputSpec> inputSpecs(const ir::Module& m) {
   std::vector<data::InputSpec> out;
   for (int t : m.inputs) {
     const ir::Tensor& x = m.tensors[t];
-    data::InputSpec s{x.name, x.type.dtype, {}};
+    data::InputSpec s{x.name, x.type.dtype, {}, 0};
     for (size_t d = 1; d < x.type.shape.size(); ++d)
       s.sampleShape.push_back(*x.type.shape[d].eval(m.bindings));
+    if (ir::isIntegral(x.type.dtype)) s.accepts = accepted(m, t);
     out.push_back(s);
   }
   return out;
@@ -419,13 +442,19 @@ bool checkDataFitsModel(const ir::Module& m, const data::Dataset& ds, Diagnostic
           .help("pass a token input of the model, e.g. `next(tokens)`");
       return false;
     }
+    // The largest value the data puts in model input t: per input where the data knows.
+    auto largest = [&](int t, int64_t whole) {
+      auto at = std::find(m.inputs.begin(), m.inputs.end(), t);
+      int64_t mine = at == m.inputs.end() ? -1 : ds.maxValue(at - m.inputs.begin());
+      return mine >= 0 ? mine : whole;
+    };
     int64_t limit = -1, found = -1;
     if (op.kind == ir::OpKind::Embedding && isInput(op.inputs[0])) {
       limit = ir::intAttr(op.attrs, "vocab");
-      found = ds.maxToken();
+      found = largest(op.inputs[0], ds.maxToken());
     } else if (op.kind == ir::OpKind::CrossEntropy && isInput(op.inputs[1])) {
       limit = m.tensors[op.inputs[0]].type.shape.back().coef;
-      found = ds.maxLabel();
+      found = largest(op.inputs[1], ds.maxLabel());
     }
     if (limit < 0 || found < limit) continue;
     diags

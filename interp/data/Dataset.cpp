@@ -17,6 +17,10 @@ bool Dataset::hasNextTokens() const {
 int64_t Dataset::maxToken() const {
   return -1;
 }
+int64_t Dataset::maxValue(size_t) const {
+  return -1;
+}
+
 int64_t Dataset::maxLabel() const {
   return -1;
 }

@@ -20,6 +20,9 @@ struct InputSpec {
   std::string name;
   ir::DType dtype = ir::DType::F32;
   std::vector<int64_t> sampleShape;
+  // An integer input: how many values the layers that read it accept (the smallest
+  // embedding vocab or cross-entropy class count among them); 0 when none says.
+  int64_t accepts = 0;
 };
 
 // A user-facing data problem: a missing, truncated or malformed file, or data that does not
@@ -54,6 +57,9 @@ public:
   // label in either idx label file, classes - 1 for synthetic data with an integer input;
   // -1 when the data has no labels.
   virtual int64_t maxLabel() const;
+  // The largest value integer input `input` can hold when the data knows it per input
+  // (synthetic data), else -1 (maxToken and maxLabel tell).
+  virtual int64_t maxValue(size_t input) const;
 };
 
 // Opens the data source `spec` (TrainConfig::data) for a model with `inputs`, checking the

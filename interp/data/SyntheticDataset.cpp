@@ -1,7 +1,8 @@
 // `synthetic(samples, classes = 10)`: seeded random data for any model. Float inputs are
-// N(0, 1), integer inputs uniform in [0, classes). Every value is a pure function of (seed,
-// sample id, input, element), so batching, ranks and resumption never change a sample.
-// Validation holds ceil(samples / 10) further samples, ids samples.. onwards.
+// N(0, 1), integer inputs uniform in [0, n): n is `classes`, or fewer when the layers that
+// read the input accept fewer (a segment embedding of 2, a 4-class loss). Every value is a pure
+// function of (seed, sample id, input, element), so batching, ranks and resumption never change a
+// sample. Validation holds ceil(samples / 10) further samples, ids samples.. onwards.
 #include "interp/data/Sources.h"
 #include "support/Random.h"
 #include "support/Text.h"
@@ -23,6 +24,8 @@ public:
   SyntheticDataset(std::vector<InputSpec> inputs, int64_t samples, int64_t classes, uint64_t seed)
       : inputs_(std::move(inputs)), samples_(samples), classes_(classes), seed_(seed) {
     for (size_t i = 0; i < inputs_.size(); ++i) {
+      int64_t accepts = inputs_[i].accepts;
+      range_.push_back(accepts > 0 ? std::min(classes_, accepts) : classes_);
       if (!ir::isIntegral(inputs_[i].dtype)) continue;
       ++integerInputs_;
       tokenInput_ = i;
@@ -36,6 +39,9 @@ public:
   bool hasNextTokens() const override { return hasNext_; }
   int64_t maxToken() const override { return integerInputs_ > 0 ? classes_ - 1 : -1; }
   int64_t maxLabel() const override { return maxToken(); }
+  int64_t maxValue(size_t input) const override {
+    return input < inputs_.size() && ir::isIntegral(inputs_[input].dtype) ? range_[input] - 1 : -1;
+  }
 
   void read(Split s, const std::vector<int64_t>& ids, const std::vector<void*>& inputs,
             int32_t* next) const override {
@@ -49,7 +55,7 @@ public:
         for (int64_t j = 0; j < n; ++j) {
           uint64_t h = hash(sample, k, static_cast<uint64_t>(j));
           if (integral)
-            static_cast<int32_t*>(inputs[k])[at + j] = integer(h);
+            static_cast<int32_t*>(inputs[k])[at + j] = integer(h, range_[k]);
           else
             static_cast<float*>(inputs[k])[at + j] = normal(h);
         }
@@ -57,16 +63,23 @@ public:
         if (next && hasNext_ && k == tokenInput_) {
           int32_t* row = static_cast<int32_t*>(inputs[k]) + at;
           std::copy(row + 1, row + n, next + at);
-          next[at + n - 1] = integer(hash(sample, k, static_cast<uint64_t>(n)));
+          next[at + n - 1] = integer(hash(sample, k, static_cast<uint64_t>(n)), range_[k]);
         }
       }
     }
   }
 
   std::string describe() const override {
-    return fmt::format("synthetic: {} train / {} validation samples, seed {}{}",
+    std::vector<std::string> fewer; // integer inputs drawn from fewer values than `classes`
+    for (size_t i = 0; i < inputs_.size(); ++i)
+      if (ir::isIntegral(inputs_[i].dtype) && range_[i] < classes_)
+        fewer.push_back(fmt::format("`{}` below {}", inputs_[i].name, range_[i]));
+    return fmt::format("synthetic: {} train / {} validation samples, seed {}{}{}",
                        withCommas(samples_), withCommas(size(Split::Validation)), seed_,
-                       integerInputs_ > 0 ? fmt::format(", {} classes", classes_) : "");
+                       integerInputs_ > 0 ? fmt::format(", {} classes", classes_) : "",
+                       fewer.empty() ? ""
+                                     : fmt::format(" ({}: what the layers reading them accept)",
+                                                   fmt::join(fewer, ", ")));
   }
 
 private:
@@ -76,8 +89,8 @@ private:
   uint64_t hash(uint64_t sample, uint64_t input, uint64_t element) const {
     return mix(mix(mix(mix(seed_) ^ sample) ^ input) ^ element);
   }
-  int32_t integer(uint64_t h) const {
-    return static_cast<int32_t>(((h >> 32) * static_cast<uint64_t>(classes_)) >> 32);
+  static int32_t integer(uint64_t h, int64_t range) {
+    return static_cast<int32_t>(((h >> 32) * static_cast<uint64_t>(range)) >> 32);
   }
   // Box-Muller from two 53-bit uniforms; u1 in (0, 1] keeps the log finite.
   static float normal(uint64_t h) {
@@ -87,6 +100,7 @@ private:
   }
 
   std::vector<InputSpec> inputs_;
+  std::vector<int64_t> range_; // by input: values an integer input draws from
   int64_t samples_, classes_;
   uint64_t seed_;
   int integerInputs_ = 0;

@@ -48,6 +48,17 @@ if grep -q '"eval_final":true' f0.jsonl; then exit 1; fi
   > n.out
 if grep -q "validation (\|validation:" n.out || grep -q "eval_loss" n.jsonl; then exit 1; fi
 ls ck | grep -qx step-00000020
+# Synthetic data draws each integer input from what its readers accept: a segment
+# embedding of 2 and a 4-class loss train beside a 256-word embedding.
+cat > seg.epl <<'EPL'
+model m(tokens: i32[B, 8], segments: i32[B, 8], labels: i32[B, 8]) {
+  x = embedding(tokens, 256, 16) + embedding(segments, 2, 16)
+  return cross_entropy(linear(x, 4), labels)
+}
+train m { data = synthetic(samples = 64) batch = 8 steps = 2 }
+EPL
+"$epl" run seg.epl --metrics seg.jsonl > seg.out
+grep -q '`segments` below 2, `labels` below 4' seg.out
 # Sampling: the prompt, then exactly --length bytes.
 "$epl" sample lm.epl --prompt "Hello" --length 40 --seed 1 > s1.txt
 [ "$(head -c 5 s1.txt)" = Hello ]

@@ -522,6 +522,29 @@ TEST_CASE("synthetic samples are a pure function of seed and id", "[data]") {
     CHECK(c > 100);
 }
 
+TEST_CASE("synthetic draws each integer input from what the layers reading it accept", "[data]") {
+  // A token input read by a 256-word embedding, a segment input by a 2-word one, labels by
+  // a 4-class loss: `classes` (10) caps them all, the readers cap the last two.
+  std::vector<InputSpec> inputs = {{"tokens", ir::DType::I32, {8}, 256},
+                                   {"segments", ir::DType::I32, {8}, 2},
+                                   {"labels", ir::DType::I32, {}, 4}};
+  auto d = openDataset(call("synthetic", {}, {{"samples", 200}}), inputs, 5, "");
+  CHECK(d->maxValue(0) == 9);
+  CHECK(d->maxValue(1) == 1);
+  CHECK(d->maxValue(2) == 3);
+  CHECK(d->describe() == "synthetic: 200 train / 20 validation samples, seed 5, 10 classes "
+                         "(`segments` below 2, `labels` below 4: what the layers reading them "
+                         "accept)");
+  std::vector<int64_t> ids(200);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::vector<int32_t> tokens(8 * 200), segments(8 * 200), labels(200);
+  d->read(Split::Train, ids, {tokens.data(), segments.data(), labels.data()}, nullptr);
+  CHECK(*std::max_element(tokens.begin(), tokens.end()) == 9);
+  CHECK(*std::max_element(segments.begin(), segments.end()) == 1);
+  CHECK(*std::min_element(segments.begin(), segments.end()) == 0);
+  CHECK(*std::max_element(labels.begin(), labels.end()) == 3);
+}
+
 TEST_CASE("synthetic gives next-token targets to a sequence input", "[data]") {
   auto d = openDataset(call("synthetic", {}, {{"samples", 10}}), tokenInput(5), 1, "");
   CHECK(d->hasNextTokens());

@@ -149,6 +149,7 @@ int runRank(Common args, epl::interp::RunOptions o, epl::backend::Comm* comm) {
   if (rank == 0) session.diags.print(std::cerr, isatty(2));
   if (!m || !memoryFits(*m, session.sources, comm)) return 1;
   o.script = args.script;
+  o.version = EPL_VERSION;
   o.baseDir = scriptDir(args.script);
   if (o.metricsPath.empty())
     o.metricsPath = std::filesystem::path(args.script).stem().string() + ".metrics.jsonl";

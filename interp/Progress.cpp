@@ -30,6 +30,11 @@ int64_t statusField(const char* key) {
   return 0;
 }
 
+// A rate for people: whole numbers when large, never a false 0 when small.
+std::string rate(double v) {
+  return v >= 100 ? fmt::format("{:.0f}", v) : fmt::format("{:.3g}", v);
+}
+
 std::string bar(int64_t done, int64_t total, int width) {
   int full = total > 0 ? static_cast<int>(width * done / total) : width;
   return std::string(full, '=') + (full < width ? ">" : "") +
@@ -61,8 +66,8 @@ void Progress::step(const StepReport& r) {
     // Redraw at most ten times a second, and always on the last step.
     if (r.step != r.steps && r.elapsedSeconds - lastDraw_ < 0.1) return;
     lastDraw_ = r.elapsedSeconds;
-    out_ << fmt::format("\r\x1b[Kstep {}/{} [{}] loss {:.4f} | {:.0f} samples/s | ETA {}", r.step,
-                        r.steps, bar(r.step, r.steps, 24), r.loss, r.samplesPerSecond,
+    out_ << fmt::format("\r\x1b[Kstep {}/{} [{}] loss {:.4f} | {} samples/s | ETA {}", r.step,
+                        r.steps, bar(r.step, r.steps, 24), r.loss, rate(r.samplesPerSecond),
                         formatDuration(eta))
          << std::flush;
     barShown_ = true;
@@ -73,8 +78,8 @@ void Progress::step(const StepReport& r) {
   std::string norm = r.gradNorm < 0 ? "" : fmt::format("  grad_norm {:.3g}", r.gradNorm);
   if (r.moeAux >= 0)
     norm += fmt::format("  moe_aux {:.3f}  dropped {:.1f}%", r.moeAux, 100 * r.moeDropped);
-  out_ << fmt::format("step {}/{}  loss {:.4f}  lr {:.3g}{}  {:.0f} samples/s  ETA {}\n", r.step,
-                      r.steps, r.loss, r.lr, norm, r.samplesPerSecond, formatDuration(eta))
+  out_ << fmt::format("step {}/{}  loss {:.4f}  lr {:.3g}{}  {} samples/s  ETA {}\n", r.step,
+                      r.steps, r.loss, r.lr, norm, rate(r.samplesPerSecond), formatDuration(eta))
        << std::flush;
 }
 
@@ -117,6 +122,22 @@ std::optional<MetricsFile::Problem> MetricsFile::open(const std::string& path) {
                                : "pass --metrics another path"};
 }
 
+namespace {
+
+// Wall-clock seconds since the epoch, to the millisecond: when a line was written.
+double unixSeconds() {
+  using namespace std::chrono;
+  return static_cast<double>(
+             duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count()) /
+         1000.0;
+}
+
+} // namespace
+
+void MetricsFile::header(const std::string& json) {
+  if (fd_ >= 0) write(json + "\n");
+}
+
 void MetricsFile::startAfresh() {
   struct stat st {};
   // Only a file is emptied: a path such as /dev/stdout or a pipe is written as it is.
@@ -152,11 +173,13 @@ std::optional<std::string> MetricsFile::failure() {
 void MetricsFile::step(const StepReport& r) {
   if (fd_ < 0) return;
   nlohmann::json j{{"step", r.step},
+                   {"time", unixSeconds()},
                    {"loss", r.loss},
                    {"lr", r.lr},
                    {"samples_per_s", r.samplesPerSecond},
                    {"step_seconds", r.stepSeconds},
                    {"memory_bytes", r.memoryBytes}};
+  if (r.tokensPerSecond > 0) j["tokens_per_s"] = r.tokensPerSecond;
   if (r.gradNorm >= 0) j["grad_norm"] = r.gradNorm;
   if (r.moeAux >= 0) {
     j["moe_aux_loss"] = r.moeAux;
@@ -172,8 +195,11 @@ void MetricsFile::step(const StepReport& r) {
 
 void MetricsFile::eval(int64_t step, double loss, double accuracy, int64_t samples, bool final) {
   if (fd_ < 0) return;
-  nlohmann::json j{
-      {"step", step}, {"eval_loss", loss}, {"eval_samples", samples}, {"eval_final", final}};
+  nlohmann::json j{{"step", step},
+                   {"time", unixSeconds()},
+                   {"eval_loss", loss},
+                   {"eval_samples", samples},
+                   {"eval_final", final}};
   if (accuracy >= 0) j["eval_accuracy"] = accuracy;
   write(j.dump() + "\n");
 }

@@ -28,6 +28,8 @@ struct StepReport {
   // A model with moe: the load-balancing loss (mean over layers and samples) and the share
   // of token copies the capacity dropped; -1 without moe, and left out.
   double moeAux = -1, moeDropped = -1;
+  // Token data: tokens of the step's samples per second; 0 otherwise, and left out.
+  double tokensPerSecond = 0;
 };
 
 class Progress {
@@ -50,8 +52,10 @@ private:
   std::optional<std::chrono::steady_clock::time_point> lastEval_;
 };
 
-// Appends JSON lines: {"step":…, "loss":…, "lr":…, "samples_per_s":…, "step_seconds":…,
-// "memory_bytes":…} per step (with "grad_norm" when clipping, "reduce_wait_seconds",
+// Appends JSON lines: a header per run ({"run": {script, its hash, epl's version, -np, the
+// settings, "resumed_at_step" when resumed}}), {"step":…, "time":…, "loss":…, "lr":…,
+// "samples_per_s":…, "step_seconds":…, "memory_bytes":…} per step (with "tokens_per_s" for
+// token data, "grad_norm" when clipping, "reduce_wait_seconds",
 // "reduce_span_seconds" and "reduce_bytes" under data parallelism, "moe_aux_loss" and
 // "moe_dropped" with moe layers), {"step":…, "eval_loss":…,
 // "eval_accuracy":…, "eval_final":…} per evaluation (final: the one after the last step). Not
@@ -71,6 +75,8 @@ public:
   // before the first step; a fresh run then calls startAfresh().
   std::optional<Problem> open(const std::string& path);
   void startAfresh(); // empties the file (a resumed run appends)
+  // The first line of a run (a resumed run's marks where it resumed): {"run": {…}}.
+  void header(const std::string& json);
   void step(const StepReport& r);
   // `final`: the evaluation after the last step (else a periodic one).
   void eval(int64_t step, double loss, double accuracy, int64_t samples, bool final);

@@ -27,7 +27,9 @@
 #include <fmt/format.h>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 namespace epl::interp {
@@ -181,6 +183,61 @@ Evaluation evaluate(Executor& ex, const data::Dataset& ds, int64_t limit,
   e.loss = rowsSeen > 0 ? lossSum / rowsSeen : 0;
   if (classes > 0 && rowsSeen > 0) e.accuracy = correct / rowsSeen;
   return e;
+}
+
+// Tokens a sample holds for token data (`tokens(…)`, `text(…)`): its window; else 0.
+int64_t tokensPerSample(const ir::Module& m) {
+  const std::string& kind = m.train.data.kind;
+  if ((kind != "tokens" && kind != "text") || m.inputs.empty()) return 0;
+  const ir::Shape& s = m.tensors[m.inputs[0]].type.shape;
+  return s.size() == 2 && s[1].isConstant() ? s[1].coef : 0;
+}
+
+// The metrics file's first line of a run: what ran, how, and where it resumed.
+std::string runHeader(const ir::Module& m, const RunOptions& o, int ranks, int64_t start) {
+  std::string text;
+  std::ifstream in(o.script, std::ios::binary);
+  text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  auto call = [](const ir::CallSpec& c) {
+    nlohmann::json j{{"kind", c.kind}};
+    for (const auto& [k, v] : c.numbers)
+      j[k] = v;
+    for (const auto& [k, v] : c.strings)
+      j[k] = v;
+    return j;
+  };
+  const ir::Policy& p = m.policy;
+  nlohmann::json run{
+      {"script", o.script},
+      {"script_fnv1a", fmt::format("{:016x}", hashString(text))},
+      {"epl", o.version},
+      {"np", ranks},
+      {"started", std::chrono::duration<double>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count()},
+      {"model", m.modelName},
+      {"params", m.mesh.stages.empty() ? 0 : [&] {
+         int64_t n = 0;
+         for (const auto& st : m.mesh.stages)
+           n += st.paramCount;
+         return n;
+       }()},
+      {"train",
+       {{"data", call(m.train.data)},
+        {"batch", m.train.batch},
+        {"steps", m.train.steps},
+        {"optimizer", call(m.train.optimizer)},
+        {"lr_schedule", call(m.train.lrSchedule)},
+        {"clip_grad_norm", m.train.clipGradNorm},
+        {"seed", m.train.seed}}},
+      {"policy",
+       {{"micro_batches", p.microBatches},
+        {"chunks", p.chunks},
+        {"sequence_parallel", p.sequenceParallel},
+        {"bucket_bytes", p.bucketBytes},
+        {"overlap_comm", p.overlapComm}}}};
+  if (start > 0) run["resumed_at_step"] = start;
+  return nlohmann::json{{"run", run}}.dump();
 }
 
 // What the progress bar and the metrics show of step `step` (0-based) of a run that
@@ -698,6 +755,7 @@ std::optional<int> TrainingRun::open() {
                                              static_cast<uint64_t>(m.train.seed));
   progress_ = std::make_unique<Progress>(out_, rank_ == 0 && o_.terminal, m.train.logEvery);
   if (!o_.resume) metrics_.startAfresh();
+  if (rank_ == 0) metrics_.header(runHeader(m, o_, ranks_, start_));
   if (!o_.tracePath.empty()) {
     trace_ = std::make_unique<TraceRecorder>();
     comm_.barrier("starting the trace"); // every rank's clock starts together
@@ -765,6 +823,7 @@ std::optional<int> TrainingRun::step(int64_t step) {
   samples_ += m.train.batch;
   StepReport rep = stepReport(r, step, start_, steps_, lr);
   rep.samplesPerSecond = samples_ / seconds(began_);
+  rep.tokensPerSecond = rep.samplesPerSecond * static_cast<double>(tokensPerSample(m));
   rep.elapsedSeconds = seconds(began_);
   rep.stepSeconds = seconds(stepBegan);
   progress.step(rep);

@@ -15,6 +15,7 @@ namespace epl::interp {
 
 struct RunOptions {
   std::string script;          // as given on the command line: how to resume is said with it
+  std::string version;         // of epl, for the metrics file's run header
   std::string baseDir;         // the script's folder: relative paths in the script resolve here
   std::string metricsPath;     // JSON lines; empty for none
   std::string tracePath;       // Chrome trace of the first steps (Trace.h); empty for none

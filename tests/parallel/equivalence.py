@@ -39,6 +39,8 @@ def run(epl, work, script, name, args, steps, sets, skip=None):
     with open(metrics) as f:
         for line in f:
             rec = json.loads(line)
+            if "run" in rec:  # the run's header
+                continue
             if "eval_loss" in rec:
                 evals.append(rec["eval_loss"])
             else:

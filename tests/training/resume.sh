@@ -31,6 +31,8 @@ mv ckpt ckpt-straight
 "$epl" run gpt.epl --stop-after 7 --metrics resumed.jsonl > /dev/null
 "$epl" run gpt.epl --resume --metrics resumed.jsonl > resumed.out
 grep -q "resumed from .*step-00000007 (step 7)" resumed.out
+[ "$(grep -c '^{"run":' resumed.jsonl)" = 2 ] # a header per run, the second marks where
+grep -q '"resumed_at_step":7' resumed.jsonl
 if ! diff <(losses straight.jsonl) <(losses resumed.jsonl); then
   echo "FAIL: the resumed run's losses differ from the straight run's"; exit 1
 fi

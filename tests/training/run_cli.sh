@@ -31,6 +31,10 @@ grep -q "validation (" run.out
 [ "$(grep -c '"step_seconds"' m.jsonl)" = 20 ]
 grep -q '"eval_loss"' m.jsonl
 grep -q '"eval_final":false' m.jsonl
+# The run's header, then steps with their wall-clock time and tokens/s (token data).
+head -1 m.jsonl | grep -q '^{"run":{"epl":'
+head -1 m.jsonl | grep -q '"script":"lm.epl","script_fnv1a":"[0-9a-f]\{16\}"'
+grep -q '"time":[0-9.]*,"tokens_per_s":' m.jsonl
 grep -q '"eval_final":true' m.jsonl
 grep -q "validation: evaluating .* samples (the whole split" run.out
 # The final evaluation: n batches of the global micro-batch, or none.

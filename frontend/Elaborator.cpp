@@ -179,7 +179,16 @@ std::optional<ir::Module> Elaborator::run(uint32_t mainFile) {
     auto module = elaborateModel(*m);
     if (m == chosen) result = std::move(module);
   }
-  if (!result || diags_.hasErrors()) return std::nullopt;
+  if (!result) {
+    // The model failed; its settings are read all the same, so that a mistake there is
+    // reported with the model's (an editor shows both at once).
+    ir::Module placeholder;
+    placeholder.modelName = chosen->name;
+    placeholder.loc = chosen->loc;
+    checkSettings(placeholder);
+    return std::nullopt;
+  }
+  if (diags_.hasErrors()) return std::nullopt;
   checkSettings(*result);
   if (!diags_.hasErrors() && result->train.present) checkTrainedInputs(*chosen, *result);
   if (diags_.hasErrors()) return std::nullopt;

@@ -7,8 +7,10 @@
 #include "support/Text.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fmt/format.h>
 #include <functional>
+#include <map>
 
 namespace epl::frontend {
 
@@ -497,6 +499,27 @@ void Elaborator::checkSettings(ir::Module& m) {
     if (!diags_.hasErrors()) applyOverride(o, m);
 }
 
+// The call `c` as a script would write it, with argument `arg` given `value` (text).
+static std::string callText(const ir::CallSpec& c, const std::string& arg,
+                            const std::string& value) {
+  std::map<std::string, std::string> args;
+  for (const auto& [k, v] : c.numbers)
+    args[k] = v == std::floor(v) && std::abs(v) < 1e15
+                  ? fmt::format("{}", static_cast<int64_t>(v))
+                  : fmt::format("{}", v); // the shortest text that reads back
+  for (const auto& [k, v] : c.strings) {
+    std::string quoted = "\"";
+    for (char ch : v)
+      quoted += ch == '"' || ch == '\\' ? std::string("\\") + ch : std::string(1, ch);
+    args[k] = quoted + "\"";
+  }
+  args[arg] = value;
+  std::vector<std::string> parts;
+  for (const auto& [k, v] : args)
+    parts.push_back(k + " = " + v);
+  return fmt::format("{}({})", c.kind, fmt::join(parts, ", "));
+}
+
 // `policy.zero=1` / `train.steps=20`: parsed as a one-key block of its own, so the value is
 // read and checked exactly as in a script; a later key replaces the script's.
 void Elaborator::applyOverride(const std::string& text, ir::Module& m) {
@@ -516,6 +539,26 @@ void Elaborator::applyOverride(const std::string& text, ir::Module& m) {
     diags_.error(
         m.loc, fmt::format("`--set {}` needs a `train {}` block in the script", text, m.modelName));
     return;
+  }
+  // `train.optimizer.lr=0.1`: one argument of a call-shaped value; the call keeps the
+  // others as the script (or an earlier --set) gave them.
+  if (size_t dot2 = key.find('.'); dot2 != std::string::npos) {
+    std::string base = key.substr(0, dot2), arg = key.substr(dot2 + 1);
+    const ir::CallSpec* c = !isTrain                ? nullptr
+                            : base == "optimizer"   ? &m.train.optimizer
+                            : base == "lr_schedule" ? &m.train.lrSchedule
+                            : base == "data"        ? &m.train.data
+                                                    : nullptr;
+    if (!c || c->kind.empty() || arg.empty() || arg.find('.') != std::string::npos) {
+      uint32_t id = diags_.sources().add("--set", text);
+      diags_.error(SourceLoc{id, 1, 1}, fmt::format("cannot read the setting `{}`", text))
+          .length(static_cast<uint32_t>(text.size()))
+          .help("a dotted key sets one argument of `train.optimizer`, `train.lr_schedule` or "
+                "`train.data`, e.g. `--set train.optimizer.lr=0.1`");
+      return;
+    }
+    value = callText(*c, arg, value);
+    key = base;
   }
   std::string source = isTrain ? fmt::format("train {} {{ {} = {} }}", m.modelName, key, value)
                                : fmt::format("policy {{ {} = {} }}", key, value);

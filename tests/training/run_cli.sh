@@ -73,6 +73,12 @@ if "$epl" run lm.epl --set policy.micro_batchs=2 2> err.txt; then exit 1; fi
 grep -q 'unknown policy key `micro_batchs`' err.txt
 grep -q -- '--> --set policy.micro_batchs=2:1:10' err.txt
 grep -q 'did you mean `micro_batches`' err.txt
+# A dotted key sets one argument of a call-shaped setting, keeping the others.
+"$epl" run lm.epl --steps 1 --metrics o.jsonl --set train.checkpoint=none \
+  --set train.optimizer.weight_decay=0.5 > /dev/null
+head -1 o.jsonl | grep -q '"optimizer":{"kind":"adamw","lr":0.003,"weight_decay":0.5}'
+if "$epl" check lm.epl --set train.optimizer.lrr=0.1 2> err.txt; then exit 1; fi
+grep -q '`adamw` has no argument `lrr`' err.txt
 if "$epl" check lm.epl --set train.steps=-3 2> err.txt; then exit 1; fi
 grep -q '`steps` must be at least 1, got -3' err.txt
 if "$epl" check lm.epl --set steps=3 2> err.txt; then exit 1; fi

@@ -943,8 +943,7 @@ void Executor::splitTransfer(const ir::Instr& in, size_t index, int64_t step) {
     // A cut of dim 0 lays the pieces one after another: they land in place. Otherwise
     // they go to a buffer kept across calls (no fresh pages a call), then are joined.
     Cut c = cutOf(dst.shape, bridgeDim(fwd), w);
-    if (!add && c.rows == 1)
-      return splitComm().allGather(src.data, dst.data, src.bytes(), what());
+    if (!add && c.rows == 1) return splitComm().allGather(src.data, dst.data, src.bytes(), what());
     gathered_.resize(static_cast<size_t>(dst.numel()));
     splitComm().allGather(src.data, gathered_.data(), src.bytes(), what());
     if (!add) return joinPieces(gathered_.data(), static_cast<float*>(dst.data), c, w);

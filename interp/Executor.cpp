@@ -124,7 +124,7 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
   for (size_t i = 0; i < m_.ops.size(); ++i) {
     if (m_.ops[i].phase != ir::Phase::Forward) continue;
     if (m_.ops[i].kind == ir::OpKind::Next) nextOps_.push_back(static_cast<int>(i));
-    if (m_.ops[i].kind == ir::OpKind::MoeDispatch) dispatchOps_.push_back(static_cast<int>(i));
+    hasMoe_ = hasMoe_ || m_.ops[i].kind == ir::OpKind::MoeDispatch;
   }
   // This rank's share of each micro-batch: in a pipeline, a stage group's share (the
   // module's batch symbol counts the replica's micro-batch there).
@@ -1232,7 +1232,7 @@ StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
     r.loss /= losses;
     r.reduceSpanSeconds = ended - began;
   }
-  if (!dispatchOps_.empty()) {
+  if (hasMoe_) {
     // Every rank's moe statistics, added up in rank order (each rank routed its own
     // tokens; a rank without moe layers adds zeros).
     std::vector<double> all(4 * static_cast<size_t>(comm_.size()));

@@ -209,9 +209,10 @@ private:
     std::vector<int64_t> sent, got;
   };
   std::map<std::pair<int, int>, MoeTraffic> moeTraffic_;
-  // The step's moe statistics so far (moe_dispatch's stats summed), and the dispatch ops.
+  // The step's moe statistics so far (moe_dispatch's stats summed), and whether the model
+  // has moe layers (every rank then gathers them, a pipeline's other stages too).
   double moeStats_[4] = {0, 0, 0, 0};
-  std::vector<int> dispatchOps_;
+  bool hasMoe_ = false;
   std::vector<ir::Attrs> localAttrs_; // by op id: its attributes on this rank
   std::vector<int> gradParam_;        // tensor id -> param index for parameter gradients, else -1
   std::vector<std::vector<Bound>> calls_; // by slot, then op id

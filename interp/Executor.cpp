@@ -319,7 +319,7 @@ void Executor::bindCalls() {
       int t = m_.ops[i].outputs[0];
       const ir::Layout& l = m_.tensors[t].layout;
       bool whole = l.kind != ir::LayoutKind::DataParallel;
-      int64_t rows = localBatch_ * (whole ? program_.splitWidth : 1);
+      int64_t rows = whole ? program_.wholeBatch : localBatch_;
       // A cut tensor's mask is the whole tensor's: its elements per sample count whole.
       bool cut = l.kind == ir::LayoutKind::Sharded && program_.splitWidth > 1;
       perSample_[i] =
@@ -444,7 +444,11 @@ void Executor::bindCall(int i, int slot) {
 int64_t Executor::firstSample(int micro, int t) const {
   bool whole = program_.splitWidth > 1 && t >= 0 &&
                m_.tensors[t].layout.kind != ir::LayoutKind::DataParallel;
-  return whole ? firstSample(micro) - program_.splitRank * localBatch_ : firstSample(micro);
+  if (!whole) return firstSample(micro);
+  // The copy's micro-batch: its split group is one reader of whole micro-batches.
+  int copies = program_.dataRanks / program_.splitWidth;
+  return (static_cast<int64_t>(micro) * copies + program_.dataRank / program_.splitWidth) *
+         program_.wholeBatch;
 }
 
 void Executor::toPiece(int q, const float* whole, float* piece) const {
@@ -943,6 +947,7 @@ void Executor::splitTransfer(const ir::Instr& in, size_t index, int64_t step) {
     // A cut of dim 0 lays the pieces one after another: they land in place. Otherwise
     // they go to a buffer kept across calls (no fresh pages a call), then are joined.
     Cut c = cutOf(dst.shape, bridgeDim(fwd), w);
+    EPL_ASSERT(src.numel() * w == dst.numel(), "an all-gather's result holds its pieces");
     if (!add && c.rows == 1) return splitComm().allGather(src.data, dst.data, src.bytes(), what());
     gathered_.resize(static_cast<size_t>(dst.numel()));
     splitComm().allGather(src.data, gathered_.data(), src.bytes(), what());
@@ -1291,7 +1296,7 @@ double Executor::runEval(std::vector<float>* logits, std::vector<int32_t>* targe
 
 // A vocabulary-parallel loss's evaluation: the split group gathers the logits' columns
 // (every time: the ranks must agree), and each rank keeps the rows of its own samples, as
-// a rank outside split regions has them.
+// a rank outside split regions has them (all of them where it reads the whole micro-batch).
 void Executor::gatherVocabLogits(const ir::Op& op, std::vector<float>* logits,
                                  std::vector<int32_t>* targets) {
   backend::TensorView l = view(op.inputs[0]), t = view(op.inputs[1]);
@@ -1304,7 +1309,8 @@ void Executor::gatherVocabLogits(const ir::Op& op, std::vector<float>* logits,
   whole.back() *= w;
   std::vector<float> all(static_cast<size_t>(l.numel() * w));
   joinPieces(pieces.data(), all.data(), cutOf(whole, static_cast<int>(whole.size()) - 1, w), w);
-  int64_t rows = t.numel(), mine = rows / w, first = program_.splitRank * mine;
+  int64_t rows = t.numel(), mine = program_.readsWhole ? rows : rows / w;
+  int64_t first = program_.readsWhole ? 0 : program_.splitRank * mine;
   int64_t v = whole.back();
   logits->assign(all.begin() + first * v, all.begin() + (first + mine) * v);
   const int32_t* tp = static_cast<const int32_t*>(t.data);

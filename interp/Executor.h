@@ -53,17 +53,17 @@ public:
 
   const ir::Module& module() const { return m_; }
   backend::Comm& comm() const { return comm_; }
-  // Samples in one micro-batch of this rank.
+  // Samples this rank reads for one micro-batch.
   int64_t localBatch() const { return localBatch_; }
   // Where micro-batch `micro` of this rank starts in the step's global batch: micro-batch
-  // j of the step is the same samples at any -np, cut into one slice per rank.
+  // j of the step is the same samples at any -np, cut into one slice per reader.
   int64_t firstSample(int micro) const {
-    return (static_cast<int64_t>(micro) * program_.dataRanks + program_.dataRank) * localBatch_;
+    return (static_cast<int64_t>(micro) * program_.readers + program_.reader) * localBatch_;
   }
-  // Where this rank's evaluation slices start: its index among the ranks sharing each
-  // micro-batch, and their number.
-  int dataRank() const { return program_.dataRank; }
-  int dataRanks() const { return program_.dataRanks; }
+  // Where this rank's evaluation slices start: its index among the ranks that read
+  // different samples of each micro-batch, and their number.
+  int reader() const { return program_.reader; }
+  int readers() const { return program_.readers; }
   // Whether this rank computes the loss (a pipeline's other stages do not).
   bool holdsLoss() const { return program_.lossRank == comm_.rank(); }
   // Buffers Load copies from: one per micro-batch, sized for the rank's micro-batch.

@@ -121,7 +121,7 @@ struct Evaluation {
 };
 
 // Loss (and accuracy for a cross-entropy) over the first `limit` validation samples. Each
-// round takes the next localBatch x ranks samples, one slice per rank, as a training
+// round takes the next localBatch x readers samples, one slice per reader, as a training
 // micro-batch does; the ranks' sums meet at the end. A cross-entropy is scored per row on
 // the host, so a last, partial slice (padded by repeating the last sample) counts its real
 // rows only.
@@ -129,7 +129,7 @@ Evaluation evaluate(Executor& ex, const data::Dataset& ds, int64_t limit,
                     const std::function<void(int64_t, int64_t)>& progress = {}) {
   backend::Comm& comm = ex.comm();
   int64_t n = std::min(ds.size(data::Split::Validation), limit), batch = ex.localBatch();
-  int64_t ranks = ex.dataRanks(), round = batch * ranks;
+  int64_t ranks = ex.readers(), round = batch * ranks;
   int64_t classes = ex.classes();
   // lossSum, rowsSeen, correct of this rank
   double sums[3] = {0, 0, 0};
@@ -137,7 +137,7 @@ Evaluation evaluate(Executor& ex, const data::Dataset& ds, int64_t limit,
   std::vector<int32_t> targets;
   for (int64_t start = 0; start < n; start += round) {
     if (progress) progress(start, n);
-    int64_t first = start + ex.dataRank() * batch;
+    int64_t first = start + ex.reader() * batch;
     std::vector<int64_t> ids;
     for (int64_t i = 0; i < batch; ++i)
       ids.push_back(std::min(first + i, n - 1));
@@ -398,11 +398,11 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
       "batch {} = {} micro-batch{} x {}{} samples; memory plan {} per rank "
       "(activations {}, params {}, grads {}, optimizer {})\n",
       m.train.batch, m.policy.microBatches, m.policy.microBatches == 1 ? "" : "es",
-      prog.dataRanks > 1 ? fmt::format("{} {} x ", prog.dataRanks,
-                                       stages == 1                       ? "ranks"
-                                       : prog.dataRanks == m.reduceRanks ? "copies"
-                                                                         : "ranks of stage 0")
-                         : "",
+      prog.readers > 1 ? fmt::format("{} {} x ", prog.readers,
+                                     stages == 1                     ? "ranks"
+                                     : prog.readers == m.reduceRanks ? "copies"
+                                                                     : "ranks of stage 0")
+                       : "",
       ex.localBatch(), formatBytes(prog.peakBytes()),
       formatBytes(prog.slots == 1 ? prog.arenaBytes : prog.activationBytes()),
       formatBytes(prog.paramBytes), formatBytes(prog.gradBytes), formatBytes(prog.optimizerBytes));
@@ -842,7 +842,7 @@ std::optional<int> TrainingRun::step(int64_t step) {
     int64_t batches = static_cast<int64_t>(
         m.train.eval.numbers.count("batches") ? m.train.eval.numbers.at("batches") : 10);
     // `batches` of the global micro-batch: the same samples at any -np.
-    Evaluation e = evaluate(ex, *ds_, batches * ex.localBatch() * ex.dataRanks());
+    Evaluation e = evaluate(ex, *ds_, batches * ex.localBatch() * ex.readers());
     progress.line(
         fmt::format("step {}: validation {} ({} samples)", step + 1, evalText(e), e.samples));
     metrics_.eval(step + 1, e.loss, e.accuracy, e.samples, false);
@@ -887,7 +887,7 @@ int TrainingRun::finish() {
     // `final = n`: n batches of the global micro-batch, the same samples at any -np.
     int64_t limit = finalBatches < 0
                         ? split
-                        : std::min(split, finalBatches * ex_->localBatch() * ex_->dataRanks());
+                        : std::min(split, finalBatches * ex_->localBatch() * ex_->readers());
     out_ << fmt::format("validation: evaluating {} samples{}\n", withCommas(limit),
                         finalBatches < 0 ? " (the whole split; `eval = { final = n }` takes n "
                                            "batches, `final = false` none)"

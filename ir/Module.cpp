@@ -44,8 +44,8 @@ std::map<std::string, int64_t> Module::bindingsOn(const Program& p) const {
 std::vector<int64_t> Module::localShape(const Program& p, int t) const {
   const Tensor& x = tensors[t];
   auto b = bindingsOn(p);
-  if (p.splitWidth > 1 && x.layout.kind != LayoutKind::DataParallel && p.localBatch > 0)
-    b[batchSymbol] = p.localBatch * p.splitWidth;
+  if (p.splitWidth > 1 && x.layout.kind != LayoutKind::DataParallel && p.wholeBatch > 0)
+    b[batchSymbol] = p.wholeBatch;
   std::vector<int64_t> out;
   for (const Dim& d : x.type.shape) {
     auto v = d.eval(b);
@@ -208,23 +208,22 @@ Module::SplitTraffic Module::splitTraffic(const Program& p) const {
   return t;
 }
 
+void Mesh::placeBatch(Program& p) const {
+  int group = stages[p.stage].group, copies = group / p.splitWidth;
+  p.readsWhole = microBatch > 0 && microBatch % group != 0;
+  EPL_ASSERT(!p.readsWhole || microBatch % copies == 0,
+             "mesh-assignment divides a micro-batch over a stage's devices or its copies");
+  p.wholeBatch = microBatch / copies;
+  p.localBatch = p.readsWhole ? p.wholeBatch : microBatch / group;
+  int share = p.readsWhole ? p.splitWidth : 1;
+  p.readers = p.dataRanks / share;
+  p.reader = p.dataRank / share;
+}
+
 std::string Module::runRefusal() const {
   if (mesh.stages.size() > 1) {
     std::string why = mesh.pipelineRefusal();
     if (!why.empty()) return fmt::format("{} pipeline stages and {}", mesh.stages.size(), why);
-  }
-  bool split = std::any_of(mesh.stages.begin(), mesh.stages.end(),
-                           [](const StagePlan& st) { return st.splitWidth > 1; });
-  if (!split) return "";
-  for (const Op& op : ops) {
-    if (op.phase != Phase::Forward) continue;
-    auto at = [&](const std::string& what) {
-      return fmt::format("{} (`{}` at line {})", what, op.name, op.site.line);
-    };
-    for (size_t k = 0; k < op.inputs.size() && k < op.inputLayouts.size(); ++k)
-      if (tensors[op.inputs[k]].producer < 0 && op.inputLayouts[k].kind != LayoutKind::DataParallel)
-        return at("a model input read whole where the micro-batch does not divide over the "
-                  "stage's devices");
   }
   return "";
 }

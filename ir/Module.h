@@ -132,6 +132,9 @@ struct Mesh {
   // divides the micro-batch), with split regions (one width for the model chunks on the
   // same devices), and any number of data-parallel copies.
   std::string pipelineRefusal() const;
+  // Fills a rank program's batch fields (localBatch, wholeBatch, the loader's readers)
+  // from its stage, data ranks and split width.
+  void placeBatch(Program& p) const;
   // Global rank of (replica, stage, local index).
   int rank(int replica, int stage, int local) const {
     return replica * replicaSize + stages[stage].firstLocalRank + local;
@@ -231,9 +234,9 @@ struct Module {
   };
   SplitTraffic splitTraffic(const Program& p) const;
   int64_t transferBytes(const Program& p, const Instr& in) const;
-  // What keeps the runtime from running this plan, in words ("a model input read whole
-  // where the micro-batch does not divide over the stage's devices (`cross_entropy` at
-  // line 7)"), or empty when it runs. Split regions run in any stage, in
+  // What keeps the runtime from running this plan, in words ("4 pipeline stages and model
+  // chunks of split widths 2 (stage 0) and 1 (stage 2) on the same devices"), or empty
+  // when it runs. Split regions run in any stage, in
   // any number of copies: linear (column, row), mlp (hidden), attention (heads), conv2d
   // (channels), vocabulary-parallel embedding and cross_entropy, moe (experts), and the
   // ops that follow layouts.

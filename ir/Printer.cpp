@@ -533,8 +533,8 @@ void printProgram(const Module& m, int rank, std::ostream& out) {
                      m.policy.microBatches == 1 ? "" : "es");
   if (p.stages > 1) out << fmt::format(", pipeline stage {} of {}", p.stage, p.stages);
   if (p.stages > 1 && p.dataRanks > 1)
-    out << fmt::format(" (one of its {} ranks, {} samples a micro-batch)", p.dataRanks,
-                       p.localBatch);
+    out << fmt::format(" (one of its {} ranks, {}{} samples a micro-batch)", p.dataRanks,
+                       p.readsWhole ? "each reading its copy's " : "", p.localBatch);
   if (p.splitWidth > 1)
     out << fmt::format(", split rank {} of {} (ranks {}-{})", p.splitRank, p.splitWidth,
                        rank - p.splitRank, rank - p.splitRank + p.splitWidth - 1);

@@ -68,11 +68,21 @@ struct Program {
   std::vector<int> params;
   // The ranks that hold this rank's parameters and share each micro-batch between them
   // (every rank of a purely data-parallel plan; a pipeline stage's ranks in every replica),
-  // this rank's index among them (where its slice of each micro-batch starts), and the
-  // samples of one micro-batch it runs: the batch symbol's value on this rank.
+  // this rank's index among them, and the samples of one micro-batch it runs: the batch
+  // symbol's value on this rank.
   int dataRanks = 1;
   int dataRank = 0;
   int64_t localBatch = 0;
+  // The data loader: the ranks that read different samples of each micro-batch and this
+  // rank's index among them (where its slice starts). They are the data ranks, except in
+  // a stage of split regions whose micro-batch does not divide over its devices: there
+  // every rank reads its copy's whole micro-batch (readsWhole; localBatch = wholeBatch),
+  // and the ranks of a split group read the same samples.
+  int readers = 1;
+  int reader = 0;
+  bool readsWhole = false;
+  // Samples of a whole tensor inside split regions: the copy's micro-batch.
+  int64_t wholeBatch = 0;
   // What the executor takes from the policy: micro-batches per step, and the element
   // type of gradient reductions on the wire.
   int microBatches = 1;
@@ -82,7 +92,7 @@ struct Program {
   int local = 0;
   // A stage with `split` regions: their width, and this rank's index in its split group
   // (local = copy x splitWidth + splitRank). Inside a region a rank holds its copy's whole
-  // micro-batch (localBatch x splitWidth samples) and 1 / splitWidth of every cut dim.
+  // micro-batch (wholeBatch samples) and 1 / splitWidth of every cut dim.
   int splitWidth = 1;
   int splitRank = 0;
   std::vector<Instr> step; // one optimizer step, every micro-batch in order

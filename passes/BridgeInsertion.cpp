@@ -178,10 +178,13 @@ private:
     auto r = rename_.find(t);
     if (r != rename_.end()) t = r->second;
     int producer = m_->tensors[t].producer;
-    // Model inputs come from the data loader, which reads on each device its share of the
-    // batch; an op of a split region that wants them whole gets them gathered. In a stage
-    // whose micro-batch does not divide over its devices the loader reads them whole.
-    if (producer < 0) {
+    // Model inputs (and `next`'s targets) come from the data loader, which reads on each
+    // device its share of the batch; an op of a split region that wants them whole gets
+    // them gathered. In a stage whose micro-batch does not divide over its devices the
+    // loader reads them whole.
+    bool loaded = producer < 0 || (m_->ops[producer].kind == ir::OpKind::Next &&
+                                   m_->ops[producer].stage == op.stage);
+    if (loaded) {
       Layout want = k < op.inputLayouts.size() ? op.inputLayouts[k] : Layout{};
       if (micro() > 0 && micro() % stage(op.stage).group != 0) return t;
       return convert(t, want, op.stage, op.scope, op.site);

@@ -204,7 +204,7 @@ private:
       return x.kind == y.kind && x.op == y.op && x.micro == y.micro && x.bucket == y.bucket &&
              x.tensor == y.tensor && x.part == y.part;
     };
-    return a.localBatch == b.localBatch &&
+    return a.localBatch == b.localBatch && a.wholeBatch == b.wholeBatch &&
            std::equal(a.step.begin(), a.step.end(), b.step.begin(), b.step.end(), same);
   }
 

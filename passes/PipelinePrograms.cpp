@@ -296,8 +296,8 @@ std::vector<ir::Program> pipelinePrograms(const ir::Module& m) {
         p.local = local;
         p.dataRanks = mesh.dataParallel * group;
         p.dataRank = r * group + local;
-        p.localBatch = mesh.microBatch / group;
         p.splitWidth = mesh.stages[s].splitWidth;
+        mesh.placeBatch(p);
         p.splitRank = local % p.splitWidth;
         p.microBatches = micros;
         p.commDtype = m.policy.commDtype;

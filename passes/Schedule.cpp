@@ -48,8 +48,13 @@ public:
     // ranks run the same program, data-parallel outside the regions, each its piece inside.
     int group = m.mesh.stages[0].group;
     int width = m.mesh.stages[0].splitWidth;
-    if (group > 1) m.bindings[m.batchSymbol] = m.mesh.microBatch / group;
     ir::Program p;
+    p.dataRanks = m.mesh.np;
+    p.splitWidth = width;
+    if (group > 1) {
+      m.mesh.placeBatch(p);
+      m.bindings[m.batchSymbol] = p.localBatch;
+    }
     p.step.push_back({ir::InstrKind::ZeroGrads, -1, 0, -1});
     int last = static_cast<int>(m.policy.microBatches) - 1;
     for (int micro = 0; micro <= last; ++micro)
@@ -67,15 +72,17 @@ public:
       if (m.params[q].grad >= 0) p.params.push_back(static_cast<int>(q));
     auto batch = m.bindings.find(m.batchSymbol);
     p.localBatch = batch == m.bindings.end() ? 0 : batch->second;
-    p.dataRanks = m.mesh.np;
+    if (group == 1) p.wholeBatch = p.localBatch;
     p.microBatches = static_cast<int>(m.policy.microBatches);
     p.commDtype = m.policy.commDtype;
-    p.splitWidth = width;
     for (int r = 0; r < m.mesh.np; ++r) {
       p.rank = p.lossRank = p.dataRank = r;
       p.replica = width > 1 ? r / group : r;
       p.local = width > 1 ? r % group : 0;
       p.splitRank = r % width;
+      int share = p.readsWhole ? width : 1;
+      p.readers = p.dataRanks / share;
+      p.reader = r / share;
       m.programs.push_back(p);
     }
     checkCommunication(m);

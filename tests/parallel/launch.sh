@@ -37,21 +37,24 @@ rc=0
 "$epl" run "$script" -np 2 --steps 3 --mca btl no_such_transport > badmca.out 2>&1 || rc=$?
 [ "$rc" -ne 0 ] || { cat badmca.out; fail "--mca was not passed to mpirun"; }
 
-# A plan that does not run yet (a split stage reads a model input whole, and its
-# micro-batch does not divide over its devices): refused with a reason, before mpirun
-# starts.
-cat > whole.epl <<'EOF'
-model net(x: f32[B, 64], y: i32[B]) {
-  replicate(2) { x = relu(linear(x, 64)) }
-  split(4) { loss = cross_entropy(linear(relu(linear(x, 256)), 12), y) }
+# A plan that does not run yet (interleaved model chunks of split widths 2 and 1 on the
+# same devices): refused with a reason, before mpirun starts.
+cat > chunks.epl <<'EOF'
+model net(x: f32[B, 16]) {
+  replicate { split(2) { x = x + mlp(x, 32) } }
+  replicate { split(2) { x = x + mlp(x, 32) } }
+  replicate { x = x + mlp(x, 32) }
+  replicate(2) { loss = mse(x, x) }
   return loss
 }
-train net { data = synthetic(samples = 60) batch = 6 }
+policy { micro_batches = 4 schedule = interleaved chunks = 2 }
+train net { data = synthetic(samples = 64) batch = 8 }
 EOF
 rc=0
-"$epl" run whole.epl -np 6 > pipe.out 2>&1 || rc=$?
-[ "$rc" = 1 ] || { cat pipe.out; fail "whole.epl -np 6 exited $rc"; }
-grep -q "this plan has .*a model input read whole" pipe.out || { cat pipe.out; fail "reason"; }
+"$epl" run chunks.epl -np 4 > pipe.out 2>&1 || rc=$?
+[ "$rc" = 1 ] || { cat pipe.out; fail "chunks.epl -np 4 exited $rc"; }
+grep -q "this plan has .*model chunks of split widths 2 (stage 0) and 1" pipe.out ||
+  { cat pipe.out; fail "reason"; }
 if grep -qi "mpirun" pipe.out; then fail "mpirun was started"; fi
 
 # A checkpoint written by 2 ranks (once, by rank 0) resumes on 4 and on 1, and the losses

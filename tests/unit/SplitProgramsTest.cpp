@@ -132,9 +132,9 @@ TEST_CASE("copies of a split group sum their pieces' gradients over the same spl
     CHECK_FALSE(epl::ir::checkStreams(epl::passes::programStreams(*m, eval)).has_value());
 }
 
-TEST_CASE("what does not run yet has no programs, and says why") {
-  // A model input read whole by a split stage whose micro-batch (6) does not divide over
-  // its devices (4).
+TEST_CASE("a split stage whose micro-batch does not divide over its devices reads it whole") {
+  // Stage 1's micro-batch (6) does not divide over its devices (4): each reads its copy's
+  // 6 samples of the labels, which no all-gather then joins.
   std::string text = R"(
 model net(x: f32[B, 64], y: i32[B]) {
   replicate(2) {
@@ -149,9 +149,22 @@ train net { data = synthetic(samples = 60) batch = 6 }
 )";
   auto m = planned(text, 6);
   REQUIRE(m);
-  CHECK(m->programs.empty());
-  CHECK(m->runRefusal() == "a model input read whole where the micro-batch does not divide over "
-                           "the stage's devices (`cross_entropy` at line 7)");
+  REQUIRE(m->programs.size() == 6);
+  for (int r : {0, 1}) {
+    const epl::ir::Program& p = m->programs[r];
+    CHECK_FALSE(p.readsWhole);
+    CHECK((p.localBatch == 3 && p.readers == 2 && p.reader == r));
+  }
+  for (int r : {2, 3, 4, 5}) {
+    const epl::ir::Program& p = m->programs[r];
+    CHECK(p.readsWhole);
+    CHECK((p.localBatch == 6 && p.wholeBatch == 6 && p.readers == 1 && p.reader == 0));
+    CHECK(m->localShape(p, m->inputs[1]) == std::vector<int64_t>{6});
+  }
+  for (const epl::ir::Op& op : m->ops)
+    CHECK(op.kind != epl::ir::OpKind::AllGather);
+  for (bool eval : {false, true})
+    CHECK_FALSE(epl::ir::checkStreams(epl::passes::programStreams(*m, eval)).has_value());
 }
 
 TEST_CASE("model chunks on the same devices need one split width") {

@@ -11,7 +11,7 @@ namespace {
 // The first op of the plan the CUDA device has no kernel for, or nullptr.
 const ir::Op* opWithoutCudaKernel(const ir::Module& m) {
   for (const ir::Op& op : m.ops) {
-    if (op.phase != ir::Phase::Forward && op.phase != ir::Phase::Backward) continue;
+    if (op.phase == ir::Phase::Optimizer) continue;
     if (op.kind == ir::OpKind::Next) continue; // the interpreter computes it
     if (!backend::deviceSupports("cuda", op.kind)) return &op;
   }

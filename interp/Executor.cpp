@@ -325,6 +325,12 @@ void Executor::bindCalls() {
       perSample_[i] =
           shapeOnly(t).numel() * (cut ? program_.splitWidth : 1) / std::max<int64_t>(rows, 1);
     }
+  // A recomputation draws what the op it repeats drew (a dropout's mask).
+  for (size_t i = 0; i < m_.ops.size(); ++i)
+    if (m_.ops[i].phase == ir::Phase::Recompute) {
+      seedKey_[i] = seedKey_[m_.ops[i].forward];
+      perSample_[i] = perSample_[m_.ops[i].forward];
+    }
   // A split op's attributes on this rank: the heads, hidden width, output width … it cuts
   // are its share.
   localAttrs_.resize(m_.ops.size());
@@ -398,7 +404,7 @@ void Executor::bindCall(int i, int slot) {
     c.vocabSlice = true;
     c.vocabFirst = program_.splitRank * paramShape_[fwdOp.params[0]][0];
   }
-  if (op.phase == ir::Phase::Forward) {
+  if (ir::computesForward(op.phase)) {
     if (op.kind == ir::OpKind::Next) return;
     for (int t : op.inputs)
       c.in.push_back(view(t));
@@ -1164,6 +1170,7 @@ std::string Executor::traceName(const ir::Instr& in) const {
   }
   const ir::Op& op = m_.ops[in.op];
   if (op.phase == ir::Phase::Forward) return "fwd " + op.name;
+  if (op.phase == ir::Phase::Recompute) return "recompute " + op.name;
   if (op.phase == ir::Phase::Optimizer) return "optimizer " + op.name;
   const char* part = in.part == ir::BackwardPart::Inputs   ? "bwd-inputs"
                      : in.part == ir::BackwardPart::Params ? "bwd-params"

@@ -536,8 +536,9 @@ void warnUnappliedPolicies(const ir::Module& m, Diagnostics& diags) {
         .note(what);
   };
   warn("amp", p.amp != ir::Amp::None, "this run computes and stores everything in fp32");
-  warn("recompute", p.recompute != ir::Recompute::None,
-       "activations are kept; the results are the same, the memory is not");
+  warn("recompute", p.recompute == ir::Recompute::Auto,
+       "`auto` does not choose blocks yet: activations are kept; `every` or a list of defs "
+       "recompute");
   warn("offload", p.offload != ir::Offload::None, "optimizer states and parameters stay in memory");
   warn("zero", p.zero != ir::ZeroStage::None,
        "every rank holds all parameters, gradients and optimizer states; the plan's model "

@@ -186,7 +186,7 @@ Module::SplitTraffic Module::splitTraffic(const Program& p) const {
     if (in.kind != InstrKind::Run || in.micro != 0) continue;
     auto c = splitCollective(p, in.op);
     if (!c) continue;
-    int k = ops[in.op].phase == Phase::Backward ? 1 : 0;
+    int k = ops[in.op].phase == Phase::Forward ? 0 : 1; // recomputations run in the backward
     if (c->kind == CollectiveKind::AllReduce) {
       ++t.allReduces[k];
       t.allReduceBytes[k] += c->bytes;

@@ -17,8 +17,19 @@
 namespace epl::ir {
 
 // Where an op runs in the training step: the model's forward ops, the backward ops
-// autodiff adds, and the optimizer ops after them.
-enum class Phase { Forward, Backward, Optimizer };
+// autodiff adds, and the optimizer ops after them. A Recompute op runs forward op
+// `forward` again in the backward, just before the backward ops that read what it makes
+// (passes/Recompute.cpp): its outputs stand for that op's in their inputs.
+enum class Phase { Forward, Backward, Optimizer, Recompute };
+// Whether ops of this phase run in a micro-batch's backward pass (the backward ops and the
+// recomputations before them).
+inline bool inBackwardPass(Phase p) {
+  return p == Phase::Backward || p == Phase::Recompute;
+}
+// Whether an op of this phase computes as a forward op (its kernel's forward call).
+inline bool computesForward(Phase p) {
+  return p == Phase::Forward || p == Phase::Recompute;
+}
 
 // How a tensor is spread over the devices of its stage group (G devices, split width w,
 // c = G / w copies of the split region):

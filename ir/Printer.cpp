@@ -63,8 +63,10 @@ void printModule(const Module& m, std::ostream& out) {
     out << "  ";
     if (!outs.empty()) out << fmt::format("{} = ", fmt::join(outs, ", "));
     out << fmt::format("{}{}({}){}", opInfo(op.kind).name,
-                       op.phase == Phase::Backward ? ".backward" : "", fmt::join(ins, ", "),
-                       attrList(op.attrs));
+                       op.phase == Phase::Backward    ? ".backward"
+                       : op.phase == Phase::Recompute ? ".recompute"
+                                                      : "",
+                       fmt::join(ins, ", "), attrList(op.attrs));
     if (op.phase == Phase::Forward) out << " : " << m.tensors[op.outputs[0]].type.str();
     if (op.phase != Phase::Forward) {
       for (int p : op.params)
@@ -332,7 +334,7 @@ void printSplitTrafficByLine(const Module& m, const Program& p, std::ostream& ou
     if (!c) continue;
     const Op& op = m.ops[in.op];
     auto& [n, bytes] =
-        lines[op.site.line][op.phase == Phase::Backward ? 1 : 0].kinds[collectiveName(c->kind)];
+        lines[op.site.line][op.phase == Phase::Forward ? 0 : 1].kinds[collectiveName(c->kind)];
     ++n;
     bytes += c->kind == CollectiveKind::AllGather ? c->bytes * p.splitWidth : c->bytes;
   }
@@ -400,6 +402,40 @@ const char* wireName(DType d) {
 
 } // namespace
 
+// What runs again in the backward (passes/Recompute.cpp): the recomputed blocks (each a
+// run of Recompute ops before its backward), and sequence parallelism's gathers alone.
+void printRecompute(const Module& m, std::ostream& out) {
+  int blocks = 0, blockOps = 0, gathers = 0;
+  for (size_t i = 0; i < m.ops.size();) {
+    if (m.ops[i].phase != Phase::Recompute) {
+      ++i;
+      continue;
+    }
+    size_t end = i;
+    while (end < m.ops.size() && m.ops[end].phase == Phase::Recompute)
+      ++end;
+    if (end - i == 1 && reduceScattersBackward(m.ops[i])) {
+      ++gathers;
+    } else {
+      ++blocks;
+      blockOps += static_cast<int>(end - i);
+    }
+    i = end;
+  }
+  std::string how = m.policy.recompute == Recompute::Listed
+                        ? fmt::format("[{}]", fmt::join(m.policy.recomputeBlocks, ", "))
+                        : "every";
+  if (blocks > 0)
+    out << fmt::format("\nrecompute = {}: {} block{} run {} forward op{} again just before "
+                       "their backward; each keeps only what it reads from outside\n",
+                       how, blocks, blocks == 1 ? "" : "s", blockOps, blockOps == 1 ? "" : "s");
+  if (gathers > 0)
+    out << fmt::format("{}sequence parallelism: {} all-gather{} of sequence slices run{} again "
+                       "in the backward; only the slices are kept\n",
+                       blocks > 0 ? "" : "\n", gathers, gathers == 1 ? "" : "s",
+                       gathers == 1 ? "s" : "");
+}
+
 void printPlan(const Module& m, std::ostream& out) {
   const Mesh& mesh = m.mesh;
   int64_t total = 0;
@@ -437,6 +473,7 @@ void printPlan(const Module& m, std::ostream& out) {
   printBridges(m, out);
   printSplitTraffic(m, out);
   printScheduleSection(m, out);
+  printRecompute(m, out);
   if (!m.buckets.empty()) {
     int64_t bytes = 0;
     for (const GradBucket& b : m.buckets)
@@ -519,7 +556,9 @@ std::string instrText(const Module& m, const Program& p, const Instr& in) {
                      m.tensors[op.outputs[k]].name);
   static const char* part[] = {".backward", ".backward-inputs", ".backward-params"};
   std::string name =
-      opInfo(op.kind).name + (op.phase == Phase::Backward ? part[static_cast<int>(in.part)] : "");
+      opInfo(op.kind).name + (op.phase == Phase::Backward    ? part[static_cast<int>(in.part)]
+                              : op.phase == Phase::Recompute ? ".recompute"
+                                                             : "");
   if (op.phase == Phase::Optimizer && op.kind == OpKind::OptimizerStep)
     name = fmt::format("{} @{}", op.name, m.params[op.params.at(0)].name);
   return fmt::format("{}{}", outs.empty() ? "" : fmt::format("{} = ", fmt::join(outs, ", ")), name);

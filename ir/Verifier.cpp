@@ -14,7 +14,10 @@ void checkTrainingOp(const Module& m, size_t i, std::vector<bool>& defined,
   const Op& op = m.ops[i];
   auto bad = [&](std::string what) {
     errs.push_back(fmt::format("op {} `{}` ({}): {}", i, op.name,
-                               op.phase == Phase::Backward ? "backward" : "optimizer", what));
+                               op.phase == Phase::Backward    ? "backward"
+                               : op.phase == Phase::Recompute ? "recompute"
+                                                              : "optimizer",
+                               what));
   };
   int nt = static_cast<int>(m.tensors.size());
   for (int t : op.inputs) {
@@ -35,9 +38,12 @@ void checkTrainingOp(const Module& m, size_t i, std::vector<bool>& defined,
     if (!adds && defined[t]) bad(fmt::format("tensor `{}` defined twice", m.tensors[t].name));
     defined[t] = true;
   }
-  if (op.phase == Phase::Backward && (op.forward < 0 || op.forward >= static_cast<int>(i) ||
-                                      m.ops[op.forward].phase != Phase::Forward))
+  if (inBackwardPass(op.phase) && (op.forward < 0 || op.forward >= static_cast<int>(i) ||
+                                   m.ops[op.forward].phase != Phase::Forward))
     bad("does not name an earlier forward op");
+  if (op.phase == Phase::Recompute && op.forward >= 0 && op.forward < static_cast<int>(i) &&
+      (m.ops[op.forward].kind != op.kind || m.ops[op.forward].outputs.size() != op.outputs.size()))
+    bad("is not the forward op it repeats");
   if (m.planned && (op.stage < 0 || op.stage >= static_cast<int>(m.mesh.stages.size())))
     bad("no stage after planning");
 }

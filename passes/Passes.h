@@ -27,6 +27,10 @@ std::unique_ptr<Pass> createParamAccountingPass();
 // the tensors it reads saved by the forward), then a grad-norm op when clipping and one
 // optimizer op per parameter. Nothing without a `train` block.
 std::unique_ptr<Pass> createAutodiffPass();
+// Recomputation (`recompute`, and sequence parallelism's all-gathers): forward ops run
+// again just before the backward ops that read what they make, so what they made need not
+// live through the forward.
+std::unique_ptr<Pass> createRecomputePass();
 // Data parallelism: which ranks average gradients, and the buckets they do it in.
 std::unique_ptr<Pass> createDataParallelPass();
 // Each rank's instruction stream for a training step and for evaluation.

@@ -81,6 +81,19 @@ public:
       if (m.ops[i].kind == ir::OpKind::SendRecv && m.ops[i].phase == ir::Phase::Forward)
         boundary_[static_cast<int>(i)] = k++;
     lossStage_ = m.ops[m.tensors[m.outputs[0]].producer].stage;
+    // Each block's ops of the forward and of the backward pass, in program order.
+    size_t blocks = m.mesh.stages.size();
+    ops_[0].resize(blocks);
+    ops_[1].resize(blocks);
+    for (size_t i = 0; i < m.ops.size(); ++i) {
+      const ir::Op& op = m.ops[i];
+      if (op.phase == ir::Phase::Optimizer) continue;
+      auto& byBlock = ops_[ir::inBackwardPass(op.phase) ? 1 : 0];
+      for (size_t b = 0; b < blocks; ++b)
+        if (op.kind == ir::OpKind::SendRecv ? roleOn(op, static_cast<int>(b)) != Role::None
+                                            : op.stage == static_cast<int>(b))
+          byBlock[b].push_back(static_cast<int>(i));
+    }
   }
 
   // Micro-batch `micro`'s forward on stage block `block`, into `out`: its first chunk loads
@@ -93,14 +106,18 @@ public:
   void backward(int block, int micro, std::vector<ir::Instr>& out) const {
     appendPhase(ir::Phase::Backward, block, micro, out);
   }
-  // One part of a split backward: Inputs keeps the transfers and the ops that write an
-  // input gradient; Params only the ops that write a parameter gradient.
+  // One part of a split backward: Inputs keeps the transfers, the recomputations and the
+  // ops that write an input gradient; Params only the ops that write a parameter gradient.
   void backwardPart(ir::BackwardPart part, int block, int micro,
                     std::vector<ir::Instr>& out) const {
     std::vector<ir::Instr> whole;
     appendPhase(ir::Phase::Backward, block, micro, whole);
     for (ir::Instr in : whole) {
       bool run = in.kind == ir::InstrKind::Run;
+      if (run && m_.ops[in.op].phase == ir::Phase::Recompute) {
+        if (part == ir::BackwardPart::Inputs) out.push_back(in);
+        continue;
+      }
       if (run ? !writesAny(m_, m_.ops[in.op], part) : part != ir::BackwardPart::Inputs) continue;
       if (run) in.part = part;
       out.push_back(in);
@@ -118,11 +135,10 @@ public:
   int lossStage() const { return lossStage_; }
 
 private:
+  // The ops of `phase` on `block` (the backward's recomputations with the backward).
   void appendPhase(ir::Phase phase, int block, int micro, std::vector<ir::Instr>& out) const {
-    for (size_t i = 0; i < m_.ops.size(); ++i) {
-      const ir::Op& op = m_.ops[i];
-      if (op.phase != phase) continue;
-      int id = static_cast<int>(i);
+    for (int id : ops_[phase == ir::Phase::Forward ? 0 : 1][block]) {
+      const ir::Op& op = m_.ops[id];
       switch (roleOn(op, block)) {
       case Role::None:
         break;
@@ -203,7 +219,8 @@ private:
   const ir::Module& m_;
   int replica_, local_;
   int lossStage_ = 0;
-  std::map<int, int> boundary_; // forward send/recv op -> its index among them
+  std::map<int, int> boundary_;          // forward send/recv op -> its index among them
+  std::vector<std::vector<int>> ops_[2]; // [forward, backward pass][block] -> op ids
 };
 
 // The most micro-batches whose activations a stage holds over its order: from the first
@@ -444,7 +461,10 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
         if (auto c = m.splitCollective(p, in.op))
           add(ir::CommEvent::collectiveOp(
                   c->kind, splitGroupOf(rank, p.splitWidth), c->bytes, ir::DType::F32,
-                  fmt::format("{} {}", m.ops[in.op].phase == ir::Phase::Backward ? "bwd" : "fwd",
+                  fmt::format("{} {}",
+                              m.ops[in.op].phase == ir::Phase::Backward    ? "bwd"
+                              : m.ops[in.op].phase == ir::Phase::Recompute ? "recompute"
+                                                                           : "fwd",
                               m.ops[in.op].name)),
               i);
         if (p.stages == 1 && p.splitWidth > 1 && m.ops[in.op].kind == ir::OpKind::GradNorm)

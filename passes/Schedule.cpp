@@ -111,7 +111,7 @@ private:
     for (size_t b = 0; last && b < m.buckets.size(); ++b)
       readyAfter.emplace(m.buckets[b].readyOp, static_cast<int>(b));
     for (size_t i = 0; i < m.ops.size(); ++i) {
-      if (m.ops[i].phase != ir::Phase::Backward) continue;
+      if (!ir::inBackwardPass(m.ops[i].phase)) continue;
       out.push_back({ir::InstrKind::Run, static_cast<int>(i), micro, -1});
       auto [begin, end] = readyAfter.equal_range(static_cast<int>(i));
       for (auto it = begin; it != end; ++it)

@@ -4,6 +4,7 @@
 // of several devices, data-parallel copies of them, and that the check would catch a
 // wrong tag, a wrong share of a re-cut micro-batch or a missing gradient reduction).
 #include "passes/PipelinePrograms.h"
+#include "Planned.h"
 #include "driver/Epl.h"
 #include "ir/Printer.h"
 #include "ir/StreamCheck.h"
@@ -35,13 +36,7 @@ train net {{
 }}
 )",
                                  blocks, micros, schedule, chunks, 2 * micros * copies);
-  epl::Session session;
-  epl::PlanOptions options;
-  options.np = stages / chunks * copies;
-  auto m = epl::planText("pipe.epl", text, session, options);
-  for (const auto& d : session.diags.all())
-    FAIL(d.message);
-  return m;
+  return epl::testing::planned("pipe.epl", text, stages / chunks * copies);
 }
 
 // Stages of the given group sizes, a linear layer each (the last one also the loss), with
@@ -70,13 +65,7 @@ train net {{
 }}
 )",
                                  blocks, micros, schedule, micro * micros * copies);
-  epl::Session session;
-  epl::PlanOptions options;
-  options.np = devices * copies;
-  auto m = epl::planText("groups.epl", text, session, options);
-  for (const auto& d : session.diags.all())
-    FAIL(d.message);
-  return m;
+  return epl::testing::planned("groups.epl", text, devices * copies);
 }
 
 // Every rank's step and evaluation communication fits together (ir/StreamCheck.h).

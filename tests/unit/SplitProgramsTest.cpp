@@ -1,6 +1,7 @@
 // The rank programs of a stage with split regions: what each rank holds (local shapes of
 // tensors and parameters), what every communication op moves forward and backward (the
 // transposes), and that the ranks' communication fits together.
+#include "Planned.h"
 #include "driver/Epl.h"
 #include "ir/StreamCheck.h"
 #include "passes/PipelinePrograms.h"
@@ -10,15 +11,8 @@
 
 namespace {
 
-// A script planned for -np `np`; any diagnostic fails the test.
 std::optional<epl::ir::Module> planned(const std::string& text, int np) {
-  epl::Session session;
-  epl::PlanOptions options;
-  options.np = np;
-  auto m = epl::planText("split.epl", text, session, options);
-  for (const auto& d : session.diags.all())
-    FAIL(d.message);
-  return m;
+  return epl::testing::planned("split.epl", text, np);
 }
 
 // Data-parallel linear layers around a split mlp and a column-then-row linear pair (split
@@ -286,19 +280,21 @@ train net {{ data = synthetic(samples = 64) batch = 8 }}
 }
 
 TEST_CASE("sequence parallelism moves a layer's activations as all-gathers and reduce-scatters "
-          "at the all-reduces' volume") {
+          "at the all-reduces' volume, and gathers the slices again in the backward") {
   const int64_t b = 8, s = 8, h = 16, bsh = 4 * b * s * h; // f32 bytes of one activation
   for (int t : {2, 4}) {
     // One more layer adds what a layer in the middle of the region moves.
     for (bool sp : {false, true}) {
+      // With it, the backward gathers attention's and the mlp's inputs again (Megatron-LM's
+      // way: only their slices are kept): 2 more all-gathers of b·s·h.
       auto two = layerTraffic(t, 2, sp), three = layerTraffic(t, 3, sp);
-      CHECK(three.ringSendBytes - two.ringSendBytes == 8 * bsh * (t - 1) / t);
+      CHECK(three.ringSendBytes - two.ringSendBytes == (sp ? 10 : 8) * bsh * (t - 1) / t);
       for (int k : {0, 1}) { // forward, backward
         int allReduces = three.allReduces[k] - two.allReduces[k];
         int gathers = three.allGathers[k] - two.allGathers[k];
         int scatters = three.reduceScatters[k] - two.reduceScatters[k];
         CHECK(allReduces == (sp ? 0 : 2));
-        CHECK(gathers == (sp ? 2 : 0));
+        CHECK(gathers == (sp ? 2 + 2 * k : 0));
         CHECK(scatters == (sp ? 2 : 0));
         CHECK(three.allReduceBytes[k] - two.allReduceBytes[k] == allReduces * bsh);
         CHECK(three.allGatherBytes[k] - two.allGatherBytes[k] == gathers * bsh);

@@ -1,0 +1,105 @@
+// The recompute pass: which forward ops run again before which backward ops, what the
+// backward then reads, and what that does to a rank's activation memory.
+#include "Planned.h"
+#include "driver/Epl.h"
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <set>
+
+namespace {
+
+using epl::ir::Phase;
+
+// Two blocks of a small decoder, each an attention and an mlp block (nested defs), and a
+// head outside them; `recompute` as given.
+std::optional<epl::ir::Module> planned(const std::string& recompute, int np = 1) {
+  std::string text = fmt::format(R"(
+def attn(x: f32[B, T, D]) -> f32[B, T, D] {{
+  return x + dropout(attention(layer_norm(x), 2), 0.1)
+}}
+def ff(x: f32[B, T, D]) -> f32[B, T, D] {{
+  return x + mlp(layer_norm(x), 4 * D)
+}}
+def block(x: f32[B, T, D]) -> f32[B, T, D] {{
+  return ff(attn(x))
+}}
+model net(x: f32[B, 8, 16]) {{
+  h = repeat(2) block(x)
+  return mse(linear(h, 16), x)
+}}
+policy {{ micro_batches = 2 recompute = {} }}
+train net {{ data = synthetic(samples = 64) batch = 8 }}
+)",
+                                 recompute);
+  return epl::testing::planned("recompute.epl", text, np);
+}
+
+// The ops of phase `p` whose name starts with `prefix`.
+std::vector<const epl::ir::Op*> opsOf(const epl::ir::Module& m, Phase p,
+                                      const std::string& prefix) {
+  std::vector<const epl::ir::Op*> out;
+  for (const epl::ir::Op& op : m.ops)
+    if (op.phase == p && op.name.rfind(prefix, 0) == 0) out.push_back(&op);
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("recompute = every runs each block's forward again before its backward") {
+  auto none = planned("none"), every = planned("every");
+  REQUIRE(none);
+  REQUIRE(every);
+  CHECK(opsOf(*none, Phase::Recompute, "").empty());
+  for (const char* block : {"block.0/", "block.1/"}) {
+    auto again = opsOf(*every, Phase::Recompute, block);
+    // Everything but the last residual add, whose output no backward op of the block reads.
+    CHECK(again.size() == opsOf(*every, Phase::Forward, block).size() - 1);
+    for (const epl::ir::Op* op : again) {
+      CHECK(every->ops[op->forward].phase == Phase::Forward);
+      CHECK(every->ops[op->forward].kind == op->kind);
+    }
+    // The block's backward ops read no tensor the block's forward made: they read the
+    // recomputed copies, the block's input, parameters and gradients.
+    std::set<int> forwardOps;
+    for (size_t i = 0; i < every->ops.size(); ++i)
+      if (every->ops[i].phase == Phase::Forward && every->ops[i].name.rfind(block, 0) == 0)
+        forwardOps.insert(static_cast<int>(i));
+    for (const epl::ir::Op* op : opsOf(*every, Phase::Backward, block))
+      for (int t : op->inputs)
+        if (t >= 0) CHECK_FALSE(forwardOps.count(every->tensors[t].producer));
+  }
+  // The recomputations run in each micro-batch's backward, before the block's backward
+  // ops, and only in the training step.
+  const epl::ir::Program& p = every->programs.at(0);
+  int firstBackward = -1, recomputes = 0;
+  for (size_t k = 0; k < p.step.size(); ++k) {
+    const epl::ir::Instr& in = p.step[k];
+    if (in.kind != epl::ir::InstrKind::Run || in.micro != 0) continue;
+    Phase ph = every->ops[in.op].phase;
+    if (ph == Phase::Backward && firstBackward < 0) firstBackward = static_cast<int>(k);
+    if (ph == Phase::Recompute) {
+      ++recomputes;
+      CHECK(firstBackward >= 0);
+    }
+  }
+  CHECK(recomputes == static_cast<int>(opsOf(*every, Phase::Recompute, "").size()));
+  for (const epl::ir::Instr& in : p.eval)
+    if (in.kind == epl::ir::InstrKind::Run) CHECK(every->ops[in.op].phase == Phase::Forward);
+  // The activations at peak: a block's input instead of all it makes.
+  CHECK(every->programs[0].activationBytes() < none->programs[0].activationBytes());
+}
+
+TEST_CASE("recompute lists defs: each call of one, at any depth") {
+  auto ff = planned("[ff]");
+  REQUIRE(ff);
+  CHECK_FALSE(opsOf(*ff, Phase::Recompute, "block.0/ff/").empty());
+  CHECK_FALSE(opsOf(*ff, Phase::Recompute, "block.1/ff/").empty());
+  CHECK(opsOf(*ff, Phase::Recompute, "block.0/attn/").empty());
+  // A listed def inside a listed def is part of the outer one's block.
+  auto both = planned("[block, ff]");
+  REQUIRE(both);
+  CHECK(opsOf(*both, Phase::Recompute, "block.0/").size() ==
+        opsOf(*planned("every"), Phase::Recompute, "block.0/").size());
+}

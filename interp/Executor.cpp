@@ -117,6 +117,13 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
     total += alignUp(4 * wholeElems_.back());
   }
   gradBytes_ = std::max<int64_t>(total, kAlign);
+  // ZeRO stage 1 over the ranks of a purely data-parallel plan: this rank's slice of the
+  // flat parameter memory, whose optimizer states it alone holds and updates.
+  if (m_.policy.zero >= ir::ZeroStage::OptimizerStates && m_.mesh.pureDataParallel() &&
+      comm_.size() > 1 && states_ > 0) {
+    zeroBytes_ = alignUp((gradBytes_ + comm_.size() - 1) / comm_.size());
+    zeroBegin_ = comm_.rank() * zeroBytes_;
+  }
   allocateBuffers();
   gradParam_.assign(m_.tensors.size(), -1);
   for (size_t p = 0; p < m_.params.size(); ++p)
@@ -251,11 +258,12 @@ void Executor::allocateBuffers() {
   try {
     arena_ = allocate(std::max<int64_t>(program_.slots * program_.slotStride(), kAlign));
     if (program_.recvBytes > 0) recvMem_ = allocate(program_.recvBytes);
-    params_ = allocate(gradBytes_);
+    // With ZeRO the slices of every rank, side by side, may reach past the parameters.
+    params_ = allocate(std::max(gradBytes_, comm_.size() * zeroBytes_));
     grads_ = allocate(gradBytes_);
     for (int k = 0; k < states_; ++k) {
-      stateMem_[k] = allocate(gradBytes_);
-      dev_.fillZero(stateMem_[k], gradBytes_);
+      stateMem_[k] = allocate(stateBytes());
+      dev_.fillZero(stateMem_[k], stateBytes());
     }
   } catch (const std::bad_alloc&) {
     releaseBuffers();
@@ -297,7 +305,7 @@ backend::TensorView Executor::paramView(int p) const {
 
 backend::TensorView Executor::stateView(int p, int k) const {
   backend::TensorView v = paramView(p);
-  v.data = k < states_ ? stateMem_[k] + paramOffset_[p] : nullptr;
+  v.data = k < states_ && zeroBytes_ == 0 ? stateMem_[k] + paramOffset_[p] : nullptr;
   return v;
 }
 
@@ -499,6 +507,12 @@ void Executor::readParam(int p, float* host) const {
 }
 void Executor::writeState(int p, int k, const float* host) {
   EPL_ASSERT(k < states_, "no such optimizer state");
+  if (zeroBytes_ > 0) { // kept whole on the host until broadcastState hands out the slices
+    std::vector<float>& whole = zeroStates_[k];
+    whole.resize(static_cast<size_t>(gradBytes_ / 4));
+    std::copy(host, host + paramElems_[p], whole.begin() + paramOffset_[p] / 4);
+    return;
+  }
   if (sharded(p)) {
     wholeState_[{p, k}].assign(host, host + wholeElems_[p]);
     std::vector<float> piece(static_cast<size_t>(paramElems_[p]));
@@ -511,6 +525,13 @@ void Executor::writeState(int p, int k, const float* host) {
 }
 void Executor::readState(int p, int k, float* host) const {
   EPL_ASSERT(k < states_, "no such optimizer state");
+  if (zeroBytes_ > 0) {
+    const std::vector<float>& whole = zeroStates_[k];
+    EPL_ASSERT(!whole.empty(), "gatherShards() runs before a ZeRO-partitioned state is read");
+    auto first = whole.begin() + paramOffset_[p] / 4;
+    std::copy(first, first + paramElems_[p], host);
+    return;
+  }
   if (sharded(p) || wholeState_.count({p, k})) {
     EPL_ASSERT(wholeState_.count({p, k}), "gatherShards() runs before a sharded state is read");
     const std::vector<float>& v = wholeState_.at({p, k});
@@ -526,8 +547,25 @@ void Executor::broadcastState(int root) {
   // host memory; a GPU device pairs with a communicator that reads its own).
   dev_.synchronize();
   comm_.broadcast(params_, gradBytes_, root, "broadcasting the parameters");
-  for (int k = 0; k < states_; ++k)
+  for (int k = 0; k < states_ && zeroBytes_ == 0; ++k)
     comm_.broadcast(stateMem_[k], gradBytes_, root, "broadcasting the optimizer states");
+  // ZeRO: the states the root read (they start at zero otherwise), one slice at a time,
+  // each kept by the rank that owns it.
+  int read = zeroBytes_ > 0 && comm_.rank() == root && !zeroStates_[0].empty();
+  if (zeroBytes_ > 0) comm_.broadcast(&read, sizeof read, root, "whether states were read");
+  for (int k = 0; k < states_ && read; ++k) {
+    std::vector<float>& whole = zeroStates_[k];
+    if (comm_.rank() == root) whole.resize(static_cast<size_t>(comm_.size() * zeroBytes_ / 4));
+    std::vector<float> slice(static_cast<size_t>(zeroBytes_ / 4));
+    for (int r = 0; r < comm_.size(); ++r) {
+      float* data = comm_.rank() == root ? whole.data() + r * zeroBytes_ / 4 : slice.data();
+      comm_.broadcast(data, zeroBytes_, root,
+                      fmt::format("broadcasting rank {}'s optimizer states", r));
+      if (r == comm_.rank()) dev_.copyToDevice(stateMem_[k], data, zeroBytes_);
+    }
+    dev_.synchronize();
+  }
+  dropGathered();
   // Parameters cut on some ranks: the root's whole arrays (kept aside where the root holds
   // a piece, else its memory), each rank keeping its piece, or the whole.
   for (size_t p = 0; p < m_.params.size(); ++p) {
@@ -561,9 +599,28 @@ void Executor::broadcastState(int root) {
   wholeState_.clear();
 }
 
+void Executor::dropGathered() {
+  for (std::vector<float>& s : zeroStates_)
+    std::vector<float>().swap(s);
+}
+
 void Executor::gatherShards() {
   wholeParam_.clear();
   wholeState_.clear();
+  // ZeRO: every rank's slices of the optimizer states, side by side, on rank 0 (which
+  // alone reads them), one owner's broadcast at a time.
+  for (int k = 0; k < states_ && zeroBytes_ > 0; ++k) {
+    dev_.synchronize();
+    bool reader = comm_.rank() == 0;
+    std::vector<float> slice(static_cast<size_t>(zeroBytes_ / 4));
+    if (reader) zeroStates_[k].resize(static_cast<size_t>(comm_.size() * zeroBytes_ / 4));
+    for (int r = 0; r < comm_.size(); ++r) {
+      float* data = reader ? zeroStates_[k].data() + r * zeroBytes_ / 4 : slice.data();
+      if (r == comm_.rank()) dev_.copyToHost(data, stateMem_[k], zeroBytes_);
+      dev_.synchronize();
+      comm_.broadcast(data, zeroBytes_, r, fmt::format("gathering rank {}'s optimizer states", r));
+    }
+  }
   if (program_.splitWidth == 1) return;
   dev_.synchronize();
   for (size_t p = 0; p < m_.params.size(); ++p) {
@@ -1144,7 +1201,28 @@ void Executor::optimizerStep(const ir::Op& op, int64_t step) {
   c.grad = view(op.inputs[0]);
   c.state1 = stateView(p, 0);
   c.state2 = stateView(p, 1);
+  if (zeroBytes_ > 0) {
+    // ZeRO: the part of the parameter in this rank's slice (the update is elementwise).
+    int64_t begin = std::max(paramOffset_[p], zeroBegin_);
+    int64_t end = std::min(paramOffset_[p] + 4 * paramElems_[p], zeroBegin_ + zeroBytes_);
+    if (begin >= end) return;
+    EPL_ASSERT(gradParam_[op.inputs[0]] == p, "an optimizer op reads its parameter's gradient");
+    for (backend::TensorView* v : {&c.param, &c.grad, &c.state1, &c.state2})
+      v->shape = {(end - begin) / 4};
+    c.param.data = params_ + begin;
+    c.grad.data = grads_ + begin;
+    c.state1.data = states_ > 0 ? stateMem_[0] + (begin - zeroBegin_) : nullptr;
+    c.state2.data = states_ > 1 ? stateMem_[1] + (begin - zeroBegin_) : nullptr;
+  }
   dev_.optimizerStep(c);
+}
+
+// ZeRO: every rank's updated slice of the parameters, to every rank, in place (the slices
+// lie side by side in the parameter memory).
+void Executor::gatherParams(int64_t step) {
+  dev_.synchronize();
+  comm_.allGather(params_ + zeroBegin_, params_, zeroBytes_,
+                  fmt::format("gathering the parameters updated in step {}", step + 1));
 }
 
 // What the trace calls an instruction.
@@ -1212,6 +1290,7 @@ StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
   }
   tracing_ = false;
   finishSends(-1);
+  if (zeroBytes_ > 0) gatherParams(step);
   dev_.synchronize();
   if (traced) trace_->endStep();
   StepResult r;

@@ -70,6 +70,8 @@ public:
   HostBatch& staging(int micro) { return staging_[micro]; }
   bool readsNextTokens() const { return !nextOps_.empty(); }
   int microBatches() const { return program_.microBatches; }
+  // The ranks ZeRO partitions the optimizer states over (0: every rank holds them all).
+  int zeroRanks() const { return zeroBytes_ > 0 ? comm_.size() : 0; }
 
   // Parameters and optimizer states (k = 0, 1) by param index, as f32 host arrays.
   void writeParam(int p, const float* host);
@@ -82,8 +84,11 @@ public:
   // group keeps its piece of the sharded ones).
   void broadcastState(int root);
   // A stage with split regions: every rank gathers the sharded parameters and optimizer
-  // states whole, so that rank 0 can read them (checkpoints). Collective.
+  // states whole, so that rank 0 can read them (checkpoints); with ZeRO, rank 0 gathers
+  // every rank's slice of the optimizer states. Collective.
   void gatherShards();
+  // Frees what gatherShards gathered for rank 0's reads (ZeRO's whole optimizer states).
+  void dropGathered();
   // A pipeline: each rank of replica 0 sends the parameters and optimizer states of its own
   // stage to every other rank, so that every rank (rank 0 writes checkpoints) holds the
   // whole model.
@@ -177,6 +182,9 @@ private:
     return m_.buckets[b].pieces && pieces_ ? *pieces_ : reduceComm();
   }
   void optimizerStep(const ir::Op& op, int64_t step);
+  void gatherParams(int64_t step);
+  // Bytes of each optimizer state this rank holds: its ZeRO slice, or every parameter.
+  int64_t stateBytes() const { return zeroBytes_ > 0 ? zeroBytes_ : gradBytes_; }
   int lossOp() const;
 
   const ir::Module& m_;
@@ -201,6 +209,14 @@ private:
   std::map<int, std::vector<float>> wholeParam_;
   std::map<std::pair<int, int>, std::vector<float>> wholeState_;
   std::vector<float> zeroBias_, scratch_, gathered_;
+  // ZeRO stage 1 (`zero >= 1`) over the ranks of a purely data-parallel plan: this rank
+  // holds the optimizer states of bytes [zeroBegin_, zeroBegin_ + zeroBytes_) of the flat
+  // parameter memory, updates the parameters there alone, and every rank's slice is
+  // all-gathered after the optimizer ops (zeroBytes_ = 0: off). The whole states sit on
+  // rank 0's host between gatherShards and its reads (then dropGathered), or its writes
+  // and broadcastState.
+  int64_t zeroBegin_ = 0, zeroBytes_ = 0;
+  std::vector<float> zeroStates_[2];
   // Split experts: what each moe's dispatch exchanged for the micro-batch in each slot, by
   // (its counts tensor, slot): the rows this rank sent to each rank of its split group,
   // and the rows of each of its experts it got from each (rank-major), for the combine and

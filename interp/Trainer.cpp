@@ -430,6 +430,10 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
                      : m.policy.commDtype == ir::DType::BF16 ? "bf16"
                                                              : "fp16",
                      m.policy.overlapComm ? ", overlapping the backward" : ", after the backward");
+  if (ex.zeroRanks() > 0)
+    out << fmt::format("optimizer states: each rank holds 1/{} (ZeRO stage 1) and updates its "
+                       "slice of the parameters; the slices are all-gathered after each step\n",
+                       ex.zeroRanks());
 }
 
 // Rank 0 writes the checkpoints: it locks their folder for the whole run, which also shows
@@ -540,9 +544,14 @@ void warnUnappliedPolicies(const ir::Module& m, Diagnostics& diags) {
        "`auto` does not choose blocks yet: activations are kept; `every` or a list of defs "
        "recompute");
   warn("offload", p.offload != ir::Offload::None, "optimizer states and parameters stay in memory");
-  warn("zero", p.zero != ir::ZeroStage::None,
-       "every rank holds all parameters, gradients and optimizer states; the plan's model "
-       "states assume the partition");
+  bool zeroRuns = p.zero == ir::ZeroStage::OptimizerStates && m.mesh.pureDataParallel();
+  warn("zero", p.zero != ir::ZeroStage::None && !zeroRuns,
+       p.zero == ir::ZeroStage::OptimizerStates
+           ? "ZeRO stage 1 partitions the optimizer states over the ranks of a purely "
+             "data-parallel plan only: here every rank holds all of them"
+           : "stage 1 (optimizer states over the ranks of a purely data-parallel plan) is "
+             "applied; here every rank holds all parameters, gradients and optimizer states, "
+             "and the plan's model states assume the partition");
 }
 
 bool checkRunnable(const ir::Module& m, Diagnostics& diags) {
@@ -786,6 +795,7 @@ bool TrainingRun::writeCheckpoint(int64_t stepsDone, std::string& where) {
       report(mine_, m_, e);
     }
   }
+  ex_->dropGathered();
   return agree(!mine_.hasErrors(), "writing the checkpoint");
 }
 

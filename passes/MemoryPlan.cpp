@@ -299,7 +299,10 @@ private:
         opt.kind == "sgd" ? (opt.numbers.count("momentum") && opt.numbers.at("momentum") > 0) : 2;
     p.paramBytes = params;
     p.gradBytes = grads;
-    p.optimizerBytes = states * grads;
+    // ZeRO stage 1 over a purely data-parallel plan: each rank's slice of the states.
+    bool zero = m.policy.zero >= ir::ZeroStage::OptimizerStates && m.mesh.pureDataParallel() &&
+                m.mesh.np > 1;
+    p.optimizerBytes = states * (zero ? (grads + m.mesh.np - 1) / m.mesh.np : grads);
   }
 };
 

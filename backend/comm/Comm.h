@@ -63,7 +63,8 @@ public:
   // send holds size() blocks of recvCount floats; rank r receives the sum of block r.
   virtual Request ireduceScatter(const float* send, float* recv, int64_t recvCount,
                                  WireType wire = WireType::F32, float scale = 1.f) = 0;
-  // recv gets every rank's `bytes` of send, in rank order (size() * bytes in all).
+  // recv gets every rank's `bytes` of send, in rank order (size() * bytes in all). send may
+  // be this rank's own block of recv (in place).
   virtual Request iallGather(const void* send, void* recv, int64_t bytes) = 0;
   // root's `bytes` of data are copied into every rank's data.
   virtual Request ibroadcast(void* data, int64_t bytes, int root) = 0;

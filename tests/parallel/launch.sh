@@ -58,14 +58,17 @@ grep -q "this plan has .*model chunks of split widths 2 (stage 0) and 1" pipe.ou
 if grep -qi "mpirun" pipe.out; then fail "mpirun was started"; fi
 
 # A checkpoint written by 2 ranks (once, by rank 0) resumes on 4 and on 1, and the losses
-# continue as in a run that never stopped.
+# continue as in a run that never stopped; with ZeRO stage 1 on 2 and 4 ranks (rank 0
+# gathers the optimizer states' slices, and hands them out again).
 sed 's|^  seed = 3|  seed = 3\n  checkpoint = { dir = "ck", every = 5 }|' "$script" > ck.epl
 "$epl" run ck.epl -np 1 --metrics whole.jsonl > whole.out 2>&1
 rm -rf ck
-"$epl" run ck.epl -np 2 --stop-after 10 --metrics half.jsonl > half.out 2>&1
+"$epl" run ck.epl -np 2 --set policy.zero=1 --stop-after 10 --metrics half.jsonl > half.out 2>&1
 ls ck | grep -qx step-00000010 || fail "no checkpoint at step 10"
+if grep -q "is not applied" half.out; then cat half.out; fail "zero = 1 was not applied"; fi
+grep -q "optimizer states: each rank holds 1/2 (ZeRO stage 1)" half.out || { cat half.out; fail "ZeRO"; }
 cp -r ck ck1
-"$epl" run ck.epl -np 4 --resume --metrics rest4.jsonl > rest4.out 2>&1 ||
+"$epl" run ck.epl -np 4 --set policy.zero=1 --resume --metrics rest4.jsonl > rest4.out 2>&1 ||
   { cat rest4.out; fail "resume on 4 ranks"; }
 rm -rf ck && mv ck1 ck
 "$epl" run ck.epl -np 1 --resume --metrics rest1.jsonl > rest1.out 2>&1 ||

@@ -540,9 +540,6 @@ void warnUnappliedPolicies(const ir::Module& m, Diagnostics& diags) {
         .note(what);
   };
   warn("amp", p.amp != ir::Amp::None, "this run computes and stores everything in fp32");
-  warn("recompute", p.recompute == ir::Recompute::Auto,
-       "`auto` does not choose blocks yet: activations are kept; `every` or a list of defs "
-       "recompute");
   warn("offload", p.offload != ir::Offload::None, "optimizer states and parameters stay in memory");
   bool zeroRuns = p.zero == ir::ZeroStage::OptimizerStates && m.mesh.pureDataParallel();
   warn("zero", p.zero != ir::ZeroStage::None && !zeroRuns,

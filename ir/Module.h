@@ -205,6 +205,15 @@ struct Module {
   // neither; and the buckets.
   int reduceRanks = 1;
   std::vector<GradBucket> buckets;
+  // `recompute = auto` (passes/Recompute.cpp): what it chose, for the plan.
+  struct AutoRecompute {
+    bool ran = false;
+    int blocks = 0, chosen = 0;            // the model body's def calls, and those recomputed
+    int64_t budget = 0;                    // `device_memory`; 0 when not set
+    int64_t peakWithout = 0, peakWith = 0; // the largest rank's memory plan
+    std::vector<std::string> names;        // the chosen blocks (`transformer_block.3`)
+  };
+  AutoRecompute autoRecompute;
   std::vector<Program> programs;
 
   int addTensor(std::string name, TensorType type, int producer);

@@ -422,17 +422,38 @@ void printRecompute(const Module& m, std::ostream& out) {
     }
     i = end;
   }
+  const Module::AutoRecompute& a = m.autoRecompute;
+  if (a.ran) {
+    out << "\nrecompute = auto: ";
+    if (a.budget <= 0)
+      out << "nothing recomputed (set `device_memory` for a budget to fit)\n";
+    else if (a.chosen == 0)
+      out << fmt::format("nothing recomputed: the largest rank's memory plan ({}) fits "
+                         "`device_memory` ({})\n",
+                         formatBytes(a.peakWithout), formatBytes(a.budget));
+    else
+      out << fmt::format(
+          "{} of {} blocks ({}{}) run their forward again before their backward: the largest "
+          "rank's memory plan {}, {} `device_memory` ({})\n",
+          a.chosen, a.blocks,
+          fmt::join(a.names.begin(), a.names.begin() + std::min<long>(4, a.chosen), ", "),
+          a.chosen > 4 ? ", …" : "",
+          a.peakWith == a.peakWithout ? fmt::format("stays {}", formatBytes(a.peakWith))
+                                      : fmt::format("is {} instead of {}", formatBytes(a.peakWith),
+                                                    formatBytes(a.peakWithout)),
+          a.peakWith <= a.budget ? "within" : "more than", formatBytes(a.budget));
+  }
   std::string how = m.policy.recompute == Recompute::Listed
                         ? fmt::format("[{}]", fmt::join(m.policy.recomputeBlocks, ", "))
                         : "every";
-  if (blocks > 0)
+  if (blocks > 0 && !a.ran)
     out << fmt::format("\nrecompute = {}: {} block{} run {} forward op{} again just before "
                        "their backward; each keeps only what it reads from outside\n",
                        how, blocks, blocks == 1 ? "" : "s", blockOps, blockOps == 1 ? "" : "s");
   if (gathers > 0)
     out << fmt::format("{}sequence parallelism: {} all-gather{} of sequence slices run{} again "
                        "in the backward; only the slices are kept\n",
-                       blocks > 0 ? "" : "\n", gathers, gathers == 1 ? "" : "s",
+                       blocks > 0 || a.ran ? "" : "\n", gathers, gathers == 1 ? "" : "s",
                        gathers == 1 ? "s" : "");
 }
 

@@ -16,6 +16,7 @@
 //   4. A recomputed dropout draws the mask of the op it repeats (Executor: same seed key),
 //      so results are bit for bit those without recompute. Blocks with experts (moe's
 //      all-to-all keeps host state per micro-batch) are not recomputed.
+//   5. `recompute = auto` chooses among the model body's def calls (chooseBlocks).
 #include "ir/Rewrite.h"
 #include "passes/Passes.h"
 
@@ -36,64 +37,82 @@ std::string defOf(const std::string& part) {
   return digits ? part.substr(0, dot) : part;
 }
 
+// A block: its forward ops, the backward ops that read what they make (in program order),
+// and its stage.
+struct Block {
+  std::set<int> ops;
+  std::vector<int> readers;
+  int stage = 0;
+};
+
 class Recompute : public Pass {
 public:
   const char* name() const override { return "recompute"; }
 
-  bool run(ir::Module& m, PassContext&) override {
+  bool run(ir::Module& m, PassContext& ctx) override {
+    m.autoRecompute = {};
     if (!m.train.present || m.lossGrad < 0) return false;
-    std::vector<std::vector<int>> blocks = blocksOf(m);
+    ir::Recompute how = m.policy.recompute;
+    std::vector<Block> blocks;
+    if (how == ir::Recompute::Every || how == ir::Recompute::Listed)
+      blocks = defBlocks(m, m.policy);
+    else if (how == ir::Recompute::Auto)
+      blocks = chooseBlocks(m, ctx);
+    return apply(m, blocks);
+  }
+
+private:
+  // The blocks' Recompute ops, and sequence parallelism's gathers (step 2) outside them.
+  static bool apply(ir::Module& m, const std::vector<Block>& blocks) {
     std::vector<bool> inBlock(m.ops.size(), false);
-    for (const auto& b : blocks)
-      for (int i : b)
+    for (const Block& b : blocks)
+      for (int i : b.ops)
         inBlock[i] = true;
     std::vector<std::pair<int, ir::Op>> inserted;
-    for (const auto& b : blocks) {
-      std::set<int> mine(b.begin(), b.end());
-      std::vector<int> readers; // the block's backward ops
-      for (size_t i = 0; i < m.ops.size(); ++i)
-        if (m.ops[i].phase == ir::Phase::Backward && mine.count(m.ops[i].forward))
-          readers.push_back(static_cast<int>(i));
-      recompute(m, mine, readers, inserted);
-    }
-    // Step 2: the backward ops reading a sequence-parallel gather are its readers.
+    for (const Block& b : blocks)
+      recompute(m, b, inserted);
     for (size_t g = 0; m.policy.sequenceParallel && g < m.ops.size(); ++g) {
       if (m.ops[g].phase != ir::Phase::Forward || !ir::reduceScattersBackward(m.ops[g]) ||
           inBlock[g])
         continue;
-      std::vector<int> readers;
+      Block gather{{static_cast<int>(g)}, {}, m.ops[g].stage};
       for (size_t i = 0; i < m.ops.size(); ++i) {
         const std::vector<int>& in = m.ops[i].inputs;
         if (m.ops[i].phase == ir::Phase::Backward &&
             std::find(in.begin(), in.end(), m.ops[g].outputs[0]) != in.end())
-          readers.push_back(static_cast<int>(i));
+          gather.readers.push_back(static_cast<int>(i));
       }
-      recompute(m, {static_cast<int>(g)}, readers, inserted);
+      recompute(m, gather, inserted);
     }
     if (inserted.empty()) return false;
     ir::insertOps(m, std::move(inserted));
     return true;
   }
 
-private:
-  // Step 1: the forward ops of each block, in program order.
-  static std::vector<std::vector<int>> blocksOf(const ir::Module& m) {
-    const ir::Policy& pol = m.policy;
-    if (pol.recompute != ir::Recompute::Every && pol.recompute != ir::Recompute::Listed) return {};
-    std::map<std::pair<std::string, int>, std::vector<int>> byKey;
-    std::vector<std::pair<std::string, int>> order;
+  // Step 1: the blocks of `pol` (every def call in the model body, or the listed defs'
+  // calls), in program order, with their readers: the block's backward ops.
+  static std::vector<Block> defBlocks(const ir::Module& m, const ir::Policy& pol) {
+    std::map<std::pair<std::string, int>, size_t> byKey;
+    std::vector<Block> out;
     for (size_t i = 0; i < m.ops.size(); ++i) {
       const ir::Op& op = m.ops[i];
       if (op.phase != ir::Phase::Forward || op.kind == ir::OpKind::SendRecv) continue;
       std::string key = blockKey(pol, op.name);
       if (key.empty()) continue;
       auto k = std::make_pair(key, op.stage);
-      if (!byKey.count(k)) order.push_back(k);
-      byKey[k].push_back(static_cast<int>(i));
+      if (!byKey.count(k)) {
+        byKey[k] = out.size();
+        out.push_back(Block{{}, {}, op.stage});
+      }
+      out[byKey[k]].ops.insert(static_cast<int>(i));
     }
-    std::vector<std::vector<int>> out;
-    for (const auto& k : order)
-      out.push_back(byKey[k]);
+    std::vector<int> blockOf(m.ops.size(), -1);
+    for (size_t b = 0; b < out.size(); ++b)
+      for (int i : out[b].ops)
+        blockOf[i] = static_cast<int>(b);
+    for (size_t i = 0; i < m.ops.size(); ++i)
+      if (m.ops[i].phase == ir::Phase::Backward && blockOf[m.ops[i].forward] >= 0)
+        out[blockOf[m.ops[i].forward]].readers.push_back(static_cast<int>(i));
     return out;
   }
 
@@ -101,7 +120,7 @@ private:
   static std::string blockKey(const ir::Policy& pol, const std::string& name) {
     size_t end = name.find('/');
     if (end == std::string::npos) return "";
-    if (pol.recompute == ir::Recompute::Every) return name.substr(0, end);
+    if (pol.recompute != ir::Recompute::Listed) return name.substr(0, end);
     // The outermost listed def on the path (a listed def inside another is part of it).
     size_t begin = 0;
     while (end != std::string::npos) {
@@ -115,11 +134,107 @@ private:
     return "";
   }
 
-  // Steps 3 and 4 for the forward ops `mine` of one block: its Recompute ops into
-  // `inserted`, before the first of the backward ops `backward` (in program order), which
-  // then read their outputs.
-  static void recompute(ir::Module& m, const std::set<int>& mine, const std::vector<int>& backward,
+  // Step 5, `recompute = auto`: the fewest of the model body's def calls to recompute so
+  // that every rank's memory plan fits `device_memory`. Each stage's blocks are taken in
+  // the order of what recomputing them saves (their tensors the backward reads, largest
+  // first), and each stage's count is bisected on trial plans (the data-parallel,
+  // schedule and memory-plan passes on a copy), all stages in the same trials: a stage's
+  // peak depends on its own blocks only. Without `device_memory`, nothing.
+  static std::vector<Block> chooseBlocks(ir::Module& m, PassContext& ctx) {
+    ir::Module::AutoRecompute& choice = m.autoRecompute;
+    choice.ran = true;
+    choice.budget = m.policy.deviceMemoryBytes;
+    ir::Policy every = m.policy;
+    every.recompute = ir::Recompute::Every;
+    std::vector<Block> all = defBlocks(m, every);
+    choice.blocks = static_cast<int>(all.size());
+    if (choice.budget <= 0 || all.empty()) return {};
+    size_t stages = m.mesh.stages.size();
+    std::vector<std::vector<size_t>> byStage(stages); // indices into `all`, best first
+    std::vector<int64_t> saves(all.size(), 0);
+    for (size_t b = 0; b < all.size(); ++b) {
+      for (int r : all[b].readers)
+        for (int t : m.ops[r].inputs)
+          if (t >= 0 && all[b].ops.count(m.tensors[t].producer))
+            saves[b] += m.bytesOf(t).value_or(0);
+      byStage[all[b].stage].push_back(b);
+    }
+    for (auto& list : byStage)
+      std::stable_sort(list.begin(), list.end(),
+                       [&](size_t a, size_t b) { return saves[a] > saves[b]; });
+    // The peak of each stage's ranks with the first k[s] blocks of each stage recomputed.
+    auto peaks = [&](const std::vector<size_t>& k) {
+      std::vector<Block> chosen = pick(all, byStage, k);
+      ir::Module trial = m;
+      apply(trial, chosen);
+      for (auto make : {createDataParallelPass, createSchedulePass, createMemoryPlanPass})
+        make()->run(trial, ctx);
+      std::vector<int64_t> out(stages, 0);
+      for (const ir::Program& p : trial.programs)
+        out[p.stage] = std::max(out[p.stage], p.peakBytes());
+      return out;
+    };
+    std::vector<size_t> lo(stages, 0), hi(stages);
+    for (size_t s = 0; s < stages; ++s)
+      hi[s] = byStage[s].size();
+    std::vector<int64_t> none = peaks(lo), most = peaks(hi);
+    if (none.empty() || std::all_of(none.begin(), none.end(), [](int64_t v) { return v == 0; }))
+      return {}; // no rank programs to measure (a plan that does not run)
+    choice.peakWithout = *std::max_element(none.begin(), none.end());
+    // Stage s fits with lo[s] blocks once lo[s] = hi[s]. A stage that does not fit even
+    // with all of them recomputes all where that lowers its peak, else none (a stage of
+    // one block peaks in that block's backward either way).
+    for (size_t s = 0; s < stages; ++s) {
+      if (none[s] <= choice.budget || (most[s] > choice.budget && most[s] >= none[s])) hi[s] = 0;
+      if (most[s] > choice.budget) lo[s] = hi[s];
+      if (lo[s] < hi[s]) ++lo[s]; // 0 does not fit: at least one
+    }
+    while (true) {
+      std::vector<size_t> mid(stages);
+      bool open = false;
+      for (size_t s = 0; s < stages; ++s) {
+        mid[s] = lo[s] + (hi[s] - lo[s]) / 2;
+        open = open || lo[s] < hi[s];
+      }
+      if (!open) break;
+      std::vector<int64_t> at = peaks(mid);
+      for (size_t s = 0; s < stages; ++s) {
+        if (lo[s] >= hi[s]) continue;
+        if (at[s] <= choice.budget)
+          hi[s] = mid[s];
+        else
+          lo[s] = mid[s] + 1;
+      }
+    }
+    std::vector<int64_t> with = peaks(hi);
+    choice.peakWith = *std::max_element(with.begin(), with.end());
+    std::vector<Block> chosen = pick(all, byStage, hi);
+    choice.chosen = static_cast<int>(chosen.size());
+    for (const Block& b : chosen)
+      choice.names.push_back(blockKey(every, m.ops[*b.ops.begin()].name));
+    return chosen;
+  }
+
+  // The first k[s] blocks of each stage's list, in program order.
+  static std::vector<Block> pick(const std::vector<Block>& all,
+                                 const std::vector<std::vector<size_t>>& byStage,
+                                 const std::vector<size_t>& k) {
+    std::vector<size_t> ids;
+    for (size_t s = 0; s < byStage.size(); ++s)
+      ids.insert(ids.end(), byStage[s].begin(), byStage[s].begin() + static_cast<long>(k[s]));
+    std::sort(ids.begin(), ids.end());
+    std::vector<Block> out;
+    for (size_t b : ids)
+      out.push_back(all[b]);
+    return out;
+  }
+
+  // Steps 3 and 4 for one block: its Recompute ops into `inserted`, before its first
+  // reader (in program order), and the readers rewired to read their outputs.
+  static void recompute(ir::Module& m, const Block& block,
                         std::vector<std::pair<int, ir::Op>>& inserted) {
+    const std::set<int>& mine = block.ops;
+    const std::vector<int>& backward = block.readers;
     for (int i : mine)
       if (!recomputable(m.ops[i].kind)) return;
     if (backward.empty()) return;

@@ -103,3 +103,43 @@ TEST_CASE("recompute lists defs: each call of one, at any depth") {
   CHECK(opsOf(*both, Phase::Recompute, "block.0/").size() ==
         opsOf(*planned("every"), Phase::Recompute, "block.0/").size());
 }
+
+TEST_CASE("recompute = auto recomputes the fewest blocks that fit device_memory") {
+  auto peak = [](const epl::ir::Module& m) {
+    int64_t most = 0;
+    for (const epl::ir::Program& p : m.programs)
+      most = std::max(most, p.peakBytes());
+    return most;
+  };
+  auto none = planned("none"), every = planned("every");
+  REQUIRE(none);
+  REQUIRE(every);
+  int64_t keep = peak(*none), all = peak(*every);
+  REQUIRE(all < keep);
+  // No budget: nothing to fit, nothing recomputed.
+  auto free = planned("auto");
+  REQUIRE(free);
+  CHECK(free->autoRecompute.ran);
+  CHECK(free->autoRecompute.chosen == 0);
+  CHECK(opsOf(*free, Phase::Recompute, "").empty());
+  // A budget every plan fits: nothing.
+  auto roomy = planned(fmt::format("auto device_memory = {}KB", keep / 1000 + 1));
+  REQUIRE(roomy);
+  CHECK(roomy->autoRecompute.chosen == 0);
+  CHECK(peak(*roomy) == keep);
+  // Between the two: one of the two blocks fits, with the plan it predicted.
+  auto tight = planned(fmt::format("auto device_memory = {}KB", (keep + all) / 2000));
+  REQUIRE(tight);
+  const epl::ir::Module::AutoRecompute& a = tight->autoRecompute;
+  CHECK(a.blocks == 2);
+  CHECK(a.chosen == 1);
+  CHECK(a.peakWithout == keep);
+  CHECK(a.peakWith == peak(*tight));
+  CHECK(peak(*tight) <= a.budget);
+  CHECK(peak(*tight) > all);
+  // Less than even every block recomputed needs: all of them, as close as it gets.
+  auto small = planned(fmt::format("auto device_memory = {}KB", all / 1000 - 1));
+  REQUIRE(small);
+  CHECK(small->autoRecompute.chosen == 2);
+  CHECK(peak(*small) == all);
+}

@@ -117,12 +117,19 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
     total += alignUp(4 * wholeElems_.back());
   }
   gradBytes_ = std::max<int64_t>(total, kAlign);
-  // ZeRO stage 1 over the ranks of a purely data-parallel plan: this rank's slice of the
-  // flat parameter memory, whose optimizer states it alone holds and updates.
-  if (m_.policy.zero >= ir::ZeroStage::OptimizerStates && m_.mesh.pureDataParallel() &&
-      comm_.size() > 1 && states_ > 0) {
-    zeroBytes_ = alignUp((gradBytes_ + comm_.size() - 1) / comm_.size());
-    zeroBegin_ = comm_.rank() * zeroBytes_;
+  // ZeRO stage 1 over the ranks that sum this rank's gradients: its slice of the memory of
+  // the parameters it updates (consecutive, so one block), whose optimizer states it alone
+  // holds and updates.
+  if (m_.zeroApplies()) {
+    const std::vector<int>& mine = program_.params;
+    int end = mine.back() + 1;
+    zeroBase_ = paramOffset_[mine.front()];
+    int64_t bytes =
+        (end < static_cast<int>(paramOffset_.size()) ? paramOffset_[end] : total) - zeroBase_;
+    int ranks = zeroComm().size();
+    EPL_ASSERT(ranks == program_.dataRanks, "ZeRO partitions over the ranks that sum gradients");
+    zeroBytes_ = alignUp((bytes + ranks - 1) / ranks);
+    zeroBegin_ = zeroBase_ + zeroComm().rank() * zeroBytes_;
   }
   allocateBuffers();
   gradParam_.assign(m_.tensors.size(), -1);
@@ -259,7 +266,7 @@ void Executor::allocateBuffers() {
     arena_ = allocate(std::max<int64_t>(program_.slots * program_.slotStride(), kAlign));
     if (program_.recvBytes > 0) recvMem_ = allocate(program_.recvBytes);
     // With ZeRO the slices of every rank, side by side, may reach past the parameters.
-    params_ = allocate(std::max(gradBytes_, comm_.size() * zeroBytes_));
+    params_ = allocate(std::max(gradBytes_, zeroBase_ + zeroRanks() * zeroBytes_));
     grads_ = allocate(gradBytes_);
     for (int k = 0; k < states_; ++k) {
       stateMem_[k] = allocate(stateBytes());
@@ -509,7 +516,7 @@ void Executor::writeState(int p, int k, const float* host) {
   EPL_ASSERT(k < states_, "no such optimizer state");
   if (zeroBytes_ > 0) { // kept whole on the host until broadcastState hands out the slices
     std::vector<float>& whole = zeroStates_[k];
-    whole.resize(static_cast<size_t>(gradBytes_ / 4));
+    whole.resize(static_cast<size_t>(zeroStatesBytes() / 4));
     std::copy(host, host + paramElems_[p], whole.begin() + paramOffset_[p] / 4);
     return;
   }
@@ -549,21 +556,26 @@ void Executor::broadcastState(int root) {
   comm_.broadcast(params_, gradBytes_, root, "broadcasting the parameters");
   for (int k = 0; k < states_ && zeroBytes_ == 0; ++k)
     comm_.broadcast(stateMem_[k], gradBytes_, root, "broadcasting the optimizer states");
-  // ZeRO: the states the root read (they start at zero otherwise), one slice at a time,
-  // each kept by the rank that owns it.
+  // ZeRO: the states the root read (they start at zero otherwise), a block at a time, each
+  // rank keeping what falls in its slice (the same blocks on every rank: the parameters'
+  // memory is laid out alike everywhere).
   int read = zeroBytes_ > 0 && comm_.rank() == root && !zeroStates_[0].empty();
   if (zeroBytes_ > 0) comm_.broadcast(&read, sizeof read, root, "whether states were read");
+  const int64_t block = std::min<int64_t>(gradBytes_, int64_t{1} << 24);
   for (int k = 0; k < states_ && read; ++k) {
     std::vector<float>& whole = zeroStates_[k];
-    if (comm_.rank() == root) whole.resize(static_cast<size_t>(comm_.size() * zeroBytes_ / 4));
-    std::vector<float> slice(static_cast<size_t>(zeroBytes_ / 4));
-    for (int r = 0; r < comm_.size(); ++r) {
-      float* data = comm_.rank() == root ? whole.data() + r * zeroBytes_ / 4 : slice.data();
-      comm_.broadcast(data, zeroBytes_, root,
-                      fmt::format("broadcasting rank {}'s optimizer states", r));
-      if (r == comm_.rank()) dev_.copyToDevice(stateMem_[k], data, zeroBytes_);
+    if (comm_.rank() == root) whole.resize(static_cast<size_t>(zeroStatesBytes() / 4));
+    std::vector<float> part(static_cast<size_t>(block / 4));
+    for (int64_t at = 0; at < gradBytes_; at += block) {
+      int64_t bytes = std::min(block, gradBytes_ - at);
+      float* data = comm_.rank() == root ? whole.data() + at / 4 : part.data();
+      comm_.broadcast(data, bytes, root, "broadcasting the optimizer states");
+      int64_t begin = std::max(at, zeroBegin_), end = std::min(at + bytes, zeroBegin_ + zeroBytes_);
+      if (begin < end)
+        dev_.copyToDevice(stateMem_[k] + (begin - zeroBegin_), data + (begin - at) / 4,
+                          end - begin);
+      dev_.synchronize();
     }
-    dev_.synchronize();
   }
   dropGathered();
   // Parameters cut on some ranks: the root's whole arrays (kept aside where the root holds
@@ -607,18 +619,21 @@ void Executor::dropGathered() {
 void Executor::gatherShards() {
   wholeParam_.clear();
   wholeState_.clear();
-  // ZeRO: every rank's slices of the optimizer states, side by side, on rank 0 (which
-  // alone reads them), one owner's broadcast at a time.
+  // ZeRO: the slices of the optimizer states, side by side, on the first of the ranks that
+  // share them (rank 0, or a pipeline stage's first; gatherStages takes them on to rank
+  // 0), one owner's broadcast at a time.
   for (int k = 0; k < states_ && zeroBytes_ > 0; ++k) {
     dev_.synchronize();
-    bool reader = comm_.rank() == 0;
+    backend::Comm& group = zeroComm();
+    bool reader = group.rank() == 0;
     std::vector<float> slice(static_cast<size_t>(zeroBytes_ / 4));
-    if (reader) zeroStates_[k].resize(static_cast<size_t>(comm_.size() * zeroBytes_ / 4));
-    for (int r = 0; r < comm_.size(); ++r) {
-      float* data = reader ? zeroStates_[k].data() + r * zeroBytes_ / 4 : slice.data();
-      if (r == comm_.rank()) dev_.copyToHost(data, stateMem_[k], zeroBytes_);
+    if (reader) zeroStates_[k].resize(static_cast<size_t>(zeroStatesBytes() / 4));
+    for (int r = 0; r < group.size(); ++r) {
+      float* data =
+          reader ? zeroStates_[k].data() + (zeroBase_ + r * zeroBytes_) / 4 : slice.data();
+      if (r == group.rank()) dev_.copyToHost(data, stateMem_[k], zeroBytes_);
       dev_.synchronize();
-      comm_.broadcast(data, zeroBytes_, r, fmt::format("gathering rank {}'s optimizer states", r));
+      group.broadcast(data, zeroBytes_, r, fmt::format("gathering rank {}'s optimizer states", r));
     }
   }
   if (program_.splitWidth == 1) return;
@@ -663,8 +678,14 @@ void Executor::gatherStages() {
       std::string what =
           fmt::format("gathering @{} … from rank {}", m_.params[first].name, owner[first]);
       comm_.broadcast(params_ + begin, bytes, owner[first], what);
-      for (int k = 0; k < states_; ++k)
-        comm_.broadcast(stateMem_[k] + begin, bytes, owner[first], what);
+      for (int k = 0; k < states_; ++k) {
+        // ZeRO: the owner gathered its stage's states whole on the host (gatherShards).
+        std::vector<float>& whole = zeroStates_[k];
+        if (zeroBytes_ > 0) whole.resize(static_cast<size_t>(zeroStatesBytes() / 4));
+        unsigned char* states =
+            zeroBytes_ > 0 ? reinterpret_cast<unsigned char*>(whole.data()) : stateMem_[k];
+        comm_.broadcast(states + begin, bytes, owner[first], what);
+      }
     }
     first = end;
   }
@@ -1221,8 +1242,8 @@ void Executor::optimizerStep(const ir::Op& op, int64_t step) {
 // lie side by side in the parameter memory).
 void Executor::gatherParams(int64_t step) {
   dev_.synchronize();
-  comm_.allGather(params_ + zeroBegin_, params_, zeroBytes_,
-                  fmt::format("gathering the parameters updated in step {}", step + 1));
+  zeroComm().allGather(params_ + zeroBegin_, params_ + zeroBase_, zeroBytes_,
+                       fmt::format("gathering the parameters updated in step {}", step + 1));
 }
 
 // What the trace calls an instruction.

@@ -71,7 +71,7 @@ public:
   bool readsNextTokens() const { return !nextOps_.empty(); }
   int microBatches() const { return program_.microBatches; }
   // The ranks ZeRO partitions the optimizer states over (0: every rank holds them all).
-  int zeroRanks() const { return zeroBytes_ > 0 ? comm_.size() : 0; }
+  int zeroRanks() const { return zeroBytes_ > 0 ? zeroComm().size() : 0; }
 
   // Parameters and optimizer states (k = 0, 1) by param index, as f32 host arrays.
   void writeParam(int p, const float* host);
@@ -185,6 +185,13 @@ private:
   void gatherParams(int64_t step);
   // Bytes of each optimizer state this rank holds: its ZeRO slice, or every parameter.
   int64_t stateBytes() const { return zeroBytes_ > 0 ? zeroBytes_ : gradBytes_; }
+  // ZeRO: the ranks that share this rank's parameters (they sum its gradients), and the
+  // bytes of a whole optimizer state on the host: every parameter's place, and the slices'
+  // padding past the last.
+  backend::Comm& zeroComm() const { return reduceComm(); }
+  int64_t zeroStatesBytes() const {
+    return std::max(gradBytes_, zeroBase_ + zeroRanks() * zeroBytes_);
+  }
   int lossOp() const;
 
   const ir::Module& m_;
@@ -209,13 +216,14 @@ private:
   std::map<int, std::vector<float>> wholeParam_;
   std::map<std::pair<int, int>, std::vector<float>> wholeState_;
   std::vector<float> zeroBias_, scratch_, gathered_;
-  // ZeRO stage 1 (`zero >= 1`) over the ranks of a purely data-parallel plan: this rank
-  // holds the optimizer states of bytes [zeroBegin_, zeroBegin_ + zeroBytes_) of the flat
-  // parameter memory, updates the parameters there alone, and every rank's slice is
-  // all-gathered after the optimizer ops (zeroBytes_ = 0: off). The whole states sit on
-  // rank 0's host between gatherShards and its reads (then dropGathered), or its writes
-  // and broadcastState.
-  int64_t zeroBegin_ = 0, zeroBytes_ = 0;
+  // ZeRO stage 1 (Module::zeroApplies) over the ranks that share this rank's parameters:
+  // the parameters it updates are bytes [zeroBase_, zeroBase_ + T) of the flat parameter
+  // memory; it holds the optimizer states of bytes [zeroBegin_, zeroBegin_ + zeroBytes_)
+  // (slice zeroComm().rank() of T), updates the parameters there alone, and the slices
+  // are all-gathered after the optimizer ops (zeroBytes_ = 0: off). Whole states sit on
+  // the host (zeroStates_, flat like the parameters) between gatherShards and rank 0's
+  // reads (then dropGathered), or rank 0's writes and broadcastState.
+  int64_t zeroBase_ = 0, zeroBegin_ = 0, zeroBytes_ = 0;
   std::vector<float> zeroStates_[2];
   // Split experts: what each moe's dispatch exchanged for the micro-batch in each slot, by
   // (its counts tensor, slot): the rows this rank sent to each rank of its split group,

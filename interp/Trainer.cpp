@@ -541,14 +541,16 @@ void warnUnappliedPolicies(const ir::Module& m, Diagnostics& diags) {
   };
   warn("amp", p.amp != ir::Amp::None, "this run computes and stores everything in fp32");
   warn("offload", p.offload != ir::Offload::None, "optimizer states and parameters stay in memory");
-  bool zeroRuns = p.zero == ir::ZeroStage::OptimizerStates && m.mesh.pureDataParallel();
+  // One rank has nothing to partition.
+  bool zeroRuns = m.mesh.np == 1 || m.zeroApplies();
   warn("zero", p.zero != ir::ZeroStage::None && !zeroRuns,
        p.zero == ir::ZeroStage::OptimizerStates
-           ? "ZeRO stage 1 partitions the optimizer states over the ranks of a purely "
-             "data-parallel plan only: here every rank holds all of them"
-           : "stage 1 (optimizer states over the ranks of a purely data-parallel plan) is "
-             "applied; here every rank holds all parameters, gradients and optimizer states, "
-             "and the plan's model states assume the partition");
+           ? "ZeRO stage 1 partitions the optimizer states over data-parallel ranks and "
+             "pipeline stages' copies, not over split regions' or interleaved chunks' ranks: "
+             "here every rank holds all of them"
+           : "stage 1 (the optimizer states over data-parallel ranks and pipeline stages' "
+             "copies) is applied; here every rank holds all parameters, gradients and "
+             "optimizer states, and the plan's model states assume the partition");
 }
 
 bool checkRunnable(const ir::Module& m, Diagnostics& diags) {

@@ -228,6 +228,21 @@ std::string Module::runRefusal() const {
   return "";
 }
 
+bool Module::zeroApplies() const {
+  if (policy.zero != ZeroStage::OptimizerStates || programs.empty()) return false;
+  const CallSpec& opt = train.optimizer;
+  bool momentum = opt.numbers.count("momentum") && opt.numbers.at("momentum") > 0;
+  if (opt.kind == "sgd" && !momentum) return false;
+  for (const StagePlan& st : mesh.stages)
+    if (st.splitWidth > 1) return false;
+  for (const Program& p : programs) {
+    if (p.dataRanks < 2 || p.params.empty()) return false;
+    for (size_t k = 1; k < p.params.size(); ++k)
+      if (p.params[k] != p.params[k - 1] + 1) return false;
+  }
+  return true;
+}
+
 int Module::stageScopeOf(int scope) const {
   for (int s = scope; s > 0; s = scopes[s].parent)
     if (scopes[s].kind == ScopeKind::Stage) return s;

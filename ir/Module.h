@@ -263,6 +263,12 @@ struct Module {
   std::string runRefusal() const;
   // How many ranks compute the loss (each program whose lossRank is its own rank).
   int lossRanks() const;
+  // Whether the runtime applies ZeRO stage 1: each program's optimizer states partitioned
+  // over its data ranks (every rank of a purely data-parallel plan, a pipeline stage's
+  // ranks in every copy). It applies to every program or none: with `zero = 1`, an
+  // optimizer with states, no split stage, and each program updating consecutive
+  // parameters (not interleaved chunks) that several ranks share.
+  bool zeroApplies() const;
   // Where each micro-batch uses its slot of p's arena in p.step: the index of its first
   // and last instruction that reads or writes the arena (a load, a forward or backward op,
   // a transfer, the loss seed), -1 for a micro-batch the program does not run. The

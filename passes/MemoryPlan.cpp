@@ -299,10 +299,11 @@ private:
         opt.kind == "sgd" ? (opt.numbers.count("momentum") && opt.numbers.at("momentum") > 0) : 2;
     p.paramBytes = params;
     p.gradBytes = grads;
-    // ZeRO stage 1 over a purely data-parallel plan: each rank's slice of the states.
-    bool zero = m.policy.zero >= ir::ZeroStage::OptimizerStates && m.mesh.pureDataParallel() &&
-                m.mesh.np > 1;
-    p.optimizerBytes = states * (zero ? (grads + m.mesh.np - 1) / m.mesh.np : grads);
+    // ZeRO stage 1: each rank's slice of the states of its stage's parameters.
+    int64_t mine = 0;
+    for (int q : p.params)
+      mine += 4 * ir::numElements(m.params[q].type.shape, m.bindings).value_or(0);
+    p.optimizerBytes = states * (m.zeroApplies() ? (mine + p.dataRanks - 1) / p.dataRanks : grads);
   }
 };
 

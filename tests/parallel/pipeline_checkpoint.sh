@@ -3,8 +3,9 @@
 # device and on 2 stages, one saved on 1 device resumes on 2 stages, and one saved by two
 # data-parallel copies of the pipeline (-np 4) resumes on 1 device and on 2 stages, with
 # the losses of a run that never stopped (bit-identical when the resumed run has the
-# stopped one's -np: each stage's optimizer states reached the checkpoint). Stage groups
-# of 1 + 2 devices (-np 3) save and resume the same way.
+# stopped one's -np: each stage's optimizer states reached the checkpoint). The copies
+# save and resume with ZeRO stage 1 (each stage's states in two slices). Stage groups of
+# 1 + 2 devices (-np 3) save and resume the same way.
 # usage: pipeline_checkpoint.sh EPL WORKDIR SCRIPT
 set -euo pipefail
 epl=$1 work=$2 script=$(realpath "$3")
@@ -33,13 +34,14 @@ rm -rf ck
 run half1 -np 1 --stop-after 10
 run rest1to2 -np 2 --resume
 rm -rf ck
-run half4 -np 4 --stop-after 10
+run half4 -np 4 --set policy.zero=1 --stop-after 10
+grep -q "each rank holds 1/2 (ZeRO stage 1)" half4.out || { cat half4.out; fail "ZeRO"; }
 cp -r ck ck4 && cp -r ck ck4b
 run rest4to1 -np 1 --resume
 rm -rf ck && mv ck4 ck
 run rest4to2 -np 2 --resume
 rm -rf ck && mv ck4b ck
-run rest4 -np 4 --resume
+run rest4 -np 4 --set policy.zero=1 --resume
 rm -rf ck
 model=groups.epl
 run half3 -np 3 --stop-after 10

@@ -1,6 +1,8 @@
 // The geometry of a kernel call (KernelShapes.h).
 #include "backend/KernelShapes.h"
 
+#include "backend/KernelArgs.h"
+
 #include "support/Assert.h"
 
 #include <cmath>
@@ -72,9 +74,14 @@ TransposeDims transposeDims(const KernelCall& c, const TensorView& src) {
 
 Act parseAct(const std::string& word) {
   if (word == "gelu") return Act::Gelu;
+  if (word == "gelu_exact") return Act::GeluExact;
   if (word == "relu") return Act::Relu;
   EPL_ASSERT(word == "silu", "unknown activation");
   return Act::Silu;
+}
+
+Act geluForm(const KernelCall& c) {
+  return attrWord(c, "approx") == "none" ? Act::GeluExact : Act::Gelu;
 }
 
 namespace {

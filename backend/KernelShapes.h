@@ -50,9 +50,11 @@ struct MoeRouting {
 };
 MoeRouting moeRouting(const KernelCall& c);
 
-// The activation forms of mlp and moe: "gelu" (tanh form), "relu", "silu".
-enum class Act { Gelu, Relu, Silu };
+// The activation forms of mlp and moe: "gelu" (tanh form), "gelu_exact" (with erf), "relu",
+// "silu"; and of the gelu op: its `approx` (tanh, or none for the exact form).
+enum class Act { Gelu, GeluExact, Relu, Silu };
 Act parseAct(const std::string& word);
+Act geluForm(const KernelCall& c);
 
 // transpose of dims dim0 and dim1 of src: [A, I, M, J, N] -> [A, J, M, I, N]; `same` when
 // the two dims are one (the transpose is a copy).

@@ -58,10 +58,14 @@ std::vector<Value> Elaborator::bindArgs(const ast::Expr& call,
     }
     given[slot] = true;
     argExprs[slot] = a.value.get();
-    // A bare name for a word argument (`act = gelu`) is the word itself, not a variable.
+    // A bare name for a word argument (`act = gelu`) is the word itself, not a variable;
+    // so is `none` (`approx = none`).
     const ast::Expr& v = *a.value;
+    bool none = wordArgs[slot] && v.kind == ast::ExprKind::None;
     bool bareWord = wordArgs[slot] && unbound(v, frame);
-    vals[slot] = bareWord ? Value::ofWord(v.text) : eval(v, frame, ctx);
+    vals[slot] = none       ? Value::ofWord("none")
+                 : bareWord ? Value::ofWord(v.text)
+                            : eval(v, frame, ctx);
   }
   for (size_t i = 0; i < names.size(); ++i)
     if (!given[i] && required[i])

@@ -65,7 +65,8 @@ std::vector<OpInfo> buildTable() {
       "x: [B, T, D] -> [B, T, D]");
   add(K::Mlp, "mlp",
       {x(), integer("hidden", "hidden width F"),
-       optWord("act", "gelu", {"gelu", "relu", "silu"}, "activation between the two linears")},
+       optWord("act", "gelu", {"gelu", "gelu_exact", "relu", "silu"},
+               "activation between the two linears (gelu: tanh form; gelu_exact: with erf)")},
       S::Hidden, "two linears with an activation between", "x: [..., D] -> [..., D]");
   add(K::Moe, "moe",
       {x(), integer("experts", "number of experts E"), integer("hidden", "expert hidden width F"),
@@ -114,7 +115,10 @@ std::vector<OpInfo> buildTable() {
        optInt("stride", 1, "step"), optInt("padding", 0, "zeros on each side"),
        optBool("bias", true, "add a bias")},
       S::Channels, "2-d convolution", "x: [B, C, H, W] -> [B, channels, H', W']");
-  add(K::Gelu, "gelu", {x()}, S::Elementwise, "GELU (tanh approximation)", "same shape");
+  add(K::Gelu, "gelu",
+      {x(), optWord("approx", "tanh", {"tanh", "none"},
+                    "tanh: the tanh approximation; none: exact, x Phi(x) with erf")},
+      S::Elementwise, "GELU (tanh approximation by default)", "same shape");
   add(K::Relu, "relu", {x()}, S::Elementwise, "max(x, 0)", "same shape");
   add(K::Silu, "silu", {x()}, S::Elementwise, "x * sigmoid(x)", "same shape");
   add(K::Tanh, "tanh", {x()}, S::Elementwise, "hyperbolic tangent", "same shape");

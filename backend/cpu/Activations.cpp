@@ -1,6 +1,6 @@
-// Activations: gelu (tanh approximation), relu, silu, tanh, sigmoid, softmax over the last
-// dim, and seeded dropout. Elementwise loops run in parallel over fixed chunks, so results do
-// not depend on the thread count.
+// Activations: gelu (tanh approximation, or exact with erf), relu, silu, tanh, sigmoid, softmax
+// over the last dim, and seeded dropout. Elementwise loops run in parallel over fixed chunks, so
+// results do not depend on the thread count.
 //
 // Shape legend: n elements; N rows and C columns for softmax.
 #include "backend/DropoutMask.h"
@@ -8,6 +8,7 @@
 #include "backend/cpu/Kernels.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace epl::backend::cpu {
 
@@ -24,6 +25,18 @@ inline float geluOf(float x) {
 inline float geluGrad(float x) {
   float t = tanhf32(kGeluC * (x + kGeluA * x * x * x));
   return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kGeluC * (1.f + 3.f * kGeluA * x * x);
+}
+
+// The exact form: x Phi(x), Phi the standard normal's distribution function.
+constexpr float kRsqrt2 = 0.7071067811865476f;   // 1 / sqrt(2)
+constexpr float kRsqrt2Pi = 0.3989422804014327f; // 1 / sqrt(2 pi)
+
+inline float geluExactOf(float x) {
+  return 0.5f * x * (1.f + std::erf(x * kRsqrt2));
+}
+
+inline float geluExactGrad(float x) {
+  return 0.5f * (1.f + std::erf(x * kRsqrt2)) + x * kRsqrt2Pi * std::exp(-0.5f * x * x);
 }
 
 inline float siluGrad(float x) {
@@ -103,6 +116,9 @@ void actForward(Act a, const float* x, float* y, int64_t n) {
 #pragma omp simd
       for (int64_t i = lo; i < hi; ++i)
         y[i] = geluOf(x[i]);
+    } else if (a == Act::GeluExact) {
+      for (int64_t i = lo; i < hi; ++i)
+        y[i] = geluExactOf(x[i]);
     } else if (a == Act::Relu) {
 #pragma omp simd
       for (int64_t i = lo; i < hi; ++i)
@@ -121,6 +137,9 @@ void actBackwardInPlace(Act a, const float* x, float* g, int64_t n) {
 #pragma omp simd
       for (int64_t i = lo; i < hi; ++i)
         g[i] *= geluGrad(x[i]);
+    } else if (a == Act::GeluExact) {
+      for (int64_t i = lo; i < hi; ++i)
+        g[i] *= geluExactGrad(x[i]);
     } else if (a == Act::Relu) {
 #pragma omp simd
       for (int64_t i = lo; i < hi; ++i)
@@ -134,6 +153,10 @@ void actBackwardInPlace(Act a, const float* x, float* g, int64_t n) {
 }
 
 void gelu(const KernelCall& c) {
+  if (geluForm(c) == Act::GeluExact) {
+    if (!c.backward) return forwardMap(c, [](float v) { return geluExactOf(v); });
+    return backwardMap(c, c.in[1], [](float v) { return geluExactGrad(v); });
+  }
   if (!c.backward) return forwardMap(c, [](float v) { return geluOf(v); });
   backwardMap(c, c.in[1], [](float v) { return geluGrad(v); });
 }

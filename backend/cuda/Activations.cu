@@ -1,7 +1,7 @@
-// Activations on the GPU: gelu (tanh approximation), relu, silu, tanh, sigmoid, softmax over
-// the last dim, and seeded dropout, ported from backend/cpu/Activations.cpp. Elementwise ops
-// are one grid-stride kernel over a functor; softmax runs one block per row with a fixed-order
-// tree reduction, so its sums are the same on every run.
+// Activations on the GPU: gelu (tanh approximation, or exact with erf), relu, silu, tanh, sigmoid,
+// softmax over the last dim, and seeded dropout, ported from backend/cpu/Activations.cpp.
+// Elementwise ops are one grid-stride kernel over a functor; softmax runs one block per row with a
+// fixed-order tree reduction, so its sums are the same on every run.
 //
 // Shape legend: n elements; N rows and C columns for softmax.
 #include "backend/DropoutMask.h"
@@ -16,6 +16,8 @@ namespace {
 
 constexpr float kGeluC = 0.7978845608028654f; // sqrt(2 / pi)
 constexpr float kGeluA = 0.044715f;
+constexpr float kRsqrt2 = 0.7071067811865476f;   // 1 / sqrt(2)
+constexpr float kRsqrt2Pi = 0.3989422804014327f; // 1 / sqrt(2 pi)
 
 // dst[i] (+)= v: GradOut::put on the device.
 __device__ inline float sigmoidOf(float x) {
@@ -29,6 +31,9 @@ __device__ inline float geluTanh(float x) {
 // Forward functors: y = f(x).
 struct GeluF {
   __device__ float operator()(float x) const { return 0.5f * x * (1.f + geluTanh(x)); }
+};
+struct GeluExactF { // x Phi(x)
+  __device__ float operator()(float x) const { return 0.5f * x * (1.f + erff(x * kRsqrt2)); }
 };
 struct ReluF {
   __device__ float operator()(float x) const { return x < 0.f ? 0.f : x; } // std::max(x, 0)
@@ -49,6 +54,11 @@ struct GeluGrad { // reads x
     float t = geluTanh(x);
     return dy *
            (0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kGeluC * (1.f + 3.f * kGeluA * x * x));
+  }
+};
+struct GeluExactGrad { // reads x
+  __device__ float operator()(float dy, float x) const {
+    return dy * (0.5f * (1.f + erff(x * kRsqrt2)) + x * kRsqrt2Pi * expf(-0.5f * x * x));
   }
 };
 struct ReluGradX { // reads x (mlp and moe)
@@ -198,6 +208,8 @@ void actForward(const Ctx& ctx, Act a, const float* x, float* y, int64_t n) {
   switch (a) {
   case Act::Gelu:
     return launchMap(ctx, GeluF{}, x, y, n, "gelu");
+  case Act::GeluExact:
+    return launchMap(ctx, GeluExactF{}, x, y, n, "gelu");
   case Act::Relu:
     return launchMap(ctx, ReluF{}, x, y, n, "relu");
   case Act::Silu:
@@ -210,6 +222,8 @@ void actBackwardInPlace(const Ctx& ctx, Act a, const float* x, float* g, int64_t
   switch (a) {
   case Act::Gelu:
     return launchGrad(ctx, GeluGrad{}, g, x, dx, n, "gelu backward");
+  case Act::GeluExact:
+    return launchGrad(ctx, GeluExactGrad{}, g, x, dx, n, "gelu backward");
   case Act::Relu:
     return launchGrad(ctx, ReluGradX{}, g, x, dx, n, "relu backward");
   case Act::Silu:
@@ -224,6 +238,8 @@ void softmaxRows(const Ctx& ctx, const float* x, float* y, int64_t rows, int64_t
 }
 
 void gelu(const KernelCall& c, const Ctx& ctx) {
+  if (geluForm(c) == Act::GeluExact)
+    return pointwise(c, ctx, GeluExactF{}, GeluExactGrad{}, 1, "gelu");
   pointwise(c, ctx, GeluF{}, GeluGrad{}, 1, "gelu");
 }
 

@@ -355,14 +355,14 @@ def fam_attention(probe, rep):
 
 
 def act_ref(h, act):
-    return {"gelu": lambda t: F.gelu(t, approximate="tanh"), "relu": F.relu,
-            "silu": F.silu}[act](h)
+    return {"gelu": lambda t: F.gelu(t, approximate="tanh"), "gelu_exact": F.gelu,
+            "relu": F.relu, "silu": F.silu}[act](h)
 
 
 def fam_mlp(probe, rep):
     for shape, hidden, act in [((4, 6), 10, "gelu"), ((2, 9, 32), 128, "gelu"),
                                ((3, 5, 16), 24, "relu"), ((7, 12), 33, "silu"),
-                               ((2, 64, 64), 256, "gelu")]:
+                               ((2, 64, 64), 256, "gelu"), ((2, 9, 32), 128, "gelu_exact")]:
         d = shape[-1]
         x = rand(*shape)
         params = [rand(hidden, d, scale=d ** -0.5), 0.1 * rand(hidden),
@@ -682,6 +682,16 @@ def fam_activations(probe, rep):
     for op in ["gelu", "silu", "tanh", "sigmoid", "softmax"]:
         run_case(probe, rep, "%s[large inputs]" % op, op, {}, [x], [],
                  lambda i, p, fn=refs[op]: fn(i[0]))
+    # The exact form (PyTorch's default), and the tanh form named.
+    for shape in [(7,), (4, 33, 17), (2, 100000)]:
+        run_case(probe, rep, "gelu[approx=none,%s]" % (shape,), "gelu", {"approx": "none"},
+                 [rand(*shape) * 3], [], lambda i, p: F.gelu(i[0]))
+    run_case(probe, rep, "gelu[approx=none,large inputs]", "gelu", {"approx": "none"}, [x], [],
+             lambda i, p: F.gelu(i[0]))
+    run_case(probe, rep, "gelu[approx=none,accumulate]", "gelu", {"approx": "none"},
+             [rand(4, 9)], [], lambda i, p: F.gelu(i[0]), accumulate=True)
+    run_case(probe, rep, "gelu[approx=tanh]", "gelu", {"approx": "tanh"}, [rand(3, 5) * 3], [],
+             lambda i, p: F.gelu(i[0], approximate="tanh"))
 
 
 def fam_elementwise(probe, rep):

@@ -29,13 +29,7 @@ ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIR
 ENV.setdefault("EPL_STDLIB", os.path.join(HERE, "..", "stdlib"))
 WARMUP = 2
 
-DATA_PARALLEL = f"""import "std/nn.epl"
-model gpt(tokens: i32[B, 128]) {{
-  x = embedding(tokens, 256, 256) + positions(128, 256)
-  x = repeat(6) transformer_block(x, 8)
-  return cross_entropy(linear(layer_norm(x), 256), next(tokens))
-}}
-train gpt {{
+TRAIN = f"""train gpt {{
   data = text("{TEXT}", seq = 128)
   batch = 32
   optimizer = adamw(lr = 3e-4)
@@ -45,28 +39,28 @@ train gpt {{
 }}
 """
 
-PIPELINE = f"""import "std/nn.epl"
-model gpt(tokens: i32[B, 128]) {{
-  replicate {{
+DATA_PARALLEL = """import "std/nn.epl"
+model gpt(tokens: i32[B, 128]) {
+  x = embedding(tokens, 256, 256) + positions(128, 256)
+  x = repeat(6) transformer_block(x, 8)
+  return cross_entropy(linear(layer_norm(x), 256), next(tokens))
+}
+""" + TRAIN
+
+PIPELINE = """import "std/nn.epl"
+model gpt(tokens: i32[B, 128]) {
+  replicate {
     x = embedding(tokens, 256, 256) + positions(128, 256)
     x = repeat(3) transformer_block(x, 8)
-  }}
-  replicate {{
+  }
+  replicate {
     x = repeat(3) transformer_block(x, 8)
     loss = cross_entropy(linear(layer_norm(x), 256), next(tokens))
-  }}
+  }
   return loss
-}}
-policy {{ micro_batches = 4 schedule = 1f1b }}
-train gpt {{
-  data = text("{TEXT}", seq = 128)
-  batch = 32
-  optimizer = adamw(lr = 3e-4)
-  steps = 1000
-  log_every = 1000
-  eval = none
-}}
-"""
+}
+policy { micro_batches = 4 schedule = 1f1b }
+""" + TRAIN
 
 UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
 

@@ -39,20 +39,9 @@ rc=0
 
 # A plan that does not run yet (interleaved model chunks of split widths 2 and 1 on the
 # same devices): refused with a reason, before mpirun starts.
-cat > chunks.epl <<'EOF'
-model net(x: f32[B, 16]) {
-  replicate { split(2) { x = x + mlp(x, 32) } }
-  replicate { split(2) { x = x + mlp(x, 32) } }
-  replicate { x = x + mlp(x, 32) }
-  replicate(2) { loss = mse(x, x) }
-  return loss
-}
-policy { micro_batches = 4 schedule = interleaved chunks = 2 }
-train net { data = synthetic(samples = 64) batch = 8 }
-EOF
 rc=0
-"$epl" run chunks.epl -np 4 > pipe.out 2>&1 || rc=$?
-[ "$rc" = 1 ] || { cat pipe.out; fail "chunks.epl -np 4 exited $rc"; }
+"$epl" run "$(dirname "$examples")/tests/parallel/chunk_widths.epl" -np 4 > pipe.out 2>&1 || rc=$?
+[ "$rc" = 1 ] || { cat pipe.out; fail "chunk_widths.epl -np 4 exited $rc"; }
 grep -q "this plan has .*model chunks of split widths 2 (stage 0) and 1" pipe.out ||
   { cat pipe.out; fail "reason"; }
 if grep -qi "mpirun" pipe.out; then fail "mpirun was started"; fi

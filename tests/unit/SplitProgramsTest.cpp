@@ -8,6 +8,8 @@
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <fstream>
+#include <iterator>
 
 namespace {
 
@@ -162,17 +164,9 @@ train net { data = synthetic(samples = 60) batch = 6 }
 }
 
 TEST_CASE("model chunks on the same devices need one split width") {
-  std::string text = R"(
-model net(x: f32[B, 16]) {
-  replicate { split(2) { x = x + mlp(x, 32) } }
-  replicate { split(2) { x = x + mlp(x, 32) } }
-  replicate { x = x + mlp(x, 32) }
-  replicate(2) { loss = mse(x, x) }
-  return loss
-}
-policy { micro_batches = 4 schedule = interleaved chunks = 2 }
-train net { data = synthetic(samples = 64) batch = 8 }
-)";
+  std::ifstream in(std::string(EPL_SOURCE_DIR) + "/tests/parallel/chunk_widths.epl");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  REQUIRE_FALSE(text.empty());
   auto m = planned(text, 4);
   REQUIRE(m);
   CHECK(m->programs.empty());

@@ -91,6 +91,9 @@ class Device {
 public:
   virtual ~Device() = default;
   virtual std::string name() const = 0;
+  // Whether the host reads and writes device memory directly (the CPU device's memory is
+  // the host's).
+  virtual bool hostAddressable() const = 0;
 
   // Device memory, 64-byte aligned; throws std::bad_alloc when there is not enough.
   // release(nullptr) does nothing.

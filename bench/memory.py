@@ -4,8 +4,10 @@
 The char-GPT of bench/train_step.py (6 transformer blocks, d 256, 8 heads, seq 128, batch
 32, AdamW; 4.9 M parameters) at -np N data-parallel (1 thread a rank), and as 2 pipeline
 stages (3 blocks each, 4 micro-batches, 1f1b) at -np 2. For each policy (none,
-`recompute = every`, `zero = 1`, both; the pipeline without ZeRO, which does not partition
-there yet) it prints rank 0's memory plan (activations and model states), the memory
+`recompute = every`, `zero = 1`, both, the optimizer states offloaded to disk alone and
+with the other two; the pipeline without ZeRO, which does not partition there yet) it
+prints rank 0's memory plan (activations, and model states in memory with the offload's
+staging buffers), the memory
 measured after the first step (the process's peak above what it held before the run's
 buffers), the median step time after 2 warm-up steps, and each against the run without
 a policy. Targets (issue figures): recompute cuts the activations >= 2x for <= 40% more
@@ -88,13 +90,18 @@ def run(args, work, name, script, np, settings):
     plan = re.search(r"memory plan (\S+ \S+) per rank \(activations (\S+ \S+|\S+ slots x \S+ \S+)"
                      r"(?: \+ receive buffers \S+ \S+)?, params (\S+ \S+), grads (\S+ \S+), "
                      r"optimizer (\S+ \S+)\)", text)
-    measured = re.search(r"measured (\S+ \S+) \(", text)
+    # Stage 0's ranks (rank 0's stage), the highest of them.
+    measured = re.search(r"memory after the first step.*?planned [^,]*, "
+                         r"measured (?:\S+ \S+ to )?(\S+ \S+) \(", text)
     if not plan or not measured:
         sys.exit(f"no memory figures in the output of {' '.join(cmd)}:\n{text}")
     activations = plan.group(2)
     slots = re.match(r"(\d+) slots x (.*)", activations)
     acts = int(slots.group(1)) * size(slots.group(2)) if slots else size(activations)
     states = size(plan.group(3)) + size(plan.group(4)) + size(plan.group(5))
+    staging = re.search(r"streamed through (\S+ \S+) of staging buffers", text)
+    if staging:
+        states += size(staging.group(1))
     rows = [json.loads(l) for l in open(metrics)]
     steps = [r["step_seconds"] for r in rows if "step_seconds" in r]
     return {"plan": size(plan.group(1)), "activations": acts, "states": states,
@@ -117,6 +124,9 @@ def main():
             ("recompute = every", ["policy.recompute=every"]),
             ("zero = 1", ["policy.zero=1"]),
             ("both", ["policy.recompute=every", "policy.zero=1"]),
+            ("offload to disk", ["policy.offload=optimizer", "policy.offload_to=disk"]),
+            ("all three", ["policy.recompute=every", "policy.zero=1", "policy.offload=optimizer",
+                           "policy.offload_to=disk"]),
         ]),
         ("2 stages -np 2", PIPELINE, 2, [
             ("none", []),

@@ -308,6 +308,10 @@ int main(int argc, char** argv) {
       ->add_option("--device", runOptions.device,
                    "auto (a GPU when there is one that runs the plan), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  runCmd->add_option("--offload-dir", runOptions.offloadDir,
+                     "where `offload_to = disk` keeps the optimizer states: one file per rank, "
+                     "removed from the folder once open (default: the temporary folder, "
+                     "TMPDIR)");
   runCmd->add_flag("--log-all", runOptions.logAll,
                    "every rank prints its log, each line after its rank (default: rank 0 alone)");
   epl::driver::LaunchOptions launch;

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fmt/format.h>
 #include <functional>
 #include <new>
@@ -20,6 +21,8 @@ namespace epl::interp {
 namespace {
 
 constexpr int64_t kAlign = 64;
+// Optimizer states broadcast through the host go a block of this many bytes at a time.
+constexpr int64_t kStateBlock = int64_t{1} << 24;
 
 // The machine's monotonic clock: the same on every rank of one machine.
 double monotonicSeconds() {
@@ -132,6 +135,7 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
     zeroBegin_ = zeroBase_ + zeroComm().rank() * zeroBytes_;
   }
   allocateBuffers();
+  if (disk_) planOffloadChunks();
   gradParam_.assign(m_.tensors.size(), -1);
   for (size_t p = 0; p < m_.params.size(); ++p)
     if (m_.params[p].grad >= 0) gradParam_[m_.params[p].grad] = static_cast<int>(p);
@@ -268,18 +272,45 @@ void Executor::allocateBuffers() {
     // With ZeRO the slices of every rank, side by side, may reach past the parameters.
     params_ = allocate(std::max(gradBytes_, zeroBase_ + zeroRanks() * zeroBytes_));
     grads_ = allocate(gradBytes_);
-    for (int k = 0; k < states_; ++k) {
-      stateMem_[k] = allocate(stateBytes());
-      dev_.fillZero(stateMem_[k], stateBytes());
-    }
+    if (program_.offloadedBytes > 0)
+      stagingMem_ = allocate(program_.stagingBytes);
+    else
+      for (int k = 0; k < states_; ++k) {
+        stateMem_[k] = allocate(stateBytes());
+        dev_.fillZero(stateMem_[k], stateBytes());
+      }
   } catch (const std::bad_alloc&) {
     releaseBuffers();
     throw OutOfMemory(program_.peakBytes());
   }
+  if (program_.offloadedBytes == 0) return;
+  // Offloaded to disk: the staging buffers, each a chunk of every state, as the plan sized
+  // them; the file's worker thread reads and writes them from the host.
+  int64_t buffer = program_.stagingBytes / ir::Program::kStagingBuffers;
+  try {
+    if (!dev_.hostAddressable())
+      throw OffloadError(fmt::format("optimizer states offloaded to disk run on the cpu device "
+                                     "so far, not on {}",
+                                     dev_.name()));
+    EPL_ASSERT(states_ > 0 && buffer % (4 * states_) == 0,
+               "a staging buffer holds a whole chunk of every state");
+    std::vector<unsigned char*> staging;
+    for (int b = 0; b < ir::Program::kStagingBuffers; ++b)
+      staging.push_back(stagingMem_ + b * buffer);
+    std::string dir =
+        opt_.offloadDir.empty() ? std::filesystem::temp_directory_path().string() : opt_.offloadDir;
+    disk_ = std::make_unique<OffloadedStates>(dir, states_, stateBytes(), std::move(staging),
+                                              buffer / states_);
+  } catch (...) {
+    releaseBuffers();
+    throw;
+  }
 }
 
 void Executor::releaseBuffers() {
-  for (unsigned char** b : {&arena_, &params_, &grads_, &stateMem_[0], &stateMem_[1], &recvMem_}) {
+  disk_.reset(); // its worker thread uses the staging buffers
+  for (unsigned char** b :
+       {&arena_, &params_, &grads_, &stateMem_[0], &stateMem_[1], &recvMem_, &stagingMem_}) {
     if (*b) dev_.release(*b);
     *b = nullptr;
   }
@@ -312,7 +343,7 @@ backend::TensorView Executor::paramView(int p) const {
 
 backend::TensorView Executor::stateView(int p, int k) const {
   backend::TensorView v = paramView(p);
-  v.data = k < states_ && zeroBytes_ == 0 ? stateMem_[k] + paramOffset_[p] : nullptr;
+  v.data = k < states_ && zeroBytes_ == 0 && !disk_ ? stateMem_[k] + paramOffset_[p] : nullptr;
   return v;
 }
 
@@ -524,11 +555,10 @@ void Executor::writeState(int p, int k, const float* host) {
     wholeState_[{p, k}].assign(host, host + wholeElems_[p]);
     std::vector<float> piece(static_cast<size_t>(paramElems_[p]));
     toPiece(p, host, piece.data());
-    dev_.copyToDevice(stateMem_[k] + paramOffset_[p], piece.data(), 4 * paramElems_[p]);
-    dev_.synchronize();
+    writeModel(k, paramOffset_[p], 4 * paramElems_[p], piece.data());
     return;
   }
-  dev_.copyToDevice(stateMem_[k] + paramOffset_[p], host, 4 * paramElems_[p]);
+  writeModel(k, paramOffset_[p], 4 * paramElems_[p], host);
 }
 void Executor::readState(int p, int k, float* host) const {
   EPL_ASSERT(k < states_, "no such optimizer state");
@@ -545,8 +575,37 @@ void Executor::readState(int p, int k, float* host) const {
     std::copy(v.begin(), v.end(), host);
     return;
   }
-  dev_.copyToHost(host, stateMem_[k] + paramOffset_[p], 4 * paramElems_[p]);
+  readModel(k, paramOffset_[p], 4 * paramElems_[p], host);
+}
+
+void Executor::readModel(int k, int64_t offset, int64_t bytes, void* host) const {
+  if (k != kParams && disk_) return disk_->read(k, offset, bytes, host);
+  dev_.copyToHost(host, (k == kParams ? params_ : stateMem_[k]) + offset, bytes);
   dev_.synchronize();
+}
+
+void Executor::writeModel(int k, int64_t offset, int64_t bytes, const void* host) {
+  if (k != kParams && disk_) return disk_->write(k, offset, bytes, host);
+  dev_.copyToDevice((k == kParams ? params_ : stateMem_[k]) + offset, host, bytes);
+  dev_.synchronize();
+}
+
+// In memory, one broadcast; on disk, a block at a time through the host.
+void Executor::broadcastStates(int k, int64_t offset, int64_t bytes, int root,
+                               const std::string& what) {
+  if (!disk_) {
+    dev_.synchronize();
+    comm_.broadcast(stateMem_[k] + offset, bytes, root, what);
+    return;
+  }
+  const int64_t block = std::min<int64_t>(bytes, kStateBlock);
+  std::vector<float> part(static_cast<size_t>(block / 4));
+  for (int64_t at = 0; at < bytes; at += block) {
+    int64_t n = std::min(block, bytes - at);
+    if (comm_.rank() == root) readModel(k, offset + at, n, part.data());
+    comm_.broadcast(part.data(), n, root, what);
+    if (comm_.rank() != root) writeModel(k, offset + at, n, part.data());
+  }
 }
 
 void Executor::broadcastState(int root) {
@@ -555,13 +614,13 @@ void Executor::broadcastState(int root) {
   dev_.synchronize();
   comm_.broadcast(params_, gradBytes_, root, "broadcasting the parameters");
   for (int k = 0; k < states_ && zeroBytes_ == 0; ++k)
-    comm_.broadcast(stateMem_[k], gradBytes_, root, "broadcasting the optimizer states");
+    broadcastStates(k, 0, gradBytes_, root, "broadcasting the optimizer states");
   // ZeRO: the states the root read (they start at zero otherwise), a block at a time, each
   // rank keeping what falls in its slice (the same blocks on every rank: the parameters'
   // memory is laid out alike everywhere).
   int read = zeroBytes_ > 0 && comm_.rank() == root && !zeroStates_[0].empty();
   if (zeroBytes_ > 0) comm_.broadcast(&read, sizeof read, root, "whether states were read");
-  const int64_t block = std::min<int64_t>(gradBytes_, int64_t{1} << 24);
+  const int64_t block = std::min<int64_t>(gradBytes_, kStateBlock);
   for (int k = 0; k < states_ && read; ++k) {
     std::vector<float>& whole = zeroStates_[k];
     if (comm_.rank() == root) whole.resize(static_cast<size_t>(zeroStatesBytes() / 4));
@@ -571,10 +630,7 @@ void Executor::broadcastState(int root) {
       float* data = comm_.rank() == root ? whole.data() + at / 4 : part.data();
       comm_.broadcast(data, bytes, root, "broadcasting the optimizer states");
       int64_t begin = std::max(at, zeroBegin_), end = std::min(at + bytes, zeroBegin_ + zeroBytes_);
-      if (begin < end)
-        dev_.copyToDevice(stateMem_[k] + (begin - zeroBegin_), data + (begin - at) / 4,
-                          end - begin);
-      dev_.synchronize();
+      if (begin < end) writeModel(k, begin - zeroBegin_, end - begin, data + (begin - at) / 4);
     }
   }
   dropGathered();
@@ -583,28 +639,25 @@ void Executor::broadcastState(int root) {
   for (size_t p = 0; p < m_.params.size(); ++p) {
     int q = static_cast<int>(p);
     if (!cutSomewhere(q)) continue;
-    auto share = [&](std::vector<float>* kept, unsigned char* mem) {
+    auto share = [&](std::vector<float>* kept, int k) {
       std::vector<float> whole(static_cast<size_t>(wholeElems_[q]));
       if (comm_.rank() == root) {
         if (kept && !kept->empty())
           whole = *kept;
         else
-          dev_.copyToHost(whole.data(), mem + paramOffset_[q], 4 * wholeElems_[q]);
-        dev_.synchronize();
+          readModel(k, paramOffset_[q], 4 * wholeElems_[q], whole.data());
       }
       comm_.broadcast(whole.data(), 4 * wholeElems_[q], root,
                       fmt::format("broadcasting @{}", m_.params[q].name));
       std::vector<float> piece(static_cast<size_t>(paramElems_[q]));
       if (sharded(q)) toPiece(q, whole.data(), piece.data());
-      dev_.copyToDevice(mem + paramOffset_[q], sharded(q) ? piece.data() : whole.data(),
-                        4 * paramElems_[q]);
-      dev_.synchronize();
+      writeModel(k, paramOffset_[q], 4 * paramElems_[q], sharded(q) ? piece.data() : whole.data());
     };
     auto kept = wholeParam_.find(q);
-    share(kept == wholeParam_.end() ? nullptr : &kept->second, params_);
+    share(kept == wholeParam_.end() ? nullptr : &kept->second, kParams);
     for (int k = 0; k < states_; ++k) {
       auto ks = wholeState_.find({q, k});
-      share(ks == wholeState_.end() ? nullptr : &ks->second, stateMem_[k]);
+      share(ks == wholeState_.end() ? nullptr : &ks->second, k);
     }
   }
   wholeParam_.clear();
@@ -631,8 +684,7 @@ void Executor::gatherShards() {
     for (int r = 0; r < group.size(); ++r) {
       float* data =
           reader ? zeroStates_[k].data() + (zeroBase_ + r * zeroBytes_) / 4 : slice.data();
-      if (r == group.rank()) dev_.copyToHost(data, stateMem_[k], zeroBytes_);
-      dev_.synchronize();
+      if (r == group.rank()) readModel(k, 0, zeroBytes_, data);
       group.broadcast(data, zeroBytes_, r, fmt::format("gathering rank {}'s optimizer states", r));
     }
   }
@@ -641,16 +693,18 @@ void Executor::gatherShards() {
   for (size_t p = 0; p < m_.params.size(); ++p) {
     int q = static_cast<int>(p);
     if (!sharded(q)) continue;
-    auto gather = [&](unsigned char* mem, std::vector<float>& whole) {
+    auto gather = [&](int k, std::vector<float>& whole) {
+      std::vector<float> mine(static_cast<size_t>(paramElems_[q]));
+      readModel(k, paramOffset_[q], 4 * paramElems_[q], mine.data());
       std::vector<float> pieces(static_cast<size_t>(paramElems_[q] * program_.splitWidth));
-      splitComm().allGather(mem + paramOffset_[q], pieces.data(), 4 * paramElems_[q],
+      splitComm().allGather(mine.data(), pieces.data(), 4 * paramElems_[q],
                             fmt::format("gathering @{}", m_.params[q].name));
       whole.resize(static_cast<size_t>(wholeElems_[q]));
       fromPieces(q, pieces.data(), whole.data());
     };
-    gather(params_, wholeParam_[q]);
+    gather(kParams, wholeParam_[q]);
     for (int k = 0; k < states_; ++k)
-      gather(stateMem_[k], wholeState_[{q, k}]);
+      gather(k, wholeState_[{q, k}]);
   }
 }
 
@@ -679,12 +733,14 @@ void Executor::gatherStages() {
           fmt::format("gathering @{} … from rank {}", m_.params[first].name, owner[first]);
       comm_.broadcast(params_ + begin, bytes, owner[first], what);
       for (int k = 0; k < states_; ++k) {
+        if (zeroBytes_ == 0) {
+          broadcastStates(k, begin, bytes, owner[first], what);
+          continue;
+        }
         // ZeRO: the owner gathered its stage's states whole on the host (gatherShards).
         std::vector<float>& whole = zeroStates_[k];
-        if (zeroBytes_ > 0) whole.resize(static_cast<size_t>(zeroStatesBytes() / 4));
-        unsigned char* states =
-            zeroBytes_ > 0 ? reinterpret_cast<unsigned char*>(whole.data()) : stateMem_[k];
-        comm_.broadcast(states + begin, bytes, owner[first], what);
+        whole.resize(static_cast<size_t>(zeroStatesBytes() / 4));
+        comm_.broadcast(whole.data() + begin / 4, bytes, owner[first], what);
       }
     }
     first = end;
@@ -885,7 +941,7 @@ void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t see
     break;
   }
   const ir::Op& op = m_.ops[in.op];
-  if (op.phase == ir::Phase::Optimizer) return optimizerStep(op, step);
+  if (op.phase == ir::Phase::Optimizer) return optimizerStep(in.op, step);
   if (op.kind == ir::OpKind::Next) return; // the load wrote its targets
   int fwd = op.phase == ir::Phase::Backward ? op.forward : in.op;
   if (m_.ops[fwd].kind == ir::OpKind::AllToAll) return moeExchange(in, index, step);
@@ -1205,7 +1261,37 @@ void Executor::gradNorm(const ir::Op& op) {
   clipScale_ = coef < 1 ? static_cast<float>(coef) : 1.f;
 }
 
-void Executor::optimizerStep(const ir::Op& op, int64_t step) {
+// The bytes of parameter p's memory this rank updates: all of them, or those in its ZeRO
+// slice (the update is elementwise).
+std::pair<int64_t, int64_t> Executor::updatedBytes(int p) const {
+  int64_t begin = paramOffset_[p], end = paramOffset_[p] + 4 * paramElems_[p];
+  if (zeroBytes_ == 0) return {begin, end};
+  return {std::max(begin, zeroBegin_), std::min(end, zeroBegin_ + zeroBytes_)};
+}
+
+// Offloaded states: the chunks of the step's optimizer ops, in the order the step runs
+// them, each at most a staging buffer's chunk.
+void Executor::planOffloadChunks() {
+  std::vector<OffloadedStates::Chunk> chunks;
+  opChunks_.assign(m_.ops.size(), {0, 0});
+  for (const ir::Instr& in : program_.step) {
+    if (in.kind != ir::InstrKind::Run) continue;
+    const ir::Op& op = m_.ops[in.op];
+    if (op.phase != ir::Phase::Optimizer || op.kind == ir::OpKind::GradNorm) continue;
+    EPL_ASSERT(opChunks_[in.op].second == 0, "an optimizer op runs once a step");
+    auto [begin, end] = updatedBytes(op.params.at(0));
+    opChunks_[in.op].first = chunks.size();
+    for (int64_t at = begin; at < end; at += disk_->chunkBytes()) {
+      chunks.push_back({stateOffset(at), std::min(disk_->chunkBytes(), end - at)});
+      chunkParamAt_.push_back(at);
+    }
+    opChunks_[in.op].second = chunks.size() - opChunks_[in.op].first;
+  }
+  disk_->setChunks(std::move(chunks));
+}
+
+void Executor::optimizerStep(int id, int64_t step) {
+  const ir::Op& op = m_.ops[id];
   if (op.kind == ir::OpKind::GradNorm) return gradNorm(op);
   int p = op.params.at(0);
   backend::OptimizerCall c;
@@ -1222,20 +1308,34 @@ void Executor::optimizerStep(const ir::Op& op, int64_t step) {
   c.grad = view(op.inputs[0]);
   c.state1 = stateView(p, 0);
   c.state2 = stateView(p, 1);
-  if (zeroBytes_ > 0) {
-    // ZeRO: the part of the parameter in this rank's slice (the update is elementwise).
-    int64_t begin = std::max(paramOffset_[p], zeroBegin_);
-    int64_t end = std::min(paramOffset_[p] + 4 * paramElems_[p], zeroBegin_ + zeroBytes_);
-    if (begin >= end) return;
-    EPL_ASSERT(gradParam_[op.inputs[0]] == p, "an optimizer op reads its parameter's gradient");
+  if (zeroBytes_ == 0 && !disk_) return dev_.optimizerStep(c);
+  // A run of the parameter's bytes [from, to), with its states at s1 and s2.
+  EPL_ASSERT(gradParam_[op.inputs[0]] == p, "an optimizer op reads its parameter's gradient");
+  auto update = [&](int64_t from, int64_t to, unsigned char* s1, unsigned char* s2) {
     for (backend::TensorView* v : {&c.param, &c.grad, &c.state1, &c.state2})
-      v->shape = {(end - begin) / 4};
-    c.param.data = params_ + begin;
-    c.grad.data = grads_ + begin;
-    c.state1.data = states_ > 0 ? stateMem_[0] + (begin - zeroBegin_) : nullptr;
-    c.state2.data = states_ > 1 ? stateMem_[1] + (begin - zeroBegin_) : nullptr;
+      v->shape = {(to - from) / 4};
+    c.param.data = params_ + from;
+    c.grad.data = grads_ + from;
+    c.state1.data = states_ > 0 ? s1 : nullptr;
+    c.state2.data = states_ > 1 ? s2 : nullptr;
+    dev_.optimizerStep(c);
+  };
+  if (!disk_) {
+    auto [begin, end] = updatedBytes(p);
+    if (begin >= end) return;
+    int64_t at = stateOffset(begin);
+    return update(begin, end, stateMem_[0] + at, states_ > 1 ? stateMem_[1] + at : nullptr);
   }
-  dev_.optimizerStep(c);
+  // On disk: chunk by chunk, as the file's worker reads them in.
+  auto [first, count] = opChunks_[id];
+  for (size_t i = first; i < first + count; ++i) {
+    disk_->acquire(i);
+    int64_t at = chunkParamAt_[i];
+    update(at, at + disk_->chunk(i).bytes, disk_->stateOf(i, 0),
+           states_ > 1 ? disk_->stateOf(i, 1) : nullptr);
+    dev_.synchronize(); // the update is done with the buffer before it is written back
+    disk_->release(i);
+  }
 }
 
 // ZeRO: every rank's updated slice of the parameters, to every rank, in place (the slices
@@ -1297,6 +1397,7 @@ StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
   gradNorm_ = -1; // measured by the grad-norm op, which runs only when clipping
   reduceWaitSeconds_ = 0;
   postReceives(program_.step, stepRecv_);
+  if (disk_) disk_->beginStep(); // its first chunks are read while the step computes
   bool traced = trace_ && trace_->wants();
   if (traced) trace_->beginStep(step);
   tracing_ = traced;
@@ -1311,6 +1412,7 @@ StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
   }
   tracing_ = false;
   finishSends(-1);
+  if (disk_) disk_->endStep();
   if (zeroBytes_ > 0) gatherParams(step);
   dev_.synchronize();
   if (traced) trace_->endStep();
@@ -1359,7 +1461,8 @@ StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
   }
   r.gradNorm = gradNorm_;
   for (size_t b = 0; b < bucketBegin_.size(); ++b)
-    r.reduceBytes += bucketEnd_[b] - bucketBegin_[b];
+    r.reduceBytes +=
+        (bucketEnd_[b] - bucketBegin_[b]) / 4 * (wire_ == backend::WireType::F32 ? 4 : 2);
   return r;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 #include "backend/Device.h"
 #include "backend/comm/Comm.h"
+#include "interp/OffloadedStates.h"
 #include "interp/Trace.h"
 #include "ir/Module.h"
 
@@ -25,6 +26,9 @@ struct OptimizerSettings {
   backend::OptimizerKind kind = backend::OptimizerKind::AdamW;
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weightDecay = 0.f, momentum = 0.f;
   double clipGradNorm = 0; // 0: off
+  // Where the optimizer states' file goes when the plan keeps them on disk
+  // (Program::offloadedBytes); empty: the system's temporary directory.
+  std::string offloadDir;
 };
 
 struct StepResult {
@@ -33,7 +37,7 @@ struct StepResult {
   // Data parallelism: seconds this rank was blocked in reduce-wait; seconds from the last
   // rank's first reduce-start to the last rank's last reduce-wait (the reductions' own
   // time once every rank has joined; by the monotonic clock, so meaningful when the ranks
-  // share one machine); and the bytes reduced.
+  // share one machine); and the bytes its reductions sent (in the wire type, `comm_dtype`).
   double reduceWaitSeconds = 0, reduceSpanSeconds = 0;
   int64_t reduceBytes = 0;
   // A model with `moe`: the mean over its moe layers and the step's samples of the
@@ -72,6 +76,9 @@ public:
   int microBatches() const { return program_.microBatches; }
   // The ranks ZeRO partitions the optimizer states over (0: every rank holds them all).
   int zeroRanks() const { return zeroBytes_ > 0 ? zeroComm().size() : 0; }
+  // The directory of the file holding the optimizer states, when they are offloaded to disk
+  // (else empty).
+  std::string offloadDir() const { return disk_ ? disk_->dir() : std::string(); }
 
   // Parameters and optimizer states (k = 0, 1) by param index, as f32 host arrays.
   void writeParam(int p, const float* host);
@@ -181,7 +188,18 @@ private:
   backend::Comm& bucketComm(int b) const {
     return m_.buckets[b].pieces && pieces_ ? *pieces_ : reduceComm();
   }
-  void optimizerStep(const ir::Op& op, int64_t step);
+  void optimizerStep(int op, int64_t step);
+  std::pair<int64_t, int64_t> updatedBytes(int p) const;
+  // Where parameter byte b's optimizer states are in each state's memory (or file).
+  int64_t stateOffset(int64_t b) const { return b - (zeroBytes_ > 0 ? zeroBegin_ : 0); }
+  void planOffloadChunks();
+  // Bytes [offset, offset + bytes) of the parameters' memory (k = kParams) or of optimizer
+  // state k's (in memory or on disk), to or from host memory. Blocking.
+  static constexpr int kParams = -1;
+  void readModel(int k, int64_t offset, int64_t bytes, void* host) const;
+  void writeModel(int k, int64_t offset, int64_t bytes, const void* host);
+  // Those bytes of optimizer state k, from `root` (of comm_) to every rank.
+  void broadcastStates(int k, int64_t offset, int64_t bytes, int root, const std::string& what);
   void gatherParams(int64_t step);
   // Bytes of each optimizer state this rank holds: its ZeRO slice, or every parameter.
   int64_t stateBytes() const { return zeroBytes_ > 0 ? zeroBytes_ : gradBytes_; }
@@ -225,6 +243,13 @@ private:
   // reads (then dropGathered), or rank 0's writes and broadcastState.
   int64_t zeroBase_ = 0, zeroBegin_ = 0, zeroBytes_ = 0;
   std::vector<float> zeroStates_[2];
+  // Optimizer states offloaded to disk (Program::offloadedBytes > 0; stateMem_ is then
+  // null): the file, the staging buffers' memory, and the step's chunks: by optimizer op id
+  // its first chunk and their number; by chunk, where it starts in the parameter memory.
+  std::unique_ptr<OffloadedStates> disk_;
+  unsigned char* stagingMem_ = nullptr;
+  std::vector<std::pair<size_t, size_t>> opChunks_;
+  std::vector<int64_t> chunkParamAt_;
   // Split experts: what each moe's dispatch exchanged for the micro-batch in each slot, by
   // (its counts tensor, slot): the rows this rank sent to each rank of its split group,
   // and the rows of each of its experts it got from each (rank-major), for the combine and

@@ -406,6 +406,11 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
       ex.localBatch(), formatBytes(prog.peakBytes()),
       formatBytes(prog.slots == 1 ? prog.arenaBytes : prog.activationBytes()),
       formatBytes(prog.paramBytes), formatBytes(prog.gradBytes), formatBytes(prog.optimizerBytes));
+  if (!ex.offloadDir().empty())
+    out << fmt::format("optimizer states: in a file in {} ({}{}), streamed through {} of "
+                       "staging buffers in each step\n",
+                       ex.offloadDir(), formatBytes(prog.offloadedBytes),
+                       ranks > 1 ? " on rank 0" : "", formatBytes(prog.stagingBytes));
   if (stages > 1) {
     std::vector<std::string> slots;
     for (const ir::Program& p : m.programs)
@@ -540,7 +545,21 @@ void warnUnappliedPolicies(const ir::Module& m, Diagnostics& diags) {
         .note(what);
   };
   warn("amp", p.amp != ir::Amp::None, "this run computes and stores everything in fp32");
-  warn("offload", p.offload != ir::Offload::None, "optimizer states and parameters stay in memory");
+  warn("offload", p.offload == ir::Offload::Params,
+       "parameters stay in memory: offloading them needs ZeRO stage 3, which does not run yet; "
+       "`offload = optimizer` with `offload_to = disk` runs");
+  auto to = p.keyLocs.find("offload_to");
+  if (to == p.keyLocs.end()) to = p.keyLocs.find("offload");
+  if (p.offload == ir::Offload::Optimizer && !m.offloadApplies() && to != p.keyLocs.end())
+    diags
+        .warning(to->second,
+                 m.optimizerStates() == 0
+                     ? "`offload = optimizer` moves nothing: this optimizer keeps no states"
+                     : "`offload_to = cpu` moves nothing on the cpu device, whose memory is the "
+                       "host's")
+        .length(static_cast<uint32_t>(to->first.size()))
+        .note("the optimizer states stay in memory")
+        .help("`offload_to = disk` keeps them in a file (--offload-dir chooses its folder)");
   // One rank has nothing to partition.
   bool zeroRuns = m.mesh.np == 1 || m.zeroApplies();
   warn("zero", p.zero != ir::ZeroStage::None && !zeroRuns,
@@ -610,6 +629,51 @@ void finishTrace(const TraceRecorder& trace, const ir::Module& m, const ir::Prog
 
 // Collective, for a pipeline: rank 0 prints each stage's peak of micro-batches in flight
 // by the runtime's account (replica 0's ranks) beside the plan's slots.
+// After the first step, every rank's measured memory (its process's peak above what it held
+// before the run's buffers) beside its plan: one figure, or per pipeline stage the range
+// over its ranks. Collective; rank 0 prints.
+std::string memoryReport(const ir::Module& m, int64_t measured, backend::Comm& comm) {
+  std::vector<int64_t> all(m.programs.size());
+  comm.allGather(&measured, all.data(), sizeof measured, "the memory measured after step 1");
+  auto percent = [](int64_t measured, int64_t planned) {
+    return 100.0 * static_cast<double>(measured - planned) /
+           static_cast<double>(std::max<int64_t>(planned, 1));
+  };
+  const char* what = "the process's peak above what it held before the run's buffers";
+  if (all.size() == 1) {
+    int64_t planned = m.programs[0].peakBytes();
+    return fmt::format("memory after the first step: planned {}, measured {} ({:+.1f}%; {})",
+                       formatBytes(planned), formatBytes(measured), percent(measured, planned),
+                       what);
+  }
+  std::vector<std::string> stages;
+  int count = static_cast<int>(m.mesh.stages.size());
+  for (int s = 0; s < count; ++s) {
+    std::vector<int64_t> planned, measures;
+    std::vector<double> off;
+    for (const ir::Program& p : m.programs) {
+      if (p.stage != s) continue;
+      planned.push_back(p.peakBytes());
+      measures.push_back(all[p.rank]);
+      off.push_back(percent(all[p.rank], p.peakBytes()));
+    }
+    if (planned.empty()) continue;
+    // Lowest to highest, one figure when they agree.
+    auto span = [](auto values, auto text) {
+      auto [low, high] = std::minmax_element(values.begin(), values.end());
+      return *low == *high ? text(*low) : fmt::format("{} to {}", text(*low), text(*high));
+    };
+    auto bytes = [](int64_t v) { return formatBytes(v); };
+    auto signedPercent = [](double v) { return fmt::format("{:+.1f}%", v); };
+    size_t ranks = planned.size();
+    stages.push_back(fmt::format("{}{} rank{}: planned {}, measured {} ({})",
+                                 count > 1 ? fmt::format("stage {}, ", s) : "", ranks,
+                                 ranks == 1 ? "" : "s", span(planned, bytes), span(measures, bytes),
+                                 span(off, signedPercent)));
+  }
+  return fmt::format("memory after the first step ({}): {}", what, fmt::join(stages, "; "));
+}
+
 void reportActivations(const Executor& ex, const ir::Module& m, backend::Comm& comm,
                        std::ostream& out) {
   const ir::Program& mine = m.programs[comm.rank()];
@@ -741,7 +805,17 @@ std::optional<int> TrainingRun::open() {
   // What the process holds before the run's buffers exist (code, libraries, the data
   // set): the measured memory of the step is the peak above it.
   baseline_ = residentBytes();
-  ex_ = std::make_unique<Executor>(m, *device_, comm_, optimizerSettings(m.train));
+  OptimizerSettings settings = optimizerSettings(m.train);
+  settings.offloadDir = o_.offloadDir;
+  try {
+    ex_ = std::make_unique<Executor>(m, *device_, comm_, settings);
+  } catch (const OffloadError& e) {
+    auto at = m.policy.keyLocs.find("offload_to");
+    mine_.error(at == m.policy.keyLocs.end() ? m.loc : at->second, e.what())
+        .length(10) // offload_to
+        .help("pass --offload-dir a folder on a disk with room for them");
+  }
+  if (!agree(ex_ != nullptr, "opening the offloaded optimizer states")) return 1;
   // Rank 0 locks the checkpoint folder, reads the checkpoint or initialises, then every
   // rank gets its weights and optimizer states: replicas start bit-identical, and a
   // checkpoint needs to be readable by rank 0 alone.
@@ -840,13 +914,8 @@ std::optional<int> TrainingRun::step(int64_t step) {
   metrics_.step(rep);
   checkMetrics();
   if (step == start_) {
-    const ir::Program& prog = m.programs[rank_];
-    int64_t measured = peakResidentBytes() - baseline_;
-    progress.line(fmt::format(
-        "memory after the first step: planned {}, measured {} ({:+.1f}%; the process's peak "
-        "above what it held before the run's buffers)",
-        formatBytes(prog.peakBytes()), formatBytes(measured),
-        100.0 * (measured - prog.peakBytes()) / std::max<int64_t>(prog.peakBytes(), 1)));
+    std::string memory = memoryReport(m, peakResidentBytes() - baseline_, comm_);
+    if (rank_ == 0) progress.line(memory);
   }
   if (evaluatesAfter(step)) {
     int64_t batches = static_cast<int64_t>(

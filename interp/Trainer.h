@@ -23,6 +23,7 @@ struct RunOptions {
   bool saveInitial = false;    // write a checkpoint of the initial weights (step 0)
   int threads = 0;             // CPU threads; 0: every core
   std::string device = "auto"; // auto, cpu or cuda (DeviceChoice.h)
+  std::string offloadDir;      // `offload_to = disk`'s folder; empty: the temporary folder
   int64_t stopAfter = 0;       // stop after this step (a checkpoint is written) as if
                                // interrupted; the schedule still spans `steps`. 0: run them all
   std::ostream* out = nullptr;

@@ -228,11 +228,20 @@ std::string Module::runRefusal() const {
   return "";
 }
 
+int Module::optimizerStates() const {
+  const CallSpec& opt = train.optimizer;
+  if (opt.kind != "sgd") return 2;
+  return opt.numbers.count("momentum") && opt.numbers.at("momentum") > 0 ? 1 : 0;
+}
+
+bool Module::offloadApplies() const {
+  return policy.offload == Offload::Optimizer && policy.offloadTo == OffloadTarget::Disk &&
+         optimizerStates() > 0;
+}
+
 bool Module::zeroApplies() const {
   if (policy.zero != ZeroStage::OptimizerStates || programs.empty()) return false;
-  const CallSpec& opt = train.optimizer;
-  bool momentum = opt.numbers.count("momentum") && opt.numbers.at("momentum") > 0;
-  if (opt.kind == "sgd" && !momentum) return false;
+  if (optimizerStates() == 0) return false;
   for (const StagePlan& st : mesh.stages)
     if (st.splitWidth > 1) return false;
   for (const Program& p : programs) {

@@ -171,7 +171,7 @@ struct Bridge {
 // micro-batch.
 struct GradBucket {
   int firstParam = 0, endParam = 0;
-  int64_t bytes = 0; // f32 gradient bytes
+  int64_t bytes = 0; // f32 gradient bytes (Module::wireBytes: what travels)
   int readyOp = -1;
   int stage = 0; // a pipeline's stage whose ranks hold these gradients (and reduce them)
   int ranks = 0; // how many ranks sum them
@@ -269,6 +269,16 @@ struct Module {
   // optimizer with states, no split stage, and each program updating consecutive
   // parameters (not interleaved chunks) that several ranks share.
   bool zeroApplies() const;
+  // The bytes bucket b's reduction sends from each rank: its gradients in `comm_dtype`.
+  int64_t wireBytes(const GradBucket& b) const {
+    return b.bytes / 4 * dtypeBytes(policy.commDtype);
+  }
+  // The optimizer states each parameter has (adam/adamw 2, sgd with momentum 1, else 0).
+  int optimizerStates() const;
+  // Whether the runtime keeps the optimizer states in a file (`offload = optimizer`,
+  // `offload_to = disk`, an optimizer with states). `offload_to = cpu` is for devices with
+  // memory of their own: the CPU backend's device memory is the host's already.
+  bool offloadApplies() const;
   // Where each micro-batch uses its slot of p's arena in p.step: the index of its first
   // and last instruction that reads or writes the arena (a load, a forward or backward op,
   // a transfer, the loss seed), -1 for a micro-batch the program does not run. The

@@ -498,7 +498,7 @@ void printPlan(const Module& m, std::ostream& out) {
   if (!m.buckets.empty()) {
     int64_t bytes = 0;
     for (const GradBucket& b : m.buckets)
-      bytes += b.bytes;
+      bytes += m.wireBytes(b);
     bool alike = std::all_of(m.buckets.begin(), m.buckets.end(),
                              [&](const GradBucket& b) { return b.ranks == m.buckets[0].ranks; });
     out << fmt::format("\ngradient reduction: {} in {} bucket{}, summed over {} in {}, {}\n",
@@ -512,7 +512,7 @@ void printPlan(const Module& m, std::ostream& out) {
     for (size_t s = 0; mesh.stages.size() > 1 && s < mesh.stages.size(); ++s) {
       int64_t stageBytes = 0, count = 0;
       for (const GradBucket& b : m.buckets)
-        if (b.stage == static_cast<int>(s)) stageBytes += b.bytes, ++count;
+        if (b.stage == static_cast<int>(s)) stageBytes += m.wireBytes(b), ++count;
       if (count == 0) continue;
       out << fmt::format("  stage {}: {} in {} bucket{} over ranks {}\n", s,
                          formatBytes(static_cast<double>(stageBytes)), count, count == 1 ? "" : "s",
@@ -552,7 +552,7 @@ std::string instrText(const Module& m, const Program& p, const Instr& in) {
     return fmt::format(
         "reduce-start bucket {}: {} gradient{}, {} ({} {}), summed over {} ranks", in.bucket,
         b.endParam - b.firstParam, b.endParam - b.firstParam == 1 ? "" : "s", params,
-        formatBytes(static_cast<double>(b.bytes)), wireName(m.policy.commDtype), b.ranks);
+        formatBytes(static_cast<double>(m.wireBytes(b))), wireName(m.policy.commDtype), b.ranks);
   }
   case InstrKind::Send:
   case InstrKind::Recv: {
@@ -607,9 +607,13 @@ void printProgram(const Module& m, int rank, std::ostream& out) {
                    : fmt::format("{} slots x {}", p.slots, formatBytes(p.slotStride()));
   if (p.recvBytes > 0)
     activations += fmt::format(" + receive buffers {}", formatBytes(p.recvBytes));
-  out << fmt::format("memory plan: {} = activations {} + params {} + grads {} + optimizer {}\n",
+  std::string offload =
+      p.stagingBytes > 0 ? fmt::format(" + staging {} (optimizer states on disk: {})",
+                                       formatBytes(p.stagingBytes), formatBytes(p.offloadedBytes))
+                         : "";
+  out << fmt::format("memory plan: {} = activations {} + params {} + grads {} + optimizer {}{}\n",
                      formatBytes(p.peakBytes()), activations, formatBytes(p.paramBytes),
-                     formatBytes(p.gradBytes), formatBytes(p.optimizerBytes));
+                     formatBytes(p.gradBytes), formatBytes(p.optimizerBytes), offload);
   std::vector<int> placed;
   for (size_t t = 0; t < p.offset.size(); ++t)
     if (p.offset[t] >= 0) placed.push_back(static_cast<int>(t));

@@ -109,10 +109,17 @@ struct Program {
   int64_t recvBytes = 0;      // the buffers the step's receives are posted into
   int64_t paramBytes = 0;     // parameters
   int64_t gradBytes = 0;      // parameter gradients
-  int64_t optimizerBytes = 0; // optimizer states
+  int64_t optimizerBytes = 0; // optimizer states in memory
+  // `offload = optimizer` to disk (Module::offloadApplies): the optimizer states live in a
+  // file (offloadedBytes of it), and the optimizer ops stream them through stagingBytes of
+  // memory, kStagingBuffers buffers of one chunk of every state: one read ahead, one being
+  // updated, one being written back.
+  static constexpr int kStagingBuffers = 3;
+  int64_t offloadedBytes = 0;
+  int64_t stagingBytes = 0;
   int64_t peakBytes() const {
     return (slots == 1 ? arenaBytes : activationBytes()) + recvBytes + paramBytes + gradBytes +
-           optimizerBytes;
+           optimizerBytes + stagingBytes;
   }
 };
 

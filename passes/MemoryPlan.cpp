@@ -214,6 +214,8 @@ private:
     to.paramBytes = from.paramBytes;
     to.gradBytes = from.gradBytes;
     to.optimizerBytes = from.optimizerBytes;
+    to.offloadedBytes = from.offloadedBytes;
+    to.stagingBytes = from.stagingBytes;
   }
 
   static void plan(const ir::Module& m, ir::Program& p) {
@@ -294,17 +296,32 @@ private:
       params += 4 * n;
       if (prm.grad >= 0) grads += 4 * n;
     }
-    const ir::CallSpec& opt = m.train.optimizer;
-    int states =
-        opt.kind == "sgd" ? (opt.numbers.count("momentum") && opt.numbers.at("momentum") > 0) : 2;
+    int states = m.optimizerStates();
     p.paramBytes = params;
     p.gradBytes = grads;
     // ZeRO stage 1: each rank's slice of the states of its stage's parameters.
-    int64_t mine = 0;
-    for (int q : p.params)
-      mine += 4 * ir::numElements(m.params[q].type.shape, m.bindings).value_or(0);
-    p.optimizerBytes = states * (m.zeroApplies() ? (mine + p.dataRanks - 1) / p.dataRanks : grads);
+    int64_t mine = 0, largest = 0;
+    for (int q : p.params) {
+      int64_t bytes = 4 * ir::numElements(m.params[q].type.shape, m.bindings).value_or(0);
+      mine += bytes;
+      largest = std::max(largest, bytes);
+    }
+    int64_t perState = m.zeroApplies() ? (mine + p.dataRanks - 1) / p.dataRanks : grads;
+    p.optimizerBytes = states * perState;
+    p.offloadedBytes = p.stagingBytes = 0;
+    if (!m.offloadApplies() || p.params.empty()) return;
+    // Offloaded to disk: a chunk of at most kOffloadChunk bytes of each state per staging
+    // buffer (no larger than the largest run the optimizer updates at once), in 64-byte
+    // units as the executor's buffers are.
+    int64_t chunk = std::min({kOffloadChunk, perState, largest});
+    chunk = std::max<int64_t>((chunk + 63) / 64 * 64, 64);
+    p.offloadedBytes = p.optimizerBytes;
+    p.optimizerBytes = 0;
+    p.stagingBytes = ir::Program::kStagingBuffers * states * chunk;
   }
+
+  // The most bytes of one optimizer state an offloaded step holds in one staging buffer.
+  static constexpr int64_t kOffloadChunk = int64_t{1} << 20;
 };
 
 } // namespace

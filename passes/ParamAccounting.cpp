@@ -29,12 +29,7 @@ struct StateBytes {
 StateBytes bytesPerParam(const ir::Module& m) {
   StateBytes b;
   bool half = m.policy.amp != ir::Amp::None;
-  const ir::CallSpec& opt = m.train.optimizer;
-  int64_t moments = 8;
-  if (opt.kind == "sgd") {
-    auto mom = opt.numbers.find("momentum");
-    moments = mom != opt.numbers.end() && mom->second != 0 ? 4 : 0;
-  }
+  int64_t moments = 4 * m.optimizerStates();
   b.param = half ? 2 : 4;
   b.grad = half ? 2 : 4;
   b.optimizer = moments + (half ? 4 : 0);

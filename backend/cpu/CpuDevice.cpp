@@ -93,6 +93,7 @@ public:
   std::string name() const override {
     return "cpu (" + std::to_string(threads_) + (threads_ == 1 ? " thread)" : " threads)");
   }
+  bool hostAddressable() const override { return true; }
 
   void* allocate(int64_t bytes) override {
     EPL_ASSERT(bytes >= 0, "negative allocation");

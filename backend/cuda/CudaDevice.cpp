@@ -155,6 +155,7 @@ public:
   }
 
   std::string name() const override { return name_; }
+  bool hostAddressable() const override { return false; }
 
   void* allocate(int64_t bytes) override {
     void* p = nullptr;

@@ -2,8 +2,8 @@
 """Data parallelism and pipelines equal one device: runs one script with `epl run -np N`
 for each N (real mpirun ranks) and compares the loss of every step, and the final
 validation loss, with the -np 1 run; with moe layers, also the share of token copies the
-experts' capacity dropped at every step (equal) and the load-balancing loss. --exact KEY=VALUE runs each -np N again with that
-setting too and requires bit-identical losses (gpipe and 1f1b: the same arithmetic in
+experts' capacity dropped at every step (equal) and the load-balancing loss. --exact KEY=VALUE[&KEY=VALUE...] runs each -np N again
+with those settings too and requires bit-identical losses (gpipe and 1f1b: the same arithmetic in
 another order).
 
 usage: equivalence.py EPL WORKDIR SCRIPT [--np 1 2 4] [--tol 1e-5] [--steps 20]
@@ -111,7 +111,8 @@ def main():
     ap.add_argument("--expect", action="append", default=[],
                     help="text the -np > 1 runs must print, _ for a space (8_buckets)")
     ap.add_argument("--exact", action="append", default=[],
-                    help="a setting whose -np > 1 runs must give bit-identical losses")
+                    help="a setting (or several joined by &) whose -np > 1 runs must give "
+                    "bit-identical losses")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     script = os.path.abspath(a.script)
@@ -154,7 +155,7 @@ def main():
             compare_moe(ref_moe, moe, f"np{np}", a.tol)
         for k, extra in enumerate(a.exact):
             other, other_eval, _, _ = run(a.epl, a.work, script, f"np{np}_exact{k}",
-                                       ["-np", str(np)], a.steps, a.sets + [extra])
+                                       ["-np", str(np)], a.steps, a.sets + extra.split("&"))
             if other != losses or other_eval != evals:
                 compare(losses, evals, other, other_eval, f"np{np}", f"np{np} {extra}")
                 sys.exit(f"FAIL: -np {np} with {extra} is not bit-identical")

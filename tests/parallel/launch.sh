@@ -48,7 +48,8 @@ if grep -qi "mpirun" pipe.out; then fail "mpirun was started"; fi
 
 # A checkpoint written by 2 ranks (once, by rank 0) resumes on 4 and on 1, and the losses
 # continue as in a run that never stopped; with ZeRO stage 1 on 2 and 4 ranks (rank 0
-# gathers the optimizer states' slices, and hands them out again).
+# gathers the optimizer states' slices, and hands them out again: on 4 ranks, into files
+# in a folder of --offload-dir).
 sed 's|^  seed = 3|  seed = 3\n  checkpoint = { dir = "ck", every = 5 }|' "$script" > ck.epl
 "$epl" run ck.epl -np 1 --metrics whole.jsonl > whole.out 2>&1
 rm -rf ck
@@ -57,8 +58,19 @@ ls ck | grep -qx step-00000010 || fail "no checkpoint at step 10"
 if grep -q "is not applied" half.out; then cat half.out; fail "zero = 1 was not applied"; fi
 grep -q "optimizer states: each rank holds 1/2 (ZeRO stage 1)" half.out || { cat half.out; fail "ZeRO"; }
 cp -r ck ck1
-"$epl" run ck.epl -np 4 --set policy.zero=1 --resume --metrics rest4.jsonl > rest4.out 2>&1 ||
+mkdir -p states
+"$epl" run ck.epl -np 4 --set policy.zero=1 --set policy.offload=optimizer \
+  --set policy.offload_to=disk --offload-dir states --resume --metrics rest4.jsonl > rest4.out 2>&1 ||
   { cat rest4.out; fail "resume on 4 ranks"; }
+grep -q "optimizer states: in a file in states" rest4.out || { cat rest4.out; fail "offload"; }
+[ -z "$(ls states)" ] || fail "the offloaded states' files were left in their folder"
+# A folder that is not there: refused before the first step, naming it.
+rc=0
+"$epl" run ck.epl -np 2 --set policy.offload=optimizer --set policy.offload_to=disk \
+  --offload-dir missing --steps 1 > missing.out 2>&1 || rc=$?
+[ "$rc" = 1 ] || { cat missing.out; fail "a missing --offload-dir exited $rc"; }
+grep -q "cannot create a file for the offloaded optimizer states in missing" missing.out ||
+  { cat missing.out; fail "the missing folder's error"; }
 rm -rf ck && mv ck1 ck
 "$epl" run ck.epl -np 1 --resume --metrics rest1.jsonl > rest1.out 2>&1 ||
   { cat rest1.out; fail "resume on 1 rank"; }

@@ -34,8 +34,11 @@ rm -rf ck
 run half1 -np 1 --stop-after 10
 run rest1to2 -np 2 --resume
 rm -rf ck
-run half4 -np 4 --set policy.zero=1 --stop-after 10
+# ZeRO stage 1 with the slices on disk: each stage's first rank gathers them from the files.
+run half4 -np 4 --set policy.zero=1 --set policy.offload=optimizer --set policy.offload_to=disk \
+  --stop-after 10
 grep -q "each rank holds 1/2 (ZeRO stage 1)" half4.out || { cat half4.out; fail "ZeRO"; }
+grep -q "optimizer states: in a file in" half4.out || { cat half4.out; fail "offload"; }
 cp -r ck ck4 && cp -r ck ck4b
 run rest4to1 -np 1 --resume
 rm -rf ck && mv ck4 ck

@@ -5,7 +5,8 @@
 # piece in place. A run saved at -np N resumes on 1 device and at -np N, and one saved on
 # 1 device resumes at -np N, with the losses of a run that never stopped (bit-identical
 # when resumed at the -np that stopped). With W, the script's split(2) also becomes
-# split(W) at -np W: a run saved at split 2 resumes at split W, and the other way.
+# split(W) at -np W: a run saved at split 2 resumes at split W, and the other way. The
+# save at -np N and its resumption at -np N keep the optimizer states on disk.
 # usage: split_checkpoint.sh EPL WORKDIR SCRIPT N [W]
 set -euo pipefail
 epl=$1 work=$2 script=$(realpath "$3") np=$4 wide=${5:-}
@@ -21,12 +22,16 @@ run() { # NAME ARGS...: a run of $model into ck, its metrics in NAME.jsonl
 }
 run whole1 -np 1 && rm -rf ck
 run whole2 -np "$np" && rm -rf ck
-run half2 -np "$np" --stop-after 10
+# The optimizer states of these two in a file each rank streams them from (offload_to = disk):
+# gathered from it for the save, and written to it on load.
+offload="--set policy.offload=optimizer --set policy.offload_to=disk"
+run half2 -np "$np" --stop-after 10 $offload
+grep -q "optimizer states: in a file in" half2.out || { cat half2.out; fail "offload"; }
 ls ck | grep -qx step-00000010 || fail "no checkpoint at step 10"
 cp -r ck ck2
 run rest1 -np 1 --resume
 rm -rf ck && mv ck2 ck
-run rest2 -np "$np" --resume
+run rest2 -np "$np" --resume $offload
 rm -rf ck
 run half1 -np 1 --stop-after 10
 run rest1to2 -np "$np" --resume

@@ -42,6 +42,7 @@ class FullDevice : public epl::backend::Device {
 public:
   explicit FullDevice(std::unique_ptr<epl::backend::Device> d) : d_(std::move(d)) {}
   std::string name() const override { return "full"; }
+  bool hostAddressable() const override { return true; }
   void* allocate(int64_t bytes) override {
     if (++allocations_ > 1) throw std::bad_alloc();
     return d_->allocate(bytes); // the first succeeds: the others must release it

@@ -59,3 +59,50 @@ TEST_CASE("offloading the optimizer leaves parameters and gradients on the devic
   CHECK(modelStates("amp = bf16 offload = optimizer", "adam(lr = 1e-3)", 2) == 4 * kPsi);
   CHECK(modelStates("amp = bf16 zero = 3 offload = params", "adam(lr = 1e-3)", 4) == 2 * kPsi / 4);
 }
+
+// What a rank's program holds (the ledger `epl run` allocates): offloaded to disk, the
+// optimizer states leave memory for three staging buffers of a chunk of each state (at most
+// 1 MiB, no larger than the largest parameter); to cpu, they stay (the CPU device's memory
+// is the host's).
+TEST_CASE("offloading the optimizer to disk leaves staging buffers in the rank's ledger") {
+  auto program = [](const std::string& policy, const std::string& optimizer, int np) {
+    std::string text = fmt::format(R"(
+model net(x: f32[B, 1024], y: i32[B]) {{
+  return mse(linear(x, 1024, bias = false), x)
+}}
+policy {{ {} }}
+train net {{
+  data = synthetic(samples = 64)
+  batch = 64
+  optimizer = {}
+}}
+)",
+                                   policy, optimizer);
+    epl::Session session;
+    epl::PlanOptions options;
+    options.np = np;
+    auto m = epl::planText("states.epl", text, session, options);
+    REQUIRE(m);
+    for (const epl::ir::Program& p : m->programs) { // the ranks hold alike
+      CHECK(p.stagingBytes == m->programs[0].stagingBytes);
+      CHECK(p.offloadedBytes == m->programs[0].offloadedBytes);
+    }
+    return m->programs.at(0);
+  };
+  epl::ir::Program disk = program("offload = optimizer offload_to = disk", "adam(lr = 1e-3)", 1);
+  CHECK(disk.optimizerBytes == 0);
+  CHECK(disk.offloadedBytes == 8 * kPsi);
+  CHECK(disk.stagingBytes == 3 * 2 * (int64_t{1} << 20));
+  CHECK(disk.peakBytes() == disk.arenaBytes + 4 * kPsi + 4 * kPsi + disk.stagingBytes);
+  // ZeRO stage 1 over 4 ranks: a quarter of the states on each rank's disk.
+  epl::ir::Program zero =
+      program("zero = 1 offload = optimizer offload_to = disk", "sgd(lr = 0.1, momentum = 0.9)", 4);
+  CHECK(zero.offloadedBytes == kPsi);
+  CHECK(zero.stagingBytes == 3 * (int64_t{1} << 20));
+  epl::ir::Program cpu = program("offload = optimizer offload_to = cpu", "adam(lr = 1e-3)", 1);
+  CHECK(cpu.optimizerBytes == 8 * kPsi);
+  CHECK(cpu.offloadedBytes == 0);
+  CHECK(cpu.stagingBytes == 0);
+  // Nothing to offload: SGD without momentum keeps no states.
+  CHECK(program("offload = optimizer offload_to = disk", "sgd(lr = 0.1)", 1).stagingBytes == 0);
+}

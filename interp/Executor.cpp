@@ -267,7 +267,7 @@ Executor::~Executor() {
 void Executor::allocateBuffers() {
   auto allocate = [&](int64_t bytes) { return static_cast<unsigned char*>(dev_.allocate(bytes)); };
   try {
-    arena_ = allocate(std::max<int64_t>(program_.slots * program_.slotStride(), kAlign));
+    arena_ = allocate(std::max<int64_t>(program_.activationBytes(), kAlign));
     if (program_.recvBytes > 0) recvMem_ = allocate(program_.recvBytes);
     // With ZeRO the slices of every rank, side by side, may reach past the parameters.
     params_ = allocate(std::max(gradBytes_, zeroBase_ + zeroRanks() * zeroBytes_));
@@ -329,7 +329,10 @@ backend::TensorView Executor::view(int t, int slot) const {
     v.data = grads_ + paramOffset_[gradParam_[t]];
   } else {
     EPL_ASSERT(program_.offset[t] >= 0, "tensor has no place in the memory plan");
-    v.data = arena_ + slot * program_.slotStride() + program_.offset[t];
+    // A shared tensor sits in the region after the slots, the same for every micro-batch.
+    int64_t base = program_.isShared(t) ? program_.slots * program_.slotStride()
+                                        : slot * program_.slotStride();
+    v.data = arena_ + base + program_.offset[t];
   }
   return v;
 }

@@ -415,8 +415,9 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
     std::vector<std::string> slots;
     for (const ir::Program& p : m.programs)
       if (p.dataRank == 0) // the other ranks of a stage run the same program
-        slots.push_back(
-            fmt::format("stage {} {} x {}", p.stage, p.slots, formatBytes(p.slotStride())));
+        slots.push_back(fmt::format(
+            "stage {} {} x {}{}", p.stage, p.slots, formatBytes(p.slotStride()),
+            p.sharedBytes > 0 ? fmt::format(" + {} shared", formatBytes(p.sharedBytes)) : ""));
     out << fmt::format("pipeline: {}; activations in flight: {}\n",
                        ir::scheduleName(m.policy.schedule), fmt::join(slots, ", "));
   }
@@ -688,8 +689,8 @@ void reportActivations(const Executor& ex, const ir::Module& m, backend::Comm& c
     int64_t measured = all[p.rank];
     stages.push_back(fmt::format("stage {} measured {} micro-batch{} ({}), planned {} ({})", s,
                                  measured, measured == 1 ? "" : "es",
-                                 formatBytes(measured * p.slotStride()), p.slots,
-                                 formatBytes(p.slots * p.slotStride())));
+                                 formatBytes(measured * p.slotStride() + p.sharedBytes), p.slots,
+                                 formatBytes(p.activationBytes())));
   }
   out << fmt::format("activations: {}\n", fmt::join(stages, "; "));
 }

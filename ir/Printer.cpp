@@ -605,6 +605,7 @@ void printProgram(const Module& m, int rank, std::ostream& out) {
   std::string activations =
       p.slots == 1 ? formatBytes(p.arenaBytes)
                    : fmt::format("{} slots x {}", p.slots, formatBytes(p.slotStride()));
+  if (p.sharedBytes > 0) activations += fmt::format(" + shared {}", formatBytes(p.sharedBytes));
   if (p.recvBytes > 0)
     activations += fmt::format(" + receive buffers {}", formatBytes(p.recvBytes));
   std::string offload =
@@ -617,12 +618,15 @@ void printProgram(const Module& m, int rank, std::ostream& out) {
   std::vector<int> placed;
   for (size_t t = 0; t < p.offset.size(); ++t)
     if (p.offset[t] >= 0) placed.push_back(static_cast<int>(t));
+  // A slot's tensors, then the shared region's (offsets from its start).
   std::sort(placed.begin(), placed.end(), [&](int a, int b) {
+    if (p.isShared(a) != p.isShared(b)) return p.isShared(b);
     return p.offset[a] != p.offset[b] ? p.offset[a] < p.offset[b] : a < b;
   });
   out << "  offset      bytes  tensor\n";
   for (int t : placed)
-    out << fmt::format("  {:>9}  {:>9}  %{}\n", p.offset[t], m.bytesOn(p, t), m.tensors[t].name);
+    out << fmt::format("  {:>9}  {:>9}  %{}{}\n", p.offset[t], m.bytesOn(p, t), m.tensors[t].name,
+                       p.isShared(t) ? "  (shared)" : "");
 }
 
 } // namespace epl::ir

@@ -101,11 +101,19 @@ struct Program {
   // -1 for tensors not in it (parameter gradients have buffers of their own).
   // A pipeline stage keeps several micro-batches in flight: the arena is the plan of one
   // micro-batch (a slot), repeated `slots` times, and micro-batch m uses slot m % slots.
+  // With several slots, the tensors whose whole life lies inside one run of their micro-
+  // batch's instructions (no other micro-batch's in between: a forward's or a backward's
+  // temporaries, most of a recomputed block) need no slot of their own: they sit in one
+  // region after the slots that every micro-batch uses in turn (shared[t], sharedBytes),
+  // their offsets relative to it. Empty shared: none.
   std::vector<int64_t> offset;
   int64_t arenaBytes = 0; // one slot: the peak of one micro-batch's live activations and gradients
   int slots = 1;
+  std::vector<char> shared;
+  int64_t sharedBytes = 0;
   int64_t slotStride() const { return (arenaBytes + 63) / 64 * 64; }
-  int64_t activationBytes() const { return slots * slotStride(); }
+  int64_t activationBytes() const { return slots * slotStride() + sharedBytes; }
+  bool isShared(int t) const { return !shared.empty() && shared[t]; }
   int64_t recvBytes = 0;      // the buffers the step's receives are posted into
   int64_t paramBytes = 0;     // parameters
   int64_t gradBytes = 0;      // parameter gradients

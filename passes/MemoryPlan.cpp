@@ -21,6 +21,9 @@
 //      tensors W reads (activations, and gradients B wrote, such as a linear's dy) live
 //      until it. A sent tensor lives to the end of the step: the transfer goes on in the
 //      background until the slot's next micro-batch starts, or the step ends.
+//   6. With several slots, what lives inside one run of its micro-batch's instructions
+//      (sharedTensors) moves to one region after the slots, which the micro-batches use in
+//      turn, when slots x the rest + that region is smaller than slots x the whole plan.
 #include "passes/Passes.h"
 
 #include "support/Assert.h"
@@ -216,67 +219,157 @@ private:
     to.optimizerBytes = from.optimizerBytes;
     to.offloadedBytes = from.offloadedBytes;
     to.stagingBytes = from.stagingBytes;
+    to.shared = from.shared;
+    to.sharedBytes = from.sharedBytes;
   }
 
   static void plan(const ir::Module& m, ir::Program& p) {
-    std::vector<Interval> live = lifetimes(m, p);
-    Placement best = sweep(live, m.tensors.size());
-    if (overlappingPairs(live) <= kGreedyPairs) {
-      Placement greedy = greedyBySize(live, m.tensors.size());
-      if (greedy.arenaBytes <= best.arenaBytes) best = std::move(greedy);
+    Arena arena(m, p);
+    std::vector<Interval> live = lifetimes(m, p, arena);
+    Placement best = place(live, m.tensors.size());
+    p.shared.clear();
+    p.sharedBytes = 0;
+    if (p.slots > 1) {
+      // Slots for what outlives a run of its micro-batch's instructions, one shared region
+      // for the rest, when that is smaller than whole slots.
+      std::vector<char> shared = sharedTensors(m, p, arena);
+      std::vector<Interval> held, passing;
+      for (const Interval& iv : live)
+        (shared[iv.tensor] ? passing : held).push_back(iv);
+      Placement slot = place(held, m.tensors.size());
+      Placement region = place(passing, m.tensors.size());
+      if (!passing.empty() && p.slots * aligned(slot.arenaBytes) + region.arenaBytes <
+                                  p.slots * aligned(best.arenaBytes)) {
+        for (const Interval& iv : passing)
+          slot.offset[iv.tensor] = region.offset[iv.tensor];
+        best = std::move(slot);
+        p.shared = std::move(shared);
+        p.sharedBytes = region.arenaBytes;
+      }
     }
     p.offset = std::move(best.offset);
     p.arenaBytes = best.arenaBytes;
     countStates(m, p);
   }
 
-  static std::vector<Interval> lifetimes(const ir::Module& m, const ir::Program& p) {
+  static Placement place(const std::vector<Interval>& live, size_t tensors) {
+    Placement best = sweep(live, tensors);
+    if (overlappingPairs(live) <= kGreedyPairs) {
+      Placement greedy = greedyBySize(live, tensors);
+      if (greedy.arenaBytes <= best.arenaBytes) best = std::move(greedy);
+    }
+    return best;
+  }
+
+  // Which tensors an instruction touches in the arena.
+  struct Arena {
+    std::vector<bool> paramGrad; // own buffers, not the arena
+    std::vector<int> loaded;     // what a load writes
+    Arena(const ir::Module& m, const ir::Program& p) : paramGrad(m.tensors.size(), false) {
+      for (const ir::Param& prm : m.params)
+        if (prm.grad >= 0) paramGrad[prm.grad] = true;
+      // A load writes the model inputs and `next` targets this rank's ops read (a pipeline
+      // stage reads some of them).
+      std::vector<bool> read(m.tensors.size(), false);
+      for (const ir::Instr& in : p.step)
+        if (in.kind == ir::InstrKind::Run)
+          for (int t : m.ops[in.op].inputs)
+            if (t >= 0) read[t] = true;
+      for (int t : m.inputs)
+        if (read[t]) loaded.push_back(t);
+      for (const ir::Op& o : m.ops)
+        if (o.kind == ir::OpKind::Next && read[o.outputs[0]]) loaded.push_back(o.outputs[0]);
+    }
+    template <typename F> void touches(const ir::Module& m, const ir::Instr& in, F&& f) const {
+      auto touch = [&](int t) {
+        if (t >= 0 && !paramGrad[t]) f(t);
+      };
+      if (in.kind == ir::InstrKind::Load)
+        for (int t : loaded)
+          touch(t);
+      if (in.kind == ir::InstrKind::SeedGrad) touch(m.lossGrad);
+      if (in.kind == ir::InstrKind::Send || in.kind == ir::InstrKind::Recv) touch(in.tensor);
+      if (in.kind != ir::InstrKind::Run) return;
+      const ir::Op& op = m.ops[in.op];
+      for (int t : op.inputs)
+        touch(t);
+      for (size_t k = 0; k < op.outputs.size(); ++k)
+        if (writes(m, in, k)) touch(op.outputs[k]);
+    }
+  };
+
+  // A tensor is shared when, for every micro-batch, no instruction of another micro-batch
+  // that touches the arena falls between its first and last touch: then the lives of the
+  // shared tensors of different micro-batches never overlap, and one region serves them
+  // all, placed by micro-batch 0's lifetimes (every micro-batch runs the same ops in the
+  // same order). What is sent (waited for later), the loss (read after the step) and what
+  // the optimizer ops touch keep a slot.
+  static std::vector<char> sharedTensors(const ir::Module& m, const ir::Program& p,
+                                         const Arena& arena) {
+    size_t tensors = m.tensors.size(), n = p.step.size();
+    int micros = p.microBatches;
+    std::vector<std::vector<int>> first(micros, std::vector<int>(tensors, -1)),
+        last(micros, std::vector<int>(tensors, -1));
+    // Instructions touching the arena before position i: of any micro-batch, and of each.
+    std::vector<int> all(n + 1, 0);
+    std::vector<std::vector<int>> own(micros, std::vector<int>(n + 1, 0));
+    std::vector<char> pinned(tensors, 0);
+    for (size_t i = 0; i < n; ++i) {
+      const ir::Instr& in = p.step[i];
+      bool optimizer = in.kind == ir::InstrKind::Run && m.ops[in.op].phase == ir::Phase::Optimizer;
+      int micro = optimizer || in.micro < 0 || in.micro >= micros ? -1 : in.micro;
+      bool touched = false;
+      arena.touches(m, in, [&](int t) {
+        touched = true;
+        if (micro < 0) {
+          pinned[t] = 1;
+          return;
+        }
+        if (first[micro][t] < 0) first[micro][t] = static_cast<int>(i);
+        last[micro][t] = static_cast<int>(i);
+      });
+      if (in.kind == ir::InstrKind::Send) pinned[in.tensor] = 1;
+      all[i + 1] = all[i] + (touched && micro >= 0);
+      for (int k = 0; k < micros; ++k)
+        own[k][i + 1] = own[k][i] + (touched && micro == k);
+    }
+    if (!m.outputs.empty()) pinned[m.outputs[0]] = 1;
+    std::vector<char> shared(tensors, 0);
+    for (size_t t = 0; t < tensors; ++t) {
+      if (pinned[t] || first[0][t] < 0) continue;
+      bool alone = true;
+      for (int k = 0; k < micros && alone; ++k) {
+        if (first[k][t] < 0) continue;
+        int a = first[k][t], b = last[k][t] + 1;
+        alone = all[b] - all[a] == own[k][b] - own[k][a];
+      }
+      shared[t] = alone;
+    }
+    return shared;
+  }
+
+  static std::vector<Interval> lifetimes(const ir::Module& m, const ir::Program& p,
+                                         const Arena& arena) {
     std::vector<int> first(m.tensors.size(), -1), last(m.tensors.size(), -1);
-    std::vector<bool> paramGrad(m.tensors.size(), false); // own buffers, not the arena
-    for (const ir::Param& prm : m.params)
-      if (prm.grad >= 0) paramGrad[prm.grad] = true;
-    auto touch = [&](int t, int pos) {
-      if (t < 0 || paramGrad[t]) return;
+    int pos = 0;
+    auto touch = [&](int t) {
       if (first[t] < 0) first[t] = pos;
       last[t] = std::max(last[t], pos);
     };
-    // A load writes the model inputs and `next` targets this rank's ops read (a pipeline
-    // stage reads some of them).
-    std::vector<bool> read(m.tensors.size(), false);
-    for (const ir::Instr& in : p.step)
-      if (in.kind == ir::InstrKind::Run)
-        for (int t : m.ops[in.op].inputs)
-          if (t >= 0) read[t] = true;
-    std::vector<int> loaded;
-    for (int t : m.inputs)
-      if (read[t]) loaded.push_back(t);
-    for (const ir::Op& o : m.ops)
-      if (o.kind == ir::OpKind::Next && read[o.outputs[0]]) loaded.push_back(o.outputs[0]);
-    int pos = 0;
     std::vector<int> sent; // a send may be waited for at the step's end
     for (const ir::Instr& in : p.step) {
       if (in.micro != 0 && in.kind != ir::InstrKind::Run) continue;
       const ir::Op* op = in.kind == ir::InstrKind::Run ? &m.ops[in.op] : nullptr;
       if (op && op->phase != ir::Phase::Optimizer && in.micro != 0) continue;
-      if (in.kind == ir::InstrKind::Load)
-        for (int t : loaded)
-          touch(t, pos);
-      if (in.kind == ir::InstrKind::SeedGrad) touch(m.lossGrad, pos);
-      if (in.kind == ir::InstrKind::Send || in.kind == ir::InstrKind::Recv) touch(in.tensor, pos);
+      arena.touches(m, in, touch);
       if (in.kind == ir::InstrKind::Send) sent.push_back(in.tensor);
-      if (op) {
-        for (int t : op->inputs)
-          touch(t, pos);
-        for (size_t k = 0; k < op->outputs.size(); ++k)
-          if (writes(m, in, k)) touch(op->outputs[k], pos);
-      }
       ++pos;
     }
     // The loss lives to the end of the step on the rank that computes it, and so does a sent
     // tensor: the last micro-batch's sends are waited for after the optimizer.
     for (int t : sent)
-      touch(t, pos);
-    if (!m.outputs.empty() && first[m.outputs[0]] >= 0) touch(m.outputs[0], pos);
+      touch(t);
+    if (!m.outputs.empty() && first[m.outputs[0]] >= 0) touch(m.outputs[0]);
     std::vector<Interval> out;
     for (size_t t = 0; t < m.tensors.size(); ++t) {
       if (first[t] < 0) continue;

@@ -143,3 +143,38 @@ TEST_CASE("recompute = auto recomputes the fewest blocks that fit device_memory"
   CHECK(small->autoRecompute.chosen == 2);
   CHECK(peak(*small) == all);
 }
+
+// A pipeline stage holds a slot per micro-batch in flight for what lives from its forward
+// to its backward, and one region, shared by the micro-batches in turn, for what lives
+// inside one forward or one backward. Recomputing a stage of one block then leaves only
+// the block's input in the slots.
+TEST_CASE("recompute shrinks the slots of one-block pipeline stages") {
+  auto pipeline = [](const std::string& recompute) {
+    std::string text = fmt::format(R"(
+def ff(x: f32[B, T, D]) -> f32[B, T, D] {{
+  return x + mlp(layer_norm(x), 4 * D)
+}}
+model net(x: f32[B, 8, 16]) {{
+  replicate {{ h = ff(x) }}
+  replicate {{ h = ff(h) }}
+  return mse(linear(h, 16), x)
+}}
+policy {{ micro_batches = 4 schedule = 1f1b recompute = {} }}
+train net {{ data = synthetic(samples = 64) batch = 8 }}
+)",
+                                   recompute);
+    return epl::testing::planned("pipeline.epl", text, 2);
+  };
+  auto none = pipeline("none"), every = pipeline("every");
+  REQUIRE(none);
+  REQUIRE(every);
+  const epl::ir::Program &a = none->programs.at(0), &b = every->programs.at(0);
+  REQUIRE(a.slots == 2);
+  REQUIRE(b.slots == 2);
+  CHECK(b.sharedBytes > 0);
+  CHECK(b.slotStride() * 3 <= a.slotStride()); // the mlp's hidden layer (4 D) is recomputed
+  CHECK(b.activationBytes() < a.activationBytes());
+  // What is sent to the next stage keeps its slot: the send may still be in flight.
+  for (const epl::ir::Instr& in : b.step)
+    if (in.kind == epl::ir::InstrKind::Send) CHECK_FALSE(b.isShared(in.tensor));
+}

@@ -6,11 +6,15 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <optional>
+
 namespace {
 
 constexpr int64_t kPsi = 1024 * 1024; // one 1024x1024 linear without bias
 
-int64_t modelStates(const std::string& policy, const std::string& optimizer, int np) {
+// The one-linear model under `policy` and `optimizer`, planned at -np `np`.
+std::optional<epl::ir::Module> planNet(const std::string& policy, const std::string& optimizer,
+                                       int np) {
   std::string text = fmt::format(R"(
 model net(x: f32[B, 1024], y: i32[B]) {{
   return mse(linear(x, 1024, bias = false), x)
@@ -27,11 +31,15 @@ train net {{
   epl::PlanOptions options;
   options.np = np;
   auto m = epl::planText("states.epl", text, session, options);
-  if (!m) {
+  if (!m)
     for (const auto& d : session.diags.all())
       FAIL(d.message);
-    return -1;
-  }
+  return m;
+}
+
+int64_t modelStates(const std::string& policy, const std::string& optimizer, int np) {
+  auto m = planNet(policy, optimizer, np);
+  if (!m) return -1;
   REQUIRE(m->mesh.stages.size() == 1);
   return m->mesh.stages[0].modelStateBytes();
 }
@@ -66,22 +74,7 @@ TEST_CASE("offloading the optimizer leaves parameters and gradients on the devic
 // is the host's).
 TEST_CASE("offloading the optimizer to disk leaves staging buffers in the rank's ledger") {
   auto program = [](const std::string& policy, const std::string& optimizer, int np) {
-    std::string text = fmt::format(R"(
-model net(x: f32[B, 1024], y: i32[B]) {{
-  return mse(linear(x, 1024, bias = false), x)
-}}
-policy {{ {} }}
-train net {{
-  data = synthetic(samples = 64)
-  batch = 64
-  optimizer = {}
-}}
-)",
-                                   policy, optimizer);
-    epl::Session session;
-    epl::PlanOptions options;
-    options.np = np;
-    auto m = epl::planText("states.epl", text, session, options);
+    auto m = planNet(policy, optimizer, np);
     REQUIRE(m);
     for (const epl::ir::Program& p : m->programs) { // the ranks hold alike
       CHECK(p.stagingBytes == m->programs[0].stagingBytes);

@@ -131,14 +131,7 @@ train gpt {{
     def block(x, w, p):
         a = p + "/attention_block/"
         h = F.layer_norm(x, (32,), w[a + "layer_norm.weight"], w[a + "layer_norm.bias"], 1e-5)
-        qkv = F.linear(h, w[a + "attention.qkv_weight"], w[a + "attention.qkv_bias"])
-        q, k, v = qkv.split(32, dim=-1)
-        B, T, H = x.shape[0], seq, 4
-        q, k, v = (t.reshape(B, T, H, 8).transpose(1, 2) for t in (q, k, v))
-        s = (q @ k.transpose(-1, -2)) / math.sqrt(8)
-        s = s.masked_fill(mask, float("-inf"))
-        o = (s.softmax(-1) @ v).transpose(1, 2).reshape(B, T, 32)
-        x = x + F.linear(o, w[a + "attention.proj_weight"], w[a + "attention.proj_bias"])
+        x = x + attention(h, w, a, mask)
         m = p + "/mlp_block/"
         h = F.layer_norm(x, (32,), w[m + "layer_norm.weight"], w[m + "layer_norm.bias"], 1e-5)
         h = F.gelu(F.linear(h, w[m + "mlp.fc1_weight"], w[m + "mlp.fc1_bias"]), approximate="tanh")
@@ -155,11 +148,74 @@ train gpt {{
     return script, loss_fn
 
 
+def attention(h, w, prefix, mask):
+    """EPL's attention(h, 4) of width 32 (causal, fused qkv with biases)."""
+    qkv = F.linear(h, w[prefix + "attention.qkv_weight"], w[prefix + "attention.qkv_bias"])
+    q, k, v = qkv.split(32, dim=-1)
+    B, T, H = h.shape[0], h.shape[1], 4
+    q, k, v = (t.reshape(B, T, H, 8).transpose(1, 2) for t in (q, k, v))
+    s = (q @ k.transpose(-1, -2)) / math.sqrt(8)
+    s = s.masked_fill(mask, float("-inf"))
+    o = (s.softmax(-1) @ v).transpose(1, 2).reshape(B, T, 32)
+    return F.linear(o, w[prefix + "attention.proj_weight"], w[prefix + "attention.proj_bias"])
+
+
+def rms_norm(x, weight, eps=1e-6):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+def llama_case(work, args):
+    """std/nn.epl's llama_block: RMS norms and the gated (SwiGLU) feed-forward."""
+    seq, batch = 16, 24
+    text = open("/usr/share/games/fortunes/cookie", "rb").read()[: seq * batch + 1]
+    with open(f"{work}/corpus.txt", "wb") as f:
+        f.write(text)
+    script = f"""
+import "std/nn.epl"
+model llama(tokens: i32[B, {seq}]) {{
+  x = embedding(tokens, 256, 32)
+  x = repeat(2) llama_block(x, 4, 48)
+  return cross_entropy(linear(rms_norm(x), 256, bias = false), next(tokens))
+}}
+policy {{ micro_batches = {args.micro_batches} }}
+train llama {{
+  data = text("corpus.txt", seq = {seq}, val_fraction = 0)
+  batch = {batch}
+  optimizer = {OPTIMIZERS[args.optimizer][0]}
+  lr_schedule = cosine(warmup = 3)
+  steps = 10
+  clip_grad_norm = {args.clip}
+  checkpoint = {{ dir = "ckpt", every = 100 }}
+  seed = 5
+}}
+"""
+    toks = torch.tensor(list(text), dtype=torch.long)
+    inp = torch.stack([toks[i * seq : i * seq + seq] for i in range(batch)])
+    tgt = torch.stack([toks[i * seq + 1 : i * seq + seq + 1] for i in range(batch)])
+    mask = torch.triu(torch.ones(seq, seq, dtype=torch.bool), 1)
+
+    def block(x, w, p):
+        x = x + attention(rms_norm(x, w[p + "rms_norm.weight"]), w, p, mask)
+        h = rms_norm(x, w[p + "rms_norm.1.weight"])
+        f = p + "swiglu/"
+        gated = F.silu(F.linear(h, w[f + "linear.weight"])) * F.linear(h, w[f + "linear.1.weight"])
+        return x + F.linear(gated, w[f + "linear.2.weight"])
+
+    def loss_fn(w):
+        x = F.embedding(inp, w["embedding.weight"])
+        for i in range(2):
+            x = block(x, w, f"llama_block.{i}/")
+        logits = F.linear(rms_norm(x, w["rms_norm.weight"]), w["linear.weight"])
+        return F.cross_entropy(logits.reshape(-1, 256), tgt.reshape(-1))
+
+    return script, loss_fn
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("epl")
     ap.add_argument("work")
-    ap.add_argument("case", choices=["mlp", "gpt"])
+    ap.add_argument("case", choices=["mlp", "gpt", "llama"])
     ap.add_argument("--micro-batches", type=int, default=1)
     ap.add_argument("--optimizer", default="adam", choices=OPTIMIZERS)
     ap.add_argument("--clip", type=float, default=0)
@@ -167,7 +223,8 @@ def main():
     work = os.path.abspath(args.work)
     os.makedirs(work, exist_ok=True)
     subprocess.run(["rm", "-rf", f"{work}/ckpt"], check=True)
-    script, loss_fn = (mlp_case if args.case == "mlp" else gpt_case)(work, args)
+    cases = {"mlp": mlp_case, "gpt": gpt_case, "llama": llama_case}
+    script, loss_fn = cases[args.case](work, args)
     with open(f"{work}/train.epl", "w") as f:
         f.write(script)
     env = dict(os.environ, EPL_STDLIB=os.path.join(os.path.dirname(__file__), "../../stdlib"))
@@ -184,7 +241,7 @@ def main():
     params = list(w.values())
     opt = OPTIMIZERS[args.optimizer][1](params)
     sched = None
-    if args.case == "gpt":
+    if args.case != "mlp":
         lr0 = opt.param_groups[0]["lr"]
         def lr_at(s):  # EPL's cosine(warmup = 3) over 10 steps, min_lr 0
             if s < 3:

@@ -144,6 +144,7 @@ std::string saveCheckpoint(const Executor& ex, const std::string& dir, const Che
   manifest.model = m.modelName;
   manifest.optimizer = m.train.optimizer.kind;
   manifest.step = st.step;
+  manifest.steps = st.steps;
   manifest.seed = st.seed;
   for (const TensorRecord& t : tensors)
     manifest.crc32[t.name] = checkpoint::crc32Of(t.bytes);
@@ -210,7 +211,7 @@ void checkAgainstRun(const Manifest& man, const fs::path& folder, const ir::Modu
         fmt::format("`{}` is a checkpoint of model `{}`, and this script trains `{}`",
                     folder.string(), man.model, m.modelName),
         "resume with the script that wrote it, or choose another checkpoint `dir`");
-  if (man.version < checkpoint::kManifestVersion)
+  if (man.version < 2)
     warnings.push_back({"checkpoint",
                         fmt::format("`{}` is checkpoint format version {}, which has no checksums: "
                                     "its tensors are not verified",
@@ -236,6 +237,17 @@ void checkAgainstRun(const Manifest& man, const fs::path& folder, const ir::Modu
                      "differs from one that never stopped",
                      man.step, seed),
          fmt::format("set `seed = {}` to continue it as it was", man.seed)});
+  // A schedule over another number of steps: the rate from here on is not the original's.
+  const std::string& schedule = m.train.lrSchedule.kind;
+  if (man.steps > 0 && man.steps != m.train.steps && schedule != "constant")
+    warnings.push_back(
+        {m.train.keyLocs.count("steps") ? "steps" : "checkpoint",
+         fmt::format("`{}` was written by a run of {} steps, and this run has {}", folder.string(),
+                     man.steps, m.train.steps),
+         fmt::format("the `{}` learning-rate schedule now spans {} steps: from step {} the rate "
+                     "differs from the original run's",
+                     schedule, m.train.steps, man.step + 1),
+         fmt::format("pass --steps {} to continue the original schedule", man.steps)});
 }
 
 // The tensor file against its manifest: the metadata it repeats, the tensors it lists, and
@@ -324,7 +336,7 @@ LoadedCheckpoint loadCheckpoint(Executor& ex, const std::string& folderText, Loa
       orSetAside(folder, [&] { return checkpoint::readSafetensors(file, &meta); });
   checkTensors(man, meta, records, folder);
   install(ex, records, file, purpose == LoadPurpose::Resume);
-  out.state = {man.step, man.seed};
+  out.state = {man.step, man.seed, man.steps};
   return out;
 }
 

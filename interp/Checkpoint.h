@@ -15,6 +15,7 @@ namespace epl::interp {
 struct CheckpointState {
   int64_t step = 0; // optimizer steps done
   uint64_t seed = 0;
+  int64_t steps = 0; // the run's `steps`, which its learning-rate schedule spans; 0: unknown
 };
 
 // Writes the checkpoint of `step` into `dir` (created if needed) and, when keep > 0,

@@ -27,10 +27,12 @@
 #include <fmt/format.h>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <unistd.h>
 
 namespace epl::interp {
 
@@ -474,8 +476,11 @@ Start startOnRank0(Executor& ex, const ir::Module& m, const RunOptions& o, const
     }
     if (latest) {
       LoadedCheckpoint c = loadCheckpoint(ex, *latest, LoadPurpose::Resume);
+      // Said now, before the steps, rather than when the run ends.
+      Diagnostics now(diags.sources());
       for (const CheckpointWarning& w : c.warnings)
-        report(diags, m, w);
+        report(now, m, w);
+      now.print(std::cerr, isatty(2) != 0);
       s = {c.state.step, *latest};
       checkStepsLeft(m, o, s, mine);
       if (!mine.hasErrors()) out << fmt::format("resumed from {} (step {})\n", *latest, s.step);
@@ -486,7 +491,7 @@ Start startOnRank0(Executor& ex, const ir::Module& m, const RunOptions& o, const
                     initialValues(m, static_cast<int>(p), m.train.seed).data());
     if (o.resume) out << fmt::format("no checkpoint in {} yet: starting at step 0\n", dir);
     if (o.saveInitial && !dir.empty())
-      saveCheckpoint(ex, dir, {0, static_cast<uint64_t>(m.train.seed)}, 0);
+      saveCheckpoint(ex, dir, {0, static_cast<uint64_t>(m.train.seed), m.train.steps}, 0);
   } catch (const checkpoint::CheckpointError& e) {
     report(mine, m, e);
   }
@@ -862,7 +867,8 @@ bool TrainingRun::writeCheckpoint(int64_t stepsDone, std::string& where) {
   ex_->gatherStages(); // and a pipeline's rank 0 gets the other stages' weights and states
   if (rank_ == 0) {
     try {
-      where = saveCheckpoint(*ex_, ckptDir_, {stepsDone, static_cast<uint64_t>(m_.train.seed)},
+      where = saveCheckpoint(*ex_, ckptDir_,
+                             {stepsDone, static_cast<uint64_t>(m_.train.seed), m_.train.steps},
                              m_.train.checkpointKeep);
     } catch (const checkpoint::CheckpointError& e) {
       progress_->finish();

@@ -112,6 +112,7 @@ std::string manifestText(const Manifest& m) {
          {"version", m.version},
          {"model", m.model},
          {"step", m.step},
+         {"steps", m.steps},
          {"seed", m.seed},
          {"optimizer", m.optimizer},
          {"rng", {{"kind", kRngKind}, {"seed", m.seed}, {"step", m.step}}},
@@ -135,6 +136,7 @@ Manifest readManifest(const std::string& path) {
   std::set<std::string> fields{"format",    "version", "model", "step", "seed",
                                "optimizer", "rng",     "data",  "files"};
   if (m.version >= 2) fields.insert("crc32");
+  if (m.version >= 3) fields.insert("steps");
   onlyFields(path, j, "", fields);
   m.model = needString(path, j, "model", "model");
   m.optimizer = needString(path, j, "optimizer", "optimizer");
@@ -143,6 +145,11 @@ Manifest readManifest(const std::string& path) {
     fail(path, fmt::format("says `step` is {}, and a count of steps cannot be negative", m.step));
   m.seed = need(path, j, "seed", "seed", &json::is_number_unsigned, "a non-negative integer")
                .get<uint64_t>();
+  if (m.version >= 3) {
+    m.steps = needInteger(path, j, "steps", "steps");
+    if (m.steps < 1)
+      fail(path, fmt::format("says `steps` is {}, and a run has at least one step", m.steps));
+  }
   checkRecords(path, j, m);
   if (m.version >= 2) m.crc32 = readChecksums(path, j);
   return m;

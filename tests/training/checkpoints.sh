@@ -123,8 +123,8 @@ expect step-not-folder 1 'manifest.json` says `step` 10, but its folder is `step
   run bad.epl --resume --steps 14
 spoil && edit_manifest bad/step-00000012 'm["step"] = -3'
 expect negative-step 1 '`step` is -3' "$at" -- run bad.epl --resume --steps 14
-spoil && edit_manifest bad/step-00000012 'm["version"] = 3'
-expect newer-version 1 'format version 3' 'newer EPL' -- run bad.epl --resume --steps 14
+spoil && edit_manifest bad/step-00000012 'm["version"] = 4'
+expect newer-version 1 'format version 4' 'newer EPL' -- run bad.epl --resume --steps 14
 sed 's/lm/other/g' bad.epl > other.epl
 spoil
 expect other-model 1 'checkpoint of model `lm`, and this script trains `other`' 'other.epl:9:3' -- \
@@ -136,9 +136,20 @@ spoil
 expect other-seed-warns 0 'warning: .*written with `seed = 3`, and the script says `seed = 4`' -- \
   run bad.epl --resume --steps 14 --set train.seed=4
 # A checkpoint of the first format (no checksums) still loads, saying it is not verified.
-spoil && edit_manifest bad/step-00000012 'm["version"] = 1; del m["crc32"]'
+spoil && edit_manifest bad/step-00000012 'm["version"] = 1; del m["crc32"]; del m["steps"]'
 expect version-1-loads 0 'warning: .*format version 1.*not verified' 'resumed from' -- \
   run bad.epl --resume --steps 14
+# A schedule over another number of steps is said: the checkpoint's run had 12; a constant
+# rate has nothing to stretch.
+spoil
+expect other-steps-cosine 0 'warning: .*written by a run of 12 steps, and this run has 14' \
+  'cosine. learning-rate schedule now spans 14 steps: from step 13' 'pass --steps 12' -- \
+  run bad.epl --resume --steps 14 --set 'train.lr_schedule=cosine(warmup = 2)'
+spoil
+expect other-steps-constant 0 '!written by a run of' 'resumed from' -- run bad.epl --resume --steps 14
+spoil
+expect same-steps-cosine 0 '!written by a run of' 'nothing to train' -- \
+  run bad.epl --resume --set 'train.lr_schedule=cosine(warmup = 2)'
 
 # 4. An override replaces the whole `checkpoint` record: the script's `keep = 1` is gone.
 expect override-record 0 -- run lm.epl --set 'train.checkpoint={dir="kp4", every=4}'

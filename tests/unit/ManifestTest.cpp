@@ -21,6 +21,7 @@ Manifest sample() {
   m.model = "gpt";
   m.optimizer = "adamw";
   m.step = 123456789012;
+  m.steps = 200000000000;
   m.seed = 9;
   m.crc32 = {{"linear.weight", 0x72f40261}, {"optimizer/exp_avg/linear.weight", 0}};
   return m;
@@ -55,6 +56,7 @@ TEST_CASE("a manifest reads back as written", "[checkpoint][manifest]") {
   CHECK(m.model == "gpt");
   CHECK(m.optimizer == "adamw");
   CHECK(m.step == 123456789012);
+  CHECK(m.steps == 200000000000);
   CHECK(m.seed == 9);
   CHECK(m.crc32 == sample().crc32);
   CHECK_THAT(manifestText(sample()), Contains("\"linear.weight\": \"72f40261\""));
@@ -63,7 +65,7 @@ TEST_CASE("a manifest reads back as written", "[checkpoint][manifest]") {
 TEST_CASE("a damaged or foreign manifest is rejected, naming the field", "[checkpoint][manifest]") {
   TempDir dir;
   expectRejected(written(dir, [](json& j) { j["format"] = "pt"; }), "its `format` is `pt`");
-  expectRejected(written(dir, [](json& j) { j["version"] = 3; }), "format version 3");
+  expectRejected(written(dir, [](json& j) { j["version"] = 4; }), "format version 4");
   expectRejected(written(dir, [](json& j) { j["version"] = 0; }), "`version` 0");
   expectRejected(written(dir, [](json& j) { j["extra"] = 1; }), "unknown field `extra`");
   expectRejected(written(dir, [](json& j) { j["rng"]["extra"] = 1; }), "unknown field `rng.extra`");
@@ -77,6 +79,8 @@ TEST_CASE("a damaged or foreign manifest is rejected, naming the field", "[check
   expectRejected(written(dir, [](json& j) { j["crc32"]["linear.weight"] = "xyz"; }),
                  "`crc32` of tensor `linear.weight`");
   expectRejected(written(dir, [](json& j) { j.erase("crc32"); }), "has no `crc32`");
+  expectRejected(written(dir, [](json& j) { j.erase("steps"); }), "has no `steps`");
+  expectRejected(written(dir, [](json& j) { j["steps"] = 0; }), "`steps` is 0");
   epl::testing::writeBytes(dir.file("manifest.json"), "{\"format\": ");
   expectRejected(dir.file("manifest.json"), "not a JSON object");
 }
@@ -86,10 +90,29 @@ TEST_CASE("a manifest of the first format reads, without checksums", "[checkpoin
   Manifest m = readManifest(written(dir, [](json& j) {
     j["version"] = 1;
     j.erase("crc32");
+    j.erase("steps");
   }));
   CHECK(m.version == 1);
   CHECK(m.crc32.empty());
-  expectRejected(written(dir, [](json& j) { j["version"] = 1; }), "unknown field `crc32`");
+  expectRejected(written(dir,
+                         [](json& j) {
+                           j["version"] = 1;
+                           j.erase("steps");
+                         }),
+                 "unknown field `crc32`");
+}
+
+TEST_CASE("a manifest of the second format reads, without the run's steps",
+          "[checkpoint][manifest]") {
+  TempDir dir;
+  Manifest m = readManifest(written(dir, [](json& j) {
+    j["version"] = 2;
+    j.erase("steps");
+  }));
+  CHECK(m.version == 2);
+  CHECK(m.steps == 0);
+  CHECK(m.crc32 == sample().crc32);
+  expectRejected(written(dir, [](json& j) { j["version"] = 2; }), "unknown field `steps`");
 }
 
 TEST_CASE("CRC-32 is zlib's", "[checkpoint][manifest]") {

@@ -20,6 +20,26 @@ AttentionDims attentionDims(const KernelCall& c, const TensorView& x, const Tens
   return s;
 }
 
+AttentionSlots attentionSlots(const KernelCall& c) {
+  bool bias = attrBool(c, "bias");
+  int params = bias ? 4 : 2, first = c.backward ? 2 : 1;
+  AttentionSlots a{};
+  a.wqkv = first;
+  a.bqkv = bias ? first + 1 : -1;
+  a.wp = first + (bias ? 2 : 1);
+  a.bp = bias ? first + 3 : -1;
+  a.qkv = first + params + 1; // after y
+  a.ctx = a.qkv + 1;
+  a.lse = a.qkv + 2;
+  a.dwqkv = 1;
+  a.dbqkv = bias ? 2 : -1;
+  a.dwp = bias ? 3 : 2;
+  a.dbp = bias ? 4 : -1;
+  a.inputs = c.backward ? static_cast<size_t>(first + params + 4) : static_cast<size_t>(1 + params);
+  a.outputs = c.backward ? static_cast<size_t>(1 + params) : 4;
+  return a;
+}
+
 PoolWindow poolWindow(const KernelCall& c, const TensorView& x) {
   EPL_ASSERT(x.shape.size() == 4, "pooling takes [B, C, H, W]");
   PoolWindow g{x.shape[0] * x.shape[1], x.shape[2], x.shape[3], attrInt(c, "kernel"), 0, 0, 0};

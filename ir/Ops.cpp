@@ -60,7 +60,8 @@ std::vector<OpInfo> buildTable() {
       "root-mean-square normalisation over the last dim, with scale", "x: [..., D] -> [..., D]");
   add(K::Attention, "attention",
       {x(), integer("heads", "attention heads, must divide D"),
-       optBool("causal", true, "mask future positions")},
+       optBool("causal", true, "mask future positions"),
+       optBool("bias", true, "add biases in the qkv and output projections")},
       S::Heads, "multi-head self-attention with fused qkv and output projections",
       "x: [B, T, D] -> [B, T, D]");
   add(K::Mlp, "mlp",
@@ -293,6 +294,8 @@ std::vector<ParamSpec> paramSpecs(OpKind kind, const std::vector<TensorType>& in
     return {{"weight", {c(last())}}};
   case K::Attention: {
     int64_t d = last();
+    if (!std::get<bool>(attrs.at("bias")))
+      return {{"qkv_weight", {c(3 * d), c(d)}}, {"proj_weight", {c(d), c(d)}}};
     return {{"qkv_weight", {c(3 * d), c(d)}},
             {"qkv_bias", {c(3 * d)}},
             {"proj_weight", {c(d), c(d)}},

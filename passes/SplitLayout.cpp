@@ -145,8 +145,15 @@ private:
     case ir::SplitRule::Heads:
       if (!divides(op, m, region, cut(op), w, "heads", ctx)) return false;
       op.splitForm = "heads";
-      shard(m, op, 0, 0), shard(m, op, 1, 0), shard(m, op, 2, 1);
-      m.params[op.params[0]].shardBlocks = m.params[op.params[1]].shardBlocks = 3;
+      // Wqkv and bqkv by rows (3 blocks: q, k, v), Wp by columns; bp whole. Without biases,
+      // Wqkv and Wp.
+      if (op.params.size() == 2) {
+        shard(m, op, 0, 0), shard(m, op, 1, 1);
+        m.params[op.params[0]].shardBlocks = 3;
+      } else {
+        shard(m, op, 0, 0), shard(m, op, 1, 0), shard(m, op, 2, 1);
+        m.params[op.params[0]].shardBlocks = m.params[op.params[1]].shardBlocks = 3;
+      }
       out = kPartial;
       return true;
     case ir::SplitRule::Hidden:

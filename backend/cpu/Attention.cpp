@@ -89,15 +89,17 @@ void forwardBlock(const Dims& s, const float* qkv, int64_t bi, int64_t hi, int64
   }
 }
 
-// in = [x [B, T, M], Wqkv [3D, M], bqkv [3D], Wp [M, D], bp [M]], out = [y [B, T, M],
-// qkv [B, T, 3D], ctx [B, T, D], lse [B, H, T]] (M = D unless the heads are split).
-void attentionForward(const KernelCall& c) {
+// in = [x [B, T, M], Wqkv [3D, M], bqkv [3D], Wp [M, D], bp [M]] (no biases with `bias =
+// false`), out = [y [B, T, M], qkv [B, T, 3D], ctx [B, T, D], lse [B, H, T]] (M = D unless
+// the heads are split).
+void attentionForward(const KernelCall& c, const AttentionSlots& a) {
   const TensorView& x = c.in[0];
-  Dims s = attentionDims(c, x, c.in[1]);
+  Dims s = attentionDims(c, x, c.in[a.wqkv]);
   int64_t n = s.b * s.t;
   float *y = c.out[0].f32(), *qkv = c.out[1].f32(), *ctx = c.out[2].f32(), *lse = c.out[3].f32();
-  broadcastRows(qkv, c.in[2].f32(), n, 3 * s.d);
-  gemm(false, true, n, 3 * s.d, s.m, 1.f, x.f32(), s.m, c.in[1].f32(), s.m, 1.f, qkv, 3 * s.d);
+  if (a.bqkv >= 0) broadcastRows(qkv, c.in[a.bqkv].f32(), n, 3 * s.d);
+  gemm(false, true, n, 3 * s.d, s.m, 1.f, x.f32(), s.m, c.in[a.wqkv].f32(), s.m,
+       a.bqkv >= 0 ? 1.f : 0.f, qkv, 3 * s.d);
   int64_t qBlocks = (s.t + kBlockQ - 1) / kBlockQ, tasks = s.b * s.h * qBlocks;
   parallelFor(tasks, 1, [&](int64_t lo, int64_t hi) {
     float *tile = scratch(3, kBlockQ * kBlockK), *ml = scratch(4, 2 * kBlockQ);
@@ -106,8 +108,9 @@ void attentionForward(const KernelCall& c) {
       forwardBlock(s, qkv, bh / s.h, bh % s.h, qb * kBlockQ, ctx, lse, tile, ml, ml + kBlockQ);
     }
   });
-  broadcastRows(y, c.in[4].f32(), n, s.m);
-  gemm(false, true, n, s.m, s.d, 1.f, ctx, s.d, c.in[3].f32(), s.d, 1.f, y, s.m);
+  if (a.bp >= 0) broadcastRows(y, c.in[a.bp].f32(), n, s.m);
+  gemm(false, true, n, s.m, s.d, 1.f, ctx, s.d, c.in[a.wp].f32(), s.d, a.bp >= 0 ? 1.f : 0.f, y,
+       s.m);
 }
 
 // Per-thread tiles of the backward.
@@ -152,18 +155,20 @@ void backwardHead(const Dims& s, const float* qkv, const float* ctx, const float
   }
 }
 
-// in = [dy, x, Wqkv, bqkv, Wp, bp, y, qkv, ctx, lse], out = [dx, dWqkv, dbqkv, dWp, dbp].
-void attentionBackward(const KernelCall& c) {
+// in = [dy, x, Wqkv, bqkv, Wp, bp, y, qkv, ctx, lse], out = [dx, dWqkv, dbqkv, dWp, dbp]
+// (no biases or their gradients with `bias = false`).
+void attentionBackward(const KernelCall& c, const AttentionSlots& a) {
   const TensorView &dyv = c.in[0], &x = c.in[1];
-  Dims s = attentionDims(c, x, c.in[2]);
+  Dims s = attentionDims(c, x, c.in[a.wqkv]);
   int64_t n = s.b * s.t;
-  const float *dy = dyv.f32(), *wqkv = c.in[2].f32(), *wp = c.in[4].f32();
-  const float *qkv = c.in[7].f32(), *ctx = c.in[8].f32(), *lse = c.in[9].f32();
+  const float *dy = dyv.f32(), *wqkv = c.in[a.wqkv].f32(), *wp = c.in[a.wp].f32();
+  const float *qkv = c.in[a.qkv].f32(), *ctx = c.in[a.ctx].f32(), *lse = c.in[a.lse].f32();
   float *dctx = scratch(1, n * s.d), *dqkv = scratch(2, n * 3 * s.d);
   gemm(false, false, n, s.d, s.m, 1.f, dy, s.m, wp, s.d, 0.f, dctx, s.d);
-  if (GradOut dwp = gradOut(c, 3))
+  if (GradOut dwp = gradOut(c, a.dwp))
     gemm(true, false, s.m, s.d, n, 1.f, dy, s.m, ctx, s.d, dwp.beta(), dwp.p, s.d);
-  if (GradOut dbp = gradOut(c, 4)) columnSum(dy, n, s.m, dbp);
+  if (a.dbp >= 0)
+    if (GradOut dbp = gradOut(c, a.dbp)) columnSum(dy, n, s.m, dbp);
   std::memset(dqkv, 0, sizeof(float) * n * 3 * s.d);
   parallelFor(s.b * s.h, 1, [&](int64_t lo, int64_t hi) {
     BackwardTiles w{scratch(3, kBlockQ * kBlockK), scratch(4, kBlockQ * kBlockK), scratch(5, s.t)};
@@ -172,20 +177,19 @@ void attentionBackward(const KernelCall& c) {
   });
   if (GradOut dx = gradOut(c, 0))
     gemm(false, false, n, s.m, 3 * s.d, 1.f, dqkv, 3 * s.d, wqkv, s.m, dx.beta(), dx.p, s.m);
-  if (GradOut dw = gradOut(c, 1))
+  if (GradOut dw = gradOut(c, a.dwqkv))
     gemm(true, false, 3 * s.d, s.m, n, 1.f, dqkv, 3 * s.d, x.f32(), s.m, dw.beta(), dw.p, s.m);
-  if (GradOut db = gradOut(c, 2)) columnSum(dqkv, n, 3 * s.d, db);
+  if (a.dbqkv >= 0)
+    if (GradOut db = gradOut(c, a.dbqkv)) columnSum(dqkv, n, 3 * s.d, db);
 }
 
 } // namespace
 
 void attention(const KernelCall& c) {
-  if (!c.backward) {
-    expectArity(c, 5, 4);
-    return attentionForward(c);
-  }
-  expectArity(c, 10, 5);
-  attentionBackward(c);
+  AttentionSlots a = attentionSlots(c);
+  expectArity(c, a.inputs, a.outputs);
+  if (!c.backward) return attentionForward(c, a);
+  attentionBackward(c, a);
 }
 
 } // namespace epl::backend::cpu

@@ -123,23 +123,25 @@ void forwardGroup(const Ctx& ctx, const Dims& s, const float* qkv, int64_t bi, i
               ctxOut + bi * s.t * s.d + h0 * s.e, s.d, s.e, g);
 }
 
-// in = [x, Wqkv [3D, D], bqkv [3D], Wp [D, D], bp [D]], out = [y, qkv [B, T, 3D],
-// ctx [B, T, D], lse [B, H, T]].
-void attentionForward(const KernelCall& c, const Ctx& ctx) {
+// in = [x, Wqkv [3D, D], bqkv [3D], Wp [D, D], bp [D]] (no biases with `bias = false`),
+// out = [y, qkv [B, T, 3D], ctx [B, T, D], lse [B, H, T]].
+void attentionForward(const KernelCall& c, const Ctx& ctx, const AttentionSlots& a) {
   const TensorView& x = c.in[0];
-  Dims s = attentionDims(c, x, c.in[1]);
+  Dims s = attentionDims(c, x, c.in[a.wqkv]);
   EPL_ASSERT(s.m == s.d, "split attention heads run on the cpu device so far");
   int64_t n = s.b * s.t, g = groupHeads(s, 1);
   float *y = c.out[0].f32(), *qkv = c.out[1].f32(), *ctxOut = c.out[2].f32();
   float* lse = c.out[3].f32();
-  broadcastRows(ctx, qkv, c.in[2].f32(), n, 3 * s.d);
-  gemm(ctx, false, true, n, 3 * s.d, s.d, 1.f, x.f32(), s.d, c.in[1].f32(), s.d, 1.f, qkv, 3 * s.d);
+  if (a.bqkv >= 0) broadcastRows(ctx, qkv, c.in[a.bqkv].f32(), n, 3 * s.d);
+  gemm(ctx, false, true, n, 3 * s.d, s.d, 1.f, x.f32(), s.d, c.in[a.wqkv].f32(), s.d,
+       a.bqkv >= 0 ? 1.f : 0.f, qkv, 3 * s.d);
   float* scores = static_cast<float*>(ctx.scratch->get(4 * g * s.t * s.t));
   for (int64_t bi = 0; bi < s.b && s.t > 0; ++bi) // T = 0: no rows to softmax
     for (int64_t h0 = 0; h0 < s.h; h0 += g)
       forwardGroup(ctx, s, qkv, bi, h0, std::min(g, s.h - h0), scores, ctxOut, lse);
-  broadcastRows(ctx, y, c.in[4].f32(), n, s.d);
-  gemm(ctx, false, true, n, s.d, s.d, 1.f, ctxOut, s.d, c.in[3].f32(), s.d, 1.f, y, s.d);
+  if (a.bp >= 0) broadcastRows(ctx, y, c.in[a.bp].f32(), n, s.d);
+  gemm(ctx, false, true, n, s.d, s.d, 1.f, ctxOut, s.d, c.in[a.wp].f32(), s.d,
+       a.bp >= 0 ? 1.f : 0.f, y, s.d);
 }
 
 // Scratch of the backward, carved from one buffer.
@@ -188,19 +190,21 @@ void backwardGroup(const Ctx& ctx, const Dims& s, const float* qkv, const float*
               g);
 }
 
-// in = [dy, x, Wqkv, bqkv, Wp, bp, y, qkv, ctx, lse], out = [dx, dWqkv, dbqkv, dWp, dbp].
-void attentionBackward(const KernelCall& c, const Ctx& ctx) {
+// in = [dy, x, Wqkv, bqkv, Wp, bp, y, qkv, ctx, lse], out = [dx, dWqkv, dbqkv, dWp, dbp]
+// (no biases or their gradients with `bias = false`).
+void attentionBackward(const KernelCall& c, const Ctx& ctx, const AttentionSlots& a) {
   const TensorView &dyv = c.in[0], &x = c.in[1];
-  Dims s = attentionDims(c, x, c.in[2]);
+  Dims s = attentionDims(c, x, c.in[a.wqkv]);
   EPL_ASSERT(s.m == s.d, "split attention heads run on the cpu device so far");
   int64_t n = s.b * s.t, g = groupHeads(s, 2);
-  const float *dy = dyv.f32(), *wqkv = c.in[2].f32(), *wp = c.in[4].f32();
-  const float *qkv = c.in[7].f32(), *ctxSaved = c.in[8].f32(), *lse = c.in[9].f32();
+  const float *dy = dyv.f32(), *wqkv = c.in[a.wqkv].f32(), *wp = c.in[a.wp].f32();
+  const float *qkv = c.in[a.qkv].f32(), *ctxSaved = c.in[a.ctx].f32(), *lse = c.in[a.lse].f32();
   BackwardScratch w = backwardScratch(ctx, s, g);
   gemm(ctx, false, false, n, s.d, s.d, 1.f, dy, s.d, wp, s.d, 0.f, w.dctx, s.d);
-  if (GradOut dwp = gradOut(c, 3))
+  if (GradOut dwp = gradOut(c, a.dwp))
     gemm(ctx, true, false, s.d, s.d, n, 1.f, dy, s.d, ctxSaved, s.d, dwp.beta(), dwp.p, s.d);
-  if (GradOut dbp = gradOut(c, 4)) columnSum(ctx, dy, n, s.d, dbp);
+  if (a.dbp >= 0)
+    if (GradOut dbp = gradOut(c, a.dbp)) columnSum(ctx, dy, n, s.d, dbp);
   dvecKernel<<<blocksFor(s.b * s.h * s.t), kThreads, 0, ctx.stream>>>(w.dctx, ctxSaved, w.dvec, s);
   checkLaunch("attention backward Dvec");
   for (int64_t bi = 0; bi < s.b; ++bi)
@@ -208,21 +212,20 @@ void attentionBackward(const KernelCall& c, const Ctx& ctx) {
       backwardGroup(ctx, s, qkv, lse, bi, h0, std::min(g, s.h - h0), w);
   if (GradOut dx = gradOut(c, 0))
     gemm(ctx, false, false, n, s.d, 3 * s.d, 1.f, w.dqkv, 3 * s.d, wqkv, s.d, dx.beta(), dx.p, s.d);
-  if (GradOut dw = gradOut(c, 1))
+  if (GradOut dw = gradOut(c, a.dwqkv))
     gemm(ctx, true, false, 3 * s.d, s.d, n, 1.f, w.dqkv, 3 * s.d, x.f32(), s.d, dw.beta(), dw.p,
          s.d);
-  if (GradOut db = gradOut(c, 2)) columnSum(ctx, w.dqkv, n, 3 * s.d, db);
+  if (a.dbqkv >= 0)
+    if (GradOut db = gradOut(c, a.dbqkv)) columnSum(ctx, w.dqkv, n, 3 * s.d, db);
 }
 
 } // namespace
 
 void attention(const KernelCall& c, const Ctx& ctx) {
-  if (!c.backward) {
-    expectArity(c, 5, 4);
-    return attentionForward(c, ctx);
-  }
-  expectArity(c, 10, 5);
-  attentionBackward(c, ctx);
+  AttentionSlots a = attentionSlots(c);
+  expectArity(c, a.inputs, a.outputs);
+  if (!c.backward) return attentionForward(c, ctx, a);
+  attentionBackward(c, ctx, a);
 }
 
 } // namespace epl::backend::cuda

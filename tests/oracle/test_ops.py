@@ -321,7 +321,7 @@ def fam_norms(probe, rep):
 def attention_parts(x, wqkv, bqkv, wp, bp, heads, causal):
     B, T, D = x.shape
     hd = D // heads
-    qkv = x @ wqkv.t() + bqkv
+    qkv = x @ wqkv.t() + (0 if bqkv is None else bqkv)
     q, k, v = qkv.split(D, dim=-1)
     split = lambda t: t.reshape(B, T, heads, hd).transpose(1, 2)
     q, k, v = split(q), split(k), split(v)
@@ -330,7 +330,7 @@ def attention_parts(x, wqkv, bqkv, wp, bp, heads, causal):
         mask = torch.ones(T, T, dtype=torch.bool).triu(1)
         s = s.masked_fill(mask, float("-inf"))
     ctx = (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(B, T, D)
-    y = ctx @ wp.t() + bp
+    y = ctx @ wp.t() + (0 if bp is None else bp)
     return y, qkv, ctx, torch.logsumexp(s, -1)
 
 
@@ -352,6 +352,17 @@ def fam_attention(probe, rep):
              params, lambda i, p: attention_parts(i[0], *p, H, True)[0], accumulate=True)
     split_cases(probe, rep, "attention", "attention", {"heads": H}, [rand(B, T, D)], params,
                 lambda i, p: attention_parts(i[0], *p, H, True)[0])
+    # Without biases (LLaMA's): the parameters are Wqkv and Wp alone.
+    weights = [params[0], params[2]]
+    no_bias = lambda i, p: attention_parts(i[0], p[0], None, p[1], None, H, True)
+    run_case(probe, rep, "attention[bias=false]", "attention", {"heads": H, "bias": False},
+             [rand(B, T, D)], weights, lambda i, p: no_bias(i, p)[0],
+             lambda i, p: [(t, "f32") for t in no_bias(i, p)[1:]])
+    run_case(probe, rep, "attention[bias=false, accumulate]", "attention",
+             {"heads": H, "bias": False}, [rand(B, T, D)], weights,
+             lambda i, p: no_bias(i, p)[0], accumulate=True)
+    split_cases(probe, rep, "attention[bias=false]", "attention", {"heads": H, "bias": False},
+                [rand(B, T, D)], weights, lambda i, p: no_bias(i, p)[0])
 
 
 def act_ref(h, act):

@@ -149,15 +149,15 @@ train gpt {{
 
 
 def attention(h, w, prefix, mask):
-    """EPL's attention(h, 4) of width 32 (causal, fused qkv with biases)."""
-    qkv = F.linear(h, w[prefix + "attention.qkv_weight"], w[prefix + "attention.qkv_bias"])
+    """EPL's attention(h, 4) of width 32 (causal, fused qkv; biases where it has them)."""
+    qkv = F.linear(h, w[prefix + "attention.qkv_weight"], w.get(prefix + "attention.qkv_bias"))
     q, k, v = qkv.split(32, dim=-1)
     B, T, H = h.shape[0], h.shape[1], 4
     q, k, v = (t.reshape(B, T, H, 8).transpose(1, 2) for t in (q, k, v))
     s = (q @ k.transpose(-1, -2)) / math.sqrt(8)
     s = s.masked_fill(mask, float("-inf"))
     o = (s.softmax(-1) @ v).transpose(1, 2).reshape(B, T, 32)
-    return F.linear(o, w[prefix + "attention.proj_weight"], w[prefix + "attention.proj_bias"])
+    return F.linear(o, w[prefix + "attention.proj_weight"], w.get(prefix + "attention.proj_bias"))
 
 
 def rms_norm(x, weight, eps=1e-6):
@@ -165,7 +165,8 @@ def rms_norm(x, weight, eps=1e-6):
 
 
 def llama_case(work, args):
-    """std/nn.epl's llama_block: RMS norms and the gated (SwiGLU) feed-forward."""
+    """std/nn.epl's llama_block: RMS norms, attention without biases and the gated (SwiGLU)
+    feed-forward."""
     seq, batch = 16, 24
     text = open("/usr/share/games/fortunes/cookie", "rb").read()[: seq * batch + 1]
     with open(f"{work}/corpus.txt", "wb") as f:

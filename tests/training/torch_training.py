@@ -99,20 +99,21 @@ train net {{
     return script, loss_fn
 
 
-def gpt_case(work, args):
+def token_case(work, args, name, body):
+    """A byte-level model `name` whose `body` (EPL, reading `tokens`) trains 10 steps on the
+    start of the fortunes file; returns its script and, for PyTorch, the inputs, the targets
+    and the causal mask."""
     seq, batch = 16, 24
     text = open("/usr/share/games/fortunes/cookie", "rb").read()[: seq * batch + 1]
     with open(f"{work}/corpus.txt", "wb") as f:
         f.write(text)
     script = f"""
 import "std/nn.epl"
-model gpt(tokens: i32[B, {seq}]) {{
-  x = embedding(tokens, 256, 32) + positions({seq}, 32)
-  x = repeat(2) transformer_block(x, 4)
-  return cross_entropy(linear(layer_norm(x), 256), next(tokens))
+model {name}(tokens: i32[B, {seq}]) {{
+{body}
 }}
 policy {{ micro_batches = {args.micro_batches} }}
-train gpt {{
+train {name} {{
   data = text("corpus.txt", seq = {seq}, val_fraction = 0)
   batch = {batch}
   optimizer = {OPTIMIZERS[args.optimizer][0]}
@@ -127,6 +128,14 @@ train gpt {{
     inp = torch.stack([toks[i * seq : i * seq + seq] for i in range(batch)])
     tgt = torch.stack([toks[i * seq + 1 : i * seq + seq + 1] for i in range(batch)])
     mask = torch.triu(torch.ones(seq, seq, dtype=torch.bool), 1)
+    return script, inp, tgt, mask
+
+
+def gpt_case(work, args):
+    script, inp, tgt, mask = token_case(work, args, "gpt", """\
+  x = embedding(tokens, 256, 32) + positions(16, 32)
+  x = repeat(2) transformer_block(x, 4)
+  return cross_entropy(linear(layer_norm(x), 256), next(tokens))""")
 
     def block(x, w, p):
         a = p + "/attention_block/"
@@ -167,33 +176,10 @@ def rms_norm(x, weight, eps=1e-6):
 def llama_case(work, args):
     """std/nn.epl's llama_block: RMS norms, attention without biases and the gated (SwiGLU)
     feed-forward."""
-    seq, batch = 16, 24
-    text = open("/usr/share/games/fortunes/cookie", "rb").read()[: seq * batch + 1]
-    with open(f"{work}/corpus.txt", "wb") as f:
-        f.write(text)
-    script = f"""
-import "std/nn.epl"
-model llama(tokens: i32[B, {seq}]) {{
+    script, inp, tgt, mask = token_case(work, args, "llama", """\
   x = embedding(tokens, 256, 32)
   x = repeat(2) llama_block(x, 4, 48)
-  return cross_entropy(linear(rms_norm(x), 256, bias = false), next(tokens))
-}}
-policy {{ micro_batches = {args.micro_batches} }}
-train llama {{
-  data = text("corpus.txt", seq = {seq}, val_fraction = 0)
-  batch = {batch}
-  optimizer = {OPTIMIZERS[args.optimizer][0]}
-  lr_schedule = cosine(warmup = 3)
-  steps = 10
-  clip_grad_norm = {args.clip}
-  checkpoint = {{ dir = "ckpt", every = 100 }}
-  seed = 5
-}}
-"""
-    toks = torch.tensor(list(text), dtype=torch.long)
-    inp = torch.stack([toks[i * seq : i * seq + seq] for i in range(batch)])
-    tgt = torch.stack([toks[i * seq + 1 : i * seq + seq + 1] for i in range(batch)])
-    mask = torch.triu(torch.ones(seq, seq, dtype=torch.bool), 1)
+  return cross_entropy(linear(rms_norm(x), 256, bias = false), next(tokens))""")
 
     def block(x, w, p):
         x = x + attention(rms_norm(x, w[p + "rms_norm.weight"]), w, p, mask)

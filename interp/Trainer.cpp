@@ -633,8 +633,6 @@ void finishTrace(const TraceRecorder& trace, const ir::Module& m, const ir::Prog
                      steps, steps == 1 ? "" : "s", theoreticalBubble(m));
 }
 
-// Collective, for a pipeline: rank 0 prints each stage's peak of micro-batches in flight
-// by the runtime's account (replica 0's ranks) beside the plan's slots.
 // After the first step, every rank's measured memory (its process's peak above what it held
 // before the run's buffers) beside its plan: one figure, or per pipeline stage the range
 // over its ranks. Collective; rank 0 prints.
@@ -680,6 +678,8 @@ std::string memoryReport(const ir::Module& m, int64_t measured, backend::Comm& c
   return fmt::format("memory after the first step ({}): {}", what, fmt::join(stages, "; "));
 }
 
+// Collective, for a pipeline: rank 0 prints each stage's peak of micro-batches in flight
+// by the runtime's account (replica 0's ranks) beside the plan's slots.
 void reportActivations(const Executor& ex, const ir::Module& m, backend::Comm& comm,
                        std::ostream& out) {
   const ir::Program& mine = m.programs[comm.rank()];

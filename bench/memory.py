@@ -4,8 +4,8 @@
 The char-GPT of bench/train_step.py (6 transformer blocks, d 256, 8 heads, seq 128, batch
 32, AdamW; 4.9 M parameters) at -np N data-parallel (1 thread a rank), and as 2 pipeline
 stages (3 blocks each, 4 micro-batches, 1f1b) at -np 2. For each policy (none,
-`recompute = every`, `zero = 1`, both, the optimizer states offloaded to disk alone and
-with the other two; the pipeline without ZeRO, which does not partition there yet) it
+`recompute = every`, `zero = 1`, both, `zero = 2` alone and with recompute, the
+optimizer states offloaded to disk alone and with the other two; the pipeline without ZeRO, which does not partition there yet) it
 prints rank 0's memory plan (activations, and model states in memory with the offload's
 staging buffers), the memory
 measured after the first step (the process's peak above what it held before the run's
@@ -124,6 +124,8 @@ def main():
             ("recompute = every", ["policy.recompute=every"]),
             ("zero = 1", ["policy.zero=1"]),
             ("both", ["policy.recompute=every", "policy.zero=1"]),
+            ("zero = 2", ["policy.zero=2"]),
+            ("zero 2 + recompute", ["policy.recompute=every", "policy.zero=2"]),
             ("offload to disk", ["policy.offload=optimizer", "policy.offload_to=disk"]),
             ("all three", ["policy.recompute=every", "policy.zero=1", "policy.offload=optimizer",
                            "policy.offload_to=disk"]),

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <functional>
 #include <new>
+#include <set>
 
 namespace epl::interp {
 
@@ -133,6 +134,7 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
     EPL_ASSERT(ranks == program_.dataRanks, "ZeRO partitions over the ranks that sum gradients");
     zeroBytes_ = alignUp((bytes + ranks - 1) / ranks);
     zeroBegin_ = zeroBase_ + zeroComm().rank() * zeroBytes_;
+    shardGrads_ = m_.zeroShardsGradients();
   }
   allocateBuffers();
   if (disk_) planOffloadChunks();
@@ -161,6 +163,7 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
         b.endParam < static_cast<int>(paramOffset_.size()) ? paramOffset_[b.endParam] : total);
   }
   pending_.resize(m_.buckets.size());
+  if (shardGrads_) planBucketClears();
   for (const ir::Instr& in : program_.step)
     if (in.kind == ir::InstrKind::ReduceStart) {
       firstStarted_ = in.bucket;
@@ -271,7 +274,7 @@ void Executor::allocateBuffers() {
     if (program_.recvBytes > 0) recvMem_ = allocate(program_.recvBytes);
     // With ZeRO the slices of every rank, side by side, may reach past the parameters.
     params_ = allocate(std::max(gradBytes_, zeroBase_ + zeroRanks() * zeroBytes_));
-    grads_ = allocate(gradBytes_);
+    grads_ = allocate(shardGrads_ ? zeroBytes_ : gradBytes_);
     if (program_.offloadedBytes > 0)
       stagingMem_ = allocate(program_.stagingBytes);
     else
@@ -325,7 +328,10 @@ backend::TensorView Executor::shapeOnly(int t) const {
 
 backend::TensorView Executor::view(int t, int slot) const {
   backend::TensorView v = shapeOnly(t);
-  if (gradParam_[t] >= 0) {
+  if (gradParam_[t] >= 0 && shardGrads_) {
+    int q = gradParam_[t], b = bucketOfParam_[q];
+    v.data = bucketMem(b) + (paramOffset_[q] - bucketBegin_[b]);
+  } else if (gradParam_[t] >= 0) {
     v.data = grads_ + paramOffset_[gradParam_[t]];
   } else {
     EPL_ASSERT(program_.offset[t] >= 0, "tensor has no place in the memory plan");
@@ -891,13 +897,66 @@ void Executor::startReduce(int b) {
   // fp16 carries each rank's share times the rank count, so small gradients stay normal.
   float scale = wire_ == backend::WireType::F16 ? static_cast<float>(program_.dataRanks) : 1.f;
   if (b == firstStarted_) reduceBegan_ = monotonicSeconds();
-  pending_[b] = bucketComm(b).iallReduce(data, count, wire_, scale);
+  if (!shardGrads_) {
+    pending_[b] = bucketComm(b).iallReduce(data, count, wire_, scale);
+    return;
+  }
+  // ZeRO stage 2: rank k gets the sum of the bucket's bytes in its slice, in place.
+  data = reinterpret_cast<float*>(bucketMem(b));
+  std::vector<int64_t> counts;
+  for (int k = 0; k < zeroComm().size(); ++k) {
+    int64_t begin = std::clamp(zeroBase_ + k * zeroBytes_, bucketBegin_[b], bucketEnd_[b]);
+    int64_t end = std::clamp(zeroBase_ + (k + 1) * zeroBytes_, bucketBegin_[b], bucketEnd_[b]);
+    counts.push_back((end - begin) / 4);
+  }
+  int64_t mine = std::clamp(zeroBegin_, bucketBegin_[b], bucketEnd_[b]) - bucketBegin_[b];
+  pending_[b] = zeroComm().ireduceScatterBlocks(data, data + mine / 4, counts, wire_, scale);
+}
+
+// ZeRO stage 2: which buckets each step instruction writes first in its micro-batch (their
+// gradients add, so the bucket's place in the arena is cleared before).
+void Executor::planBucketClears() {
+  bucketOfParam_.assign(m_.params.size(), -1);
+  for (size_t b = 0; b < m_.buckets.size(); ++b)
+    for (int q = m_.buckets[b].firstParam; q < m_.buckets[b].endParam; ++q)
+      bucketOfParam_[q] = static_cast<int>(b);
+  clearBuckets_.assign(program_.step.size(), {});
+  std::set<std::pair<int, int>> written; // (micro-batch, bucket)
+  for (size_t i = 0; i < program_.step.size(); ++i) {
+    const ir::Instr& in = program_.step[i];
+    if (in.kind != ir::InstrKind::Run || m_.ops[in.op].phase == ir::Phase::Optimizer) continue;
+    for (int t : m_.ops[in.op].outputs)
+      if (t >= 0 && gradParam_[t] >= 0 &&
+          written.insert({in.micro, bucketOfParam_[gradParam_[t]]}).second)
+        clearBuckets_[i].push_back(bucketOfParam_[gradParam_[t]]);
+  }
+  EPL_ASSERT(std::all_of(bucketOfParam_.begin() + program_.params.front(),
+                         bucketOfParam_.begin() + program_.params.back() + 1,
+                         [](int b) { return b >= 0; }),
+             "every parameter a rank updates is in a gradient bucket");
+}
+
+// ZeRO stage 2: this rank's sum of bucket b from micro-batch `micro`'s reduction into its
+// gradient slice: the first micro-batch's is copied, the others' added.
+void Executor::foldSlice(int b, int micro) {
+  int64_t begin = std::max(zeroBegin_, bucketBegin_[b]);
+  int64_t end = std::min(zeroBegin_ + zeroBytes_, bucketEnd_[b]);
+  if (begin >= end) return;
+  unsigned char* sum = bucketMem(b) + (begin - bucketBegin_[b]);
+  if (micro == 0) return dev_.copyOnDevice(gradAt(begin), sum, end - begin);
+  backend::KernelCall add;
+  add.kind = ir::OpKind::Add;
+  add.attrs = &noAttrs_;
+  add.in = {backend::TensorView{gradAt(begin), ir::DType::F32, {(end - begin) / 4}},
+            backend::TensorView{sum, ir::DType::F32, {(end - begin) / 4}}};
+  add.out = {add.in[0]};
+  dev_.launch(add);
 }
 
 void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t seed, bool training) {
   switch (in.kind) {
   case ir::InstrKind::ZeroGrads:
-    dev_.fillZero(grads_, gradBytes_);
+    dev_.fillZero(grads_, shardGrads_ ? zeroBytes_ : gradBytes_);
     return;
   case ir::InstrKind::Load:
     load(in.micro);
@@ -938,6 +997,7 @@ void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t see
     reduceWaitSeconds_ +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
     reduceEnded_ = monotonicSeconds();
+    if (shardGrads_) foldSlice(in.bucket, in.micro);
     return;
   }
   case ir::InstrKind::Run:
@@ -1226,11 +1286,19 @@ void Executor::moeExchange(const ir::Instr& in, size_t index, int64_t step) {
 // pipeline stage sums the squares of its own gradients; the ranks' sums add up to the
 // global norm.
 void Executor::gradNorm(const ir::Op& op) {
+  float* acc = static_cast<float*>(view(m_.gradNorm).data);
+  if (shardGrads_) { // ZeRO stage 2: each rank's slice (zero between parameters)
+    dev_.sumSquares(backend::TensorView{grads_, ir::DType::F32, {zeroBytes_ / 4}}, acc, false);
+    float sq = 0;
+    dev_.copyToHost(&sq, acc, 4);
+    dev_.synchronize();
+    zeroComm().allReduce(&sq, 1, "the squared gradient norm");
+    return clip(acc, sq);
+  }
   // The squares of this rank's gradients: whole ones, and its pieces of sharded ones.
   std::vector<bool> mine(m_.tensors.size(), false);
   for (int p : program_.params)
     mine[m_.params[p].grad] = true;
-  float* acc = static_cast<float*>(view(m_.gradNorm).data);
   auto sumSquares = [&](bool pieces) {
     bool first = true;
     for (int g : op.inputs)
@@ -1258,6 +1326,11 @@ void Executor::gradNorm(const ir::Op& op) {
   } else {
     sq = program_.local == 0 ? whole : 0.f;
   }
+  clip(acc, sq);
+}
+
+// The global squared norm `sq` to the grad-norm tensor at acc, and the clip factor.
+void Executor::clip(float* acc, float sq) {
   dev_.copyToDevice(acc, &sq, 4);
   gradNorm_ = std::sqrt(static_cast<double>(sq));
   double coef = opt_.clipGradNorm / (gradNorm_ + 1e-6);
@@ -1318,7 +1391,7 @@ void Executor::optimizerStep(int id, int64_t step) {
     for (backend::TensorView* v : {&c.param, &c.grad, &c.state1, &c.state2})
       v->shape = {(to - from) / 4};
     c.param.data = params_ + from;
-    c.grad.data = grads_ + from;
+    c.grad.data = gradAt(from);
     c.state1.data = states_ > 0 ? s1 : nullptr;
     c.state2.data = states_ > 1 ? s2 : nullptr;
     dev_.optimizerStep(c);
@@ -1407,6 +1480,10 @@ StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
   tracingStep_ = step;
   for (size_t i = 0; i < program_.step.size(); ++i) {
     occupySlot(i);
+    for (size_t k = 0; shardGrads_ && k < clearBuckets_[i].size(); ++k) {
+      int b = clearBuckets_[i][k];
+      dev_.fillZero(bucketMem(b), bucketEnd_[b] - bucketBegin_[b]);
+    }
     if (traced)
       runTraced(program_.step[i], i, step, seed);
     else
@@ -1463,9 +1540,10 @@ StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
     r.moeDropped = sum[2] > 0 ? sum[1] / sum[2] : 0;
   }
   r.gradNorm = gradNorm_;
+  // ZeRO stage 2 reduces every micro-batch's gradients.
   for (size_t b = 0; b < bucketBegin_.size(); ++b)
-    r.reduceBytes +=
-        (bucketEnd_[b] - bucketBegin_[b]) / 4 * (wire_ == backend::WireType::F32 ? 4 : 2);
+    r.reduceBytes += (shardGrads_ ? program_.microBatches : 1) * (bucketEnd_[b] - bucketBegin_[b]) /
+                     4 * (wire_ == backend::WireType::F32 ? 4 : 2);
   return r;
 }
 

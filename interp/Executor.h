@@ -153,6 +153,7 @@ private:
   void finishSends(int slot);
   void receive(const ir::Instr& in, size_t index, int64_t step, Receive& r);
   void gradNorm(const ir::Op& op);
+  void clip(float* acc, float sq);
   void splitTransfer(const ir::Instr& in, size_t index, int64_t step);
   void moeExchange(const ir::Instr& in, size_t index, int64_t step);
   void vocabCrossEntropy(const ir::Instr& in, size_t index, int64_t step);
@@ -243,6 +244,19 @@ private:
   // reads (then dropGathered), or rank 0's writes and broadcastState.
   int64_t zeroBase_ = 0, zeroBegin_ = 0, zeroBytes_ = 0;
   std::vector<float> zeroStates_[2];
+  // ZeRO stage 2 (Module::zeroShardsGradients): grads_ holds the gradients of the ZeRO slice
+  // alone (flat like the parameters from zeroBegin_); bucket b's gradients sit in the arena
+  // at Program::bucketOffset[b], cleared before the step instruction that first writes them
+  // in each micro-batch (clearBuckets_, by instruction), and each reduction is
+  // reduce-scattered in place there, then added into grads_.
+  bool shardGrads_ = false;
+  std::vector<int> bucketOfParam_;
+  std::vector<std::vector<int>> clearBuckets_;
+  unsigned char* bucketMem(int b) const { return arena_ + program_.bucketOffset[b]; }
+  // Where the gradient of parameter byte b is in grads_ (its slice, with ZeRO stage 2).
+  unsigned char* gradAt(int64_t b) const { return grads_ + b - (shardGrads_ ? zeroBegin_ : 0); }
+  void planBucketClears();
+  void foldSlice(int bucket, int micro);
   // Optimizer states offloaded to disk (Program::offloadedBytes > 0; stateMem_ is then
   // null): the file, the staging buffers' memory, and the step's chunks: by optimizer op id
   // its first chunk and their number; by chunk, where it starts in the parameter memory.

@@ -426,8 +426,10 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
   if (m.buckets.empty()) return;
   bool alike = std::all_of(m.buckets.begin(), m.buckets.end(),
                            [&](const ir::GradBucket& b) { return b.ranks == m.buckets[0].ranks; });
-  out << fmt::format("gradients: {} bucket{} summed over {}{} in {}{}\n", m.buckets.size(),
+  bool scatter = m.zeroShardsGradients();
+  out << fmt::format("gradients: {} bucket{} {} over {}{} in {}{}\n", m.buckets.size(),
                      m.buckets.size() == 1 ? "" : "s",
+                     scatter ? "reduce-scattered in every micro-batch" : "summed",
                      alike                 ? fmt::format("{} ranks", m.buckets[0].ranks)
                      : prog.splitWidth > 1 ? fmt::format("{} ranks, or {} for the split layers' "
                                                          "pieces",
@@ -439,9 +441,10 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
                                                              : "fp16",
                      m.policy.overlapComm ? ", overlapping the backward" : ", after the backward");
   if (ex.zeroRanks() > 0)
-    out << fmt::format("optimizer states: each rank holds 1/{} (ZeRO stage 1) and updates its "
+    out << fmt::format("{}: each rank holds 1/{} (ZeRO stage {}) and updates its "
                        "slice of the parameters; the slices are all-gathered after each step\n",
-                       ex.zeroRanks());
+                       scatter ? "optimizer states and gradients" : "optimizer states",
+                       ex.zeroRanks(), scatter ? 2 : 1);
 }
 
 // Rank 0 writes the checkpoints: it locks their folder for the whole run, which also shows
@@ -567,15 +570,18 @@ void warnUnappliedPolicies(const ir::Module& m, Diagnostics& diags) {
         .note("the optimizer states stay in memory")
         .help("`offload_to = disk` keeps them in a file (--offload-dir chooses its folder)");
   // One rank has nothing to partition.
-  bool zeroRuns = m.mesh.np == 1 || m.zeroApplies();
-  warn("zero", p.zero != ir::ZeroStage::None && !zeroRuns,
-       p.zero == ir::ZeroStage::OptimizerStates
-           ? "ZeRO stage 1 partitions the optimizer states over data-parallel ranks and "
-             "pipeline stages' copies, not over split regions' or interleaved chunks' ranks: "
-             "here every rank holds all of them"
-           : "stage 1 (the optimizer states over data-parallel ranks and pipeline stages' "
-             "copies) is applied; here every rank holds all parameters, gradients and "
-             "optimizer states, and the plan's model states assume the partition");
+  bool one = m.mesh.np == 1;
+  warn("zero", p.zero != ir::ZeroStage::None && !one && !m.zeroApplies(),
+       "ZeRO partitions the optimizer states over data-parallel ranks and pipeline stages' "
+       "copies, not over split regions' or interleaved chunks' ranks: here every rank holds "
+       "all of them");
+  warn("zero",
+       p.zero >= ir::ZeroStage::Gradients && !one && m.zeroApplies() && !m.zeroShardsGradients(),
+       "stage 1 (the optimizer states) is applied; stage 2's gradient partition runs in "
+       "purely data-parallel plans so far, so here every rank holds all gradients");
+  warn("zero", p.zero == ir::ZeroStage::Parameters && !one && m.zeroApplies(),
+       "stages 1 and 2 are applied where they run; stage 3's parameter partition does not run "
+       "yet: every rank holds all parameters");
 }
 
 bool checkRunnable(const ir::Module& m, Diagnostics& diags) {

@@ -240,7 +240,7 @@ bool Module::offloadApplies() const {
 }
 
 bool Module::zeroApplies() const {
-  if (policy.zero != ZeroStage::OptimizerStates || programs.empty()) return false;
+  if (policy.zero == ZeroStage::None || programs.empty()) return false;
   if (optimizerStates() == 0) return false;
   for (const StagePlan& st : mesh.stages)
     if (st.splitWidth > 1) return false;
@@ -250,6 +250,21 @@ bool Module::zeroApplies() const {
       if (p.params[k] != p.params[k - 1] + 1) return false;
   }
   return true;
+}
+
+bool Module::zeroShardsGradients() const {
+  if (policy.zero < ZeroStage::Gradients || optimizerStates() == 0 || buckets.empty()) return false;
+  if (!mesh.pureDataParallel() || mesh.np < 2) return false;
+  // Stage 1's condition on the programs, before there are any: the parameters with
+  // gradients (what every rank updates) are consecutive.
+  int first = -1, last = -1, count = 0;
+  for (size_t q = 0; q < params.size(); ++q)
+    if (params[q].grad >= 0) {
+      if (first < 0) first = static_cast<int>(q);
+      last = static_cast<int>(q);
+      ++count;
+    }
+  return count > 0 && last - first + 1 == count;
 }
 
 int Module::stageScopeOf(int scope) const {

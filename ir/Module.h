@@ -265,10 +265,17 @@ struct Module {
   int lossRanks() const;
   // Whether the runtime applies ZeRO stage 1: each program's optimizer states partitioned
   // over its data ranks (every rank of a purely data-parallel plan, a pipeline stage's
-  // ranks in every copy). It applies to every program or none: with `zero = 1`, an
-  // optimizer with states, no split stage, and each program updating consecutive
+  // ranks in every copy). It applies to every program or none: with `zero` of 1 or more,
+  // an optimizer with states, no split stage, and each program updating consecutive
   // parameters (not interleaved chunks) that several ranks share.
   bool zeroApplies() const;
+  // Whether the runtime applies ZeRO stage 2 as well: each rank keeps the gradients of its
+  // slice alone, every micro-batch's buckets are reduce-scattered into them, and a bucket's
+  // gradients live in the arena from their first write to their reduction's end. With
+  // `zero` of 2 or more, where stage 1 applies, in a purely data-parallel plan (one stage,
+  // no split) with gradient buckets. Decided from the plan before the schedule, so that
+  // the schedule can place the reductions.
+  bool zeroShardsGradients() const;
   // The bytes bucket b's reduction sends from each rank: its gradients in `comm_dtype`.
   int64_t wireBytes(const GradBucket& b) const {
     return b.bytes / 4 * dtypeBytes(policy.commDtype);

@@ -501,13 +501,15 @@ void printPlan(const Module& m, std::ostream& out) {
       bytes += m.wireBytes(b);
     bool alike = std::all_of(m.buckets.begin(), m.buckets.end(),
                              [&](const GradBucket& b) { return b.ranks == m.buckets[0].ranks; });
-    out << fmt::format("\ngradient reduction: {} in {} bucket{}, summed over {} in {}, {}\n",
-                       formatBytes(static_cast<double>(bytes)), m.buckets.size(),
-                       m.buckets.size() == 1 ? "" : "s",
-                       alike ? fmt::format("{} ranks", m.buckets[0].ranks) : "each stage's ranks",
-                       wireName(m.policy.commDtype),
-                       m.policy.overlapComm ? "each started as soon as its gradients are final"
-                                            : "after the whole backward");
+    bool scatter = m.zeroShardsGradients();
+    out << fmt::format(
+        "\ngradient reduction: {} in {} bucket{}, {} over {} in {}, {}\n",
+        formatBytes(static_cast<double>(bytes)), m.buckets.size(), m.buckets.size() == 1 ? "" : "s",
+        scatter ? "reduce-scattered to each rank's ZeRO slice in every micro-batch" : "summed",
+        alike ? fmt::format("{} ranks", m.buckets[0].ranks) : "each stage's ranks",
+        wireName(m.policy.commDtype),
+        m.policy.overlapComm ? "each started as soon as its gradients are final"
+                             : "after the whole backward");
     // A pipeline: every stage's data-parallel group, and what it sums.
     for (size_t s = 0; mesh.stages.size() > 1 && s < mesh.stages.size(); ++s) {
       int64_t stageBytes = 0, count = 0;
@@ -550,9 +552,10 @@ std::string instrText(const Module& m, const Program& p, const Instr& in) {
             ? "@" + m.params[b.firstParam].name
             : fmt::format("@{} … @{}", m.params[b.firstParam].name, m.params[b.endParam - 1].name);
     return fmt::format(
-        "reduce-start bucket {}: {} gradient{}, {} ({} {}), summed over {} ranks", in.bucket,
+        "reduce-start bucket {}: {} gradient{}, {} ({} {}), {} over {} ranks", in.bucket,
         b.endParam - b.firstParam, b.endParam - b.firstParam == 1 ? "" : "s", params,
-        formatBytes(static_cast<double>(m.wireBytes(b))), wireName(m.policy.commDtype), b.ranks);
+        formatBytes(static_cast<double>(m.wireBytes(b))), wireName(m.policy.commDtype),
+        m.zeroShardsGradients() ? "reduce-scattered" : "summed", b.ranks);
   }
   case InstrKind::Send:
   case InstrKind::Recv: {
@@ -612,21 +615,34 @@ void printProgram(const Module& m, int rank, std::ostream& out) {
       p.stagingBytes > 0 ? fmt::format(" + staging {} (optimizer states on disk: {})",
                                        formatBytes(p.stagingBytes), formatBytes(p.offloadedBytes))
                          : "";
-  out << fmt::format("memory plan: {} = activations {} + params {} + grads {} + optimizer {}{}\n",
+  if (!p.bucketOffset.empty())
+    activations += fmt::format(" (with {} gradient bucket{})", p.bucketOffset.size(),
+                               p.bucketOffset.size() == 1 ? "" : "s");
+  out << fmt::format("memory plan: {} = activations {} + params {} + grads {}{} + optimizer {}{}\n",
                      formatBytes(p.peakBytes()), activations, formatBytes(p.paramBytes),
-                     formatBytes(p.gradBytes), formatBytes(p.optimizerBytes), offload);
-  std::vector<int> placed;
-  for (size_t t = 0; t < p.offset.size(); ++t)
-    if (p.offset[t] >= 0) placed.push_back(static_cast<int>(t));
+                     formatBytes(p.gradBytes), p.bucketOffset.empty() ? "" : " (ZeRO slice)",
+                     formatBytes(p.optimizerBytes), offload);
+  // What sits in the arena: tensors (by id) and, with ZeRO stage 2, gradient buckets (by
+  // id past the tensors').
+  size_t tensors = p.offset.size();
+  auto offset = [&](size_t i) { return i < tensors ? p.offset[i] : p.bucketOffset[i - tensors]; };
+  auto shared = [&](size_t i) { return i < tensors && p.isShared(static_cast<int>(i)); };
+  std::vector<size_t> placed;
+  for (size_t i = 0; i < tensors + p.bucketOffset.size(); ++i)
+    if (offset(i) >= 0) placed.push_back(i);
   // A slot's tensors, then the shared region's (offsets from its start).
-  std::sort(placed.begin(), placed.end(), [&](int a, int b) {
-    if (p.isShared(a) != p.isShared(b)) return p.isShared(b);
-    return p.offset[a] != p.offset[b] ? p.offset[a] < p.offset[b] : a < b;
+  std::sort(placed.begin(), placed.end(), [&](size_t a, size_t b) {
+    if (shared(a) != shared(b)) return shared(b);
+    return offset(a) != offset(b) ? offset(a) < offset(b) : a < b;
   });
   out << "  offset      bytes  tensor\n";
-  for (int t : placed)
-    out << fmt::format("  {:>9}  {:>9}  %{}{}\n", p.offset[t], m.bytesOn(p, t), m.tensors[t].name,
-                       p.isShared(t) ? "  (shared)" : "");
+  for (size_t i : placed)
+    if (i < tensors)
+      out << fmt::format("  {:>9}  {:>9}  %{}{}\n", offset(i), m.bytesOn(p, static_cast<int>(i)),
+                         m.tensors[i].name, shared(i) ? "  (shared)" : "");
+    else
+      out << fmt::format("  {:>9}  {:>9}  gradient bucket {}\n", offset(i),
+                         p.bucketBytes[i - tensors], i - tensors);
 }
 
 } // namespace epl::ir

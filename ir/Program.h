@@ -114,6 +114,11 @@ struct Program {
   int64_t slotStride() const { return (arenaBytes + 63) / 64 * 64; }
   int64_t activationBytes() const { return slots * slotStride() + sharedBytes; }
   bool isShared(int t) const { return !shared.empty() && shared[t]; }
+  // ZeRO stage 2 (Module::zeroShardsGradients): gradient bucket b's gradients, laid out as
+  // the parameters are (each 64-byte aligned), sit in the arena at bucketOffset[b] from
+  // their first write in a micro-batch to the end of their reduction; gradBytes is the
+  // rank's slice of the gradients, which the reductions add into. Empty otherwise.
+  std::vector<int64_t> bucketOffset, bucketBytes;
   int64_t recvBytes = 0;      // the buffers the step's receives are posted into
   int64_t paramBytes = 0;     // parameters
   int64_t gradBytes = 0;      // parameter gradients

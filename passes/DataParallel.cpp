@@ -16,6 +16,9 @@
 //      micro-batches only accumulate), so communication overlaps the rest of the
 //      backward. `overlap_comm = false` starts every bucket after the whole backward (of
 //      its stage).
+//   4. ZeRO stage 2 (Module::zeroShardsGradients) holds about two buckets of gradients at a
+//      time besides each rank's slice: without `bucket_mb` in the script, its buckets are
+//      of kZeroBucketBytes rather than the 25 MB default.
 #include "passes/Passes.h"
 
 #include <algorithm>
@@ -23,6 +26,8 @@
 namespace epl::passes {
 
 namespace {
+
+constexpr int64_t kZeroBucketBytes = 2'000'000;
 
 class DataParallel : public Pass {
 public:
@@ -69,13 +74,17 @@ public:
         if (t >= 0 && gradOf[t] >= 0) lastWriter[gradOf[t]] = static_cast<int>(i);
     }
     auto paramStage = [&](int p) { return copies ? m.ops[m.params[p].op].stage : 0; };
+    int64_t bucketBytes = m.policy.bucketBytes;
+    if (m.policy.zero >= ir::ZeroStage::Gradients && mesh.pureDataParallel() &&
+        !m.policy.keyLocs.count("bucket_mb") && bucketBytes > 0)
+      bucketBytes = std::min(bucketBytes, kZeroBucketBytes);
     int end = static_cast<int>(m.params.size());
     ir::GradBucket b{end, end, 0, -1, end > 0 ? paramStage(end - 1) : 0, 0};
     for (int p = end - 1; p >= 0; --p) {
       b.firstParam = p;
       b.bytes += localBytes(p);
       b.readyOp = std::max(b.readyOp, lastWriter[p]);
-      bool full = m.policy.bucketBytes > 0 && b.bytes >= m.policy.bucketBytes;
+      bool full = bucketBytes > 0 && b.bytes >= bucketBytes;
       if (full || p == 0 || paramStage(p - 1) != b.stage || inRegion(p - 1) != inRegion(p)) {
         if (!m.policy.overlapComm || b.readyOp < 0) b.readyOp = lastBackward[b.stage];
         b.pieces = inRegion(p);

@@ -24,6 +24,10 @@
 //   6. With several slots, what lives inside one run of its micro-batch's instructions
 //      (sharedTensors) moves to one region after the slots, which the micro-batches use in
 //      turn, when slots x the rest + that region is smaller than slots x the whole plan.
+//   7. ZeRO stage 2 (Module::zeroShardsGradients): each gradient bucket is one more block
+//      of the arena, written by the backward ops of its parameters and read by its
+//      reduction, which ends at its reduce-wait; the rank's slice of the gradients is
+//      counted beside the arena.
 #include "passes/Passes.h"
 
 #include "support/Assert.h"
@@ -221,12 +225,14 @@ private:
     to.stagingBytes = from.stagingBytes;
     to.shared = from.shared;
     to.sharedBytes = from.sharedBytes;
+    to.bucketOffset = from.bucketOffset;
+    to.bucketBytes = from.bucketBytes;
   }
 
   static void plan(const ir::Module& m, ir::Program& p) {
     Arena arena(m, p);
     std::vector<Interval> live = lifetimes(m, p, arena);
-    Placement best = place(live, m.tensors.size());
+    Placement best = place(live, arena.ids);
     p.shared.clear();
     p.sharedBytes = 0;
     if (p.slots > 1) {
@@ -236,8 +242,8 @@ private:
       std::vector<Interval> held, passing;
       for (const Interval& iv : live)
         (shared[iv.tensor] ? passing : held).push_back(iv);
-      Placement slot = place(held, m.tensors.size());
-      Placement region = place(passing, m.tensors.size());
+      Placement slot = place(held, arena.ids);
+      Placement region = place(passing, arena.ids);
       if (!passing.empty() && p.slots * aligned(slot.arenaBytes) + region.arenaBytes <
                                   p.slots * aligned(best.arenaBytes)) {
         for (const Interval& iv : passing)
@@ -247,6 +253,10 @@ private:
         p.sharedBytes = region.arenaBytes;
       }
     }
+    p.bucketOffset.assign(best.offset.begin() + static_cast<ptrdiff_t>(m.tensors.size()),
+                          best.offset.end());
+    p.bucketBytes = arena.bucketBytes;
+    best.offset.resize(m.tensors.size());
     p.offset = std::move(best.offset);
     p.arenaBytes = best.arenaBytes;
     countStates(m, p);
@@ -261,13 +271,31 @@ private:
     return best;
   }
 
-  // Which tensors an instruction touches in the arena.
+  // Which tensors an instruction touches in the arena. With ZeRO stage 2 the gradient
+  // buckets are in it too, as ids past the tensors': bucket b is tensors + b.
   struct Arena {
     std::vector<bool> paramGrad; // own buffers, not the arena
     std::vector<int> loaded;     // what a load writes
-    Arena(const ir::Module& m, const ir::Program& p) : paramGrad(m.tensors.size(), false) {
+    std::vector<int> bucketOf;   // ZeRO stage 2: by tensor, the bucket of a gradient, else -1
+    std::vector<int64_t> bucketBytes;
+    size_t tensors = 0, ids = 0;
+    Arena(const ir::Module& m, const ir::Program& p)
+        : paramGrad(m.tensors.size(), false), tensors(m.tensors.size()), ids(m.tensors.size()) {
       for (const ir::Param& prm : m.params)
         if (prm.grad >= 0) paramGrad[prm.grad] = true;
+      if (m.zeroShardsGradients()) {
+        // The executor's layout: parameters side by side, each 64-byte aligned.
+        bucketOf.assign(m.tensors.size(), -1);
+        for (size_t b = 0; b < m.buckets.size(); ++b) {
+          int64_t bytes = 0;
+          for (int q = m.buckets[b].firstParam; q < m.buckets[b].endParam; ++q) {
+            if (m.params[q].grad >= 0) bucketOf[m.params[q].grad] = static_cast<int>(b);
+            bytes += aligned(4 * ir::numElements(m.params[q].type.shape, {}).value_or(0));
+          }
+          bucketBytes.push_back(bytes);
+        }
+        ids += m.buckets.size();
+      }
       // A load writes the model inputs and `next` targets this rank's ops read (a pipeline
       // stage reads some of them).
       std::vector<bool> read(m.tensors.size(), false);
@@ -281,9 +309,19 @@ private:
         if (o.kind == ir::OpKind::Next && read[o.outputs[0]]) loaded.push_back(o.outputs[0]);
     }
     template <typename F> void touches(const ir::Module& m, const ir::Instr& in, F&& f) const {
+      // The optimizer ops read the gradients' slice, not the buckets.
+      bool buckets = !bucketOf.empty() &&
+                     !(in.kind == ir::InstrKind::Run && m.ops[in.op].phase == ir::Phase::Optimizer);
       auto touch = [&](int t) {
-        if (t >= 0 && !paramGrad[t]) f(t);
+        if (t < 0) return;
+        if (!paramGrad[t])
+          f(t);
+        else if (buckets && bucketOf[t] >= 0)
+          f(static_cast<int>(tensors) + bucketOf[t]);
       };
+      if (buckets &&
+          (in.kind == ir::InstrKind::ReduceStart || in.kind == ir::InstrKind::ReduceWait))
+        f(static_cast<int>(tensors) + in.bucket);
       if (in.kind == ir::InstrKind::Load)
         for (int t : loaded)
           touch(t);
@@ -306,7 +344,7 @@ private:
   // the optimizer ops touch keep a slot.
   static std::vector<char> sharedTensors(const ir::Module& m, const ir::Program& p,
                                          const Arena& arena) {
-    size_t tensors = m.tensors.size(), n = p.step.size();
+    size_t tensors = arena.ids, n = p.step.size();
     int micros = p.microBatches;
     std::vector<std::vector<int>> first(micros, std::vector<int>(tensors, -1)),
         last(micros, std::vector<int>(tensors, -1));
@@ -350,7 +388,7 @@ private:
 
   static std::vector<Interval> lifetimes(const ir::Module& m, const ir::Program& p,
                                          const Arena& arena) {
-    std::vector<int> first(m.tensors.size(), -1), last(m.tensors.size(), -1);
+    std::vector<int> first(arena.ids, -1), last(arena.ids, -1);
     int pos = 0;
     auto touch = [&](int t) {
       if (first[t] < 0) first[t] = pos;
@@ -371,9 +409,10 @@ private:
       touch(t);
     if (!m.outputs.empty() && first[m.outputs[0]] >= 0) touch(m.outputs[0]);
     std::vector<Interval> out;
-    for (size_t t = 0; t < m.tensors.size(); ++t) {
+    for (size_t t = 0; t < arena.ids; ++t) {
       if (first[t] < 0) continue;
-      int64_t bytes = m.bytesOn(p, static_cast<int>(t));
+      int64_t bytes = t < arena.tensors ? m.bytesOn(p, static_cast<int>(t))
+                                        : arena.bucketBytes[t - arena.tensors];
       out.push_back({static_cast<int>(t), first[t], last[t], std::max<int64_t>(bytes, 1)});
     }
     return out;
@@ -401,6 +440,7 @@ private:
     }
     int64_t perState = m.zeroApplies() ? (mine + p.dataRanks - 1) / p.dataRanks : grads;
     p.optimizerBytes = states * perState;
+    if (m.zeroShardsGradients()) p.gradBytes = perState; // the slice; the buckets are in the arena
     p.offloadedBytes = p.stagingBytes = 0;
     if (!m.offloadApplies() || p.params.empty()) return;
     // Offloaded to disk: a chunk of at most kOffloadChunk bytes of each state per staging

@@ -445,14 +445,15 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
         add(ir::CommEvent::wait(posted.at(i)), i);
         break;
       case ir::InstrKind::ReduceStart:
-        reduces[in.bucket] =
-            add(ir::CommEvent::icollective(ir::CollectiveKind::AllReduce,
-                                           m.buckets.at(in.bucket).pieces ? piecesGroupOf(rank)
-                                           : grouped                      ? stageGroup.at(p.stage)
-                                                                          : world,
-                                           m.buckets.at(in.bucket).bytes, ir::DType::F32,
-                                           fmt::format("reduce-start bucket {}", in.bucket)),
-                i);
+        reduces[in.bucket] = add(
+            ir::CommEvent::icollective(m.zeroShardsGradients() ? ir::CollectiveKind::ReduceScatter
+                                                               : ir::CollectiveKind::AllReduce,
+                                       m.buckets.at(in.bucket).pieces ? piecesGroupOf(rank)
+                                       : grouped                      ? stageGroup.at(p.stage)
+                                                                      : world,
+                                       m.buckets.at(in.bucket).bytes, ir::DType::F32,
+                                       fmt::format("reduce-start bucket {}", in.bucket)),
+            i);
         break;
       case ir::InstrKind::ReduceWait:
         add(ir::CommEvent::wait(reduces.at(in.bucket)), i);
@@ -470,6 +471,10 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
         if (p.stages == 1 && p.splitWidth > 1 && m.ops[in.op].kind == ir::OpKind::GradNorm)
           add(ir::CommEvent::collectiveOp(ir::CollectiveKind::AllReduce,
                                           splitGroupOf(rank, p.splitWidth), 4, ir::DType::F32,
+                                          "all-reduce the squared gradient norm"),
+              i);
+        if (p.stages == 1 && m.zeroShardsGradients() && m.ops[in.op].kind == ir::OpKind::GradNorm)
+          add(ir::CommEvent::collectiveOp(ir::CollectiveKind::AllReduce, world, 4, ir::DType::F32,
                                           "all-reduce the squared gradient norm"),
               i);
         if (p.stages > 1 && m.ops[in.op].kind == ir::OpKind::GradNorm)

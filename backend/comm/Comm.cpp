@@ -26,6 +26,11 @@ void Comm::allReduce(float* data, int64_t count, const std::string& what, WireTy
   wait(r, what);
 }
 
+Request Comm::ireduceScatter(const float* send, float* recv, int64_t recvCount, WireType wire,
+                             float scale) {
+  return ireduceScatterBlocks(send, recv, std::vector<int64_t>(size(), recvCount), wire, scale);
+}
+
 void Comm::reduceScatter(const float* send, float* recv, int64_t recvCount,
                          const std::string& what) {
   Request r = ireduceScatter(send, recv, recvCount);
@@ -117,6 +122,18 @@ void checkPeer(const Comm& comm, int peer, const char* role) {
 
 void checkSize(const Comm& comm, int64_t n, const char* what) {
   if (n < 0) misuse(comm, fmt::format("negative {} ({})", what, n));
+}
+
+int64_t checkBlocks(const Comm& comm, const std::vector<int64_t>& counts) {
+  if (counts.size() != static_cast<size_t>(comm.size()))
+    misuse(comm, fmt::format("reduce-scatter of {} blocks, but the communicator has {} ranks",
+                             counts.size(), comm.size()));
+  int64_t total = 0;
+  for (int64_t n : counts) {
+    checkSize(comm, n, "count");
+    total += n;
+  }
+  return total;
 }
 
 } // namespace detail

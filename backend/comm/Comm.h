@@ -61,8 +61,15 @@ public:
   virtual Request iallReduce(float* data, int64_t count, WireType wire = WireType::F32,
                              float scale = 1.f) = 0;
   // send holds size() blocks of recvCount floats; rank r receives the sum of block r.
-  virtual Request ireduceScatter(const float* send, float* recv, int64_t recvCount,
-                                 WireType wire = WireType::F32, float scale = 1.f) = 0;
+  Request ireduceScatter(const float* send, float* recv, int64_t recvCount,
+                         WireType wire = WireType::F32, float scale = 1.f);
+  // The same with blocks of their own sizes: send holds size() blocks side by side, block r
+  // of counts[r] floats (0 is allowed), and rank r receives the sum of block r into recv.
+  // recv may be this rank's own block of send (in place: the other blocks of send may then
+  // be overwritten with partial sums). Every rank passes the same counts.
+  virtual Request ireduceScatterBlocks(const float* send, float* recv,
+                                       const std::vector<int64_t>& counts,
+                                       WireType wire = WireType::F32, float scale = 1.f) = 0;
   // recv gets every rank's `bytes` of send, in rank order (size() * bytes in all). send may
   // be this rank's own block of recv (in place).
   virtual Request iallGather(const void* send, void* recv, int64_t bytes) = 0;

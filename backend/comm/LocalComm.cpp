@@ -25,16 +25,17 @@ enum class Kind { AllReduce, ReduceScatter, AllGather, Broadcast, AllToAll, Barr
 // What every rank must agree on for a collective to match.
 struct Signature {
   Kind kind = Kind::Barrier;
-  int64_t size = 0; // floats for reductions (per rank's block for reduce-scatter), else bytes
+  int64_t size = 0; // floats for reductions (all blocks for reduce-scatter), else bytes
   int root = 0;
   WireType wire = WireType::F32;
   float scale = 1.f;
+  std::vector<int64_t> counts = {}; // reduce-scatter: floats of each rank's block
 
   // Scale matters to f16 only: other wire types ignore it, so ranks need not agree on it.
   float effectiveScale() const { return wire == WireType::F16 ? scale : 1.f; }
   bool operator==(const Signature& o) const {
     return kind == o.kind && size == o.size && root == o.root && wire == o.wire &&
-           effectiveScale() == o.effectiveScale();
+           effectiveScale() == o.effectiveScale() && counts == o.counts;
   }
 };
 
@@ -122,15 +123,18 @@ void compute(const Signature& s, std::vector<Part>& parts) {
       std::memcpy(p.recv, sum.data(), size * 4);
     return;
   }
-  case Kind::ReduceScatter:
+  case Kind::ReduceScatter: {
     if (n == 1) {
       std::memmove(parts[0].recv, parts[0].send, size * 4);
       return;
     }
-    for (size_t b = 0; b < n; ++b)
-      reduceRanks(parts, static_cast<int64_t>(b) * s.size, s.size, s.wire, s.scale,
-                  static_cast<float*>(parts[b].recv));
+    int64_t offset = 0;
+    for (size_t b = 0; b < n; offset += s.counts[b++])
+      if (s.counts[b] > 0)
+        reduceRanks(parts, offset, s.counts[b], s.wire, s.scale,
+                    static_cast<float*>(parts[b].recv));
     return;
+  }
   case Kind::AllGather:
     for (size_t q = 0; q < n; ++q)
       for (size_t r = 0; r < n; ++r)
@@ -175,12 +179,12 @@ public:
                       detail::describeReduction("all-reduce", count, wire));
   }
 
-  Request ireduceScatter(const float* send, float* recv, int64_t recvCount, WireType wire,
-                         float scale) override {
-    detail::checkSize(*this, recvCount, "count");
+  Request ireduceScatterBlocks(const float* send, float* recv, const std::vector<int64_t>& counts,
+                               WireType wire, float scale) override {
+    int64_t total = detail::checkBlocks(*this, counts);
     checkScale(wire, scale);
-    return collective({Kind::ReduceScatter, recvCount, 0, wire, scale}, send, recv,
-                      detail::describeReduction("reduce-scatter", recvCount * size(), wire));
+    return collective({Kind::ReduceScatter, total, 0, wire, scale, counts}, send, recv,
+                      detail::describeReduction("reduce-scatter", total, wire));
   }
 
   Request iallGather(const void* send, void* recv, int64_t bytes) override {

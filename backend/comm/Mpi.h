@@ -88,10 +88,11 @@ std::shared_ptr<Op> makeAllToAll(const Comm* owner, const void* send, void* recv
 std::shared_ptr<Op> makeBarrier(const Comm* owner);
 
 // Ring reductions over point-to-point messages (MpiRing.cpp): all-reduce in place of
-// `count` floats, or reduce-scatter of size blocks of `count` floats.
+// `count` floats, or reduce-scatter of size blocks of counts[r] floats.
 std::shared_ptr<Op> makeRingAllReduce(const Comm* owner, float* data, int64_t count, WireType w,
                                       float scale);
 std::shared_ptr<Op> makeRingReduceScatter(const Comm* owner, const float* send, float* recv,
-                                          int64_t count, WireType w, float scale);
+                                          const std::vector<int64_t>& counts, WireType w,
+                                          float scale);
 
 } // namespace epl::backend::mpi

@@ -126,10 +126,10 @@ public:
     checkReduction(count, wire, scale);
     return submit(mpi::makeRingAllReduce(this, data, count, wire, scale));
   }
-  Request ireduceScatter(const float* send, float* recv, int64_t recvCount, WireType wire,
-                         float scale) override {
-    checkReduction(recvCount, wire, scale);
-    return submit(mpi::makeRingReduceScatter(this, send, recv, recvCount, wire, scale));
+  Request ireduceScatterBlocks(const float* send, float* recv, const std::vector<int64_t>& counts,
+                               WireType wire, float scale) override {
+    checkReduction(detail::checkBlocks(*this, counts), wire, scale);
+    return submit(mpi::makeRingReduceScatter(this, send, recv, counts, wire, scale));
   }
   Request iallGather(const void* send, void* recv, int64_t bytes) override {
     detail::checkSize(*this, bytes, "byte count");

@@ -35,10 +35,11 @@ constexpr int kTags = 32768;   // MPI guarantees tags up to 32767
 
 class RingOp final : public Op {
 public:
+  // Block b is elements [starts[b], starts[b + 1]) of the data (size + 1 starts).
   RingOp(const Comm* owner, std::string description, bool allReduce, const float* in, float* out,
-         int64_t count, WireType w, float scale)
-      : Op(owner, std::move(description)), allReduce_(allReduce), in_(in), out_(out), count_(count),
-        wire_(w), scale_(scale) {}
+         std::vector<int64_t> starts, WireType w, float scale)
+      : Op(owner, std::move(description)), allReduce_(allReduce), in_(in), out_(out),
+        starts_(std::move(starts)), wire_(w), scale_(scale) {}
 
   void start(Context& c) override;
   bool progress(Context& c) override;
@@ -49,7 +50,7 @@ private:
   };
 
   int mod(int64_t x) const { return static_cast<int>(((x % p_) + p_) % p_); }
-  int64_t blockStart(int b) const { return allReduce_ ? count_ * b / p_ : count_ * b; }
+  int64_t blockStart(int b) const { return starts_[b]; }
   Segment segment(int block, int64_t s) const;
   bool reduceStep(int64_t k) const { return k < p_ - 1; }
   int recvBlock(int64_t k) const {
@@ -74,7 +75,7 @@ private:
   bool allReduce_;
   const float* in_;
   float* out_;
-  int64_t count_; // all-reduce: all floats; reduce-scatter: floats per block
+  std::vector<int64_t> starts_;
   WireType wire_;
   float scale_;
 
@@ -104,20 +105,25 @@ void RingOp::start(Context& c) {
   r_ = c.rank;
   tag_ = c.nextRingTag;
   c.nextRingTag = (c.nextRingTag + 1) % kTags;
-  int64_t total = allReduce_ ? count_ : count_ * p_;
+  int64_t total = starts_.back();
   if (p_ == 1 || total == 0) {
-    if (!allReduce_ && out_ != in_) std::memmove(out_, in_, static_cast<size_t>(count_) * 4);
+    if (!allReduce_ && out_ != in_) std::memmove(out_, in_, static_cast<size_t>(total) * 4);
     return finish();
   }
   eb_ = wire::elementBytes(wire_);
   type_ = wire_ == WireType::F32 ? MPI_FLOAT : MPI_UINT16_T;
-  int64_t largestBlock = allReduce_ ? (count_ + p_ - 1) / p_ : count_;
+  int64_t largestBlock = 1;
+  for (int b = 0; b < p_; ++b)
+    largestBlock = std::max(largestBlock, blockStart(b + 1) - blockStart(b));
   segElems_ = std::min<int64_t>(largestBlock, static_cast<int64_t>(kSegmentBytes / eb_));
   S_ = (largestBlock + segElems_ - 1) / segElems_;
   G_ = (allReduce_ ? 2 : 1) * (p_ - 1) * S_;
 
-  if (wire_ == WireType::F32 && allReduce_) {
-    acc_ = reinterpret_cast<unsigned char*>(out_);
+  // f32 sums in place: an all-reduce's, and a reduce-scatter's received into this rank's
+  // own block of its input (Comm::ireduceScatterBlocks lets it overwrite the rest).
+  bool inPlace = allReduce_ || out_ == in_ + blockStart(r_);
+  if (wire_ == WireType::F32 && inPlace) {
+    acc_ = reinterpret_cast<unsigned char*>(const_cast<float*>(in_));
     own_ = acc_;
   } else {
     scratchAcc_ = c.takeScratch(static_cast<size_t>(total) * eb_);
@@ -216,9 +222,10 @@ bool RingOp::progress(Context& c) {
 // The sums are final: every rank holds the same bits; convert them back to f32.
 void RingOp::complete(Context& c) {
   if (allReduce_)
-    wire::decode(wire_, acc_, out_, count_, scale_);
+    wire::decode(wire_, acc_, out_, starts_.back(), scale_);
   else
-    wire::decode(wire_, acc_ + blockStart(r_) * eb_, out_, count_, scale_);
+    wire::decode(wire_, acc_ + blockStart(r_) * eb_, out_, blockStart(r_ + 1) - blockStart(r_),
+                 scale_);
   c.giveScratch(std::move(scratchAcc_));
   c.giveScratch(std::move(scratchR_));
   finish();
@@ -228,15 +235,23 @@ void RingOp::complete(Context& c) {
 
 std::shared_ptr<Op> makeRingAllReduce(const Comm* owner, float* data, int64_t count, WireType w,
                                       float scale) {
+  int p = owner->size();
+  std::vector<int64_t> starts(p + 1);
+  for (int b = 0; b <= p; ++b)
+    starts[b] = count * b / p;
   return std::make_shared<RingOp>(owner, detail::describeReduction("all-reduce", count, w), true,
-                                  data, data, count, w, scale);
+                                  data, data, std::move(starts), w, scale);
 }
 
 std::shared_ptr<Op> makeRingReduceScatter(const Comm* owner, const float* send, float* recv,
-                                          int64_t count, WireType w, float scale) {
-  return std::make_shared<RingOp>(
-      owner, detail::describeReduction("reduce-scatter", count * owner->size(), w), false, send,
-      recv, count, w, scale);
+                                          const std::vector<int64_t>& counts, WireType w,
+                                          float scale) {
+  std::vector<int64_t> starts(counts.size() + 1, 0);
+  for (size_t b = 0; b < counts.size(); ++b)
+    starts[b + 1] = starts[b] + counts[b];
+  return std::make_shared<RingOp>(owner,
+                                  detail::describeReduction("reduce-scatter", starts.back(), w),
+                                  false, send, recv, std::move(starts), w, scale);
 }
 
 } // namespace epl::backend::mpi

@@ -76,6 +76,39 @@ TEST_CASE("f32 all-reduce and reduce-scatter sum exactly on 1 to 4 ranks") {
     }
 }
 
+// Blocks of their own sizes (empty ones too), received in place: what ZeRO stage 2's
+// buckets are, cut where the ranks' slices fall.
+TEST_CASE("reduce-scatter of uneven blocks sums each rank's block in place") {
+  for (int n = 1; n <= 4; ++n) {
+    CAPTURE(n);
+    std::vector<int64_t> counts;
+    for (int r = 0; r < n; ++r)
+      counts.push_back(r == 1 ? 0 : 1000 * r + 3);
+    int64_t total = 0;
+    std::vector<int64_t> starts;
+    for (int64_t c : counts)
+      starts.push_back(total), total += c;
+    auto comms = makeLocalComms(n);
+    std::vector<std::vector<float>> data(n);
+    onRanks(comms, [&](Comm& c) {
+      int r = c.rank();
+      data[r] = floats(r, total, true);
+      Request q = c.ireduceScatterBlocks(data[r].data(), data[r].data() + starts[r], counts);
+      c.wait(q, "bucket");
+    });
+    int64_t wrong = 0;
+    for (int r = 0; r < n; ++r)
+      for (int64_t i = 0; i < counts[r]; ++i)
+        wrong += data[r][starts[r] + i] != static_cast<float>(exactSum(n, starts[r] + i, true));
+    CHECK(wrong == 0);
+    auto bad = makeLocalComms(1);
+    CHECK(commErrorOf([&] {
+            bad[0]->ireduceScatterBlocks(nullptr, nullptr, {1, 2});
+          }).find("reduce-scatter of 2 blocks, but the communicator has 1 ranks") !=
+          std::string::npos);
+  }
+}
+
 TEST_CASE("all-gather, broadcast and all-to-all move every rank's bytes on 1 to 4 ranks") {
   for (int n = 1; n <= 4; ++n)
     for (int64_t bytesEach : {int64_t(0), int64_t(1), int64_t(13), int64_t(4096)}) {

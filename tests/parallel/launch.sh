@@ -47,9 +47,9 @@ grep -q "this plan has .*model chunks of split widths 2 (stage 0) and 1" pipe.ou
 if grep -qi "mpirun" pipe.out; then fail "mpirun was started"; fi
 
 # A checkpoint written by 2 ranks (once, by rank 0) resumes on 4 and on 1, and the losses
-# continue as in a run that never stopped; with ZeRO stage 1 on 2 and 4 ranks (rank 0
-# gathers the optimizer states' slices, and hands them out again: on 4 ranks, into files
-# in a folder of --offload-dir).
+# continue as in a run that never stopped; with ZeRO stage 1 on 2 ranks and stage 2 on 4
+# (rank 0 gathers the optimizer states' slices, and hands them out again: on 4 ranks, into
+# files in a folder of --offload-dir).
 sed 's|^  seed = 3|  seed = 3\n  checkpoint = { dir = "ck", every = 5 }|' "$script" > ck.epl
 "$epl" run ck.epl -np 1 --metrics whole.jsonl > whole.out 2>&1
 rm -rf ck
@@ -59,9 +59,11 @@ if grep -q "is not applied" half.out; then cat half.out; fail "zero = 1 was not 
 grep -q "optimizer states: each rank holds 1/2 (ZeRO stage 1)" half.out || { cat half.out; fail "ZeRO"; }
 cp -r ck ck1
 mkdir -p states
-"$epl" run ck.epl -np 4 --set policy.zero=1 --set policy.offload=optimizer \
+"$epl" run ck.epl -np 4 --set policy.zero=2 --set policy.offload=optimizer \
   --set policy.offload_to=disk --offload-dir states --resume --metrics rest4.jsonl > rest4.out 2>&1 ||
   { cat rest4.out; fail "resume on 4 ranks"; }
+grep -q "optimizer states and gradients: each rank holds 1/4 (ZeRO stage 2)" rest4.out ||
+  { cat rest4.out; fail "ZeRO stage 2"; }
 grep -q "optimizer states: in a file in states" rest4.out || { cat rest4.out; fail "offload"; }
 [ -z "$(ls states)" ] || fail "the offloaded states' files were left in their folder"
 # A folder that is not there: refused before the first step, naming it.

@@ -99,3 +99,39 @@ TEST_CASE("offloading the optimizer to disk leaves staging buffers in the rank's
   // Nothing to offload: SGD without momentum keeps no states.
   CHECK(program("offload = optimizer offload_to = disk", "sgd(lr = 0.1)", 1).stagingBytes == 0);
 }
+
+// ZeRO stage 2 in a purely data-parallel plan: each rank keeps its slice of the gradients,
+// every micro-batch reduce-scatters the buckets into it (each waited for in its micro-batch),
+// and the buckets' gradients sit in the arena until then.
+TEST_CASE("ZeRO stage 2 keeps a slice of the gradients and reduces every micro-batch") {
+  auto m = planNet("zero = 2 micro_batches = 2", "adam(lr = 1e-3)", 4);
+  REQUIRE(m);
+  REQUIRE(m->zeroShardsGradients());
+  REQUIRE(m->buckets.size() == 1);
+  const epl::ir::Program& p = m->programs.at(0);
+  CHECK(p.gradBytes == kPsi); // 4 Psi bytes over 4 ranks
+  CHECK(p.optimizerBytes == 2 * kPsi);
+  REQUIRE(p.bucketOffset.size() == 1);
+  CHECK(p.bucketOffset[0] + 4 * kPsi <= p.arenaBytes);
+  std::vector<int> started(2, 0), waited(2, 0);
+  for (const epl::ir::Instr& in : p.step) {
+    if (in.kind == epl::ir::InstrKind::ReduceStart) ++started.at(in.micro);
+    if (in.kind == epl::ir::InstrKind::ReduceWait) {
+      CHECK(started.at(in.micro) == 1);
+      ++waited.at(in.micro);
+    }
+    if (in.kind == epl::ir::InstrKind::Load && in.micro == 1) CHECK(waited[0] == 1);
+  }
+  CHECK(started == std::vector<int>{1, 1});
+  CHECK(waited == std::vector<int>{1, 1});
+  // Stage 1 all-reduces whole gradients once, after the last micro-batch.
+  auto one = planNet("zero = 1 micro_batches = 2", "adam(lr = 1e-3)", 4);
+  REQUIRE(one);
+  CHECK_FALSE(one->zeroShardsGradients());
+  CHECK(one->programs.at(0).gradBytes == 4 * kPsi);
+  CHECK(one->programs.at(0).bucketOffset.empty());
+  // One rank has nothing to partition.
+  auto single = planNet("zero = 2", "adam(lr = 1e-3)", 1);
+  REQUIRE(single);
+  CHECK_FALSE(single->zeroShardsGradients());
+}

@@ -136,6 +136,7 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
     zeroBegin_ = zeroBase_ + zeroComm().rank() * zeroBytes_;
     shardGrads_ = m_.zeroShardsGradients();
   }
+  EPL_ASSERT(m_.zeroApplies() || !m_.zeroShardsGradients(), "ZeRO stage 2 comes with stage 1");
   allocateBuffers();
   if (disk_) planOffloadChunks();
   gradParam_.assign(m_.tensors.size(), -1);
@@ -330,7 +331,7 @@ backend::TensorView Executor::view(int t, int slot) const {
   backend::TensorView v = shapeOnly(t);
   if (gradParam_[t] >= 0 && shardGrads_) {
     int q = gradParam_[t], b = bucketOfParam_[q];
-    v.data = bucketMem(b) + (paramOffset_[q] - bucketBegin_[b]);
+    v.data = bucketMem(b, slot) + (paramOffset_[q] - bucketBegin_[b]);
   } else if (gradParam_[t] >= 0) {
     v.data = grads_ + paramOffset_[gradParam_[t]];
   } else {
@@ -888,7 +889,7 @@ void Executor::splitCommunicators() {
 
 // Sums bucket b's gradients over the data-parallel ranks, in the background. Gradients sit
 // in parameter order, so a bucket is one block; the padding between parameters is zero.
-void Executor::startReduce(int b) {
+void Executor::startReduce(int b, int micro) {
   // The collective reads the gradients from the host side: they must be written. (A
   // queued device would record an event for the communication to wait on instead.)
   dev_.synchronize();
@@ -902,7 +903,7 @@ void Executor::startReduce(int b) {
     return;
   }
   // ZeRO stage 2: rank k gets the sum of the bucket's bytes in its slice, in place.
-  data = reinterpret_cast<float*>(bucketMem(b));
+  data = reinterpret_cast<float*>(bucketMem(b, slotOf(micro)));
   std::vector<int64_t> counts;
   for (int k = 0; k < zeroComm().size(); ++k) {
     int64_t begin = std::clamp(zeroBase_ + k * zeroBytes_, bucketBegin_[b], bucketEnd_[b]);
@@ -925,10 +926,15 @@ void Executor::planBucketClears() {
   for (size_t i = 0; i < program_.step.size(); ++i) {
     const ir::Instr& in = program_.step[i];
     if (in.kind != ir::InstrKind::Run || m_.ops[in.op].phase == ir::Phase::Optimizer) continue;
-    for (int t : m_.ops[in.op].outputs)
-      if (t >= 0 && gradParam_[t] >= 0 &&
-          written.insert({in.micro, bucketOfParam_[gradParam_[t]]}).second)
+    const ir::Op& op = m_.ops[in.op];
+    // zb's B part leaves the parameter gradients to W (the memory plan's rule too).
+    size_t inputs = op.phase == ir::Phase::Backward ? m_.ops[op.forward].inputs.size() : 0;
+    for (size_t k = 0; k < op.outputs.size(); ++k) {
+      int t = op.outputs[k];
+      if (t < 0 || gradParam_[t] < 0 || !ir::writesOutput(in.part, k, inputs)) continue;
+      if (written.insert({in.micro, bucketOfParam_[gradParam_[t]]}).second)
         clearBuckets_[i].push_back(bucketOfParam_[gradParam_[t]]);
+    }
   }
   EPL_ASSERT(std::all_of(bucketOfParam_.begin() + program_.params.front(),
                          bucketOfParam_.begin() + program_.params.back() + 1,
@@ -936,14 +942,13 @@ void Executor::planBucketClears() {
              "every parameter a rank updates is in a gradient bucket");
 }
 
-// ZeRO stage 2: this rank's sum of bucket b from micro-batch `micro`'s reduction into its
-// gradient slice: the first micro-batch's is copied, the others' added.
-void Executor::foldSlice(int b, int micro) {
+// ZeRO stage 2: this rank's sum of bucket b, reduced in the slot `slot`, added into its
+// gradient slice (zero-grads cleared it, so the first micro-batch's lands as it is).
+void Executor::foldSlice(int b, int slot) {
   int64_t begin = std::max(zeroBegin_, bucketBegin_[b]);
   int64_t end = std::min(zeroBegin_ + zeroBytes_, bucketEnd_[b]);
   if (begin >= end) return;
-  unsigned char* sum = bucketMem(b) + (begin - bucketBegin_[b]);
-  if (micro == 0) return dev_.copyOnDevice(gradAt(begin), sum, end - begin);
+  unsigned char* sum = bucketMem(b, slot) + (begin - bucketBegin_[b]);
   backend::KernelCall add;
   add.kind = ir::OpKind::Add;
   add.attrs = &noAttrs_;
@@ -983,7 +988,7 @@ void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t see
     return;
   }
   case ir::InstrKind::ReduceStart:
-    startReduce(in.bucket);
+    startReduce(in.bucket, in.micro);
     return;
   case ir::InstrKind::ReduceWait: {
     const ir::GradBucket& b = m_.buckets[in.bucket];
@@ -997,7 +1002,7 @@ void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t see
     reduceWaitSeconds_ +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
     reduceEnded_ = monotonicSeconds();
-    if (shardGrads_) foldSlice(in.bucket, in.micro);
+    if (shardGrads_) foldSlice(in.bucket, slotOf(in.micro));
     return;
   }
   case ir::InstrKind::Run:
@@ -1292,7 +1297,8 @@ void Executor::gradNorm(const ir::Op& op) {
     float sq = 0;
     dev_.copyToHost(&sq, acc, 4);
     dev_.synchronize();
-    zeroComm().allReduce(&sq, 1, "the squared gradient norm");
+    // Every gradient is in one rank's slice: in a pipeline, of its stage's ranks.
+    comm_.allReduce(&sq, 1, "the squared gradient norm");
     return clip(acc, sq);
   }
   // The squares of this rank's gradients: whole ones, and its pieces of sharded ones.
@@ -1482,7 +1488,7 @@ StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
     occupySlot(i);
     for (size_t k = 0; shardGrads_ && k < clearBuckets_[i].size(); ++k) {
       int b = clearBuckets_[i][k];
-      dev_.fillZero(bucketMem(b), bucketEnd_[b] - bucketBegin_[b]);
+      dev_.fillZero(bucketMem(b, slotOf(program_.step[i].micro)), bucketEnd_[b] - bucketBegin_[b]);
     }
     if (traced)
       runTraced(program_.step[i], i, step, seed);

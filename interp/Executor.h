@@ -177,7 +177,7 @@ private:
   // A whole parameter (or optimizer state) <-> this rank's piece of it.
   void toPiece(int q, const float* whole, float* piece) const;
   void fromPieces(int q, const float* pieces, float* whole) const;
-  void startReduce(int bucket);
+  void startReduce(int bucket, int micro);
   void splitCommunicators();
   // Where gradient buckets are summed (a stage's ranks in every replica, or every rank),
   // and the squared gradient norm (the ranks of this rank's replica, or every rank).
@@ -246,17 +246,23 @@ private:
   std::vector<float> zeroStates_[2];
   // ZeRO stage 2 (Module::zeroShardsGradients): grads_ holds the gradients of the ZeRO slice
   // alone (flat like the parameters from zeroBegin_); bucket b's gradients sit in the arena
-  // at Program::bucketOffset[b], cleared before the step instruction that first writes them
-  // in each micro-batch (clearBuckets_, by instruction), and each reduction is
-  // reduce-scattered in place there, then added into grads_.
+  // at Program::bucketOffset[b] (of the micro-batch's slot, or of the shared region),
+  // cleared before the step instruction that first writes them in each micro-batch
+  // (clearBuckets_, by instruction), and each reduction is reduce-scattered in place there,
+  // then added into grads_.
   bool shardGrads_ = false;
   std::vector<int> bucketOfParam_;
   std::vector<std::vector<int>> clearBuckets_;
-  unsigned char* bucketMem(int b) const { return arena_ + program_.bucketOffset[b]; }
+  unsigned char* bucketMem(int b, int slot) const {
+    int id = static_cast<int>(m_.tensors.size()) + b;
+    int64_t base = program_.isShared(id) ? program_.slots * program_.slotStride()
+                                         : slot * program_.slotStride();
+    return arena_ + base + program_.bucketOffset[b];
+  }
   // Where the gradient of parameter byte b is in grads_ (its slice, with ZeRO stage 2).
   unsigned char* gradAt(int64_t b) const { return grads_ + b - (shardGrads_ ? zeroBegin_ : 0); }
   void planBucketClears();
-  void foldSlice(int bucket, int micro);
+  void foldSlice(int bucket, int slot);
   // Optimizer states offloaded to disk (Program::offloadedBytes > 0; stateMem_ is then
   // null): the file, the staging buffers' memory, and the step's chunks: by optimizer op id
   // its first chunk and their number; by chunk, where it starts in the parameter memory.

@@ -578,7 +578,8 @@ void warnUnappliedPolicies(const ir::Module& m, Diagnostics& diags) {
   warn("zero",
        p.zero >= ir::ZeroStage::Gradients && !one && m.zeroApplies() && !m.zeroShardsGradients(),
        "stage 1 (the optimizer states) is applied; stage 2's gradient partition runs in "
-       "purely data-parallel plans so far, so here every rank holds all gradients");
+       "data-parallel plans and pipelines' copies without split regions or interleaved "
+       "chunks so far, so here every rank holds all gradients");
   warn("zero", p.zero == ir::ZeroStage::Parameters && !one && m.zeroApplies(),
        "stages 1 and 2 are applied where they run; stage 3's parameter partition does not run "
        "yet: every rank holds all parameters");

@@ -128,11 +128,15 @@ Module::SlotUse Module::slotUse(const Program& p) const {
   SlotUse u;
   u.first.assign(static_cast<size_t>(p.microBatches), -1);
   u.last.assign(static_cast<size_t>(p.microBatches), -1);
+  bool scatters = zeroShardsGradients();
   for (size_t i = 0; i < p.step.size(); ++i) {
     const Instr& in = p.step[i];
-    bool uses = in.kind == InstrKind::Load || in.kind == InstrKind::SeedGrad ||
-                in.kind == InstrKind::Send || in.kind == InstrKind::Recv ||
-                (in.kind == InstrKind::Run && ops[in.op].phase != Phase::Optimizer);
+    // ZeRO stage 2: a bucket in flight reads the micro-batch's slot.
+    bool uses =
+        in.kind == InstrKind::Load || in.kind == InstrKind::SeedGrad ||
+        in.kind == InstrKind::Send || in.kind == InstrKind::Recv ||
+        (in.kind == InstrKind::Run && ops[in.op].phase != Phase::Optimizer) ||
+        (scatters && (in.kind == InstrKind::ReduceStart || in.kind == InstrKind::ReduceWait));
     if (!uses) continue;
     if (u.first[in.micro] < 0) u.first[in.micro] = static_cast<int>(i);
     u.last[in.micro] = static_cast<int>(i);
@@ -254,7 +258,18 @@ bool Module::zeroApplies() const {
 
 bool Module::zeroShardsGradients() const {
   if (policy.zero < ZeroStage::Gradients || optimizerStates() == 0 || buckets.empty()) return false;
-  if (!mesh.pureDataParallel() || mesh.np < 2) return false;
+  for (const StagePlan& st : mesh.stages)
+    if (st.splitWidth > 1) return false;
+  if (mesh.stages.size() > 1) {
+    // A pipeline's copies: every stage's parameters, consecutive without interleaved chunks,
+    // summed over several ranks (data-parallel pass: a bucket per stage at least).
+    if (mesh.chunks > 1 || mesh.np <= mesh.depth() || !mesh.pipelineRefusal().empty()) return false;
+    std::vector<bool> reduced(mesh.stages.size(), false);
+    for (const GradBucket& b : buckets)
+      reduced[b.stage] = true;
+    return std::all_of(reduced.begin(), reduced.end(), [](bool r) { return r; });
+  }
+  if (mesh.np < 2) return false;
   // Stage 1's condition on the programs, before there are any: the parameters with
   // gradients (what every rank updates) are consecutive.
   int first = -1, last = -1, count = 0;

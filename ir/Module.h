@@ -272,9 +272,10 @@ struct Module {
   // Whether the runtime applies ZeRO stage 2 as well: each rank keeps the gradients of its
   // slice alone, every micro-batch's buckets are reduce-scattered into them, and a bucket's
   // gradients live in the arena from their first write to their reduction's end. With
-  // `zero` of 2 or more, where stage 1 applies, in a purely data-parallel plan (one stage,
-  // no split) with gradient buckets. Decided from the plan before the schedule, so that
-  // the schedule can place the reductions.
+  // `zero` of 2 or more, where stage 1 applies, without split stages: a purely
+  // data-parallel plan, or a pipeline (without interleaved chunks) whose every stage has
+  // several ranks. Decided from the plan before the schedule, so that the schedule can
+  // place the reductions.
   bool zeroShardsGradients() const;
   // The bytes bucket b's reduction sends from each rank: its gradients in `comm_dtype`.
   int64_t wireBytes(const GradBucket& b) const {

@@ -615,9 +615,10 @@ void printProgram(const Module& m, int rank, std::ostream& out) {
       p.stagingBytes > 0 ? fmt::format(" + staging {} (optimizer states on disk: {})",
                                        formatBytes(p.stagingBytes), formatBytes(p.offloadedBytes))
                          : "";
-  if (!p.bucketOffset.empty())
-    activations += fmt::format(" (with {} gradient bucket{})", p.bucketOffset.size(),
-                               p.bucketOffset.size() == 1 ? "" : "s");
+  auto buckets = std::count_if(p.bucketOffset.begin(), p.bucketOffset.end(),
+                               [](int64_t at) { return at >= 0; });
+  if (buckets > 0)
+    activations += fmt::format(" (with {} gradient bucket{})", buckets, buckets == 1 ? "" : "s");
   out << fmt::format("memory plan: {} = activations {} + params {} + grads {}{} + optimizer {}{}\n",
                      formatBytes(p.peakBytes()), activations, formatBytes(p.paramBytes),
                      formatBytes(p.gradBytes), p.bucketOffset.empty() ? "" : " (ZeRO slice)",
@@ -626,7 +627,7 @@ void printProgram(const Module& m, int rank, std::ostream& out) {
   // id past the tensors').
   size_t tensors = p.offset.size();
   auto offset = [&](size_t i) { return i < tensors ? p.offset[i] : p.bucketOffset[i - tensors]; };
-  auto shared = [&](size_t i) { return i < tensors && p.isShared(static_cast<int>(i)); };
+  auto shared = [&](size_t i) { return p.isShared(static_cast<int>(i)); };
   std::vector<size_t> placed;
   for (size_t i = 0; i < tensors + p.bucketOffset.size(); ++i)
     if (offset(i) >= 0) placed.push_back(i);
@@ -641,8 +642,8 @@ void printProgram(const Module& m, int rank, std::ostream& out) {
       out << fmt::format("  {:>9}  {:>9}  %{}{}\n", offset(i), m.bytesOn(p, static_cast<int>(i)),
                          m.tensors[i].name, shared(i) ? "  (shared)" : "");
     else
-      out << fmt::format("  {:>9}  {:>9}  gradient bucket {}\n", offset(i),
-                         p.bucketBytes[i - tensors], i - tensors);
+      out << fmt::format("  {:>9}  {:>9}  gradient bucket {}{}\n", offset(i),
+                         p.bucketBytes[i - tensors], i - tensors, shared(i) ? "  (shared)" : "");
 }
 
 } // namespace epl::ir

@@ -117,7 +117,9 @@ struct Program {
   // ZeRO stage 2 (Module::zeroShardsGradients): gradient bucket b's gradients, laid out as
   // the parameters are (each 64-byte aligned), sit in the arena at bucketOffset[b] from
   // their first write in a micro-batch to the end of their reduction; gradBytes is the
-  // rank's slice of the gradients, which the reductions add into. Empty otherwise.
+  // rank's slice of the gradients, which the reductions add into; shared[tensors + b] says
+  // whether bucket b is in the shared region. Offset -1: another stage's bucket. Empty
+  // otherwise.
   std::vector<int64_t> bucketOffset, bucketBytes;
   int64_t recvBytes = 0;      // the buffers the step's receives are posted into
   int64_t paramBytes = 0;     // parameters

@@ -17,8 +17,8 @@
 //      backward. `overlap_comm = false` starts every bucket after the whole backward (of
 //      its stage).
 //   4. ZeRO stage 2 (Module::zeroShardsGradients) holds about two buckets of gradients at a
-//      time besides each rank's slice: without `bucket_mb` in the script, its buckets are
-//      of kZeroBucketBytes rather than the 25 MB default.
+//      time besides each rank's slice: with `zero` >= 2 and no split stage, and without
+//      `bucket_mb` in the script, buckets are of kZeroBucketBytes rather than 25 MB.
 #include "passes/Passes.h"
 
 #include <algorithm>
@@ -75,7 +75,9 @@ public:
     }
     auto paramStage = [&](int p) { return copies ? m.ops[m.params[p].op].stage : 0; };
     int64_t bucketBytes = m.policy.bucketBytes;
-    if (m.policy.zero >= ir::ZeroStage::Gradients && mesh.pureDataParallel() &&
+    bool anySplit = std::any_of(mesh.stages.begin(), mesh.stages.end(),
+                                [](const ir::StagePlan& st) { return st.splitWidth > 1; });
+    if (m.policy.zero >= ir::ZeroStage::Gradients && !anySplit &&
         !m.policy.keyLocs.count("bucket_mb") && bucketBytes > 0)
       bucketBytes = std::min(bucketBytes, kZeroBucketBytes);
     int end = static_cast<int>(m.params.size());

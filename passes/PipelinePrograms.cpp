@@ -255,7 +255,9 @@ std::string transferLabel(const ir::Module& m, const ir::Instr& in) {
 
 // Data-parallel copies (step 6): the stage's buckets start right after the op that readies
 // them in the last micro-batch's backward, and are waited for, in the order they started,
-// before the first optimizer op (the gradient norm reads them).
+// before the first optimizer op (the gradient norm reads them). With ZeRO stage 2 every
+// micro-batch's start there, each waited for once the next has started, and the last at
+// once (Schedule.cpp's rule, inside the backward that wrote them).
 void addGradientReductions(const ir::Module& m, int position, std::vector<ir::Instr>& step) {
   std::multimap<int, int> readyAfter; // ready op -> bucket
   for (size_t b = 0; b < m.buckets.size(); ++b)
@@ -264,6 +266,27 @@ void addGradientReductions(const ir::Module& m, int position, std::vector<ir::In
   if (readyAfter.empty()) return;
   int last = static_cast<int>(m.policy.microBatches) - 1;
   std::vector<ir::Instr> out;
+  if (m.zeroShardsGradients()) {
+    std::map<int, std::vector<int>> started; // by micro-batch, in order
+    for (const ir::Instr& in : step) {
+      out.push_back(in);
+      if (in.kind != ir::InstrKind::Run || in.part == ir::BackwardPart::Inputs) continue;
+      auto [begin, end] = readyAfter.equal_range(in.op);
+      std::vector<int>& mine = started[in.micro];
+      for (auto it = begin; it != end; ++it) {
+        out.push_back({ir::InstrKind::ReduceStart, -1, in.micro, it->second});
+        mine.push_back(it->second);
+        if (mine.size() > 1)
+          out.push_back({ir::InstrKind::ReduceWait, -1, in.micro, mine[mine.size() - 2]});
+        if (mine.size() == readyAfter.size())
+          out.push_back({ir::InstrKind::ReduceWait, -1, in.micro, mine.back()});
+      }
+    }
+    EPL_ASSERT(started.size() == static_cast<size_t>(last + 1),
+               "every micro-batch reduces its gradient buckets");
+    step = std::move(out);
+    return;
+  }
   std::vector<int> started;
   bool waited = false;
   for (const ir::Instr& in : step) {
@@ -473,11 +496,11 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
                                           splitGroupOf(rank, p.splitWidth), 4, ir::DType::F32,
                                           "all-reduce the squared gradient norm"),
               i);
-        if (p.stages == 1 && m.zeroShardsGradients() && m.ops[in.op].kind == ir::OpKind::GradNorm)
+        if (m.zeroShardsGradients() && m.ops[in.op].kind == ir::OpKind::GradNorm)
           add(ir::CommEvent::collectiveOp(ir::CollectiveKind::AllReduce, world, 4, ir::DType::F32,
                                           "all-reduce the squared gradient norm"),
               i);
-        if (p.stages > 1 && m.ops[in.op].kind == ir::OpKind::GradNorm)
+        if (p.stages > 1 && !m.zeroShardsGradients() && m.ops[in.op].kind == ir::OpKind::GradNorm)
           add(ir::CommEvent::collectiveOp(ir::CollectiveKind::AllReduce,
                                           grouped ? replicaGroup.at(p.replica) : world, 4,
                                           ir::DType::F32, "all-reduce the squared gradient norm"),

@@ -59,6 +59,11 @@ struct KernelCall {
   // the table; other tokens give zero rows (another device adds theirs) and no gradient.
   int64_t vocabFirst = 0;
   bool vocabSlice = false;
+  // Memory for the kernel's temporaries, from the rank's arena (Module::workspaceBytes
+  // says how much each op takes; the memory plan places it): floats, or null for a call
+  // of no plan (tests), whose kernel takes its own scratch instead.
+  float* workspace = nullptr;
+  int64_t workspaceFloats = 0;
   // The weight of one sample in the step's loss (1 / the global batch), for a loss an op
   // adds on its own: moe_dispatch's backward adds aux_weight x this x d(aux)/d(gates) per
   // sample (its load-balancing loss).

@@ -414,6 +414,25 @@ void Executor::bindCalls() {
     for (size_t i = 0; i < m_.ops.size(); ++i)
       if (runs[i]) bindCall(static_cast<int>(i), slot);
   bindParts();
+  bindWorkspaces();
+}
+
+// Each kernel's workspace where the memory plan put it: in the slot the call is bound for,
+// or in the region the micro-batches share.
+void Executor::bindWorkspaces() {
+  for (const ir::Program::Workspace& w : program_.workspaces) {
+    EPL_ASSERT(w.offset >= 0, "a kernel's workspace has no place in the memory plan");
+    auto& calls = w.part == ir::BackwardPart::Whole    ? calls_
+                  : w.part == ir::BackwardPart::Inputs ? inputCalls_
+                                                       : paramCalls_;
+    for (int slot = 0; slot < program_.slots && !calls.empty(); ++slot) {
+      backend::KernelCall& c = calls[slot][w.op].call;
+      int64_t base =
+          w.shared ? program_.slots * program_.slotStride() : slot * program_.slotStride();
+      c.workspace = reinterpret_cast<float*>(arena_ + base + w.offset);
+      c.workspaceFloats = w.bytes / 4;
+    }
+  }
 }
 
 // A split backward's parts are the whole call with the outputs the part does not write left

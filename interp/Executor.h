@@ -140,6 +140,7 @@ private:
   void vacateSlot(size_t index);
   void bindCall(int op, int slot);
   void bindParts();
+  void bindWorkspaces();
   backend::KernelCall& callOf(const ir::Instr& in);
   void load(int micro);
   void run(const ir::Instr& in, size_t index, int64_t step, uint64_t seed, bool training);

@@ -256,6 +256,24 @@ bool Module::zeroApplies() const {
   return true;
 }
 
+int64_t Module::workspaceBytes(const Program& p, int op) const {
+  const Op& o = ops[op];
+  if (o.phase == Phase::Optimizer) return 0;
+  const Op& fwd = o.phase == Phase::Backward ? ops[o.forward] : o;
+  bool backward = o.phase == Phase::Backward;
+  if ((fwd.kind != OpKind::Mlp && fwd.kind != OpKind::Attention) || fwd.inputs.empty() ||
+      fwd.params.empty())
+    return 0;
+  std::vector<int64_t> x = localShape(p, fwd.inputs[0]);
+  if (x.empty()) return 0;
+  int64_t rows = 1;
+  for (size_t k = 0; k + 1 < x.size(); ++k)
+    rows *= x[k];
+  int64_t first = localParamShape(p, fwd.params[0]).at(0); // W1 [F, D] or Wqkv [3 d, D]
+  if (fwd.kind == OpKind::Mlp) return 4 * rows * first * (backward ? 2 : 1);
+  return backward ? 4 * rows * (first / 3 + first) : 0;
+}
+
 bool Module::zeroShardsGradients() const {
   if (policy.zero < ZeroStage::Gradients || optimizerStates() == 0 || buckets.empty()) return false;
   for (const StagePlan& st : mesh.stages)

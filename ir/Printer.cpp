@@ -532,6 +532,14 @@ void printPlan(const Module& m, std::ostream& out) {
 
 namespace {
 
+// An op in the memory plan's rows: `block.0/mlp`, `block.0/mlp backward`.
+std::string opLabel(const Module& m, int op) {
+  const Op& o = m.ops[op];
+  if (o.phase == Phase::Backward) return m.ops[o.forward].name + " backward";
+  if (o.phase == Phase::Recompute) return o.name + " (recomputed)";
+  return o.name;
+}
+
 std::string instrText(const Module& m, const Program& p, const Instr& in) {
   switch (in.kind) {
   case InstrKind::ZeroGrads:
@@ -623,13 +631,19 @@ void printProgram(const Module& m, int rank, std::ostream& out) {
                      formatBytes(p.peakBytes()), activations, formatBytes(p.paramBytes),
                      formatBytes(p.gradBytes), p.bucketOffset.empty() ? "" : " (ZeRO slice)",
                      formatBytes(p.optimizerBytes), offload);
-  // What sits in the arena: tensors (by id) and, with ZeRO stage 2, gradient buckets (by
-  // id past the tensors').
-  size_t tensors = p.offset.size();
-  auto offset = [&](size_t i) { return i < tensors ? p.offset[i] : p.bucketOffset[i - tensors]; };
-  auto shared = [&](size_t i) { return p.isShared(static_cast<int>(i)); };
+  // What sits in the arena: tensors (by id), with ZeRO stage 2 gradient buckets (by id past
+  // the tensors'), and kernels' workspaces (past those).
+  size_t tensors = p.offset.size(), works = tensors + p.bucketOffset.size();
+  auto offset = [&](size_t i) {
+    return i < tensors ? p.offset[i]
+           : i < works ? p.bucketOffset[i - tensors]
+                       : p.workspaces[i - works].offset;
+  };
+  auto shared = [&](size_t i) {
+    return i < works ? p.isShared(static_cast<int>(i)) : p.workspaces[i - works].shared;
+  };
   std::vector<size_t> placed;
-  for (size_t i = 0; i < tensors + p.bucketOffset.size(); ++i)
+  for (size_t i = 0; i < works + p.workspaces.size(); ++i)
     if (offset(i) >= 0) placed.push_back(i);
   // A slot's tensors, then the shared region's (offsets from its start).
   std::sort(placed.begin(), placed.end(), [&](size_t a, size_t b) {
@@ -641,9 +655,16 @@ void printProgram(const Module& m, int rank, std::ostream& out) {
     if (i < tensors)
       out << fmt::format("  {:>9}  {:>9}  %{}{}\n", offset(i), m.bytesOn(p, static_cast<int>(i)),
                          m.tensors[i].name, shared(i) ? "  (shared)" : "");
-    else
+    else if (i < works)
       out << fmt::format("  {:>9}  {:>9}  gradient bucket {}{}\n", offset(i),
                          p.bucketBytes[i - tensors], i - tensors, shared(i) ? "  (shared)" : "");
+    else
+      out << fmt::format("  {:>9}  {:>9}  workspace of {}{}{}\n", offset(i),
+                         p.workspaces[i - works].bytes, opLabel(m, p.workspaces[i - works].op),
+                         p.workspaces[i - works].part == BackwardPart::Inputs   ? " (B)"
+                         : p.workspaces[i - works].part == BackwardPart::Params ? " (W)"
+                                                                                : "",
+                         shared(i) ? "  (shared)" : "");
 }
 
 } // namespace epl::ir

@@ -121,6 +121,16 @@ struct Program {
   // whether bucket b is in the shared region. Offset -1: another stage's bucket. Empty
   // otherwise.
   std::vector<int64_t> bucketOffset, bucketBytes;
+  // Kernel workspaces in the arena (Module::workspaceBytes): for each op and part of a
+  // backward the rank runs that takes one, where it is (in the micro-batch's slot, or in
+  // the shared region), live for that one instruction.
+  struct Workspace {
+    int op = -1;
+    BackwardPart part = BackwardPart::Whole;
+    int64_t offset = 0, bytes = 0;
+    bool shared = false;
+  };
+  std::vector<Workspace> workspaces;
   int64_t recvBytes = 0;      // the buffers the step's receives are posted into
   int64_t paramBytes = 0;     // parameters
   int64_t gradBytes = 0;      // parameter gradients

@@ -28,6 +28,8 @@
 //      of the arena, written by the backward ops of its parameters and read by its
 //      reduction, which ends at its reduce-wait; the rank's slice of the gradients is
 //      counted beside the arena.
+//   8. A kernel's workspace (Module::workspaceBytes) is one more block for each op and
+//      backward part that takes one, live for its instruction alone.
 #include "passes/Passes.h"
 
 #include "support/Assert.h"
@@ -227,6 +229,7 @@ private:
     to.sharedBytes = from.sharedBytes;
     to.bucketOffset = from.bucketOffset;
     to.bucketBytes = from.bucketBytes;
+    to.workspaces = from.workspaces;
   }
 
   static void plan(const ir::Module& m, ir::Program& p) {
@@ -254,9 +257,15 @@ private:
       }
     }
     p.bucketOffset.assign(best.offset.begin() + static_cast<ptrdiff_t>(m.tensors.size()),
-                          best.offset.end());
+                          best.offset.begin() + static_cast<ptrdiff_t>(arena.workBase));
     p.bucketBytes = arena.bucketBytes;
-    best.offset.resize(m.tensors.size());
+    p.workspaces = arena.workspaces;
+    for (size_t w = 0; w < p.workspaces.size(); ++w) {
+      size_t id = arena.workBase + w;
+      p.workspaces[w].offset = best.offset[id];
+      p.workspaces[w].shared = !p.shared.empty() && p.shared[id];
+    }
+    best.offset.resize(arena.workBase);
     p.offset = std::move(best.offset);
     p.arenaBytes = best.arenaBytes;
     countStates(m, p);
@@ -278,7 +287,11 @@ private:
     std::vector<int> loaded;     // what a load writes
     std::vector<int> bucketOf;   // ZeRO stage 2: by tensor, the bucket of a gradient, else -1
     std::vector<int64_t> bucketBytes;
-    size_t tensors = 0, ids = 0;
+    // Kernel workspaces: ids from workBase, one per (op, part) in `workspaces`; workId by
+    // op x 3 + part, -1 for none.
+    std::vector<ir::Program::Workspace> workspaces;
+    std::vector<int> workId;
+    size_t tensors = 0, ids = 0, workBase = 0;
     Arena(const ir::Module& m, const ir::Program& p)
         : paramGrad(m.tensors.size(), false), tensors(m.tensors.size()), ids(m.tensors.size()) {
       for (const ir::Param& prm : m.params)
@@ -295,6 +308,16 @@ private:
           bucketBytes.push_back(bytes);
         }
         ids += m.buckets.size();
+      }
+      workBase = ids;
+      workId.assign(3 * m.ops.size(), -1);
+      for (const ir::Instr& in : p.step) {
+        if (in.kind != ir::InstrKind::Run) continue;
+        int& id = workId[3 * static_cast<size_t>(in.op) + static_cast<size_t>(in.part)];
+        int64_t bytes = id < 0 ? m.workspaceBytes(p, in.op) : 0;
+        if (bytes <= 0) continue;
+        id = static_cast<int>(ids++);
+        workspaces.push_back({in.op, in.part, 0, bytes, false});
       }
       // A load writes the model inputs and `next` targets this rank's ops read (a pipeline
       // stage reads some of them).
@@ -328,6 +351,8 @@ private:
       if (in.kind == ir::InstrKind::SeedGrad) touch(m.lossGrad);
       if (in.kind == ir::InstrKind::Send || in.kind == ir::InstrKind::Recv) touch(in.tensor);
       if (in.kind != ir::InstrKind::Run) return;
+      int work = workId[3 * static_cast<size_t>(in.op) + static_cast<size_t>(in.part)];
+      if (work >= 0) f(work);
       const ir::Op& op = m.ops[in.op];
       for (int t : op.inputs)
         touch(t);
@@ -411,8 +436,9 @@ private:
     std::vector<Interval> out;
     for (size_t t = 0; t < arena.ids; ++t) {
       if (first[t] < 0) continue;
-      int64_t bytes = t < arena.tensors ? m.bytesOn(p, static_cast<int>(t))
-                                        : arena.bucketBytes[t - arena.tensors];
+      int64_t bytes = t < arena.tensors    ? m.bytesOn(p, static_cast<int>(t))
+                      : t < arena.workBase ? arena.bucketBytes[t - arena.tensors]
+                                           : arena.workspaces[t - arena.workBase].bytes;
       out.push_back({static_cast<int>(t), first[t], last[t], std::max<int64_t>(bytes, 1)});
     }
     return out;

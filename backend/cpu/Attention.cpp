@@ -163,7 +163,7 @@ void attentionBackward(const KernelCall& c, const AttentionSlots& a) {
   int64_t n = s.b * s.t;
   const float *dy = dyv.f32(), *wqkv = c.in[a.wqkv].f32(), *wp = c.in[a.wp].f32();
   const float *qkv = c.in[a.qkv].f32(), *ctx = c.in[a.ctx].f32(), *lse = c.in[a.lse].f32();
-  float *dctx = scratch(1, n * s.d), *dqkv = scratch(2, n * 3 * s.d);
+  float *dctx = workspace(c, 1, 0, n * s.d), *dqkv = workspace(c, 2, n * s.d, n * 3 * s.d);
   gemm(false, false, n, s.d, s.m, 1.f, dy, s.m, wp, s.d, 0.f, dctx, s.d);
   if (GradOut dwp = gradOut(c, a.dwp))
     gemm(true, false, s.m, s.d, n, 1.f, dy, s.m, ctx, s.d, dwp.beta(), dwp.p, s.d);

@@ -161,6 +161,12 @@ float* scratch(int slot, int64_t n) {
   return s.data.get();
 }
 
+float* workspace(const KernelCall& c, int slot, int64_t at, int64_t n) {
+  if (!c.workspace) return scratch(slot, n);
+  EPL_ASSERT(at + n <= c.workspaceFloats, "a kernel's workspace is smaller than it needs");
+  return c.workspace + at;
+}
+
 double sumDouble(const float* x, int64_t n) {
   constexpr int64_t kBlock = 4096;
   int64_t blocks = (n + kBlock - 1) / kBlock;

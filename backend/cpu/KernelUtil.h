@@ -45,6 +45,9 @@ void zeroUnlessAcc(const GradOut& dst, int64_t n);
 // every call. Slots keep buffers that are live at the same time apart: kernels use 0 to 6,
 // sumDouble uses 7 and gemm 8.
 float* scratch(int slot, int64_t n);
+// Floats [at, at + n) of the call's workspace (its layout is Module::workspaceBytes'), or
+// scratch slot `slot` when the call has none.
+float* workspace(const KernelCall& c, int slot, int64_t at, int64_t n);
 
 // Sum with a fixed blocked order in double: reductions to a scalar (losses, norms).
 double sumDouble(const float* x, int64_t n);

@@ -14,7 +14,7 @@ void mlpForward(const KernelCall& c) {
   const TensorView& x = c.in[0];
   int64_t d = lastDim(x), n = rowsOf(x), f = c.in[1].shape[0];
   Act act = parseAct(attrWord(c, "act"));
-  float *y = c.out[0].f32(), *h = c.out[1].f32(), *a = scratch(0, n * f);
+  float *y = c.out[0].f32(), *h = c.out[1].f32(), *a = workspace(c, 0, 0, n * f);
   broadcastRows(h, c.in[2].f32(), n, f);
   gemm(false, true, n, f, d, 1.f, x.f32(), d, c.in[1].f32(), d, 1.f, h, f);
   actForward(act, h, a, n * f);
@@ -28,7 +28,7 @@ void mlpBackward(const KernelCall& c) {
   int64_t d = lastDim(x), n = rowsOf(x), f = c.in[2].shape[0];
   Act act = parseAct(attrWord(c, "act"));
   const float *dy = c.in[0].f32(), *w1 = c.in[2].f32(), *w2 = c.in[4].f32(), *h = c.in[7].f32();
-  float *a = scratch(0, n * f), *da = scratch(1, n * f);
+  float *a = workspace(c, 0, 0, n * f), *da = workspace(c, 1, n * f, n * f);
   if (GradOut dw2 = gradOut(c, 3)) {
     actForward(act, h, a, n * f);
     gemm(true, false, d, f, n, 1.f, dy, d, a, f, dw2.beta(), dw2.p, f);

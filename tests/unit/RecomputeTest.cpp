@@ -136,7 +136,9 @@ TEST_CASE("recompute = auto recomputes the fewest blocks that fit device_memory"
   CHECK(a.peakWithout == keep);
   CHECK(a.peakWith == peak(*tight));
   CHECK(peak(*tight) <= a.budget);
-  CHECK(peak(*tight) > all);
+  // Not below every block recomputed (here equal: the backward's kernel workspaces, which
+  // recompute leaves alone, set the peak of both).
+  CHECK(peak(*tight) >= all);
   // Less than even every block recomputed needs: all of them, as close as it gets.
   auto small = planned(fmt::format("auto device_memory = {}KB", all / 1000 - 1));
   REQUIRE(small);

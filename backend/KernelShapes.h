@@ -42,13 +42,12 @@ struct PoolWindow {
 PoolWindow poolWindow(const KernelCall& c, const TensorView& x);
 
 // conv2d of x [B, C, H, W] with w [Co, C, K, K]: output [B, Co, Ho, Wo]. Images go through
-// im2col in groups of group() images, at most kColBudget floats of columns a group.
+// im2col in groups of group() images, at most ir::kConvColBudget floats of columns a group.
 struct ConvGeometry {
-  static constexpr int64_t kColBudget = int64_t{1} << 22; // 16 MiB of im2col a group
   int64_t b, c, h, w, co, k, stride, pad, ho, wo;
   EPL_HOST_DEVICE int64_t plane() const { return ho * wo; }
   EPL_HOST_DEVICE int64_t ckk() const { return c * k * k; }
-  int64_t group() const { return std::clamp<int64_t>(kColBudget / (ckk() * plane()), 1, b); }
+  int64_t group() const { return ir::convGroup(ckk(), plane(), b); }
 };
 ConvGeometry convGeometry(const KernelCall& c, const TensorView& x, const TensorView& w);
 

@@ -261,11 +261,20 @@ int64_t Module::workspaceBytes(const Program& p, int op) const {
   if (o.phase == Phase::Optimizer) return 0;
   const Op& fwd = o.phase == Phase::Backward ? ops[o.forward] : o;
   bool backward = o.phase == Phase::Backward;
-  if ((fwd.kind != OpKind::Mlp && fwd.kind != OpKind::Attention) || fwd.inputs.empty() ||
-      fwd.params.empty())
-    return 0;
+  bool kind =
+      fwd.kind == OpKind::Mlp || fwd.kind == OpKind::Attention || fwd.kind == OpKind::Conv2d;
+  if (!kind || fwd.inputs.empty() || fwd.params.empty()) return 0;
   std::vector<int64_t> x = localShape(p, fwd.inputs[0]);
   if (x.empty()) return 0;
+  if (fwd.kind == OpKind::Conv2d) { // im2col of a group of images: col and tmp; col, dY, dcol
+    std::vector<int64_t> w = localParamShape(p, fwd.params[0]); // [Co, C, K, K]
+    if (x.size() != 4 || w.size() != 4) return 0;
+    int64_t stride = intAttr(fwd.attrs, "stride"), pad = intAttr(fwd.attrs, "padding");
+    int64_t ho = (x[2] + 2 * pad - w[2]) / stride + 1, wo = (x[3] + 2 * pad - w[3]) / stride + 1;
+    int64_t ckk = x[1] * w[2] * w[3], plane = ho * wo;
+    int64_t images = convGroup(ckk, plane, x[0]) * plane;
+    return 4 * images * (backward ? 2 * ckk + w[0] : ckk + w[0]);
+  }
   int64_t rows = 1;
   for (size_t k = 0; k + 1 < x.size(); ++k)
     rows *= x[k];

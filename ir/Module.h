@@ -229,8 +229,9 @@ struct Module {
   std::vector<int64_t> localParamShape(const Program& p, int q) const;
   // The bytes of the arena a run of op `op` on p's rank takes for its kernel's temporaries
   // (KernelCall::workspace), 0 for none: the fused mlp's activation (and in its backward
-  // the activation's gradient), attention's backward dctx and dqkv. The CPU kernels'
-  // layout, floats side by side in that order.
+  // the activation's gradient), attention's backward dctx and dqkv, conv2d's im2col
+  // columns and output rows of a group of images (convGroup; its backward's columns
+  // twice). The CPU kernels' layout, floats side by side in that order.
   int64_t workspaceBytes(const Program& p, int op) const;
   int64_t bytesOn(const Program& p, int t) const;
   // What a Run of communication op `op` moves on p's rank over its split group, following

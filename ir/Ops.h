@@ -3,6 +3,7 @@
 #pragma once
 #include "ir/Types.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <variant>
@@ -127,6 +128,15 @@ std::vector<ParamSpec> paramSpecs(OpKind kind, const std::vector<TensorType>& in
                                   const Attrs& attrs);
 
 int64_t intAttr(const Attrs& a, const std::string& key);
+
+// conv2d runs im2col over groups of images: as many as keep one group's columns (C K K
+// rows of Ho Wo each per image) within kConvColBudget floats, at least one, at most the
+// batch. The kernels and the memory plan's workspace of a conv2d read this one rule.
+constexpr int64_t kConvColBudget = int64_t{1} << 22; // 16 MiB
+inline int64_t convGroup(int64_t ckk, int64_t plane, int64_t batch) {
+  int64_t fit = kConvColBudget / std::max<int64_t>(ckk * plane, 1);
+  return std::max<int64_t>(1, std::min(fit, batch));
+}
 double floatAttr(const Attrs& a, const std::string& key);
 std::string attrStr(const Attr& a);
 

@@ -73,7 +73,8 @@ void convForward(const KernelCall& c, bool hasBias) {
   const TensorView &x = c.in[0], &w = c.in[1];
   Geometry g = convGeometry(c, x, w);
   int64_t group = g.group(), p = g.plane();
-  float *col = scratch(0, g.ckk() * group * p), *tmp = scratch(1, g.co * group * p);
+  int64_t cols = g.ckk() * group * p; // the workspace: col, then tmp (Module::workspaceBytes)
+  float *col = workspace(c, 0, 0, cols), *tmp = workspace(c, 1, cols, g.co * group * p);
   const float* bias = hasBias ? c.in[2].f32() : nullptr;
   float* y = c.out[0].f32();
   for (int64_t b0 = 0; b0 < g.b; b0 += group) {
@@ -98,8 +99,9 @@ void convBackward(const KernelCall& c, bool hasBias) {
   const TensorView &dyv = c.in[0], &x = c.in[1], &w = c.in[2];
   Geometry g = convGeometry(c, x, w);
   int64_t group = g.group(), p = g.plane();
-  float *col = scratch(0, g.ckk() * group * p), *dY = scratch(1, g.co * group * p),
-        *dcol = scratch(2, g.ckk() * group * p);
+  int64_t cols = g.ckk() * group * p, ys = g.co * group * p; // col, dY, dcol
+  float *col = workspace(c, 0, 0, cols), *dY = workspace(c, 1, cols, ys),
+        *dcol = workspace(c, 2, cols + ys, cols);
   GradOut dx = gradOut(c, 0), dw = gradOut(c, 1), db = hasBias ? gradOut(c, 2) : GradOut{};
   const float* dy = dyv.f32();
   for (int64_t b0 = 0; b0 < g.b; b0 += group) {

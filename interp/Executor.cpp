@@ -912,17 +912,17 @@ void Executor::startReduce(int b, int micro) {
   // The collective reads the gradients from the host side: they must be written. (A
   // queued device would record an event for the communication to wait on instead.)
   dev_.synchronize();
-  float* data = reinterpret_cast<float*>(grads_ + bucketBegin_[b]);
-  int64_t count = (bucketEnd_[b] - bucketBegin_[b]) / 4;
   // fp16 carries each rank's share times the rank count, so small gradients stay normal.
   float scale = wire_ == backend::WireType::F16 ? static_cast<float>(program_.dataRanks) : 1.f;
   if (b == firstStarted_) reduceBegan_ = monotonicSeconds();
   if (!shardGrads_) {
-    pending_[b] = bucketComm(b).iallReduce(data, count, wire_, scale);
+    float* data = reinterpret_cast<float*>(grads_ + bucketBegin_[b]);
+    pending_[b] =
+        bucketComm(b).iallReduce(data, (bucketEnd_[b] - bucketBegin_[b]) / 4, wire_, scale);
     return;
   }
   // ZeRO stage 2: rank k gets the sum of the bucket's bytes in its slice, in place.
-  data = reinterpret_cast<float*>(bucketMem(b, slotOf(micro)));
+  float* data = reinterpret_cast<float*>(bucketMem(b, slotOf(micro)));
   std::vector<int64_t> counts;
   for (int k = 0; k < zeroComm().size(); ++k) {
     int64_t begin = std::clamp(zeroBase_ + k * zeroBytes_, bucketBegin_[b], bucketEnd_[b]);

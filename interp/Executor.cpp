@@ -164,7 +164,7 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
         b.endParam < static_cast<int>(paramOffset_.size()) ? paramOffset_[b.endParam] : total);
   }
   pending_.resize(m_.buckets.size());
-  if (shardGrads_) planBucketClears();
+  if (shardGrads_) planShardedBuckets();
   for (const ir::Instr& in : program_.step)
     if (in.kind == ir::InstrKind::ReduceStart) {
       firstStarted_ = in.bucket;
@@ -923,23 +923,29 @@ void Executor::startReduce(int b, int micro) {
   }
   // ZeRO stage 2: rank k gets the sum of the bucket's bytes in its slice, in place.
   float* data = reinterpret_cast<float*>(bucketMem(b, slotOf(micro)));
-  std::vector<int64_t> counts;
-  for (int k = 0; k < zeroComm().size(); ++k) {
-    int64_t begin = std::clamp(zeroBase_ + k * zeroBytes_, bucketBegin_[b], bucketEnd_[b]);
-    int64_t end = std::clamp(zeroBase_ + (k + 1) * zeroBytes_, bucketBegin_[b], bucketEnd_[b]);
-    counts.push_back((end - begin) / 4);
-  }
   int64_t mine = std::clamp(zeroBegin_, bucketBegin_[b], bucketEnd_[b]) - bucketBegin_[b];
-  pending_[b] = zeroComm().ireduceScatterBlocks(data, data + mine / 4, counts, wire_, scale);
+  pending_[b] =
+      zeroComm().ireduceScatterBlocks(data, data + mine / 4, scatterCounts_[b], wire_, scale);
 }
 
-// ZeRO stage 2: which buckets each step instruction writes first in its micro-batch (their
-// gradients add, so the bucket's place in the arena is cleared before).
-void Executor::planBucketClears() {
+// ZeRO stage 2, once: each parameter's bucket; where each bucket is cut between the ranks'
+// slices (rank k's floats of it); and which buckets each step instruction writes first in
+// its micro-batch (their gradients add, so the bucket's place in the arena is cleared
+// before: the memory plan's first touch).
+void Executor::planShardedBuckets() {
   bucketOfParam_.assign(m_.params.size(), -1);
-  for (size_t b = 0; b < m_.buckets.size(); ++b)
+  scatterCounts_.assign(m_.buckets.size(), {});
+  for (size_t b = 0; b < m_.buckets.size(); ++b) {
+    EPL_ASSERT(bucketEnd_[b] - bucketBegin_[b] == program_.bucketBytes[b],
+               "a gradient bucket's bytes differ from the memory plan's");
     for (int q = m_.buckets[b].firstParam; q < m_.buckets[b].endParam; ++q)
       bucketOfParam_[q] = static_cast<int>(b);
+    for (int k = 0; k < zeroComm().size(); ++k) {
+      int64_t begin = std::clamp(zeroBase_ + k * zeroBytes_, bucketBegin_[b], bucketEnd_[b]);
+      int64_t end = std::clamp(zeroBase_ + (k + 1) * zeroBytes_, bucketBegin_[b], bucketEnd_[b]);
+      scatterCounts_[b].push_back((end - begin) / 4);
+    }
+  }
   clearBuckets_.assign(program_.step.size(), {});
   std::set<std::pair<int, int>> written; // (micro-batch, bucket)
   for (size_t i = 0; i < program_.step.size(); ++i) {

@@ -253,6 +253,7 @@ private:
   // then added into grads_.
   bool shardGrads_ = false;
   std::vector<int> bucketOfParam_;
+  std::vector<std::vector<int64_t>> scatterCounts_; // by bucket: floats of it in each slice
   std::vector<std::vector<int>> clearBuckets_;
   unsigned char* bucketMem(int b, int slot) const {
     int id = static_cast<int>(m_.tensors.size()) + b;
@@ -262,7 +263,7 @@ private:
   }
   // Where the gradient of parameter byte b is in grads_ (its slice, with ZeRO stage 2).
   unsigned char* gradAt(int64_t b) const { return grads_ + b - (shardGrads_ ? zeroBegin_ : 0); }
-  void planBucketClears();
+  void planShardedBuckets();
   void foldSlice(int bucket, int slot);
   // Optimizer states offloaded to disk (Program::offloadedBytes > 0; stateMem_ is then
   // null): the file, the staging buffers' memory, and the step's chunks: by optimizer op id

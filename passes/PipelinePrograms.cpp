@@ -253,11 +253,13 @@ std::string transferLabel(const ir::Module& m, const ir::Instr& in) {
                      in.micro, send ? "to" : "from", in.peer);
 }
 
+} // namespace
+
 // Data-parallel copies (step 6): the stage's buckets start right after the op that readies
 // them in the last micro-batch's backward, and are waited for, in the order they started,
 // before the first optimizer op (the gradient norm reads them). With ZeRO stage 2 every
 // micro-batch's start there, each waited for once the next has started, and the last at
-// once (Schedule.cpp's rule, inside the backward that wrote them).
+// once, inside the backward that wrote them (the schedule pass's data-parallel plans too).
 void addGradientReductions(const ir::Module& m, int position, std::vector<ir::Instr>& step) {
   std::multimap<int, int> readyAfter; // ready op -> bucket
   for (size_t b = 0; b < m.buckets.size(); ++b)
@@ -310,8 +312,6 @@ void addGradientReductions(const ir::Module& m, int position, std::vector<ir::In
              "every gradient bucket of a stage starts after one of its backward ops");
   step = std::move(out);
 }
-
-} // namespace
 
 std::vector<ir::Program> pipelinePrograms(const ir::Module& m) {
   const ir::Mesh& mesh = m.mesh;

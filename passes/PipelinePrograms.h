@@ -14,6 +14,13 @@ namespace epl::passes {
 // schedule; each stage's gradient buckets are summed over its ranks in every replica.
 std::vector<ir::Program> pipelinePrograms(const ir::Module& m);
 
+// The gradient reductions of the stage at `position` (0 without a pipeline) in a step
+// program without them: each bucket started after the op that readies it in the last
+// micro-batch, all waited for before the first optimizer op; with ZeRO stage 2
+// (Module::zeroShardsGradients) started in every micro-batch, each waited for once the
+// next has started and the last at once.
+void addGradientReductions(const ir::Module& m, int position, std::vector<ir::Instr>& step);
+
 // The communicating instructions of every rank's step (or evaluation) program, in
 // Comm.h's terms: each Recv posted at the program's start and waited at the instruction,
 // each Send started and waited at once, the gradient-norm all-reduce and the loss

@@ -9,9 +9,10 @@
 //   wait for every bucket, in the order they started;
 //   then the grad-norm op (when clipping) and the optimizer ops.
 // With ZeRO stage 2 (Module::zeroShardsGradients) every micro-batch reduce-scatters its
-// buckets into the ranks' gradient slices: a bucket's reduction starts after the op that
-// completes it, and is waited for once the next bucket's has started (the last at the end
-// of the micro-batch's backward), so a bucket's gradients live about two buckets long.
+// buckets into the ranks' gradient slices, placed as a pipeline's are
+// (addGradientReductions): a bucket's reduction starts after the op that completes it and
+// is waited for once the next bucket's has started, so its gradients live about two
+// buckets long.
 // Evaluation loads one batch and runs the forward ops alone.
 // Each rank of a data-parallel plan runs on 1/np of each micro-batch.
 // A stage with split regions runs the same way on each rank of its split group, the
@@ -63,7 +64,8 @@ public:
     int last = static_cast<int>(m.policy.microBatches) - 1;
     bool shards = m.zeroShardsGradients();
     for (int micro = 0; micro <= last; ++micro)
-      appendMicroBatch(m, micro, micro == last || shards, shards, p.step);
+      appendMicroBatch(m, micro, micro == last && !shards, p.step);
+    if (shards) addGradientReductions(m, 0, p.step);
     for (size_t b = 0; b < m.buckets.size() && !shards; ++b)
       p.step.push_back({ir::InstrKind::ReduceWait, -1, last, static_cast<int>(b)});
     for (size_t i = 0; i < m.ops.size(); ++i)
@@ -102,9 +104,8 @@ private:
         EPL_ASSERT(false, error->str().c_str());
   }
 
-  // reduce: this micro-batch starts the buckets' reductions; waits: and waits for them in
-  // it (ZeRO stage 2), each after the next one started.
-  static void appendMicroBatch(const ir::Module& m, int micro, bool reduce, bool waits,
+  // reduce: this micro-batch starts the buckets' reductions.
+  static void appendMicroBatch(const ir::Module& m, int micro, bool reduce,
                                std::vector<ir::Instr>& out) {
     out.push_back({ir::InstrKind::Load, -1, micro, -1});
     for (size_t i = 0; i < m.ops.size(); ++i) {
@@ -117,21 +118,13 @@ private:
     std::multimap<int, int> readyAfter;
     for (size_t b = 0; reduce && b < m.buckets.size(); ++b)
       readyAfter.emplace(m.buckets[b].readyOp, static_cast<int>(b));
-    std::vector<int> started; // in order; those before `waited` are waited for
-    size_t waited = 0;
     for (size_t i = 0; i < m.ops.size(); ++i) {
       if (!ir::inBackwardPass(m.ops[i].phase)) continue;
       out.push_back({ir::InstrKind::Run, static_cast<int>(i), micro, -1});
       auto [begin, end] = readyAfter.equal_range(static_cast<int>(i));
-      for (auto it = begin; it != end; ++it) {
+      for (auto it = begin; it != end; ++it)
         out.push_back({ir::InstrKind::ReduceStart, -1, micro, it->second});
-        started.push_back(it->second);
-        for (; waits && waited + 1 < started.size(); ++waited)
-          out.push_back({ir::InstrKind::ReduceWait, -1, micro, started[waited]});
-      }
     }
-    for (; waits && waited < started.size(); ++waited)
-      out.push_back({ir::InstrKind::ReduceWait, -1, micro, started[waited]});
   }
 };
 

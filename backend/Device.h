@@ -64,6 +64,12 @@ struct KernelCall {
   // of no plan (tests), whose kernel takes its own scratch instead.
   float* workspace = nullptr;
   int64_t workspaceFloats = 0;
+  // amp: views of dtype bf16 or f16 hold tensors stored in half precision; kernels compute
+  // in f32 and round what they store. A matrix-multiplying layer reads its parameters
+  // (in[firstParam, firstParam + paramCount), f32 masters) rounded to castParams, as a
+  // half-precision GEMM reads its cast weights; F32: as they are.
+  ir::DType castParams = ir::DType::F32;
+  size_t firstParam = 0, paramCount = 0;
   // The weight of one sample in the step's loss (1 / the global batch), for a loss an op
   // adds on its own: moe_dispatch's backward adds aux_weight x this x d(aux)/d(gates) per
   // sample (its load-balancing loss).

@@ -89,6 +89,9 @@ const std::vector<KeyDoc>& policyKeys() {
        "what lives off the device between uses (params needs zero = 3)"},
       {"offload_to", "cpu | disk", "cpu", "where offloaded state goes"},
       {"amp", "none | fp16 | bf16", "none", "mixed precision (fp16 uses a dynamic loss scale)"},
+      {"loss_scale", "number > 0", "65536",
+       "amp = fp16: the first step's loss scale; halved on an overflow, doubled after 2000 "
+       "steps without one"},
       {"comm_dtype", "fp32 | bf16 | fp16", "fp32", "dtype of gradient reduction"},
       {"bucket_mb", "integer MB or a size", "25",
        "gradient bucket size for the data-parallel reduction (0: one bucket)"},

@@ -339,6 +339,15 @@ void Elaborator::applyPolicy(const ast::SettingsBlock& b, ir::Policy& p) {
     if (r.word(s, {"none", "fp16", "bf16"}, w))
       p.amp = w == "none" ? ir::Amp::None : w == "fp16" ? ir::Amp::Fp16 : ir::Amp::Bf16;
   };
+  a["loss_scale"] = [&](const ast::Setting& s) {
+    double v = 0;
+    if (r.number(s, 0, v)) {
+      if (v <= 0 || !std::isfinite(v))
+        r.error(*s.value, "`loss_scale` must be a number more than 0");
+      else
+        p.lossScale = v;
+    }
+  };
   a["comm_dtype"] = [&](const ast::Setting& s) {
     if (r.word(s, {"fp32", "bf16", "fp16"}, w))
       p.commDtype = w == "fp32" ? ir::DType::F32 : w == "bf16" ? ir::DType::BF16 : ir::DType::F16;

@@ -6,6 +6,8 @@
 #include "interp/checkpoint/Safetensors.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
@@ -160,6 +162,10 @@ std::string saveCheckpoint(const Executor& ex, const std::string& dir, const Che
                                           {"step", std::to_string(st.step)},
                                           {"seed", std::to_string(st.seed)},
                                           {"model", m.modelName}};
+  if (m.scalesLoss()) { // amp = fp16: where the dynamic loss scale stands
+    meta["loss_scale"] = fmt::format("{}", ex.lossScale());
+    meta["loss_scale_steps"] = std::to_string(ex.lossScaleSteps());
+  }
   checkpoint::writeSafetensors((temp / kTensorFile).string(), tensors, meta);
   checkpoint::writeFileAtomic((temp / kManifestFile).string(), checkpoint::manifestText(manifest));
   if (fs::exists(final))
@@ -336,6 +342,14 @@ LoadedCheckpoint loadCheckpoint(Executor& ex, const std::string& folderText, Loa
       orSetAside(folder, [&] { return checkpoint::readSafetensors(file, &meta); });
   checkTensors(man, meta, records, folder);
   install(ex, records, file, purpose == LoadPurpose::Resume);
+  auto scale = meta.find("loss_scale"), steps = meta.find("loss_scale_steps");
+  if (purpose == LoadPurpose::Resume && ex.module().scalesLoss() && scale != meta.end() &&
+      steps != meta.end()) {
+    double v = std::strtod(scale->second.c_str(), nullptr);
+    long n = std::strtol(steps->second.c_str(), nullptr, 10);
+    if (std::isfinite(v) && v > 0 && n >= 0 && n < ir::Policy::kLossScaleWindow)
+      ex.setLossScale(v, static_cast<int>(n));
+  }
   out.state = {man.step, man.seed, man.steps};
   return out;
 }

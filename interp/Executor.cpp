@@ -2,6 +2,7 @@
 // instruction's device work. Subtle orderings are noted where they happen.
 #include "interp/Executor.h"
 
+#include "backend/comm/Wire.h"
 #include "interp/MemoryFit.h"
 
 #include "support/Assert.h"
@@ -107,6 +108,7 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
   // First, before anything a rank may fail on alone: the split is collective.
   splitCommunicators();
   states_ = opt_.kind == backend::OptimizerKind::Sgd ? (opt_.momentum > 0 ? 1 : 0) : 2;
+  if (m_.scalesLoss()) lossScale_ = m_.policy.lossScale;
   int64_t total = 0;
   for (size_t p = 0; p < m_.params.size(); ++p) {
     paramOffset_.push_back(total);
@@ -322,7 +324,7 @@ void Executor::releaseBuffers() {
 
 backend::TensorView Executor::shapeOnly(int t) const {
   backend::TensorView v;
-  v.dtype = m_.tensors[t].type.dtype;
+  v.dtype = m_.storedDtype(t);
   v.shape = m_.localShape(program_, t);
   return v;
 }
@@ -478,6 +480,11 @@ void Executor::bindCall(int i, int slot) {
       program_.splitWidth > 1) {
     c.vocabSlice = true;
     c.vocabFirst = program_.splitRank * paramShape_[fwdOp.params[0]][0];
+  }
+  if (ir::castsWeights(fwdOp.kind) && !op.params.empty()) {
+    c.castParams = m_.stored.empty() ? ir::DType::F32 : m_.ampDtype();
+    c.firstParam = (op.phase == ir::Phase::Backward ? 1 : 0) + fwdOp.inputs.size();
+    c.paramCount = op.params.size();
   }
   if (ir::computesForward(op.phase)) {
     if (op.kind == ir::OpKind::Next) return;
@@ -642,6 +649,12 @@ void Executor::broadcastState(int root) {
   // host memory; a GPU device pairs with a communicator that reads its own).
   dev_.synchronize();
   comm_.broadcast(params_, gradBytes_, root, "broadcasting the parameters");
+  if (m_.scalesLoss()) { // a resumed run's loss scale
+    double scale[2] = {lossScale_, static_cast<double>(goodSteps_)};
+    comm_.broadcast(scale, sizeof scale, root, "broadcasting the loss scale");
+    lossScale_ = scale[0];
+    goodSteps_ = static_cast<int>(scale[1]);
+  }
   for (int k = 0; k < states_ && zeroBytes_ == 0; ++k)
     broadcastStates(k, 0, gradBytes_, root, "broadcasting the optimizer states");
   // ZeRO: the states the root read (they start at zero otherwise), a block at a time, each
@@ -1008,7 +1021,8 @@ void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t see
     int shares = program_.dataRanks;
     if (m_.tensors[m_.outputs[0]].layout.kind != ir::LayoutKind::DataParallel)
       shares /= program_.splitWidth;
-    lossSeed_ = 1.f / static_cast<float>(program_.microBatches * shares);
+    // amp = fp16: times the loss scale, so that small gradients stay above half's range.
+    lossSeed_ = static_cast<float>(lossScale_ / (program_.microBatches * shares));
     dev_.copyToDevice(view(m_.lossGrad, slot).data, &lossSeed_, 4);
     return;
   }
@@ -1360,12 +1374,17 @@ void Executor::gradNorm(const ir::Op& op) {
   clip(acc, sq);
 }
 
-// The global squared norm `sq` to the grad-norm tensor at acc, and the clip factor.
+// The global squared norm `sq` (of the scaled gradients, with a loss scale) to the grad-norm
+// tensor at acc, the clip factor, and whether the gradients overflowed: an infinite or NaN
+// gradient makes the sum so on every rank alike, and the step is skipped.
 void Executor::clip(float* acc, float sq) {
-  dev_.copyToDevice(acc, &sq, 4);
-  gradNorm_ = std::sqrt(static_cast<double>(sq));
+  overflow_ = m_.scalesLoss() && !std::isfinite(sq);
+  double norm = std::sqrt(static_cast<double>(sq)) / lossScale_;
+  float unscaled = static_cast<float>(norm * norm);
+  dev_.copyToDevice(acc, &unscaled, 4);
+  gradNorm_ = norm;
   double coef = opt_.clipGradNorm / (gradNorm_ + 1e-6);
-  clipScale_ = coef < 1 ? static_cast<float>(coef) : 1.f;
+  clipScale_ = opt_.clipGradNorm > 0 && coef < 1 ? static_cast<float>(coef) : 1.f;
 }
 
 // The bytes of parameter p's memory this rank updates: all of them, or those in its ZeRO
@@ -1410,12 +1429,12 @@ void Executor::optimizerStep(int id, int64_t step) {
   c.weightDecay = opt_.weightDecay;
   c.momentum = opt_.momentum;
   c.step = step + 1;
-  c.gradScale = clipScale_;
+  c.gradScale = static_cast<float>(clipScale_ / lossScale_);
   c.param = paramView(p);
   c.grad = view(op.inputs[0]);
   c.state1 = stateView(p, 0);
   c.state2 = stateView(p, 1);
-  if (zeroBytes_ == 0 && !disk_) return dev_.optimizerStep(c);
+  if (zeroBytes_ == 0 && !disk_) return overflow_ ? void() : dev_.optimizerStep(c);
   // A run of the parameter's bytes [from, to), with its states at s1 and s2.
   EPL_ASSERT(gradParam_[op.inputs[0]] == p, "an optimizer op reads its parameter's gradient");
   auto update = [&](int64_t from, int64_t to, unsigned char* s1, unsigned char* s2) {
@@ -1425,7 +1444,7 @@ void Executor::optimizerStep(int id, int64_t step) {
     c.grad.data = gradAt(from);
     c.state1.data = states_ > 0 ? s1 : nullptr;
     c.state2.data = states_ > 1 ? s2 : nullptr;
-    dev_.optimizerStep(c);
+    if (!overflow_) dev_.optimizerStep(c); // a skipped step leaves everything as it was
   };
   if (!disk_) {
     auto [begin, end] = updatedBytes(p);
@@ -1501,7 +1520,8 @@ StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
   lr_ = lr;
   clipScale_ = 1.f;
   std::fill(std::begin(moeStats_), std::end(moeStats_), 0.0);
-  gradNorm_ = -1; // measured by the grad-norm op, which runs only when clipping
+  gradNorm_ = -1; // measured by the grad-norm op: when clipping, or scaling the loss
+  overflow_ = false;
   reduceWaitSeconds_ = 0;
   postReceives(program_.step, stepRecv_);
   if (disk_) disk_->beginStep(); // its first chunks are read while the step computes
@@ -1571,6 +1591,19 @@ StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
     r.moeDropped = sum[2] > 0 ? sum[1] / sum[2] : 0;
   }
   r.gradNorm = gradNorm_;
+  // amp = fp16: the scale this step used; an overflow halves it for the next, and
+  // kLossScaleWindow steps without one double it (PyTorch's GradScaler's rule).
+  if (m_.scalesLoss()) {
+    r.lossScale = lossScale_;
+    r.skipped = overflow_;
+    if (overflow_) {
+      lossScale_ /= 2;
+      goodSteps_ = 0;
+    } else if (++goodSteps_ == ir::Policy::kLossScaleWindow) {
+      lossScale_ *= 2;
+      goodSteps_ = 0;
+    }
+  }
   // ZeRO stage 2 reduces every micro-batch's gradients.
   for (size_t b = 0; b < bucketBegin_.size(); ++b)
     r.reduceBytes += (shardGrads_ ? program_.microBatches : 1) * (bucketEnd_[b] - bucketBegin_[b]) /
@@ -1609,8 +1642,17 @@ double Executor::runEval(std::vector<float>* logits, std::vector<int32_t>* targe
     backend::TensorView l = view(op.inputs[0]), t = view(op.inputs[1]);
     logits->resize(l.numel());
     targets->resize(t.numel());
-    dev_.copyToHost(logits->data(), l.data, l.bytes());
     dev_.copyToHost(targets->data(), t.data, t.bytes());
+    if (l.dtype == ir::DType::F32) {
+      dev_.copyToHost(logits->data(), l.data, l.bytes());
+    } else { // amp: logits stored in half precision
+      std::vector<uint16_t> half(static_cast<size_t>(l.numel()));
+      dev_.copyToHost(half.data(), l.data, l.bytes());
+      dev_.synchronize();
+      for (size_t i = 0; i < half.size(); ++i)
+        (*logits)[i] = l.dtype == ir::DType::BF16 ? backend::wire::fromBf16(half[i])
+                                                  : backend::wire::fromF16(half[i]);
+    }
   }
   dev_.synchronize();
   return loss;

@@ -44,6 +44,10 @@ struct StepResult {
   // load-balancing loss (1 when the experts share the tokens evenly), and the share of
   // token copies the capacity dropped; -1 without moe.
   double moeAux = -1, moeDropped = -1;
+  // amp = fp16: the loss scale of this step (0 without one), and whether its gradients
+  // overflowed, so that it updated nothing.
+  double lossScale = 0;
+  bool skipped = false;
 };
 
 class Executor {
@@ -117,6 +121,14 @@ public:
   // was held at once over the steps run so far (a micro-batch holds slot m % slots from its
   // forward's first instruction to its backward's last); each holds Program::slotStride().
   int peakInFlight() const { return peakInFlight_; }
+  // amp = fp16: the loss scale the next step uses (1 without one), and the steps since it
+  // last changed; a checkpoint keeps both.
+  double lossScale() const { return lossScale_; }
+  int lossScaleSteps() const { return goodSteps_; }
+  void setLossScale(double scale, int steps) {
+    lossScale_ = scale;
+    goodSteps_ = steps;
+  }
 
 private:
   struct Bound {
@@ -307,6 +319,11 @@ private:
   ir::Attrs noAttrs_;
   backend::WireType wire_ = backend::WireType::F32;
   float lr_ = 0, clipScale_ = 1, lossSeed_ = 1;
+  // amp = fp16 (Module::scalesLoss): the loss scale, the steps since it last changed, and
+  // whether this step's gradients overflowed. 1 and never otherwise.
+  double lossScale_ = 1;
+  int goodSteps_ = 0;
+  bool overflow_ = false;
   double gradNorm_ = 0;
   double reduceWaitSeconds_ = 0;
   int firstStarted_ = -1;                    // the bucket of the step's first reduce-start

@@ -59,6 +59,10 @@ std::string formatDuration(double s) {
 }
 
 void Progress::step(const StepReport& r) {
+  if (r.skipped)
+    line(fmt::format("step {}: the gradients overflowed at loss scale {:g}: step skipped, the "
+                     "scale is now {:g}",
+                     r.step, r.lossScale, r.lossScale / 2));
   // The pace of this run: a resumed run's elapsed time covers only its own steps.
   int64_t done = r.step - r.firstStep;
   double eta = done > 0 ? r.elapsedSeconds / static_cast<double>(done) * (r.steps - r.step) : 0;
@@ -180,7 +184,9 @@ void MetricsFile::step(const StepReport& r) {
                    {"step_seconds", r.stepSeconds},
                    {"memory_bytes", r.memoryBytes}};
   if (r.tokensPerSecond > 0) j["tokens_per_s"] = r.tokensPerSecond;
-  if (r.gradNorm >= 0) j["grad_norm"] = r.gradNorm;
+  if (r.gradNorm >= 0 && std::isfinite(r.gradNorm)) j["grad_norm"] = r.gradNorm;
+  if (r.lossScale > 0) j["loss_scale"] = r.lossScale;
+  if (r.skipped) j["skipped"] = true;
   if (r.moeAux >= 0) {
     j["moe_aux_loss"] = r.moeAux;
     j["moe_dropped"] = r.moeDropped;

@@ -28,6 +28,10 @@ struct StepReport {
   // A model with moe: the load-balancing loss (mean over layers and samples) and the share
   // of token copies the capacity dropped; -1 without moe, and left out.
   double moeAux = -1, moeDropped = -1;
+  // amp = fp16: the loss scale the step used (0 without one, and left out), and whether its
+  // gradients overflowed, so that it updated nothing.
+  double lossScale = 0;
+  bool skipped = false;
   // Token data: tokens of the step's samples per second; 0 otherwise, and left out.
   double tokensPerSecond = 0;
 };

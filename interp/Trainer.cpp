@@ -258,6 +258,8 @@ StepReport stepReport(const StepResult& r, int64_t step, int64_t start, int64_t 
   rep.reduceBytes = r.reduceBytes;
   rep.moeAux = r.moeAux;
   rep.moeDropped = r.moeDropped;
+  rep.lossScale = r.lossScale;
+  rep.skipped = r.skipped;
   return rep;
 }
 
@@ -408,6 +410,12 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
       ex.localBatch(), formatBytes(prog.peakBytes()),
       formatBytes(prog.slots == 1 ? prog.arenaBytes : prog.activationBytes()),
       formatBytes(prog.paramBytes), formatBytes(prog.gradBytes), formatBytes(prog.optimizerBytes));
+  if (m.ampApplies())
+    out << fmt::format("mixed precision: activations and their gradients stored in {}, the "
+                       "weights and their gradients in fp32{}\n",
+                       m.policy.amp == ir::Amp::Bf16 ? "bf16" : "fp16",
+                       m.scalesLoss() ? fmt::format("; loss scale {:g}, dynamic", ex.lossScale())
+                                      : "");
   if (!ex.offloadDir().empty())
     out << fmt::format("optimizer states: in a file in {} ({}{}), streamed through {} of "
                        "staging buffers in each step\n",
@@ -553,7 +561,9 @@ void warnUnappliedPolicies(const ir::Module& m, Diagnostics& diags) {
         .length(static_cast<uint32_t>(std::string(key).size()))
         .note(what);
   };
-  warn("amp", p.amp != ir::Amp::None, "this run computes and stores everything in fp32");
+  warn("amp", p.amp != ir::Amp::None && m.train.present && !m.ampApplies(),
+       "with split regions every tensor stays fp32 so far (their collectives move f32); amp "
+       "runs in data-parallel plans and pipelines");
   warn("offload", p.offload == ir::Offload::Params,
        "parameters stay in memory: offloading them needs ZeRO stage 3, which does not run yet; "
        "`offload = optimizer` with `offload_to = disk` runs");

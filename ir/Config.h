@@ -29,6 +29,10 @@ struct Policy {
   Offload offload = Offload::None;
   OffloadTarget offloadTo = OffloadTarget::Cpu;
   Amp amp = Amp::None;
+  // amp = fp16: the loss scale of the first step (dynamic: halved on an overflow, doubled
+  // after kLossScaleWindow steps without one).
+  double lossScale = 65536;
+  static constexpr int kLossScaleWindow = 2000;
   DType commDtype = DType::F32;
   int64_t bucketBytes = 25'000'000; // 0: every gradient in one bucket
   bool overlapComm = true;          // start each bucket's reduction as soon as it is ready

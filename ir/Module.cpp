@@ -32,7 +32,7 @@ bool reduceScattersBackward(const Op& op) {
 std::optional<int64_t> Module::bytesOf(int t) const {
   auto n = numElements(tensors[t].type.shape, bindings);
   if (!n) return std::nullopt;
-  return checkedMul(*n, dtypeBytes(tensors[t].type.dtype));
+  return checkedMul(*n, dtypeBytes(storedDtype(t)));
 }
 
 std::map<std::string, int64_t> Module::bindingsOn(const Program& p) const {
@@ -76,7 +76,7 @@ int64_t Module::bytesOn(const Program& p, int t) const {
   std::optional<int64_t> n = 1;
   for (int64_t d : localShape(p, t))
     n = n ? checkedMul(*n, d) : std::nullopt;
-  auto bytes = n ? checkedMul(*n, dtypeBytes(tensors[t].type.dtype)) : std::nullopt;
+  auto bytes = n ? checkedMul(*n, dtypeBytes(storedDtype(t))) : std::nullopt;
   EPL_ASSERT(bytes.has_value(), "a tensor of a rank program has more than 2^63 - 1 bytes");
   return *bytes;
 }
@@ -145,6 +145,7 @@ Module::SlotUse Module::slotUse(const Program& p) const {
 }
 
 int Module::addTensor(std::string name, TensorType type, int producer) {
+  if (!stored.empty()) stored.push_back(type.dtype);
   tensors.push_back(Tensor{std::move(name), std::move(type), producer, Layout{}});
   return static_cast<int>(tensors.size()) - 1;
 }
@@ -241,6 +242,13 @@ int Module::optimizerStates() const {
 bool Module::offloadApplies() const {
   return policy.offload == Offload::Optimizer && policy.offloadTo == OffloadTarget::Disk &&
          optimizerStates() > 0;
+}
+
+bool Module::ampApplies() const {
+  if (policy.amp == Amp::None || !train.present) return false;
+  for (const StagePlan& st : mesh.stages)
+    if (st.splitWidth > 1) return false;
+  return true;
 }
 
 bool Module::zeroApplies() const {

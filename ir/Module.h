@@ -216,8 +216,29 @@ struct Module {
   AutoRecompute autoRecompute;
   std::vector<Program> programs;
 
+  // amp (ampApplies, passes/Amp.cpp): the element type each tensor is stored in, by tensor
+  // id: bf16 or fp16 for activations and their gradients, the tensor's own type for the
+  // rest (model inputs, the loss, parameter gradients, norms' statistics). Empty, or
+  // shorter than `tensors`: the tensor's own type. Kernels compute in f32 either way.
+  std::vector<DType> stored;
+  DType storedDtype(int t) const {
+    return static_cast<size_t>(t) < stored.size() ? stored[t] : tensors[t].type.dtype;
+  }
+  // Whether the runtime applies `amp`: activations stored in half precision, the weights of
+  // the matrix-multiplying layers rounded to it where they are read. Not yet in plans with
+  // split regions, whose collectives move f32.
+  bool ampApplies() const;
+  // The half type of `amp` (bf16 or fp16), F32 without amp.
+  DType ampDtype() const {
+    return policy.amp == Amp::Bf16   ? DType::BF16
+           : policy.amp == Amp::Fp16 ? DType::F16
+                                     : DType::F32;
+  }
+  // Whether the runtime scales the loss (amp = fp16 where amp applies).
+  bool scalesLoss() const { return policy.amp == Amp::Fp16 && ampApplies(); }
+
   int addTensor(std::string name, TensorType type, int producer);
-  // Bytes of tensor t under the bindings; nullopt while a dim is unbound.
+  // Bytes of tensor t under the bindings, in its stored type; nullopt while a dim is unbound.
   std::optional<int64_t> bytesOf(int t) const;
   // The layout -> local-shape arithmetic: the symbol values on a rank (the batch symbol is
   // the rank's share of a micro-batch), and what tensor t and transfer `in` hold there.

@@ -137,6 +137,13 @@ inline int64_t convGroup(int64_t ckk, int64_t plane, int64_t batch) {
   int64_t fit = kConvColBudget / std::max<int64_t>(ckk * plane, 1);
   return std::max<int64_t>(1, std::min(fit, batch));
 }
+// amp: the ops whose kernels multiply by their weights, which they read rounded to the half
+// type (linear, conv2d, mlp, attention, the experts); norms, embeddings and routers read
+// theirs as they are.
+inline bool castsWeights(OpKind k) {
+  return k == OpKind::Linear || k == OpKind::Conv2d || k == OpKind::Mlp || k == OpKind::Attention ||
+         k == OpKind::MoeExperts;
+}
 double floatAttr(const Attrs& a, const std::string& key);
 std::string attrStr(const Attr& a);
 

@@ -27,7 +27,7 @@ int64_t deviceBytes(const Module& m, int s, int t) {
   bindings[m.batchSymbol] = m.mesh.microBatch / (dataParallel ? st.group : st.copies());
   auto n = numElements(tensor.type.shape, bindings);
   EPL_ASSERT(n.has_value(), "activation size unbound after mesh-assignment");
-  auto bytes = checkedMul(*n, dtypeBytes(tensor.type.dtype));
+  auto bytes = checkedMul(*n, dtypeBytes(m.storedDtype(t)));
   EPL_ASSERT(bytes.has_value(), "activation bytes past 2^63 - 1 after mesh-assignment");
   return tensor.layout.kind == LayoutKind::Sharded ? *bytes / st.splitWidth : *bytes;
 }

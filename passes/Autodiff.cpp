@@ -13,8 +13,8 @@
 //   5. The backward of a send/recv between stages is the transfer of the gradient back:
 //      from the stage that received the activation to the one that sent it, which owns
 //      the op (ops belong to the stage that receives what they move).
-//   6. After the backward: a grad-norm op when `clip_grad_norm` is set, then one
-//      optimizer-step op per parameter.
+//   6. After the backward: a grad-norm op when `clip_grad_norm` is set (or amp = fp16
+//      scales the loss), then one optimizer-step op per parameter.
 #include "ir/GradRules.h"
 #include "passes/Passes.h"
 
@@ -162,7 +162,8 @@ private:
     std::vector<int> grads;
     for (const ir::Param& p : m.params)
       if (p.grad >= 0) grads.push_back(p.grad);
-    if (m.train.clipGradNorm > 0) {
+    // amp = fp16 reads the norm for overflows (an infinite or NaN gradient skips the step).
+    if (m.train.clipGradNorm > 0 || m.scalesLoss()) {
       ir::Op norm = trainingOp(ir::OpKind::GradNorm, "grad_norm");
       norm.inputs = grads;
       m.gradNorm = m.addTensor("grad_norm", ir::TensorType{ir::DType::F32, {}},

@@ -26,13 +26,12 @@ struct StateBytes {
   int64_t param = 4, grad = 4, optimizer = 8;
 };
 
+// amp keeps no half copy of the weights (the kernels round them where they read them): the
+// f32 weights are the master copy and the gradients f32, so amp changes no model state
+// (docs/architecture.md, "Mixed precision").
 StateBytes bytesPerParam(const ir::Module& m) {
   StateBytes b;
-  bool half = m.policy.amp != ir::Amp::None;
-  int64_t moments = 4 * m.optimizerStates();
-  b.param = half ? 2 : 4;
-  b.grad = half ? 2 : 4;
-  b.optimizer = moments + (half ? 4 : 0);
+  b.optimizer = 4 * m.optimizerStates();
   return b;
 }
 
@@ -126,7 +125,7 @@ private:
           .note(fmt::format("parameters {} + gradients {} + optimizer states {}",
                             formatBytes(st.stateParamBytes), formatBytes(st.stateGradBytes),
                             formatBytes(st.stateOptimizerBytes)))
-          .help("raise `zero`, use `amp`, offload the optimizer, split wider or add stages");
+          .help("raise `zero`, offload the optimizer, split wider or add stages");
       return;
     }
   }

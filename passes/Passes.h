@@ -27,6 +27,8 @@ std::unique_ptr<Pass> createParamAccountingPass();
 // the tensors it reads saved by the forward), then a grad-norm op when clipping and one
 // optimizer op per parameter. Nothing without a `train` block.
 std::unique_ptr<Pass> createAutodiffPass();
+// Mixed precision (`amp`): the tensors stored in bf16 or fp16 (Module::stored).
+std::unique_ptr<Pass> createAmpPass();
 // Recomputation (`recompute`, and sequence parallelism's all-gathers): forward ops run
 // again just before the backward ops that read what they make, so what they made need not
 // live through the forward.

@@ -20,6 +20,9 @@ void buildPipeline(PassManager& pm) {
   // Training. Autodiff follows the planning passes because they annotate forward ops
   // only; the split and pipeline rewrites of backward ops come with multi-rank streams.
   pm.add(createAutodiffPass());
+  // amp reads the gradients autodiff made; recomputed copies are stored as the tensors
+  // they repeat.
+  pm.add(createAmpPass());
   // Recompute ops go before the backward ops that read them, and are scheduled with them.
   pm.add(createRecomputePass());
   // Buckets need the backward ops; the schedule places their reductions.

@@ -265,6 +265,7 @@ private:
       for (int& t : op.outputs) {
         int copy = m.addTensor(m.tensors[t].name + ".recomputed", m.tensors[t].type, -1);
         m.tensors[copy].layout = m.tensors[t].layout;
+        if (!m.stored.empty()) m.stored[copy] = m.storedDtype(t); // amp: stored alike
         remade[t] = copy;
         t = copy;
       }

@@ -1,5 +1,6 @@
 // The 16-bit wire formats of reductions (WireType): exact conversions from and to f32, and
-// the three loops a reduction runs on wire data (encode, add, decode). Private to backend/comm.
+// the three loops a reduction runs on wire data (encode, add, decode). The conversions are
+// also the CPU device's for tensors amp stores in half precision (cpu/HalfStorage.cpp).
 #pragma once
 #include "backend/comm/Comm.h"
 

@@ -116,7 +116,10 @@ public:
     if (bytes > 0) std::memset(dst, 0, static_cast<size_t>(bytes));
   }
 
-  void launch(const KernelCall& call, StreamId) override { dispatch(call); }
+  void launch(const KernelCall& call, StreamId) override {
+    if (cpu::needsStaging(call)) return cpu::launchStaged(call, dispatch);
+    dispatch(call);
+  }
   void optimizerStep(const OptimizerCall& call, StreamId) override { cpu::optimizerStep(call); }
   void sumSquares(const TensorView& x, float* result, bool accumulate, StreamId) override {
     cpu::sumSquares(x, result, accumulate);

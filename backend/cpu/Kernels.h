@@ -49,6 +49,11 @@ void optimizerStep(const OptimizerCall& c);
 void sumSquares(const TensorView& x, float* result, bool accumulate);
 void scaleInPlace(const TensorView& x, float factor);
 
+// HalfStorage.cpp (amp): whether a call reads or writes half-precision views or casts its
+// weights; then `run` (the f32 dispatch) on widened copies, its half outputs rounded back.
+bool needsStaging(const KernelCall& c);
+void launchStaged(const KernelCall& c, void (*run)(const KernelCall&));
+
 // Shared by families: activation forms used by mlp and moe (Activations.cpp).
 // y = act(x), n elements.
 void actForward(Act a, const float* x, float* y, int64_t n);

@@ -1,0 +1,83 @@
+// amp: which tensors are stored in half precision (Module::stored). Kernels compute in
+// f32; what amp changes is the bytes a rank keeps and moves, and the rounding of what it
+// keeps (docs/architecture.md, "Mixed precision").
+//
+//   1. Every forward op's output is stored in the half type when it is a float, except a
+//      loss's (the loss stays f32) and a communication op's, which keeps its input's type.
+//   2. The large tensors a forward saves for its backward follow (attention's qkv and
+//      context, the mlp's and the experts' hidden activations); the small statistics stay
+//      f32 (norms' mean and reciprocal deviation, attention's and the loss's log-sum-exp).
+//   3. A gradient is stored as the tensor it is the gradient of: an activation's in half,
+//      the loss seed and every parameter's in f32 (the gradients the optimizer reads).
+//   4. Model inputs, integer tensors and the moe statistics keep their own types.
+//   5. The bridges' bytes (pipelines' transfers) follow their tensors.
+// The weights stay f32 (the only copy: no half copy lives between steps); the kernels of
+// the matrix-multiplying layers round them to the half type where they read them
+// (KernelCall::castParams).
+#include "passes/Passes.h"
+
+namespace epl::passes {
+
+namespace {
+
+class Amp : public Pass {
+public:
+  const char* name() const override { return "amp"; }
+
+  bool run(ir::Module& m, PassContext&) override {
+    m.stored.clear();
+    if (!m.ampApplies() || m.lossGrad < 0) return false;
+    ir::DType half = m.ampDtype();
+    m.stored.resize(m.tensors.size());
+    for (size_t t = 0; t < m.tensors.size(); ++t)
+      m.stored[t] = m.tensors[t].type.dtype;
+    auto store = [&](int t, ir::DType d) {
+      if (t >= 0 && !ir::isIntegral(m.tensors[t].type.dtype)) m.stored[t] = d;
+    };
+    for (const ir::Op& op : m.ops) {
+      if (op.phase == ir::Phase::Forward) {
+        if (op.kind == ir::OpKind::CrossEntropy || op.kind == ir::OpKind::Mse) continue;
+        bool moves = ir::opInfo(op.kind).split == ir::SplitRule::Communication;
+        store(op.outputs[0], moves ? m.storedDtype(op.inputs.at(0)) : half);
+        for (size_t k = 1; k < op.outputs.size(); ++k)
+          if (largeSaved(op.kind, k)) store(op.outputs[k], half);
+      } else if (op.phase == ir::Phase::Backward) {
+        // Outputs: the gradient of each tensor input, then of each parameter (f32).
+        const ir::Op& fwd = m.ops[op.forward];
+        for (size_t k = 0; k < fwd.inputs.size() && k < op.outputs.size(); ++k)
+          store(op.outputs[k], m.storedDtype(fwd.inputs[k]));
+      }
+    }
+    // What the bridges move follows (pipelines' transfers of half activations).
+    for (ir::Bridge& b : m.bridges) {
+      if (b.op < 0 || b.bytes <= 0) continue;
+      int t = m.ops[b.op].outputs.at(0);
+      b.bytes =
+          b.bytes / ir::dtypeBytes(m.tensors[t].type.dtype) * ir::dtypeBytes(m.storedDtype(t));
+    }
+    return true;
+  }
+
+private:
+  // Output k >= 1 of a forward op (a tensor saved for its backward, ir/GradRules.cpp) is as
+  // large as an activation.
+  static bool largeSaved(ir::OpKind kind, size_t k) {
+    switch (kind) {
+    case ir::OpKind::Attention: // qkv, context; not the log-sum-exp
+      return k <= 2;
+    case ir::OpKind::Mlp:
+    case ir::OpKind::MoeExperts:
+      return true;
+    default:
+      return false;
+    }
+  }
+};
+
+} // namespace
+
+std::unique_ptr<Pass> createAmpPass() {
+  return std::make_unique<Amp>();
+}
+
+} // namespace epl::passes

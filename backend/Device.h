@@ -64,6 +64,10 @@ struct KernelCall {
   // of no plan (tests), whose kernel takes its own scratch instead.
   float* workspace = nullptr;
   int64_t workspaceFloats = 0;
+  // amp: the first stagingFloats of the workspace are for the f32 copies of the call's
+  // half-precision operands (the CPU device's; Module::ampStagingBytes), the kernel's own
+  // workspace after them.
+  int64_t stagingFloats = 0;
   // amp: views of dtype bf16 or f16 hold tensors stored in half precision; kernels compute
   // in f32 and round what they store. A matrix-multiplying layer reads its parameters
   // (in[firstParam, firstParam + paramCount), f32 masters) rounded to castParams, as a

@@ -5,7 +5,8 @@ The char-GPT of bench/train_step.py (6 transformer blocks, d 256, 8 heads, seq 1
 32, AdamW; 4.9 M parameters) at -np N data-parallel (1 thread a rank), and as 2 pipeline
 stages (3 blocks each, 4 micro-batches, 1f1b) at -np 2. For each policy (none,
 `recompute = every`, `zero = 1`, both, `zero = 2` alone and with recompute, the
-optimizer states offloaded to disk alone and with the other two; the pipeline without ZeRO, which does not partition there yet) it
+optimizer states offloaded to disk alone and with the other two, `amp = bf16` and fp16
+with `zero = 2`; the pipeline without ZeRO, which does not partition there yet) it
 prints rank 0's memory plan (activations, and model states in memory with the offload's
 staging buffers), the memory
 measured after the first step (the process's peak above what it held before the run's
@@ -129,10 +130,13 @@ def main():
             ("offload to disk", ["policy.offload=optimizer", "policy.offload_to=disk"]),
             ("all three", ["policy.recompute=every", "policy.zero=1", "policy.offload=optimizer",
                            "policy.offload_to=disk"]),
+            ("amp = bf16", ["policy.amp=bf16"]),
+            ("amp fp16 + zero 2", ["policy.amp=fp16", "policy.zero=2"]),
         ]),
         ("2 stages -np 2", PIPELINE, 2, [
             ("none", []),
             ("recompute = every", ["policy.recompute=every"]),
+            ("amp = bf16", ["policy.amp=bf16"]),
         ]),
     ]
     print(f"memory policies on the char-GPT (6 blocks, d 256, seq 128, batch 32, adamw), "

@@ -69,6 +69,37 @@ void joinPieces(const float* gathered, float* whole, Cut c, int pieces) {
     copyPiece(whole, const_cast<float*>(gathered) + k * c.rows * c.piece, c, pieces, k, false);
 }
 
+bool isHalf(ir::DType t) {
+  return t == ir::DType::BF16 || t == ir::DType::F16;
+}
+
+// amp: the ops the executor runs on the host (split collectives, the vocabulary-parallel
+// loss) work on f32. A half view's values widened into `buf` (when `values`: else only
+// sized, for a result), as an f32 view; an f32 view as it is.
+backend::TensorView widened(const backend::TensorView& v, std::vector<float>& buf, bool values) {
+  if (!isHalf(v.dtype) || !v.data) return v;
+  int64_t n = v.numel();
+  buf.resize(static_cast<size_t>(n));
+  const uint16_t* h = static_cast<const uint16_t*>(v.data);
+  if (values)
+    for (int64_t i = 0; i < n; ++i)
+      buf[i] =
+          v.dtype == ir::DType::BF16 ? backend::wire::fromBf16(h[i]) : backend::wire::fromF16(h[i]);
+  backend::TensorView f = v;
+  f.data = buf.data();
+  f.dtype = ir::DType::F32;
+  return f;
+}
+
+// The f32 result `f` rounded into the half view `dst` (nothing when dst is f32: f is dst).
+void narrowed(const backend::TensorView& f, const backend::TensorView& dst) {
+  if (!isHalf(dst.dtype) || !dst.data) return;
+  uint16_t* h = static_cast<uint16_t*>(dst.data);
+  const float* x = f.f32();
+  for (int64_t i = 0; i < dst.numel(); ++i)
+    h[i] = dst.dtype == ir::DType::BF16 ? backend::wire::toBf16(x[i]) : backend::wire::toF16(x[i]);
+}
+
 // Per-row figures of a slice of logits [rows, V]: its max, the sum of exp(x - max), and the
 // target's logit where the slice holds the target's column (first <= target < first + V),
 // else 0.
@@ -433,6 +464,7 @@ void Executor::bindWorkspaces() {
           w.shared ? program_.slots * program_.slotStride() : slot * program_.slotStride();
       c.workspace = reinterpret_cast<float*>(arena_ + base + w.offset);
       c.workspaceFloats = w.bytes / 4;
+      c.stagingFloats = w.stagingBytes / 4;
     }
   }
 }
@@ -1090,15 +1122,17 @@ void Executor::vocabCrossEntropy(const ir::Instr& in, size_t index, int64_t step
   bool backward = op.phase == ir::Phase::Backward;
   int logitsT = backward ? op.inputs[1] : op.inputs[0];
   int targetsT = backward ? op.inputs[2] : op.inputs[1];
-  backend::TensorView logits = view(logitsT, slot), targets = view(targetsT, slot);
+  dev_.synchronize();
+  backend::TensorView logits = widened(view(logitsT, slot), ampIn_, true);
+  backend::TensorView targets = view(targetsT, slot);
   int64_t v = logits.shape.back(), rows = logits.numel() / v, first = program_.splitRank * v;
   const float* x = static_cast<const float*>(logits.data);
   const int32_t* t = static_cast<const int32_t*>(targets.data);
-  dev_.synchronize();
   if (backward) {
     if (op.outputs[0] < 0) return;
-    float* dx = static_cast<float*>(view(op.outputs[0], slot).data);
     bool add = op.accumulate[0];
+    backend::TensorView grad = view(op.outputs[0], slot), grad32 = widened(grad, ampOut_, add);
+    float* dx = grad32.f32();
     const float* lse = static_cast<const float*>(view(op.inputs[4], slot).data);
     float g = *static_cast<const float*>(view(op.inputs[0], slot).data) / static_cast<float>(rows);
     for (int64_t r = 0; r < rows; ++r) {
@@ -1109,6 +1143,7 @@ void Executor::vocabCrossEntropy(const ir::Instr& in, size_t index, int64_t step
       int64_t k = t[r] - first;
       if (k >= 0 && k < v) dx[r * v + k] -= g;
     }
+    narrowed(grad32, grad);
     return;
   }
   std::vector<float> mine(static_cast<size_t>(3 * rows)), all(static_cast<size_t>(3 * rows * w));
@@ -1146,12 +1181,23 @@ void Executor::splitTransfer(const ir::Instr& in, size_t index, int64_t step) {
   int from = op.inputs[0], to = op.outputs[0];
   if (to < 0) return; // no gradient flows back through it
   bool add = backward && op.accumulate[0];
-  backend::TensorView src = view(from, slot), dst = view(to, slot);
   dev_.synchronize();
-  auto what = [&] {
+  // amp: the collective runs on f32 copies of half tensors, its result rounded back.
+  backend::TensorView stored = view(to, slot);
+  backend::TensorView src = widened(view(from, slot), ampIn_, true);
+  backend::TensorView dst = widened(stored, ampOut_, add);
+  transfer(op, fwd, src, dst, add, [&] {
     return fmt::format("instruction {} of step {}: {} {}", index, step + 1,
                        backward ? "backward of" : "", op.name);
-  };
+  });
+  narrowed(dst, stored);
+}
+
+// splitTransfer's collective on f32 views: src to dst (added into it with `add`).
+void Executor::transfer(const ir::Op& op, const ir::Op& fwd, const backend::TensorView& src,
+                        const backend::TensorView& dst, bool add,
+                        const std::function<std::string()>& what) {
+  bool backward = op.phase == ir::Phase::Backward;
   auto put = [&](const float* values) { // dst = values, or += with `add`
     float* d = static_cast<float*>(dst.data);
     int64_t n = dst.numel();
@@ -1380,7 +1426,7 @@ void Executor::gradNorm(const ir::Op& op) {
 void Executor::clip(float* acc, float sq) {
   overflow_ = m_.scalesLoss() && !std::isfinite(sq);
   double norm = std::sqrt(static_cast<double>(sq)) / lossScale_;
-  float unscaled = static_cast<float>(norm * norm);
+  float unscaled = lossScale_ == 1 ? sq : static_cast<float>(norm * norm);
   dev_.copyToDevice(acc, &unscaled, 4);
   gradNorm_ = norm;
   double coef = opt_.clipGradNorm / (gradNorm_ + 1e-6);
@@ -1663,9 +1709,9 @@ double Executor::runEval(std::vector<float>* logits, std::vector<int32_t>* targe
 // a rank outside split regions has them (all of them where it reads the whole micro-batch).
 void Executor::gatherVocabLogits(const ir::Op& op, std::vector<float>* logits,
                                  std::vector<int32_t>* targets) {
-  backend::TensorView l = view(op.inputs[0]), t = view(op.inputs[1]);
   int w = program_.splitWidth;
   dev_.synchronize();
+  backend::TensorView l = widened(view(op.inputs[0]), ampIn_, true), t = view(op.inputs[1]);
   std::vector<float> pieces(static_cast<size_t>(l.numel() * w));
   splitComm().allGather(l.data, pieces.data(), l.bytes(), "gathering the evaluation's logits");
   if (!logits || !targets) return;

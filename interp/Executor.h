@@ -9,6 +9,7 @@
 #include "ir/Module.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -168,6 +169,8 @@ private:
   void gradNorm(const ir::Op& op);
   void clip(float* acc, float sq);
   void splitTransfer(const ir::Instr& in, size_t index, int64_t step);
+  void transfer(const ir::Op& op, const ir::Op& fwd, const backend::TensorView& src,
+                const backend::TensorView& dst, bool add, const std::function<std::string()>& what);
   void moeExchange(const ir::Instr& in, size_t index, int64_t step);
   void vocabCrossEntropy(const ir::Instr& in, size_t index, int64_t step);
   void gatherVocabLogits(const ir::Op& op, std::vector<float>* logits,
@@ -248,6 +251,7 @@ private:
   std::map<int, std::vector<float>> wholeParam_;
   std::map<std::pair<int, int>, std::vector<float>> wholeState_;
   std::vector<float> zeroBias_, scratch_, gathered_;
+  std::vector<float> ampIn_, ampOut_; // amp: f32 copies of half tensors for host-side ops
   // ZeRO stage 1 (Module::zeroApplies) over the ranks that share this rank's parameters:
   // the parameters it updates are bytes [zeroBase_, zeroBase_ + T) of the flat parameter
   // memory; it holds the optimizer states of bytes [zeroBegin_, zeroBegin_ + zeroBytes_)

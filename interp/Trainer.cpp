@@ -561,9 +561,6 @@ void warnUnappliedPolicies(const ir::Module& m, Diagnostics& diags) {
         .length(static_cast<uint32_t>(std::string(key).size()))
         .note(what);
   };
-  warn("amp", p.amp != ir::Amp::None && m.train.present && !m.ampApplies(),
-       "with split regions every tensor stays fp32 so far (their collectives move f32); amp "
-       "runs in data-parallel plans and pipelines");
   warn("offload", p.offload == ir::Offload::Params,
        "parameters stay in memory: offloading them needs ZeRO stage 3, which does not run yet; "
        "`offload = optimizer` with `offload_to = disk` runs");
@@ -924,7 +921,9 @@ std::optional<int> TrainingRun::step(int64_t step) {
                              step + 1))
           .note(fmt::format("steps 1 to {} were finite; no checkpoint was written after step {}",
                             step, step))
-          .help("lower the learning rate, or set `clip_grad_norm`");
+          .help(m.scalesLoss() ? "fp16 ends at 65504: `amp = bf16` has fp32's range; or lower "
+                                 "the learning rate, or set `clip_grad_norm`"
+                               : "lower the learning rate, or set `clip_grad_norm`");
     return 1;
   }
   lastLoss_ = r.loss;

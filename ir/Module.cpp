@@ -245,10 +245,7 @@ bool Module::offloadApplies() const {
 }
 
 bool Module::ampApplies() const {
-  if (policy.amp == Amp::None || !train.present) return false;
-  for (const StagePlan& st : mesh.stages)
-    if (st.splitWidth > 1) return false;
-  return true;
+  return policy.amp != Amp::None && train.present;
 }
 
 bool Module::zeroApplies() const {
@@ -289,6 +286,26 @@ int64_t Module::workspaceBytes(const Program& p, int op) const {
   int64_t first = localParamShape(p, fwd.params[0]).at(0); // W1 [F, D] or Wqkv [3 d, D]
   if (fwd.kind == OpKind::Mlp) return 4 * rows * first * (backward ? 2 : 1);
   return backward ? 4 * rows * (first / 3 + first) : 0;
+}
+
+int64_t Module::ampStagingBytes(const Program& p, int op) const {
+  const Op& o = ops[op];
+  if (stored.empty() || o.phase == Phase::Optimizer) return 0;
+  auto padded = [](int64_t floats) { return (floats + 15) / 16 * 16; };
+  int64_t floats = 0;
+  for (const std::vector<int>* list : {&o.inputs, &o.outputs})
+    for (int t : *list)
+      if (t >= 0 && (storedDtype(t) == DType::BF16 || storedDtype(t) == DType::F16))
+        floats += padded(bytesOn(p, t) / 2);
+  const Op& fwd = o.phase == Phase::Backward ? ops[o.forward] : o;
+  if (castsWeights(fwd.kind))
+    for (int q : o.params) {
+      int64_t n = 1;
+      for (int64_t d : localParamShape(p, q))
+        n *= d;
+      floats += padded(n);
+    }
+  return 4 * floats;
 }
 
 bool Module::zeroShardsGradients() const {

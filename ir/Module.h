@@ -224,9 +224,9 @@ struct Module {
   DType storedDtype(int t) const {
     return static_cast<size_t>(t) < stored.size() ? stored[t] : tensors[t].type.dtype;
   }
-  // Whether the runtime applies `amp`: activations stored in half precision, the weights of
-  // the matrix-multiplying layers rounded to it where they are read. Not yet in plans with
-  // split regions, whose collectives move f32.
+  // Whether the runtime applies `amp` (with a `train` block): activations stored in half
+  // precision, the weights of the matrix-multiplying layers rounded to it where they are
+  // read.
   bool ampApplies() const;
   // The half type of `amp` (bf16 or fp16), F32 without amp.
   DType ampDtype() const {
@@ -254,6 +254,10 @@ struct Module {
   // columns and output rows of a group of images (convGroup; its backward's columns
   // twice). The CPU kernels' layout, floats side by side in that order.
   int64_t workspaceBytes(const Program& p, int op) const;
+  // amp on the CPU device: the bytes of the f32 copies a run of op `op` on p's rank makes
+  // of its half-precision tensors and of the weights it rounds (cpu/HalfStorage.cpp's
+  // layout: each copy padded to 16 floats), 0 without amp.
+  int64_t ampStagingBytes(const Program& p, int op) const;
   int64_t bytesOn(const Program& p, int t) const;
   // What a Run of communication op `op` moves on p's rank over its split group, following
   // each op's transpose in the backward: all-reduce <-> identity, all-gather <-> slice.

@@ -123,12 +123,15 @@ struct Program {
   std::vector<int64_t> bucketOffset, bucketBytes;
   // Kernel workspaces in the arena (Module::workspaceBytes): for each op and part of a
   // backward the rank runs that takes one, where it is (in the micro-batch's slot, or in
-  // the shared region), live for that one instruction.
+  // the shared region), live for that one instruction. With amp on the CPU device, the
+  // first stagingBytes of it hold the call's f32 copies of its half-precision operands
+  // (Module::ampStagingBytes), the kernel's own workspace after them.
   struct Workspace {
     int op = -1;
     BackwardPart part = BackwardPart::Whole;
     int64_t offset = 0, bytes = 0;
     bool shared = false;
+    int64_t stagingBytes = 0;
   };
   std::vector<Workspace> workspaces;
   int64_t recvBytes = 0;      // the buffers the step's receives are posted into

@@ -28,8 +28,9 @@
 //      of the arena, written by the backward ops of its parameters and read by its
 //      reduction, which ends at its reduce-wait; the rank's slice of the gradients is
 //      counted beside the arena.
-//   8. A kernel's workspace (Module::workspaceBytes) is one more block for each op and
-//      backward part that takes one, live for its instruction alone.
+//   8. A kernel's workspace (Module::workspaceBytes, and with amp the CPU device's f32
+//      copies of the half-precision operands, Module::ampStagingBytes) is one more block
+//      for each op and backward part that takes one, live for its instruction alone.
 #include "passes/Passes.h"
 
 #include "support/Assert.h"
@@ -314,10 +315,12 @@ private:
       for (const ir::Instr& in : p.step) {
         if (in.kind != ir::InstrKind::Run) continue;
         int& id = workId[3 * static_cast<size_t>(in.op) + static_cast<size_t>(in.part)];
-        int64_t bytes = id < 0 ? m.workspaceBytes(p, in.op) : 0;
+        if (id >= 0) continue;
+        int64_t staging = m.ampStagingBytes(p, in.op);
+        int64_t bytes = m.workspaceBytes(p, in.op) + staging;
         if (bytes <= 0) continue;
         id = static_cast<int>(ids++);
-        workspaces.push_back({in.op, in.part, 0, bytes, false});
+        workspaces.push_back({in.op, in.part, 0, bytes, false, staging});
       }
       // A load writes the model inputs and `next` targets this rank's ops read (a pipeline
       // stage reads some of them).

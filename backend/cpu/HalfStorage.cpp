@@ -3,8 +3,8 @@
 // buffer), and its half outputs are rounded back to nearest even; a call that casts its
 // weights (KernelCall::castParams) reads them rounded to the half type. The arithmetic is
 // the f32 kernels' own, so a GPU's half-precision kernels differ from it only by their
-// accumulation order. The widened copies are this emulation's, not the plan's: a GPU reads
-// half operands directly.
+// accumulation order. The memory plan places the widened copies (Module::ampStagingBytes)
+// in the call's workspace; a GPU reads half operands directly and needs none.
 #include "backend/comm/Wire.h"
 #include "backend/cpu/Kernels.h"
 #include "backend/cpu/Parallel.h"
@@ -98,8 +98,15 @@ void launchStaged(const KernelCall& c, void (*run)(const KernelCall&)) {
     if (c.in[i].data && (isHalf(c.in[i].dtype) || cast(i))) total += padded(c.in[i].numel());
   for (const TensorView& v : c.out)
     if (v.data && isHalf(v.dtype)) total += padded(v.numel());
-  float* at = stagingBuffer(total);
+  // The memory plan's place for the copies (at the workspace's start), or a buffer of the
+  // device's own for a call without one.
   KernelCall f = c;
+  float* at = c.workspace && c.stagingFloats >= total ? c.workspace : stagingBuffer(total);
+  if (c.workspace && c.stagingFloats > 0) {
+    f.workspace = c.workspaceFloats > c.stagingFloats ? c.workspace + c.stagingFloats : nullptr;
+    f.workspaceFloats = c.workspaceFloats - c.stagingFloats;
+    f.stagingFloats = 0;
+  }
   for (size_t i = 0; i < c.in.size(); ++i) {
     const TensorView& v = c.in[i];
     if (!v.data || !(isHalf(v.dtype) || cast(i))) continue;

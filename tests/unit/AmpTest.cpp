@@ -72,17 +72,35 @@ TEST_CASE("amp stores activations and their gradients in half precision, the res
           halfGrads += m->storedDtype(op.outputs[k]) == DType::BF16;
         }
   CHECK(halfGrads > 0);
-  // The activations take about half the bytes; model states do not change.
+  // The activations in the arena take about half the bytes (the same tensors, planned
+  // alike); model states do not change.
   auto f32 = plan("amp = none");
   REQUIRE(f32);
+  REQUIRE(f32->tensors.size() == m->tensors.size());
   const epl::ir::Program &h = m->programs.at(0), &f = f32->programs.at(0);
-  CHECK(h.arenaBytes < f.arenaBytes * 0.7);
+  int64_t halfBytes = 0, f32Bytes = 0;
+  for (size_t t = 0; t < m->tensors.size(); ++t)
+    if (h.offset[t] >= 0) {
+      halfBytes += m->bytesOn(h, static_cast<int>(t));
+      f32Bytes += f32->bytesOn(f, static_cast<int>(t));
+    }
+  CHECK(halfBytes < f32Bytes * 0.6);
   CHECK(h.paramBytes == f.paramBytes);
   CHECK(h.gradBytes == f.gradBytes);
   CHECK(h.optimizerBytes == f.optimizerBytes);
+  // The CPU device's f32 copies of each call's half operands are planned in its workspace.
+  bool staged = false;
+  for (const epl::ir::Program::Workspace& w : h.workspaces) {
+    CHECK(w.stagingBytes == m->ampStagingBytes(h, w.op));
+    CHECK(w.bytes == m->workspaceBytes(h, w.op) + w.stagingBytes);
+    staged = staged || (w.op == opOf(*m, epl::ir::OpKind::Attention) && w.stagingBytes > 0);
+  }
+  CHECK(staged);
+  for (const epl::ir::Program::Workspace& w : f.workspaces)
+    CHECK(w.stagingBytes == 0);
 }
 
-TEST_CASE("amp follows recomputation and leaves split regions in f32") {
+TEST_CASE("amp follows recomputation") {
   auto m = plan("amp = fp16 recompute = every");
   REQUIRE(m);
   for (const epl::ir::Op& op : m->ops)
@@ -197,4 +215,50 @@ train net {
   CHECK(weights() != before);
   CHECK(ex.lossScale() == 1024);
   CHECK(ex.lossScaleSteps() == 1);
+}
+
+// In split regions partial sums stay f32, rounded once summed (as one device rounds the
+// whole sum): the inputs of all-reduces, the outputs of identities (whose gradients are
+// partial). Gathered and sliced tensors, and a vocabulary-parallel loss's logits, are half.
+TEST_CASE("amp keeps split regions' partial sums in f32") {
+  auto m = epl::testing::planned("split.epl", R"(
+model lm(tokens: i32[B, 16]) {
+  x = embedding(tokens, 32, 64)
+  split(2) {
+    x = x + linear(gelu(linear(layer_norm(x), 128)), 64)
+    loss = cross_entropy(linear(layer_norm(x), 32), next(tokens))
+  }
+  return loss
+}
+policy { amp = bf16 }
+train lm {
+  data = synthetic(samples = 64, classes = 32)
+  batch = 8
+}
+)",
+                                 2);
+  REQUIRE(m);
+  REQUIRE(m->mesh.stages.at(0).splitWidth == 2);
+  auto isF32 = [&](int t) { return m->storedDtype(t) == DType::F32; };
+  int collectives = 0, half = 0;
+  for (const epl::ir::Op& op : m->ops) {
+    if (op.phase != epl::ir::Phase::Forward) continue;
+    INFO(epl::ir::opInfo(op.kind).name << " " << op.name);
+    if (op.kind == epl::ir::OpKind::AllReduce) {
+      ++collectives;
+      CHECK(isF32(op.inputs[0]));
+      CHECK_FALSE(isF32(op.outputs[0]));
+    }
+    if (op.kind == epl::ir::OpKind::Identity) {
+      ++collectives;
+      CHECK(isF32(op.outputs[0]));
+    }
+    if (op.kind == epl::ir::OpKind::CrossEntropy) {
+      CHECK(op.splitForm == "vocab");
+      CHECK_FALSE(isF32(op.inputs[0]));
+    }
+    if (op.kind == epl::ir::OpKind::Gelu) half += m->storedDtype(op.outputs[0]) == DType::BF16;
+  }
+  CHECK(collectives > 0);
+  CHECK(half == 1);
 }

@@ -428,7 +428,8 @@ void Executor::bindCalls() {
     localAttrs_[i] = op.attrs;
     const ir::Op& fwd = op.phase == ir::Phase::Backward ? m_.ops[op.forward] : op;
     std::string cut = ir::cutAttr(fwd.kind);
-    bool cuts = fwd.splitForm == "heads" || fwd.splitForm == "hidden" || fwd.splitForm == "column";
+    bool cuts = fwd.splitForm == ir::SplitForm::Heads || fwd.splitForm == ir::SplitForm::Hidden ||
+                fwd.splitForm == ir::SplitForm::Column;
     auto it = localAttrs_[i].find(cut);
     if (cuts && program_.splitWidth > 1 && it != localAttrs_[i].end())
       it->second = std::get<int64_t>(it->second) / program_.splitWidth;
@@ -508,7 +509,7 @@ void Executor::bindCall(int i, int slot) {
   c.kind = op.kind;
   c.attrs = &localAttrs_[i];
   const ir::Op& fwdOp = op.phase == ir::Phase::Backward ? m_.ops[op.forward] : op;
-  if (fwdOp.kind == ir::OpKind::Embedding && fwdOp.splitForm == "vocab" &&
+  if (fwdOp.kind == ir::OpKind::Embedding && fwdOp.splitForm == ir::SplitForm::Vocab &&
       program_.splitWidth > 1) {
     c.vocabSlice = true;
     c.vocabFirst = program_.splitRank * paramShape_[fwdOp.params[0]][0];
@@ -528,9 +529,10 @@ void Executor::bindCall(int i, int slot) {
       c.out.push_back(view(t));
     // A row-parallel linear or split mlp leaves partial sums, which the all-reduce after it
     // adds up: the output bias is added by the split group's first rank alone.
-    size_t bias = op.splitForm == "row"                                 ? 1
-                  : op.splitForm == "hidden" || op.splitForm == "heads" ? 3
-                                                                        : 0;
+    size_t bias = op.splitForm == ir::SplitForm::Row ? 1
+                  : op.splitForm == ir::SplitForm::Hidden || op.splitForm == ir::SplitForm::Heads
+                      ? 3
+                      : 0;
     if (bias > 0 && program_.splitRank != 0 && bias < op.params.size()) {
       backend::TensorView& b = c.in[op.inputs.size() + bias];
       EPL_ASSERT(zeroBias_.size() >= static_cast<size_t>(b.numel()),

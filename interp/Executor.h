@@ -178,7 +178,7 @@ private:
   // Forward op `op` is a cross-entropy over a vocabulary split on this rank.
   bool vocabLoss(int op) const {
     return program_.splitWidth > 1 && m_.ops[op].kind == ir::OpKind::CrossEntropy &&
-           m_.ops[op].splitForm == "vocab";
+           m_.ops[op].splitForm == ir::SplitForm::Vocab;
   }
   // Where micro-batch `micro`'s piece of tensor t starts in the step's global batch: the
   // rank's slice (data-parallel), or its copy's inside a split region.

@@ -98,6 +98,10 @@ private:
 // The resident set size of this process now, and its peak (VmHWM), in bytes.
 int64_t residentBytes();
 int64_t peakResidentBytes();
+// Restarts the peak from the resident set now (Linux's /proc/self/clear_refs), so that a
+// later peakResidentBytes() is that of what came after. False where the kernel refuses:
+// the peak then stays the process's.
+bool restartPeakResident();
 
 std::string formatDuration(double seconds);
 

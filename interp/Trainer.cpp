@@ -764,7 +764,8 @@ private:
   MetricsFile metrics_;
   std::string ckptDir_;
   std::unique_ptr<backend::Device> device_;
-  int64_t baseline_ = 0; // resident bytes before the run's buffers
+  int64_t baseline_ = 0;    // resident bytes before the run's buffers
+  int64_t earlierPeak_ = 0; // the process's peak before them (reading the data set)
   std::unique_ptr<Executor> ex_;
   std::unique_ptr<checkpoint::FolderLock> lock_;
   std::unique_ptr<data::Sampler> sampler_;
@@ -823,7 +824,11 @@ std::optional<int> TrainingRun::open() {
   if (!agree(!mine_.hasErrors(), "opening the device")) return 1;
   if (!deviceNote.empty()) out_ << deviceNote << "\n";
   // What the process holds before the run's buffers exist (code, libraries, the data
-  // set): the measured memory of the step is the peak above it.
+  // set): the measured memory of the step is the peak above it. The peak restarts here:
+  // reading the data set may have peaked higher (a gzip file inflates into a buffer that
+  // doubles), which is not the step's.
+  earlierPeak_ = peakResidentBytes();
+  restartPeakResident();
   baseline_ = residentBytes();
   OptimizerSettings settings = optimizerSettings(m.train);
   settings.offloadDir = o_.offloadDir;
@@ -1002,9 +1007,9 @@ int TrainingRun::finish() {
     metrics_.eval(steps_, e.loss, e.accuracy, e.samples, true);
     checkMetrics();
   }
-  out_ << fmt::format("memory: planned {} for tensors; peak resident {}{}\n",
-                      formatBytes(prog.peakBytes()), formatBytes(peakResidentBytes()),
-                      ranks_ > 1 ? " (rank 0)" : "");
+  out_ << fmt::format(
+      "memory: planned {} for tensors; peak resident {}{}\n", formatBytes(prog.peakBytes()),
+      formatBytes(std::max(earlierPeak_, peakResidentBytes())), ranks_ > 1 ? " (rank 0)" : "");
   return 0;
 }
 

@@ -29,6 +29,26 @@ bool reduceScattersBackward(const Op& op) {
          std::get<std::string>(it->second) == "reduce-scatter";
 }
 
+const char* splitFormName(SplitForm f) {
+  switch (f) {
+  case SplitForm::None:
+    return "";
+  case SplitForm::Column:
+    return "column";
+  case SplitForm::Row:
+    return "row";
+  case SplitForm::Heads:
+    return "heads";
+  case SplitForm::Hidden:
+    return "hidden";
+  case SplitForm::Experts:
+    return "experts";
+  case SplitForm::Vocab:
+    return "vocab";
+  }
+  return "";
+}
+
 std::optional<int64_t> Module::bytesOf(int t) const {
   auto n = numElements(tensors[t].type.shape, bindings);
   if (!n) return std::nullopt;
@@ -90,7 +110,8 @@ std::optional<Module::SplitCollective> Module::splitCollective(const Program& p,
   // input. Backward: sum the identity's partial gradients, gather the slices' (and the
   // reduce-scatters') gradient pieces, or reduce-scatter a sequence gather's partial ones.
   using C = CollectiveKind;
-  if (!backward && kind == OpKind::CrossEntropy && op.splitForm == "vocab") // 3 floats a row
+  if (!backward && kind == OpKind::CrossEntropy &&
+      op.splitForm == SplitForm::Vocab) // 3 floats a row
     return SplitCollective{C::AllGather, 3 * bytesOn(p, op.inputs[1])};
   if (!backward && kind == OpKind::AllReduce)
     return SplitCollective{C::AllReduce, bytesOn(p, op.outputs[0])};

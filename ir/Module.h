@@ -31,6 +31,14 @@ inline bool computesForward(Phase p) {
   return p == Phase::Forward || p == Phase::Recompute;
 }
 
+// The tensor-parallel form of an op inside a split region (passes/SplitLayout.cpp): a
+// linear or conv2d cut by output columns (`column`) or input rows (`row`), attention by
+// heads, the mlp by its hidden width, moe by experts, an embedding or cross-entropy by
+// vocabulary; None outside split regions and for ops that follow their inputs' layouts.
+enum class SplitForm { None, Column, Row, Heads, Hidden, Experts, Vocab };
+// The form's word in plans and hovers ("column", …; "" for None).
+const char* splitFormName(SplitForm f);
+
 // How a tensor is spread over the devices of its stage group (G devices, split width w,
 // c = G / w copies of the split region):
 //   DataParallel  each of the G devices holds 1/G of the micro-batch;
@@ -88,9 +96,9 @@ struct Op {
   Phase phase = Phase::Forward;
   SourceLoc loc;  // where the op is written (maybe inside a def in another file)
   SourceLoc site; // the statement in the model body it came from, for plans and errors
-  // Set by split-layout: the tensor-parallel form ("column", "heads", …; empty when the
-  // op is not split) and the layout each input must have.
-  std::string splitForm;
+  // Set by split-layout: the tensor-parallel form (None when the op is not split) and the
+  // layout each input must have.
+  SplitForm splitForm = SplitForm::None;
   std::vector<Layout> inputLayouts;
   // Backward ops (autodiff): the forward op they differentiate, and for each output
   // whether it adds into a gradient an earlier backward op already wrote. Their inputs

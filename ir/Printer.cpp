@@ -76,7 +76,8 @@ void printModule(const Module& m, std::ostream& out) {
     }
     if (op.scope > 0) out << fmt::format(" in #{}", op.scope);
     if (op.stage >= 0) out << fmt::format(" stage {}", op.stage);
-    if (!op.splitForm.empty()) out << fmt::format(" split {}", op.splitForm);
+    if (op.splitForm != SplitForm::None)
+      out << fmt::format(" split {}", splitFormName(op.splitForm));
     if (op.stage >= 0 && m.tensors[op.outputs[0]].layout.kind != LayoutKind::DataParallel)
       out << fmt::format(" -> {}", m.tensors[op.outputs[0]].layout.str());
     out << "\n";
@@ -207,8 +208,9 @@ void printStage(const Module& m, int s, std::ostream& out) {
     std::vector<std::string> forms;
     for (const Op& op : m.ops)
       if (op.stage == s && op.phase == Phase::Forward &&
-          m.splitScopeOf(op.scope) == static_cast<int>(sc) && !op.splitForm.empty())
-        forms.push_back(fmt::format("{} {}", op.name.substr(op.name.rfind('/') + 1), op.splitForm));
+          m.splitScopeOf(op.scope) == static_cast<int>(sc) && op.splitForm != SplitForm::None)
+        forms.push_back(fmt::format("{} {}", op.name.substr(op.name.rfind('/') + 1),
+                                    splitFormName(op.splitForm)));
     if (forms.empty()) continue;
     std::string line = fmt::format("  split({}) at line {}: {}", m.scopes[sc].width,
                                    m.scopes[sc].loc.line, countedList(forms));
@@ -340,7 +342,7 @@ void printSplitTrafficByLine(const Module& m, const Program& p, std::ostream& ou
   }
   if (lines.empty()) return;
   for (const Op& op : m.ops)
-    if (op.phase == Phase::Forward && op.stage == p.stage && !op.splitForm.empty() &&
+    if (op.phase == Phase::Forward && op.stage == p.stage && op.splitForm != SplitForm::None &&
         lines.count(op.site.line)) {
       std::vector<std::string>& l = labels[op.site.line];
       std::string kind = opInfo(builtinOf(op.kind)).name;

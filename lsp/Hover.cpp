@@ -70,7 +70,8 @@ std::string placement(const Analysis& a, const ir::Op& op) {
   if (split < 0) return out;
   const ir::Scope& sc = m.scopes[split];
   int width = sc.width > 0 ? sc.width : st.splitWidth;
-  std::string form = op.splitForm.empty() ? "not split, whole on each device" : op.splitForm;
+  std::string form = op.splitForm == ir::SplitForm::None ? "not split, whole on each device"
+                                                         : ir::splitFormName(op.splitForm);
   std::string layout;
   if (!op.outputs.empty()) layout = ", output " + m.tensors[op.outputs[0]].layout.str();
   return out + fmt::format("; split({}) at {}: {}{}", width, lineOf(a, sc.loc), form, layout);
@@ -362,7 +363,8 @@ std::string blockDoc(const Analysis& a, const ast::ParallelBlock& b) {
     int split = m.splitScopeOf(op.scope);
     if (!forward(op) || split < 0 || !sameLoc(m.scopes[split].loc, b.loc)) continue;
     forms.push_back(ir::opInfo(op.kind).name + " " +
-                    (op.splitForm.empty() ? std::string("replicated") : op.splitForm));
+                    (op.splitForm == ir::SplitForm::None ? std::string("replicated")
+                                                         : ir::splitFormName(op.splitForm)));
   }
   if (!forms.empty())
     lines.push_back("split forms: " + fmt::format("{}", fmt::join(counted(forms), ", ")));

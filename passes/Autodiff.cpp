@@ -147,8 +147,8 @@ private:
   // along heads), a split mlp its hidden slice; otherwise rows as the op's output has them.
   ir::Layout savedLayout(const ir::Op& fwd, size_t k) const {
     auto cut = [](int dim) { return ir::Layout{ir::LayoutKind::Sharded, dim}; };
-    if (fwd.splitForm == "heads") return k == 2 ? cut(1) : cut(2);
-    if (fwd.splitForm == "hidden") {
+    if (fwd.splitForm == ir::SplitForm::Heads) return k == 2 ? cut(1) : cut(2);
+    if (fwd.splitForm == ir::SplitForm::Hidden) {
       int rank = static_cast<int>(m_->tensors[fwd.inputs[0]].type.shape.size());
       return cut(rank - 1);
     }

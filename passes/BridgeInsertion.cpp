@@ -50,7 +50,7 @@ public:
       for (size_t k = 0; k < op.inputs.size(); ++k)
         op.inputs[k] = arrive(op.inputs[k], op, k);
       if (!op.inputs.empty()) op.inputs[0] = enterSplit(op.inputs[0], op);
-      bool experts = op.splitForm == "experts";
+      bool experts = op.splitForm == ir::SplitForm::Experts;
       int counts = experts ? op.inputs[1] : -1;
       if (experts) {
         auto [rows, local] = exchange(op.inputs[0], counts, op, "dispatch");
@@ -58,7 +58,7 @@ public:
         op.inputs[1] = local;
       }
       newId[i] = static_cast<int>(m.ops.size());
-      bool vocabLoss = op.kind == ir::OpKind::CrossEntropy && op.splitForm == "vocab";
+      bool vocabLoss = op.kind == ir::OpKind::CrossEntropy && op.splitForm == ir::SplitForm::Vocab;
       for (int t : op.outputs)
         m.tensors[t].producer = newId[i];
       for (int p : op.params)
@@ -227,7 +227,8 @@ private:
   }
 
   static bool cutsOutput(const ir::Op& op) {
-    return op.splitForm == "column" || op.splitForm == "heads" || op.splitForm == "hidden";
+    return op.splitForm == ir::SplitForm::Column || op.splitForm == ir::SplitForm::Heads ||
+           op.splitForm == ir::SplitForm::Hidden;
   }
 
   // Sequence parallelism: a slice entering a split op that cuts its output is gathered

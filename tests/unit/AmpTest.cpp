@@ -254,7 +254,7 @@ train lm {
       CHECK(isF32(op.outputs[0]));
     }
     if (op.kind == epl::ir::OpKind::CrossEntropy) {
-      CHECK(op.splitForm == "vocab");
+      CHECK(op.splitForm == epl::ir::SplitForm::Vocab);
       CHECK_FALSE(isF32(op.inputs[0]));
     }
     if (op.kind == epl::ir::OpKind::Gelu) half += m->storedDtype(op.outputs[0]) == DType::BF16;

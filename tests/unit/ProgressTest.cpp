@@ -4,7 +4,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstring>
 #include <sstream>
+#include <sys/mman.h>
 
 using namespace epl::interp;
 using Catch::Matchers::Contains;
@@ -32,4 +34,22 @@ TEST_CASE("the ETA counts the steps of this run", "[progress]") {
   CHECK_THAT(logLine(0, 1001, 2002), Contains("ETA 33m18s"));
   CHECK_THAT(logLine(1000, 1001, 2), Contains("ETA 33m18s"));
   CHECK_THAT(logLine(1000, 1010, 20), Contains("ETA 33m00s"));
+}
+
+// The measured memory of a step is the peak above what the process held before the run's
+// buffers: a higher peak before them (a data set inflating) must not count.
+TEST_CASE("the resident peak restarts from the resident set", "[progress]") {
+  constexpr size_t kBytes = size_t{64} << 20;
+  // Mapped and unmapped directly: a sanitizer's allocator would keep freed memory.
+  void* transient =
+      mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(transient != MAP_FAILED);
+  std::memset(transient, 1, kBytes); // touched: resident
+  munmap(transient, kBytes);
+  int64_t before = epl::interp::peakResidentBytes();
+  REQUIRE(before - epl::interp::residentBytes() >= static_cast<int64_t>(kBytes) / 2);
+  REQUIRE(epl::interp::restartPeakResident());
+  int64_t after = epl::interp::peakResidentBytes();
+  CHECK(after < before - static_cast<int64_t>(kBytes) / 2);
+  CHECK(after >= epl::interp::residentBytes() - (int64_t{1} << 20));
 }

@@ -245,7 +245,8 @@ void checkAgainstRun(const Manifest& man, const fs::path& folder, const ir::Modu
          fmt::format("set `seed = {}` to continue it as it was", man.seed)});
   // A schedule over another number of steps: the rate from here on is not the original's.
   const std::string& schedule = m.train.lrSchedule.kind;
-  if (man.steps > 0 && man.steps != m.train.steps && schedule != "constant")
+  if (man.steps > 0 && man.steps != m.train.steps &&
+      ir::lrScheduleOf(m.train.lrSchedule) != ir::LrSchedule::Constant)
     warnings.push_back(
         {m.train.keyLocs.count("steps") ? "steps" : "checkpoint",
          fmt::format("`{}` was written by a run of {} steps, and this run has {}", folder.string(),

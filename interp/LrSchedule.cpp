@@ -16,10 +16,11 @@ double number(const ir::CallSpec& c, const char* key, double def) {
 double learningRate(const ir::CallSpec& schedule, double lr, int64_t step, int64_t steps) {
   auto warmup = static_cast<int64_t>(number(schedule, "warmup", 0));
   if (step < warmup) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
-  if (schedule.kind == "constant") return lr;
+  ir::LrSchedule kind = ir::lrScheduleOf(schedule);
+  if (kind == ir::LrSchedule::Constant) return lr;
   int64_t span = std::max<int64_t>(steps - 1 - warmup, 1);
   double t = std::min(1.0, static_cast<double>(step - warmup) / static_cast<double>(span));
-  if (schedule.kind == "linear") {
+  if (kind == ir::LrSchedule::Linear) {
     double end = number(schedule, "final_lr", 0);
     return lr + (end - lr) * t;
   }

@@ -88,14 +88,15 @@ OptimizerSettings optimizerSettings(const ir::TrainConfig& t) {
     return static_cast<float>(it == c.numbers.end() ? d : it->second);
   };
   OptimizerSettings s;
-  s.kind = c.kind == "sgd"    ? backend::OptimizerKind::Sgd
-           : c.kind == "adam" ? backend::OptimizerKind::Adam
-                              : backend::OptimizerKind::AdamW;
+  ir::Optimizer kind = ir::optimizerOf(c);
+  s.kind = kind == ir::Optimizer::Sgd    ? backend::OptimizerKind::Sgd
+           : kind == ir::Optimizer::Adam ? backend::OptimizerKind::Adam
+                                         : backend::OptimizerKind::AdamW;
   s.beta1 = num("beta1", 0.9);
   s.beta2 = num("beta2", 0.999);
   s.eps = num("eps", 1e-8);
   // torch.optim's defaults: AdamW decays by 0.01, Adam and SGD not at all.
-  s.weightDecay = num("weight_decay", c.kind == "adamw" ? 0.01 : 0.0);
+  s.weightDecay = num("weight_decay", kind == ir::Optimizer::AdamW ? 0.01 : 0.0);
   s.momentum = num("momentum", 0);
   s.clipGradNorm = t.clipGradNorm;
   return s;
@@ -986,9 +987,9 @@ int TrainingRun::finish() {
     out_ << fmt::format("stopped after step {} of {} (--stop-after)\n", end_, steps_);
     return 0;
   }
-  out_ << fmt::format("trained {} steps in {} ({:.0f} samples/s); last loss {:.4f}\n",
-                      end_ - start_, formatDuration(took), took > 0 ? samples_ / took : 0.0,
-                      lastLoss_);
+  out_ << fmt::format("trained {} step{} in {} ({:.0f} samples/s); last loss {:.4f}\n",
+                      end_ - start_, end_ - start_ == 1 ? "" : "s", formatDuration(took),
+                      took > 0 ? samples_ / took : 0.0, lastLoss_);
   int64_t finalBatches = m_.train.finalEvalBatches, split = ds_->size(data::Split::Validation);
   if (split > 0 && finalBatches != 0) {
     // `final = n`: n batches of the global micro-batch, the same samples at any -np.

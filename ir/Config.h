@@ -52,6 +52,19 @@ struct CallSpec {
   SourceLoc loc;
 };
 
+// The call names of `optimizer` and `lr_schedule`, as the front end checked them
+// (frontend/SettingSchemas.cpp lists the calls), named once here.
+enum class Optimizer { Sgd, Adam, AdamW };
+enum class LrSchedule { Constant, Linear, Cosine };
+inline Optimizer optimizerOf(const CallSpec& c) {
+  return c.kind == "sgd" ? Optimizer::Sgd : c.kind == "adam" ? Optimizer::Adam : Optimizer::AdamW;
+}
+inline LrSchedule lrScheduleOf(const CallSpec& c) {
+  return c.kind == "constant" ? LrSchedule::Constant
+         : c.kind == "linear" ? LrSchedule::Linear
+                              : LrSchedule::Cosine;
+}
+
 struct TrainConfig {
   bool present = false;
   std::string model;

@@ -256,7 +256,7 @@ std::string Module::runRefusal() const {
 
 int Module::optimizerStates() const {
   const CallSpec& opt = train.optimizer;
-  if (opt.kind != "sgd") return 2;
+  if (optimizerOf(opt) != Optimizer::Sgd) return 2;
   return opt.numbers.count("momentum") && opt.numbers.at("momentum") > 0 ? 1 : 0;
 }
 

@@ -76,15 +76,16 @@ bool isHalf(ir::DType t) {
 // amp: the ops the executor runs on the host (split collectives, the vocabulary-parallel
 // loss) work on f32. A half view's values widened into `buf` (when `values`: else only
 // sized, for a result), as an f32 view; an f32 view as it is.
+// The 16-bit wire format of a half type: its decode and encode (scale 1) are the
+// conversions.
+backend::WireType wireOf(ir::DType t) {
+  return t == ir::DType::BF16 ? backend::WireType::BF16 : backend::WireType::F16;
+}
+
 backend::TensorView widened(const backend::TensorView& v, std::vector<float>& buf, bool values) {
   if (!isHalf(v.dtype) || !v.data) return v;
-  int64_t n = v.numel();
-  buf.resize(static_cast<size_t>(n));
-  const uint16_t* h = static_cast<const uint16_t*>(v.data);
-  if (values)
-    for (int64_t i = 0; i < n; ++i)
-      buf[i] =
-          v.dtype == ir::DType::BF16 ? backend::wire::fromBf16(h[i]) : backend::wire::fromF16(h[i]);
+  buf.resize(static_cast<size_t>(v.numel()));
+  if (values) backend::wire::decode(wireOf(v.dtype), v.data, buf.data(), v.numel(), 1.f);
   backend::TensorView f = v;
   f.data = buf.data();
   f.dtype = ir::DType::F32;
@@ -94,10 +95,7 @@ backend::TensorView widened(const backend::TensorView& v, std::vector<float>& bu
 // The f32 result `f` rounded into the half view `dst` (nothing when dst is f32: f is dst).
 void narrowed(const backend::TensorView& f, const backend::TensorView& dst) {
   if (!isHalf(dst.dtype) || !dst.data) return;
-  uint16_t* h = static_cast<uint16_t*>(dst.data);
-  const float* x = f.f32();
-  for (int64_t i = 0; i < dst.numel(); ++i)
-    h[i] = dst.dtype == ir::DType::BF16 ? backend::wire::toBf16(x[i]) : backend::wire::toF16(x[i]);
+  backend::wire::encode(wireOf(dst.dtype), f.f32(), dst.data, dst.numel(), 1.f);
 }
 
 // Per-row figures of a slice of logits [rows, V]: its max, the sum of exp(x - max), and the
@@ -1697,9 +1695,7 @@ double Executor::runEval(std::vector<float>* logits, std::vector<int32_t>* targe
       std::vector<uint16_t> half(static_cast<size_t>(l.numel()));
       dev_.copyToHost(half.data(), l.data, l.bytes());
       dev_.synchronize();
-      for (size_t i = 0; i < half.size(); ++i)
-        (*logits)[i] = l.dtype == ir::DType::BF16 ? backend::wire::fromBf16(half[i])
-                                                  : backend::wire::fromF16(half[i]);
+      backend::wire::decode(wireOf(l.dtype), half.data(), logits->data(), l.numel(), 1.f);
     }
   }
   dev_.synchronize();

@@ -23,28 +23,21 @@ bool isHalf(ir::DType t) {
 
 constexpr int64_t kGrain = 1 << 14;
 
+// The wire format of the same 16 bits: its decode and encode (scale 1) are the conversions.
+WireType wireOf(ir::DType t) {
+  return t == ir::DType::BF16 ? WireType::BF16 : WireType::F16;
+}
+
 void widen(ir::DType t, const void* src, float* dst, int64_t n) {
   const uint16_t* h = static_cast<const uint16_t*>(src);
-  parallelFor(n, kGrain, [&](int64_t a, int64_t b) {
-    if (t == ir::DType::BF16)
-      for (int64_t i = a; i < b; ++i)
-        dst[i] = wire::fromBf16(h[i]);
-    else
-      for (int64_t i = a; i < b; ++i)
-        dst[i] = wire::fromF16(h[i]);
-  });
+  parallelFor(n, kGrain,
+              [&](int64_t a, int64_t b) { wire::decode(wireOf(t), h + a, dst + a, b - a, 1.f); });
 }
 
 void narrow(ir::DType t, const float* src, void* dst, int64_t n) {
   uint16_t* h = static_cast<uint16_t*>(dst);
-  parallelFor(n, kGrain, [&](int64_t a, int64_t b) {
-    if (t == ir::DType::BF16)
-      for (int64_t i = a; i < b; ++i)
-        h[i] = wire::toBf16(src[i]);
-    else
-      for (int64_t i = a; i < b; ++i)
-        h[i] = wire::toF16(src[i]);
-  });
+  parallelFor(n, kGrain,
+              [&](int64_t a, int64_t b) { wire::encode(wireOf(t), src + a, h + a, b - a, 1.f); });
 }
 
 // dst = src rounded to the half type t and back.

@@ -33,8 +33,10 @@ struct OptimizerSettings {
 };
 
 struct StepResult {
-  double loss = 0;      // mean over the step's micro-batches and data-parallel ranks
-  double gradNorm = -1; // global L2 norm before clipping; -1 when not clipping (not measured)
+  double loss = 0; // mean over the step's micro-batches and data-parallel ranks
+  // The global L2 norm before clipping, measured when clipping or under amp = fp16; -1
+  // otherwise (not measured).
+  double gradNorm = -1;
   // Data parallelism: seconds this rank was blocked in reduce-wait; seconds from the last
   // rank's first reduce-start to the last rank's last reduce-wait (the reductions' own
   // time once every rank has joined; by the monotonic clock, so meaningful when the ranks

@@ -85,7 +85,7 @@ void Progress::step(const StepReport& r) {
     return;
   }
   if (r.step % logEvery_ != 0 && r.step != r.steps && r.step != 1) return;
-  // The gradient norm is measured only when clipping needs it: never a false 0.
+  // The gradient norm is measured only when clipping or fp16 needs it: never a false 0.
   std::string norm = r.gradNorm < 0 ? "" : fmt::format("  grad_norm {:.3g}", r.gradNorm);
   if (r.moeAux >= 0)
     norm += fmt::format("  moe_aux {:.3f}  dropped {:.1f}%", r.moeAux, 100 * r.moeDropped);

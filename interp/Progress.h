@@ -15,7 +15,7 @@ struct StepReport {
   int64_t steps = 0;
   int64_t firstStep = 0; // steps done before this run started (a resumed run's checkpoint)
   double loss = 0, lr = 0;
-  double gradNorm = -1; // measured only when clipping; -1 otherwise, and left out
+  double gradNorm = -1; // measured when clipping or under fp16; -1 otherwise, and left out
   double samplesPerSecond = 0;
   double elapsedSeconds = 0;
   double stepSeconds = 0;  // this step alone: data, forward, backward, optimizer

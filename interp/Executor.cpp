@@ -69,9 +69,7 @@ void joinPieces(const float* gathered, float* whole, Cut c, int pieces) {
     copyPiece(whole, const_cast<float*>(gathered) + k * c.rows * c.piece, c, pieces, k, false);
 }
 
-bool isHalf(ir::DType t) {
-  return t == ir::DType::BF16 || t == ir::DType::F16;
-}
+using ir::isHalf;
 
 // amp: the ops the executor runs on the host (split collectives, the vocabulary-parallel
 // loss) work on f32. A half view's values widened into `buf` (when `values`: else only

@@ -316,8 +316,7 @@ int64_t Module::ampStagingBytes(const Program& p, int op) const {
   int64_t floats = 0;
   for (const std::vector<int>* list : {&o.inputs, &o.outputs})
     for (int t : *list)
-      if (t >= 0 && (storedDtype(t) == DType::BF16 || storedDtype(t) == DType::F16))
-        floats += padded(bytesOn(p, t) / 2);
+      if (t >= 0 && isHalf(storedDtype(t))) floats += padded(bytesOn(p, t) / 2);
   const Op& fwd = o.phase == Phase::Backward ? ops[o.forward] : o;
   if (castsWeights(fwd.kind))
     for (int q : o.params) {

@@ -43,6 +43,10 @@ int64_t dtypeBytes(DType t) {
   return 4;
 }
 
+bool isHalf(DType t) {
+  return t == DType::BF16 || t == DType::F16;
+}
+
 bool isIntegral(DType t) {
   return t == DType::I32 || t == DType::I64;
 }

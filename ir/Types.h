@@ -17,6 +17,8 @@ const char* dtypeName(DType t);
 std::optional<DType> parseDType(const std::string& name);
 int64_t dtypeBytes(DType t);
 bool isIntegral(DType t);
+// bf16 or fp16: what `amp` stores activations in.
+bool isHalf(DType t);
 
 // A dimension: a constant times a product of named symbols (`B`, `4*B`, `128`).
 struct Dim {

@@ -17,9 +17,7 @@ namespace epl::backend::cpu {
 
 namespace {
 
-bool isHalf(ir::DType t) {
-  return t == ir::DType::BF16 || t == ir::DType::F16;
-}
+using ir::isHalf;
 
 constexpr int64_t kGrain = 1 << 14;
 

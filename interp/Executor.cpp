@@ -164,6 +164,11 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
     zeroBytes_ = alignUp((bytes + ranks - 1) / ranks);
     zeroBegin_ = zeroBase_ + zeroComm().rank() * zeroBytes_;
     shardGrads_ = m_.zeroShardsGradients();
+    shardParams_ = m_.zeroShardsParams();
+    ir::Module::ZeroSlice plan = m_.zeroSlice(program_);
+    EPL_ASSERT(plan.base == zeroBase_ && plan.bytes == zeroBytes_ &&
+                   m_.flatParamOffsets().back() == total,
+               "the ZeRO slices differ from the plan's");
   }
   EPL_ASSERT(m_.zeroApplies() || !m_.zeroShardsGradients(), "ZeRO stage 2 comes with stage 1");
   allocateBuffers();
@@ -194,6 +199,11 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
   }
   pending_.resize(m_.buckets.size());
   if (shardGrads_) planShardedBuckets();
+  if (shardParams_) {
+    gathering_.resize(2 * m_.buckets.size());
+    for (size_t b = 0; b < m_.buckets.size(); ++b)
+      gatherPieces_.push_back(m_.bucketPieces(program_, static_cast<int>(b)));
+  }
   for (const ir::Instr& in : program_.step)
     if (in.kind == ir::InstrKind::ReduceStart) {
       firstStarted_ = in.bucket;
@@ -271,6 +281,9 @@ Executor::~Executor() {
     for (auto& slot : sending_)
       for (Sending& x : slot)
         f(x.request, comm_);
+    for (auto& block : gathering_)
+      for (backend::Request& r : block)
+        f(r, zeroComm());
   };
   bool leftBehind = false;
   inFlight([&](backend::Request& r, backend::Comm& comm) {
@@ -302,8 +315,10 @@ void Executor::allocateBuffers() {
   try {
     arena_ = allocate(std::max<int64_t>(program_.activationBytes(), kAlign));
     if (program_.recvBytes > 0) recvMem_ = allocate(program_.recvBytes);
-    // With ZeRO the slices of every rank, side by side, may reach past the parameters.
-    params_ = allocate(std::max(gradBytes_, zeroBase_ + zeroRanks() * zeroBytes_));
+    // With ZeRO the slices of every rank, side by side, may reach past the parameters;
+    // with stage 3 the rank holds its own slice alone.
+    params_ = allocate(shardParams_ ? zeroBytes_
+                                    : std::max(gradBytes_, zeroBase_ + zeroRanks() * zeroBytes_));
     grads_ = allocate(shardGrads_ ? zeroBytes_ : gradBytes_);
     if (program_.offloadedBytes > 0)
       stagingMem_ = allocate(program_.stagingBytes);
@@ -373,10 +388,15 @@ backend::TensorView Executor::view(int t, int slot) const {
   return v;
 }
 
-backend::TensorView Executor::paramView(int p) const {
+backend::TensorView Executor::paramView(int p, int use, int slot) const {
   backend::TensorView v;
   v.shape = paramShape_[p];
-  v.data = params_ + paramOffset_[p];
+  if (!shardParams_) {
+    v.data = params_ + paramOffset_[p];
+  } else if (use >= 0) {
+    int b = bucketOfParam_[p];
+    v.data = gatherMem(b, use, slot) + (paramOffset_[p] - bucketBegin_[b]);
+  }
   return v;
 }
 
@@ -520,7 +540,7 @@ void Executor::bindCall(int i, int slot) {
     for (int t : op.inputs)
       c.in.push_back(view(t));
     for (int p : op.params)
-      c.in.push_back(paramView(p));
+      c.in.push_back(paramView(p, op.phase == ir::Phase::Forward ? 0 : 1, slot));
     for (int t : op.outputs)
       c.out.push_back(view(t));
     // A row-parallel linear or split mlp leaves partial sums, which the all-reduce after it
@@ -543,7 +563,7 @@ void Executor::bindCall(int i, int slot) {
     for (size_t k = 0; k < n; ++k)
       c.in.push_back(op.inputs[1 + k] >= 0 ? view(op.inputs[1 + k]) : shapeOnly(fwd.inputs[k]));
     for (int p : op.params)
-      c.in.push_back(paramView(p));
+      c.in.push_back(paramView(p, 1, slot));
     int y = op.inputs[1 + n];
     c.in.push_back(y >= 0 ? view(y) : shapeOnly(fwd.outputs[0]));
     for (size_t k = 2 + n; k < op.inputs.size(); ++k)
@@ -589,6 +609,15 @@ void Executor::fromPieces(int q, const float* pieces, float* whole) const {
 // Parameters and states come and go whole: a sharded one is kept whole on the host until
 // broadcastState hands every rank its piece.
 void Executor::writeParam(int p, const float* host) {
+  if (shardParams_) { // kept whole on the host until broadcastState hands out the slices
+    zeroParams_.resize(static_cast<size_t>(zeroStatesBytes() / 4));
+    std::copy(host, host + paramElems_[p], zeroParams_.begin() + paramOffset_[p] / 4);
+    int64_t begin = std::max(paramOffset_[p], zeroBegin_);
+    int64_t end = std::min(paramOffset_[p] + 4 * paramElems_[p], zeroBegin_ + zeroBytes_);
+    if (begin < end)
+      writeModel(kParams, begin - zeroBegin_, end - begin, host + (begin - paramOffset_[p]) / 4);
+    return;
+  }
   if (sharded(p)) {
     wholeParam_[p].assign(host, host + wholeElems_[p]);
     std::vector<float> piece(static_cast<size_t>(paramElems_[p]));
@@ -600,6 +629,13 @@ void Executor::writeParam(int p, const float* host) {
   dev_.copyToDevice(params_ + paramOffset_[p], host, 4 * paramElems_[p]);
 }
 void Executor::readParam(int p, float* host) const {
+  if (shardParams_) {
+    EPL_ASSERT(!zeroParams_.empty(),
+               "gatherShards() runs before ZeRO-partitioned parameters are read");
+    auto first = zeroParams_.begin() + paramOffset_[p] / 4;
+    std::copy(first, first + paramElems_[p], host);
+    return;
+  }
   if (sharded(p) || wholeParam_.count(p)) {
     EPL_ASSERT(wholeParam_.count(p), "gatherShards() runs before a sharded parameter is read");
     const std::vector<float>& v = wholeParam_.at(p);
@@ -678,7 +714,7 @@ void Executor::broadcastState(int root) {
   // The communicator reads device memory from the host side (the CPU device's memory is
   // host memory; a GPU device pairs with a communicator that reads its own).
   dev_.synchronize();
-  comm_.broadcast(params_, gradBytes_, root, "broadcasting the parameters");
+  if (!shardParams_) comm_.broadcast(params_, gradBytes_, root, "broadcasting the parameters");
   if (m_.scalesLoss()) { // a resumed run's loss scale
     double scale[2] = {lossScale_, static_cast<double>(goodSteps_)};
     comm_.broadcast(scale, sizeof scale, root, "broadcasting the loss scale");
@@ -687,24 +723,27 @@ void Executor::broadcastState(int root) {
   }
   for (int k = 0; k < states_ && zeroBytes_ == 0; ++k)
     broadcastStates(k, 0, gradBytes_, root, "broadcasting the optimizer states");
-  // ZeRO: the states the root read (they start at zero otherwise), a block at a time, each
-  // rank keeping what falls in its slice (the same blocks on every rank: the parameters'
-  // memory is laid out alike everywhere).
+  // ZeRO: the states the root read (they start at zero otherwise), and with stage 3 the
+  // parameters, a block at a time, each rank keeping what falls in its slice (the same
+  // blocks on every rank: the parameters' memory is laid out alike everywhere).
   int read = zeroBytes_ > 0 && comm_.rank() == root && !zeroStates_[0].empty();
   if (zeroBytes_ > 0) comm_.broadcast(&read, sizeof read, root, "whether states were read");
   const int64_t block = std::min<int64_t>(gradBytes_, kStateBlock);
-  for (int k = 0; k < states_ && read; ++k) {
-    std::vector<float>& whole = zeroStates_[k];
+  auto slices = [&](int k, const char* what) {
+    std::vector<float>& whole = zeroWhole(k);
     if (comm_.rank() == root) whole.resize(static_cast<size_t>(zeroStatesBytes() / 4));
     std::vector<float> part(static_cast<size_t>(block / 4));
     for (int64_t at = 0; at < gradBytes_; at += block) {
       int64_t bytes = std::min(block, gradBytes_ - at);
       float* data = comm_.rank() == root ? whole.data() + at / 4 : part.data();
-      comm_.broadcast(data, bytes, root, "broadcasting the optimizer states");
+      comm_.broadcast(data, bytes, root, what);
       int64_t begin = std::max(at, zeroBegin_), end = std::min(at + bytes, zeroBegin_ + zeroBytes_);
       if (begin < end) writeModel(k, begin - zeroBegin_, end - begin, data + (begin - at) / 4);
     }
-  }
+  };
+  if (shardParams_) slices(kParams, "broadcasting the parameters");
+  for (int k = 0; k < states_ && read; ++k)
+    slices(k, "broadcasting the optimizer states");
   dropGathered();
   // Parameters cut on some ranks: the root's whole arrays (kept aside where the root holds
   // a piece, else its memory), each rank keeping its piece, or the whole.
@@ -739,25 +778,28 @@ void Executor::broadcastState(int root) {
 void Executor::dropGathered() {
   for (std::vector<float>& s : zeroStates_)
     std::vector<float>().swap(s);
+  std::vector<float>().swap(zeroParams_);
 }
 
 void Executor::gatherShards() {
   wholeParam_.clear();
   wholeState_.clear();
-  // ZeRO: the slices of the optimizer states, side by side, on the first of the ranks that
-  // share them (rank 0, or a pipeline stage's first; gatherStages takes them on to rank
-  // 0), one owner's broadcast at a time.
-  for (int k = 0; k < states_ && zeroBytes_ > 0; ++k) {
+  // ZeRO: the slices of the optimizer states (with stage 3, of the parameters too), side by
+  // side, on the first of the ranks that share them (rank 0, or a pipeline stage's first;
+  // gatherStages takes them on to rank 0), one owner's broadcast at a time.
+  for (int k = shardParams_ ? kParams : 0; k < states_ && zeroBytes_ > 0; ++k) {
     dev_.synchronize();
     backend::Comm& group = zeroComm();
     bool reader = group.rank() == 0;
     std::vector<float> slice(static_cast<size_t>(zeroBytes_ / 4));
-    if (reader) zeroStates_[k].resize(static_cast<size_t>(zeroStatesBytes() / 4));
+    std::vector<float>& whole = zeroWhole(k);
+    if (reader) whole.resize(static_cast<size_t>(zeroStatesBytes() / 4));
     for (int r = 0; r < group.size(); ++r) {
-      float* data =
-          reader ? zeroStates_[k].data() + (zeroBase_ + r * zeroBytes_) / 4 : slice.data();
+      float* data = reader ? whole.data() + (zeroBase_ + r * zeroBytes_) / 4 : slice.data();
       if (r == group.rank()) readModel(k, 0, zeroBytes_, data);
-      group.broadcast(data, zeroBytes_, r, fmt::format("gathering rank {}'s optimizer states", r));
+      group.broadcast(data, zeroBytes_, r,
+                      fmt::format("gathering rank {}'s {}", r,
+                                  k == kParams ? "parameters" : "optimizer states"));
     }
   }
   if (program_.splitWidth == 1) return;
@@ -803,7 +845,12 @@ void Executor::gatherStages() {
       int64_t bytes = (end < n ? paramOffset_[end] : gradBytes_) - begin;
       std::string what =
           fmt::format("gathering @{} … from rank {}", m_.params[first].name, owner[first]);
-      comm_.broadcast(params_ + begin, bytes, owner[first], what);
+      if (shardParams_) { // ZeRO stage 3: the owner gathered its stage's parameters whole
+        zeroParams_.resize(static_cast<size_t>(zeroStatesBytes() / 4));
+        comm_.broadcast(zeroParams_.data() + begin / 4, bytes, owner[first], what);
+      } else {
+        comm_.broadcast(params_ + begin, bytes, owner[first], what);
+      }
       for (int k = 0; k < states_; ++k) {
         if (zeroBytes_ == 0) {
           broadcastStates(k, begin, bytes, owner[first], what);
@@ -1010,6 +1057,37 @@ void Executor::planShardedBuckets() {
              "every parameter a rank updates is in a gradient bucket");
 }
 
+// ZeRO stage 3: the bucket's bytes [begin, end) of the flat parameter memory, whole in its
+// block: each rank whose slice holds some of them copies its part there and broadcasts it
+// to the others, in the background.
+void Executor::startGather(const ir::Instr& in) {
+  unsigned char* block = gatherMem(in.bucket, in.use, slotOf(in.micro));
+  int64_t first = bucketBegin_[in.bucket];
+  std::vector<backend::Request>& started = gathering_[2 * in.bucket + in.use];
+  EPL_ASSERT(started.empty(), "a bucket's gather is waited for before it starts again");
+  for (const ir::Module::SlicePiece& piece : gatherPieces_[in.bucket])
+    if (piece.rank == zeroComm().rank())
+      dev_.copyOnDevice(block + (piece.begin - first), paramAt(piece.begin),
+                        piece.end - piece.begin);
+  // The broadcasts read the block from the host side: the copy must be done.
+  dev_.synchronize();
+  for (const ir::Module::SlicePiece& piece : gatherPieces_[in.bucket])
+    started.push_back(
+        zeroComm().ibroadcast(block + (piece.begin - first), piece.end - piece.begin, piece.rank));
+}
+
+void Executor::waitGather(const ir::Instr& in, size_t index, int64_t step) {
+  const ir::GradBucket& b = m_.buckets[in.bucket];
+  std::vector<backend::Request>& started = gathering_[2 * in.bucket + in.use];
+  for (backend::Request& r : started)
+    zeroComm().wait(r, fmt::format("instruction {} of step {}: gather-wait bucket {} ({} "
+                                   "parameters from {}, for the {} of micro-batch {})",
+                                   index, step + 1, in.bucket, b.endParam - b.firstParam,
+                                   m_.params[b.firstParam].name,
+                                   in.use == 0 ? "forward" : "backward", in.micro));
+  started.clear();
+}
+
 // ZeRO stage 2: this rank's sum of bucket b, reduced in the slot `slot`, added into its
 // gradient slice (zero-grads cleared it, so the first micro-batch's lands as it is).
 void Executor::foldSlice(int b, int slot) {
@@ -1074,6 +1152,12 @@ void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t see
     if (shardGrads_) foldSlice(in.bucket, slotOf(in.micro));
     return;
   }
+  case ir::InstrKind::GatherStart:
+    startGather(in);
+    return;
+  case ir::InstrKind::GatherWait:
+    waitGather(in, index, step);
+    return;
   case ir::InstrKind::Run:
     break;
   }
@@ -1484,7 +1568,7 @@ void Executor::optimizerStep(int id, int64_t step) {
   auto update = [&](int64_t from, int64_t to, unsigned char* s1, unsigned char* s2) {
     for (backend::TensorView* v : {&c.param, &c.grad, &c.state1, &c.state2})
       v->shape = {(to - from) / 4};
-    c.param.data = params_ + from;
+    c.param.data = paramAt(from);
     c.grad.data = gradAt(from);
     c.state1.data = states_ > 0 ? s1 : nullptr;
     c.state2.data = states_ > 1 ? s2 : nullptr;
@@ -1530,6 +1614,10 @@ std::string Executor::traceName(const ir::Instr& in) const {
     return fmt::format("reduce-start bucket {}", in.bucket);
   case ir::InstrKind::ReduceWait:
     return fmt::format("reduce-wait bucket {}", in.bucket);
+  case ir::InstrKind::GatherStart:
+    return fmt::format("gather-start bucket {} {}", in.bucket, in.use == 0 ? "fwd" : "bwd");
+  case ir::InstrKind::GatherWait:
+    return fmt::format("gather-wait bucket {} {}", in.bucket, in.use == 0 ? "fwd" : "bwd");
   case ir::InstrKind::Send:
     return fmt::format("send %{} mb {} -> rank {}", tensor(), in.micro, in.peer);
   case ir::InstrKind::Recv:
@@ -1555,6 +1643,7 @@ void Executor::runTraced(const ir::Instr& in, size_t index, int64_t step, uint64
   dev_.synchronize();
   bool comm = in.kind == ir::InstrKind::Send || in.kind == ir::InstrKind::Recv ||
               in.kind == ir::InstrKind::ReduceStart || in.kind == ir::InstrKind::ReduceWait ||
+              in.kind == ir::InstrKind::GatherStart || in.kind == ir::InstrKind::GatherWait ||
               (in.kind == ir::InstrKind::Run && m_.splitCollective(program_, in.op));
   trace_->add({traceName(in), step, in.micro, comm ? Track::Communication : Track::Compute, began,
                trace_->nowUs()});
@@ -1588,7 +1677,7 @@ StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
   tracing_ = false;
   finishSends(-1);
   if (disk_) disk_->endStep();
-  if (zeroBytes_ > 0) gatherParams(step);
+  if (zeroBytes_ > 0 && !shardParams_) gatherParams(step);
   dev_.synchronize();
   if (traced) trace_->endStep();
   StepResult r;

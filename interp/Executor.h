@@ -147,7 +147,11 @@ private:
   int slotOf(int micro) const { return micro % program_.slots; }
   backend::TensorView view(int tensor, int slot = 0) const;
   backend::TensorView shapeOnly(int tensor) const;
-  backend::TensorView paramView(int p) const;
+  // Parameter p's shape, and where it is: its place in the parameter memory, or with ZeRO
+  // stage 3 (whose memory is the rank's slice alone) where the op that reads it finds it:
+  // its bucket's gathered block for `use` (0 forward, 1 backward) in `slot`; without a use,
+  // nowhere (the optimizer's updates address the slice, paramAt).
+  backend::TensorView paramView(int p, int use = -1, int slot = 0) const;
   backend::TensorView stateView(int p, int k) const;
   void bindCalls();
   void planSlotUse();
@@ -220,6 +224,10 @@ private:
   // Those bytes of optimizer state k, from `root` (of comm_) to every rank.
   void broadcastStates(int k, int64_t offset, int64_t bytes, int root, const std::string& what);
   void gatherParams(int64_t step);
+  // ZeRO stage 3: start gathering bucket b whole into its block for `use` in the slot of
+  // micro-batch `micro`; wait until it has arrived.
+  void startGather(const ir::Instr& in);
+  void waitGather(const ir::Instr& in, size_t index, int64_t step);
   // Bytes of each optimizer state this rank holds: its ZeRO slice, or every parameter.
   int64_t stateBytes() const { return zeroBytes_ > 0 ? zeroBytes_ : gradBytes_; }
   // ZeRO: the ranks that share this rank's parameters (they sum its gradients), and the
@@ -263,6 +271,24 @@ private:
   // reads (then dropGathered), or rank 0's writes and broadcastState.
   int64_t zeroBase_ = 0, zeroBegin_ = 0, zeroBytes_ = 0;
   std::vector<float> zeroStates_[2];
+  // ZeRO stage 3 (Module::zeroShardsParams): params_ holds the parameters of the slice
+  // alone (byte b of the flat memory at paramAt(b)); each bucket is gathered whole into
+  // the arena (Program::gatherOffset) by one broadcast from each rank whose slice holds
+  // part of it (gatherPieces_), in flight in gathering_ (by 2 b + use). Whole parameters
+  // sit on the host (zeroParams_, flat) as the states do in zeroStates_.
+  bool shardParams_ = false;
+  std::vector<std::vector<ir::Module::SlicePiece>> gatherPieces_;
+  std::vector<std::vector<backend::Request>> gathering_;
+  std::vector<float> zeroParams_;
+  unsigned char* paramAt(int64_t b) const { return params_ + b - (shardParams_ ? zeroBegin_ : 0); }
+  unsigned char* gatherMem(int b, int use, int slot) const {
+    int id = static_cast<int>(m_.tensors.size() + m_.buckets.size()) + 2 * b + use;
+    int64_t base = program_.isShared(id) ? program_.slots * program_.slotStride()
+                                         : slot * program_.slotStride();
+    return arena_ + base + program_.gatherOffset[2 * b + use];
+  }
+  // The host copy of what readModel/writeModel call k (kParams: the parameters).
+  std::vector<float>& zeroWhole(int k) { return k == kParams ? zeroParams_ : zeroStates_[k]; }
   // ZeRO stage 2 (Module::zeroShardsGradients): grads_ holds the gradients of the ZeRO slice
   // alone (flat like the parameters from zeroBegin_); bucket b's gradients sit in the arena
   // at Program::bucketOffset[b] (of the micro-batch's slot, or of the shared region),

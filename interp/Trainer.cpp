@@ -449,7 +449,13 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
                      : m.policy.commDtype == ir::DType::BF16 ? "bf16"
                                                              : "fp16",
                      m.policy.overlapComm ? ", overlapping the backward" : ", after the backward");
-  if (ex.zeroRanks() > 0)
+  if (ex.zeroRanks() > 0 && m.zeroShardsParams())
+    out << fmt::format("parameters, gradients and optimizer states: each rank holds 1/{} (ZeRO "
+                       "stage 3) and updates its slice; each bucket's parameters are gathered "
+                       "before its forward and its backward in every micro-batch, and freed "
+                       "after\n",
+                       ex.zeroRanks());
+  else if (ex.zeroRanks() > 0)
     out << fmt::format("{}: each rank holds 1/{} (ZeRO stage {}) and updates its "
                        "slice of the parameters; the slices are all-gathered after each step\n",
                        scatter ? "optimizer states and gradients" : "optimizer states",
@@ -563,8 +569,8 @@ void warnUnappliedPolicies(const ir::Module& m, Diagnostics& diags) {
         .note(what);
   };
   warn("offload", p.offload == ir::Offload::Params,
-       "parameters stay in memory: offloading them needs ZeRO stage 3, which does not run yet; "
-       "`offload = optimizer` with `offload_to = disk` runs");
+       "parameters stay in memory: offloading them is not built yet (`zero = 3` partitions "
+       "them over data-parallel ranks); `offload = optimizer` with `offload_to = disk` runs");
   auto to = p.keyLocs.find("offload_to");
   if (to == p.keyLocs.end()) to = p.keyLocs.find("offload");
   if (p.offload == ir::Offload::Optimizer && !m.offloadApplies() && to != p.keyLocs.end())
@@ -588,9 +594,11 @@ void warnUnappliedPolicies(const ir::Module& m, Diagnostics& diags) {
        "stage 1 (the optimizer states) is applied; stage 2's gradient partition runs in "
        "data-parallel plans and pipelines' copies without split regions or interleaved "
        "chunks so far, so here every rank holds all gradients");
-  warn("zero", p.zero == ir::ZeroStage::Parameters && !one && m.zeroApplies(),
-       "stages 1 and 2 are applied where they run; stage 3's parameter partition does not run "
-       "yet: every rank holds all parameters");
+  warn("zero",
+       p.zero == ir::ZeroStage::Parameters && !one && m.zeroShardsGradients() &&
+           !m.zeroShardsParams(),
+       "stages 1 and 2 are applied; stage 3's parameter partition needs every parameter to "
+       "have a gradient, so here every rank holds all parameters");
 }
 
 bool checkRunnable(const ir::Module& m, Diagnostics& diags) {

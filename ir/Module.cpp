@@ -152,12 +152,14 @@ Module::SlotUse Module::slotUse(const Program& p) const {
   bool scatters = zeroShardsGradients();
   for (size_t i = 0; i < p.step.size(); ++i) {
     const Instr& in = p.step[i];
-    // ZeRO stage 2: a bucket in flight reads the micro-batch's slot.
+    // ZeRO stage 2: a bucket in flight reads the micro-batch's slot; stage 3: so does a
+    // gather of parameters.
     bool uses =
         in.kind == InstrKind::Load || in.kind == InstrKind::SeedGrad ||
         in.kind == InstrKind::Send || in.kind == InstrKind::Recv ||
         (in.kind == InstrKind::Run && ops[in.op].phase != Phase::Optimizer) ||
-        (scatters && (in.kind == InstrKind::ReduceStart || in.kind == InstrKind::ReduceWait));
+        (scatters && (in.kind == InstrKind::ReduceStart || in.kind == InstrKind::ReduceWait)) ||
+        in.kind == InstrKind::GatherStart || in.kind == InstrKind::GatherWait;
     if (!uses) continue;
     if (u.first[in.micro] < 0) u.first[in.micro] = static_cast<int>(i);
     u.last[in.micro] = static_cast<int>(i);
@@ -352,6 +354,42 @@ bool Module::zeroShardsGradients() const {
       ++count;
     }
   return count > 0 && last - first + 1 == count;
+}
+
+bool Module::zeroShardsParams() const {
+  return policy.zero == ZeroStage::Parameters && zeroShardsGradients() &&
+         std::all_of(params.begin(), params.end(), [](const Param& q) { return q.grad >= 0; });
+}
+
+std::vector<int64_t> Module::flatParamOffsets() const {
+  std::vector<int64_t> at{0};
+  for (const Param& q : params)
+    at.push_back(at.back() + (4 * numElements(q.type.shape, {}).value_or(0) + 63) / 64 * 64);
+  return at;
+}
+
+Module::ZeroSlice Module::zeroSlice(const Program& p) const {
+  ZeroSlice z;
+  if (p.params.empty()) return z;
+  std::vector<int64_t> at = flatParamOffsets();
+  z.base = at[p.params.front()];
+  z.ranks = p.dataRanks;
+  int64_t bytes = at[p.params.back() + 1] - z.base;
+  z.bytes = ((bytes + z.ranks - 1) / z.ranks + 63) / 64 * 64;
+  return z;
+}
+
+std::vector<Module::SlicePiece> Module::bucketPieces(const Program& p, int b) const {
+  std::vector<int64_t> at = flatParamOffsets();
+  int64_t first = at[buckets[b].firstParam], last = at[buckets[b].endParam];
+  ZeroSlice z = zeroSlice(p);
+  std::vector<SlicePiece> out;
+  for (int k = 0; k < z.ranks; ++k) {
+    int64_t begin = std::max(first, z.base + k * z.bytes);
+    int64_t end = std::min(last, z.base + (k + 1) * z.bytes);
+    if (begin < end) out.push_back({k, begin, end});
+  }
+  return out;
 }
 
 int Module::stageScopeOf(int scope) const {

@@ -316,6 +316,29 @@ struct Module {
   // several ranks. Decided from the plan before the schedule, so that the schedule can
   // place the reductions.
   bool zeroShardsGradients() const;
+  // Whether the runtime applies ZeRO stage 3 as well: each rank keeps its slice of the
+  // parameters alone, and every micro-batch gathers each gradient bucket's parameters whole
+  // into the arena before its forward ops and again before its backward ops (Program::
+  // gatherOffset), freed after the last op that reads them. With `zero = 3` wherever
+  // stage 2 applies and every parameter has a gradient (so every one is in a bucket).
+  bool zeroShardsParams() const;
+  // Where each parameter starts in a rank's flat parameter memory (the executor's layout:
+  // every parameter whole-sized, 64-byte aligned, in parameter order), and its end.
+  std::vector<int64_t> flatParamOffsets() const;
+  // ZeRO: the rank of p's data-parallel group whose slice holds byte `at` of the flat
+  // parameter memory, and where that slice starts and ends.
+  struct ZeroSlice {
+    int64_t base = 0, bytes = 0; // slice k is [base + k bytes, base + (k + 1) bytes)
+    int ranks = 1;
+  };
+  ZeroSlice zeroSlice(const Program& p) const;
+  // ZeRO stage 3: the pieces of bucket b's parameter bytes [begin, end) of the flat memory
+  // that each rank k of p's data-parallel group holds in its slice (those with some).
+  struct SlicePiece {
+    int rank = 0;
+    int64_t begin = 0, end = 0;
+  };
+  std::vector<SlicePiece> bucketPieces(const Program& p, int b) const;
   // The bytes bucket b's reduction sends from each rank: its gradients in `comm_dtype`.
   int64_t wireBytes(const GradBucket& b) const {
     return b.bytes / 4 * dtypeBytes(policy.commDtype);

@@ -567,6 +567,20 @@ std::string instrText(const Module& m, const Program& p, const Instr& in) {
         formatBytes(static_cast<double>(m.wireBytes(b))), wireName(m.policy.commDtype),
         m.zeroShardsGradients() ? "reduce-scattered" : "summed", b.ranks);
   }
+  case InstrKind::GatherStart:
+  case InstrKind::GatherWait: {
+    const GradBucket& b = m.buckets.at(in.bucket);
+    const char* use = in.use == 0 ? "forward" : "backward";
+    if (in.kind == InstrKind::GatherWait)
+      return fmt::format("gather-wait bucket {} ({})", in.bucket, use);
+    return fmt::format("gather-start bucket {} ({} of micro-batch {}): {} parameter{} from @{}, "
+                       "{} from {} rank{}",
+                       in.bucket, use, in.micro, b.endParam - b.firstParam,
+                       b.endParam - b.firstParam == 1 ? "" : "s", m.params[b.firstParam].name,
+                       formatBytes(static_cast<double>(b.bytes)),
+                       m.bucketPieces(p, in.bucket).size(),
+                       m.bucketPieces(p, in.bucket).size() == 1 ? "" : "s");
+  }
   case InstrKind::Send:
   case InstrKind::Recv: {
     bool send = in.kind == InstrKind::Send;

@@ -25,6 +25,13 @@ enum class InstrKind {
   // writes (or, with `accumulate`, adds) it into the tensor.
   Send,
   Recv,
+  // ZeRO stage 3 (Module::zeroShardsParams): start gathering parameter bucket `bucket`
+  // whole into its block of the arena for the forward (`use` 0) or the backward and
+  // recomputation (`use` 1) of micro-batch `micro` (each rank holding a slice of it
+  // broadcasts that part), and wait until it has arrived. The start comes one block ahead
+  // of the wait, so a gather overlaps the previous block's compute.
+  GatherStart,
+  GatherWait,
 };
 
 // Which gradients a Run of a backward op writes. Zero-bubble schedules run a backward op
@@ -54,6 +61,7 @@ struct Instr {
   // whole tensor).
   int64_t firstRow = 0, rows = -1;
   BackwardPart part = BackwardPart::Whole; // Run of a backward op: the gradients it writes
+  int use = 0; // GatherStart, GatherWait: 0 the forward's copy of the bucket, 1 the backward's
 };
 
 struct Program {
@@ -121,6 +129,12 @@ struct Program {
   // whether bucket b is in the shared region. Offset -1: another stage's bucket. Empty
   // otherwise.
   std::vector<int64_t> bucketOffset, bucketBytes;
+  // ZeRO stage 3 (Module::zeroShardsParams): where bucket b's gathered parameters sit in
+  // the arena, laid out as in the flat parameter memory, for the forward (gatherOffset[2 b])
+  // and for the backward (2 b + 1); shared[tensors + buckets + 2 b + use] says whether the
+  // block is in the shared region. paramBytes is then the rank's slice alone. Empty
+  // otherwise.
+  std::vector<int64_t> gatherOffset;
   // Kernel workspaces in the arena (Module::workspaceBytes): for each op and part of a
   // backward the rank runs that takes one, where it is (in the micro-batch's slot, or in
   // the shared region), live for that one instruction. With amp on the CPU device, the

@@ -28,7 +28,11 @@
 //      of the arena, written by the backward ops of its parameters and read by its
 //      reduction, which ends at its reduce-wait; the rank's slice of the gradients is
 //      counted beside the arena.
-//   8. A kernel's workspace (Module::workspaceBytes, and with amp the CPU device's f32
+//   8. ZeRO stage 3 (Module::zeroShardsParams): each bucket's gathered parameters are two
+//      blocks of the arena, one for the forward and one for the backward (with the
+//      recomputation), each live from its gather's start to the last op that reads it; the
+//      rank's slice of the parameters is counted beside the arena.
+//   9. A kernel's workspace (Module::workspaceBytes, and with amp the CPU device's f32
 //      copies of the half-precision operands, Module::ampStagingBytes) is one more block
 //      for each op and backward part that takes one, live for its instruction alone.
 #include "passes/Passes.h"
@@ -230,6 +234,7 @@ private:
     to.sharedBytes = from.sharedBytes;
     to.bucketOffset = from.bucketOffset;
     to.bucketBytes = from.bucketBytes;
+    to.gatherOffset = from.gatherOffset;
     to.workspaces = from.workspaces;
   }
 
@@ -258,6 +263,8 @@ private:
       }
     }
     p.bucketOffset.assign(best.offset.begin() + static_cast<ptrdiff_t>(m.tensors.size()),
+                          best.offset.begin() + static_cast<ptrdiff_t>(arena.gatherBase));
+    p.gatherOffset.assign(best.offset.begin() + static_cast<ptrdiff_t>(arena.gatherBase),
                           best.offset.begin() + static_cast<ptrdiff_t>(arena.workBase));
     p.bucketBytes = arena.bucketBytes;
     p.workspaces = arena.workspaces;
@@ -282,7 +289,8 @@ private:
   }
 
   // Which tensors an instruction touches in the arena. With ZeRO stage 2 the gradient
-  // buckets are in it too, as ids past the tensors': bucket b is tensors + b.
+  // buckets are in it too, as ids past the tensors': bucket b is tensors + b; with stage 3
+  // the gathered parameters, bucket b's for use u (0 forward, 1 backward) gatherBase + 2 b + u.
   struct Arena {
     std::vector<bool> paramGrad; // own buffers, not the arena
     std::vector<int> loaded;     // what a load writes
@@ -292,7 +300,8 @@ private:
     // op x 3 + part, -1 for none.
     std::vector<ir::Program::Workspace> workspaces;
     std::vector<int> workId;
-    size_t tensors = 0, ids = 0, workBase = 0;
+    std::vector<int> paramBucket; // ZeRO stage 3: by parameter, its bucket
+    size_t tensors = 0, ids = 0, gatherBase = 0, workBase = 0;
     Arena(const ir::Module& m, const ir::Program& p)
         : paramGrad(m.tensors.size(), false), tensors(m.tensors.size()), ids(m.tensors.size()) {
       for (const ir::Param& prm : m.params)
@@ -309,6 +318,14 @@ private:
           bucketBytes.push_back(bytes);
         }
         ids += m.buckets.size();
+      }
+      gatherBase = ids;
+      if (m.zeroShardsParams()) {
+        paramBucket.assign(m.params.size(), -1);
+        for (size_t b = 0; b < m.buckets.size(); ++b)
+          for (int q = m.buckets[b].firstParam; q < m.buckets[b].endParam; ++q)
+            paramBucket[q] = static_cast<int>(b);
+        ids += 2 * m.buckets.size();
       }
       workBase = ids;
       workId.assign(3 * m.ops.size(), -1);
@@ -348,6 +365,8 @@ private:
       if (buckets &&
           (in.kind == ir::InstrKind::ReduceStart || in.kind == ir::InstrKind::ReduceWait))
         f(static_cast<int>(tensors) + in.bucket);
+      if (in.kind == ir::InstrKind::GatherStart || in.kind == ir::InstrKind::GatherWait)
+        f(gatherId(in.bucket, in.use));
       if (in.kind == ir::InstrKind::Load)
         for (int t : loaded)
           touch(t);
@@ -361,6 +380,12 @@ private:
         touch(t);
       for (size_t k = 0; k < op.outputs.size(); ++k)
         if (writes(m, in, k)) touch(op.outputs[k]);
+      if (!paramBucket.empty() && op.phase != ir::Phase::Optimizer)
+        for (int q : op.params)
+          f(gatherId(paramBucket[q], op.phase == ir::Phase::Forward ? 0 : 1));
+    }
+    int gatherId(int bucket, int use) const {
+      return static_cast<int>(gatherBase) + 2 * bucket + use;
     }
   };
 
@@ -439,9 +464,10 @@ private:
     std::vector<Interval> out;
     for (size_t t = 0; t < arena.ids; ++t) {
       if (first[t] < 0) continue;
-      int64_t bytes = t < arena.tensors    ? m.bytesOn(p, static_cast<int>(t))
-                      : t < arena.workBase ? arena.bucketBytes[t - arena.tensors]
-                                           : arena.workspaces[t - arena.workBase].bytes;
+      int64_t bytes = t < arena.tensors      ? m.bytesOn(p, static_cast<int>(t))
+                      : t < arena.gatherBase ? arena.bucketBytes[t - arena.tensors]
+                      : t < arena.workBase   ? arena.bucketBytes[(t - arena.gatherBase) / 2]
+                                             : arena.workspaces[t - arena.workBase].bytes;
       out.push_back({static_cast<int>(t), first[t], last[t], std::max<int64_t>(bytes, 1)});
     }
     return out;
@@ -470,6 +496,7 @@ private:
     int64_t perState = m.zeroApplies() ? (mine + p.dataRanks - 1) / p.dataRanks : grads;
     p.optimizerBytes = states * perState;
     if (m.zeroShardsGradients()) p.gradBytes = perState; // the slice; the buckets are in the arena
+    if (m.zeroShardsParams()) p.paramBytes = perState;   // and the gathered parameters
     p.offloadedBytes = p.stagingBytes = 0;
     if (!m.offloadApplies() || p.params.empty()) return;
     // Offloaded to disk: a chunk of at most kOffloadChunk bytes of each state per staging

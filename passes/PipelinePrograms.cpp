@@ -39,6 +39,7 @@
 #include <algorithm>
 #include <fmt/format.h>
 #include <map>
+#include <set>
 
 namespace epl::passes {
 
@@ -365,6 +366,8 @@ std::vector<ir::Program> pipelinePrograms(const ir::Module& m) {
         addGradientReductions(m, s, p.step);
         for (int c = 0; c < mesh.chunks; ++c)
           stage.forward(c * depth + s, 0, false, p.eval);
+        addParamGathers(m, p.step);
+        addParamGathers(m, p.eval);
         for (const auto* list : {&p.step, &p.eval})
           for (const ir::Instr& in : *list)
             if (in.kind == ir::InstrKind::Recv)
@@ -372,6 +375,49 @@ std::vector<ir::Program> pipelinePrograms(const ir::Module& m) {
         out.push_back(std::move(p));
       }
   return out;
+}
+
+// ZeRO stage 3: for each micro-batch and direction (the forward; the backward with its
+// recomputation), the buckets in the order its ops first read their parameters. Before the
+// first reader of the k-th, its gather is waited for and the (k+1)-th's started, so one
+// gather is in flight while a block computes; the first starts where it is waited for.
+void addParamGathers(const ir::Module& m, std::vector<ir::Instr>& list) {
+  if (!m.zeroShardsParams()) return;
+  std::vector<int> bucketOf(m.params.size(), -1);
+  for (size_t b = 0; b < m.buckets.size(); ++b)
+    for (int q = m.buckets[b].firstParam; q < m.buckets[b].endParam; ++q)
+      bucketOf[q] = static_cast<int>(b);
+  using Key = std::pair<int, int>; // (micro-batch, use)
+  std::map<Key, std::vector<int>> order;
+  std::vector<std::vector<std::pair<Key, size_t>>> firstUses(list.size()); // (key, k)
+  std::set<std::pair<Key, int>> seen;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const ir::Instr& in = list[i];
+    if (in.kind != ir::InstrKind::Run || m.ops[in.op].phase == ir::Phase::Optimizer) continue;
+    Key key{in.micro, m.ops[in.op].phase == ir::Phase::Forward ? 0 : 1};
+    for (int q : m.ops[in.op].params) {
+      int b = bucketOf[q];
+      EPL_ASSERT(b >= 0, "ZeRO stage 3 gathers every parameter with its bucket");
+      if (!seen.insert({key, b}).second) continue;
+      firstUses[i].push_back({key, order[key].size()});
+      order[key].push_back(b);
+    }
+  }
+  std::vector<ir::Instr> out;
+  auto gather = [&](ir::InstrKind kind, const Key& key, size_t k) {
+    ir::Instr g{kind, -1, key.first, order[key][k]};
+    g.use = key.second;
+    out.push_back(g);
+  };
+  for (size_t i = 0; i < list.size(); ++i) {
+    for (const auto& [key, k] : firstUses[i]) {
+      if (k == 0) gather(ir::InstrKind::GatherStart, key, 0);
+      gather(ir::InstrKind::GatherWait, key, k);
+      if (k + 1 < order[key].size()) gather(ir::InstrKind::GatherStart, key, k + 1);
+    }
+    out.push_back(list[i]);
+  }
+  list = std::move(out);
 }
 
 ir::CommStreams programStreams(const ir::Module& m, bool eval) {
@@ -416,6 +462,13 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
       if (q.stage == me.stage && q.splitRank == me.splitRank) members.push_back(q.rank);
     return piecesGroup[key] = streams.addGroup(members);
   };
+  // ZeRO: the global rank of rank k of a stage's data-parallel group (its data rank k).
+  auto zeroRankOf = [&](int stage, int k) {
+    for (const ir::Program& q : m.programs)
+      if (q.stage == stage && q.dataRank == k) return q.rank;
+    EPL_ASSERT(false, "every data rank of a stage has a program");
+    return -1;
+  };
   int lossRanks = m.lossRanks();
   bool hasMoe = std::any_of(m.ops.begin(), m.ops.end(),
                             [](const ir::Op& op) { return op.kind == ir::OpKind::MoeDispatch; });
@@ -437,9 +490,10 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
     // 2. In program order: sends start, receives waited, collectives. An evaluation's send
     // is waited at once; a step's before the next micro-batch takes its slot, or at the
     // step's end (Executor::send).
-    std::map<int, int> reduces;                     // bucket -> its started all-reduce
-    std::vector<std::vector<int>> sending(p.slots); // by slot: sends not yet waited
-    std::vector<int> takesSlot(list.size(), -1);    // instruction -> the micro-batch it starts
+    std::map<int, int> reduces;                              // bucket -> its started all-reduce
+    std::map<std::pair<int, int>, std::vector<int>> gathers; // (bucket, use) -> broadcasts
+    std::vector<std::vector<int>> sending(p.slots);          // by slot: sends not yet waited
+    std::vector<int> takesSlot(list.size(), -1); // instruction -> the micro-batch it starts
     if (!eval) {
       ir::Module::SlotUse use = m.slotUse(p);
       for (size_t micro = 0; micro < use.first.size(); ++micro)
@@ -480,6 +534,23 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
         break;
       case ir::InstrKind::ReduceWait:
         add(ir::CommEvent::wait(reduces.at(in.bucket)), i);
+        break;
+      case ir::InstrKind::GatherStart: {
+        // One broadcast from each rank whose slice holds part of the bucket.
+        std::vector<int>& started = gathers[{in.bucket, in.use}];
+        for (const ir::Module::SlicePiece& piece : m.bucketPieces(p, in.bucket))
+          started.push_back(
+              add(ir::CommEvent::broadcast(grouped ? stageGroup.at(p.stage) : world,
+                                           zeroRankOf(p.stage, piece.rank), piece.end - piece.begin,
+                                           ir::DType::F32,
+                                           fmt::format("gather-start bucket {}", in.bucket), true),
+                  i));
+        break;
+      }
+      case ir::InstrKind::GatherWait:
+        for (int e : gathers.at({in.bucket, in.use}))
+          add(ir::CommEvent::wait(e), i);
+        gathers.erase({in.bucket, in.use});
         break;
       case ir::InstrKind::Run:
         if (auto c = m.splitCollective(p, in.op))

@@ -21,6 +21,11 @@ std::vector<ir::Program> pipelinePrograms(const ir::Module& m);
 // next has started and the last at once.
 void addGradientReductions(const ir::Module& m, int position, std::vector<ir::Instr>& step);
 
+// ZeRO stage 3 (Module::zeroShardsParams): the parameter gathers of a step or evaluation
+// program without them, for each micro-batch's forward and backward, each bucket's started
+// one block ahead of its first reader and waited for just before it.
+void addParamGathers(const ir::Module& m, std::vector<ir::Instr>& list);
+
 // The communicating instructions of every rank's step (or evaluation) program, in
 // Comm.h's terms: each Recv posted at the program's start and waited at the instruction,
 // each Send started and waited at once, the gradient-norm all-reduce and the loss

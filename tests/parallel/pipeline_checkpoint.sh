@@ -4,7 +4,8 @@
 # data-parallel copies of the pipeline (-np 4) resumes on 1 device and on 2 stages, with
 # the losses of a run that never stopped (bit-identical when the resumed run has the
 # stopped one's -np: each stage's optimizer states reached the checkpoint). The copies
-# save and resume with ZeRO stage 1 (each stage's states in two slices). Stage groups of
+# save and resume with ZeRO stage 1 (each stage's states in two slices) and stage 3 (its
+# parameters as well). Stage groups of
 # 1 + 2 devices (-np 3) save and resume the same way.
 # usage: pipeline_checkpoint.sh EPL WORKDIR SCRIPT
 set -euo pipefail
@@ -46,6 +47,15 @@ run rest4to2 -np 2 --resume
 rm -rf ck && mv ck4b ck
 run rest4 -np 4 --set policy.zero=1 --resume
 rm -rf ck
+# ZeRO stage 3: each stage's parameters in two slices too, gathered whole for the file.
+run whole4z3 -np 4 --set policy.zero=3 && rm -rf ck
+run half4z3 -np 4 --set policy.zero=3 --stop-after 10
+grep -q "each rank holds 1/2 (ZeRO stage 3)" half4z3.out || { cat half4z3.out; fail "ZeRO 3"; }
+cp -r ck ck4z3
+run rest4z3to1 -np 1 --resume
+rm -rf ck && mv ck4z3 ck
+run rest4z3 -np 4 --set policy.zero=3 --resume
+rm -rf ck
 model=groups.epl
 run half3 -np 3 --stop-after 10
 cp -r ck ck3
@@ -62,7 +72,7 @@ def losses(p):
 whole1, whole2, whole4 = losses("whole1.jsonl"), losses("whole2.jsonl"), losses("whole4.jsonl")
 worst = 0
 for name in ("half2", "rest1", "rest2", "half1", "rest1to2", "whole4", "half4", "rest4to1",
-             "rest4to2", "rest4", "half3", "rest3to1", "rest3", "half1g", "rest1to3"):
+             "rest4to2", "rest4", "whole4z3", "half4z3", "rest4z3to1", "rest4z3", "half3", "rest3to1", "rest3", "half1g", "rest1to3"):
     for step, loss in losses(name + ".jsonl").items():
         worst = max(worst, abs(loss - whole1[step]) / abs(whole1[step]))
 rest2 = losses("rest2.jsonl")
@@ -74,5 +84,8 @@ if any(rest2[s] != whole2[s] for s in rest2):
 rest4 = losses("rest4.jsonl")
 if min(rest4) != 11 or any(rest4[s] != whole4[s] for s in rest4):
     sys.exit("FAIL: -np 4 resumed on -np 4 is not bit-identical to -np 4 that never stopped")
+rest4z3, whole4z3 = losses("rest4z3.jsonl"), losses("whole4z3.jsonl")
+if min(rest4z3) != 11 or any(rest4z3[s] != whole4z3[s] for s in rest4z3):
+    sys.exit("FAIL: ZeRO-3 -np 4 resumed on -np 4 is not bit-identical to one that never stopped")
 PY
 echo PASS

@@ -9,7 +9,10 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <map>
 #include <optional>
+#include <tuple>
 
 namespace {
 
@@ -137,4 +140,90 @@ TEST_CASE("ZeRO stage 2 keeps a slice of the gradients and reduces every micro-b
   auto single = planNet("zero = 2", "adam(lr = 1e-3)", 1);
   REQUIRE(single);
   CHECK_FALSE(single->zeroShardsGradients());
+}
+
+// ZeRO stage 3: each rank keeps its slice of the parameters; every micro-batch gathers
+// each bucket whole before the first op of its forward, and again of its backward, that
+// reads it, one gather in flight ahead of the ops, into blocks of the arena.
+TEST_CASE("ZeRO stage 3 keeps a slice of the parameters and gathers each bucket before use") {
+  using epl::ir::InstrKind;
+  std::string text = R"(
+model net(x: f32[B, 256]) {
+  h = relu(linear(x, 256, bias = false))
+  h = relu(linear(h, 256, bias = false))
+  return mse(linear(h, 256, bias = false), x)
+}
+policy { zero = 3 micro_batches = 2 bucket_mb = 256KB }
+train net {
+  data = synthetic(samples = 64)
+  batch = 64
+  optimizer = adam(lr = 1e-3)
+}
+)";
+  auto plan = [&](const std::string& from, const std::string& to) {
+    epl::Session session;
+    epl::PlanOptions options;
+    options.np = 4;
+    std::string t = text;
+    t.replace(t.find(from), from.size(), to);
+    auto m = epl::planText("zero3.epl", t, session, options);
+    for (const auto& d : session.diags.all())
+      FAIL(d.message);
+    return m;
+  };
+  auto m = plan("zero = 3", "zero = 3");
+  REQUIRE(m);
+  REQUIRE(m->zeroShardsParams());
+  REQUIRE(m->buckets.size() == 3); // one 256 x 256 weight (262 KB) each
+  const epl::ir::Program& p = m->programs.at(0);
+  constexpr int64_t kWeight = 4 * 256 * 256;
+  CHECK(p.paramBytes == 3 * kWeight / 4);
+  CHECK(p.gradBytes == 3 * kWeight / 4);
+  REQUIRE(p.gatherOffset.size() == 6);
+  for (int64_t at : p.gatherOffset) {
+    CHECK(at >= 0);
+    CHECK(at + kWeight <= p.arenaBytes);
+  }
+  std::vector<int> bucketOf(m->params.size(), -1);
+  for (size_t b = 0; b < m->buckets.size(); ++b)
+    for (int q = m->buckets[b].firstParam; q < m->buckets[b].endParam; ++q)
+      bucketOf[q] = static_cast<int>(b);
+  // (micro-batch, use, bucket) -> 1 started, 2 arrived
+  auto check = [&](const std::vector<epl::ir::Instr>& list, int micros, int uses) {
+    std::map<std::tuple<int, int, int>, int> state;
+    int inFlight = 0, most = 0, overlapped = 0, ran = 0, ranAtStart = 0;
+    for (const epl::ir::Instr& in : list) {
+      if (in.kind == InstrKind::GatherStart) {
+        CHECK(state[{in.micro, in.use, in.bucket}]++ == 0);
+        most = std::max(most, ++inFlight);
+        ranAtStart = ran;
+      } else if (in.kind == InstrKind::GatherWait) {
+        CHECK(state[{in.micro, in.use, in.bucket}]++ == 1);
+        --inFlight;
+        overlapped += ran > ranAtStart; // ops ran while it travelled
+      } else if (in.kind == InstrKind::Run) {
+        ++ran;
+        const epl::ir::Op& op = m->ops[in.op];
+        if (op.phase == epl::ir::Phase::Optimizer) continue;
+        int use = op.phase == epl::ir::Phase::Forward ? 0 : 1;
+        for (int q : op.params)
+          CHECK(state[{in.micro, use, bucketOf[q]}] == 2);
+      }
+    }
+    CHECK(state.size() == static_cast<size_t>(micros * uses * 3));
+    // One gather in flight at a time, each but the first of a forward or backward while
+    // the previous bucket's ops run.
+    CHECK(most == 1);
+    CHECK(overlapped == micros * uses * 2);
+  };
+  check(p.step, 2, 2);
+  check(p.eval, 1, 1);
+  // Stage 2 holds the parameters whole and gathers nothing.
+  auto two = plan("zero = 3", "zero = 2");
+  REQUIRE(two);
+  CHECK_FALSE(two->zeroShardsParams());
+  CHECK(two->programs.at(0).paramBytes == 3 * kWeight);
+  CHECK(two->programs.at(0).gatherOffset.empty());
+  for (const epl::ir::Instr& in : two->programs.at(0).step)
+    CHECK(in.kind != InstrKind::GatherStart);
 }

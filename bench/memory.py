@@ -8,8 +8,8 @@ stages (3 blocks each, 4 micro-batches, 1f1b) at -np 2. For each policy (none,
 recompute, the optimizer states offloaded to disk alone and with the other two,
 `amp = bf16` and fp16 with `zero = 2`; the pipeline alone, and in two data-parallel
 copies at -np 4 without and with `zero = 3`) it
-prints rank 0's memory plan (activations, and model states in memory with the offload's
-staging buffers), the memory
+prints rank 0's memory plan (activations, model states in memory with the offload's
+staging buffers, and the communicators' scratch), the memory
 measured after the first step (the process's peak above what it held before the run's
 buffers), the median step time after 2 warm-up steps, and each against the run without
 a policy. Targets (issue figures): recompute cuts the activations >= 2x for <= 40% more
@@ -92,7 +92,7 @@ def run(args, work, name, script, np, settings):
         sys.exit(f"{' '.join(cmd)}: a policy was not applied:\n{text}")
     plan = re.search(r"memory plan (\S+ \S+) per rank \(activations (\S+ \S+|\S+ slots x \S+ \S+)"
                      r"(?: \+ receive buffers \S+ \S+)?, params (\S+ \S+), grads (\S+ \S+), "
-                     r"optimizer (\S+ \S+)\)", text)
+                     r"optimizer (\S+ \S+)(?:, comm buffers (\S+ \S+))?\)", text)
     # Stage 0's ranks (rank 0's stage), the highest of them.
     measured = re.search(r"memory after the first step.*?planned [^,]*, "
                          r"measured (?:\S+ \S+ to )?(\S+ \S+) \(", text)
@@ -102,12 +102,13 @@ def run(args, work, name, script, np, settings):
     slots = re.match(r"(\d+) slots x (.*)", activations)
     acts = int(slots.group(1)) * size(slots.group(2)) if slots else size(activations)
     states = size(plan.group(3)) + size(plan.group(4)) + size(plan.group(5))
+    comm = size(plan.group(6)) if plan.group(6) else 0
     staging = re.search(r"streamed through (\S+ \S+) of staging buffers", text)
     if staging:
         states += size(staging.group(1))
     rows = [json.loads(l) for l in open(metrics)]
     steps = [r["step_seconds"] for r in rows if "step_seconds" in r]
-    return {"plan": size(plan.group(1)), "activations": acts, "states": states,
+    return {"plan": size(plan.group(1)), "activations": acts, "states": states, "comm": comm,
             "measured": size(measured.group(1)), "step": statistics.median(steps[WARMUP:])}
 
 
@@ -152,7 +153,7 @@ def main():
     print(f"memory policies on the char-GPT (6 blocks, d 256, seq 128, batch 32, adamw), "
           f"{os.cpu_count()} cores, 1 thread a rank; rank 0's figures in MB; median step of "
           f"{args.steps - WARMUP} after {WARMUP} warm-up")
-    print(f"{'plan':22} {'policy':18} {'activ.':>7} {'states':>7} {'planned':>7} "
+    print(f"{'plan':22} {'policy':18} {'activ.':>7} {'states':>7} {'comm':>6} {'planned':>7} "
           f"{'measured':>8} {'meas/plan':>9} {'step s':>7}   against none")
     with tempfile.TemporaryDirectory() as work:
         for title, script, np, policies in cases:
@@ -166,7 +167,7 @@ def main():
                     f"measured / {base['measured'] / r['measured']:.2f}, "
                     f"step x {r['step'] / base['step']:.2f}")
                 print(f"{title if k == 0 else '':22} {name:18} {mb(r['activations'])} "
-                      f"{mb(r['states'])} {mb(r['plan'])} {mb(r['measured']):>8} "
+                      f"{mb(r['states'])} {r['comm'] / 1e6:6.1f} {mb(r['plan'])} {mb(r['measured']):>8} "
                       f"{r['measured'] / r['plan']:9.2f} {r['step']:7.3f}   {against}")
     print("targets: recompute cuts activations >= 2x for <= 1.4x the step; measured within "
           "10% of planned; at -np 4, zero = 3 cuts the model states >= 3.5x")

@@ -85,14 +85,17 @@ void memoryError(const ir::Module& m, int ranks, std::optional<int64_t> availabl
   auto d = diags.error(atBatch ? batch->second : m.loc,
                        fmt::format("{} of memory, {}", what, available ? "and " + has : has));
   d.length(static_cast<uint32_t>(atBatch ? 5 : m.modelName.size()))
-      .note(fmt::format("per rank: activations {} + params {} + grads {} + optimizer {}{} + "
-                        "the step's inputs {}",
-                        formatBytes(r.plan.arenaBytes), formatBytes(r.plan.paramBytes),
-                        formatBytes(r.plan.gradBytes), formatBytes(r.plan.optimizerBytes),
-                        r.plan.stagingBytes > 0 ? fmt::format(" (on disk) + staging {}",
-                                                              formatBytes(r.plan.stagingBytes))
-                                                : "",
-                        formatBytes(r.inputs)));
+      .note(fmt::format(
+          "per rank: activations {} + params {} + grads {} + optimizer {}{}{} + "
+          "the step's inputs {}",
+          formatBytes(r.plan.arenaBytes), formatBytes(r.plan.paramBytes),
+          formatBytes(r.plan.gradBytes), formatBytes(r.plan.optimizerBytes),
+          r.plan.stagingBytes > 0
+              ? fmt::format(" (on disk) + staging {}", formatBytes(r.plan.stagingBytes))
+              : "",
+          r.plan.commBytes > 0 ? fmt::format(" + comm buffers {}", formatBytes(r.plan.commBytes))
+                               : "",
+          formatBytes(r.inputs)));
   if (allocationFailed) d.note("allocating it failed");
   if (available && static_cast<double>(r.states()) * ranks >= static_cast<double>(*available))
     d.help(fmt::format("the parameters, gradients and optimizer states alone take {} per rank: "

@@ -401,7 +401,7 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
   out << fmt::format("data: {}\n", ds.describe());
   out << fmt::format(
       "batch {} = {} micro-batch{} x {}{} samples; memory plan {} per rank "
-      "(activations {}, params {}, grads {}, optimizer {})\n",
+      "(activations {}, params {}, grads {}, optimizer {}{})\n",
       m.train.batch, m.policy.microBatches, m.policy.microBatches == 1 ? "" : "es",
       prog.readers > 1 ? fmt::format("{} {} x ", prog.readers,
                                      stages == 1                     ? "ranks"
@@ -410,7 +410,8 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
                        : "",
       ex.localBatch(), formatBytes(prog.peakBytes()),
       formatBytes(prog.slots == 1 ? prog.arenaBytes : prog.activationBytes()),
-      formatBytes(prog.paramBytes), formatBytes(prog.gradBytes), formatBytes(prog.optimizerBytes));
+      formatBytes(prog.paramBytes), formatBytes(prog.gradBytes), formatBytes(prog.optimizerBytes),
+      prog.commBytes > 0 ? fmt::format(", comm buffers {}", formatBytes(prog.commBytes)) : "");
   if (m.ampApplies())
     out << fmt::format("mixed precision: activations and their gradients stored in {}, the "
                        "weights and their gradients in fp32{}\n",

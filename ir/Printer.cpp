@@ -643,17 +643,22 @@ void printProgram(const Module& m, int rank, std::ostream& out) {
                                [](int64_t at) { return at >= 0; });
   if (buckets > 0)
     activations += fmt::format(" (with {} gradient bucket{})", buckets, buckets == 1 ? "" : "s");
-  out << fmt::format("memory plan: {} = activations {} + params {} + grads {}{} + optimizer {}{}\n",
-                     formatBytes(p.peakBytes()), activations, formatBytes(p.paramBytes),
-                     formatBytes(p.gradBytes), p.bucketOffset.empty() ? "" : " (ZeRO slice)",
-                     formatBytes(p.optimizerBytes), offload);
+  std::string comm =
+      p.commBytes > 0 ? fmt::format(" + comm buffers {}", formatBytes(p.commBytes)) : "";
+  out << fmt::format(
+      "memory plan: {} = activations {} + params {} + grads {}{} + optimizer {}{}{}\n",
+      formatBytes(p.peakBytes()), activations, formatBytes(p.paramBytes), formatBytes(p.gradBytes),
+      p.bucketOffset.empty() ? "" : " (ZeRO slice)", formatBytes(p.optimizerBytes), offload, comm);
   // What sits in the arena: tensors (by id), with ZeRO stage 2 gradient buckets (by id past
-  // the tensors'), and kernels' workspaces (past those).
-  size_t tensors = p.offset.size(), works = tensors + p.bucketOffset.size();
+  // the tensors'), stage 3's gathered parameters (past those), and kernels' workspaces
+  // (past those): the memory plan's ids.
+  size_t tensors = p.offset.size(), gathers = tensors + p.bucketOffset.size(),
+         works = gathers + p.gatherOffset.size();
   auto offset = [&](size_t i) {
-    return i < tensors ? p.offset[i]
-           : i < works ? p.bucketOffset[i - tensors]
-                       : p.workspaces[i - works].offset;
+    return i < tensors   ? p.offset[i]
+           : i < gathers ? p.bucketOffset[i - tensors]
+           : i < works   ? p.gatherOffset[i - gathers]
+                         : p.workspaces[i - works].offset;
   };
   auto shared = [&](size_t i) {
     return i < works ? p.isShared(static_cast<int>(i)) : p.workspaces[i - works].shared;
@@ -671,9 +676,14 @@ void printProgram(const Module& m, int rank, std::ostream& out) {
     if (i < tensors)
       out << fmt::format("  {:>9}  {:>9}  %{}{}\n", offset(i), m.bytesOn(p, static_cast<int>(i)),
                          m.tensors[i].name, shared(i) ? "  (shared)" : "");
-    else if (i < works)
+    else if (i < gathers)
       out << fmt::format("  {:>9}  {:>9}  gradient bucket {}{}\n", offset(i),
                          p.bucketBytes[i - tensors], i - tensors, shared(i) ? "  (shared)" : "");
+    else if (i < works)
+      out << fmt::format("  {:>9}  {:>9}  parameters of bucket {}, gathered for the {}{}\n",
+                         offset(i), p.bucketBytes[(i - gathers) / 2], (i - gathers) / 2,
+                         (i - gathers) % 2 == 0 ? "forward" : "backward",
+                         shared(i) ? "  (shared)" : "");
     else
       out << fmt::format("  {:>9}  {:>9}  workspace of {}{}{}\n", offset(i),
                          p.workspaces[i - works].bytes, opLabel(m, p.workspaces[i - works].op),

@@ -159,9 +159,13 @@ struct Program {
   static constexpr int kStagingBuffers = 3;
   int64_t offloadedBytes = 0;
   int64_t stagingBytes = 0;
+  // The communicators' scratch: what the ring reductions in flight at once take
+  // (support/RingScratch.h), the gradient buckets' and the split regions' collectives.
+  // Each communicator keeps it for its next reductions.
+  int64_t commBytes = 0;
   int64_t peakBytes() const {
     return (slots == 1 ? arenaBytes : activationBytes()) + recvBytes + paramBytes + gradBytes +
-           optimizerBytes + stagingBytes;
+           optimizerBytes + stagingBytes + commBytes;
   }
 };
 

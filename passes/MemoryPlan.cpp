@@ -38,6 +38,7 @@
 #include "passes/Passes.h"
 
 #include "support/Assert.h"
+#include "support/RingScratch.h"
 
 #include <algorithm>
 #include <map>
@@ -230,6 +231,7 @@ private:
     to.optimizerBytes = from.optimizerBytes;
     to.offloadedBytes = from.offloadedBytes;
     to.stagingBytes = from.stagingBytes;
+    to.commBytes = from.commBytes;
     to.shared = from.shared;
     to.sharedBytes = from.sharedBytes;
     to.bucketOffset = from.bucketOffset;
@@ -277,6 +279,44 @@ private:
     p.offset = std::move(best.offset);
     p.arenaBytes = best.arenaBytes;
     countStates(m, p);
+    p.commBytes = commScratch(m, p);
+  }
+
+  // The ring reductions' scratch (support/RingScratch.h): the most the gradient buckets'
+  // reductions in flight at once take (from reduce-start to reduce-wait), plus the largest
+  // of the split regions' all-reduces and reduce-scatters (one at a time, on f32 copies;
+  // a reduce-scatter's sums land outside its input).
+  static int64_t commScratch(const ir::Module& m, const ir::Program& p) {
+    int64_t wire = ir::dtypeBytes(m.policy.commDtype);
+    bool f32 = m.policy.commDtype == ir::DType::F32;
+    std::vector<int64_t> at = m.flatParamOffsets();
+    auto bucket = [&](int b) {
+      const ir::GradBucket& g = m.buckets[b];
+      int64_t n = (at[g.endParam] - at[g.firstParam]) / 4, largest = 0;
+      if (m.zeroShardsGradients()) { // reduce-scattered where the slices cut it, in place
+        for (const ir::Module::SlicePiece& piece : m.bucketPieces(p, b))
+          largest = std::max(largest, (piece.end - piece.begin) / 4);
+      } else {
+        largest = (n + g.ranks - 1) / g.ranks;
+      }
+      return ring::scratchBytes(g.ranks, n, largest, wire, f32);
+    };
+    int64_t now = 0, most = 0, split = 0;
+    for (const ir::Instr& in : p.step) {
+      if (in.kind == ir::InstrKind::ReduceStart) now += bucket(in.bucket);
+      if (in.kind == ir::InstrKind::ReduceWait) now -= bucket(in.bucket);
+      most = std::max(most, now);
+      if (in.kind != ir::InstrKind::Run) continue;
+      auto c = m.splitCollective(p, in.op);
+      if (!c || (c->kind != ir::CollectiveKind::AllReduce &&
+                 c->kind != ir::CollectiveKind::ReduceScatter))
+        continue;
+      bool scatter = c->kind == ir::CollectiveKind::ReduceScatter;
+      int64_t n = c->bytes / ir::dtypeBytes(m.storedDtype(m.ops[in.op].inputs[0])),
+              w = p.splitWidth;
+      split = std::max(split, ring::scratchBytes(p.splitWidth, n, (n + w - 1) / w, 4, !scatter));
+    }
+    return most + split;
   }
 
   static Placement place(const std::vector<Interval>& live, size_t tensors) {

@@ -18,6 +18,8 @@
 #include "backend/comm/Mpi.h"
 #include "backend/comm/Wire.h"
 
+#include "support/RingScratch.h"
+
 #include <algorithm>
 #include <cstring>
 #include <fmt/format.h>
@@ -26,12 +28,12 @@ namespace epl::backend::mpi {
 
 namespace {
 
-// Segments of 1 MiB: small enough that a received segment is added while it is still in
-// cache, large enough that per-message costs do not show (256 KiB to 2 MiB measured within
-// noise of each other on 2 ranks; 4 MiB and unsegmented blocks were slower).
-constexpr size_t kSegmentBytes = size_t(1) << 20;
-constexpr int64_t kWindow = 4; // receive buffers of reduce steps in flight
-constexpr int kTags = 32768;   // MPI guarantees tags up to 32767
+// Segments of 1 MiB (support/RingScratch.h, which the memory plan counts too): small
+// enough that a received segment is added while it is still in cache, large enough that
+// per-message costs do not show (256 KiB to 2 MiB measured within noise of each other on 2
+// ranks; 4 MiB and unsegmented blocks were slower).
+using ring::kWindow;         // receive buffers of reduce steps in flight
+constexpr int kTags = 32768; // MPI guarantees tags up to 32767
 
 class RingOp final : public Op {
 public:
@@ -115,7 +117,7 @@ void RingOp::start(Context& c) {
   int64_t largestBlock = 1;
   for (int b = 0; b < p_; ++b)
     largestBlock = std::max(largestBlock, blockStart(b + 1) - blockStart(b));
-  segElems_ = std::min<int64_t>(largestBlock, static_cast<int64_t>(kSegmentBytes / eb_));
+  segElems_ = ring::segmentElements(largestBlock, static_cast<int64_t>(eb_));
   S_ = (largestBlock + segElems_ - 1) / segElems_;
   G_ = (allReduce_ ? 2 : 1) * (p_ - 1) * S_;
 

@@ -117,6 +117,8 @@ TEST_CASE("ZeRO stage 2 keeps a slice of the gradients and reduces every micro-b
   const epl::ir::Program& p = m->programs.at(0);
   CHECK(p.gradBytes == kPsi); // 4 Psi bytes over 4 ranks
   CHECK(p.optimizerBytes == 2 * kPsi);
+  // The ring reduce-scatter's window: 4 segments of 1 MiB (each rank's block is 1 MiB).
+  CHECK(p.commBytes == 4 * kPsi);
   REQUIRE(p.bucketOffset.size() == 1);
   CHECK(p.bucketOffset[0] + 4 * kPsi <= p.arenaBytes);
   std::vector<int> started(2, 0), waited(2, 0);
@@ -136,10 +138,16 @@ TEST_CASE("ZeRO stage 2 keeps a slice of the gradients and reduces every micro-b
   CHECK_FALSE(one->zeroShardsGradients());
   CHECK(one->programs.at(0).gradBytes == 4 * kPsi);
   CHECK(one->programs.at(0).bucketOffset.empty());
+  CHECK(one->programs.at(0).commBytes == 4 * kPsi); // the all-reduce's window alike
+  // bf16 on the wire: 4 segments of 512 K elements, and the whole bucket encoded.
+  auto bf16 = planNet("zero = 1 comm_dtype = bf16", "adam(lr = 1e-3)", 4);
+  REQUIRE(bf16);
+  CHECK(bf16->programs.at(0).commBytes == 4 * kPsi / 2 + 2 * kPsi);
   // One rank has nothing to partition.
   auto single = planNet("zero = 2", "adam(lr = 1e-3)", 1);
   REQUIRE(single);
   CHECK_FALSE(single->zeroShardsGradients());
+  CHECK(single->programs.at(0).commBytes == 0);
 }
 
 // ZeRO stage 3: each rank keeps its slice of the parameters; every micro-batch gathers

@@ -277,6 +277,9 @@ private:
   // part of it (gatherPieces_), in flight in gathering_ (by 2 b + use). Whole parameters
   // sit on the host (zeroParams_, flat) as the states do in zeroStates_.
   bool shardParams_ = false;
+  // `offload = params` (Module::offloadsParams): the slice is the offloaded file's block
+  // states_ instead (params_ is null); gathers read the rank's part from it.
+  bool paramsOnDisk_ = false;
   std::vector<std::vector<ir::Module::SlicePiece>> gatherPieces_;
   std::vector<std::vector<backend::Request>> gathering_;
   std::vector<float> zeroParams_;

@@ -419,8 +419,12 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
                        m.scalesLoss() ? fmt::format("; loss scale {:g}, dynamic", ex.lossScale())
                                       : "");
   if (!ex.offloadDir().empty())
-    out << fmt::format("optimizer states: in a file in {} ({}{}), streamed through {} of "
+    out << fmt::format("{}: in a file in {} ({}{}), streamed through {} of "
                        "staging buffers in each step\n",
+                       m.offloadsParams()
+                           ? "the parameters' ZeRO slice and the optimizer states (each gather "
+                             "reads its part of the parameters from it)"
+                           : "optimizer states",
                        ex.offloadDir(), formatBytes(prog.offloadedBytes),
                        ranks > 1 ? " on rank 0" : "", formatBytes(prog.stagingBytes));
   if (stages > 1) {
@@ -569,12 +573,16 @@ void warnUnappliedPolicies(const ir::Module& m, Diagnostics& diags) {
         .length(static_cast<uint32_t>(std::string(key).size()))
         .note(what);
   };
-  warn("offload", p.offload == ir::Offload::Params,
-       "parameters stay in memory: offloading them is not built yet (`zero = 3` partitions "
-       "them over data-parallel ranks); `offload = optimizer` with `offload_to = disk` runs");
+  bool params = p.offload == ir::Offload::Params;
+  bool cpu = p.offloadTo == ir::OffloadTarget::Cpu;
+  warn("offload", params && !cpu && m.optimizerStates() > 0 && !m.offloadsParams(),
+       "the parameters and optimizer states stay in memory: offloading the parameters needs "
+       "ZeRO stage 3 to apply to the plan (over data-parallel ranks or a pipeline's copies, "
+       "without split regions), so that each rank holds a slice of them");
   auto to = p.keyLocs.find("offload_to");
   if (to == p.keyLocs.end()) to = p.keyLocs.find("offload");
-  if (p.offload == ir::Offload::Optimizer && !m.offloadApplies() && to != p.keyLocs.end())
+  bool moves = p.offload == ir::Offload::Optimizer || (params && (cpu || m.optimizerStates() == 0));
+  if (moves && !m.offloadApplies() && to != p.keyLocs.end())
     diags
         .warning(to->second,
                  m.optimizerStates() == 0

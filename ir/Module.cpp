@@ -263,8 +263,13 @@ int Module::optimizerStates() const {
 }
 
 bool Module::offloadApplies() const {
-  return policy.offload == Offload::Optimizer && policy.offloadTo == OffloadTarget::Disk &&
-         optimizerStates() > 0;
+  bool disk = policy.offloadTo == OffloadTarget::Disk && optimizerStates() > 0;
+  return disk && (policy.offload == Offload::Optimizer ||
+                  (policy.offload == Offload::Params && zeroShardsParams()));
+}
+
+bool Module::offloadsParams() const {
+  return policy.offload == Offload::Params && offloadApplies();
 }
 
 bool Module::ampApplies() const {

@@ -349,6 +349,11 @@ struct Module {
   // `offload_to = disk`, an optimizer with states). `offload_to = cpu` is for devices with
   // memory of their own: the CPU backend's device memory is the host's already.
   bool offloadApplies() const;
+  // Whether the parameters' slices go in that file too (`offload = params`, `offload_to =
+  // disk`, where ZeRO stage 3 applies: each rank's slice is then all it holds of them).
+  // Each gather reads the rank's part of a bucket from the file, and the optimizer ops
+  // stream the slice with the states.
+  bool offloadsParams() const;
   // Where each micro-batch uses its slot of p's arena in p.step: the index of its first
   // and last instruction that reads or writes the arena (a load, a forward or backward op,
   // a transfer, the loss seed), -1 for a micro-batch the program does not run. The

@@ -546,7 +546,13 @@ private:
     chunk = std::max<int64_t>((chunk + 63) / 64 * 64, 64);
     p.offloadedBytes = p.optimizerBytes;
     p.optimizerBytes = 0;
-    p.stagingBytes = ir::Program::kStagingBuffers * states * chunk;
+    int blocks = states;
+    if (m.offloadsParams()) { // the parameters' slice is one more block of the file
+      p.offloadedBytes += p.paramBytes;
+      p.paramBytes = 0;
+      ++blocks;
+    }
+    p.stagingBytes = ir::Program::kStagingBuffers * blocks * chunk;
   }
 
   // The most bytes of one optimizer state an offloaded step holds in one staging buffer.

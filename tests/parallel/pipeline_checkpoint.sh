@@ -47,10 +47,14 @@ run rest4to2 -np 2 --resume
 rm -rf ck && mv ck4b ck
 run rest4 -np 4 --set policy.zero=1 --resume
 rm -rf ck
-# ZeRO stage 3: each stage's parameters in two slices too, gathered whole for the file.
+# ZeRO stage 3: each stage's parameters in two slices too, gathered whole for the file;
+# saved with the slices and states offloaded to disk, resumed in memory.
 run whole4z3 -np 4 --set policy.zero=3 && rm -rf ck
-run half4z3 -np 4 --set policy.zero=3 --stop-after 10
+run half4z3 -np 4 --set policy.zero=3 --set policy.offload=params --set policy.offload_to=disk \
+  --stop-after 10
 grep -q "each rank holds 1/2 (ZeRO stage 3)" half4z3.out || { cat half4z3.out; fail "ZeRO 3"; }
+grep -q "the parameters' ZeRO slice and the optimizer states" half4z3.out ||
+  { cat half4z3.out; fail "offload = params"; }
 cp -r ck ck4z3
 run rest4z3to1 -np 1 --resume
 rm -rf ck && mv ck4z3 ck

@@ -5,6 +5,7 @@
 // ZeRO-2 4 Psi + 12 Psi / N; ZeRO-3 16 Psi / N. (The ZeRO paper's 4 Psi + 12 Psi / N and
 // 2 Psi + 14 Psi / N count a persistent fp16 copy of the weights and fp16 gradients.)
 #include "driver/Epl.h"
+#include "interp/Trainer.h"
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -234,4 +235,46 @@ train net {
   CHECK(two->programs.at(0).gatherOffset.empty());
   for (const epl::ir::Instr& in : two->programs.at(0).step)
     CHECK(in.kind != InstrKind::GatherStart);
+}
+
+// `offload = params` with `offload_to = disk` keeps ZeRO-3's parameter slices in the file
+// with the optimizer states: nothing of the parameters stays in memory between gathers.
+// Where stage 3 does not apply, `epl run` warns, saying what it needs.
+TEST_CASE("offload = params keeps the parameter slices on disk where ZeRO stage 3 applies") {
+  auto plan = [](int np, std::string& warnings) {
+    epl::Session session;
+    epl::PlanOptions options;
+    options.np = np;
+    auto m = epl::planText("offload.epl", R"(
+model net(x: f32[B, 1024]) {
+  return mse(linear(x, 1024, bias = false), x)
+}
+policy { zero = 3 offload = params offload_to = disk }
+train net {
+  data = synthetic(samples = 64)
+  batch = 64
+  optimizer = adam(lr = 1e-3)
+}
+)",
+                           session, options);
+    REQUIRE(m);
+    epl::Diagnostics diags(session.sources);
+    epl::interp::warnUnappliedPolicies(*m, diags);
+    for (const auto& d : diags.all())
+      warnings += d.message + "\n";
+    return m;
+  };
+  std::string warnings;
+  auto four = plan(4, warnings);
+  CHECK(warnings.empty());
+  REQUIRE(four->offloadsParams());
+  const epl::ir::Program& p = four->programs.at(0);
+  CHECK(p.paramBytes == 0);
+  CHECK(p.optimizerBytes == 0);
+  CHECK(p.offloadedBytes == 3 * kPsi); // the slice (4 Psi / 4) and Adam's two states of it
+  CHECK(p.stagingBytes == 3 * 3 * (int64_t{1} << 20)); // 3 buffers x 3 blocks x 1 MiB
+  auto one = plan(1, warnings);
+  CHECK_FALSE(one->offloadsParams());
+  CHECK(one->programs.at(0).paramBytes == 4 * kPsi);
+  CHECK(warnings.find("`offload` is not applied") != std::string::npos);
 }

@@ -13,8 +13,10 @@ staging buffers, and the communicators' scratch), the memory
 measured after the first step (the process's peak above what it held before the run's
 buffers), the median step time after 2 warm-up steps, and each against the run without
 a policy. Targets (issue figures): recompute cuts the activations >= 2x for <= 40% more
-step time; the plan within 10% of what is measured; ZeRO-3's model states at most 1/3.5
-of those without ZeRO at -np 4.
+step time; `recompute = auto` under a `device_memory` halfway between the plans without
+recompute and with every block recomputed no slower than `every` under it; the plan within
+10% of what is measured; ZeRO-3's model states at most 1/3.5 of those without ZeRO at
+-np 4.
 
 usage: bench/memory.py [--epl build/epl] [--np 2] [--steps 8]
 """
@@ -158,7 +160,11 @@ def main():
     with tempfile.TemporaryDirectory() as work:
         for title, script, np, policies in cases:
             base = None
-            for k, (name, settings) in enumerate(policies):
+            results = {}
+            k = 0
+
+            def row(name, settings):
+                nonlocal base, k
                 r = run(args, work, f"{np}_{k}_{len(title)}", script, np, settings)
                 base = base or r
                 against = "" if r is base else (
@@ -167,10 +173,30 @@ def main():
                     f"measured / {base['measured'] / r['measured']:.2f}, "
                     f"step x {r['step'] / base['step']:.2f}")
                 print(f"{title if k == 0 else '':22} {name:18} {mb(r['activations'])} "
-                      f"{mb(r['states'])} {r['comm'] / 1e6:6.1f} {mb(r['plan'])} {mb(r['measured']):>8} "
-                      f"{r['measured'] / r['plan']:9.2f} {r['step']:7.3f}   {against}")
-    print("targets: recompute cuts activations >= 2x for <= 1.4x the step; measured within "
-          "10% of planned; at -np 4, zero = 3 cuts the model states >= 3.5x")
+                      f"{mb(r['states'])} {r['comm'] / 1e6:6.1f} {mb(r['plan'])} "
+                      f"{mb(r['measured']):>8} {r['measured'] / r['plan']:9.2f} "
+                      f"{r['step']:7.3f}   {against}", flush=True)
+                results[name] = r
+                k += 1
+                return r
+
+            for name, settings in policies:
+                row(name, settings)
+            # recompute = auto against every under one budget: halfway between the plans
+            # without recompute and with every block recomputed.
+            every = results.get("recompute = every")
+            if every and base:
+                budget = int((base["plan"] + every["plan"]) / 2e6)
+                auto = row(f"auto, {budget} MB", ["policy.recompute=auto",
+                                                  f"policy.device_memory={budget}MB"])
+                fixed = row(f"every, {budget} MB", ["policy.recompute=every",
+                                                    f"policy.device_memory={budget}MB"])
+                print(f"{'':22} {'':18} under {budget} MB: auto's step / every's = "
+                      f"{auto['step'] / fixed['step']:.2f}, planned {mb(auto['plan'])} vs "
+                      f"{mb(fixed['plan'])} MB")
+    print("targets: recompute cuts activations >= 2x for <= 1.4x the step; auto under a "
+          "budget no slower than every; measured within 10% of planned; at -np 4, zero = 3 "
+          "cuts the model states >= 3.5x")
 
 
 if __name__ == "__main__":

@@ -197,10 +197,23 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
   lossHost_.assign(program_.microBatches, 0.f);
   localBatch_ = bindings_.at(m_.batchSymbol);
   lossRanks_ = m_.lossRanks();
+  gradOffset_ = paramOffset_;
   for (const ir::GradBucket& b : m_.buckets) {
     bucketBegin_.push_back(paramOffset_[b.firstParam]);
     bucketEnd_.push_back(
         b.endParam < static_cast<int>(paramOffset_.size()) ? paramOffset_[b.endParam] : total);
+    // The gradients of a bucket of split regions' pieces sit side by side from its start
+    // (each 64-byte aligned), so that its reduction moves the pieces alone: their
+    // whole-sized places would carry splitWidth - 1 pieces' worth of zeros each.
+    int64_t at = bucketEnd_.back();
+    if (b.pieces) {
+      at = bucketBegin_.back();
+      for (int q = b.firstParam; q < b.endParam; ++q) {
+        gradOffset_[q] = at;
+        at += alignUp(4 * paramElems_[q]);
+      }
+    }
+    reducedBytes_.push_back(at - bucketBegin_.back());
   }
   pending_.resize(m_.buckets.size());
   if (shardGrads_) planShardedBuckets();
@@ -385,7 +398,7 @@ backend::TensorView Executor::view(int t, int slot) const {
     int q = gradParam_[t], b = bucketOfParam_[q];
     v.data = bucketMem(b, slot) + (paramOffset_[q] - bucketBegin_[b]);
   } else if (gradParam_[t] >= 0) {
-    v.data = grads_ + paramOffset_[gradParam_[t]];
+    v.data = grads_ + gradOffset_[gradParam_[t]];
   } else {
     EPL_ASSERT(program_.offset[t] >= 0, "tensor has no place in the memory plan");
     // A shared tensor sits in the region after the slots, the same for every micro-batch.
@@ -1017,8 +1030,7 @@ void Executor::startReduce(int b, int micro) {
   if (b == firstStarted_) reduceBegan_ = monotonicSeconds();
   if (!shardGrads_) {
     float* data = reinterpret_cast<float*>(grads_ + bucketBegin_[b]);
-    pending_[b] =
-        bucketComm(b).iallReduce(data, (bucketEnd_[b] - bucketBegin_[b]) / 4, wire_, scale);
+    pending_[b] = bucketComm(b).iallReduce(data, reducedBytes_[b] / 4, wire_, scale);
     return;
   }
   // ZeRO stage 2: rank k gets the sum of the bucket's bytes in its slice, in place.
@@ -1756,8 +1768,8 @@ StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
   }
   // ZeRO stage 2 reduces every micro-batch's gradients.
   for (size_t b = 0; b < bucketBegin_.size(); ++b)
-    r.reduceBytes += (shardGrads_ ? program_.microBatches : 1) * (bucketEnd_[b] - bucketBegin_[b]) /
-                     4 * (wire_ == backend::WireType::F32 ? 4 : 2);
+    r.reduceBytes += (shardGrads_ ? program_.microBatches : 1) * reducedBytes_[b] / 4 *
+                     (wire_ == backend::WireType::F32 ? 4 : 2);
   return r;
 }
 

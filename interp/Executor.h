@@ -345,8 +345,11 @@ private:
   int lossRanks_ = 0;              // ranks that compute the loss
   std::vector<int64_t> perSample_; // by op id: elements of a dropout's tensor per sample
   std::vector<uint64_t> seedKey_;  // by forward op id: what its dropout seed mixes in
-  // Gradient buckets: each one block of grads_, and its reduction while in flight.
-  std::vector<int64_t> bucketBegin_, bucketEnd_;
+  // Gradient buckets: each one block of grads_, and its reduction while in flight; the
+  // bytes from its start that the reduction moves (all, but for split pieces: their
+  // gradients packed at the start, gradOffset_). By parameter, where its gradient is in
+  // grads_ (where the parameter is in the parameter memory, but in a bucket of pieces).
+  std::vector<int64_t> bucketBegin_, bucketEnd_, reducedBytes_, gradOffset_;
   std::vector<backend::Request> pending_;
   unsigned char* recvMem_ = nullptr;
   std::vector<Receive> stepRecv_, evalRecv_;  // by instruction index

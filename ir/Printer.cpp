@@ -530,6 +530,46 @@ void printPlan(const Module& m, std::ostream& out) {
                        rankRanges(mesh, static_cast<int>(s)), withCommas(st.rankParamCount),
                        formatBytes(st.rankParamBytes), formatBytes(st.modelStateBytes()), s);
   }
+  printRankMemory(m, out);
+}
+
+// What each rank's program allocates (the figures `epl run` checks against the machine and
+// compares with what it measures), runs of consecutive ranks with the same figures on one
+// line. Plans that do not run have no programs, and no such section.
+void printRankMemory(const Module& m, std::ostream& out) {
+  if (m.programs.empty()) return;
+  out << "\nmemory per rank (what `epl run` allocates; `epl plan --rank R` places it):\n";
+  auto figures = [&](const Program& p) {
+    std::string text = fmt::format(
+        "{} = activations {} + params {} + grads {} + optimizer {}", formatBytes(p.peakBytes()),
+        formatBytes((p.slots == 1 ? p.arenaBytes : p.activationBytes()) + p.recvBytes),
+        formatBytes(p.paramBytes), formatBytes(p.gradBytes), formatBytes(p.optimizerBytes));
+    if (p.stagingBytes > 0)
+      text += fmt::format(" + staging {} ({} on disk)", formatBytes(p.stagingBytes),
+                          formatBytes(p.offloadedBytes));
+    if (p.commBytes > 0) text += fmt::format(" + comm buffers {}", formatBytes(p.commBytes));
+    return text;
+  };
+  size_t n = m.programs.size();
+  for (size_t first = 0; first < n;) {
+    std::string text = figures(m.programs[first]);
+    size_t end = first + 1;
+    while (end < n && figures(m.programs[end]) == text)
+      ++end;
+    out << (end - first == 1 ? fmt::format("  rank {}: {}\n", first, text)
+                             : fmt::format("  ranks {}-{}: {}\n", first, end - 1, text));
+    first = end;
+  }
+  // Where the runtime holds more model states than the policy accounts above, say why.
+  bool more = std::any_of(m.programs.begin(), m.programs.end(), [&](const Program& p) {
+    int64_t held = p.paramBytes + p.gradBytes + p.optimizerBytes; // in memory
+    return p.stage < static_cast<int>(m.mesh.stages.size()) &&
+           static_cast<double>(held) > 1.01 * m.mesh.stages[p.stage].modelStateBytes();
+  });
+  if (more)
+    out << "  (more model states than the stages above account: this runtime lays every "
+           "parameter out whole-sized on each rank, and partitions them with ZeRO only where "
+           "`epl run` says it applies)\n";
 }
 
 namespace {

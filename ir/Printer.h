@@ -10,6 +10,9 @@ namespace epl::ir {
 void printModule(const Module& m, std::ostream& out);
 // The plan: mesh, stages with their layers and parameters, bridges, per-rank bytes.
 void printPlan(const Module& m, std::ostream& out);
+// The plan's memory-per-rank section: each rank program's memory plan in one line (none
+// for a plan without programs).
+void printRankMemory(const Module& m, std::ostream& out);
 // The plan's pipeline-schedule section (ir/SchedulePrinter.cpp), for plans of two or more
 // stages: the schedule's simulated bubble and the activations each stage keeps in flight.
 void printScheduleSection(const Module& m, std::ostream& out);

@@ -293,6 +293,15 @@ private:
     auto bucket = [&](int b) {
       const ir::GradBucket& g = m.buckets[b];
       int64_t n = (at[g.endParam] - at[g.firstParam]) / 4, largest = 0;
+      if (g.pieces) { // split pieces: packed, each 64-byte aligned (Executor::gradOffset_)
+        n = 0;
+        for (int q = g.firstParam; q < g.endParam; ++q) {
+          int64_t elems = 1;
+          for (int64_t d : m.localParamShape(p, q))
+            elems *= d;
+          n += (elems + 15) / 16 * 16;
+        }
+      }
       if (m.zeroShardsGradients()) { // reduce-scattered where the slices cut it, in place
         for (const ir::Module::SlicePiece& piece : m.bucketPieces(p, b))
           largest = std::max(largest, (piece.end - piece.begin) / 4);

@@ -94,7 +94,8 @@ def run(args, work, name, script, np, settings):
         sys.exit(f"{' '.join(cmd)}: a policy was not applied:\n{text}")
     plan = re.search(r"memory plan (\S+ \S+) per rank \(activations (\S+ \S+|\S+ slots x \S+ \S+)"
                      r"(?: \+ receive buffers \S+ \S+)?, params (\S+ \S+), grads (\S+ \S+), "
-                     r"optimizer (\S+ \S+)(?:, comm buffers (\S+ \S+))?\)", text)
+                     r"optimizer (\S+ \S+)(?:, comm buffers (\S+ \S+))?"
+                     r"(?:, host inputs \S+ \S+)?\)", text)
     # Stage 0's ranks (rank 0's stage), the highest of them.
     measured = re.search(r"memory after the first step.*?planned [^,]*, "
                          r"measured (?:\S+ \S+ to )?(\S+ \S+) \(", text)

@@ -46,28 +46,19 @@ std::optional<int64_t> cgroupAvailable() {
   return std::max<int64_t>(*limit - *used, 0);
 }
 
-// What one rank allocates: the plan's buffers (the largest program's, though the ranks of
-// a data-parallel plan are alike) and the inputs of the step's micro-batches on the host.
+// What one rank allocates: the plan's buffers, the inputs of the step's micro-batches on
+// the host among them (the largest program's, though the ranks of a data-parallel plan are
+// alike).
 struct RankBytes {
   const ir::Program& plan;
-  int64_t inputs = 0;
-  int64_t total() const { return plan.peakBytes() + inputs; }
+  int64_t total() const { return plan.peakBytes(); }
   int64_t states() const { return plan.paramBytes + plan.gradBytes + plan.optimizerBytes; }
 };
 
 RankBytes rankBytes(const ir::Module& m) {
-  RankBytes r{*std::max_element(
+  return RankBytes{*std::max_element(
       m.programs.begin(), m.programs.end(),
       [](const ir::Program& a, const ir::Program& b) { return a.peakBytes() < b.peakBytes(); })};
-  for (int t : m.inputs)
-    r.inputs += m.bytesOf(t).value_or(0);
-  for (const ir::Op& op : m.ops) // one `next` target buffer, as the Executor keeps
-    if (op.kind == ir::OpKind::Next && op.phase == ir::Phase::Forward) {
-      r.inputs += m.bytesOf(op.outputs[0]).value_or(0);
-      break;
-    }
-  r.inputs *= m.policy.microBatches;
-  return r;
 }
 
 void memoryError(const ir::Module& m, int ranks, std::optional<int64_t> available,
@@ -95,7 +86,7 @@ void memoryError(const ir::Module& m, int ranks, std::optional<int64_t> availabl
               : "",
           r.plan.commBytes > 0 ? fmt::format(" + comm buffers {}", formatBytes(r.plan.commBytes))
                                : "",
-          formatBytes(r.inputs)));
+          formatBytes(r.plan.inputBytes)));
   if (allocationFailed) d.note("allocating it failed");
   if (available && static_cast<double>(r.states()) * ranks >= static_cast<double>(*available))
     d.help(fmt::format("the parameters, gradients and optimizer states alone take {} per rank: "

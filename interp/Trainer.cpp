@@ -411,7 +411,9 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
       ex.localBatch(), formatBytes(prog.peakBytes()),
       formatBytes(prog.slots == 1 ? prog.arenaBytes : prog.activationBytes()),
       formatBytes(prog.paramBytes), formatBytes(prog.gradBytes), formatBytes(prog.optimizerBytes),
-      prog.commBytes > 0 ? fmt::format(", comm buffers {}", formatBytes(prog.commBytes)) : "");
+      (prog.commBytes > 0 ? fmt::format(", comm buffers {}", formatBytes(prog.commBytes)) : "") +
+          (prog.inputBytes > 0 ? fmt::format(", host inputs {}", formatBytes(prog.inputBytes))
+                               : ""));
   if (m.ampApplies())
     out << fmt::format("mixed precision: activations and their gradients stored in {}, the "
                        "weights and their gradients in fp32{}\n",

@@ -548,6 +548,7 @@ void printRankMemory(const Module& m, std::ostream& out) {
       text += fmt::format(" + staging {} ({} on disk)", formatBytes(p.stagingBytes),
                           formatBytes(p.offloadedBytes));
     if (p.commBytes > 0) text += fmt::format(" + comm buffers {}", formatBytes(p.commBytes));
+    if (p.inputBytes > 0) text += fmt::format(" + host inputs {}", formatBytes(p.inputBytes));
     return text;
   };
   size_t n = m.programs.size();
@@ -685,6 +686,7 @@ void printProgram(const Module& m, int rank, std::ostream& out) {
     activations += fmt::format(" (with {} gradient bucket{})", buckets, buckets == 1 ? "" : "s");
   std::string comm =
       p.commBytes > 0 ? fmt::format(" + comm buffers {}", formatBytes(p.commBytes)) : "";
+  if (p.inputBytes > 0) comm += fmt::format(" + host inputs {}", formatBytes(p.inputBytes));
   out << fmt::format(
       "memory plan: {} = activations {} + params {} + grads {}{} + optimizer {}{}{}\n",
       formatBytes(p.peakBytes()), activations, formatBytes(p.paramBytes), formatBytes(p.gradBytes),

@@ -163,9 +163,12 @@ struct Program {
   // (support/RingScratch.h), the gradient buckets' and the split regions' collectives.
   // Each communicator keeps it for its next reductions.
   int64_t commBytes = 0;
+  // The host's copies of the step's micro-batches that loads read from (Executor::staging):
+  // the model inputs and the `next` targets of each micro-batch, at this rank's size.
+  int64_t inputBytes = 0;
   int64_t peakBytes() const {
     return (slots == 1 ? arenaBytes : activationBytes()) + recvBytes + paramBytes + gradBytes +
-           optimizerBytes + stagingBytes + commBytes;
+           optimizerBytes + stagingBytes + commBytes + inputBytes;
   }
 };
 

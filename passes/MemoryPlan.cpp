@@ -232,6 +232,7 @@ private:
     to.offloadedBytes = from.offloadedBytes;
     to.stagingBytes = from.stagingBytes;
     to.commBytes = from.commBytes;
+    to.inputBytes = from.inputBytes;
     to.shared = from.shared;
     to.sharedBytes = from.sharedBytes;
     to.bucketOffset = from.bucketOffset;
@@ -280,6 +281,21 @@ private:
     p.arenaBytes = best.arenaBytes;
     countStates(m, p);
     p.commBytes = commScratch(m, p);
+    p.inputBytes = inputStaging(m, p);
+  }
+
+  // The executor's host copies of each micro-batch: every model input and one `next`
+  // target, at this rank's size.
+  static int64_t inputStaging(const ir::Module& m, const ir::Program& p) {
+    int64_t bytes = 0;
+    for (int t : m.inputs)
+      bytes += m.bytesOn(p, t);
+    for (const ir::Op& op : m.ops)
+      if (op.kind == ir::OpKind::Next && op.phase == ir::Phase::Forward) {
+        bytes += m.bytesOn(p, op.outputs[0]);
+        break;
+      }
+    return bytes * p.microBatches;
   }
 
   // The ring reductions' scratch (support/RingScratch.h): the most the gradient buckets'

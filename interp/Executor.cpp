@@ -217,11 +217,7 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
   }
   pending_.resize(m_.buckets.size());
   if (shardGrads_) planShardedBuckets();
-  if (shardParams_) {
-    gathering_.resize(2 * m_.buckets.size());
-    for (size_t b = 0; b < m_.buckets.size(); ++b)
-      gatherPieces_.push_back(m_.bucketPieces(program_, static_cast<int>(b)));
-  }
+  if (shardParams_) gathering_.resize(2 * m_.buckets.size());
   for (const ir::Instr& in : program_.step)
     if (in.kind == ir::InstrKind::ReduceStart) {
       firstStarted_ = in.bucket;
@@ -1045,18 +1041,14 @@ void Executor::startReduce(int b, int micro) {
 // its micro-batch (their gradients add, so the bucket's place in the arena is cleared
 // before: the memory plan's first touch).
 void Executor::planShardedBuckets() {
-  bucketOfParam_.assign(m_.params.size(), -1);
-  scatterCounts_.assign(m_.buckets.size(), {});
+  bucketOfParam_ = m_.paramBuckets();
+  scatterCounts_.assign(m_.buckets.size(), std::vector<int64_t>(zeroComm().size(), 0));
   for (size_t b = 0; b < m_.buckets.size(); ++b) {
     EPL_ASSERT(bucketEnd_[b] - bucketBegin_[b] == program_.bucketBytes[b],
                "a gradient bucket's bytes differ from the memory plan's");
-    for (int q = m_.buckets[b].firstParam; q < m_.buckets[b].endParam; ++q)
-      bucketOfParam_[q] = static_cast<int>(b);
-    for (int k = 0; k < zeroComm().size(); ++k) {
-      int64_t begin = std::clamp(zeroBase_ + k * zeroBytes_, bucketBegin_[b], bucketEnd_[b]);
-      int64_t end = std::clamp(zeroBase_ + (k + 1) * zeroBytes_, bucketBegin_[b], bucketEnd_[b]);
-      scatterCounts_[b].push_back((end - begin) / 4);
-    }
+    gatherPieces_.push_back(m_.bucketPieces(program_, static_cast<int>(b)));
+    for (const ir::Module::SlicePiece& piece : gatherPieces_.back())
+      scatterCounts_[b][piece.rank] = (piece.end - piece.begin) / 4;
   }
   clearBuckets_.assign(program_.step.size(), {});
   std::set<std::pair<int, int>> written; // (micro-batch, bucket)

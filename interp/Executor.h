@@ -274,7 +274,8 @@ private:
   // ZeRO stage 3 (Module::zeroShardsParams): params_ holds the parameters of the slice
   // alone (byte b of the flat memory at paramAt(b)); each bucket is gathered whole into
   // the arena (Program::gatherOffset) by one broadcast from each rank whose slice holds
-  // part of it (gatherPieces_), in flight in gathering_ (by 2 b + use). Whole parameters
+  // part of it (gatherPieces_, which stage 2's reduce-scatters cut by too), in flight in
+  // gathering_ (by 2 b + use). Whole parameters
   // sit on the host (zeroParams_, flat) as the states do in zeroStates_.
   bool shardParams_ = false;
   // `offload = params` (Module::offloadsParams): the slice is the offloaded file's block

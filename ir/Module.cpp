@@ -397,6 +397,14 @@ std::vector<Module::SlicePiece> Module::bucketPieces(const Program& p, int b) co
   return out;
 }
 
+std::vector<int> Module::paramBuckets() const {
+  std::vector<int> out(params.size(), -1);
+  for (size_t b = 0; b < buckets.size(); ++b)
+    for (int q = buckets[b].firstParam; q < buckets[b].endParam; ++q)
+      out[q] = static_cast<int>(b);
+  return out;
+}
+
 int Module::stageScopeOf(int scope) const {
   for (int s = scope; s > 0; s = scopes[s].parent)
     if (scopes[s].kind == ScopeKind::Stage) return s;

@@ -339,6 +339,8 @@ struct Module {
     int64_t begin = 0, end = 0;
   };
   std::vector<SlicePiece> bucketPieces(const Program& p, int b) const;
+  // By parameter, the gradient bucket it is in (-1: none).
+  std::vector<int> paramBuckets() const;
   // The bytes bucket b's reduction sends from each rank: its gradients in `comm_dtype`.
   int64_t wireBytes(const GradBucket& b) const {
     return b.bytes / 4 * dtypeBytes(policy.commDtype);

@@ -386,10 +386,7 @@ private:
       }
       gatherBase = ids;
       if (m.zeroShardsParams()) {
-        paramBucket.assign(m.params.size(), -1);
-        for (size_t b = 0; b < m.buckets.size(); ++b)
-          for (int q = m.buckets[b].firstParam; q < m.buckets[b].endParam; ++q)
-            paramBucket[q] = static_cast<int>(b);
+        paramBucket = m.paramBuckets();
         ids += 2 * m.buckets.size();
       }
       workBase = ids;

@@ -383,10 +383,7 @@ std::vector<ir::Program> pipelinePrograms(const ir::Module& m) {
 // gather is in flight while a block computes; the first starts where it is waited for.
 void addParamGathers(const ir::Module& m, std::vector<ir::Instr>& list) {
   if (!m.zeroShardsParams()) return;
-  std::vector<int> bucketOf(m.params.size(), -1);
-  for (size_t b = 0; b < m.buckets.size(); ++b)
-    for (int q = m.buckets[b].firstParam; q < m.buckets[b].endParam; ++q)
-      bucketOf[q] = static_cast<int>(b);
+  std::vector<int> bucketOf = m.paramBuckets();
   using Key = std::pair<int, int>; // (micro-batch, use)
   std::map<Key, std::vector<int>> order;
   std::vector<std::vector<std::pair<Key, size_t>>> firstUses(list.size()); // (key, k)

@@ -93,8 +93,8 @@ TEST_CASE("offloading the optimizer to disk leaves staging buffers in the rank's
   CHECK(disk.optimizerBytes == 0);
   CHECK(disk.offloadedBytes == 8 * kPsi);
   CHECK(disk.stagingBytes == 3 * 2 * (int64_t{1} << 20));
-  CHECK(disk.peakBytes() == disk.arenaBytes + 4 * kPsi + 4 * kPsi + disk.stagingBytes +
-                                disk.inputBytes);
+  CHECK(disk.peakBytes() ==
+        disk.arenaBytes + 4 * kPsi + 4 * kPsi + disk.stagingBytes + disk.inputBytes);
   CHECK(disk.inputBytes == 4 * 64 * 1024 + 4 * 64); // the host's copy of x and y
   // ZeRO stage 1 over 4 ranks: a quarter of the states on each rank's disk.
   epl::ir::Program zero =

@@ -140,40 +140,33 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
   splitCommunicators();
   states_ = opt_.kind == backend::OptimizerKind::Sgd ? (opt_.momentum > 0 ? 1 : 0) : 2;
   if (m_.scalesLoss()) lossScale_ = m_.policy.lossScale;
-  int64_t total = 0;
+  // Every rank lays parameters out alike, whole-sized (a piece fills its start), so that
+  // the broadcasts of the whole memory line up (Module::flatParamOffsets).
+  paramOffset_ = m_.flatParamOffsets();
+  int64_t total = paramOffset_.back();
+  paramOffset_.pop_back();
   for (size_t p = 0; p < m_.params.size(); ++p) {
-    paramOffset_.push_back(total);
     paramShape_.push_back(m_.localParamShape(program_, static_cast<int>(p)));
     int64_t n = 1;
     for (int64_t d : paramShape_.back())
       n *= d;
     paramElems_.push_back(n);
     wholeElems_.push_back(*ir::numElements(m_.params[p].type.shape, {}));
-    // Every rank lays parameters out alike, whole-sized (a piece fills its start), so that
-    // the broadcasts of the whole memory line up.
-    total += alignUp(4 * wholeElems_.back());
   }
   gradBytes_ = std::max<int64_t>(total, kAlign);
   // ZeRO stage 1 over the ranks that sum this rank's gradients: its slice of the memory of
   // the parameters it updates (consecutive, so one block), whose optimizer states it alone
   // holds and updates.
   if (m_.zeroApplies()) {
-    const std::vector<int>& mine = program_.params;
-    int end = mine.back() + 1;
-    zeroBase_ = paramOffset_[mine.front()];
-    int64_t bytes =
-        (end < static_cast<int>(paramOffset_.size()) ? paramOffset_[end] : total) - zeroBase_;
-    int ranks = zeroComm().size();
-    EPL_ASSERT(ranks == program_.dataRanks, "ZeRO partitions over the ranks that sum gradients");
-    zeroBytes_ = alignUp((bytes + ranks - 1) / ranks);
+    ir::Module::ZeroSlice slice = m_.zeroSlice(program_);
+    EPL_ASSERT(slice.ranks == zeroComm().size(),
+               "ZeRO partitions over the ranks that sum gradients");
+    zeroBase_ = slice.base;
+    zeroBytes_ = slice.bytes;
     zeroBegin_ = zeroBase_ + zeroComm().rank() * zeroBytes_;
     shardGrads_ = m_.zeroShardsGradients();
     shardParams_ = m_.zeroShardsParams();
     paramsOnDisk_ = m_.offloadsParams();
-    ir::Module::ZeroSlice plan = m_.zeroSlice(program_);
-    EPL_ASSERT(plan.base == zeroBase_ && plan.bytes == zeroBytes_ &&
-                   m_.flatParamOffsets().back() == total,
-               "the ZeRO slices differ from the plan's");
   }
   EPL_ASSERT(m_.zeroApplies() || !m_.zeroShardsGradients(), "ZeRO stage 2 comes with stage 1");
   allocateBuffers();
@@ -194,6 +187,11 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
       b.inputs.emplace_back(m_.bytesOn(program_, t));
     if (!nextOps_.empty()) b.next.resize(m_.bytesOn(program_, m_.ops[nextOps_[0]].outputs[0]) / 4);
   }
+  int64_t staged = 4 * static_cast<int64_t>(staging_.front().next.size());
+  for (const std::vector<unsigned char>& input : staging_.front().inputs)
+    staged += static_cast<int64_t>(input.size());
+  EPL_ASSERT(staged * program_.microBatches == program_.inputBytes,
+             "the host's input copies differ from the memory plan's");
   lossHost_.assign(program_.microBatches, 0.f);
   localBatch_ = bindings_.at(m_.batchSymbol);
   lossRanks_ = m_.lossRanks();
@@ -1042,12 +1040,12 @@ void Executor::startReduce(int b, int micro) {
 // before: the memory plan's first touch).
 void Executor::planShardedBuckets() {
   bucketOfParam_ = m_.paramBuckets();
+  gatherPieces_ = m_.bucketPieces(program_);
   scatterCounts_.assign(m_.buckets.size(), std::vector<int64_t>(zeroComm().size(), 0));
   for (size_t b = 0; b < m_.buckets.size(); ++b) {
     EPL_ASSERT(bucketEnd_[b] - bucketBegin_[b] == program_.bucketBytes[b],
                "a gradient bucket's bytes differ from the memory plan's");
-    gatherPieces_.push_back(m_.bucketPieces(program_, static_cast<int>(b)));
-    for (const ir::Module::SlicePiece& piece : gatherPieces_.back())
+    for (const ir::Module::SlicePiece& piece : gatherPieces_[b])
       scatterCounts_[b][piece.rank] = (piece.end - piece.begin) / 4;
   }
   clearBuckets_.assign(program_.step.size(), {});

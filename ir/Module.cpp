@@ -373,10 +373,11 @@ std::vector<int64_t> Module::flatParamOffsets() const {
   return at;
 }
 
-Module::ZeroSlice Module::zeroSlice(const Program& p) const {
-  ZeroSlice z;
+namespace {
+
+Module::ZeroSlice sliceOf(const Program& p, const std::vector<int64_t>& at) {
+  Module::ZeroSlice z;
   if (p.params.empty()) return z;
-  std::vector<int64_t> at = flatParamOffsets();
   z.base = at[p.params.front()];
   z.ranks = p.dataRanks;
   int64_t bytes = at[p.params.back() + 1] - z.base;
@@ -384,15 +385,23 @@ Module::ZeroSlice Module::zeroSlice(const Program& p) const {
   return z;
 }
 
-std::vector<Module::SlicePiece> Module::bucketPieces(const Program& p, int b) const {
+} // namespace
+
+Module::ZeroSlice Module::zeroSlice(const Program& p) const {
+  return sliceOf(p, flatParamOffsets());
+}
+
+std::vector<std::vector<Module::SlicePiece>> Module::bucketPieces(const Program& p) const {
   std::vector<int64_t> at = flatParamOffsets();
-  int64_t first = at[buckets[b].firstParam], last = at[buckets[b].endParam];
-  ZeroSlice z = zeroSlice(p);
-  std::vector<SlicePiece> out;
-  for (int k = 0; k < z.ranks; ++k) {
-    int64_t begin = std::max(first, z.base + k * z.bytes);
-    int64_t end = std::min(last, z.base + (k + 1) * z.bytes);
-    if (begin < end) out.push_back({k, begin, end});
+  ZeroSlice z = sliceOf(p, at);
+  std::vector<std::vector<SlicePiece>> out(buckets.size());
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    int64_t first = at[buckets[b].firstParam], last = at[buckets[b].endParam];
+    for (int k = 0; k < z.ranks; ++k) {
+      int64_t begin = std::max(first, z.base + k * z.bytes);
+      int64_t end = std::min(last, z.base + (k + 1) * z.bytes);
+      if (begin < end) out[b].push_back({k, begin, end});
+    }
   }
   return out;
 }

@@ -332,13 +332,14 @@ struct Module {
     int ranks = 1;
   };
   ZeroSlice zeroSlice(const Program& p) const;
-  // ZeRO stage 3: the pieces of bucket b's parameter bytes [begin, end) of the flat memory
-  // that each rank k of p's data-parallel group holds in its slice (those with some).
+  // ZeRO: by bucket, the pieces of its parameter bytes [begin, end) of the flat memory
+  // that each rank k of p's data-parallel group holds in its slice (those with some):
+  // where stage 2 reduce-scatters a bucket and from where stage 3 gathers it.
   struct SlicePiece {
     int rank = 0;
     int64_t begin = 0, end = 0;
   };
-  std::vector<SlicePiece> bucketPieces(const Program& p, int b) const;
+  std::vector<std::vector<SlicePiece>> bucketPieces(const Program& p) const;
   // By parameter, the gradient bucket it is in (-1: none).
   std::vector<int> paramBuckets() const;
   // The bytes bucket b's reduction sends from each rank: its gradients in `comm_dtype`.

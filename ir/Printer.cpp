@@ -614,13 +614,12 @@ std::string instrText(const Module& m, const Program& p, const Instr& in) {
     const char* use = in.use == 0 ? "forward" : "backward";
     if (in.kind == InstrKind::GatherWait)
       return fmt::format("gather-wait bucket {} ({})", in.bucket, use);
+    size_t owners = m.bucketPieces(p).at(in.bucket).size();
     return fmt::format("gather-start bucket {} ({} of micro-batch {}): {} parameter{} from @{}, "
                        "{} from {} rank{}",
                        in.bucket, use, in.micro, b.endParam - b.firstParam,
                        b.endParam - b.firstParam == 1 ? "" : "s", m.params[b.firstParam].name,
-                       formatBytes(static_cast<double>(b.bytes)),
-                       m.bucketPieces(p, in.bucket).size(),
-                       m.bucketPieces(p, in.bucket).size() == 1 ? "" : "s");
+                       formatBytes(static_cast<double>(b.bytes)), owners, owners == 1 ? "" : "s");
   }
   case InstrKind::Send:
   case InstrKind::Recv: {

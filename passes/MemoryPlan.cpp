@@ -306,7 +306,9 @@ private:
     int64_t wire = ir::dtypeBytes(m.policy.commDtype);
     bool f32 = m.policy.commDtype == ir::DType::F32;
     std::vector<int64_t> at = m.flatParamOffsets();
-    auto bucket = [&](int b) {
+    std::vector<std::vector<ir::Module::SlicePiece>> pieces;
+    if (m.zeroShardsGradients()) pieces = m.bucketPieces(p);
+    auto scratchOf = [&](size_t b) {
       const ir::GradBucket& g = m.buckets[b];
       int64_t n = (at[g.endParam] - at[g.firstParam]) / 4, largest = 0;
       if (g.pieces) { // split pieces: packed, each 64-byte aligned (Executor::gradOffset_)
@@ -318,18 +320,21 @@ private:
           n += (elems + 15) / 16 * 16;
         }
       }
-      if (m.zeroShardsGradients()) { // reduce-scattered where the slices cut it, in place
-        for (const ir::Module::SlicePiece& piece : m.bucketPieces(p, b))
+      if (!pieces.empty()) { // reduce-scattered where the slices cut it, in place
+        for (const ir::Module::SlicePiece& piece : pieces[b])
           largest = std::max(largest, (piece.end - piece.begin) / 4);
       } else {
         largest = (n + g.ranks - 1) / g.ranks;
       }
       return ring::scratchBytes(g.ranks, n, largest, wire, f32);
     };
+    std::vector<int64_t> scratch;
+    for (size_t b = 0; b < m.buckets.size(); ++b)
+      scratch.push_back(scratchOf(b));
     int64_t now = 0, most = 0, split = 0;
     for (const ir::Instr& in : p.step) {
-      if (in.kind == ir::InstrKind::ReduceStart) now += bucket(in.bucket);
-      if (in.kind == ir::InstrKind::ReduceWait) now -= bucket(in.bucket);
+      if (in.kind == ir::InstrKind::ReduceStart) now += scratch[in.bucket];
+      if (in.kind == ir::InstrKind::ReduceWait) now -= scratch[in.bucket];
       most = std::max(most, now);
       if (in.kind != ir::InstrKind::Run) continue;
       auto c = m.splitCollective(p, in.op);
@@ -373,14 +378,12 @@ private:
         if (prm.grad >= 0) paramGrad[prm.grad] = true;
       if (m.zeroShardsGradients()) {
         // The executor's layout: parameters side by side, each 64-byte aligned.
+        std::vector<int64_t> at = m.flatParamOffsets();
         bucketOf.assign(m.tensors.size(), -1);
         for (size_t b = 0; b < m.buckets.size(); ++b) {
-          int64_t bytes = 0;
-          for (int q = m.buckets[b].firstParam; q < m.buckets[b].endParam; ++q) {
+          for (int q = m.buckets[b].firstParam; q < m.buckets[b].endParam; ++q)
             if (m.params[q].grad >= 0) bucketOf[m.params[q].grad] = static_cast<int>(b);
-            bytes += aligned(4 * ir::numElements(m.params[q].type.shape, {}).value_or(0));
-          }
-          bucketBytes.push_back(bytes);
+          bucketBytes.push_back(at[m.buckets[b].endParam] - at[m.buckets[b].firstParam]);
         }
         ids += m.buckets.size();
       }

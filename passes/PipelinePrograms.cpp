@@ -473,6 +473,8 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
     const ir::Program& p = m.programs[r];
     const std::vector<ir::Instr>& list = eval ? p.eval : p.step;
     int rank = static_cast<int>(r);
+    std::vector<std::vector<ir::Module::SlicePiece>> pieces;
+    if (m.zeroShardsParams()) pieces = m.bucketPieces(p);
     auto add = [&](ir::CommEvent e, size_t position) {
       e.position = static_cast<int>(position);
       return streams.add(rank, std::move(e));
@@ -535,7 +537,7 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
       case ir::InstrKind::GatherStart: {
         // One broadcast from each rank whose slice holds part of the bucket.
         std::vector<int>& started = gathers[{in.bucket, in.use}];
-        for (const ir::Module::SlicePiece& piece : m.bucketPieces(p, in.bucket))
+        for (const ir::Module::SlicePiece& piece : pieces.at(in.bucket))
           started.push_back(
               add(ir::CommEvent::broadcast(grouped ? stageGroup.at(p.stage) : world,
                                            zeroRankOf(p.stage, piece.rank), piece.end - piece.begin,

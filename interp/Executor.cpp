@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fmt/format.h>
 #include <functional>
+#include <malloc.h>
 #include <new>
 #include <set>
 
@@ -23,12 +24,6 @@ namespace epl::interp {
 namespace {
 
 constexpr int64_t kAlign = 64;
-// Optimizer states (and ZeRO-3's parameters) broadcast through the host go a block of this
-// many bytes at a time. Small, because the memory plan does not count the block: once
-// freed, the allocator keeps a block of that size resident for later requests (glibc raises
-// its mmap threshold to the largest block freed), and 16 MiB showed as a 7.5% excess of
-// the measured step memory over the plan with the states on disk.
-constexpr int64_t kStateBlock = int64_t{1} << 20;
 
 // The machine's monotonic clock: the same on every rank of one machine.
 double monotonicSeconds() {
@@ -140,11 +135,11 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
   splitCommunicators();
   states_ = opt_.kind == backend::OptimizerKind::Sgd ? (opt_.momentum > 0 ? 1 : 0) : 2;
   if (m_.scalesLoss()) lossScale_ = m_.policy.lossScale;
-  // Every rank lays parameters out alike, whole-sized (a piece fills its start), so that
-  // the broadcasts of the whole memory line up (Module::flatParamOffsets).
-  paramOffset_ = m_.flatParamOffsets();
-  int64_t total = paramOffset_.back();
-  paramOffset_.pop_back();
+  // The state layout: this rank's parameters alone, each its own piece; the ranks that share
+  // them lay them out alike (Module::paramLayout).
+  ir::Module::ParamLayout layout = m_.paramLayout(program_);
+  paramOffset_ = layout.offset;
+  int64_t total = layout.total;
   for (size_t p = 0; p < m_.params.size(); ++p) {
     paramShape_.push_back(m_.localParamShape(program_, static_cast<int>(p)));
     int64_t n = 1;
@@ -195,23 +190,10 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
   lossHost_.assign(program_.microBatches, 0.f);
   localBatch_ = bindings_.at(m_.batchSymbol);
   lossRanks_ = m_.lossRanks();
-  gradOffset_ = paramOffset_;
-  for (const ir::GradBucket& b : m_.buckets) {
-    bucketBegin_.push_back(paramOffset_[b.firstParam]);
-    bucketEnd_.push_back(
-        b.endParam < static_cast<int>(paramOffset_.size()) ? paramOffset_[b.endParam] : total);
-    // The gradients of a bucket of split regions' pieces sit side by side from its start
-    // (each 64-byte aligned), so that its reduction moves the pieces alone: their
-    // whole-sized places would carry splitWidth - 1 pieces' worth of zeros each.
-    int64_t at = bucketEnd_.back();
-    if (b.pieces) {
-      at = bucketBegin_.back();
-      for (int q = b.firstParam; q < b.endParam; ++q) {
-        gradOffset_[q] = at;
-        at += alignUp(4 * paramElems_[q]);
-      }
-    }
-    reducedBytes_.push_back(at - bucketBegin_.back());
+  for (const ir::GradBucket& b : m_.buckets) { // another stage's bucket: empty here
+    bool mine = layout.holds(b.firstParam);
+    bucketBegin_.push_back(mine ? layout.spanBegin(b.firstParam) : 0);
+    bucketEnd_.push_back(mine ? layout.spanEnd(b.endParam) : 0);
   }
   pending_.resize(m_.buckets.size());
   if (shardGrads_) planShardedBuckets();
@@ -392,7 +374,7 @@ backend::TensorView Executor::view(int t, int slot) const {
     int q = gradParam_[t], b = bucketOfParam_[q];
     v.data = bucketMem(b, slot) + (paramOffset_[q] - bucketBegin_[b]);
   } else if (gradParam_[t] >= 0) {
-    v.data = grads_ + gradOffset_[gradParam_[t]];
+    v.data = grads_ + paramOffset_[gradParam_[t]];
   } else {
     EPL_ASSERT(program_.offset[t] >= 0, "tensor has no place in the memory plan");
     // A shared tensor sits in the region after the slots, the same for every micro-batch.
@@ -621,9 +603,13 @@ void Executor::fromPieces(int q, const float* pieces, float* whole) const {
   joinPieces(pieces, whole, cutOf(wholeShape, dim, w, m_.params[q].shardBlocks), w);
 }
 
-// Parameters and states come and go whole: a sharded one is kept whole on the host until
-// broadcastState hands every rank its piece.
+// Parameters and states come and go whole: one cut over the split group, or held by other
+// ranks alone, is kept whole on the host until broadcastState hands every rank its share.
 void Executor::writeParam(int p, const float* host) {
+  if (!holds(p)) {
+    wholeParam_[p].assign(host, host + wholeElems_[p]);
+    return;
+  }
   if (shardParams_) { // kept whole on the host until broadcastState hands out the slices
     zeroParams_.resize(static_cast<size_t>(zeroStatesBytes() / 4));
     std::copy(host, host + paramElems_[p], zeroParams_.begin() + paramOffset_[p] / 4);
@@ -644,6 +630,13 @@ void Executor::writeParam(int p, const float* host) {
   dev_.copyToDevice(params_ + paramOffset_[p], host, 4 * paramElems_[p]);
 }
 void Executor::readParam(int p, float* host) const {
+  if (!holds(p) || sharded(p)) {
+    EPL_ASSERT(wholeParam_.count(p), "gatherShards() and gatherStages() run before a parameter "
+                                     "cut or held elsewhere is read");
+    const std::vector<float>& v = wholeParam_.at(p);
+    std::copy(v.begin(), v.end(), host);
+    return;
+  }
   if (shardParams_) {
     EPL_ASSERT(!zeroParams_.empty(),
                "gatherShards() runs before ZeRO-partitioned parameters are read");
@@ -651,17 +644,16 @@ void Executor::readParam(int p, float* host) const {
     std::copy(first, first + paramElems_[p], host);
     return;
   }
-  if (sharded(p) || wholeParam_.count(p)) {
-    EPL_ASSERT(wholeParam_.count(p), "gatherShards() runs before a sharded parameter is read");
-    const std::vector<float>& v = wholeParam_.at(p);
-    std::copy(v.begin(), v.end(), host);
-    return;
-  }
   dev_.copyToHost(host, params_ + paramOffset_[p], 4 * paramElems_[p]);
   dev_.synchronize();
 }
 void Executor::writeState(int p, int k, const float* host) {
   EPL_ASSERT(k < states_, "no such optimizer state");
+  statesWritten_ = true;
+  if (!holds(p)) {
+    wholeState_[{p, k}].assign(host, host + wholeElems_[p]);
+    return;
+  }
   if (zeroBytes_ > 0) { // kept whole on the host until broadcastState hands out the slices
     std::vector<float>& whole = zeroStates_[k];
     whole.resize(static_cast<size_t>(zeroStatesBytes() / 4));
@@ -679,17 +671,18 @@ void Executor::writeState(int p, int k, const float* host) {
 }
 void Executor::readState(int p, int k, float* host) const {
   EPL_ASSERT(k < states_, "no such optimizer state");
+  if (!holds(p) || sharded(p)) {
+    EPL_ASSERT(wholeState_.count({p, k}), "gatherShards() and gatherStages() run before a state "
+                                          "cut or held elsewhere is read");
+    const std::vector<float>& v = wholeState_.at({p, k});
+    std::copy(v.begin(), v.end(), host);
+    return;
+  }
   if (zeroBytes_ > 0) {
     const std::vector<float>& whole = zeroStates_[k];
     EPL_ASSERT(!whole.empty(), "gatherShards() runs before a ZeRO-partitioned state is read");
     auto first = whole.begin() + paramOffset_[p] / 4;
     std::copy(first, first + paramElems_[p], host);
-    return;
-  }
-  if (sharded(p) || wholeState_.count({p, k})) {
-    EPL_ASSERT(wholeState_.count({p, k}), "gatherShards() runs before a sharded state is read");
-    const std::vector<float>& v = wholeState_.at({p, k});
-    std::copy(v.begin(), v.end(), host);
     return;
   }
   readModel(k, paramOffset_[p], 4 * paramElems_[p], host);
@@ -709,93 +702,63 @@ void Executor::writeModel(int k, int64_t offset, int64_t bytes, const void* host
   dev_.synchronize();
 }
 
-// In memory, one broadcast; on disk, a block at a time through the host.
-void Executor::broadcastStates(int k, int64_t offset, int64_t bytes, int root,
-                               const std::string& what) {
-  if (!disk_) {
-    dev_.synchronize();
-    comm_.broadcast(stateMem_[k] + offset, bytes, root, what);
-    return;
+void Executor::placeWhole(int q, int k, const float* whole) {
+  const float* mine = whole;
+  std::vector<float> piece;
+  if (sharded(q)) {
+    piece.resize(static_cast<size_t>(paramElems_[q]));
+    toPiece(q, whole, piece.data());
+    mine = piece.data();
   }
-  const int64_t block = std::min<int64_t>(bytes, kStateBlock);
-  std::vector<float> part(static_cast<size_t>(block / 4));
-  for (int64_t at = 0; at < bytes; at += block) {
-    int64_t n = std::min(block, bytes - at);
-    if (comm_.rank() == root) readModel(k, offset + at, n, part.data());
-    comm_.broadcast(part.data(), n, root, what);
-    if (comm_.rank() != root) writeModel(k, offset + at, n, part.data());
-  }
+  int64_t begin = paramOffset_[q], end = begin + 4 * paramElems_[q];
+  if (!(k == kParams ? shardParams_ : zeroBytes_ > 0))
+    return writeModel(k, begin, end - begin, mine);
+  int64_t from = std::max(begin, zeroBegin_), to = std::min(end, zeroBegin_ + zeroBytes_);
+  if (from < to) writeModel(k, from - zeroBegin_, to - from, mine + (from - begin) / 4);
 }
 
+// Parameter by parameter, whole from the root (its host copy or its memory: readParam), to
+// every rank; each keeps its share of those it holds. The optimizer states go alike where
+// the root wrote them (a checkpoint's), else they stay at zero everywhere.
 void Executor::broadcastState(int root) {
   // The communicator reads device memory from the host side (the CPU device's memory is
   // host memory; a GPU device pairs with a communicator that reads its own).
   dev_.synchronize();
-  if (!shardParams_) comm_.broadcast(params_, gradBytes_, root, "broadcasting the parameters");
   if (m_.scalesLoss()) { // a resumed run's loss scale
     double scale[2] = {lossScale_, static_cast<double>(goodSteps_)};
     comm_.broadcast(scale, sizeof scale, root, "broadcasting the loss scale");
     lossScale_ = scale[0];
     goodSteps_ = static_cast<int>(scale[1]);
   }
-  for (int k = 0; k < states_ && zeroBytes_ == 0; ++k)
-    broadcastStates(k, 0, gradBytes_, root, "broadcasting the optimizer states");
-  // ZeRO: the states the root read (they start at zero otherwise), and with stage 3 the
-  // parameters, a block at a time, each rank keeping what falls in its slice (the same
-  // blocks on every rank: the parameters' memory is laid out alike everywhere).
-  int read = zeroBytes_ > 0 && comm_.rank() == root && !zeroStates_[0].empty();
-  if (zeroBytes_ > 0) comm_.broadcast(&read, sizeof read, root, "whether states were read");
-  const int64_t block = std::min<int64_t>(gradBytes_, kStateBlock);
-  auto slices = [&](int k, const char* what) {
-    std::vector<float>& whole = zeroWhole(k);
-    if (comm_.rank() == root) whole.resize(static_cast<size_t>(zeroStatesBytes() / 4));
-    std::vector<float> part(static_cast<size_t>(block / 4));
-    for (int64_t at = 0; at < gradBytes_; at += block) {
-      int64_t bytes = std::min(block, gradBytes_ - at);
-      float* data = comm_.rank() == root ? whole.data() + at / 4 : part.data();
-      comm_.broadcast(data, bytes, root, what);
-      int64_t begin = std::max(at, zeroBegin_), end = std::min(at + bytes, zeroBegin_ + zeroBytes_);
-      if (begin < end) writeModel(k, begin - zeroBegin_, end - begin, data + (begin - at) / 4);
-    }
-  };
-  if (shardParams_) slices(kParams, "broadcasting the parameters");
-  for (int k = 0; k < states_ && read; ++k)
-    slices(k, "broadcasting the optimizer states");
-  dropGathered();
-  // Parameters cut on some ranks: the root's whole arrays (kept aside where the root holds
-  // a piece, else its memory), each rank keeping its piece, or the whole.
+  int read = comm_.rank() == root && statesWritten_;
+  comm_.broadcast(&read, sizeof read, root, "whether optimizer states were read");
+  std::vector<float> whole;
   for (size_t p = 0; p < m_.params.size(); ++p) {
     int q = static_cast<int>(p);
-    if (!cutSomewhere(q)) continue;
-    auto share = [&](std::vector<float>* kept, int k) {
-      std::vector<float> whole(static_cast<size_t>(wholeElems_[q]));
-      if (comm_.rank() == root) {
-        if (kept && !kept->empty())
-          whole = *kept;
-        else
-          readModel(k, paramOffset_[q], 4 * wholeElems_[q], whole.data());
-      }
+    whole.resize(static_cast<size_t>(wholeElems_[q]));
+    for (int k = kParams; k < (read ? states_ : 0); ++k) {
+      if (comm_.rank() == root)
+        k == kParams ? readParam(q, whole.data()) : readState(q, k, whole.data());
       comm_.broadcast(whole.data(), 4 * wholeElems_[q], root,
-                      fmt::format("broadcasting @{}", m_.params[q].name));
-      std::vector<float> piece(static_cast<size_t>(paramElems_[q]));
-      if (sharded(q)) toPiece(q, whole.data(), piece.data());
-      writeModel(k, paramOffset_[q], 4 * paramElems_[q], sharded(q) ? piece.data() : whole.data());
-    };
-    auto kept = wholeParam_.find(q);
-    share(kept == wholeParam_.end() ? nullptr : &kept->second, kParams);
-    for (int k = 0; k < states_; ++k) {
-      auto ks = wholeState_.find({q, k});
-      share(ks == wholeState_.end() ? nullptr : &ks->second, k);
+                      fmt::format("broadcasting @{}{}", m_.params[q].name,
+                                  k == kParams ? "" : " (optimizer state)"));
+      if (holds(q)) placeWhole(q, k, whole.data());
     }
   }
-  wholeParam_.clear();
-  wholeState_.clear();
+  statesWritten_ = false;
+  dropGathered();
 }
 
 void Executor::dropGathered() {
   for (std::vector<float>& s : zeroStates_)
     std::vector<float>().swap(s);
   std::vector<float>().swap(zeroParams_);
+  wholeParam_.clear();
+  wholeState_.clear();
+  // The whole arrays were host memory the memory plan does not count: once freed, the
+  // allocator would keep blocks of their size resident for later requests (glibc raises its
+  // mmap threshold to the largest block freed). Hand them back.
+  malloc_trim(0);
 }
 
 void Executor::gatherShards() {
@@ -839,61 +802,29 @@ void Executor::gatherShards() {
   }
 }
 
-// A pipeline: parameters sit in parameter order, and a stage owns runs of them; each run
-// is broadcast from the rank that updates it, with its optimizer states.
+// A pipeline: each parameter rank 0 does not hold goes whole from the first rank of its stage
+// (readParam: gatherShards joined its pieces and ZeRO slices there), with its optimizer
+// states, and rank 0 keeps them aside.
 void Executor::gatherStages() {
   if (program_.stages == 1) return;
   std::vector<int> owner(m_.params.size(), -1);
   for (const ir::Program& p : m_.programs)
-    if (p.dataRank == 0)
-      for (int q : p.params)
+    for (size_t q = 0; q < m_.params.size(); ++q)
+      if (p.dataRank == 0 && owner[q] < 0 && m_.holdsParam(p, static_cast<int>(q)))
         owner[q] = p.rank;
   dev_.synchronize();
-  size_t n = m_.params.size();
-  // Runs of whole parameters of one owner; one cut over a split group goes whole below (its
-  // ranks' pieces must stay theirs).
-  for (size_t first = 0; first < n;) {
-    size_t end = first + 1;
-    bool cut = cutSomewhere(static_cast<int>(first));
-    while (!cut && end < n && owner[end] == owner[first] && !cutSomewhere(static_cast<int>(end)))
-      ++end;
-    if (owner[first] >= 0 && !cut) {
-      int64_t begin = paramOffset_[first];
-      int64_t bytes = (end < n ? paramOffset_[end] : gradBytes_) - begin;
-      std::string what =
-          fmt::format("gathering @{} … from rank {}", m_.params[first].name, owner[first]);
-      if (shardParams_) { // ZeRO stage 3: the owner gathered its stage's parameters whole
-        zeroParams_.resize(static_cast<size_t>(zeroStatesBytes() / 4));
-        comm_.broadcast(zeroParams_.data() + begin / 4, bytes, owner[first], what);
-      } else {
-        comm_.broadcast(params_ + begin, bytes, owner[first], what);
-      }
-      for (int k = 0; k < states_; ++k) {
-        if (zeroBytes_ == 0) {
-          broadcastStates(k, begin, bytes, owner[first], what);
-          continue;
-        }
-        // ZeRO: the owner gathered its stage's states whole on the host (gatherShards).
-        std::vector<float>& whole = zeroStates_[k];
-        whole.resize(static_cast<size_t>(zeroStatesBytes() / 4));
-        comm_.broadcast(whole.data() + begin / 4, bytes, owner[first], what);
-      }
-    }
-    first = end;
-  }
-  // Parameters cut over a stage's split group: its owner gathered them (gatherShards);
-  // every rank keeps them whole aside, for readParam.
-  for (size_t p = 0; p < n; ++p) {
+  std::vector<float> whole;
+  for (size_t p = 0; p < m_.params.size(); ++p) {
     int q = static_cast<int>(p);
-    if (!cutSomewhere(q) || owner[q] < 0) continue;
-    auto share = [&](std::vector<float>& whole) {
-      whole.resize(static_cast<size_t>(wholeElems_[q]));
+    if (owner[q] < 0 || m_.holdsParam(m_.programs[0], q)) continue;
+    whole.resize(static_cast<size_t>(wholeElems_[q]));
+    for (int k = kParams; k < states_; ++k) {
+      if (comm_.rank() == owner[q])
+        k == kParams ? readParam(q, whole.data()) : readState(q, k, whole.data());
       comm_.broadcast(whole.data(), 4 * wholeElems_[q], owner[q],
                       fmt::format("gathering @{} from rank {}", m_.params[q].name, owner[q]));
-    };
-    share(wholeParam_[q]);
-    for (int k = 0; k < states_; ++k)
-      share(wholeState_[{q, k}]);
+      if (comm_.rank() == 0) (k == kParams ? wholeParam_[q] : wholeState_[{q, k}]) = whole;
+    }
   }
 }
 
@@ -1024,7 +955,8 @@ void Executor::startReduce(int b, int micro) {
   if (b == firstStarted_) reduceBegan_ = monotonicSeconds();
   if (!shardGrads_) {
     float* data = reinterpret_cast<float*>(grads_ + bucketBegin_[b]);
-    pending_[b] = bucketComm(b).iallReduce(data, reducedBytes_[b] / 4, wire_, scale);
+    pending_[b] =
+        bucketComm(b).iallReduce(data, (bucketEnd_[b] - bucketBegin_[b]) / 4, wire_, scale);
     return;
   }
   // ZeRO stage 2: rank k gets the sum of the bucket's bytes in its slice, in place.
@@ -1758,8 +1690,8 @@ StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
   }
   // ZeRO stage 2 reduces every micro-batch's gradients.
   for (size_t b = 0; b < bucketBegin_.size(); ++b)
-    r.reduceBytes += (shardGrads_ ? program_.microBatches : 1) * reducedBytes_[b] / 4 *
-                     (wire_ == backend::WireType::F32 ? 4 : 2);
+    r.reduceBytes += (shardGrads_ ? program_.microBatches : 1) * (bucketEnd_[b] - bucketBegin_[b]) /
+                     4 * (wire_ == backend::WireType::F32 ? 4 : 2);
   return r;
 }
 

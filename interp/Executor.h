@@ -94,18 +94,19 @@ public:
   void writeState(int p, int k, const float* host);
   void readState(int p, int k, float* host) const;
   int64_t paramElements(int p) const { return wholeElems_[p]; } // whole, as read and written
-  // Copies `root`'s parameters and optimizer states to every rank (each rank of a split
-  // group keeps its piece of the sharded ones).
+  // Copies `root`'s parameters and optimizer states (those it read or wrote: every one,
+  // whichever ranks hold them) to the ranks that hold them, each keeping its share.
+  // Collective.
   void broadcastState(int root);
   // A stage with split regions: every rank gathers the sharded parameters and optimizer
   // states whole, so that rank 0 can read them (checkpoints); with ZeRO, rank 0 gathers
   // every rank's slice of the optimizer states. Collective.
   void gatherShards();
-  // Frees what gatherShards gathered for rank 0's reads (ZeRO's whole optimizer states).
+  // Frees what gatherShards and gatherStages gathered for rank 0's reads.
   void dropGathered();
-  // A pipeline: each rank of replica 0 sends the parameters and optimizer states of its own
-  // stage to every other rank, so that every rank (rank 0 writes checkpoints) holds the
-  // whole model.
+  // A pipeline: the first rank of each stage sends its parameters and optimizer states
+  // whole (after gatherShards), and rank 0 keeps those of the other stages aside for
+  // readParam and readState (checkpoints). Collective.
   void gatherStages();
 
   // Records the instructions of the next steps into `trace` (until it is full); null: off.
@@ -189,8 +190,10 @@ private:
   // Where micro-batch `micro`'s piece of tensor t starts in the step's global batch: the
   // rank's slice (data-parallel), or its copy's inside a split region.
   int64_t firstSample(int micro, int t) const;
-  // Parameter q is cut over the split group (else every rank holds it whole).
-  bool sharded(int q) const { return paramElems_[q] != wholeElems_[q]; }
+  // This rank holds parameter q (Module::paramLayout), and holds a piece of it cut over the
+  // split group.
+  bool holds(int q) const { return paramOffset_[q] >= 0; }
+  bool sharded(int q) const { return holds(q) && paramElems_[q] != wholeElems_[q]; }
   // Parameter q is cut over the split group of its stage (on the ranks that run it).
   bool cutSomewhere(int q) const {
     const ir::Param& p = m_.params[q];
@@ -221,8 +224,9 @@ private:
   static constexpr int kParams = -1;
   void readModel(int k, int64_t offset, int64_t bytes, void* host) const;
   void writeModel(int k, int64_t offset, int64_t bytes, const void* host);
-  // Those bytes of optimizer state k, from `root` (of comm_) to every rank.
-  void broadcastStates(int k, int64_t offset, int64_t bytes, int root, const std::string& what);
+  // This rank's share of whole parameter q (k = kParams) or of its optimizer state k, from
+  // `whole` into its memory: its piece of a cut one, and of that the part in its ZeRO slice.
+  void placeWhole(int q, int k, const float* whole);
   void gatherParams(int64_t step);
   // ZeRO stage 3: start gathering bucket b whole into its block for `use` in the slot of
   // micro-batch `micro`; wait until it has arrived.
@@ -254,12 +258,15 @@ private:
   int64_t gradBytes_ = 0;
   std::vector<int64_t> paramOffset_, paramElems_, wholeElems_;
   std::vector<std::vector<int64_t>> paramShape_; // this rank's piece of each parameter
-  // Split regions: sharded parameters and optimizer states as whole host arrays, between
-  // rank 0's writes and broadcastState, or gatherShards and rank 0's reads; a zero bias for
+  // Parameters cut over the split group, and those this rank does not hold, with their
+  // optimizer states, as whole host arrays: between rank 0's writes and broadcastState, or
+  // gatherShards (gatherStages) and rank 0's reads; whether rank 0 wrote states (a
+  // checkpoint's; they start at zero otherwise); a zero bias for
   // the ranks that must not add one to their partial sums; scratch for the regions'
   // collectives.
   std::map<int, std::vector<float>> wholeParam_;
   std::map<std::pair<int, int>, std::vector<float>> wholeState_;
+  bool statesWritten_ = false;
   std::vector<float> zeroBias_, scratch_, gathered_;
   std::vector<float> ampIn_, ampOut_; // amp: f32 copies of half tensors for host-side ops
   // ZeRO stage 1 (Module::zeroApplies) over the ranks that share this rank's parameters:
@@ -346,11 +353,9 @@ private:
   int lossRanks_ = 0;              // ranks that compute the loss
   std::vector<int64_t> perSample_; // by op id: elements of a dropout's tensor per sample
   std::vector<uint64_t> seedKey_;  // by forward op id: what its dropout seed mixes in
-  // Gradient buckets: each one block of grads_, and its reduction while in flight; the
-  // bytes from its start that the reduction moves (all, but for split pieces: their
-  // gradients packed at the start, gradOffset_). By parameter, where its gradient is in
-  // grads_ (where the parameter is in the parameter memory, but in a bucket of pieces).
-  std::vector<int64_t> bucketBegin_, bucketEnd_, reducedBytes_, gradOffset_;
+  // Gradient buckets: each one block of grads_ (empty for another stage's), and its
+  // reduction while in flight.
+  std::vector<int64_t> bucketBegin_, bucketEnd_;
   std::vector<backend::Request> pending_;
   unsigned char* recvMem_ = nullptr;
   std::vector<Receive> stepRecv_, evalRecv_;  // by instruction index

@@ -366,21 +366,35 @@ bool Module::zeroShardsParams() const {
          std::all_of(params.begin(), params.end(), [](const Param& q) { return q.grad >= 0; });
 }
 
-std::vector<int64_t> Module::flatParamOffsets() const {
-  std::vector<int64_t> at{0};
-  for (const Param& q : params)
-    at.push_back(at.back() + (4 * numElements(q.type.shape, {}).value_or(0) + 63) / 64 * 64);
-  return at;
+bool Module::holdsParam(const Program& p, int q) const {
+  int op = params[q].op;
+  return op < 0 || ops[op].stage % mesh.depth() == p.stage;
+}
+
+Module::ParamLayout Module::paramLayout(const Program& p) const {
+  ParamLayout l;
+  l.offset.assign(params.size(), -1);
+  l.bytes.assign(params.size(), 0);
+  for (size_t q = 0; q < params.size(); ++q) {
+    int k = static_cast<int>(q);
+    if (!holdsParam(p, k)) continue;
+    l.offset[q] = l.total;
+    l.bytes[q] = 4;
+    for (int64_t d : localParamShape(p, k))
+      l.bytes[q] *= d;
+    l.total = l.end(k);
+  }
+  return l;
 }
 
 namespace {
 
-Module::ZeroSlice sliceOf(const Program& p, const std::vector<int64_t>& at) {
+Module::ZeroSlice sliceOf(const Program& p, const Module::ParamLayout& at) {
   Module::ZeroSlice z;
   if (p.params.empty()) return z;
-  z.base = at[p.params.front()];
+  z.base = at.offset[p.params.front()];
   z.ranks = p.dataRanks;
-  int64_t bytes = at[p.params.back() + 1] - z.base;
+  int64_t bytes = at.end(p.params.back()) - z.base;
   z.bytes = ((bytes + z.ranks - 1) / z.ranks + 63) / 64 * 64;
   return z;
 }
@@ -388,15 +402,16 @@ Module::ZeroSlice sliceOf(const Program& p, const std::vector<int64_t>& at) {
 } // namespace
 
 Module::ZeroSlice Module::zeroSlice(const Program& p) const {
-  return sliceOf(p, flatParamOffsets());
+  return sliceOf(p, paramLayout(p));
 }
 
 std::vector<std::vector<Module::SlicePiece>> Module::bucketPieces(const Program& p) const {
-  std::vector<int64_t> at = flatParamOffsets();
+  ParamLayout at = paramLayout(p);
   ZeroSlice z = sliceOf(p, at);
   std::vector<std::vector<SlicePiece>> out(buckets.size());
   for (size_t b = 0; b < buckets.size(); ++b) {
-    int64_t first = at[buckets[b].firstParam], last = at[buckets[b].endParam];
+    if (!at.holds(buckets[b].firstParam)) continue; // another stage's
+    int64_t first = at.spanBegin(buckets[b].firstParam), last = at.spanEnd(buckets[b].endParam);
     for (int k = 0; k < z.ranks; ++k) {
       int64_t begin = std::max(first, z.base + k * z.bytes);
       int64_t end = std::min(last, z.base + (k + 1) * z.bytes);

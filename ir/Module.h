@@ -322,9 +322,23 @@ struct Module {
   // gatherOffset), freed after the last op that reads them. With `zero = 3` wherever
   // stage 2 applies and every parameter has a gradient (so every one is in a bucket).
   bool zeroShardsParams() const;
-  // Where each parameter starts in a rank's flat parameter memory (the executor's layout:
-  // every parameter whole-sized, 64-byte aligned, in parameter order), and its end.
-  std::vector<int64_t> flatParamOffsets() const;
+  // The state layout of p's rank (docs/architecture.md, "State layout"): where each
+  // parameter it holds sits in its parameter memory, its gradients' and each optimizer
+  // state's alike. A rank holds the parameters of its stages' ops (every one without a
+  // pipeline), each its own piece (localParamShape), 64-byte aligned, in parameter order;
+  // the ranks that share parameters (a data-parallel group) lay them out alike.
+  struct ParamLayout {
+    std::vector<int64_t> offset, bytes; // by parameter; offset -1: not held on this rank
+    int64_t total = 0;
+    bool holds(int q) const { return offset[q] >= 0; }
+    int64_t end(int q) const { return offset[q] + (bytes[q] + 63) / 64 * 64; }
+    // Parameters [first, end), all held: where the first starts and the last ends.
+    int64_t spanBegin(int first) const { return offset[first]; }
+    int64_t spanEnd(int endParam) const { return end(endParam - 1); }
+  };
+  ParamLayout paramLayout(const Program& p) const;
+  // Whether p's rank holds parameter q (one of its stages' ops reads it).
+  bool holdsParam(const Program& p, int q) const;
   // ZeRO: the rank of p's data-parallel group whose slice holds byte `at` of the flat
   // parameter memory, and where that slice starts and ends.
   struct ZeroSlice {

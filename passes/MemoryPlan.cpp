@@ -305,21 +305,12 @@ private:
   static int64_t commScratch(const ir::Module& m, const ir::Program& p) {
     int64_t wire = ir::dtypeBytes(m.policy.commDtype);
     bool f32 = m.policy.commDtype == ir::DType::F32;
-    std::vector<int64_t> at = m.flatParamOffsets();
+    ir::Module::ParamLayout at = m.paramLayout(p);
     std::vector<std::vector<ir::Module::SlicePiece>> pieces;
     if (m.zeroShardsGradients()) pieces = m.bucketPieces(p);
     auto scratchOf = [&](size_t b) {
       const ir::GradBucket& g = m.buckets[b];
-      int64_t n = (at[g.endParam] - at[g.firstParam]) / 4, largest = 0;
-      if (g.pieces) { // split pieces: packed, each 64-byte aligned (Executor::gradOffset_)
-        n = 0;
-        for (int q = g.firstParam; q < g.endParam; ++q) {
-          int64_t elems = 1;
-          for (int64_t d : m.localParamShape(p, q))
-            elems *= d;
-          n += (elems + 15) / 16 * 16;
-        }
-      }
+      int64_t n = (at.spanEnd(g.endParam) - at.spanBegin(g.firstParam)) / 4, largest = 0;
       if (!pieces.empty()) { // reduce-scattered where the slices cut it, in place
         for (const ir::Module::SlicePiece& piece : pieces[b])
           largest = std::max(largest, (piece.end - piece.begin) / 4);
@@ -377,13 +368,15 @@ private:
       for (const ir::Param& prm : m.params)
         if (prm.grad >= 0) paramGrad[prm.grad] = true;
       if (m.zeroShardsGradients()) {
-        // The executor's layout: parameters side by side, each 64-byte aligned.
-        std::vector<int64_t> at = m.flatParamOffsets();
+        // The state layout: the rank's parameters side by side, each 64-byte aligned.
+        ir::Module::ParamLayout at = m.paramLayout(p);
         bucketOf.assign(m.tensors.size(), -1);
         for (size_t b = 0; b < m.buckets.size(); ++b) {
-          for (int q = m.buckets[b].firstParam; q < m.buckets[b].endParam; ++q)
+          const ir::GradBucket& g = m.buckets[b];
+          for (int q = g.firstParam; q < g.endParam; ++q)
             if (m.params[q].grad >= 0) bucketOf[m.params[q].grad] = static_cast<int>(b);
-          bucketBytes.push_back(at[m.buckets[b].endParam] - at[m.buckets[b].firstParam]);
+          bucketBytes.push_back(
+              at.holds(g.firstParam) ? at.spanEnd(g.endParam) - at.spanBegin(g.firstParam) : 0);
         }
         ids += m.buckets.size();
       }
@@ -539,26 +532,17 @@ private:
   }
 
   static void countStates(const ir::Module& m, ir::Program& p) {
-    int64_t params = 0, grads = 0;
-    // What the executor holds: every parameter's memory whole-sized on every rank (a split
-    // rank's piece fills the start of it), so that whole-memory broadcasts line up. Placing
-    // only a rank's own parameters and pieces is the state layout's work (docs/architecture.md).
-    for (const ir::Param& prm : m.params) {
-      int64_t n = ir::numElements(prm.type.shape, m.bindings).value_or(0);
-      params += 4 * n;
-      if (prm.grad >= 0) grads += 4 * n;
-    }
+    // What the executor holds (the state layout, Module::paramLayout): the parameters of
+    // the rank's stages, each its own piece, 64-byte aligned; gradients and each optimizer
+    // state laid out alike.
+    ir::Module::ParamLayout at = m.paramLayout(p);
     int states = m.optimizerStates();
-    p.paramBytes = params;
-    p.gradBytes = grads;
+    p.paramBytes = p.gradBytes = at.total;
     // ZeRO stage 1: each rank's slice of the states of its stage's parameters.
-    int64_t mine = 0, largest = 0;
-    for (int q : p.params) {
-      int64_t bytes = 4 * ir::numElements(m.params[q].type.shape, m.bindings).value_or(0);
-      mine += bytes;
-      largest = std::max(largest, bytes);
-    }
-    int64_t perState = m.zeroApplies() ? (mine + p.dataRanks - 1) / p.dataRanks : grads;
+    int64_t largest = 0;
+    for (int q : p.params)
+      largest = std::max(largest, at.bytes[q]);
+    int64_t perState = m.zeroApplies() ? m.zeroSlice(p).bytes : at.total;
     p.optimizerBytes = states * perState;
     if (m.zeroShardsGradients()) p.gradBytes = perState; // the slice; the buckets are in the arena
     if (m.zeroShardsParams()) p.paramBytes = perState;   // and the gathered parameters

@@ -280,3 +280,46 @@ train net {
   CHECK(one->programs.at(0).paramBytes == 4 * kPsi);
   CHECK(warnings.find("`offload` is not applied") != std::string::npos);
 }
+
+TEST_CASE("each rank holds its own stages' parameters, and its pieces of those cut by a split") {
+  // Two stages of one 64x64 linear each (no bias), the second split 2 ways by columns.
+  std::string text = R"(
+model net(x: f32[B, 64], y: f32[B, 64]) {
+  replicate { h = linear(x, 64, bias = false) }
+  split(2) { h = linear(h, 64, bias = false) }
+  return mse(h, y)
+}
+policy { micro_batches = 2 }
+train net {
+  data = synthetic(samples = 16)
+  batch = 8
+  optimizer = adam(lr = 1e-3)
+}
+)";
+  epl::Session session;
+  epl::PlanOptions options;
+  options.np = 4; // two ranks a stage
+  auto m = epl::planText("layout.epl", text, session, options);
+  for (const auto& d : session.diags.all())
+    INFO(d.message);
+  REQUIRE(m);
+  REQUIRE(m->programs.size() == 4);
+  REQUIRE(m->params.size() == 2);
+  const int64_t whole = 4 * 64 * 64;
+  for (const epl::ir::Program& p : m->programs) {
+    INFO("rank " << p.rank << ", stage " << p.stage);
+    epl::ir::Module::ParamLayout l = m->paramLayout(p);
+    int mine = p.stage, other = 1 - p.stage;
+    CHECK(m->holdsParam(p, mine));
+    CHECK_FALSE(m->holdsParam(p, other));
+    CHECK(l.offset[mine] == 0);
+    CHECK(l.offset[other] == -1);
+    int64_t bytes = p.stage == 0 ? whole : whole / 2; // the split stage's ranks: a half each
+    CHECK(l.bytes[mine] == bytes);
+    CHECK(l.total == bytes);
+    // The memory plan counts what the executor lays out: no other stage's parameters.
+    CHECK(p.paramBytes == bytes);
+    CHECK(p.gradBytes == bytes);
+    CHECK(p.optimizerBytes == 2 * bytes);
+  }
+}

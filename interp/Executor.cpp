@@ -149,16 +149,17 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
     wholeElems_.push_back(*ir::numElements(m_.params[p].type.shape, {}));
   }
   gradBytes_ = std::max<int64_t>(total, kAlign);
-  // ZeRO stage 1 over the ranks that sum this rank's gradients: its slice of the memory of
-  // the parameters it updates (consecutive, so one block), whose optimizer states it alone
-  // holds and updates.
+  // ZeRO stage 1 over the ranks that sum this rank's gradients: in each domain, its slice
+  // of the memory of the parameters it updates (one block), whose optimizer states it
+  // alone holds and updates.
   if (m_.zeroApplies()) {
-    ir::Module::ZeroSlice slice = m_.zeroSlice(program_);
-    EPL_ASSERT(slice.ranks == zeroComm().size(),
-               "ZeRO partitions over the ranks that sum gradients");
-    zeroBase_ = slice.base;
-    zeroBytes_ = slice.bytes;
-    zeroBegin_ = zeroBase_ + zeroComm().rank() * zeroBytes_;
+    for (const ir::Module::ZeroSlice& slice : m_.zeroSlices(program_)) {
+      backend::Comm* comm = slice.pieces ? pieces_.get() : &reduceComm();
+      EPL_ASSERT(comm && slice.ranks == comm->size() && slice.rank == comm->rank(),
+                 "ZeRO partitions over the ranks that sum gradients");
+      zero_.push_back({slice, comm, sliceBytes_});
+      sliceBytes_ += slice.bytes;
+    }
     shardGrads_ = m_.zeroShardsGradients();
     shardParams_ = m_.zeroShardsParams();
     paramsOnDisk_ = m_.offloadsParams();
@@ -275,9 +276,9 @@ Executor::~Executor() {
     for (auto& slot : sending_)
       for (Sending& x : slot)
         f(x.request, comm_);
-    for (auto& block : gathering_)
-      for (backend::Request& r : block)
-        f(r, zeroComm());
+    for (size_t k = 0; k < gathering_.size(); ++k) // by 2 bucket + use
+      for (backend::Request& r : gathering_[k])
+        f(r, *bucketDomain(static_cast<int>(k / 2)).comm);
   };
   bool leftBehind = false;
   inFlight([&](backend::Request& r, backend::Comm& comm) {
@@ -312,10 +313,8 @@ void Executor::allocateBuffers() {
     // With ZeRO the slices of every rank, side by side, may reach past the parameters;
     // with stage 3 the rank holds its own slice alone.
     // (none, with the slice in the offloaded states' file).
-    if (!paramsOnDisk_)
-      params_ = allocate(shardParams_ ? zeroBytes_
-                                      : std::max(gradBytes_, zeroBase_ + zeroRanks() * zeroBytes_));
-    grads_ = allocate(shardGrads_ ? zeroBytes_ : gradBytes_);
+    if (!paramsOnDisk_) params_ = allocate(shardParams_ ? sliceBytes_ : zeroStatesBytes());
+    grads_ = allocate(shardGrads_ ? sliceBytes_ : gradBytes_);
     if (program_.offloadedBytes > 0)
       stagingMem_ = allocate(program_.stagingBytes);
     else
@@ -399,7 +398,7 @@ backend::TensorView Executor::paramView(int p, int use, int slot) const {
 
 backend::TensorView Executor::stateView(int p, int k) const {
   backend::TensorView v = paramView(p);
-  v.data = k < states_ && zeroBytes_ == 0 && !disk_ ? stateMem_[k] + paramOffset_[p] : nullptr;
+  v.data = k < states_ && zero_.empty() && !disk_ ? stateMem_[k] + paramOffset_[p] : nullptr;
   return v;
 }
 
@@ -604,30 +603,22 @@ void Executor::fromPieces(int q, const float* pieces, float* whole) const {
 }
 
 // Parameters and states come and go whole: one cut over the split group, or held by other
-// ranks alone, is kept whole on the host until broadcastState hands every rank its share.
+// ranks alone, is kept whole on the host until broadcastState hands every rank its share;
+// with ZeRO, the rank's piece of it in the host copy of the memory its slices cut.
 void Executor::writeParam(int p, const float* host) {
-  if (!holds(p)) {
-    wholeParam_[p].assign(host, host + wholeElems_[p]);
-    return;
-  }
-  if (shardParams_) { // kept whole on the host until broadcastState hands out the slices
-    zeroParams_.resize(static_cast<size_t>(zeroStatesBytes() / 4));
-    std::copy(host, host + paramElems_[p], zeroParams_.begin() + paramOffset_[p] / 4);
-    int64_t begin = std::max(paramOffset_[p], zeroBegin_);
-    int64_t end = std::min(paramOffset_[p] + 4 * paramElems_[p], zeroBegin_ + zeroBytes_);
-    if (begin < end)
-      writeModel(kParams, begin - zeroBegin_, end - begin, host + (begin - paramOffset_[p]) / 4);
-    return;
-  }
-  if (sharded(p)) {
-    wholeParam_[p].assign(host, host + wholeElems_[p]);
-    std::vector<float> piece(static_cast<size_t>(paramElems_[p]));
-    toPiece(p, host, piece.data());
-    dev_.copyToDevice(params_ + paramOffset_[p], piece.data(), 4 * paramElems_[p]);
-    dev_.synchronize();
-    return;
-  }
-  dev_.copyToDevice(params_ + paramOffset_[p], host, 4 * paramElems_[p]);
+  if (!holds(p) || sharded(p)) wholeParam_[p].assign(host, host + wholeElems_[p]);
+  if (!holds(p)) return;
+  if (shardParams_) keepWhole(p, kParams, host);
+  placeWhole(p, kParams, host);
+}
+void Executor::keepWhole(int p, int k, const float* host) {
+  std::vector<float>& whole = zeroWhole(k);
+  whole.resize(static_cast<size_t>(zeroStatesBytes() / 4));
+  float* at = whole.data() + paramOffset_[p] / 4;
+  if (sharded(p))
+    toPiece(p, host, at);
+  else
+    std::copy(host, host + paramElems_[p], at);
 }
 void Executor::readParam(int p, float* host) const {
   if (!holds(p) || sharded(p)) {
@@ -650,24 +641,10 @@ void Executor::readParam(int p, float* host) const {
 void Executor::writeState(int p, int k, const float* host) {
   EPL_ASSERT(k < states_, "no such optimizer state");
   statesWritten_ = true;
-  if (!holds(p)) {
-    wholeState_[{p, k}].assign(host, host + wholeElems_[p]);
-    return;
-  }
-  if (zeroBytes_ > 0) { // kept whole on the host until broadcastState hands out the slices
-    std::vector<float>& whole = zeroStates_[k];
-    whole.resize(static_cast<size_t>(zeroStatesBytes() / 4));
-    std::copy(host, host + paramElems_[p], whole.begin() + paramOffset_[p] / 4);
-    return;
-  }
-  if (sharded(p)) {
-    wholeState_[{p, k}].assign(host, host + wholeElems_[p]);
-    std::vector<float> piece(static_cast<size_t>(paramElems_[p]));
-    toPiece(p, host, piece.data());
-    writeModel(k, paramOffset_[p], 4 * paramElems_[p], piece.data());
-    return;
-  }
-  writeModel(k, paramOffset_[p], 4 * paramElems_[p], host);
+  if (!holds(p) || sharded(p)) wholeState_[{p, k}].assign(host, host + wholeElems_[p]);
+  if (!holds(p)) return;
+  if (!zero_.empty()) keepWhole(p, k, host);
+  placeWhole(p, k, host);
 }
 void Executor::readState(int p, int k, float* host) const {
   EPL_ASSERT(k < states_, "no such optimizer state");
@@ -678,7 +655,7 @@ void Executor::readState(int p, int k, float* host) const {
     std::copy(v.begin(), v.end(), host);
     return;
   }
-  if (zeroBytes_ > 0) {
+  if (!zero_.empty()) {
     const std::vector<float>& whole = zeroStates_[k];
     EPL_ASSERT(!whole.empty(), "gatherShards() runs before a ZeRO-partitioned state is read");
     auto first = whole.begin() + paramOffset_[p] / 4;
@@ -711,10 +688,12 @@ void Executor::placeWhole(int q, int k, const float* whole) {
     mine = piece.data();
   }
   int64_t begin = paramOffset_[q], end = begin + 4 * paramElems_[q];
-  if (!(k == kParams ? shardParams_ : zeroBytes_ > 0))
+  if (!(k == kParams ? shardParams_ : !zero_.empty()))
     return writeModel(k, begin, end - begin, mine);
-  int64_t from = std::max(begin, zeroBegin_), to = std::min(end, zeroBegin_ + zeroBytes_);
-  if (from < to) writeModel(k, from - zeroBegin_, to - from, mine + (from - begin) / 4);
+  const ZeroDomain* d = findDomain(begin); // none: a parameter without a gradient
+  if (!d) return;
+  int64_t from = std::max(begin, d->slice.begin()), to = std::min(end, d->slice.end());
+  if (from < to) writeModel(k, stateOffset(from), to - from, mine + (from - begin) / 4);
 }
 
 // Parameter by parameter, whole from the root (its host copy or its memory: readParam), to
@@ -764,22 +743,25 @@ void Executor::dropGathered() {
 void Executor::gatherShards() {
   wholeParam_.clear();
   wholeState_.clear();
-  // ZeRO: the slices of the optimizer states (with stage 3, of the parameters too), side by
-  // side, on the first of the ranks that share them (rank 0, or a pipeline stage's first;
-  // gatherStages takes them on to rank 0), one owner's broadcast at a time.
-  for (int k = shardParams_ ? kParams : 0; k < states_ && zeroBytes_ > 0; ++k) {
+  // ZeRO: in each domain, the slices of the optimizer states (with stage 3, of the
+  // parameters too), side by side, on the first of the ranks that share them (rank 0, a
+  // pipeline stage's first, or a split rank's first copy; a split group's pieces are
+  // joined below, and gatherStages takes them on to rank 0), one owner's broadcast at a time.
+  for (int k = shardParams_ ? kParams : 0; k < states_ && !zero_.empty(); ++k) {
     dev_.synchronize();
-    backend::Comm& group = zeroComm();
-    bool reader = group.rank() == 0;
-    std::vector<float> slice(static_cast<size_t>(zeroBytes_ / 4));
-    std::vector<float>& whole = zeroWhole(k);
-    if (reader) whole.resize(static_cast<size_t>(zeroStatesBytes() / 4));
-    for (int r = 0; r < group.size(); ++r) {
-      float* data = reader ? whole.data() + (zeroBase_ + r * zeroBytes_) / 4 : slice.data();
-      if (r == group.rank()) readModel(k, 0, zeroBytes_, data);
-      group.broadcast(data, zeroBytes_, r,
-                      fmt::format("gathering rank {}'s {}", r,
-                                  k == kParams ? "parameters" : "optimizer states"));
+    for (const ZeroDomain& d : zero_) {
+      backend::Comm& group = *d.comm;
+      bool reader = group.rank() == 0;
+      std::vector<float> slice(static_cast<size_t>(d.slice.bytes / 4));
+      std::vector<float>& whole = zeroWhole(k);
+      if (reader) whole.resize(static_cast<size_t>(zeroStatesBytes() / 4));
+      for (int r = 0; r < group.size(); ++r) {
+        float* data = reader ? whole.data() + (d.slice.base + r * d.slice.bytes) / 4 : slice.data();
+        if (r == group.rank()) readModel(k, d.at, d.slice.bytes, data);
+        group.broadcast(data, d.slice.bytes, r,
+                        fmt::format("gathering rank {}'s {}", r,
+                                    k == kParams ? "parameters" : "optimizer states"));
+      }
     }
   }
   if (program_.splitWidth == 1) return;
@@ -789,7 +771,12 @@ void Executor::gatherShards() {
     if (!sharded(q)) continue;
     auto gather = [&](int k, std::vector<float>& whole) {
       std::vector<float> mine(static_cast<size_t>(paramElems_[q]));
-      readModel(k, paramOffset_[q], 4 * paramElems_[q], mine.data());
+      if (!(k == kParams ? shardParams_ : !zero_.empty())) {
+        readModel(k, paramOffset_[q], 4 * paramElems_[q], mine.data());
+      } else if (!zeroWhole(k).empty()) { // joined above on the split rank's first copy
+        auto first = zeroWhole(k).begin() + paramOffset_[q] / 4;
+        std::copy(first, first + paramElems_[q], mine.begin());
+      }
       std::vector<float> pieces(static_cast<size_t>(paramElems_[q] * program_.splitWidth));
       splitComm().allGather(mine.data(), pieces.data(), 4 * paramElems_[q],
                             fmt::format("gathering @{}", m_.params[q].name));
@@ -961,9 +948,10 @@ void Executor::startReduce(int b, int micro) {
   }
   // ZeRO stage 2: rank k gets the sum of the bucket's bytes in its slice, in place.
   float* data = reinterpret_cast<float*>(bucketMem(b, slotOf(micro)));
-  int64_t mine = std::clamp(zeroBegin_, bucketBegin_[b], bucketEnd_[b]) - bucketBegin_[b];
+  const ZeroDomain& d = bucketDomain(b);
+  int64_t mine = std::clamp(d.slice.begin(), bucketBegin_[b], bucketEnd_[b]) - bucketBegin_[b];
   pending_[b] =
-      zeroComm().ireduceScatterBlocks(data, data + mine / 4, scatterCounts_[b], wire_, scale);
+      d.comm->ireduceScatterBlocks(data, data + mine / 4, scatterCounts_[b], wire_, scale);
 }
 
 // ZeRO stage 2, once: each parameter's bucket; where each bucket is cut between the ranks'
@@ -973,10 +961,11 @@ void Executor::startReduce(int b, int micro) {
 void Executor::planShardedBuckets() {
   bucketOfParam_ = m_.paramBuckets();
   gatherPieces_ = m_.bucketPieces(program_);
-  scatterCounts_.assign(m_.buckets.size(), std::vector<int64_t>(zeroComm().size(), 0));
+  scatterCounts_.assign(m_.buckets.size(), {});
   for (size_t b = 0; b < m_.buckets.size(); ++b) {
     EPL_ASSERT(bucketEnd_[b] - bucketBegin_[b] == program_.bucketBytes[b],
                "a gradient bucket's bytes differ from the memory plan's");
+    scatterCounts_[b].assign(bucketDomain(static_cast<int>(b)).comm->size(), 0);
     for (const ir::Module::SlicePiece& piece : gatherPieces_[b])
       scatterCounts_[b][piece.rank] = (piece.end - piece.begin) / 4;
   }
@@ -1009,10 +998,11 @@ void Executor::startGather(const ir::Instr& in) {
   int64_t first = bucketBegin_[in.bucket];
   std::vector<backend::Request>& started = gathering_[2 * in.bucket + in.use];
   EPL_ASSERT(started.empty(), "a bucket's gather is waited for before it starts again");
+  backend::Comm& comm = *bucketDomain(in.bucket).comm;
   for (const ir::Module::SlicePiece& piece : gatherPieces_[in.bucket]) {
-    if (piece.rank != zeroComm().rank()) continue;
+    if (piece.rank != comm.rank()) continue;
     if (paramsOnDisk_) // straight from the file into the block (host memory on this device)
-      disk_->read(states_, piece.begin - zeroBegin_, piece.end - piece.begin,
+      disk_->read(states_, stateOffset(piece.begin), piece.end - piece.begin,
                   block + (piece.begin - first));
     else
       dev_.copyOnDevice(block + (piece.begin - first), paramAt(piece.begin),
@@ -1022,26 +1012,28 @@ void Executor::startGather(const ir::Instr& in) {
   dev_.synchronize();
   for (const ir::Module::SlicePiece& piece : gatherPieces_[in.bucket])
     started.push_back(
-        zeroComm().ibroadcast(block + (piece.begin - first), piece.end - piece.begin, piece.rank));
+        comm.ibroadcast(block + (piece.begin - first), piece.end - piece.begin, piece.rank));
 }
 
 void Executor::waitGather(const ir::Instr& in, size_t index, int64_t step) {
   const ir::GradBucket& b = m_.buckets[in.bucket];
   std::vector<backend::Request>& started = gathering_[2 * in.bucket + in.use];
   for (backend::Request& r : started)
-    zeroComm().wait(r, fmt::format("instruction {} of step {}: gather-wait bucket {} ({} "
-                                   "parameters from {}, for the {} of micro-batch {})",
-                                   index, step + 1, in.bucket, b.endParam - b.firstParam,
-                                   m_.params[b.firstParam].name,
-                                   in.use == 0 ? "forward" : "backward", in.micro));
+    bucketDomain(in.bucket).comm->wait(
+        r,
+        fmt::format("instruction {} of step {}: gather-wait bucket {} ({} "
+                    "parameters from {}, for the {} of micro-batch {})",
+                    index, step + 1, in.bucket, b.endParam - b.firstParam,
+                    m_.params[b.firstParam].name, in.use == 0 ? "forward" : "backward", in.micro));
   started.clear();
 }
 
 // ZeRO stage 2: this rank's sum of bucket b, reduced in the slot `slot`, added into its
 // gradient slice (zero-grads cleared it, so the first micro-batch's lands as it is).
 void Executor::foldSlice(int b, int slot) {
-  int64_t begin = std::max(zeroBegin_, bucketBegin_[b]);
-  int64_t end = std::min(zeroBegin_ + zeroBytes_, bucketEnd_[b]);
+  const ZeroDomain& d = bucketDomain(b);
+  int64_t begin = std::max(d.slice.begin(), bucketBegin_[b]);
+  int64_t end = std::min(d.slice.end(), bucketEnd_[b]);
   if (begin >= end) return;
   unsigned char* sum = bucketMem(b, slot) + (begin - bucketBegin_[b]);
   backend::KernelCall add;
@@ -1056,7 +1048,7 @@ void Executor::foldSlice(int b, int slot) {
 void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t seed, bool training) {
   switch (in.kind) {
   case ir::InstrKind::ZeroGrads:
-    dev_.fillZero(grads_, shardGrads_ ? zeroBytes_ : gradBytes_);
+    dev_.fillZero(grads_, shardGrads_ ? sliceBytes_ : gradBytes_);
     return;
   case ir::InstrKind::Load:
     load(in.micro);
@@ -1408,8 +1400,27 @@ void Executor::moeExchange(const ir::Instr& in, size_t index, int64_t step) {
 // global norm.
 void Executor::gradNorm(const ir::Op& op) {
   float* acc = static_cast<float*>(view(m_.gradNorm).data);
-  if (shardGrads_) { // ZeRO stage 2: each rank's slice (zero between parameters)
-    dev_.sumSquares(backend::TensorView{grads_, ir::DType::F32, {zeroBytes_ / 4}}, acc, false);
+  if (shardGrads_) { // ZeRO stage 2: each rank's slices (zero between parameters)
+    // A whole parameter inside a split region has the same gradient on every rank of its
+    // split group: the first counts it.
+    std::vector<std::pair<int64_t, int64_t>> runs; // of the slice memory, to sum
+    int64_t from = 0;
+    for (int q : program_.params) {
+      if (program_.splitRank == 0 || !m_.reducedOverPieces(q) || sharded(q)) continue;
+      auto [begin, end] = updatedBytes(q);
+      if (begin >= end) continue;
+      runs.push_back({from, stateOffset(begin)});
+      from = stateOffset(begin) + (end - begin);
+    }
+    runs.push_back({from, sliceBytes_});
+    bool first = true;
+    for (auto [begin, end] : runs)
+      if (begin < end) {
+        dev_.sumSquares(backend::TensorView{grads_ + begin, ir::DType::F32, {(end - begin) / 4}},
+                        acc, !first);
+        first = false;
+      }
+    if (first) dev_.fillZero(acc, 4);
     float sq = 0;
     dev_.copyToHost(&sq, acc, 4);
     dev_.synchronize();
@@ -1468,8 +1479,9 @@ void Executor::clip(float* acc, float sq) {
 // slice (the update is elementwise).
 std::pair<int64_t, int64_t> Executor::updatedBytes(int p) const {
   int64_t begin = paramOffset_[p], end = paramOffset_[p] + 4 * paramElems_[p];
-  if (zeroBytes_ == 0) return {begin, end};
-  return {std::max(begin, zeroBegin_), std::min(end, zeroBegin_ + zeroBytes_)};
+  if (zero_.empty()) return {begin, end};
+  const ZeroDomain& d = domainOf(begin);
+  return {std::max(begin, d.slice.begin()), std::min(end, d.slice.end())};
 }
 
 // Offloaded states: the chunks of the step's optimizer ops, in the order the step runs
@@ -1511,7 +1523,7 @@ void Executor::optimizerStep(int id, int64_t step) {
   c.grad = view(op.inputs[0]);
   c.state1 = stateView(p, 0);
   c.state2 = stateView(p, 1);
-  if (zeroBytes_ == 0 && !disk_) return overflow_ ? void() : dev_.optimizerStep(c);
+  if (zero_.empty() && !disk_) return overflow_ ? void() : dev_.optimizerStep(c);
   // A run of the parameter's bytes [from, to), with its states at s1 and s2.
   EPL_ASSERT(gradParam_[op.inputs[0]] == p, "an optimizer op reads its parameter's gradient");
   auto update = [&](int64_t from, int64_t to, unsigned char* param, unsigned char* s1,
@@ -1543,12 +1555,25 @@ void Executor::optimizerStep(int id, int64_t step) {
   }
 }
 
+const Executor::ZeroDomain* Executor::findDomain(int64_t b) const {
+  for (const ZeroDomain& d : zero_)
+    if (b >= d.slice.base && b < d.slice.base + d.slice.ranks * d.slice.bytes) return &d;
+  return nullptr;
+}
+
+const Executor::ZeroDomain& Executor::domainOf(int64_t b) const {
+  const ZeroDomain* d = findDomain(b);
+  EPL_ASSERT(d != nullptr, "a parameter byte ZeRO partitions lies in one of its domains");
+  return *d;
+}
+
 // ZeRO: every rank's updated slice of the parameters, to every rank, in place (the slices
 // lie side by side in the parameter memory).
 void Executor::gatherParams(int64_t step) {
   dev_.synchronize();
-  zeroComm().allGather(params_ + zeroBegin_, params_ + zeroBase_, zeroBytes_,
-                       fmt::format("gathering the parameters updated in step {}", step + 1));
+  for (const ZeroDomain& d : zero_)
+    d.comm->allGather(params_ + d.slice.begin(), params_ + d.slice.base, d.slice.bytes,
+                      fmt::format("gathering the parameters updated in step {}", step + 1));
 }
 
 // What the trace calls an instruction.
@@ -1628,7 +1653,7 @@ StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
   tracing_ = false;
   finishSends(-1);
   if (disk_) disk_->endStep();
-  if (zeroBytes_ > 0 && !shardParams_) gatherParams(step);
+  if (!zero_.empty() && !shardParams_) gatherParams(step);
   dev_.synchronize();
   if (traced) trace_->endStep();
   StepResult r;

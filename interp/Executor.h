@@ -81,8 +81,14 @@ public:
   HostBatch& staging(int micro) { return staging_[micro]; }
   bool readsNextTokens() const { return !nextOps_.empty(); }
   int microBatches() const { return program_.microBatches; }
-  // The ranks ZeRO partitions the optimizer states over (0: every rank holds them all).
-  int zeroRanks() const { return zeroBytes_ > 0 ? zeroComm().size() : 0; }
+  // The ranks ZeRO partitions the optimizer states over (0: every rank holds them all): of
+  // the parameters summed over the stage's ranks, or (`pieces`) of a split region's pieces.
+  int zeroRanks(bool pieces = false) const {
+    for (const ZeroDomain& d : zero_)
+      if (d.slice.pieces == pieces) return d.slice.ranks;
+    return 0;
+  }
+  bool zeroApplied() const { return !zero_.empty(); }
   // The directory of the file holding the optimizer states, when they are offloaded to disk
   // (else empty).
   std::string offloadDir() const { return disk_ ? disk_->dir() : std::string(); }
@@ -216,8 +222,13 @@ private:
   }
   void optimizerStep(int op, int64_t step);
   std::pair<int64_t, int64_t> updatedBytes(int p) const;
-  // Where parameter byte b's optimizer states are in each state's memory (or file).
-  int64_t stateOffset(int64_t b) const { return b - (zeroBytes_ > 0 ? zeroBegin_ : 0); }
+  // Where parameter byte b's optimizer states are in each state's memory (or file): with
+  // ZeRO, in the rank's slices side by side (b in one of them).
+  int64_t stateOffset(int64_t b) const {
+    if (zero_.empty()) return b;
+    const ZeroDomain& d = domainOf(b);
+    return d.at + b - d.slice.begin();
+  }
   void planOffloadChunks();
   // Bytes [offset, offset + bytes) of the parameters' memory (k = kParams) or of optimizer
   // state k's (in memory or on disk), to or from host memory. Blocking.
@@ -227,19 +238,23 @@ private:
   // This rank's share of whole parameter q (k = kParams) or of its optimizer state k, from
   // `whole` into its memory: its piece of a cut one, and of that the part in its ZeRO slice.
   void placeWhole(int q, int k, const float* whole);
+  // ZeRO: the rank's piece of whole parameter q (k = kParams) or of its optimizer state k,
+  // into the host copy of the memory its domains' slices cut (zeroWhole).
+  void keepWhole(int q, int k, const float* whole);
   void gatherParams(int64_t step);
   // ZeRO stage 3: start gathering bucket b whole into its block for `use` in the slot of
   // micro-batch `micro`; wait until it has arrived.
   void startGather(const ir::Instr& in);
   void waitGather(const ir::Instr& in, size_t index, int64_t step);
-  // Bytes of each optimizer state this rank holds: its ZeRO slice, or every parameter.
-  int64_t stateBytes() const { return zeroBytes_ > 0 ? zeroBytes_ : gradBytes_; }
-  // ZeRO: the ranks that share this rank's parameters (they sum its gradients), and the
-  // bytes of a whole optimizer state on the host: every parameter's place, and the slices'
-  // padding past the last.
-  backend::Comm& zeroComm() const { return reduceComm(); }
+  // Bytes of each optimizer state this rank holds: its ZeRO slices, or every parameter.
+  int64_t stateBytes() const { return zero_.empty() ? gradBytes_ : sliceBytes_; }
+  // ZeRO: the bytes of a whole optimizer state on the host: every parameter's place, and
+  // the slices' padding past the last.
   int64_t zeroStatesBytes() const {
-    return std::max(gradBytes_, zeroBase_ + zeroRanks() * zeroBytes_);
+    int64_t n = gradBytes_;
+    for (const ZeroDomain& d : zero_)
+      n = std::max(n, d.slice.base + d.slice.ranks * d.slice.bytes);
+    return n;
   }
   int lossOp() const;
 
@@ -269,14 +284,28 @@ private:
   bool statesWritten_ = false;
   std::vector<float> zeroBias_, scratch_, gathered_;
   std::vector<float> ampIn_, ampOut_; // amp: f32 copies of half tensors for host-side ops
-  // ZeRO stage 1 (Module::zeroApplies) over the ranks that share this rank's parameters:
-  // the parameters it updates are bytes [zeroBase_, zeroBase_ + T) of the flat parameter
-  // memory; it holds the optimizer states of bytes [zeroBegin_, zeroBegin_ + zeroBytes_)
-  // (slice zeroComm().rank() of T), updates the parameters there alone, and the slices
-  // are all-gathered after the optimizer ops (zeroBytes_ = 0: off). Whole states sit on
-  // the host (zeroStates_, flat like the parameters) between gatherShards and rank 0's
-  // reads (then dropGathered), or rank 0's writes and broadcastState.
-  int64_t zeroBase_ = 0, zeroBegin_ = 0, zeroBytes_ = 0;
+  // ZeRO stage 1 (Module::zeroApplies) over the ranks that share this rank's parameters,
+  // in each domain (Module::zeroSlices: those summed over the stage's ranks, and a split
+  // region's pieces, summed over the ranks holding the same ones) with the communicator of
+  // its ranks: the rank holds the optimizer states of its slice of each, side by side
+  // (`at`: where the domain's slice starts there; sliceBytes_ in all), updates the
+  // parameters there alone, and the slices are all-gathered after the optimizer ops
+  // (zero_ empty: off). Whole states sit on the host (zeroStates_, laid out like the
+  // parameters) between gatherShards and rank 0's reads (then dropGathered), or rank 0's
+  // writes and broadcastState.
+  struct ZeroDomain {
+    ir::Module::ZeroSlice slice;
+    backend::Comm* comm = nullptr;
+    int64_t at = 0;
+  };
+  std::vector<ZeroDomain> zero_;
+  int64_t sliceBytes_ = 0;
+  // The domain whose slices hold parameter byte b, and bucket b's.
+  const ZeroDomain& domainOf(int64_t b) const;
+  const ZeroDomain* findDomain(int64_t b) const; // null: in none
+  const ZeroDomain& bucketDomain(int b) const {
+    return zero_.at(m_.buckets[b].pieces && zero_.back().slice.pieces ? zero_.size() - 1 : 0);
+  }
   std::vector<float> zeroStates_[2];
   // ZeRO stage 3 (Module::zeroShardsParams): params_ holds the parameters of the slice
   // alone (byte b of the flat memory at paramAt(b)); each bucket is gathered whole into
@@ -291,7 +320,7 @@ private:
   std::vector<std::vector<ir::Module::SlicePiece>> gatherPieces_;
   std::vector<std::vector<backend::Request>> gathering_;
   std::vector<float> zeroParams_;
-  unsigned char* paramAt(int64_t b) const { return params_ + b - (shardParams_ ? zeroBegin_ : 0); }
+  unsigned char* paramAt(int64_t b) const { return params_ + (shardParams_ ? stateOffset(b) : b); }
   unsigned char* gatherMem(int b, int use, int slot) const {
     int id = static_cast<int>(m_.tensors.size() + m_.buckets.size()) + 2 * b + use;
     int64_t base = program_.isShared(id) ? program_.slots * program_.slotStride()
@@ -300,8 +329,8 @@ private:
   }
   // The host copy of what readModel/writeModel call k (kParams: the parameters).
   std::vector<float>& zeroWhole(int k) { return k == kParams ? zeroParams_ : zeroStates_[k]; }
-  // ZeRO stage 2 (Module::zeroShardsGradients): grads_ holds the gradients of the ZeRO slice
-  // alone (flat like the parameters from zeroBegin_); bucket b's gradients sit in the arena
+  // ZeRO stage 2 (Module::zeroShardsGradients): grads_ holds the gradients of the rank's ZeRO
+  // slices alone (laid out as the optimizer states are); bucket b's gradients sit in the arena
   // at Program::bucketOffset[b] (of the micro-batch's slot, or of the shared region),
   // cleared before the step instruction that first writes them in each micro-batch
   // (clearBuckets_, by instruction), and each reduction is reduce-scattered in place there,
@@ -317,7 +346,7 @@ private:
     return arena_ + base + program_.bucketOffset[b];
   }
   // Where the gradient of parameter byte b is in grads_ (its slice, with ZeRO stage 2).
-  unsigned char* gradAt(int64_t b) const { return grads_ + b - (shardGrads_ ? zeroBegin_ : 0); }
+  unsigned char* gradAt(int64_t b) const { return grads_ + (shardGrads_ ? stateOffset(b) : b); }
   void planShardedBuckets();
   void foldSlice(int bucket, int slot);
   // Optimizer states offloaded to disk (Program::offloadedBytes > 0; stateMem_ is then

@@ -456,17 +456,23 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
                      : m.policy.commDtype == ir::DType::BF16 ? "bf16"
                                                              : "fp16",
                      m.policy.overlapComm ? ", overlapping the backward" : ", after the backward");
-  if (ex.zeroRanks() > 0 && m.zeroShardsParams())
-    out << fmt::format("parameters, gradients and optimizer states: each rank holds 1/{} (ZeRO "
+  // With split regions, their pieces are partitioned over the copies of the split group.
+  std::vector<std::string> shares;
+  if (ex.zeroRanks() > 0) shares.push_back(fmt::format("1/{}", ex.zeroRanks()));
+  if (ex.zeroRanks(true) > 0)
+    shares.push_back(fmt::format("of the split layers' pieces 1/{}", ex.zeroRanks(true)));
+  std::string share = fmt::format("{}", fmt::join(shares, ", "));
+  if (ex.zeroApplied() && m.zeroShardsParams())
+    out << fmt::format("parameters, gradients and optimizer states: each rank holds {} (ZeRO "
                        "stage 3) and updates its slice; each bucket's parameters are gathered "
                        "before its forward and its backward in every micro-batch, and freed "
                        "after\n",
-                       ex.zeroRanks());
-  else if (ex.zeroRanks() > 0)
-    out << fmt::format("{}: each rank holds 1/{} (ZeRO stage {}) and updates its "
+                       share);
+  else if (ex.zeroApplied())
+    out << fmt::format("{}: each rank holds {} (ZeRO stage {}) and updates its "
                        "slice of the parameters; the slices are all-gathered after each step\n",
-                       scatter ? "optimizer states and gradients" : "optimizer states",
-                       ex.zeroRanks(), scatter ? 2 : 1);
+                       scatter ? "optimizer states and gradients" : "optimizer states", share,
+                       scatter ? 2 : 1);
 }
 
 // Rank 0 writes the checkpoints: it locks their folder for the whole run, which also shows
@@ -597,13 +603,17 @@ void warnUnappliedPolicies(const ir::Module& m, Diagnostics& diags) {
   // One rank has nothing to partition.
   bool one = m.mesh.np == 1;
   warn("zero", p.zero != ir::ZeroStage::None && !one && !m.zeroApplies(),
-       "ZeRO partitions the optimizer states over data-parallel ranks and pipeline stages' "
-       "copies, not over split regions' or interleaved chunks' ranks: here every rank holds "
-       "all of them");
+       m.splitPiecesShared()
+           ? "ZeRO partitions the optimizer states over data-parallel ranks, pipeline stages' "
+             "copies and split groups' copies, not over interleaved chunks' ranks: here every "
+             "rank holds all of them"
+           : "ZeRO partitions a split region's pieces over the copies of its split group, and "
+             "here there is one: every rank holds all optimizer states (with -np twice this, "
+             "each would hold half)");
   warn("zero",
        p.zero >= ir::ZeroStage::Gradients && !one && m.zeroApplies() && !m.zeroShardsGradients(),
        "stage 1 (the optimizer states) is applied; stage 2's gradient partition runs in "
-       "data-parallel plans and pipelines' copies without split regions or interleaved "
+       "data-parallel plans, split groups' copies and pipelines' copies without interleaved "
        "chunks so far, so here every rank holds all gradients");
   warn("zero",
        p.zero == ir::ZeroStage::Parameters && !one && m.zeroShardsGradients() &&

@@ -276,11 +276,22 @@ bool Module::ampApplies() const {
   return policy.amp != Amp::None && train.present;
 }
 
+bool Module::splitPiecesShared() const {
+  for (const StagePlan& st : mesh.stages)
+    if (st.splitWidth > 1 && mesh.dataParallel * st.group / st.splitWidth < 2) return false;
+  return true;
+}
+
+bool Module::reducedOverPieces(int q) const {
+  const Param& prm = params[q];
+  return prm.op >= 0 && mesh.stages.size() > static_cast<size_t>(ops[prm.op].stage) &&
+         mesh.stages[ops[prm.op].stage].splitWidth > 1 && splitScopeOf(ops[prm.op].scope) >= 0 &&
+         !prm.sumOverSplit;
+}
+
 bool Module::zeroApplies() const {
   if (policy.zero == ZeroStage::None || programs.empty()) return false;
-  if (optimizerStates() == 0) return false;
-  for (const StagePlan& st : mesh.stages)
-    if (st.splitWidth > 1) return false;
+  if (optimizerStates() == 0 || !splitPiecesShared()) return false;
   for (const Program& p : programs) {
     if (p.dataRanks < 2 || p.params.empty()) return false;
     for (size_t k = 1; k < p.params.size(); ++k)
@@ -336,9 +347,9 @@ int64_t Module::ampStagingBytes(const Program& p, int op) const {
 }
 
 bool Module::zeroShardsGradients() const {
-  if (policy.zero < ZeroStage::Gradients || optimizerStates() == 0 || buckets.empty()) return false;
-  for (const StagePlan& st : mesh.stages)
-    if (st.splitWidth > 1) return false;
+  if (policy.zero < ZeroStage::Gradients || optimizerStates() == 0 || buckets.empty() ||
+      !splitPiecesShared())
+    return false;
   if (mesh.stages.size() > 1) {
     // A pipeline's copies: every stage's parameters, consecutive without interleaved chunks,
     // summed over several ranks (data-parallel pass: a bucket per stage at least).
@@ -375,47 +386,76 @@ Module::ParamLayout Module::paramLayout(const Program& p) const {
   ParamLayout l;
   l.offset.assign(params.size(), -1);
   l.bytes.assign(params.size(), 0);
-  for (size_t q = 0; q < params.size(); ++q) {
-    int k = static_cast<int>(q);
-    if (!holdsParam(p, k)) continue;
-    l.offset[q] = l.total;
-    l.bytes[q] = 4;
-    for (int64_t d : localParamShape(p, k))
-      l.bytes[q] *= d;
-    l.total = l.end(k);
+  for (int pieces = 0; pieces < 2; ++pieces) { // then the split pieces' domain
+    bool second = false;
+    for (size_t q = 0; q < params.size(); ++q)
+      second =
+          second || (holdsParam(p, static_cast<int>(q)) && reducedOverPieces(static_cast<int>(q)));
+    if (pieces == 1 && second) {
+      // ZeRO's slices of the first domain, padded to equal sizes, end before the second.
+      int64_t first = -1;
+      for (int q : p.params)
+        if (!reducedOverPieces(q) && (first < 0 || l.offset[q] < first)) first = l.offset[q];
+      int n = std::max(p.dataRanks, 1);
+      if (first >= 0) l.total = first + n * (((l.total - first + n - 1) / n + 63) / 64 * 64);
+    }
+    for (size_t q = 0; q < params.size(); ++q) {
+      int k = static_cast<int>(q);
+      if (!holdsParam(p, k) || reducedOverPieces(k) != (pieces == 1)) continue;
+      l.offset[q] = l.total;
+      l.bytes[q] = 4;
+      for (int64_t d : localParamShape(p, k))
+        l.bytes[q] *= d;
+      l.total = l.end(k);
+    }
   }
   return l;
 }
 
-namespace {
-
-Module::ZeroSlice sliceOf(const Program& p, const Module::ParamLayout& at) {
-  Module::ZeroSlice z;
-  if (p.params.empty()) return z;
-  z.base = at.offset[p.params.front()];
-  z.ranks = p.dataRanks;
-  int64_t bytes = at.end(p.params.back()) - z.base;
-  z.bytes = ((bytes + z.ranks - 1) / z.ranks + 63) / 64 * 64;
-  return z;
-}
-
-} // namespace
-
-Module::ZeroSlice Module::zeroSlice(const Program& p) const {
-  return sliceOf(p, paramLayout(p));
+std::vector<Module::ZeroSlice> Module::zeroSlices(const Program& p) const {
+  ParamLayout at = paramLayout(p);
+  std::vector<ZeroSlice> out;
+  for (bool pieces : {false, true}) {
+    int64_t first = -1, last = -1;
+    for (int q : p.params)
+      if (reducedOverPieces(q) == pieces) {
+        first = first < 0 ? at.offset[q] : std::min(first, at.offset[q]);
+        last = std::max(last, at.end(q));
+      }
+    if (first < 0) continue;
+    ZeroSlice z;
+    z.base = first;
+    z.pieces = pieces;
+    z.ranks = p.dataRanks;
+    z.rank = p.dataRank;
+    if (pieces) { // the ranks of p's stage holding the same pieces, in rank order
+      z.ranks = z.rank = 0;
+      for (const Program& o : programs)
+        if (o.stage == p.stage && o.splitRank == p.splitRank) {
+          z.rank += o.rank < p.rank;
+          ++z.ranks;
+        }
+    }
+    z.bytes = ((last - first + z.ranks - 1) / z.ranks + 63) / 64 * 64;
+    out.push_back(z);
+  }
+  return out;
 }
 
 std::vector<std::vector<Module::SlicePiece>> Module::bucketPieces(const Program& p) const {
   ParamLayout at = paramLayout(p);
-  ZeroSlice z = sliceOf(p, at);
+  std::vector<ZeroSlice> domains = zeroSlices(p);
   std::vector<std::vector<SlicePiece>> out(buckets.size());
   for (size_t b = 0; b < buckets.size(); ++b) {
     if (!at.holds(buckets[b].firstParam)) continue; // another stage's
     int64_t first = at.spanBegin(buckets[b].firstParam), last = at.spanEnd(buckets[b].endParam);
-    for (int k = 0; k < z.ranks; ++k) {
-      int64_t begin = std::max(first, z.base + k * z.bytes);
-      int64_t end = std::min(last, z.base + (k + 1) * z.bytes);
-      if (begin < end) out[b].push_back({k, begin, end});
+    for (const ZeroSlice& z : domains) {
+      if (z.pieces != buckets[b].pieces) continue;
+      for (int k = 0; k < z.ranks; ++k) {
+        int64_t begin = std::max(first, z.base + k * z.bytes);
+        int64_t end = std::min(last, z.base + (k + 1) * z.bytes);
+        if (begin < end) out[b].push_back({k, begin, end});
+      }
     }
   }
   return out;

@@ -303,16 +303,25 @@ struct Module {
   // How many ranks compute the loss (each program whose lossRank is its own rank).
   int lossRanks() const;
   // Whether the runtime applies ZeRO stage 1: each program's optimizer states partitioned
-  // over its data ranks (every rank of a purely data-parallel plan, a pipeline stage's
-  // ranks in every copy). It applies to every program or none: with `zero` of 1 or more,
-  // an optimizer with states, no split stage, and each program updating consecutive
-  // parameters (not interleaved chunks) that several ranks share.
+  // over the ranks that sum their gradients (zeroSlices: every rank of a purely
+  // data-parallel plan, a pipeline stage's ranks in every copy; for a split region's
+  // pieces, the ranks holding the same pieces). It applies to every program or none: with
+  // `zero` of 1 or more, an optimizer with states, each program updating consecutive
+  // parameters (not interleaved chunks) that several ranks share, and every split
+  // group's pieces held by several copies of it (splitPiecesShared).
   bool zeroApplies() const;
+  // Every split stage runs in several copies, so that its pieces are summed over several
+  // ranks (true without split stages).
+  bool splitPiecesShared() const;
+  // Parameter q's gradients are summed over the ranks holding the same split pieces (its
+  // op is inside a split region of a split stage, and its gradient is not partial), not
+  // over every rank of its stage (GradBucket::pieces).
+  bool reducedOverPieces(int q) const;
   // Whether the runtime applies ZeRO stage 2 as well: each rank keeps the gradients of its
   // slice alone, every micro-batch's buckets are reduce-scattered into them, and a bucket's
   // gradients live in the arena from their first write to their reduction's end. With
-  // `zero` of 2 or more, where stage 1 applies, without split stages: a purely
-  // data-parallel plan, or a pipeline (without interleaved chunks) whose every stage has
+  // `zero` of 2 or more, where stage 1 applies: a purely data-parallel plan, one stage
+  // with split regions, or a pipeline (without interleaved chunks) whose every stage has
   // several ranks. Decided from the plan before the schedule, so that the schedule can
   // place the reductions.
   bool zeroShardsGradients() const;
@@ -325,8 +334,10 @@ struct Module {
   // The state layout of p's rank (docs/architecture.md, "State layout"): where each
   // parameter it holds sits in its parameter memory, its gradients' and each optimizer
   // state's alike. A rank holds the parameters of its stages' ops (every one without a
-  // pipeline), each its own piece (localParamShape), 64-byte aligned, in parameter order;
-  // the ranks that share parameters (a data-parallel group) lay them out alike.
+  // pipeline), each its own piece (localParamShape), 64-byte aligned, in parameter order:
+  // first those summed over the stage's ranks, then those summed over the ranks holding
+  // the same split pieces (reducedOverPieces), so that each ZeRO domain is one block. The
+  // ranks that share parameters (a data-parallel group) lay them out alike.
   struct ParamLayout {
     std::vector<int64_t> offset, bytes; // by parameter; offset -1: not held on this rank
     int64_t total = 0;
@@ -339,16 +350,21 @@ struct Module {
   ParamLayout paramLayout(const Program& p) const;
   // Whether p's rank holds parameter q (one of its stages' ops reads it).
   bool holdsParam(const Program& p, int q) const;
-  // ZeRO: the rank of p's data-parallel group whose slice holds byte `at` of the flat
-  // parameter memory, and where that slice starts and ends.
+  // ZeRO's domains on p's rank, in layout order: the block of the parameters it updates
+  // that are summed over its stage's ranks (p.dataRanks; rank p.dataRank among them), and
+  // the block of those summed over the ranks holding its split pieces (`pieces`; their
+  // ranks in rank order), each cut into one slice a rank.
   struct ZeroSlice {
     int64_t base = 0, bytes = 0; // slice k is [base + k bytes, base + (k + 1) bytes)
-    int ranks = 1;
+    int ranks = 1, rank = 0;
+    bool pieces = false;
+    int64_t begin() const { return base + rank * bytes; } // this rank's slice
+    int64_t end() const { return begin() + bytes; }
   };
-  ZeroSlice zeroSlice(const Program& p) const;
-  // ZeRO: by bucket, the pieces of its parameter bytes [begin, end) of the flat memory
-  // that each rank k of p's data-parallel group holds in its slice (those with some):
-  // where stage 2 reduce-scatters a bucket and from where stage 3 gathers it.
+  std::vector<ZeroSlice> zeroSlices(const Program& p) const;
+  // ZeRO: by bucket, the pieces of its parameter bytes [begin, end) of the layout that
+  // each rank k of its domain (zeroSlices) holds in its slice (those with some): where
+  // stage 2 reduce-scatters a bucket and from where stage 3 gathers it.
   struct SlicePiece {
     int rank = 0;
     int64_t begin = 0, end = 0;

@@ -17,7 +17,7 @@
 //      backward. `overlap_comm = false` starts every bucket after the whole backward (of
 //      its stage).
 //   4. ZeRO stage 2 (Module::zeroShardsGradients) holds about two buckets of gradients at a
-//      time besides each rank's slice: with `zero` >= 2 and no split stage, and without
+//      time besides each rank's slice: with `zero` >= 2, and without
 //      `bucket_mb` in the script, buckets are of kZeroBucketBytes rather than 25 MB.
 #include "passes/Passes.h"
 
@@ -50,10 +50,7 @@ public:
     auto widthOf = [&](int p) { return mesh.stages[m.ops[m.params[p].op].stage].splitWidth; };
     // A whole parameter whose op reads a cut tensor (sumOverSplit) has partial gradients
     // in its split group: summed over the whole stage, like those outside the regions.
-    auto inRegion = [&](int p) {
-      return widthOf(p) > 1 && m.splitScopeOf(m.ops[m.params[p].op].scope) >= 0 &&
-             !m.params[p].sumOverSplit;
-    };
+    auto inRegion = [&](int p) { return m.reducedOverPieces(p); };
     auto localBytes = [&](int p) {
       int64_t n = 4 * ir::numElements(m.params[p].type.shape, {}).value_or(0);
       return inRegion(p) && m.params[p].shardDim >= 0 ? n / widthOf(p) : n;
@@ -75,10 +72,8 @@ public:
     }
     auto paramStage = [&](int p) { return copies ? m.ops[m.params[p].op].stage : 0; };
     int64_t bucketBytes = m.policy.bucketBytes;
-    bool anySplit = std::any_of(mesh.stages.begin(), mesh.stages.end(),
-                                [](const ir::StagePlan& st) { return st.splitWidth > 1; });
-    if (m.policy.zero >= ir::ZeroStage::Gradients && !anySplit &&
-        !m.policy.keyLocs.count("bucket_mb") && bucketBytes > 0)
+    if (m.policy.zero >= ir::ZeroStage::Gradients && !m.policy.keyLocs.count("bucket_mb") &&
+        bucketBytes > 0)
       bucketBytes = std::min(bucketBytes, kZeroBucketBytes);
     int end = static_cast<int>(m.params.size());
     ir::GradBucket b{end, end, 0, -1, end > 0 ? paramStage(end - 1) : 0, 0};

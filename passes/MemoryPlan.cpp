@@ -542,7 +542,12 @@ private:
     int64_t largest = 0;
     for (int q : p.params)
       largest = std::max(largest, at.bytes[q]);
-    int64_t perState = m.zeroApplies() ? m.zeroSlice(p).bytes : at.total;
+    int64_t perState = at.total;
+    if (m.zeroApplies()) {
+      perState = 0;
+      for (const ir::Module::ZeroSlice& z : m.zeroSlices(p))
+        perState += z.bytes;
+    }
     p.optimizerBytes = states * perState;
     if (m.zeroShardsGradients()) p.gradBytes = perState; // the slice; the buckets are in the arena
     if (m.zeroShardsParams()) p.paramBytes = perState;   // and the gathered parameters

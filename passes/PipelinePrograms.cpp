@@ -466,6 +466,13 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
     EPL_ASSERT(false, "every data rank of a stage has a program");
     return -1;
   };
+  // The global rank of the k-th rank (in rank order) holding the same split pieces as p.
+  auto pieceRankOf = [&](const ir::Program& p, int k) {
+    for (const ir::Program& q : m.programs)
+      if (q.stage == p.stage && q.splitRank == p.splitRank && k-- == 0) return q.rank;
+    EPL_ASSERT(false, "every rank of a pieces group has a program");
+    return -1;
+  };
   int lossRanks = m.lossRanks();
   bool hasMoe = std::any_of(m.ops.begin(), m.ops.end(),
                             [](const ir::Op& op) { return op.kind == ir::OpKind::MoeDispatch; });
@@ -536,12 +543,18 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
         break;
       case ir::InstrKind::GatherStart: {
         // One broadcast from each rank whose slice holds part of the bucket.
+        // A bucket of split pieces: over the ranks holding the same pieces (Module::
+        // zeroSlices), the k-th of them in rank order.
         std::vector<int>& started = gathers[{in.bucket, in.use}];
+        bool inPieces = m.buckets.at(in.bucket).pieces;
         for (const ir::Module::SlicePiece& piece : pieces.at(in.bucket))
           started.push_back(
-              add(ir::CommEvent::broadcast(grouped ? stageGroup.at(p.stage) : world,
-                                           zeroRankOf(p.stage, piece.rank), piece.end - piece.begin,
-                                           ir::DType::F32,
+              add(ir::CommEvent::broadcast(inPieces  ? piecesGroupOf(rank)
+                                           : grouped ? stageGroup.at(p.stage)
+                                                     : world,
+                                           inPieces ? pieceRankOf(p, piece.rank)
+                                                    : zeroRankOf(p.stage, piece.rank),
+                                           piece.end - piece.begin, ir::DType::F32,
                                            fmt::format("gather-start bucket {}", in.bucket), true),
                   i));
         break;
@@ -561,7 +574,8 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
                                                                            : "fwd",
                               m.ops[in.op].name)),
               i);
-        if (p.stages == 1 && p.splitWidth > 1 && m.ops[in.op].kind == ir::OpKind::GradNorm)
+        if (p.stages == 1 && p.splitWidth > 1 && !m.zeroShardsGradients() &&
+            m.ops[in.op].kind == ir::OpKind::GradNorm)
           add(ir::CommEvent::collectiveOp(ir::CollectiveKind::AllReduce,
                                           splitGroupOf(rank, p.splitWidth), 4, ir::DType::F32,
                                           "all-reduce the squared gradient norm"),

@@ -6,10 +6,11 @@
 # 1 device resumes at -np N, with the losses of a run that never stopped (bit-identical
 # when resumed at the -np that stopped). With W, the script's split(2) also becomes
 # split(W) at -np W: a run saved at split 2 resumes at split W, and the other way. The
-# save at -np N and its resumption at -np N keep the optimizer states on disk.
-# usage: split_checkpoint.sh EPL WORKDIR SCRIPT N [W]
+# save at -np N and its resumption at -np N keep the optimizer states on disk. SETTINGS
+# (`--set` arguments, such as a ZeRO stage) apply to every run.
+# usage: split_checkpoint.sh EPL WORKDIR SCRIPT N [W] [SETTINGS]
 set -euo pipefail
-epl=$1 work=$2 script=$(realpath "$3") np=$4 wide=${5:-}
+epl=$1 work=$2 script=$(realpath "$3") np=$4 wide=${5:-} settings=${6:-}
 rm -rf "$work" && mkdir -p "$work" && cd "$work"
 fail() { echo "FAIL: $*"; exit 1; }
 sed 's|^  seed = 3|  seed = 3\n  checkpoint = { dir = "ck", every = 5 }|' "$script" > ck.epl
@@ -17,7 +18,8 @@ grep -q 'dir = "ck"' ck.epl || fail "no checkpoint setting added"
 model=ck.epl
 run() { # NAME ARGS...: a run of $model into ck, its metrics in NAME.jsonl
   local name=$1; shift
-  "$epl" run "$model" "$@" --steps 16 --metrics "$name.jsonl" > "$name.out" 2>&1 ||
+  # shellcheck disable=SC2086 # SETTINGS is a list of arguments
+  "$epl" run "$model" "$@" $settings --steps 16 --metrics "$name.jsonl" > "$name.out" 2>&1 ||
     { cat "$name.out"; fail "$name: epl run $*"; }
 }
 run whole1 -np 1 && rm -rf ck

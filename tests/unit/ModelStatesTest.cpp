@@ -323,3 +323,66 @@ train net {
     CHECK(p.optimizerBytes == 2 * bytes);
   }
 }
+
+TEST_CASE("ZeRO over split regions: the stage's parameters over every rank, pieces over copies") {
+  // One stage: a 64x64 linear outside the split region, a 64x128 one split 2 ways by
+  // columns inside, in 2 copies at -np 4 (3 at -np 6); at -np 2 one copy holds the pieces.
+  auto plan = [](int np) {
+    std::string text = R"(
+model net(x: f32[B, 64], y: f32[B, 128]) {
+  replicate {
+    h = linear(x, 64, bias = false)
+    split(2) { h = linear(h, 128, bias = false) }
+  }
+  return mse(h, y)
+}
+policy { zero = 2 }
+train net {
+  data = synthetic(samples = 24)
+  batch = 12
+  optimizer = adam(lr = 1e-3)
+}
+)";
+    epl::Session session;
+    epl::PlanOptions options;
+    options.np = np;
+    auto m = epl::planText("zero_split.epl", text, session, options);
+    for (const auto& d : session.diags.all())
+      INFO(d.message);
+    REQUIRE(m);
+    return *m;
+  };
+  const int64_t outside = 4 * 64 * 64, piece = 4 * 64 * 128 / 2;
+  auto slice = [](int64_t bytes, int n) { return ((bytes + n - 1) / n + 63) / 64 * 64; };
+  for (int np : {4, 6}) {
+    INFO("-np " << np);
+    epl::ir::Module m = plan(np);
+    REQUIRE(m.zeroApplies());
+    REQUIRE(m.zeroShardsGradients());
+    CHECK(m.reducedOverPieces(1));
+    CHECK_FALSE(m.reducedOverPieces(0));
+    for (const epl::ir::Program& p : m.programs) {
+      INFO("rank " << p.rank);
+      std::vector<epl::ir::Module::ZeroSlice> z = m.zeroSlices(p);
+      REQUIRE(z.size() == 2);
+      CHECK_FALSE(z[0].pieces);
+      CHECK(z[0].ranks == np);
+      CHECK(z[0].rank == p.rank);
+      CHECK(z[0].bytes == slice(outside, np));
+      CHECK(z[1].pieces);
+      CHECK(z[1].ranks == np / 2);
+      CHECK(z[1].rank == p.rank / 2);
+      CHECK(z[1].bytes == slice(piece, np / 2));
+      // The domains' padded slices do not overlap.
+      CHECK(z[0].base + z[0].ranks * z[0].bytes <= z[1].base);
+      // Adam's two states and the gradients of the two slices.
+      CHECK(p.optimizerBytes == 2 * (z[0].bytes + z[1].bytes));
+      CHECK(p.gradBytes == z[0].bytes + z[1].bytes);
+    }
+  }
+  // One copy of the split group: its pieces are not shared, so ZeRO does not apply.
+  epl::ir::Module one = plan(2);
+  CHECK_FALSE(one.splitPiecesShared());
+  CHECK_FALSE(one.zeroApplies());
+  CHECK_FALSE(one.zeroShardsGradients());
+}

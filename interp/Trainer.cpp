@@ -604,17 +604,17 @@ void warnUnappliedPolicies(const ir::Module& m, Diagnostics& diags) {
   bool one = m.mesh.np == 1;
   warn("zero", p.zero != ir::ZeroStage::None && !one && !m.zeroApplies(),
        m.splitPiecesShared()
-           ? "ZeRO partitions the optimizer states over data-parallel ranks, pipeline stages' "
-             "copies and split groups' copies, not over interleaved chunks' ranks: here every "
-             "rank holds all of them"
+           ? "ZeRO partitions the optimizer states over the ranks that share parameters "
+             "(data-parallel ranks, pipeline stages' copies, split groups' copies), and here "
+             "each rank's are its own: every rank holds all of them"
            : "ZeRO partitions a split region's pieces over the copies of its split group, and "
              "here there is one: every rank holds all optimizer states (with -np twice this, "
              "each would hold half)");
   warn("zero",
        p.zero >= ir::ZeroStage::Gradients && !one && m.zeroApplies() && !m.zeroShardsGradients(),
        "stage 1 (the optimizer states) is applied; stage 2's gradient partition runs in "
-       "data-parallel plans, split groups' copies and pipelines' copies without interleaved "
-       "chunks so far, so here every rank holds all gradients");
+       "data-parallel plans, split groups' copies and pipelines' copies whose every stage "
+       "has several ranks, so here every rank holds all gradients");
   warn("zero",
        p.zero == ir::ZeroStage::Parameters && !one && m.zeroShardsGradients() &&
            !m.zeroShardsParams(),

@@ -292,11 +292,10 @@ bool Module::reducedOverPieces(int q) const {
 bool Module::zeroApplies() const {
   if (policy.zero == ZeroStage::None || programs.empty()) return false;
   if (optimizerStates() == 0 || !splitPiecesShared()) return false;
-  for (const Program& p : programs) {
+  // Each rank's parameters lie side by side in its layout (model chunks' too), so a domain
+  // is one block even where the parameters it updates are not consecutive.
+  for (const Program& p : programs)
     if (p.dataRanks < 2 || p.params.empty()) return false;
-    for (size_t k = 1; k < p.params.size(); ++k)
-      if (p.params[k] != p.params[k - 1] + 1) return false;
-  }
   return true;
 }
 
@@ -351,25 +350,17 @@ bool Module::zeroShardsGradients() const {
       !splitPiecesShared())
     return false;
   if (mesh.stages.size() > 1) {
-    // A pipeline's copies: every stage's parameters, consecutive without interleaved chunks,
-    // summed over several ranks (data-parallel pass: a bucket per stage at least).
-    if (mesh.chunks > 1 || mesh.np <= mesh.depth() || !mesh.pipelineRefusal().empty()) return false;
+    // A pipeline's copies: every stage's parameters summed over several ranks (data-parallel
+    // pass: a bucket per stage at least).
+    if (mesh.np <= mesh.depth() || !mesh.pipelineRefusal().empty()) return false;
     std::vector<bool> reduced(mesh.stages.size(), false);
     for (const GradBucket& b : buckets)
       reduced[b.stage] = true;
     return std::all_of(reduced.begin(), reduced.end(), [](bool r) { return r; });
   }
-  if (mesh.np < 2) return false;
-  // Stage 1's condition on the programs, before there are any: the parameters with
-  // gradients (what every rank updates) are consecutive.
-  int first = -1, last = -1, count = 0;
-  for (size_t q = 0; q < params.size(); ++q)
-    if (params[q].grad >= 0) {
-      if (first < 0) first = static_cast<int>(q);
-      last = static_cast<int>(q);
-      ++count;
-    }
-  return count > 0 && last - first + 1 == count;
+  // Some parameter has a gradient (each is in a bucket then, in one domain's block).
+  return mesh.np >= 2 &&
+         std::any_of(params.begin(), params.end(), [](const Param& q) { return q.grad >= 0; });
 }
 
 bool Module::zeroShardsParams() const {

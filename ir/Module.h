@@ -306,8 +306,8 @@ struct Module {
   // over the ranks that sum their gradients (zeroSlices: every rank of a purely
   // data-parallel plan, a pipeline stage's ranks in every copy; for a split region's
   // pieces, the ranks holding the same pieces). It applies to every program or none: with
-  // `zero` of 1 or more, an optimizer with states, each program updating consecutive
-  // parameters (not interleaved chunks) that several ranks share, and every split
+  // `zero` of 1 or more, an optimizer with states, each program updating parameters that
+  // several ranks share (its model chunks' side by side in its layout), and every split
   // group's pieces held by several copies of it (splitPiecesShared).
   bool zeroApplies() const;
   // Every split stage runs in several copies, so that its pieces are summed over several
@@ -321,7 +321,7 @@ struct Module {
   // slice alone, every micro-batch's buckets are reduce-scattered into them, and a bucket's
   // gradients live in the arena from their first write to their reduction's end. With
   // `zero` of 2 or more, where stage 1 applies: a purely data-parallel plan, one stage
-  // with split regions, or a pipeline (without interleaved chunks) whose every stage has
+  // with split regions, or a pipeline (interleaved chunks too) whose every stage has
   // several ranks. Decided from the plan before the schedule, so that the schedule can
   // place the reductions.
   bool zeroShardsGradients() const;

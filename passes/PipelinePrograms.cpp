@@ -40,6 +40,7 @@
 #include <fmt/format.h>
 #include <map>
 #include <set>
+#include <tuple>
 
 namespace epl::passes {
 
@@ -270,22 +271,30 @@ void addGradientReductions(const ir::Module& m, int position, std::vector<ir::In
   int last = static_cast<int>(m.policy.microBatches) - 1;
   std::vector<ir::Instr> out;
   if (m.zeroShardsGradients()) {
-    std::map<int, std::vector<int>> started; // by micro-batch, in order
+    // By model chunk (a stage block of the position): its buckets; by micro-batch and
+    // chunk, those started, in order. A chunk's last is waited for inside its backward, so
+    // that a micro-batch's buckets of one chunk are done before the next micro-batch's of
+    // the same chunk start (under `interleaved`, the other chunk's backward comes later).
+    std::map<int, size_t> perChunk;
+    for (const auto& [op, b] : readyAfter)
+      ++perChunk[m.buckets[b].stage];
+    std::map<std::pair<int, int>, std::vector<int>> started;
     for (const ir::Instr& in : step) {
       out.push_back(in);
       if (in.kind != ir::InstrKind::Run || in.part == ir::BackwardPart::Inputs) continue;
       auto [begin, end] = readyAfter.equal_range(in.op);
-      std::vector<int>& mine = started[in.micro];
       for (auto it = begin; it != end; ++it) {
+        int chunk = m.buckets[it->second].stage;
+        std::vector<int>& mine = started[{in.micro, chunk}];
         out.push_back({ir::InstrKind::ReduceStart, -1, in.micro, it->second});
         mine.push_back(it->second);
         if (mine.size() > 1)
           out.push_back({ir::InstrKind::ReduceWait, -1, in.micro, mine[mine.size() - 2]});
-        if (mine.size() == readyAfter.size())
+        if (mine.size() == perChunk[chunk])
           out.push_back({ir::InstrKind::ReduceWait, -1, in.micro, mine.back()});
       }
     }
-    EPL_ASSERT(started.size() == static_cast<size_t>(last + 1),
+    EPL_ASSERT(started.size() == static_cast<size_t>(last + 1) * perChunk.size(),
                "every micro-batch reduces its gradient buckets");
     step = std::move(out);
     return;
@@ -377,21 +386,23 @@ std::vector<ir::Program> pipelinePrograms(const ir::Module& m) {
   return out;
 }
 
-// ZeRO stage 3: for each micro-batch and direction (the forward; the backward with its
-// recomputation), the buckets in the order its ops first read their parameters. Before the
-// first reader of the k-th, its gather is waited for and the (k+1)-th's started, so one
-// gather is in flight while a block computes; the first starts where it is waited for.
+// ZeRO stage 3: for each micro-batch, direction (the forward; the backward with its
+// recomputation) and model chunk (a stage block; under `interleaved` a micro-batch's
+// chunks run apart, other micro-batches' work between them), the buckets in the order its
+// ops first read their parameters. Before the first reader of the k-th, its gather is
+// waited for and the (k+1)-th's started, so one gather is in flight while a block
+// computes; the first starts where it is waited for.
 void addParamGathers(const ir::Module& m, std::vector<ir::Instr>& list) {
   if (!m.zeroShardsParams()) return;
   std::vector<int> bucketOf = m.paramBuckets();
-  using Key = std::pair<int, int>; // (micro-batch, use)
+  using Key = std::tuple<int, int, int>; // (micro-batch, use, chunk)
   std::map<Key, std::vector<int>> order;
   std::vector<std::vector<std::pair<Key, size_t>>> firstUses(list.size()); // (key, k)
   std::set<std::pair<Key, int>> seen;
   for (size_t i = 0; i < list.size(); ++i) {
     const ir::Instr& in = list[i];
     if (in.kind != ir::InstrKind::Run || m.ops[in.op].phase == ir::Phase::Optimizer) continue;
-    Key key{in.micro, m.ops[in.op].phase == ir::Phase::Forward ? 0 : 1};
+    Key key{in.micro, m.ops[in.op].phase == ir::Phase::Forward ? 0 : 1, m.ops[in.op].stage};
     for (int q : m.ops[in.op].params) {
       int b = bucketOf[q];
       EPL_ASSERT(b >= 0, "ZeRO stage 3 gathers every parameter with its bucket");
@@ -402,8 +413,8 @@ void addParamGathers(const ir::Module& m, std::vector<ir::Instr>& list) {
   }
   std::vector<ir::Instr> out;
   auto gather = [&](ir::InstrKind kind, const Key& key, size_t k) {
-    ir::Instr g{kind, -1, key.first, order[key][k]};
-    g.use = key.second;
+    ir::Instr g{kind, -1, std::get<0>(key), order[key][k]};
+    g.use = std::get<1>(key);
     out.push_back(g);
   };
   for (size_t i = 0; i < list.size(); ++i) {

@@ -7,7 +7,8 @@ stages (3 blocks each, 4 micro-batches, 1f1b) at -np 2. For each policy (none,
 `recompute = every`, `zero = 1`, both, `zero = 2` and `zero = 3` alone and with
 recompute, the optimizer states offloaded to disk alone and with the other two,
 `amp = bf16` and fp16 with `zero = 2`; the pipeline alone, and in two data-parallel
-copies at -np 4 without and with `zero = 3`) it
+copies at -np 4 without and with `zero = 3`; the blocks split 2 ways in two copies at
+-np 4 without ZeRO and with stages 2 and 3) it
 prints rank 0's memory plan (activations, model states in memory with the offload's
 staging buffers, and the communicators' scratch), the memory
 measured after the first step (the process's peak above what it held before the run's
@@ -67,6 +68,20 @@ model gpt(tokens: i32[B, 128]) {
   return loss
 }
 policy { micro_batches = 4 schedule = 1f1b }
+""" + TRAIN
+
+# The blocks split 2 ways (attention heads, mlp hidden width), in two data-parallel copies
+# at -np 4: ZeRO partitions the embedding and head over the 4 ranks, the blocks' pieces
+# over the 2 copies.
+SPLIT = """import "std/nn.epl"
+model gpt(tokens: i32[B, 128]) {
+  replicate {
+    x = embedding(tokens, 256, 256) + positions(128, 256)
+    split(2) { x = repeat(6) transformer_block(x, 8) }
+    loss = cross_entropy(linear(layer_norm(x), 256), next(tokens))
+  }
+  return loss
+}
 """ + TRAIN
 
 UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
@@ -150,6 +165,11 @@ def main():
         # On fewer than 4 cores the ranks share them: its step times are not comparable.
         ("2 stages x 2 -np 4", PIPELINE, 4, [
             ("none", []),
+            ("zero = 3", ["policy.zero=3"]),
+        ]),
+        ("split(2) x 2 -np 4", SPLIT, 4, [
+            ("none", []),
+            ("zero = 2", ["policy.zero=2"]),
             ("zero = 3", ["policy.zero=3"]),
         ]),
     ]

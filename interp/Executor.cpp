@@ -536,7 +536,7 @@ void Executor::bindCall(int i, int slot) {
     for (int t : op.inputs)
       c.in.push_back(view(t));
     for (int p : op.params)
-      c.in.push_back(paramView(p, op.phase == ir::Phase::Forward ? 0 : 1, slot));
+      c.in.push_back(paramView(p, gatherUse(p, op.phase), slot));
     for (int t : op.outputs)
       c.out.push_back(view(t));
     // A row-parallel linear or split mlp leaves partial sums, which the all-reduce after it
@@ -559,7 +559,7 @@ void Executor::bindCall(int i, int slot) {
     for (size_t k = 0; k < n; ++k)
       c.in.push_back(op.inputs[1 + k] >= 0 ? view(op.inputs[1 + k]) : shapeOnly(fwd.inputs[k]));
     for (int p : op.params)
-      c.in.push_back(paramView(p, 1, slot));
+      c.in.push_back(paramView(p, gatherUse(p, op.phase), slot));
     int y = op.inputs[1 + n];
     c.in.push_back(y >= 0 ? view(y) : shapeOnly(fwd.outputs[0]));
     for (size_t k = 2 + n; k < op.inputs.size(); ++k)

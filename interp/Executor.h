@@ -321,6 +321,12 @@ private:
   std::vector<std::vector<backend::Request>> gathering_;
   std::vector<float> zeroParams_;
   unsigned char* paramAt(int64_t b) const { return params_ + (shardParams_ ? stateOffset(b) : b); }
+  // The gathered block (use) an op of `phase` reads parameter q from: the forward's, or the
+  // backward's where it does not keep the forward's (Program::keepsGather).
+  int gatherUse(int q, ir::Phase phase) const {
+    if (!shardParams_) return 0;
+    return phase == ir::Phase::Forward || program_.keepsForwardGather(bucketOfParam_[q]) ? 0 : 1;
+  }
   unsigned char* gatherMem(int b, int use, int slot) const {
     int id = static_cast<int>(m_.tensors.size() + m_.buckets.size()) + 2 * b + use;
     int64_t base = program_.isShared(id) ? program_.slots * program_.slotStride()

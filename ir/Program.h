@@ -135,6 +135,12 @@ struct Program {
   // block is in the shared region. paramBytes is then the rank's slice alone. Empty
   // otherwise.
   std::vector<int64_t> gatherOffset;
+  // By bucket: whether the backward reads bucket b's forward block instead of gathering it
+  // again (its last forward reader and first backward one run back to back in every
+  // micro-batch: the head of a data-parallel step, a last pipeline stage's). Then the
+  // backward's block is unused. Empty: none.
+  std::vector<char> keepsGather;
+  bool keepsForwardGather(int b) const { return !keepsGather.empty() && keepsGather[b]; }
   // Kernel workspaces in the arena (Module::workspaceBytes): for each op and part of a
   // backward the rank runs that takes one, where it is (in the micro-batch's slot, or in
   // the shared region), live for that one instruction. With amp on the CPU device, the

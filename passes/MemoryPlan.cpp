@@ -361,7 +361,8 @@ private:
     // op x 3 + part, -1 for none.
     std::vector<ir::Program::Workspace> workspaces;
     std::vector<int> workId;
-    std::vector<int> paramBucket; // ZeRO stage 3: by parameter, its bucket
+    std::vector<int> paramBucket;  // ZeRO stage 3: by parameter, its bucket
+    std::vector<char> keepsGather; // and by bucket, whether the backward keeps its forward's
     size_t tensors = 0, ids = 0, gatherBase = 0, workBase = 0;
     Arena(const ir::Module& m, const ir::Program& p)
         : paramGrad(m.tensors.size(), false), tensors(m.tensors.size()), ids(m.tensors.size()) {
@@ -383,6 +384,7 @@ private:
       gatherBase = ids;
       if (m.zeroShardsParams()) {
         paramBucket = m.paramBuckets();
+        keepsGather = p.keepsGather;
         ids += 2 * m.buckets.size();
       }
       workBase = ids;
@@ -440,10 +442,15 @@ private:
         if (writes(m, in, k)) touch(op.outputs[k]);
       if (!paramBucket.empty() && op.phase != ir::Phase::Optimizer)
         for (int q : op.params)
-          f(gatherId(paramBucket[q], op.phase == ir::Phase::Forward ? 0 : 1));
+          f(gatherId(paramBucket[q], gatherUse(paramBucket[q], op.phase)));
     }
     int gatherId(int bucket, int use) const {
       return static_cast<int>(gatherBase) + 2 * bucket + use;
+    }
+    // The block an op of `phase` reads bucket b from (Program::keepsGather).
+    int gatherUse(int b, ir::Phase phase) const {
+      bool kept = !keepsGather.empty() && keepsGather[b];
+      return phase == ir::Phase::Forward || kept ? 0 : 1;
     }
   };
 

@@ -375,7 +375,7 @@ std::vector<ir::Program> pipelinePrograms(const ir::Module& m) {
         addGradientReductions(m, s, p.step);
         for (int c = 0; c < mesh.chunks; ++c)
           stage.forward(c * depth + s, 0, false, p.eval);
-        addParamGathers(m, p.step);
+        addParamGathers(m, p.step, &p.keepsGather);
         addParamGathers(m, p.eval);
         for (const auto* list : {&p.step, &p.eval})
           for (const ir::Instr& in : *list)
@@ -392,7 +392,7 @@ std::vector<ir::Program> pipelinePrograms(const ir::Module& m) {
 // ops first read their parameters. Before the first reader of the k-th, its gather is
 // waited for and the (k+1)-th's started, so one gather is in flight while a block
 // computes; the first starts where it is waited for.
-void addParamGathers(const ir::Module& m, std::vector<ir::Instr>& list) {
+void addParamGathers(const ir::Module& m, std::vector<ir::Instr>& list, std::vector<char>* keep) {
   if (!m.zeroShardsParams()) return;
   std::vector<int> bucketOf = m.paramBuckets();
   using Key = std::tuple<int, int, int>; // (micro-batch, use, chunk)
@@ -411,6 +411,43 @@ void addParamGathers(const ir::Module& m, std::vector<ir::Instr>& list) {
       order[key].push_back(b);
     }
   }
+  // The buckets whose backward keeps the forward's block: in every micro-batch (and chunk)
+  // that reads it both ways, the forward's last bucket and the backward's first, with no
+  // other micro-batch's instruction between their readers.
+  std::map<int, std::pair<int, int>> kept; // bucket -> (micro-batches keeping, reading both)
+  std::set<Key> skipFirst;                 // backward keys whose first bucket is kept
+  if (keep) {
+    std::map<std::pair<Key, int>, std::pair<size_t, size_t>> span; // (key, bucket) -> readers
+    for (size_t i = 0; i < list.size(); ++i) {
+      const ir::Instr& in = list[i];
+      if (in.kind != ir::InstrKind::Run || m.ops[in.op].phase == ir::Phase::Optimizer) continue;
+      Key key{in.micro, m.ops[in.op].phase == ir::Phase::Forward ? 0 : 1, m.ops[in.op].stage};
+      for (int q : m.ops[in.op].params) {
+        auto [it, fresh] = span.insert({{key, bucketOf[q]}, {i, i}});
+        if (!fresh) it->second.second = i;
+      }
+    }
+    for (const auto& [key, buckets] : order) {
+      if (std::get<1>(key) != 0) continue;
+      Key back{std::get<0>(key), 1, std::get<2>(key)};
+      auto other = order.find(back);
+      if (other == order.end()) continue;
+      int b = buckets.back();
+      std::pair<int, int>& count = kept[b];
+      ++count.second;
+      if (other->second.front() != b) continue;
+      size_t from = span.at({key, b}).second, to = span.at({back, b}).first;
+      bool adjacent = true;
+      for (size_t i = from + 1; i < to && adjacent; ++i)
+        adjacent = list[i].micro == std::get<0>(key) || list[i].kind != ir::InstrKind::Run;
+      if (adjacent) ++count.first;
+    }
+    keep->assign(m.buckets.size(), 0);
+    for (const auto& [b, count] : kept)
+      (*keep)[b] = count.first == count.second;
+    for (const auto& [key, buckets] : order)
+      if (std::get<1>(key) == 1 && (*keep)[buckets.front()]) skipFirst.insert(key);
+  }
   std::vector<ir::Instr> out;
   auto gather = [&](ir::InstrKind kind, const Key& key, size_t k) {
     ir::Instr g{kind, -1, std::get<0>(key), order[key][k]};
@@ -419,8 +456,9 @@ void addParamGathers(const ir::Module& m, std::vector<ir::Instr>& list) {
   };
   for (size_t i = 0; i < list.size(); ++i) {
     for (const auto& [key, k] : firstUses[i]) {
-      if (k == 0) gather(ir::InstrKind::GatherStart, key, 0);
-      gather(ir::InstrKind::GatherWait, key, k);
+      bool kept = k == 0 && skipFirst.count(key); // reads the forward's block
+      if (k == 0 && !kept) gather(ir::InstrKind::GatherStart, key, 0);
+      if (!kept) gather(ir::InstrKind::GatherWait, key, k);
       if (k + 1 < order[key].size()) gather(ir::InstrKind::GatherStart, key, k + 1);
     }
     out.push_back(list[i]);

@@ -23,8 +23,11 @@ void addGradientReductions(const ir::Module& m, int position, std::vector<ir::In
 
 // ZeRO stage 3 (Module::zeroShardsParams): the parameter gathers of a step or evaluation
 // program without them, for each micro-batch's forward and backward, each bucket's started
-// one block ahead of its first reader and waited for just before it.
-void addParamGathers(const ir::Module& m, std::vector<ir::Instr>& list);
+// one block ahead of its first reader and waited for just before it. A step's backward
+// keeps the forward's block of the bucket it reads first where the two directions' uses
+// run back to back (Program::keepsGather, which `keep` receives; null for an evaluation).
+void addParamGathers(const ir::Module& m, std::vector<ir::Instr>& list,
+                     std::vector<char>* keep = nullptr);
 
 // The communicating instructions of every rank's step (or evaluation) program, in
 // Comm.h's terms: each Recv posted at the program's start and waited at the instruction,

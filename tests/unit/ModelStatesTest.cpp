@@ -191,9 +191,16 @@ train net {
   CHECK(p.paramBytes == 3 * kWeight / 4);
   CHECK(p.gradBytes == 3 * kWeight / 4);
   REQUIRE(p.gatherOffset.size() == 6);
-  for (int64_t at : p.gatherOffset) {
-    CHECK(at >= 0);
-    CHECK(at + kWeight <= p.arenaBytes);
+  // The backward keeps the forward's block of the head (bucket 0: its last forward reader
+  // and first backward one run back to back), and has no block of its own for it.
+  for (int b = 0; b < 3; ++b) {
+    INFO("bucket " << b);
+    CHECK(p.keepsForwardGather(b) == (b == 0));
+    for (int use : {0, 1}) {
+      int64_t at = p.gatherOffset[2 * b + use];
+      CHECK((at < 0) == (use == 1 && b == 0));
+      if (at >= 0) CHECK(at + kWeight <= p.arenaBytes);
+    }
   }
   std::vector<int> bucketOf(m->params.size(), -1);
   for (size_t b = 0; b < m->buckets.size(); ++b)
@@ -216,14 +223,17 @@ train net {
         ++ran;
         const epl::ir::Op& op = m->ops[in.op];
         if (op.phase == epl::ir::Phase::Optimizer) continue;
-        int use = op.phase == epl::ir::Phase::Forward ? 0 : 1;
-        for (int q : op.params)
-          CHECK(state[{in.micro, use, bucketOf[q]}] == 2);
+        for (int q : op.params) {
+          int b = bucketOf[q];
+          int use = op.phase == epl::ir::Phase::Forward || p.keepsForwardGather(b) ? 0 : 1;
+          CHECK(state[{in.micro, use, b}] == 2);
+        }
       }
     }
-    CHECK(state.size() == static_cast<size_t>(micros * uses * 3));
-    // One gather in flight at a time, each but the first of a forward or backward while
-    // the previous bucket's ops run.
+    // Three buckets gathered for each use, but the head's for the backward.
+    CHECK(state.size() == static_cast<size_t>(micros * uses * 3 - micros * (uses - 1)));
+    // One gather in flight at a time, each but the first of a forward while the previous
+    // bucket's ops run (the backward's first runs beside the kept head's).
     CHECK(most == 1);
     CHECK(overlapped == micros * uses * 2);
   };

@@ -105,8 +105,9 @@ public:
   // Collective.
   void broadcastState(int root);
   // A stage with split regions: every rank gathers the sharded parameters and optimizer
-  // states whole, so that rank 0 can read them (checkpoints); with ZeRO, rank 0 gathers
-  // every rank's slice of the optimizer states. Collective.
+  // states whole, so that rank 0 can read them (checkpoints); with ZeRO, the first rank of
+  // each domain's group gathers its ranks' slices of the optimizer states (and with stage
+  // 3 of the parameters). Collective.
   void gatherShards();
   // Frees what gatherShards and gatherStages gathered for rank 0's reads.
   void dropGathered();
@@ -200,11 +201,6 @@ private:
   // split group.
   bool holds(int q) const { return paramOffset_[q] >= 0; }
   bool sharded(int q) const { return holds(q) && paramElems_[q] != wholeElems_[q]; }
-  // Parameter q is cut over the split group of its stage (on the ranks that run it).
-  bool cutSomewhere(int q) const {
-    const ir::Param& p = m_.params[q];
-    return p.shardDim >= 0 && p.op >= 0 && m_.mesh.stages[m_.ops[p.op].stage].splitWidth > 1;
-  }
   // A whole parameter (or optimizer state) <-> this rank's piece of it.
   void toPiece(int q, const float* whole, float* piece) const;
   void fromPieces(int q, const float* pieces, float* whole) const;

@@ -377,29 +377,31 @@ Module::ParamLayout Module::paramLayout(const Program& p) const {
   ParamLayout l;
   l.offset.assign(params.size(), -1);
   l.bytes.assign(params.size(), 0);
-  for (int pieces = 0; pieces < 2; ++pieces) { // then the split pieces' domain
-    bool second = false;
-    for (size_t q = 0; q < params.size(); ++q)
-      second =
-          second || (holdsParam(p, static_cast<int>(q)) && reducedOverPieces(static_cast<int>(q)));
-    if (pieces == 1 && second) {
-      // ZeRO's slices of the first domain, padded to equal sizes, end before the second.
-      int64_t first = -1;
-      for (int q : p.params)
-        if (!reducedOverPieces(q) && (first < 0 || l.offset[q] < first)) first = l.offset[q];
-      int n = std::max(p.dataRanks, 1);
-      if (first >= 0) l.total = first + n * (((l.total - first + n - 1) / n + 63) / 64 * 64);
-    }
+  auto place = [&](bool pieces) { // the held parameters of one domain, in parameter order
     for (size_t q = 0; q < params.size(); ++q) {
       int k = static_cast<int>(q);
-      if (!holdsParam(p, k) || reducedOverPieces(k) != (pieces == 1)) continue;
+      if (!holdsParam(p, k) || reducedOverPieces(k) != pieces) continue;
       l.offset[q] = l.total;
       l.bytes[q] = 4;
       for (int64_t d : localParamShape(p, k))
         l.bytes[q] *= d;
       l.total = l.end(k);
     }
-  }
+  };
+  place(false);
+  int64_t first = -1; // of the first domain's parameters the rank updates
+  for (int q : p.params)
+    if (!reducedOverPieces(q) && (first < 0 || l.offset[q] < first)) first = l.offset[q];
+  int64_t end = l.total;
+  place(true);
+  if (first < 0 || l.total == end) return l;
+  // With split pieces after them: ZeRO's slices of the first domain, padded to equal
+  // sizes (Module::zeroSlices), end before the second domain begins.
+  int n = std::max(p.dataRanks, 1);
+  int64_t padded = first + n * (((end - first + n - 1) / n + 63) / 64 * 64);
+  for (size_t q = 0; q < params.size(); ++q)
+    if (l.offset[q] >= end) l.offset[q] += padded - end;
+  l.total += padded - end;
   return l;
 }
 

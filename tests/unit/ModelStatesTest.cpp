@@ -44,6 +44,19 @@ train net {{
   return m;
 }
 
+// A script planned at -np `np`; a diagnostic fails the test.
+epl::ir::Module planScript(const std::string& text, int np) {
+  epl::Session session;
+  epl::PlanOptions options;
+  options.np = np;
+  auto m = epl::planText("states.epl", text, session, options);
+  if (!m)
+    for (const auto& d : session.diags.all())
+      FAIL(d.message);
+  REQUIRE(m);
+  return *m;
+}
+
 int64_t modelStates(const std::string& policy, const std::string& optimizer, int np) {
   auto m = planNet(policy, optimizer, np);
   if (!m) return -1;
@@ -306,22 +319,16 @@ train net {
   optimizer = adam(lr = 1e-3)
 }
 )";
-  epl::Session session;
-  epl::PlanOptions options;
-  options.np = 4; // two ranks a stage
-  auto m = epl::planText("layout.epl", text, session, options);
-  for (const auto& d : session.diags.all())
-    INFO(d.message);
-  REQUIRE(m);
-  REQUIRE(m->programs.size() == 4);
-  REQUIRE(m->params.size() == 2);
+  epl::ir::Module m = planScript(text, 4); // two ranks a stage
+  REQUIRE(m.programs.size() == 4);
+  REQUIRE(m.params.size() == 2);
   const int64_t whole = 4 * 64 * 64;
-  for (const epl::ir::Program& p : m->programs) {
+  for (const epl::ir::Program& p : m.programs) {
     INFO("rank " << p.rank << ", stage " << p.stage);
-    epl::ir::Module::ParamLayout l = m->paramLayout(p);
+    epl::ir::Module::ParamLayout l = m.paramLayout(p);
     int mine = p.stage, other = 1 - p.stage;
-    CHECK(m->holdsParam(p, mine));
-    CHECK_FALSE(m->holdsParam(p, other));
+    CHECK(m.holdsParam(p, mine));
+    CHECK_FALSE(m.holdsParam(p, other));
     CHECK(l.offset[mine] == 0);
     CHECK(l.offset[other] == -1);
     int64_t bytes = p.stage == 0 ? whole : whole / 2; // the split stage's ranks: a half each
@@ -353,14 +360,7 @@ train net {
   optimizer = adam(lr = 1e-3)
 }
 )";
-    epl::Session session;
-    epl::PlanOptions options;
-    options.np = np;
-    auto m = epl::planText("zero_split.epl", text, session, options);
-    for (const auto& d : session.diags.all())
-      INFO(d.message);
-    REQUIRE(m);
-    return *m;
+    return planScript(text, np);
   };
   const int64_t outside = 4 * 64 * 64, piece = 4 * 64 * 128 / 2;
   auto slice = [](int64_t bytes, int n) { return ((bytes + n - 1) / n + 63) / 64 * 64; };

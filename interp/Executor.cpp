@@ -969,6 +969,18 @@ void Executor::planShardedBuckets() {
     for (const ir::Module::SlicePiece& piece : gatherPieces_[b])
       scatterCounts_[b][piece.rank] = (piece.end - piece.begin) / 4;
   }
+  // The runs of the slice memory the gradient norm sums: all of it, but for a whole
+  // parameter inside a split region, which every rank of its split group holds alike
+  // (the first counts it).
+  int64_t from = 0;
+  for (int q : program_.params) {
+    if (program_.splitRank == 0 || !m_.reducedOverPieces(q) || sharded(q)) continue;
+    auto [begin, end] = updatedBytes(q);
+    if (begin >= end) continue;
+    if (from < stateOffset(begin)) normRuns_.push_back({from, stateOffset(begin)});
+    from = stateOffset(begin) + (end - begin);
+  }
+  if (from < sliceBytes_) normRuns_.push_back({from, sliceBytes_});
   clearBuckets_.assign(program_.step.size(), {});
   std::set<std::pair<int, int>> written; // (micro-batch, bucket)
   for (size_t i = 0; i < program_.step.size(); ++i) {
@@ -1401,25 +1413,12 @@ void Executor::moeExchange(const ir::Instr& in, size_t index, int64_t step) {
 void Executor::gradNorm(const ir::Op& op) {
   float* acc = static_cast<float*>(view(m_.gradNorm).data);
   if (shardGrads_) { // ZeRO stage 2: each rank's slices (zero between parameters)
-    // A whole parameter inside a split region has the same gradient on every rank of its
-    // split group: the first counts it.
-    std::vector<std::pair<int64_t, int64_t>> runs; // of the slice memory, to sum
-    int64_t from = 0;
-    for (int q : program_.params) {
-      if (program_.splitRank == 0 || !m_.reducedOverPieces(q) || sharded(q)) continue;
-      auto [begin, end] = updatedBytes(q);
-      if (begin >= end) continue;
-      runs.push_back({from, stateOffset(begin)});
-      from = stateOffset(begin) + (end - begin);
-    }
-    runs.push_back({from, sliceBytes_});
     bool first = true;
-    for (auto [begin, end] : runs)
-      if (begin < end) {
-        dev_.sumSquares(backend::TensorView{grads_ + begin, ir::DType::F32, {(end - begin) / 4}},
-                        acc, !first);
-        first = false;
-      }
+    for (auto [begin, end] : normRuns_) {
+      dev_.sumSquares(backend::TensorView{grads_ + begin, ir::DType::F32, {(end - begin) / 4}}, acc,
+                      !first);
+      first = false;
+    }
     if (first) dev_.fillZero(acc, 4);
     float sq = 0;
     dev_.copyToHost(&sq, acc, 4);

@@ -339,7 +339,8 @@ private:
   // then added into grads_.
   bool shardGrads_ = false;
   std::vector<int> bucketOfParam_;
-  std::vector<std::vector<int64_t>> scatterCounts_; // by bucket: floats of it in each slice
+  std::vector<std::vector<int64_t>> scatterCounts_;   // by bucket: floats of it in each slice
+  std::vector<std::pair<int64_t, int64_t>> normRuns_; // slice bytes the gradient norm sums
   std::vector<std::vector<int>> clearBuckets_;
   unsigned char* bucketMem(int b, int slot) const {
     int id = static_cast<int>(m_.tensors.size()) + b;

@@ -12,8 +12,8 @@ copies at -np 4 without and with `zero = 3`; the blocks split 2 ways in two copi
 prints rank 0's memory plan (activations, model states in memory with the offload's
 staging buffers, and the communicators' scratch), the memory
 measured after the first step (the process's peak above what it held before the run's
-buffers), the median step time after 2 warm-up steps, and each against the run without
-a policy. Targets (issue figures): recompute cuts the activations >= 2x for <= 40% more
+buffers, less the code it paged in), the median step time after 2 warm-up steps, and
+each against the run without a policy. Targets (issue figures): recompute cuts the activations >= 2x for <= 40% more
 step time; `recompute = auto` under a `device_memory` halfway between the plans without
 recompute and with every block recomputed no slower than `every` under it; the plan within
 10% of what is measured; ZeRO-3's model states at most 1/3.5 of those without ZeRO at

@@ -49,6 +49,9 @@ int64_t residentBytes() {
 int64_t peakResidentBytes() {
   return statusField("VmHWM:");
 }
+int64_t fileResidentBytes() {
+  return statusField("RssFile:");
+}
 bool restartPeakResident() {
   int fd = ::open("/proc/self/clear_refs", O_WRONLY | O_CLOEXEC);
   if (fd < 0) return false;

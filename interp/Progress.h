@@ -98,6 +98,10 @@ private:
 // The resident set size of this process now, and its peak (VmHWM), in bytes.
 int64_t residentBytes();
 int64_t peakResidentBytes();
+// The part of the resident set that is pages of files (RssFile: code, libraries, mapped
+// data), which the kernel can drop and read back; memory the run allocates is not among
+// them.
+int64_t fileResidentBytes();
 // Restarts the peak from the resident set now (Linux's /proc/self/clear_refs), so that a
 // later peakResidentBytes() is that of what came after. False where the kernel refuses:
 // the peak then stays the process's.

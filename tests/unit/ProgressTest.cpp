@@ -7,6 +7,7 @@
 #include <cstring>
 #include <sstream>
 #include <sys/mman.h>
+#include <unistd.h>
 
 using namespace epl::interp;
 using Catch::Matchers::Contains;
@@ -52,4 +53,33 @@ TEST_CASE("the resident peak restarts from the resident set", "[progress]") {
   int64_t after = epl::interp::peakResidentBytes();
   CHECK(after < before - static_cast<int64_t>(kBytes) / 2);
   CHECK(after >= epl::interp::residentBytes() - (int64_t{1} << 20));
+}
+
+// The measured memory of a step leaves out the pages of files read in meanwhile (the code
+// its kernels run): a file's pages count there, and memory the run allocates does not.
+TEST_CASE("the pages of files are told from the memory the run allocates", "[progress]") {
+  constexpr size_t kBytes = size_t{16} << 20;
+  // In the working folder, on a disk: a file on tmpfs counts as shared memory instead.
+  char path[] = "epl-progress-XXXXXX";
+  int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  unlink(path);
+  REQUIRE(ftruncate(fd, static_cast<off_t>(kBytes)) == 0);
+  void* file = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  REQUIRE(file != MAP_FAILED);
+  int64_t before = fileResidentBytes();
+  std::memset(file, 1, kBytes); // the file's pages come in
+  CHECK(fileResidentBytes() - before >= static_cast<int64_t>(kBytes) / 2);
+  munmap(file, kBytes);
+  close(fd);
+
+  void* anonymous =
+      mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(anonymous != MAP_FAILED);
+  before = fileResidentBytes();
+  int64_t resident = residentBytes();
+  std::memset(anonymous, 1, kBytes);
+  CHECK(residentBytes() - resident >= static_cast<int64_t>(kBytes) / 2);
+  CHECK(fileResidentBytes() - before < static_cast<int64_t>(kBytes) / 4);
+  munmap(anonymous, kBytes);
 }

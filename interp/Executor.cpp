@@ -198,6 +198,7 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
   }
   pending_.resize(m_.buckets.size());
   if (shardGrads_) planShardedBuckets();
+  if (paramsOnDisk_) planGatherReads();
   if (shardParams_) gathering_.resize(2 * m_.buckets.size());
   for (const ir::Instr& in : program_.step)
     if (in.kind == ir::InstrKind::ReduceStart) {
@@ -329,7 +330,8 @@ void Executor::allocateBuffers() {
   if (program_.offloadedBytes == 0) return;
   // Offloaded to disk: the staging buffers, each a chunk of every state, as the plan sized
   // them; the file's worker thread reads and writes them from the host.
-  int64_t buffer = program_.stagingBytes / ir::Program::kStagingBuffers;
+  int64_t buffer =
+      (program_.stagingBytes - program_.partStagingBytes) / ir::Program::kStagingBuffers;
   try {
     if (!dev_.hostAddressable())
       throw OffloadError(fmt::format("optimizer states offloaded to disk run on the cpu device "
@@ -1004,8 +1006,9 @@ void Executor::planShardedBuckets() {
 
 // ZeRO stage 3: the bucket's bytes [begin, end) of the flat parameter memory, whole in its
 // block: each rank whose slice holds some of them copies its part there and broadcasts it
-// to the others, in the background.
-void Executor::startGather(const ir::Instr& in) {
+// to the others, in the background. With the slice on disk, a step's gather `part` (its
+// index among the step's reads, planGatherReads) was read ahead; evaluation reads now.
+void Executor::startGather(const ir::Instr& in, int part) {
   unsigned char* block = gatherMem(in.bucket, in.use, slotOf(in.micro));
   int64_t first = bucketBegin_[in.bucket];
   std::vector<backend::Request>& started = gathering_[2 * in.bucket + in.use];
@@ -1013,12 +1016,17 @@ void Executor::startGather(const ir::Instr& in) {
   backend::Comm& comm = *bucketDomain(in.bucket).comm;
   for (const ir::Module::SlicePiece& piece : gatherPieces_[in.bucket]) {
     if (piece.rank != comm.rank()) continue;
-    if (paramsOnDisk_) // straight from the file into the block (host memory on this device)
+    if (paramsOnDisk_ && part >= 0) { // host memory on this device
+      std::memcpy(block + (piece.begin - first), disk_->acquirePart(static_cast<size_t>(part)),
+                  static_cast<size_t>(piece.end - piece.begin));
+      disk_->releasePart(static_cast<size_t>(part));
+    } else if (paramsOnDisk_) {
       disk_->read(states_, stateOffset(piece.begin), piece.end - piece.begin,
                   block + (piece.begin - first));
-    else
+    } else {
       dev_.copyOnDevice(block + (piece.begin - first), paramAt(piece.begin),
                         piece.end - piece.begin);
+    }
   }
   // The broadcasts read the block from the host side: the copy must be done.
   dev_.synchronize();
@@ -1106,7 +1114,7 @@ void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t see
     return;
   }
   case ir::InstrKind::GatherStart:
-    startGather(in);
+    startGather(in, paramsOnDisk_ && training ? gatherPart_[index] : -1);
     return;
   case ir::InstrKind::GatherWait:
     waitGather(in, index, step);
@@ -1481,6 +1489,29 @@ std::pair<int64_t, int64_t> Executor::updatedBytes(int p) const {
   if (zero_.empty()) return {begin, end};
   const ZeroDomain& d = domainOf(begin);
   return {std::max(begin, d.slice.begin()), std::min(end, d.slice.end())};
+}
+
+// `offload = params`: the step's gathers read this rank's part of each bucket from the
+// file, in the order they start, ahead of them (Program::partStagingBytes).
+void Executor::planGatherReads() {
+  std::vector<OffloadedStates::Part> parts;
+  gatherPart_.assign(program_.step.size(), -1);
+  for (size_t i = 0; i < program_.step.size(); ++i) {
+    const ir::Instr& in = program_.step[i];
+    if (in.kind != ir::InstrKind::GatherStart) continue;
+    int me = bucketDomain(in.bucket).comm->rank();
+    for (const ir::Module::SlicePiece& piece : gatherPieces_[in.bucket])
+      if (piece.rank == me) {
+        EPL_ASSERT(gatherPart_[i] < 0, "a rank's slice holds one piece of a bucket");
+        gatherPart_[i] = static_cast<int>(parts.size());
+        parts.push_back({stateOffset(piece.begin), piece.end - piece.begin});
+      }
+  }
+  for (const OffloadedStates::Part& part : parts)
+    EPL_ASSERT(part.bytes <= program_.partStagingBytes,
+               "a gather's part fits the memory plan's read-ahead buffer");
+  disk_->setParts(states_, std::move(parts),
+                  stagingMem_ + (program_.stagingBytes - program_.partStagingBytes));
 }
 
 // Offloaded states: the chunks of the step's optimizer ops, in the order the step runs

@@ -226,6 +226,7 @@ private:
     return d.at + b - d.slice.begin();
   }
   void planOffloadChunks();
+  void planGatherReads();
   // Bytes [offset, offset + bytes) of the parameters' memory (k = kParams) or of optimizer
   // state k's (in memory or on disk), to or from host memory. Blocking.
   static constexpr int kParams = -1;
@@ -240,7 +241,7 @@ private:
   void gatherParams(int64_t step);
   // ZeRO stage 3: start gathering bucket b whole into its block for `use` in the slot of
   // micro-batch `micro`; wait until it has arrived.
-  void startGather(const ir::Instr& in);
+  void startGather(const ir::Instr& in, int part);
   void waitGather(const ir::Instr& in, size_t index, int64_t step);
   // Bytes of each optimizer state this rank holds: its ZeRO slices, or every parameter.
   int64_t stateBytes() const { return zero_.empty() ? gradBytes_ : sliceBytes_; }
@@ -359,6 +360,9 @@ private:
   unsigned char* stagingMem_ = nullptr;
   std::vector<std::pair<size_t, size_t>> opChunks_;
   std::vector<int64_t> chunkParamAt_;
+  // With `offload = params`, by step instruction: the read of the file its gather takes
+  // (OffloadedStates::setParts), -1 for none.
+  std::vector<int> gatherPart_;
   // Split experts: what each moe's dispatch exchanged for the micro-batch in each slot, by
   // (its counts tensor, slot): the rows this rank sent to each rank of its split group,
   // and the rows of each of its experts it got from each (rank-major), for the combine and

@@ -92,9 +92,11 @@ void OffloadedStates::write(int k, int64_t offset, int64_t bytes, const void* fr
 void OffloadedStates::beginStep() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    EPL_ASSERT(jobs_.empty() && !busy_, "the previous step's chunks were written back");
-    readsDone_ = 0;
+    EPL_ASSERT(jobs_.empty() && partJobs_.empty() && !busy_,
+               "the previous step's chunks were written back");
+    readsDone_ = partsDone_ = 0;
   }
+  if (!parts_.empty()) enqueue({false, 0, true});
   // Every buffer but the one the last chunk is written back from: read ahead.
   for (size_t i = 0; i + 1 < staging_.size() && i < chunks_.size(); ++i)
     enqueue({false, i});
@@ -113,9 +115,27 @@ void OffloadedStates::release(size_t i) {
   if (ahead < chunks_.size()) enqueue({false, ahead});
 }
 
+void OffloadedStates::setParts(int block, std::vector<Part> parts, unsigned char* buffer) {
+  EPL_ASSERT(block < states_, "the parameters' slice is a block of the file");
+  partBlock_ = block;
+  parts_ = std::move(parts);
+  partBuffer_ = buffer;
+}
+
+const unsigned char* OffloadedStates::acquirePart(size_t j) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] { return partsDone_ > j || error_; });
+  if (error_) rethrow();
+  return partBuffer_;
+}
+
+void OffloadedStates::releasePart(size_t j) {
+  if (j + 1 < parts_.size()) enqueue({false, j + 1, true});
+}
+
 void OffloadedStates::endStep() {
   std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait(lock, [&] { return (jobs_.empty() && !busy_) || error_; });
+  changed_.wait(lock, [&] { return (jobs_.empty() && partJobs_.empty() && !busy_) || error_; });
   if (error_) rethrow();
 }
 
@@ -123,18 +143,24 @@ void OffloadedStates::rethrow() {
   // The step failed: what was queued behind the failure is dropped with it.
   std::exception_ptr e = error_;
   jobs_.clear();
+  partJobs_.clear();
   std::rethrow_exception(e);
 }
 
 void OffloadedStates::enqueue(Job job) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    jobs_.push_back(job);
+    (job.part ? partJobs_ : jobs_).push_back(job);
   }
   changed_.notify_all();
 }
 
 void OffloadedStates::transfer(const Job& job) {
+  if (job.part) {
+    const Part& p = parts_[job.chunk];
+    read(partBlock_, p.offset, p.bytes, partBuffer_);
+    return;
+  }
   const Chunk& c = chunks_[job.chunk];
   EPL_ASSERT(c.bytes <= chunkBytes_, "a chunk fits its staging buffer");
   for (int k = 0; k < states_; ++k) {
@@ -148,10 +174,12 @@ void OffloadedStates::transfer(const Job& job) {
 void OffloadedStates::work() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    changed_.wait(lock, [&] { return stop_ || (!jobs_.empty() && !error_); });
+    changed_.wait(lock,
+                  [&] { return stop_ || ((!jobs_.empty() || !partJobs_.empty()) && !error_); });
     if (stop_) return;
-    Job job = jobs_.front();
-    jobs_.pop_front();
+    std::deque<Job>& queue = partJobs_.empty() ? jobs_ : partJobs_;
+    Job job = queue.front();
+    queue.pop_front();
     busy_ = true;
     lock.unlock();
     std::exception_ptr failed;
@@ -164,6 +192,8 @@ void OffloadedStates::work() {
     busy_ = false;
     if (failed)
       error_ = failed;
+    else if (job.part)
+      ++partsDone_;
     else if (!job.write)
       ++readsDone_;
     changed_.notify_all();

@@ -62,6 +62,20 @@ public:
   }
   // Chunk i was updated: it is written back in the background.
   void release(size_t i);
+
+  // The reads of the step's ZeRO-3 gathers with `offload = params`: `bytes` bytes at
+  // `offset` of state `block` (the parameters' slice) each, in the order the gathers
+  // start. The next is read ahead into `buffer`, before the chunks' reads: the gathers come
+  // first in the step. Nothing writes the block until the optimizer updates it, after the
+  // step's last gather.
+  struct Part {
+    int64_t offset = 0, bytes = 0;
+  };
+  void setParts(int block, std::vector<Part> parts, unsigned char* buffer);
+  // Waits until part j (the next in order) is read; it is at the address returned until
+  // releasePart(j), which reads part j + 1 into the buffer.
+  const unsigned char* acquirePart(size_t j);
+  void releasePart(size_t j);
   // Waits until every chunk of the step is written back. Rethrows a failed read or write.
   void endStep();
 
@@ -69,6 +83,7 @@ private:
   struct Job {
     bool write = false;
     size_t chunk = 0;
+    bool part = false; // parts_[chunk] into its buffer
   };
   void enqueue(Job job);
   void work();
@@ -82,11 +97,15 @@ private:
   std::vector<unsigned char*> staging_;
   int64_t chunkBytes_ = 0;
   std::vector<Chunk> chunks_;
+  int partBlock_ = 0;
+  std::vector<Part> parts_;
+  unsigned char* partBuffer_ = nullptr;
 
   std::mutex mutex_;
   std::condition_variable changed_;
-  std::deque<Job> jobs_;
-  size_t readsDone_ = 0; // chunks of this step read so far (they are read in order)
+  std::deque<Job> jobs_, partJobs_; // the worker takes the parts' reads first
+  size_t readsDone_ = 0;            // chunks of this step read so far (they are read in order)
+  size_t partsDone_ = 0;            // and parts
   bool busy_ = false, stop_ = false;
   std::exception_ptr error_;
   std::thread worker_;

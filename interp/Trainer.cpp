@@ -412,7 +412,9 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
       ex.localBatch(), formatBytes(prog.peakBytes()),
       formatBytes(prog.slots == 1 ? prog.arenaBytes : prog.activationBytes()),
       formatBytes(prog.paramBytes), formatBytes(prog.gradBytes), formatBytes(prog.optimizerBytes),
-      (prog.commBytes > 0 ? fmt::format(", comm buffers {}", formatBytes(prog.commBytes)) : "") +
+      (prog.stagingBytes > 0 ? fmt::format(", staging {}", formatBytes(prog.stagingBytes)) : "") +
+          (prog.commBytes > 0 ? fmt::format(", comm buffers {}", formatBytes(prog.commBytes))
+                              : "") +
           (prog.inputBytes > 0 ? fmt::format(", host inputs {}", formatBytes(prog.inputBytes))
                                : ""));
   if (m.ampApplies())
@@ -425,8 +427,8 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
     out << fmt::format("{}: in a file in {} ({}{}), streamed through {} of "
                        "staging buffers in each step\n",
                        m.offloadsParams()
-                           ? "the parameters' ZeRO slice and the optimizer states (each gather "
-                             "reads its part of the parameters from it)"
+                           ? "the parameters' ZeRO slice and the optimizer states (each gather's "
+                             "part of the parameters read from it ahead of the gather)"
                            : "optimizer states",
                        ex.offloadDir(), formatBytes(prog.offloadedBytes),
                        ranks > 1 ? " on rank 0" : "", formatBytes(prog.stagingBytes));

@@ -165,6 +165,10 @@ struct Program {
   static constexpr int kStagingBuffers = 3;
   int64_t offloadedBytes = 0;
   int64_t stagingBytes = 0;
+  // Of stagingBytes, with `offload = params` (Module::offloadsParams): the buffer, the
+  // largest part of a bucket a rank's slice holds, that the ZeRO-3 gathers' reads of the
+  // file land in, each ahead of its gather (the step between two gathers hides it).
+  int64_t partStagingBytes = 0;
   // The communicators' scratch: what the ring reductions in flight at once take
   // (support/RingScratch.h), the gradient buckets' and the split regions' collectives.
   // Each communicator keeps it for its next reductions.

@@ -231,6 +231,7 @@ private:
     to.optimizerBytes = from.optimizerBytes;
     to.offloadedBytes = from.offloadedBytes;
     to.stagingBytes = from.stagingBytes;
+    to.partStagingBytes = from.partStagingBytes;
     to.commBytes = from.commBytes;
     to.inputBytes = from.inputBytes;
     to.shared = from.shared;
@@ -558,7 +559,7 @@ private:
     p.optimizerBytes = states * perState;
     if (m.zeroShardsGradients()) p.gradBytes = perState; // the slice; the buckets are in the arena
     if (m.zeroShardsParams()) p.paramBytes = perState;   // and the gathered parameters
-    p.offloadedBytes = p.stagingBytes = 0;
+    p.offloadedBytes = p.stagingBytes = p.partStagingBytes = 0;
     if (!m.offloadApplies() || p.params.empty()) return;
     // Offloaded to disk: a chunk of at most kOffloadChunk bytes of each state per staging
     // buffer (no larger than the largest run the optimizer updates at once), in 64-byte
@@ -574,6 +575,15 @@ private:
       ++blocks;
     }
     p.stagingBytes = ir::Program::kStagingBuffers * blocks * chunk;
+    if (!m.offloadsParams()) return;
+    // The gathers' reads: the largest piece of a bucket any rank of the domain holds (the
+    // ranks that run this stream share its plan).
+    int64_t part = 0;
+    for (const std::vector<ir::Module::SlicePiece>& pieces : m.bucketPieces(p))
+      for (const ir::Module::SlicePiece& piece : pieces)
+        part = std::max(part, piece.end - piece.begin);
+    p.partStagingBytes = aligned(part);
+    p.stagingBytes += p.partStagingBytes;
   }
 
   // The most bytes of one optimizer state an offloaded step holds in one staging buffer.

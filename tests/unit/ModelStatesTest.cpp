@@ -297,7 +297,10 @@ train net {
   CHECK(p.paramBytes == 0);
   CHECK(p.optimizerBytes == 0);
   CHECK(p.offloadedBytes == 3 * kPsi); // the slice (4 Psi / 4) and Adam's two states of it
-  CHECK(p.stagingBytes == 3 * 3 * (int64_t{1} << 20)); // 3 buffers x 3 blocks x 1 MiB
+  // The gathers read each rank's part of the one bucket (4 Psi bytes / 4 ranks) ahead into
+  // one more buffer, beside the optimizer's 3 buffers x 3 blocks x 1 MiB.
+  CHECK(p.partStagingBytes == kPsi);
+  CHECK(p.stagingBytes == 3 * 3 * (int64_t{1} << 20) + kPsi);
   auto one = plan(1, warnings);
   CHECK_FALSE(one->offloadsParams());
   CHECK(one->programs.at(0).paramBytes == 4 * kPsi);

@@ -1,5 +1,6 @@
 // Optimizer states in a file: reads and writes, the step's stream of chunks through three
-// staging buffers (read ahead, updated, written back), and a folder it cannot use.
+// staging buffers (read ahead, updated, written back), the gathers' parts of the
+// parameters read ahead, and a folder it cannot use.
 #include "interp/OffloadedStates.h"
 
 #include <catch2/catch.hpp>
@@ -91,6 +92,48 @@ TEST_CASE("a step streams its chunks in order through three staging buffers") {
   std::vector<float> all(static_cast<size_t>(bytes / 4));
   states.read(1, 0, bytes, all.data());
   CHECK(std::all_of(all.begin(), all.end(), [](float v) { return v == 6.f; }));
+}
+
+// offload = params: the gathers' parts of the parameters' block are read ahead, one at a
+// time, before the step's optimizer chunks update the block and write it back.
+TEST_CASE("a step's parts are read ahead in order and see the last step's update") {
+  Folder dir;
+  const int64_t chunk = 256;
+  Staging staging(3, chunk); // two states and the parameters' block
+  const int64_t bytes = 8 * chunk;
+  OffloadedStates states(dir.path.string(), 3, bytes, staging.pointers, chunk);
+  std::vector<OffloadedStates::Chunk> chunks;
+  for (int64_t at = 0; at < bytes; at += chunk)
+    chunks.push_back({at, chunk});
+  states.setChunks(chunks);
+  // Parts of uneven sizes, out of the block's order, one read twice (a forward's gather
+  // and a backward's).
+  std::vector<OffloadedStates::Part> parts = {
+      {5 * chunk, 3 * chunk}, {0, 2 * chunk}, {2 * chunk + 64, 512}, {5 * chunk, 3 * chunk}};
+  std::vector<unsigned char> buffer(3 * chunk);
+  states.setParts(2, parts, buffer.data());
+  std::vector<float> start(static_cast<size_t>(bytes / 4)); // each float its index
+  std::iota(start.begin(), start.end(), 0.f);
+  states.write(2, 0, bytes, start.data());
+  for (int step = 1; step <= 3; ++step) {
+    INFO("step " << step);
+    states.beginStep();
+    for (size_t j = 0; j < parts.size(); ++j) {
+      auto* v = reinterpret_cast<const float*>(states.acquirePart(j));
+      REQUIRE(v == reinterpret_cast<const float*>(buffer.data()));
+      for (int64_t e = 0; e < parts[j].bytes / 4; ++e) // its place, and the steps before
+        REQUIRE(v[e] == static_cast<float>(parts[j].offset / 4 + e + step - 1));
+      states.releasePart(j);
+    }
+    for (size_t i = 0; i < chunks.size(); ++i) { // the optimizer adds 1 to the parameters
+      states.acquire(i);
+      auto* v = reinterpret_cast<float*>(states.stateOf(i, 2));
+      for (int64_t e = 0; e < chunk / 4; ++e)
+        v[e] += 1.f;
+      states.release(i);
+    }
+    states.endStep();
+  }
 }
 
 TEST_CASE("a folder that cannot hold the states is an error naming it") {

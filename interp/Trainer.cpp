@@ -402,7 +402,7 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
   out << fmt::format("data: {}\n", ds.describe());
   out << fmt::format(
       "batch {} = {} micro-batch{} x {}{} samples; memory plan {} per rank "
-      "(activations {}, params {}, grads {}, optimizer {}{})\n",
+      "(activations {}{}, params {}, grads {}, optimizer {}{})\n",
       m.train.batch, m.policy.microBatches, m.policy.microBatches == 1 ? "" : "es",
       prog.readers > 1 ? fmt::format("{} {} x ", prog.readers,
                                      stages == 1                     ? "ranks"
@@ -411,6 +411,9 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
                        : "",
       ex.localBatch(), formatBytes(prog.peakBytes()),
       formatBytes(prog.slots == 1 ? prog.arenaBytes : prog.activationBytes()),
+      prog.largestWorkspace() > 0
+          ? fmt::format(" with kernel workspaces up to {}", formatBytes(prog.largestWorkspace()))
+          : "",
       formatBytes(prog.paramBytes), formatBytes(prog.gradBytes), formatBytes(prog.optimizerBytes),
       (prog.stagingBytes > 0 ? fmt::format(", staging {}", formatBytes(prog.stagingBytes)) : "") +
           (prog.commBytes > 0 ? fmt::format(", comm buffers {}", formatBytes(prog.commBytes))

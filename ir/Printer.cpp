@@ -541,8 +541,11 @@ void printRankMemory(const Module& m, std::ostream& out) {
   out << "\nmemory per rank (what `epl run` allocates; `epl plan --rank R` places it):\n";
   auto figures = [&](const Program& p) {
     std::string text = fmt::format(
-        "{} = activations {} + params {} + grads {} + optimizer {}", formatBytes(p.peakBytes()),
+        "{} = activations {}{} + params {} + grads {} + optimizer {}", formatBytes(p.peakBytes()),
         formatBytes((p.slots == 1 ? p.arenaBytes : p.activationBytes()) + p.recvBytes),
+        p.largestWorkspace() > 0
+            ? fmt::format(" (kernel workspaces up to {})", formatBytes(p.largestWorkspace()))
+            : "",
         formatBytes(p.paramBytes), formatBytes(p.gradBytes), formatBytes(p.optimizerBytes));
     if (p.stagingBytes > 0)
       text += fmt::format(" + staging {} ({} on disk)", formatBytes(p.stagingBytes),
@@ -682,8 +685,12 @@ void printProgram(const Module& m, int rank, std::ostream& out) {
                          : "";
   auto buckets = std::count_if(p.bucketOffset.begin(), p.bucketOffset.end(),
                                [](int64_t at) { return at >= 0; });
+  std::vector<std::string> within;
   if (buckets > 0)
-    activations += fmt::format(" (with {} gradient bucket{})", buckets, buckets == 1 ? "" : "s");
+    within.push_back(fmt::format("with {} gradient bucket{}", buckets, buckets == 1 ? "" : "s"));
+  if (p.largestWorkspace() > 0)
+    within.push_back(fmt::format("kernel workspaces up to {}", formatBytes(p.largestWorkspace())));
+  if (!within.empty()) activations += fmt::format(" ({})", fmt::join(within, "; "));
   std::string comm =
       p.commBytes > 0 ? fmt::format(" + comm buffers {}", formatBytes(p.commBytes)) : "";
   if (p.inputBytes > 0) comm += fmt::format(" + host inputs {}", formatBytes(p.inputBytes));

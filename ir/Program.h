@@ -3,6 +3,7 @@
 #pragma once
 #include "ir/Types.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -154,6 +155,14 @@ struct Program {
     int64_t stagingBytes = 0;
   };
   std::vector<Workspace> workspaces;
+  // The kernel scratch of the ledger: the largest workspace, inside the activations' arena
+  // for one instruction at a time (0: none).
+  int64_t largestWorkspace() const {
+    int64_t most = 0;
+    for (const Workspace& w : workspaces)
+      most = std::max(most, w.bytes);
+    return most;
+  }
   int64_t recvBytes = 0;      // the buffers the step's receives are posted into
   int64_t paramBytes = 0;     // parameters
   int64_t gradBytes = 0;      // parameter gradients

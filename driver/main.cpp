@@ -6,6 +6,7 @@
 #include "interp/MemoryFit.h"
 #include "interp/Trainer.h"
 #include "interp/data/Dataset.h"
+#include "ir/PlanJson.h"
 #include "ir/Printer.h"
 #include "lsp/Command.h"
 
@@ -286,8 +287,16 @@ int main(int argc, char** argv) {
   bool printIr = false;
   planCmd->add_flag("--ir", printIr, "print the final IR after the plan");
   int rank = -1;
-  planCmd->add_option("--rank", rank, "print this rank's instruction stream and memory plan")
-      ->check(wholeNumber("--rank", 0, kMaxRanks - 1));
+  CLI::Option* rankOption =
+      planCmd->add_option("--rank", rank, "print this rank's instruction stream and memory plan")
+          ->check(wholeNumber("--rank", 0, kMaxRanks - 1));
+  bool printJson = false;
+  planCmd
+      ->add_flag("--json", printJson,
+                 "print the plan as JSON: mesh, stages, layers, bridges, gradient buckets, "
+                 "schedule, each rank's memory (docs/plan-json.md)")
+      ->excludes(rankOption)
+      ->excludes("--ir");
 
   Common runArgs;
   runArgs.np = 1;
@@ -386,6 +395,10 @@ int main(int argc, char** argv) {
   auto m = plan(planArgs, session);
   if (!m) return 1;
   if (rank >= 0) return printRank(*m, rank);
+  if (printJson) {
+    epl::ir::printPlanJson(*m, std::cout);
+    return 0;
+  }
   epl::ir::printPlan(*m, std::cout);
   if (printIr) {
     std::cout << "\n";

@@ -39,6 +39,10 @@ expect 0 "on 8 devices" -- plan "$src/examples/gpt_char.epl" --np 8
 expect 0 "pass timing:" -- plan "$src/examples/gpt_char.epl" -np 8 --time-passes
 expect 0 "// ----- IR after stage-partition -----" -- plan "$src/examples/gpt_char.epl" --print-after stage-partition
 expect 0 "module @gpt" -- plan "$src/examples/gpt_char.epl" -np 4 --ir
+expect 0 '"schema": 1,' -- plan "$src/examples/gpt_char.epl" -np 8 --json
+expect 0 '"kernel_workspace": 2097152,' -- plan "$src/examples/gpt_char.epl" -np 8 --json
+expect 2 "--rank excludes --json" -- plan "$src/examples/gpt_char.epl" --json --rank 0
+expect 2 "--ir excludes --json" -- plan "$src/examples/gpt_char.epl" --json --ir
 expect 1 "error: -np 6 is not a multiple of the 4 devices" -- check "$src/examples/gpt_char.epl" -np 6
 expect 1 "--> $src/tests/diagnostics/unknown_name.epl:8:22" -- check "$src/tests/diagnostics/unknown_name.epl"
 

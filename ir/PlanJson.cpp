@@ -1,0 +1,248 @@
+// `epl plan --json`: the plan's data as one JSON document (see PlanJson.h). Unlike the text
+// printer it folds nothing: every layer, bridge and rank has its own entry, and every size
+// is a whole number of bytes.
+#include "ir/PlanJson.h"
+
+#include "ir/Ops.h"
+#include "ir/PipelineSchedule.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace epl::ir {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+const char* ampName(Amp a) {
+  switch (a) {
+  case Amp::None:
+    return "fp32";
+  case Amp::Fp16:
+    return "fp16";
+  case Amp::Bf16:
+    return "bf16";
+  }
+  return "?";
+}
+
+const char* recomputeName(Recompute r) {
+  switch (r) {
+  case Recompute::None:
+    return "none";
+  case Recompute::Auto:
+    return "auto";
+  case Recompute::Every:
+    return "every";
+  case Recompute::Listed:
+    return "listed";
+  }
+  return "?";
+}
+
+const char* offloadName(Offload o) {
+  switch (o) {
+  case Offload::None:
+    return "none";
+  case Offload::Optimizer:
+    return "optimizer";
+  case Offload::Params:
+    return "params";
+  }
+  return "?";
+}
+
+std::string layerOf(const std::string& opName) {
+  return opName.substr(0, opName.find('/'));
+}
+
+json policyJson(const Module& m) {
+  const Policy& p = m.policy;
+  json recompute = recomputeName(p.recompute);
+  if (p.recompute == Recompute::Listed) recompute = p.recomputeBlocks;
+  return {{"zero", static_cast<int>(p.zero)},
+          {"amp", ampName(p.amp)},
+          {"optimizer", m.train.optimizer.kind},
+          {"recompute", recompute},
+          {"offload", offloadName(p.offload)},
+          {"offload_to", p.offloadTo == OffloadTarget::Disk ? "disk" : "cpu"},
+          {"comm_dtype", dtypeName(p.commDtype)},
+          {"schedule", scheduleName(p.schedule)},
+          {"micro_batches", p.microBatches},
+          {"chunks", p.chunks},
+          {"bucket_bytes", p.bucketBytes},
+          {"device_memory", p.deviceMemoryBytes}};
+}
+
+// The layers of stage s in order (the first component of their ops' names), each with the
+// parameters of its forward ops.
+json layersJson(const Module& m, int s) {
+  std::vector<std::string> order;
+  std::map<std::string, int64_t> params;
+  for (const Op& op : m.ops) {
+    if (op.stage != s || op.phase != Phase::Forward ||
+        opInfo(op.kind).split == SplitRule::Communication)
+      continue;
+    std::string layer = layerOf(op.name);
+    if (!params.count(layer)) {
+      order.push_back(layer);
+      params[layer] = 0;
+    }
+    for (int p : op.params)
+      params[layer] += *numElements(m.params[p].type.shape, {});
+  }
+  json out = json::array();
+  for (const std::string& layer : order)
+    out.push_back({{"name", layer}, {"params", params[layer]}, {"bytes", 4 * params[layer]}});
+  return out;
+}
+
+json stageJson(const Module& m, int s) {
+  const StagePlan& st = m.mesh.stages[s];
+  const char* kind = st.scope < 0                      ? "whole model"
+                     : m.scopes[st.scope].isSplitStage ? "split"
+                                                       : "replicate";
+  json ranks = json::array();
+  for (int r = 0; r < m.mesh.dataParallel; ++r) {
+    json group = json::array();
+    for (int k = 0; k < st.group; ++k)
+      group.push_back(m.mesh.rank(r, s, k));
+    ranks.push_back(group);
+  }
+  json splitOps = json::array();
+  for (const Op& op : m.ops)
+    if (op.stage == s && op.phase == Phase::Forward && op.splitForm != SplitForm::None)
+      splitOps.push_back({{"op", op.name},
+                          {"form", splitFormName(op.splitForm)},
+                          {"width", m.scopes[m.splitScopeOf(op.scope)].width},
+                          {"line", m.scopes[m.splitScopeOf(op.scope)].loc.line}});
+  return {{"index", s},
+          {"kind", kind},
+          {"line", st.loc.line},
+          {"devices", st.group},
+          {"split_width", st.splitWidth},
+          {"copies", st.copies()},
+          {"ranks", ranks},
+          {"layers", layersJson(m, s)},
+          {"split_ops", splitOps},
+          {"params", {{"count", st.paramCount}, {"bytes", st.paramBytes}}},
+          {"held_per_device", {{"count", st.rankParamCount}, {"bytes", st.rankParamBytes}}},
+          {"model_states_per_device",
+           {{"params", st.stateParamBytes},
+            {"grads", st.stateGradBytes},
+            {"optimizer", st.stateOptimizerBytes},
+            {"total", st.modelStateBytes()},
+            {"offloaded", st.offloadedBytes}}}};
+}
+
+json bridgeJson(const Module& m, const Bridge& b) {
+  const Op& op = m.ops[b.op];
+  int t = op.inputs.empty() ? op.outputs[0] : op.inputs[0];
+  if (op.kind == OpKind::CrossEntropy) t = op.inputs[1];
+  return {{"from_stage", b.fromStage},
+          {"to_stage", b.toStage},
+          {"what", b.what},
+          {"tensor", m.tensors[t].name},
+          {"type", m.tensors[t].type.str()},
+          {"bytes", b.bytes < 0 ? json() : json(b.bytes)},
+          {"line", op.site.line}};
+}
+
+// What each rank's program allocates: the figures `epl run` checks against the machine
+// and compares with what it measures.
+json rankJson(const Program& p) {
+  return {{"rank", p.rank},
+          {"stage", p.stage},
+          {"micro_batch_slots", p.slots},
+          {"memory",
+           {{"peak", p.peakBytes()},
+            {"activations", (p.slots == 1 ? p.arenaBytes : p.activationBytes()) + p.recvBytes},
+            {"kernel_workspace", p.largestWorkspace()},
+            {"params", p.paramBytes},
+            {"grads", p.gradBytes},
+            {"optimizer", p.optimizerBytes},
+            {"staging", p.stagingBytes},
+            {"offloaded", p.offloadedBytes},
+            {"comm_buffers", p.commBytes},
+            {"host_inputs", p.inputBytes}}}};
+}
+
+json scheduleJson(const Module& m) {
+  if (m.mesh.stages.size() < 2) return nullptr;
+  PipelineShape shape{m.mesh.depth(), static_cast<int>(m.policy.microBatches), m.mesh.chunks};
+  json out = {{"name", scheduleName(m.policy.schedule)},
+              {"stages", shape.stages},
+              {"micro_batches", shape.micros},
+              {"chunks", shape.chunks}};
+  std::string refusal = scheduleRequirement(m.policy.schedule, shape);
+  if (!refusal.empty()) {
+    out["refused"] = refusal;
+    return out;
+  }
+  ScheduleSimulation sim = simulateSchedule(m.policy.schedule, shape);
+  out["deadlocked"] = sim.deadlocked;
+  out["bubble"] = sim.bubble;
+  out["makespan_units"] = sim.makespan;
+  out["peak_in_flight"] = sim.peakInFlight;
+  out["peak_held"] = sim.peakHeld;
+  return out;
+}
+
+} // namespace
+
+nlohmann::ordered_json planJson(const Module& m) {
+  const Mesh& mesh = m.mesh;
+  int64_t total = 0;
+  int split = 1;
+  for (const StagePlan& st : mesh.stages) {
+    total += st.paramCount;
+    split = std::max(split, st.splitWidth);
+  }
+  json stages = json::array(), bridges = json::array(), buckets = json::array(),
+       ranks = json::array();
+  for (size_t s = 0; s < mesh.stages.size(); ++s)
+    stages.push_back(stageJson(m, static_cast<int>(s)));
+  for (const Bridge& b : m.bridges)
+    bridges.push_back(bridgeJson(m, b));
+  for (const GradBucket& b : m.buckets)
+    buckets.push_back({{"stage", b.stage},
+                       {"params", {m.params[b.firstParam].name, m.params[b.endParam - 1].name}},
+                       {"bytes", b.bytes},
+                       {"wire_bytes", m.wireBytes(b)},
+                       {"ranks", b.ranks},
+                       {"split_pieces", b.pieces}});
+  for (const Program& p : m.programs)
+    ranks.push_back(rankJson(p));
+  json batch = nullptr;
+  if (mesh.microBatch > 0)
+    batch = {{"global", m.train.batch},
+             {"micro_batches", m.policy.microBatches},
+             {"micro_batch_per_replica", mesh.microBatch},
+             {"symbol", m.batchSymbol}};
+  return {{"schema", kPlanJsonSchema},
+          {"model", m.modelName},
+          {"np", mesh.np},
+          {"mesh",
+           {{"data_parallel", mesh.dataParallel},
+            {"stages", mesh.stages.size()},
+            {"split", split},
+            {"replica_devices", mesh.replicaSize},
+            {"chunks", mesh.chunks},
+            {"sequence_parallel", m.policy.sequenceParallel}}},
+          {"batch", batch},
+          {"params", {{"count", total}, {"bytes", 4 * total}, {"dtype", "f32"}}},
+          {"policy", policyJson(m)},
+          {"stages", stages},
+          {"bridges", bridges},
+          {"gradient_buckets", buckets},
+          {"schedule", scheduleJson(m)},
+          {"ranks", ranks}};
+}
+
+void printPlanJson(const Module& m, std::ostream& out) {
+  out << planJson(m).dump(2) << "\n";
+}
+
+} // namespace epl::ir

@@ -1,0 +1,18 @@
+// The plan as JSON (`epl plan --json`): the mesh, the stages with their layers and split
+// ops, the bridges, the gradient buckets, a pipeline's schedule and each rank's memory
+// ledger, from the same module the text printer reads. docs/plan-json.md describes the
+// fields.
+#pragma once
+#include "ir/Module.h"
+
+#include <nlohmann/json.hpp>
+#include <ostream>
+
+namespace epl::ir {
+
+constexpr int kPlanJsonSchema = 1;
+
+nlohmann::ordered_json planJson(const Module& m);
+void printPlanJson(const Module& m, std::ostream& out);
+
+} // namespace epl::ir

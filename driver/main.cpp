@@ -3,6 +3,7 @@
 #include "driver/Epl.h"
 #include "driver/Launch.h"
 #include "driver/NumericOptions.h"
+#include "driver/Repl.h"
 #include "interp/MemoryFit.h"
 #include "interp/Trainer.h"
 #include "interp/data/Dataset.h"
@@ -361,6 +362,13 @@ int main(int argc, char** argv) {
       app.add_subcommand("data", "convert a text file to a uint16 token file (one token a byte)");
   dataCmd->add_option("text", textIn, "the text file")->required()->check(CLI::ExistingFile);
   dataCmd->add_option("tokens", tokensOut, "the token file to write")->required();
+  Common replArgs;
+  std::string replCommands;
+  CLI::App* replCmd = app.add_subcommand(
+      "repl", "inspect the plan at a prompt, and plan again with other settings (`help` there)");
+  addCommon(replCmd, replArgs);
+  replCmd->add_option("-c,--commands", replCommands,
+                      "run these `;`-separated commands instead of a prompt: \"mesh; mem\"");
   epl::lsp::Command lsp(app); // `epl lsp`: the language server (lsp/)
 
   // An unknown command is named as such (CLI11 would only say one is required).
@@ -369,9 +377,8 @@ int main(int argc, char** argv) {
       app.get_subcommand(argv[1]);
     } catch (const CLI::OptionNotFound&) {
       std::cerr << "error: unknown command `" << argv[1]
-                << "`\n  = help: the commands are `check`, `plan`, `run`, `sample`, `data` and "
-                   "`lsp`; see "
-                   "`epl --help`\n";
+                << "`\n  = help: the commands are `check`, `plan`, `repl`, `run`, `sample`, "
+                   "`data` and `lsp`; see `epl --help`\n";
       return 2;
     }
   }
@@ -390,6 +397,9 @@ int main(int argc, char** argv) {
     return runScript(runArgs, runOptions, launch, runCmd->get_option("--np")->count() > 0, argc,
                      argv);
   if (*sampleCmd) return sampleScript(sampleArgs, sampleOptions);
+  if (*replCmd)
+    return epl::driver::runRepl({replArgs.script, planOptions(replArgs), replCommands}, std::cin,
+                                std::cout, std::cerr);
   if (*dataCmd) return convertText(textIn, tokensOut);
   epl::Session session;
   auto m = plan(planArgs, session);

@@ -404,6 +404,14 @@ const char* wireName(DType d) {
 
 } // namespace
 
+void printStageSection(const Module& m, int stage, std::ostream& out) {
+  printStage(m, stage, out);
+}
+
+void printBridgeSection(const Module& m, std::ostream& out) {
+  printBridges(m, out);
+}
+
 // What runs again in the backward (passes/Recompute.cpp): the recomputed blocks (each a
 // run of Recompute ops before its backward), and sequence parallelism's gathers alone.
 void printRecompute(const Module& m, std::ostream& out) {

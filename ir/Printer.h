@@ -18,5 +18,10 @@ void printRankMemory(const Module& m, std::ostream& out);
 void printScheduleSection(const Module& m, std::ostream& out);
 // One rank's instruction stream (a training step, then evaluation) and memory plan.
 void printProgram(const Module& m, int rank, std::ostream& out);
+// Sections of the plan on their own (`epl repl`): one stage with its layers and model
+// states, the bridges, and what runs again in the backward.
+void printStageSection(const Module& m, int stage, std::ostream& out);
+void printBridgeSection(const Module& m, std::ostream& out);
+void printRecompute(const Module& m, std::ostream& out);
 
 } // namespace epl::ir

@@ -6,6 +6,7 @@
 
 #include "frontend/Settings.h"
 #include "ir/PlanJson.h"
+#include "ir/PlanSvg.h"
 #include "ir/Printer.h"
 #include "support/Text.h"
 
@@ -57,7 +58,7 @@ const char* kHelp = R"(commands:
   explain LAYER      where a layer lives, its parameters, how it is split, what it sends
   mem                the memory ledger of every rank
   comm               the bridges and the gradient reduction
-  schedule           a pipeline's schedule: bubble, micro-batches in flight
+  schedule           a pipeline's schedule: bubble, micro-batches in flight, a timeline
   set KEY = VALUE    plan again with a setting: np = 16, policy.zero = 3,
                      micro_batches = 16 (a bare key is the policy's or the train block's)
   settings           the settings given so far
@@ -338,6 +339,7 @@ private:
     std::ostringstream text;
     ir::printScheduleSection(*m_, text);
     out_ << (text.str().empty() ? "one stage: no pipeline schedule\n" : trim(text.str()) + "\n");
+    out_ << ir::scheduleTimeline(*m_);
     return true;
   }
 

@@ -8,6 +8,7 @@
 #include "interp/Trainer.h"
 #include "interp/data/Dataset.h"
 #include "ir/PlanJson.h"
+#include "ir/PlanSvg.h"
 #include "ir/Printer.h"
 #include "lsp/Command.h"
 
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fmt/format.h>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <unistd.h>
@@ -254,6 +256,25 @@ int convertText(const std::string& in, const std::string& out) {
   return 0;
 }
 
+// `epl plan --svg DIR`: the pictures of the plan, each file named on standard error.
+bool writeSvgs(const epl::ir::Module& m, const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  for (const auto& [name, svg] : epl::ir::planSvgs(m)) {
+    std::string path = (std::filesystem::path(dir) / name).string();
+    std::ofstream out(path, std::ios::binary);
+    out << svg;
+    out.close();
+    if (!out) {
+      std::cerr << fmt::format("error: cannot write `{}`{}\n", path,
+                               ec ? ": " + ec.message() : std::string());
+      return false;
+    }
+    std::cerr << "wrote " << path << "\n";
+  }
+  return true;
+}
+
 int printRank(const epl::ir::Module& m, int rank) {
   if (rank >= m.mesh.np) {
     std::cerr << "error: rank " << rank << " is not in this plan of " << m.mesh.np
@@ -298,6 +319,10 @@ int main(int argc, char** argv) {
                  "schedule, each rank's memory (docs/plan-json.md)")
       ->excludes(rankOption)
       ->excludes("--ir");
+  std::string svgDir;
+  planCmd->add_option("--svg", svgDir,
+                      "also write pictures of the plan into this folder: mesh.svg, memory.svg "
+                      "(each rank's ledger), schedule.svg (a pipeline's schedule)");
 
   Common runArgs;
   runArgs.np = 1;
@@ -404,6 +429,7 @@ int main(int argc, char** argv) {
   epl::Session session;
   auto m = plan(planArgs, session);
   if (!m) return 1;
+  if (!svgDir.empty() && !writeSvgs(*m, svgDir)) return 1;
   if (rank >= 0) return printRank(*m, rank);
   if (printJson) {
     epl::ir::printPlanJson(*m, std::cout);

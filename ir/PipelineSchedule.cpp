@@ -204,6 +204,7 @@ ScheduleSimulation simulateOrders(const std::vector<std::vector<WorkItem>>& orde
   ScheduleSimulation out;
   out.peakInFlight.assign(p, 0);
   out.peakHeld.assign(p, 0);
+  out.timeline.resize(p);
   int64_t busy = 0;
   for (bool progress = true; progress;) {
     progress = false;
@@ -217,6 +218,7 @@ ScheduleSimulation simulateOrders(const std::vector<std::vector<WorkItem>>& orde
         int64_t start =
             std::max(free[s], deps.empty() ? 0 : *std::max_element(deps.begin(), deps.end()));
         free[s] = done.at(s, w.chunk, w.micro, w.kind) = start + workCost(w.kind);
+        out.timeline[s].push_back({w, start, free[s]});
         busy += workCost(w.kind);
         inFlight[s] += w.kind == WorkKind::Forward          ? 1
                        : w.kind == WorkKind::BackwardWeight ? 0

@@ -58,6 +58,13 @@ struct ScheduleSimulation {
   // Per stage: the most whose forward ran and whose weight gradient (W, or the whole
   // backward) has not: the activations the stage holds, which W reads too.
   std::vector<int> peakHeld;
+  // Per stage, the work it ran in order, each from `start` to `end` in unit costs: the
+  // timeline `epl plan --svg` and `epl repl`'s `schedule` draw.
+  struct Span {
+    WorkItem item;
+    int64_t start = 0, end = 0;
+  };
+  std::vector<std::vector<Span>> timeline;
 };
 
 // Runs the orders of all stages (orders[s] for stage s) together: each item starts when its

@@ -92,6 +92,17 @@ else
   echo "skipped: the thread-start check (epl does not run under ulimit -v here)"
 fi
 
+# `epl plan --svg DIR` writes well-formed pictures of the plan, and names each.
+expect 0 "wrote $tmp/svg/schedule.svg" -- plan "$src/examples/gpt_char.epl" -np 8 --svg "$tmp/svg"
+if python3 -c 'import sys, xml.etree.ElementTree as E
+for f in ("mesh", "memory", "schedule"): E.parse(sys.argv[1] + "/" + f + ".svg")' "$tmp/svg"; then
+  passed=$((passed + 1))
+else
+  echo "FAIL: epl plan --svg wrote SVG that does not parse"
+  failures=$((failures + 1))
+fi
+expect 1 "error: cannot write \`/proc/epl/memory.svg\`: No such file or directory" -- plan "$mlp" --svg /proc/epl
+
 # `epl check` on a good script prints nothing at all.
 out=$("$epl" check "$src/examples/gpt_char.epl" 2>&1)
 if [ -n "$out" ]; then

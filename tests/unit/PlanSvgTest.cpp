@@ -1,0 +1,87 @@
+// `epl plan --svg` and `epl repl`'s timeline: one shape a unit of work the schedule's
+// simulation ran, one bar a run of ranks with the same ledger, one square a rank.
+#include "ir/PlanSvg.h"
+#include "Planned.h"
+#include "ir/PipelineSchedule.h"
+
+#include <catch2/catch.hpp>
+
+namespace {
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
+    ++n;
+  return n;
+}
+
+const char* kPipeline = R"(
+model net(x: f32[B, 64], y: i32[B]) {
+  replicate {
+    h = relu(linear(x, 128))
+  }
+  replicate {
+    loss = cross_entropy(linear(h, 10), y)
+  }
+  return loss
+}
+policy { micro_batches = 4 }
+train net {
+  data = synthetic(samples = 64)
+  batch = 16
+}
+)";
+
+} // namespace
+
+TEST_CASE("the plan's pictures draw every unit of work, rank and ledger") {
+  auto m = epl::testing::planned("net.epl", kPipeline, 4); // 2 copies of 2 stages
+  REQUIRE(m);
+  std::map<std::string, std::string> svgs = epl::ir::planSvgs(*m);
+  REQUIRE(svgs.size() == 3);
+  for (const auto& [name, svg] : svgs) {
+    CAPTURE(name);
+    CHECK(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0) == 0);
+    CHECK(count(svg, "<rect") == count(svg, "</rect>") + 1); // the background has no title
+  }
+  // 2 stages x 4 micro-batches, a forward and a backward each.
+  const std::string& schedule = svgs.at("schedule.svg");
+  CHECK(count(schedule, ": forward of micro-batch") == 8);
+  CHECK(count(schedule, ": backward of micro-batch") == 8);
+  CHECK(count(schedule, "stage 1: backward of micro-batch 3, time ") == 1);
+  // Every rank a square; the ranks of a stage alike.
+  const std::string& mesh = svgs.at("mesh.svg");
+  for (int r = 0; r < 4; ++r)
+    CHECK(count(mesh, "<title>rank " + std::to_string(r) + ":") == 1);
+  CHECK(count(svgs.at("memory.svg"), "<title>ranks 0-1: activations") +
+            count(svgs.at("memory.svg"), "<title>rank 0: activations") ==
+        1);
+
+  // The timeline: one row a stage, each micro-batch's forward once and its backward over
+  // two units.
+  std::string timeline = epl::ir::scheduleTimeline(*m);
+  CAPTURE(timeline);
+  REQUIRE(count(timeline, "\n") == 2);
+  std::string first = timeline.substr(0, timeline.find('\n'));
+  CHECK(count(first, "F") == 4);
+  CHECK(count(first, "B") == 8);
+  CHECK(first.rfind("  stage 0 |F0 F1 ", 0) == 0);
+}
+
+TEST_CASE("a plan of one stage has no schedule picture or timeline") {
+  auto m = epl::testing::planned("mlp.epl", R"(
+model net(x: f32[B, 8], y: i32[B]) {
+  return cross_entropy(linear(x, 4), y)
+}
+train net {
+  data = synthetic(samples = 8)
+  batch = 8
+}
+)",
+                                 2);
+  REQUIRE(m);
+  std::map<std::string, std::string> svgs = epl::ir::planSvgs(*m);
+  CHECK(svgs.count("schedule.svg") == 0);
+  CHECK(svgs.count("mesh.svg") == 1);
+  CHECK(epl::ir::scheduleTimeline(*m).empty());
+}

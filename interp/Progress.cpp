@@ -1,6 +1,7 @@
 // The progress bar, log lines and the metrics file.
 #include "interp/Progress.h"
 
+#include "support/Svg.h"
 #include "support/Text.h"
 
 #include <cerrno>
@@ -9,7 +10,9 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -42,6 +45,35 @@ std::string bar(int64_t done, int64_t total, int width) {
 }
 
 } // namespace
+
+std::string writeLossCurves(const std::string& metricsPath) {
+  std::ifstream in(metricsPath);
+  if (!in) throw std::runtime_error(fmt::format("cannot read `{}`", metricsPath));
+  std::map<double, double> loss, validation;
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_object() || !j.contains("step") || !j["step"].is_number()) continue;
+    double step = j["step"].get<double>();
+    if (j.contains("loss") && j["loss"].is_number()) loss[step] = j["loss"].get<double>();
+    if (j.contains("eval_loss") && j["eval_loss"].is_number())
+      validation[step] = j["eval_loss"].get<double>();
+  }
+  const std::string suffix = ".metrics.jsonl";
+  std::string path =
+      metricsPath.size() > suffix.size() &&
+              metricsPath.compare(metricsPath.size() - suffix.size(), suffix.size(), suffix) == 0
+          ? metricsPath.substr(0, metricsPath.size() - suffix.size()) + ".loss.svg"
+          : metricsPath + ".loss.svg";
+  std::string svg =
+      lineChart(fmt::format("loss by step ({})", metricsPath), "step",
+                {{"training loss", "#4e79a7", {loss.begin(), loss.end()}, false},
+                 {"validation loss", "#e15759", {validation.begin(), validation.end()}, true}});
+  std::ofstream out(path, std::ios::binary);
+  out << svg;
+  out.close();
+  if (!out) throw std::runtime_error(fmt::format("cannot write `{}`", path));
+  return path;
+}
 
 int64_t residentBytes() {
   return statusField("VmRSS:");

@@ -95,6 +95,12 @@ private:
   bool failureTaken_ = false;
 };
 
+// The loss curves of the metrics file at `metricsPath` as SVG beside it (`x.metrics.jsonl`
+// gives `x.loss.svg`): the training loss by step and the validation loss where it was
+// evaluated, over every run the file records (a step a resumed run repeated counts once,
+// its last value). Returns the path written; on failure, throws std::runtime_error.
+std::string writeLossCurves(const std::string& metricsPath);
+
 // The resident set size of this process now, and its peak (VmHWM), in bytes.
 int64_t residentBytes();
 int64_t peakResidentBytes();

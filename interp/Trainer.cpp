@@ -780,6 +780,7 @@ public:
   std::optional<int> step(int64_t step);
   // The trace, the activations, the summary and the final evaluation.
   int finish();
+  void drawLossCurves();
 
 private:
   bool agree(bool ok, const char* what);
@@ -1031,6 +1032,7 @@ int TrainingRun::finish() {
   reportActivations(*ex_, m_, comm_, out_);
   if (end_ < steps_) {
     out_ << fmt::format("stopped after step {} of {} (--stop-after)\n", end_, steps_);
+    drawLossCurves();
     return 0;
   }
   out_ << fmt::format("trained {} step{} in {} ({:.0f} samples/s); last loss {:.4f}\n",
@@ -1057,7 +1059,19 @@ int TrainingRun::finish() {
   out_ << fmt::format(
       "memory: planned {} for tensors; peak resident {}{}\n", formatBytes(prog.peakBytes()),
       formatBytes(std::max(earlierPeak_, peakResidentBytes())), ranks_ > 1 ? " (rank 0)" : "");
+  drawLossCurves();
   return 0;
+}
+
+// Rank 0 draws the metrics file's loss curves beside it. Losing the picture is no reason
+// to fail a run that trained: a warning says why.
+void TrainingRun::drawLossCurves() {
+  if (rank_ != 0 || o_.metricsPath.empty()) return;
+  try {
+    out_ << fmt::format("loss curves: {}\n", writeLossCurves(o_.metricsPath));
+  } catch (const std::exception& e) {
+    diags_.warning(SourceLoc{}, fmt::format("no loss curves: {}", e.what()));
+  }
 }
 
 } // namespace

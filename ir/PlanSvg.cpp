@@ -3,6 +3,7 @@
 #include "ir/PlanSvg.h"
 
 #include "ir/PipelineSchedule.h"
+#include "support/Svg.h"
 #include "support/Text.h"
 
 #include <algorithm>
@@ -13,50 +14,6 @@
 namespace epl::ir {
 
 namespace {
-
-std::string escaped(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '&')
-      out += "&amp;";
-    else if (c == '<')
-      out += "&lt;";
-    else if (c == '>')
-      out += "&gt;";
-    else if (c == '"')
-      out += "&quot;";
-    else
-      out += c;
-  }
-  return out;
-}
-
-class Svg {
-public:
-  Svg(double width, double height) : width_(width), height_(height) {}
-  void rect(double x, double y, double w, double h, const std::string& fill,
-            const std::string& title) {
-    body_ << fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" "
-                         "fill=\"{}\" stroke=\"#ffffff\" stroke-width=\"0.5\"><title>{}</title>"
-                         "</rect>\n",
-                         x, y, std::max(w, 0.0), h, fill, escaped(title));
-  }
-  void text(double x, double y, const std::string& s, int size = 12, const char* anchor = "start") {
-    body_ << fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"{}\" "
-                         "text-anchor=\"{}\">{}</text>\n",
-                         x, y, size, anchor, escaped(s));
-  }
-  std::string str() const {
-    return fmt::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" "
-                       "height=\"{:.0f}\" font-family=\"sans-serif\">\n"
-                       "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n{}</svg>\n",
-                       width_, height_, body_.str());
-  }
-
-private:
-  double width_, height_;
-  std::ostringstream body_;
-};
 
 // The simulation a plan's pipeline schedule makes, when it can order the plan's shape.
 bool simulated(const Module& m, PipelineShape& shape, ScheduleSimulation& sim) {
@@ -221,9 +178,9 @@ std::string meshSvg(const Module& m) {
   double x = left;
   for (const StagePlan& st : mesh.stages) {
     x0.push_back(x);
-    x += cell * std::min(st.group, 32) + gap;
+    x += std::max(cell * std::min(st.group, 32), 110.0) + gap; // room for the stage's label
   }
-  Svg svg(std::max(x + 20, 480.0), top + (cell + 14) * replicas + 40);
+  Svg svg(std::max(x + 20, 640.0), top + (cell + 14) * replicas + 40);
   svg.text(10, 20,
            fmt::format("mesh of `{}`: {} data-parallel x {} stage{} on {} device{}; a square a "
                        "rank, a shade a split copy",

@@ -4,7 +4,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -82,4 +85,47 @@ TEST_CASE("the pages of files are told from the memory the run allocates", "[pro
   CHECK(residentBytes() - resident >= static_cast<int64_t>(kBytes) / 2);
   CHECK(fileResidentBytes() - before < static_cast<int64_t>(kBytes) / 4);
   munmap(anonymous, kBytes);
+}
+
+// The loss curves drawn from a metrics file: a resumed run's repeated steps count once (the
+// last value), evaluations are dots, and the picture lands beside the file.
+TEST_CASE("the loss curves of a metrics file are drawn beside it") {
+  char dir[] = "epl-curves-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  std::string metrics = std::string(dir) + "/run.metrics.jsonl";
+  {
+    std::ofstream out(metrics);
+    out << R"({"run":{"model":"m"}})"
+        << "\n";
+    for (int step = 1; step <= 4; ++step)
+      out << R"({"step":)" << step << R"(,"loss":)" << 5 - step << "}\n";
+    out << R"({"step":4,"eval_loss":1.5,"eval_final":false})"
+        << "\n";
+    out << R"({"run":{"model":"m","resumed_at":2}})"
+        << "\n"; // steps 3 and 4 again
+    for (int step = 3; step <= 6; ++step)
+      out << R"({"step":)" << step << R"(,"loss":)" << 6 - step << "}\n";
+    out << "not json\n";
+    out << R"({"step":6,"eval_loss":0.5,"eval_final":true})"
+        << "\n";
+  }
+  std::string path = writeLossCurves(metrics);
+  CHECK(path == std::string(dir) + "/run.loss.svg");
+  std::ifstream in(path);
+  std::stringstream svg;
+  svg << in.rdbuf();
+  std::string text = svg.str();
+  size_t line = text.find("<polyline points=\"");
+  REQUIRE(line != std::string::npos);
+  std::string points = text.substr(line, text.find('"', line + 18) - line);
+  CHECK(std::count(points.begin(), points.end(), ',') == 6); // steps 1 to 6, once each
+  size_t dots = 0;
+  for (size_t at = text.find("<circle"); at != std::string::npos; at = text.find("<circle", at + 1))
+    ++dots;
+  CHECK(dots == 2); // the two evaluations
+  CHECK_THROWS_WITH(writeLossCurves(std::string(dir) + "/none.metrics.jsonl"),
+                    Contains("cannot read"));
+  std::remove(path.c_str());
+  std::remove(metrics.c_str());
+  rmdir(dir);
 }

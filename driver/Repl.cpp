@@ -375,19 +375,12 @@ private:
         }
       if (names.empty()) continue;
       found = true;
-      std::vector<std::string> ranks;
-      for (const auto& group : stage["ranks"]) {
-        std::vector<std::string> g;
-        for (const auto& r : group)
-          g.push_back(std::to_string(r.get<int>()));
-        ranks.push_back(fmt::format("{}", fmt::join(g, " ")));
-      }
       int stageIndex = stage["index"].get<int>();
       out_ << fmt::format("{}: stage {} ({}, line {}), on ranks {}\n",
                           names.size() == 1 ? names[0]
                                             : fmt::format("{} ({} layers)", name, names.size()),
                           stageIndex, stage["kind"].get<std::string>(), stage["line"].get<int>(),
-                          fmt::join(ranks, ", "));
+                          ir::stageRankRanges(m_->mesh, stageIndex));
       out_ << fmt::format("  parameters: {} ({}), of the stage's {}\n", withCommas(params),
                           formatBytes(4.0 * static_cast<double>(params)),
                           withCommas(stage["params"]["count"].get<int64_t>()));

@@ -92,11 +92,9 @@ void printModule(const Module& m, std::ostream& out) {
     out << fmt::format("  return %{}\n", m.tensors[t].name);
 }
 
-namespace {
-
 // "0-1, 4-5": the global ranks of a stage group across all replicas; past four replicas
 // "0-7, 64-71, …, 960-967 (16 replicas, every 64)".
-std::string rankRanges(const Mesh& mesh, int s) {
+std::string stageRankRanges(const Mesh& mesh, int s) {
   auto range = [&](int r) {
     int a = mesh.rank(r, s, 0), b = mesh.rank(r, s, mesh.stages[s].group - 1);
     return a == b ? std::to_string(a) : fmt::format("{}-{}", a, b);
@@ -109,6 +107,8 @@ std::string rankRanges(const Mesh& mesh, int s) {
     parts.push_back(range(r));
   return fmt::format("{}", fmt::join(parts, ", "));
 }
+
+namespace {
 
 // Groups equal strings that repeat, keeping first-seen order: "attention heads x12".
 std::string countedList(const std::vector<std::string>& items) {
@@ -191,7 +191,7 @@ void printStage(const Module& m, int s, std::ostream& out) {
                                                        : "replicate";
   out << fmt::format("stage {} ({}, line {}): {} device{}, split width {}, {} cop{}; ranks {}\n", s,
                      kind, st.loc.line, st.group, st.group == 1 ? "" : "s", st.splitWidth,
-                     st.copies(), st.copies() == 1 ? "y" : "ies", rankRanges(m.mesh, s));
+                     st.copies(), st.copies() == 1 ? "y" : "ies", stageRankRanges(m.mesh, s));
   out << fmt::format("  {:<34} {:>16} {:>10}\n", "layer", "params", "bytes");
   for (const LayerRow& r : stageLayers(m, s)) {
     std::string count =
@@ -528,14 +528,14 @@ void printPlan(const Module& m, std::ostream& out) {
       if (count == 0) continue;
       out << fmt::format("  stage {}: {} in {} bucket{} over ranks {}\n", s,
                          formatBytes(static_cast<double>(stageBytes)), count, count == 1 ? "" : "s",
-                         rankRanges(mesh, static_cast<int>(s)));
+                         stageRankRanges(mesh, static_cast<int>(s)));
     }
   }
   out << "\nparameters per rank:\n";
   for (size_t s = 0; s < mesh.stages.size(); ++s) {
     const StagePlan& st = mesh.stages[s];
     out << fmt::format("  ranks {}: {} params, {} each; model states {} (stage {})\n",
-                       rankRanges(mesh, static_cast<int>(s)), withCommas(st.rankParamCount),
+                       stageRankRanges(mesh, static_cast<int>(s)), withCommas(st.rankParamCount),
                        formatBytes(st.rankParamBytes), formatBytes(st.modelStateBytes()), s);
   }
   printRankMemory(m, out);

@@ -10,6 +10,10 @@ namespace epl::ir {
 void printModule(const Module& m, std::ostream& out);
 // The plan: mesh, stages with their layers and parameters, bridges, per-rank bytes.
 void printPlan(const Module& m, std::ostream& out);
+// "0-1, 4-5": the global ranks of stage s's group in every replica; past four replicas
+// "0-7, 64-71, …, 960-967 (16 replicas, every 64)". The printer, hover and `epl repl`
+// name a stage's ranks this way.
+std::string stageRankRanges(const Mesh& mesh, int s);
 // The plan's memory-per-rank section: each rank program's memory plan in one line (none
 // for a plan without programs).
 void printRankMemory(const Module& m, std::ostream& out);

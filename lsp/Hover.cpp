@@ -2,6 +2,7 @@
 #include "lsp/Hover.h"
 
 #include "frontend/Settings.h"
+#include "ir/Printer.h"
 #include "lsp/Diagnostics.h"
 #include "lsp/SyntaxQuery.h"
 #include "support/Text.h"
@@ -29,19 +30,6 @@ std::string opDoc(const ir::OpInfo& info) {
   return fmt::format("```epl\n{}\n```\n{}; `{}`", opSignature(info), info.summary, info.shapes);
 }
 
-// "0-1, 4-5": the global ranks of one stage's group in every replica (first four, then …).
-std::string rankRanges(const ir::Mesh& mesh, int s) {
-  auto range = [&](int r) {
-    int a = mesh.rank(r, s, 0), b = mesh.rank(r, s, mesh.stages[s].group - 1);
-    return a == b ? std::to_string(a) : fmt::format("{}-{}", a, b);
-  };
-  std::vector<std::string> parts;
-  for (int r = 0; r < std::min(mesh.dataParallel, 4); ++r)
-    parts.push_back(range(r));
-  if (mesh.dataParallel > 4) parts.push_back(fmt::format("… ({} replicas)", mesh.dataParallel));
-  return fmt::format("{}", fmt::join(parts, ", "));
-}
-
 std::string lineOf(const Analysis& a, SourceLoc loc) {
   if (loc.file == a.mainFile) return fmt::format("line {}", loc.line);
   return fmt::format("{}:{}", a.session->sources.path(loc.file), loc.line);
@@ -64,8 +52,9 @@ std::string placement(const Analysis& a, const ir::Op& op) {
   const ir::Module& m = *a.module;
   if (op.stage < 0 || op.stage >= static_cast<int>(m.mesh.stages.size())) return "not placed";
   const ir::StagePlan& st = m.mesh.stages[op.stage];
-  std::string out = fmt::format("stage {} ({}): {} device{}, ranks {}", op.stage, lineOf(a, st.loc),
-                                st.group, st.group == 1 ? "" : "s", rankRanges(m.mesh, op.stage));
+  std::string out =
+      fmt::format("stage {} ({}): {} device{}, ranks {}", op.stage, lineOf(a, st.loc), st.group,
+                  st.group == 1 ? "" : "s", ir::stageRankRanges(m.mesh, op.stage));
   int split = m.splitScopeOf(op.scope);
   if (split < 0) return out;
   const ir::Scope& sc = m.scopes[split];
@@ -323,7 +312,7 @@ std::vector<std::string> stageLines(const ir::Module& m, const std::vector<int>&
   if (stages.size() <= 3) {
     for (int s : stages)
       lines.push_back(fmt::format("stage {}: {}; ranks {}; {} parameters on each device", s,
-                                  shape(m.mesh.stages[s]), rankRanges(m.mesh, s),
+                                  shape(m.mesh.stages[s]), ir::stageRankRanges(m.mesh, s),
                                   withCommas(m.mesh.stages[s].rankParamCount)));
     return lines;
   }

@@ -16,15 +16,14 @@ namespace epl::lsp {
 
 using nlohmann::json;
 
-namespace {
-
-// `linear(x, out, bias = true)`
 std::string opSignature(const ir::OpInfo& info) {
   std::vector<std::string> args;
   for (const auto& a : info.args)
     args.push_back(a.required ? a.name : a.name + " = " + ir::attrStr(a.defaultValue));
   return fmt::format("{}({})", info.name, fmt::join(args, ", "));
 }
+
+namespace {
 
 std::string opDoc(const ir::OpInfo& info) {
   return fmt::format("```epl\n{}\n```\n{}; `{}`", opSignature(info), info.summary, info.shapes);

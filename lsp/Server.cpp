@@ -1,6 +1,9 @@
 // The language server's message loop and its handlers (lsp/Server.h).
 #include "lsp/Server.h"
 
+#include "ir/PlanJson.h"
+#include "ir/Printer.h"
+#include "lsp/Completion.h"
 #include "lsp/Diagnostics.h"
 #include "lsp/Hover.h"
 #include "lsp/Navigation.h"
@@ -8,6 +11,7 @@
 #include "lsp/Transport.h"
 
 #include <fmt/format.h>
+#include <sstream>
 
 #ifndef EPL_VERSION
 #define EPL_VERSION "0.0.0"
@@ -123,6 +127,22 @@ json Server::request(const std::string& method, const json& params) {
     if (d.parsed) return definition(*d.parsed, *d.parsedText, d.uri, at);
     return nullptr;
   }
+  if (method == "textDocument/completion") {
+    Document& d = document(params);
+    return completion(*d.text, positionOf(params));
+  }
+  // EPL's own: the plan of a document, as `epl plan` prints it and as `epl plan --json`
+  // gives it (null, with the reason, while the script has errors).
+  if (method == "epl/plan") {
+    Document& d = document(params);
+    if (!d.analysis->module)
+      return {{"text", nullptr},
+              {"json", nullptr},
+              {"reason", "the script has errors: fix them first (the Problems panel)"}};
+    std::ostringstream text;
+    ir::printPlan(*d.analysis->module, text);
+    return {{"text", text.str()}, {"json", ir::planJson(*d.analysis->module)}};
+  }
   if (method == "textDocument/documentSymbol") {
     Document& d = document(params);
     if (d.analysis->mainSyntax()) return documentSymbols(*d.analysis, *d.text);
@@ -142,7 +162,8 @@ json Server::initialize(const json& params) {
             {"textDocumentSync", {{"openClose", true}, {"change", 1}}},
             {"hoverProvider", true},
             {"definitionProvider", true},
-            {"documentSymbolProvider", true}}},
+            {"documentSymbolProvider", true},
+            {"completionProvider", {{"triggerCharacters", json::array()}}}}},
           {"serverInfo", {{"name", "epl"}, {"version", EPL_VERSION}}}};
 }
 

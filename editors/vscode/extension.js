@@ -1,6 +1,7 @@
 // The EPL extension: highlighting and snippets come from package.json; this file starts
-// `epl lsp` (diagnostics, hover, go to definition, outline) when an `epl` program is found,
-// and leaves the editor with highlighting only when it is not.
+// `epl lsp` (diagnostics, hover, go to definition, outline, completion, and the plan behind
+// `EPL: show plan`) when an `epl` program is found, and leaves the editor with highlighting
+// only when it is not.
 'use strict';
 
 const fs = require('fs');
@@ -89,9 +90,34 @@ async function stop() {
   }
 }
 
+// `EPL: show plan`: the plan of the script in the active editor, as `epl plan` prints it for
+// the `epl.np` devices, from the server, in an editor beside it.
+async function showPlan() {
+  const editor = vscode.window.activeTextEditor;
+  if (!editor || editor.document.languageId !== 'epl') {
+    vscode.window.showInformationMessage('EPL: open an .epl script to see its plan.');
+    return;
+  }
+  if (!client) {
+    vscode.window.showWarningMessage(
+      'EPL: the plan comes from `epl lsp`, which is not running; set `epl.path` to the epl program.');
+    return;
+  }
+  const reply = await client.sendRequest('epl/plan', {
+    textDocument: { uri: editor.document.uri.toString() },
+  });
+  if (!reply || typeof reply.text !== 'string') {
+    vscode.window.showWarningMessage(`EPL: no plan: ${reply && reply.reason ? reply.reason : 'the server gave none'}.`);
+    return;
+  }
+  const doc = await vscode.workspace.openTextDocument({ content: reply.text, language: 'plaintext' });
+  await vscode.window.showTextDocument(doc, { viewColumn: vscode.ViewColumn.Beside, preview: true });
+}
+
 async function activate(context) {
   output = vscode.window.createOutputChannel('EPL');
   context.subscriptions.push(output);
+  context.subscriptions.push(vscode.commands.registerCommand('epl.showPlan', showPlan));
   // A change of epl.path, epl.np or epl.importPath restarts the server with the new command line.
   context.subscriptions.push(
     vscode.workspace.onDidChangeConfiguration(async (e) => {
@@ -106,4 +132,4 @@ function deactivate() {
   return stop();
 }
 
-module.exports = { activate, deactivate, findEpl, serverArgs };
+module.exports = { activate, deactivate, findEpl, serverArgs, showPlan };

@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 using namespace epl::lsp;
@@ -313,4 +314,90 @@ TEST_CASE("an input that ends inside a message says so on the log", "[lsp]") {
   Session s = serve(kInitialize + "Content-Length: 10\r\n\r\n{}");
   CHECK(s.status == 1);
   CHECK(s.log == "error: the input ended inside a message: 2 of its 10 bytes came\n");
+}
+
+TEST_CASE("completion offers what may be written where the cursor is", "[lsp]") {
+  const std::string uri = "file://" + std::string(EPL_SOURCE_DIR) + "/examples/scratch.epl";
+  const std::string text = "policy {\n  zero = 1\n  \n}\ntrain m {\n  optimizer = \n"
+                           "  eval = { every = 1 }\n}\ndef block(x: f32[B, 8]) -> f32[B, 8] {\n"
+                           "  return x\n}\nmodel m(x: f32[B, 8]) {\n  \n}\n\n";
+  std::string input = kInitialize;
+  input += frame({{"jsonrpc", "2.0"},
+                  {"method", "textDocument/didOpen"},
+                  {"params", {{"textDocument", {{"uri", uri}, {"version", 1}, {"text", text}}}}}});
+  int id = 10;
+  auto at = [&](int line, int character) {
+    return frame({{"jsonrpc", "2.0"},
+                  {"id", id++},
+                  {"method", "textDocument/completion"},
+                  {"params",
+                   {{"textDocument", {{"uri", uri}}},
+                    {"position", {{"line", line}, {"character", character}}}}}});
+  };
+  input += at(2, 2);  // 10: inside policy
+  input += at(5, 14); // 11: after `optimizer = `
+  input += at(12, 2); // 12: inside the model
+  input += at(14, 0); // 13: at the top level
+  input += at(6, 2);  // 14: a train key
+  input += kShutdownExit;
+  Session s = serve(input);
+  auto labels = [&](int reply) {
+    std::set<std::string> out;
+    for (const json& m : s.messages)
+      if (m.contains("id") && m["id"] == reply)
+        for (const json& i : m["result"]["items"])
+          out.insert(i["label"].get<std::string>());
+    return out;
+  };
+  std::set<std::string> policy = labels(10), optimizer = labels(11), model = labels(12),
+                        top = labels(13), train = labels(14);
+  CHECK(policy.count("zero"));
+  CHECK(policy.count("micro_batches"));
+  CHECK_FALSE(policy.count("linear"));
+  CHECK(optimizer.count("adamw"));
+  CHECK(optimizer.count("sgd"));
+  CHECK_FALSE(optimizer.count("text")); // a data source, not an optimizer
+  CHECK(model.count("linear"));
+  CHECK(model.count("attention"));
+  CHECK(model.count("block")); // the script's def
+  CHECK(model.count("replicate"));
+  CHECK_FALSE(model.count("zero"));
+  CHECK(top.count("model"));
+  CHECK(top.count("policy"));
+  CHECK_FALSE(top.count("linear"));
+  CHECK(train.count("optimizer"));
+  CHECK(train.count("batch"));
+}
+
+TEST_CASE("epl/plan gives a document's plan as text and JSON", "[lsp]") {
+  const std::string uri = "file://" + std::string(EPL_SOURCE_DIR) + "/examples/scratch.epl";
+  const std::string good = "model m(x: f32[B, 8]) {\n  return mse(linear(x, 8), x)\n}\n";
+  const std::string bad = "model m(x: f32[B, 8]) {\n  return mse(linear(x, 8), y)\n}\n";
+  std::string input = kInitialize;
+  auto open = [&](const std::string& u, const std::string& text) {
+    return frame({{"jsonrpc", "2.0"},
+                  {"method", "textDocument/didOpen"},
+                  {"params", {{"textDocument", {{"uri", u}, {"version", 1}, {"text", text}}}}}});
+  };
+  auto plan = [&](int id, const std::string& u) {
+    return frame({{"jsonrpc", "2.0"},
+                  {"id", id},
+                  {"method", "epl/plan"},
+                  {"params", {{"textDocument", {{"uri", u}}}}}});
+  };
+  std::string badUri = uri + ".bad.epl";
+  input += open(uri, good) + open(badUri, bad) + plan(20, uri) + plan(21, badUri);
+  input += kShutdownExit;
+  Session s = serve(input);
+  json goodPlan, badPlan;
+  for (const json& m : s.messages) {
+    if (m.contains("id") && m["id"] == 20) goodPlan = m["result"];
+    if (m.contains("id") && m["id"] == 21) badPlan = m["result"];
+  }
+  CHECK_THAT(goodPlan["text"].get<std::string>(),
+             Catch::Contains("plan for model `m` on 1 device"));
+  CHECK(goodPlan["json"]["model"] == "m");
+  CHECK(goodPlan["json"]["params"]["count"] == 72);
+  CHECK(badPlan["text"].is_null());
+  CHECK_THAT(badPlan["reason"].get<std::string>(), Catch::Contains("errors"));
 }

@@ -109,7 +109,7 @@ Module._load = function (request, ...rest) {
 };
 
 function loadExtension(settings) {
-  const events = { clients: [], lines: [], listeners: [] };
+  const events = { clients: [], lines: [], listeners: [], commands: {}, messages: [], shown: [], requests: [] };
   const vscode = {
     workspace: {
       workspaceFolders: [{ uri: { fsPath: '/work/space' } }],
@@ -119,8 +119,22 @@ function loadExtension(settings) {
         return { dispose() {} };
       },
     },
-    window: { createOutputChannel: () => ({ appendLine: (l) => events.lines.push(l), dispose() {} }) },
+    window: {
+      createOutputChannel: () => ({ appendLine: (l) => events.lines.push(l), dispose() {} }),
+      activeTextEditor: settings.editor,
+      showInformationMessage: (m) => events.messages.push(m),
+      showWarningMessage: (m) => events.messages.push(m),
+      showTextDocument: async (doc, options) => events.shown.push({ doc, options }),
+    },
+    commands: {
+      registerCommand: (name, fn) => {
+        events.commands[name] = fn;
+        return { dispose() {} };
+      },
+    },
+    ViewColumn: { Beside: -2 },
   };
+  vscode.workspace.openTextDocument = async (options) => options;
   class LanguageClient {
     constructor(id, name, serverOptions, clientOptions) {
       Object.assign(this, { id, name, serverOptions, clientOptions, stopped: false });
@@ -128,6 +142,10 @@ function loadExtension(settings) {
     }
     async start() {}
     async stop() { this.stopped = true; }
+    async sendRequest(method, params) {
+      events.requests.push({ method, params });
+      return settings.planReply;
+    }
   }
   stubs = { vscode, 'vscode-languageclient/node': { LanguageClient, TransportKind: { stdio: 0 } } };
   const file = require.resolve(path.join(h.extensionDir, 'extension.js'));
@@ -195,4 +213,49 @@ test('epl.server.enable = false starts no server', async () => {
   const { extension, events } = loadExtension({ 'server.enable': false });
   await extension.activate({ subscriptions: [] });
   assert.equal(events.clients.length, 0);
+});
+
+test('EPL: show plan opens the server\'s plan of the active script beside it', async (t) => {
+  const dir = fakeEpl();
+  const savedPath = process.env.PATH;
+  process.env.PATH = dir;
+  t.after(() => {
+    process.env.PATH = savedPath;
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+  const editor = { document: { languageId: 'epl', uri: { toString: () => 'file:///w/train.epl' } } };
+  const planReply = { text: 'plan for model `m` on 8 devices\n', json: { np: 8 } };
+  const { extension, events } = loadExtension({ editor, planReply });
+  await extension.activate({ subscriptions: [] });
+  assert.equal(typeof events.commands['epl.showPlan'], 'function');
+  assert.ok(manifest.contributes.commands.some((c) => c.command === 'epl.showPlan' && c.title === 'EPL: show plan'));
+  await events.commands['epl.showPlan']();
+  assert.deepEqual(events.requests, [{ method: 'epl/plan', params: { textDocument: { uri: 'file:///w/train.epl' } } }]);
+  assert.equal(events.shown.length, 1);
+  assert.equal(events.shown[0].doc.content, planReply.text);
+  assert.equal(events.shown[0].options.viewColumn, -2);
+  await extension.deactivate();
+});
+
+test('EPL: show plan says why when there is no plan', async (t) => {
+  const dir = fakeEpl();
+  const savedPath = process.env.PATH;
+  process.env.PATH = dir;
+  t.after(() => {
+    process.env.PATH = savedPath;
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+  const editor = { document: { languageId: 'epl', uri: { toString: () => 'file:///w/bad.epl' } } };
+  const planReply = { text: null, json: null, reason: 'the script has errors: fix them first (the Problems panel)' };
+  const { extension, events } = loadExtension({ editor, planReply });
+  await extension.activate({ subscriptions: [] });
+  await events.commands['epl.showPlan']();
+  assert.equal(events.shown.length, 0);
+  assert.ok(events.messages.some((m) => m.includes('the script has errors')), events.messages.join('\n'));
+  await extension.deactivate();
+  // Without a server, the command says what is missing.
+  const without = loadExtension({ editor, 'server.enable': false });
+  await without.extension.activate({ subscriptions: [] });
+  await without.events.commands['epl.showPlan']();
+  assert.ok(without.events.messages.some((m) => m.includes('epl.path')), without.events.messages.join('\n'));
 });

@@ -10,6 +10,7 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config
       libedit-dev                      # `epl repl`'s line editing
       clang libclang-rt-14-dev         # the fuzz harnesses (tools/fuzz.sh): libFuzzer
       python3-torch                    # the oracle of the kernel and training tests
+      python3-jsonschema librsvg2-bin  # `epl plan --json` against its schema; SVGs rendered
       dataset-fashion-mnist fortunes)  # the examples' data: images and English text
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,0 +1,96 @@
+#!/usr/bin/python3
+"""`epl plan --json` and `--svg` on the examples and a few test plans (pipelines,
+interleaved, split, -np 1024): the JSON is valid against its schema
+(docs/plan-json.schema.json), one entry a rank; the pictures expected are written, each
+parses as XML and renders (rsvg-convert) to a PNG that is not blank. (tests/unit/
+PlanJsonTest.cpp checks the JSON's figures against the module's.)
+
+usage: plan_outputs_test.py EPL_BINARY SOURCE_DIR
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+import zlib
+
+import jsonschema
+
+EPL, SRC = sys.argv[1], sys.argv[2]
+ENV = dict(os.environ, EPL_STDLIB=os.path.join(SRC, "stdlib"))
+CASES = [
+    ("examples/mlp_fashion.epl", 2),
+    ("examples/cnn_fashion.epl", 1),
+    ("examples/gpt_char.epl", 8),
+    ("examples/gpt_char_dp.epl", 2),
+    ("examples/moe.epl", 4),
+    ("tests/parallel/gpt_pipeline4.epl", 4),
+    ("tests/parallel/gpt_interleaved_split.epl", 4),
+    ("examples/gpt3_175b.epl", 1024),
+]
+failures = []
+
+
+def check(ok, what):
+    if not ok:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def png_pixels(path):
+    """The PNG's decompressed scanlines (filter bytes included)."""
+    data = open(path, "rb").read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    at, idat = 8, b""
+    while at < len(data):
+        length, kind = struct.unpack(">I4s", data[at:at + 8])
+        if kind == b"IDAT":
+            idat += data[at + 8:at + 8 + length]
+        at += 12 + length
+    return zlib.decompress(idat)
+
+
+schema = json.load(open(os.path.join(SRC, "docs", "plan-json.schema.json")))
+jsonschema.Draft202012Validator.check_schema(schema)
+validator = jsonschema.Draft202012Validator(schema)
+
+with tempfile.TemporaryDirectory() as tmp:
+    for script, np in CASES:
+        name = f"{script} -np {np}"
+        out = subprocess.run([EPL, "plan", os.path.join(SRC, script), "-np", str(np), "--json"],
+                             capture_output=True, text=True, env=ENV)
+        check(out.returncode == 0, f"{name}: epl plan --json exits 0 ({out.stderr.strip()})")
+        if out.returncode != 0:
+            continue
+        plan = json.loads(out.stdout)
+        errors = sorted(validator.iter_errors(plan), key=lambda e: list(e.path))
+        for e in errors[:5]:
+            print(f"  {name}: {'/'.join(map(str, e.path))}: {e.message}")
+        check(not errors, f"{name}: valid against docs/plan-json.schema.json")
+        check(plan["np"] == np and len(plan["ranks"]) in (0, np), f"{name}: one entry a rank")
+
+        pictures = os.path.join(tmp, script.replace("/", "_"))
+        svg = subprocess.run([EPL, "plan", os.path.join(SRC, script), "-np", str(np), "--svg",
+                              pictures], capture_output=True, text=True, env=ENV)
+        check(svg.returncode == 0, f"{name}: epl plan --svg exits 0 ({svg.stderr.strip()})")
+        expected = {"mesh.svg"} | ({"memory.svg"} if plan["ranks"] else set()) | (
+            {"schedule.svg"} if plan["schedule"] and "bubble" in plan["schedule"] else set())
+        check(set(os.listdir(pictures)) == expected,
+              f"{name}: pictures {sorted(os.listdir(pictures))}, expected {sorted(expected)}")
+        for f in sorted(os.listdir(pictures)):
+            path = os.path.join(pictures, f)
+            try:
+                ET.parse(path)
+            except ET.ParseError as e:
+                check(False, f"{name}: {f} parses as XML ({e})")
+                continue
+            png = path + ".png"
+            r = subprocess.run(["rsvg-convert", path, "-o", png], capture_output=True, text=True)
+            check(r.returncode == 0, f"{name}: {f} renders ({r.stderr.strip()})")
+            if r.returncode == 0:
+                check(len(set(png_pixels(png))) > 8, f"{name}: {f} renders to more than a blank page")
+
+print(f"{'FAILED: ' + '; '.join(failures) if failures else 'every check passed'}")
+sys.exit(1 if failures else 0)

@@ -2,7 +2,9 @@
 #include "interp/Trace.h"
 
 #include "backend/comm/Comm.h"
+#include "support/Svg.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fmt/format.h>
@@ -64,6 +66,74 @@ std::vector<RankTrace> gatherTraces(const TraceRecorder& mine, int stage, backen
     out.push_back(deserialize(theirs));
   }
   return out;
+}
+
+std::string traceSvgPath(const std::string& tracePath) {
+  const std::string json = ".json";
+  if (tracePath.size() > json.size() &&
+      tracePath.compare(tracePath.size() - json.size(), json.size(), json) == 0)
+    return tracePath.substr(0, tracePath.size() - json.size()) + ".svg";
+  return tracePath + ".svg";
+}
+
+namespace {
+
+// A box's colour by what the instruction did: its name's first word.
+const char* traceColour(const std::string& name) {
+  std::string word = name.substr(0, name.find(' '));
+  if (word == "fwd") return "#4e79a7";
+  if (word == "bwd") return "#f28e2b";
+  if (word == "bwd-inputs") return "#e15759";
+  if (word == "bwd-params") return "#59a14f";
+  if (word == "optimizer" || word == "adam" || word == "adamw" || word == "sgd") return "#76b7b2";
+  if (word.rfind("send", 0) == 0 || word.rfind("recv", 0) == 0) return "#b07aa1";
+  if (word.rfind("reduce", 0) == 0 || word.rfind("gather", 0) == 0) return "#edc948";
+  return "#9c9c9c";
+}
+
+} // namespace
+
+std::optional<std::string> writeTraceSvg(const std::string& path,
+                                         const std::vector<RankTrace>& ranks) {
+  // The last step every rank traced, from the first rank's start of it to the last's end.
+  int64_t step = -1;
+  for (const RankTrace& r : ranks)
+    if (!r.steps.empty())
+      step = step < 0 ? r.steps.back().step : std::min(step, r.steps.back().step);
+  double begin = 1e300, end = 0;
+  for (const RankTrace& r : ranks)
+    for (const TraceStep& s : r.steps)
+      if (s.step == step) begin = std::min(begin, s.startUs), end = std::max(end, s.endUs);
+  if (step < 0 || end <= begin) return std::string("no step was traced to draw");
+  const double left = 150, top = 40, row = 18, width = 1000;
+  double scale = width / (end - begin);
+  Svg svg(left + width + 20, top + row * 2 * static_cast<double>(ranks.size()) + 40);
+  svg.text(10, 22,
+           fmt::format("step {} of the trace, {:.1f} ms; a row a rank and track (hover a box "
+                       "for the instruction)",
+                       step + 1, (end - begin) / 1000),
+           13);
+  for (size_t r = 0; r < ranks.size(); ++r)
+    for (int track = 0; track < 2; ++track) {
+      double y = top + row * static_cast<double>(2 * r + track);
+      svg.text(10, y + row * 0.7,
+               fmt::format("rank {} {}", r, track == 0 ? "compute" : "communication"), 10);
+      svg.rect(left, y + 1, width, row - 2, "#f2f2f2", "");
+      for (const TraceEvent& e : ranks[r].events) {
+        if (e.step != step || static_cast<int>(e.track) != track) continue;
+        double x = left + (std::max(e.startUs, begin) - begin) * scale;
+        double w = std::max((std::min(e.endUs, end) - std::max(e.startUs, begin)) * scale, 0.5);
+        svg.rect(x, y + 1, w, row - 2, traceColour(e.name),
+                 fmt::format("rank {}: {} (micro-batch {}), {:.3f} ms at {:.3f} ms", r, e.name,
+                             e.micro, (e.endUs - e.startUs) / 1000, (e.startUs - begin) / 1000));
+      }
+    }
+  std::ofstream out(path, std::ios::binary);
+  out << svg.str();
+  out.close();
+  if (!out)
+    return fmt::format("cannot write the trace's picture `{}`: {}", path, std::strerror(errno));
+  return std::nullopt;
 }
 
 std::optional<std::string> writeChromeTrace(const std::string& path,

@@ -1,6 +1,6 @@
 // `epl run --trace`: each rank records when every instruction of the first training steps
-// ran; rank 0 gathers every rank's events and writes one Chrome trace (Perfetto opens it),
-// and measures the pipeline bubble from them.
+// ran; rank 0 gathers every rank's events and writes one Chrome trace (Perfetto opens it)
+// and a picture of the last traced step, and measures the pipeline bubble from them.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -71,6 +71,12 @@ std::vector<RankTrace> gatherTraces(const TraceRecorder& mine, int stage, backen
 std::optional<std::string> writeChromeTrace(const std::string& path,
                                             const std::vector<RankTrace>& ranks);
 
+// The last traced step as a picture beside the trace (`t.json` gives `t.svg`): a row a
+// rank and track, each instruction a box with its name and time as a tooltip. Returns the
+// path written, or the error text.
+std::string traceSvgPath(const std::string& tracePath);
+std::optional<std::string> writeTraceSvg(const std::string& path,
+                                         const std::vector<RankTrace>& ranks);
 // 1 - (every rank's time in compute instructions) / (ranks x the step's window, from the
 // first rank's start to the last rank's end), averaged over the traced steps; and how many
 // steps that is.

@@ -676,6 +676,11 @@ void finishTrace(const TraceRecorder& trace, const ir::Module& m, const ir::Prog
     events += r.events.size();
   out << fmt::format("trace: {} ({} events of {} rank{}, the first {} steps at most)\n", path,
                      events, ranks.size(), ranks.size() == 1 ? "" : "s", TraceRecorder::kMaxSteps);
+  std::string picture = traceSvgPath(path);
+  if (auto failure = writeTraceSvg(picture, ranks))
+    diags.warning(SourceLoc{}, *failure).note("the run's training is not affected");
+  else
+    out << fmt::format("trace picture: {} (the last traced step)\n", picture);
   if (prog.stages < 2) return;
   int steps = 0;
   double bubble = measuredBubble(ranks, &steps);

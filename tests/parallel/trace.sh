@@ -8,6 +8,7 @@ rm -rf "$work" && mkdir -p "$work" && cd "$work"
 "$epl" run "$script" -np 2 --steps 3 --metrics m.jsonl --trace t.json > run.out 2>&1 ||
   { cat run.out; exit 1; }
 grep -E "^bubble: measured [0-9.]+% over 3 steps \(schedule: [0-9.]+% in unit costs\)$" run.out
+grep -F "trace picture: t.svg (the last traced step)" run.out
 /usr/bin/python3 - <<'PY'
 import json
 t = json.load(open("t.json"))["traceEvents"]
@@ -20,5 +21,15 @@ for pid in (0, 1):
     comm = [e for e in mine if e["name"].startswith(("send ", "recv "))]
     assert comm and all(e["tid"] == 1 for e in comm), pid
     assert any(e["tid"] == 0 and e["name"].startswith("fwd ") for e in mine), pid
+# The picture: the last traced step, a box per instruction of each rank, well-formed.
+import xml.etree.ElementTree as ET
+svg = ET.parse("t.svg").getroot()
+titles = [r.find("{http://www.w3.org/2000/svg}title").text or "" for r in svg.iter("{http://www.w3.org/2000/svg}rect")
+          if r.find("{http://www.w3.org/2000/svg}title") is not None]
+for pid in (0, 1):
+    assert any(t.startswith(f"rank {pid}: fwd ") for t in titles), pid
+    assert any(t.startswith(f"rank {pid}: bwd ") for t in titles), pid
+last = [e for e in x if e["args"]["step"] == 3 and e["pid"] == 0]
+assert sum(t.startswith("rank 0: ") for t in titles) == len(last), (len(last), len(titles))
 PY
 echo ok

@@ -3,9 +3,9 @@
 // minutes for a 39B model; EPL plans what the script declares, so it should take ms).
 //
 // Usage: epl_bench_plan [script] [np] [repetitions]
-#include "driver/Epl.h"
 #include "frontend/Frontend.h"
 #include "frontend/Parser.h"
+#include "lib/Epl.h"
 #include "passes/Pipeline.h"
 
 #include <algorithm>

@@ -2,7 +2,7 @@
 // prompt (line editing, history kept across sessions, tab completion) or from commands
 // given with `-c "mesh; mem"` or on standard input. docs/language.md lists the commands.
 #pragma once
-#include "driver/Epl.h"
+#include "lib/Epl.h"
 
 #include <istream>
 #include <ostream>

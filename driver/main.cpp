@@ -1,6 +1,5 @@
 // The `epl` command line: check, plan, run, sample, data.
 #include "backend/comm/Comm.h"
-#include "driver/Epl.h"
 #include "driver/Launch.h"
 #include "driver/NumericOptions.h"
 #include "driver/Repl.h"
@@ -10,6 +9,7 @@
 #include "ir/PlanJson.h"
 #include "ir/PlanSvg.h"
 #include "ir/Printer.h"
+#include "lib/Epl.h"
 #include "lsp/Command.h"
 
 #include <CLI/CLI.hpp>

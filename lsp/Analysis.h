@@ -1,8 +1,8 @@
 // One run of the real front end and planner over an editor's text, and what the language
 // server reads from it: diagnostics, the planned module, and the syntax of every file.
 #pragma once
-#include "driver/Epl.h"
 #include "frontend/Ast.h"
+#include "lib/Epl.h"
 
 #include <memory>
 #include <optional>

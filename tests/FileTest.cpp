@@ -12,8 +12,8 @@
 //   # expected-error@other.epl:3:5 {{…}}             (an error in an imported file)
 //   # expected-help {{did you mean `schedule`?}}     (a help line of the error above)
 //   # expected-note {{…}}                            (a note of the error above)
-#include "driver/Epl.h"
 #include "ir/Printer.h"
+#include "lib/Epl.h"
 
 #include <filesystem>
 #include <fstream>

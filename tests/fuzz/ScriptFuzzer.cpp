@@ -1,7 +1,7 @@
 // The front end and the planner on any bytes as a script, as `epl check` runs them (with the
 // IR verified after every pass). A mistake in the script is a diagnostic; a crash, a hang, a
 // sanitizer report or an internal error (EPL_ASSERT aborts) is a finding.
-#include "driver/Epl.h"
+#include "lib/Epl.h"
 
 #include <cstdint>
 #include <string>

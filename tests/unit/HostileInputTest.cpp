@@ -1,6 +1,6 @@
 // Hostile input never crashes the compiler: each case ends in a clear error (or a plan),
 // never a crash, hang or stack overflow. The suite also runs under ASan + UBSan.
-#include "driver/Epl.h"
+#include "lib/Epl.h"
 #include "support/Utf8.h"
 
 #include <catch2/catch.hpp>

@@ -3,8 +3,8 @@
 #include "interp/MemoryFit.h"
 #include "backend/Device.h"
 #include "backend/comm/Comm.h"
-#include "driver/Epl.h"
 #include "interp/Executor.h"
+#include "lib/Epl.h"
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>

@@ -4,8 +4,8 @@
 // Adam holds, 16 Psi (4 weights + 4 gradients + 8 moments); ZeRO-1 8 Psi + 8 Psi / N;
 // ZeRO-2 4 Psi + 12 Psi / N; ZeRO-3 16 Psi / N. (The ZeRO paper's 4 Psi + 12 Psi / N and
 // 2 Psi + 14 Psi / N count a persistent fp16 copy of the weights and fp16 gradients.)
-#include "driver/Epl.h"
 #include "interp/Trainer.h"
+#include "lib/Epl.h"
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>

@@ -5,9 +5,9 @@
 // wrong tag, a wrong share of a re-cut micro-batch or a missing gradient reduction).
 #include "passes/PipelinePrograms.h"
 #include "Planned.h"
-#include "driver/Epl.h"
 #include "ir/Printer.h"
 #include "ir/StreamCheck.h"
+#include "lib/Epl.h"
 
 #include <algorithm>
 #include <catch2/catch.hpp>

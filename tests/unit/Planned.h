@@ -1,7 +1,7 @@
 // A script planned for a device count, for the tests of what the planner and the schedule
 // make of it: any diagnostic fails the running test.
 #pragma once
-#include "driver/Epl.h"
+#include "lib/Epl.h"
 
 #include <catch2/catch.hpp>
 #include <optional>

@@ -1,7 +1,7 @@
 // The recompute pass: which forward ops run again before which backward ops, what the
 // backward then reads, and what that does to a rank's activation memory.
 #include "Planned.h"
-#include "driver/Epl.h"
+#include "lib/Epl.h"
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>

@@ -2,8 +2,8 @@
 // tensors and parameters), what every communication op moves forward and backward (the
 // transposes), and that the ranks' communication fits together.
 #include "Planned.h"
-#include "driver/Epl.h"
 #include "ir/StreamCheck.h"
+#include "lib/Epl.h"
 #include "passes/PipelinePrograms.h"
 
 #include <catch2/catch.hpp>

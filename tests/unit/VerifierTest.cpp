@@ -1,8 +1,8 @@
 // The IR verifier catches broken invariants (so a pass that breaks the IR is caught in
 // test builds), and accepts every module the compiler makes.
 #include "ir/Verifier.h"
-#include "driver/Epl.h"
 #include "ir/Printer.h"
+#include "lib/Epl.h"
 
 #include <catch2/catch.hpp>
 #include <sstream>

@@ -1,5 +1,5 @@
 // libepl: the front end followed by the pass pipeline.
-#include "driver/Epl.h"
+#include "lib/Epl.h"
 
 #include "frontend/Frontend.h"
 #include "passes/Pipeline.h"

@@ -54,7 +54,8 @@ const char* kHelp = R"(commands:
   plan               the whole plan, as `epl plan` prints it
   mesh               the mesh and one line a stage
   stage N            stage N: its layers, split blocks and model states
-  rank R             rank R's instruction stream and memory plan
+  rank R             rank R: where it sits, its stream counted by kind, its memory plan
+  rank R stream      every instruction of rank R's step, as `epl plan --rank R` prints it
   explain LAYER      where a layer lives, its parameters, how it is split, what it sends
   mem                the memory ledger of every rank
   comm               the bridges and the gradient reduction
@@ -131,10 +132,11 @@ public:
     if (cmd == "mem") return memory();
     if (cmd == "comm") return comm();
     if (cmd == "schedule") return schedule();
-    if (w.size() != 2) {
+    bool stream = cmd == "rank" && w.size() == 3 && w[2] == "stream";
+    if (w.size() != 2 && !stream) {
       err_ << fmt::format("error: `{}` takes one argument\n  = help: {}\n", cmd,
                           cmd == "stage"  ? "stage N, from 0"
-                          : cmd == "rank" ? "rank R, from 0"
+                          : cmd == "rank" ? "rank R, from 0 (`rank R stream`: every instruction)"
                                           : "explain LAYER, e.g. a name `mesh` or `stage` lists");
       return false;
     }
@@ -154,8 +156,11 @@ public:
       err_ << "error: this plan does not run yet, so it has no rank programs\n";
       return false;
     }
-    ir::printProgram(*m_, *n, out_);
-    return true;
+    if (stream) {
+      ir::printProgram(*m_, *n, out_);
+      return true;
+    }
+    return rankSummary(*n);
   }
 
   bool quit() const { return quit_; }
@@ -323,8 +328,66 @@ private:
     return true;
   }
 
+  // Rank r: the first line of `epl plan --rank R` (its stage, split rank and samples), its
+  // step's instructions counted by kind, and its memory plan.
+  bool rankSummary(int r) {
+    std::ostringstream text;
+    ir::printProgram(*m_, r, text);
+    std::vector<std::string> all = lines(text.str());
+    const ir::Program& p = m_->programs.at(static_cast<size_t>(r));
+    std::map<std::string, int> counts;
+    for (const ir::Instr& in : p.step) {
+      switch (in.kind) {
+      case ir::InstrKind::Run: {
+        ir::Phase phase = m_->ops[in.op].phase;
+        ++counts[phase == ir::Phase::Forward    ? "forward ops"
+                 : phase == ir::Phase::Backward ? "backward ops"
+                                                : "optimizer ops"];
+        break;
+      }
+      case ir::InstrKind::Send:
+        ++counts["sends"];
+        break;
+      case ir::InstrKind::Recv:
+        ++counts["receives"];
+        break;
+      case ir::InstrKind::ReduceStart:
+        ++counts["gradient reductions"];
+        break;
+      case ir::InstrKind::GatherStart:
+        ++counts["parameter gathers"];
+        break;
+      default:
+        break;
+      }
+    }
+    std::vector<std::string> parts;
+    for (const char* k : {"forward ops", "backward ops", "optimizer ops", "sends", "receives",
+                          "gradient reductions", "parameter gathers"})
+      if (counts.count(k)) parts.push_back(fmt::format("{} {}", counts[k], k));
+    out_ << all.at(0) << "\n";
+    out_ << fmt::format("  {} instructions a step: {}\n", p.step.size(), fmt::join(parts, ", "));
+    for (const std::string& l : all)
+      if (l.rfind("memory plan:", 0) == 0) out_ << "  " << l << "\n";
+    out_ << fmt::format("  (`rank {} stream` lists them)\n", r);
+    return true;
+  }
+
   bool comm() {
     ir::printBridgeSection(*m_, out_);
+    // Each link's bytes a step: every bridge's per micro-batch, times the micro-batches.
+    std::map<std::pair<int, int>, int64_t> links;
+    for (const ir::Bridge& b : m_->bridges)
+      if (b.bytes > 0) links[{b.fromStage, b.toStage}] += b.bytes * m_->policy.microBatches;
+    if (!links.empty())
+      out_ << fmt::format("a step ({} micro-batches), each receiving device:\n",
+                          m_->policy.microBatches);
+    for (const auto& [link, bytes] : links)
+      out_ << fmt::format("  {}: {}\n",
+                          link.first == link.second
+                              ? fmt::format("inside stage {} (its split groups)", link.first)
+                              : fmt::format("stage {} -> {}", link.first, link.second),
+                          formatBytes(static_cast<double>(bytes)));
     bool reduction = false;
     for (const std::string& l : lines(text_)) {
       if (l.rfind("gradient reduction:", 0) == 0) reduction = true;
@@ -390,6 +453,19 @@ private:
           forms.push_back(fmt::format("{} {} over {} (line {})", op["op"].get<std::string>(),
                                       op["form"].get<std::string>(), op["width"].get<int>(),
                                       op["line"].get<int>()));
+      if (names.size() == 1) { // its forward ops and what each makes
+        std::vector<std::string> ops;
+        size_t backward = 0;
+        for (const ir::Op& op : m_->ops) {
+          if (!within(op.name) || op.stage != stageIndex) continue;
+          if (op.phase == ir::Phase::Backward) ++backward;
+          if (op.phase != ir::Phase::Forward || op.outputs.empty()) continue;
+          ops.push_back(fmt::format("{} -> {}", ir::opInfo(op.kind).name,
+                                    m_->tensors[op.outputs[0]].type.str()));
+        }
+        out_ << fmt::format("  forward: {}\n  backward: {} op{}\n", fmt::join(ops, "; "), backward,
+                            backward == 1 ? "" : "s");
+      }
       if (forms.empty())
         out_ << fmt::format("  not split: whole on each of the stage's {} device{}\n",
                             stage["devices"].get<int>(), stage["devices"] == 1 ? "" : "s");

@@ -83,10 +83,19 @@ check("linear: stage 1 (replicate, line 12)" in text and "split: linear column o
       "explain names the layer's stage and split", text)
 check("+ plan for model `gpt` on 4 devices" in text, "set np re-plans", text)
 check("bubble" in text, "the schedule", text)
+check("stage 0 |F0 F1 " in text, "the schedule's timeline", text)
 check("error: unknown policy key `zeroo`" in text and "did you mean `zero`?" in text,
       "a bad setting prints epl check's diagnostic", text)
 check("the plan is unchanged" in text and "np = 4" in run.stdout,
       "the bad setting is not kept", text)
+
+run = subprocess.run([EPL, "repl", SCRIPT, "-np", "8", "-c", "rank 3; rank 3 stream; comm"],
+                     capture_output=True, text=True, env=ENV)
+text = run.stdout + run.stderr
+check(run.returncode == 0 and "instructions a step: " in text and " 8 sends, 8 receives" in text,
+      "rank R counts its stream", text)
+check("     0  zero-grads" in run.stdout, "rank R stream lists it", text)
+check("  stage 0 -> 1: 2.10 MB" in run.stdout, "comm: each link's bytes a step", text)
 
 run = subprocess.run([EPL, "repl", SCRIPT], input="mesh\nstage 0\nquit\n",
                      capture_output=True, text=True, env=ENV)

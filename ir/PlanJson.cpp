@@ -5,8 +5,8 @@
 
 #include "ir/Ops.h"
 #include "ir/PipelineSchedule.h"
+#include "ir/Printer.h"
 
-#include <map>
 #include <string>
 #include <vector>
 
@@ -54,10 +54,6 @@ const char* offloadName(Offload o) {
   return "?";
 }
 
-std::string layerOf(const std::string& opName) {
-  return opName.substr(0, opName.find('/'));
-}
-
 json policyJson(const Module& m) {
   const Policy& p = m.policy;
   json recompute = recomputeName(p.recompute);
@@ -76,26 +72,10 @@ json policyJson(const Module& m) {
           {"device_memory", p.deviceMemoryBytes}};
 }
 
-// The layers of stage s in order (the first component of their ops' names), each with the
-// parameters of its forward ops.
 json layersJson(const Module& m, int s) {
-  std::vector<std::string> order;
-  std::map<std::string, int64_t> params;
-  for (const Op& op : m.ops) {
-    if (op.stage != s || op.phase != Phase::Forward ||
-        opInfo(op.kind).split == SplitRule::Communication)
-      continue;
-    std::string layer = layerOf(op.name);
-    if (!params.count(layer)) {
-      order.push_back(layer);
-      params[layer] = 0;
-    }
-    for (int p : op.params)
-      params[layer] += *numElements(m.params[p].type.shape, {});
-  }
   json out = json::array();
-  for (const std::string& layer : order)
-    out.push_back({{"name", layer}, {"params", params[layer]}, {"bytes", 4 * params[layer]}});
+  for (const auto& [layer, params] : stageLayerParams(m, s))
+    out.push_back({{"name", layer}, {"params", params}, {"bytes", 4 * params}});
   return out;
 }
 

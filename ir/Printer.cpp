@@ -108,6 +108,22 @@ std::string stageRankRanges(const Mesh& mesh, int s) {
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
+std::vector<std::pair<std::string, int64_t>> stageLayerParams(const Module& m, int s) {
+  std::vector<std::pair<std::string, int64_t>> layers;
+  std::map<std::string, size_t> at;
+  for (const Op& op : m.ops) {
+    if (op.stage != s || op.phase != Phase::Forward ||
+        opInfo(op.kind).split == SplitRule::Communication)
+      continue;
+    std::string layer = op.name.substr(0, op.name.find('/'));
+    auto [it, fresh] = at.emplace(layer, layers.size());
+    if (fresh) layers.push_back({layer, 0});
+    for (int p : op.params)
+      layers[it->second].second += *numElements(m.params[p].type.shape, {});
+  }
+  return layers;
+}
+
 namespace {
 
 // Groups equal strings that repeat, keeping first-seen order: "attention heads x12".
@@ -150,30 +166,16 @@ struct LayerRow {
 
 // The layers of one stage in order, with consecutive repeats of one block collapsed.
 std::vector<LayerRow> stageLayers(const Module& m, int s) {
-  std::vector<std::string> order;
-  std::map<std::string, int64_t> params;
-  for (const Op& op : m.ops) {
-    if (op.stage != s || op.phase != Phase::Forward ||
-        opInfo(op.kind).split == SplitRule::Communication)
-      continue;
-    std::string layer = layerOf(op.name);
-    if (!params.count(layer)) {
-      order.push_back(layer);
-      params[layer] = 0;
-    }
-    for (int p : op.params)
-      params[layer] += *numElements(m.params[p].type.shape, {});
-  }
   std::vector<LayerRow> rows;
-  for (const auto& layer : order) {
+  for (const auto& [layer, params] : stageLayerParams(m, s)) {
     auto [base, idx] = splitIndex(layer);
     if (!rows.empty() && idx >= 0 && rows.back().first >= 0 && rows.back().name == base &&
-        rows.back().last + 1 == idx && rows.back().params == params[layer]) {
+        rows.back().last + 1 == idx && rows.back().params == params) {
       rows.back().last = idx;
       ++rows.back().count;
       continue;
     }
-    rows.push_back(LayerRow{idx >= 0 ? base : layer, idx, idx, params[layer], 1});
+    rows.push_back(LayerRow{idx >= 0 ? base : layer, idx, idx, params, 1});
   }
   return rows;
 }

@@ -2,7 +2,11 @@
 #pragma once
 #include "ir/Module.h"
 
+#include <cstdint>
 #include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace epl::ir {
 
@@ -14,6 +18,9 @@ void printPlan(const Module& m, std::ostream& out);
 // "0-7, 64-71, …, 960-967 (16 replicas, every 64)". The printer, hover and `epl repl`
 // name a stage's ranks this way.
 std::string stageRankRanges(const Mesh& mesh, int s);
+// The layers of stage s in order, each the first component of its ops' names as the
+// script calls it (`transformer_block.3`), with the parameters of its forward ops.
+std::vector<std::pair<std::string, int64_t>> stageLayerParams(const Module& m, int s);
 // The plan's memory-per-rank section: each rank program's memory plan in one line (none
 // for a plan without programs).
 void printRankMemory(const Module& m, std::ostream& out);

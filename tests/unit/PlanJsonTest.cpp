@@ -133,16 +133,7 @@ TEST_CASE("the plan as JSON carries the module's figures") {
 }
 
 TEST_CASE("a plan of one stage has no schedule in JSON") {
-  auto m = epl::testing::planned("mlp.epl", R"(
-model net(x: f32[B, 8], y: i32[B]) {
-  return cross_entropy(linear(x, 4), y)
-}
-train net {
-  data = synthetic(samples = 8)
-  batch = 8
-}
-)",
-                                 2);
+  auto m = epl::testing::planned("mlp.epl", epl::testing::kOneStage, 2);
   REQUIRE(m);
   nlohmann::ordered_json j = epl::ir::planJson(*m);
   CHECK(j["schedule"].is_null());

@@ -69,16 +69,7 @@ TEST_CASE("the plan's pictures draw every unit of work, rank and ledger") {
 }
 
 TEST_CASE("a plan of one stage has no schedule picture or timeline") {
-  auto m = epl::testing::planned("mlp.epl", R"(
-model net(x: f32[B, 8], y: i32[B]) {
-  return cross_entropy(linear(x, 4), y)
-}
-train net {
-  data = synthetic(samples = 8)
-  batch = 8
-}
-)",
-                                 2);
+  auto m = epl::testing::planned("mlp.epl", epl::testing::kOneStage, 2);
   REQUIRE(m);
   std::map<std::string, std::string> svgs = epl::ir::planSvgs(*m);
   CHECK(svgs.count("schedule.svg") == 0);

@@ -9,6 +9,17 @@
 
 namespace epl::testing {
 
+// A one-layer model in one stage, for what a plan without a pipeline or split shows.
+inline const char* kOneStage = R"(
+model net(x: f32[B, 8], y: i32[B]) {
+  return cross_entropy(linear(x, 4), y)
+}
+train net {
+  data = synthetic(samples = 8)
+  batch = 8
+}
+)";
+
 inline std::optional<ir::Module> planned(const std::string& file, const std::string& text, int np) {
   Session session;
   PlanOptions options;

@@ -161,6 +161,18 @@ function fakeEpl() {
   return dir;
 }
 
+// PATH holding only a fake `epl`, for the rest of test `t`; returns its folder.
+function eplOnPath(t) {
+  const dir = fakeEpl();
+  const savedPath = process.env.PATH;
+  process.env.PATH = dir;
+  t.after(() => {
+    process.env.PATH = savedPath;
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+  return dir;
+}
+
 test('findEpl looks the program up on PATH or takes a path', (t) => {
   const dir = fakeEpl();
   t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
@@ -173,13 +185,7 @@ test('findEpl looks the program up on PATH or takes a path', (t) => {
 });
 
 test('with epl on PATH the extension starts `epl lsp` with the settings', async (t) => {
-  const dir = fakeEpl();
-  const savedPath = process.env.PATH;
-  process.env.PATH = dir;
-  t.after(() => {
-    process.env.PATH = savedPath;
-    fs.rmSync(dir, { recursive: true, force: true });
-  });
+  const dir = eplOnPath(t);
   const { extension, events } = loadExtension({ np: 8, importPath: ['lib', '/abs/more'] });
   const context = { subscriptions: [] };
   await extension.activate(context);
@@ -216,13 +222,7 @@ test('epl.server.enable = false starts no server', async () => {
 });
 
 test('EPL: show plan opens the server\'s plan of the active script beside it', async (t) => {
-  const dir = fakeEpl();
-  const savedPath = process.env.PATH;
-  process.env.PATH = dir;
-  t.after(() => {
-    process.env.PATH = savedPath;
-    fs.rmSync(dir, { recursive: true, force: true });
-  });
+  eplOnPath(t);
   const editor = { document: { languageId: 'epl', uri: { toString: () => 'file:///w/train.epl' } } };
   const planReply = { text: 'plan for model `m` on 8 devices\n', json: { np: 8 } };
   const { extension, events } = loadExtension({ editor, planReply });
@@ -238,13 +238,7 @@ test('EPL: show plan opens the server\'s plan of the active script beside it', a
 });
 
 test('EPL: show plan says why when there is no plan', async (t) => {
-  const dir = fakeEpl();
-  const savedPath = process.env.PATH;
-  process.env.PATH = dir;
-  t.after(() => {
-    process.env.PATH = savedPath;
-    fs.rmSync(dir, { recursive: true, force: true });
-  });
+  eplOnPath(t);
   const editor = { document: { languageId: 'epl', uri: { toString: () => 'file:///w/bad.epl' } } };
   const planReply = { text: null, json: null, reason: 'the script has errors: fix them first (the Problems panel)' };
   const { extension, events } = loadExtension({ editor, planReply });

@@ -58,7 +58,7 @@ const char* kHelp = R"(commands:
   rank R stream      every instruction of rank R's step, as `epl plan --rank R` prints it
   explain LAYER      where a layer lives, its parameters, how it is split, what it sends
   mem                the memory ledger of every rank
-  comm               the bridges and the gradient reduction
+  comm               the bridges, each link's bytes a step, the gradient reduction
   schedule           a pipeline's schedule: bubble, micro-batches in flight, a timeline
   set KEY = VALUE    plan again with a setting: np = 16, policy.zero = 3,
                      micro_batches = 16 (a bare key is the policy's or the train block's)
@@ -172,9 +172,7 @@ public:
       return {"check", "comm", "diff", "exit",  "explain",  "help", "mem",      "mesh",
               "plan",  "quit", "rank", "reset", "schedule", "set",  "settings", "stage"};
     std::vector<std::string> out;
-    if (w.size() > 1 || !m_) {
-      if (w[0] != "set" || w.size() > 1) return out;
-    }
+    if (w.size() > 1) return out; // every command takes one word after its name
     if (w[0] == "stage" && m_)
       for (size_t s = 0; s < m_->mesh.stages.size(); ++s)
         out.push_back(std::to_string(s));

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <fcntl.h>
+#include <filesystem>
 #include <fmt/format.h>
 #include <fstream>
 #include <map>
@@ -47,6 +48,10 @@ std::string bar(int64_t done, int64_t total, int width) {
 } // namespace
 
 std::string writeLossCurves(const std::string& metricsPath) {
+  // A device (`/dev/full`, a pipe) would read without end: regular files only.
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(metricsPath, ec))
+    throw std::runtime_error(fmt::format("`{}` is not a regular file", metricsPath));
   std::ifstream in(metricsPath);
   if (!in) throw std::runtime_error(fmt::format("cannot read `{}`", metricsPath));
   std::map<double, double> loss, validation;

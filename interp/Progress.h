@@ -86,6 +86,8 @@ public:
   void eval(int64_t step, double loss, double accuracy, int64_t samples, bool final);
   // The message of the write that failed, the first time it is asked for.
   std::optional<std::string> failure();
+  // Whether a write failed (the file is missing lines).
+  bool failed() const { return !failure_.empty(); }
 
 private:
   void write(const std::string& text);
@@ -98,7 +100,8 @@ private:
 // The loss curves of the metrics file at `metricsPath` as SVG beside it (`x.metrics.jsonl`
 // gives `x.loss.svg`): the training loss by step and the validation loss where it was
 // evaluated, over every run the file records (a step a resumed run repeated counts once,
-// its last value). Returns the path written; on failure, throws std::runtime_error.
+// its last value). Returns the path written; on failure (the metrics are not a regular
+// file, such as a device, or the picture cannot be written), throws std::runtime_error.
 std::string writeLossCurves(const std::string& metricsPath);
 
 // The resident set size of this process now, and its peak (VmHWM), in bytes.

@@ -1071,7 +1071,8 @@ int TrainingRun::finish() {
 // Rank 0 draws the metrics file's loss curves beside it. Losing the picture is no reason
 // to fail a run that trained: a warning says why.
 void TrainingRun::drawLossCurves() {
-  if (rank_ != 0 || o_.metricsPath.empty()) return;
+  // A metrics file that could not be written (a warning said so) has nothing to draw.
+  if (rank_ != 0 || o_.metricsPath.empty() || metrics_.failed()) return;
   try {
     out_ << fmt::format("loss curves: {}\n", writeLossCurves(o_.metricsPath));
   } catch (const std::exception& e) {

@@ -124,7 +124,9 @@ TEST_CASE("the loss curves of a metrics file are drawn beside it") {
     ++dots;
   CHECK(dots == 2); // the two evaluations
   CHECK_THROWS_WITH(writeLossCurves(std::string(dir) + "/none.metrics.jsonl"),
-                    Contains("cannot read"));
+                    Contains("is not a regular file"));
+  // A device reads without end (`--metrics /dev/full`): never read.
+  CHECK_THROWS_WITH(writeLossCurves("/dev/full"), Contains("is not a regular file"));
   std::remove(path.c_str());
   std::remove(metrics.c_str());
   rmdir(dir);

@@ -15,12 +15,16 @@ namespace epl::ir {
 
 namespace {
 
+// The most work items a picture or timeline draws: a box each. The text plan simulates up
+// to ten times more (SchedulePrinter.cpp), where only the bubble is printed.
+constexpr int64_t kMaxDrawn = 100000;
+
 // The simulation a plan's pipeline schedule makes, when it can order the plan's shape.
 bool simulated(const Module& m, PipelineShape& shape, ScheduleSimulation& sim) {
   if (m.mesh.stages.size() < 2) return false;
   shape = {m.mesh.depth(), static_cast<int>(m.policy.microBatches), m.mesh.chunks};
   if (!scheduleRequirement(m.policy.schedule, shape).empty()) return false;
-  if (int64_t{shape.stages} * shape.micros * shape.chunks > 100000) return false;
+  if (int64_t{shape.stages} * shape.micros * shape.chunks > kMaxDrawn) return false;
   sim = simulateSchedule(m.policy.schedule, shape);
   return !sim.deadlocked;
 }

@@ -56,9 +56,11 @@ GradOut gradOut(const KernelCall& c, size_t i) {
   return GradOut{t.f32(), i < c.accumulate.size() && c.accumulate[i]};
 }
 
-void expectArity(const KernelCall& c, size_t in, size_t out) {
-  EPL_ASSERT(c.in.size() == in, "kernel call has the wrong number of inputs");
-  EPL_ASSERT(c.out.size() == out, "kernel call has the wrong number of outputs");
+void expectArity(const KernelCall& c) {
+  EPL_ASSERT(c.attrs != nullptr, "a kernel call has no attributes");
+  ir::CallArity a = ir::callArity(c.kind, *c.attrs, c.backward);
+  EPL_ASSERT(c.in.size() == a.in, "kernel call has the wrong number of inputs");
+  EPL_ASSERT(c.out.size() == a.out, "kernel call has the wrong number of outputs");
 }
 
 } // namespace epl::backend

@@ -29,8 +29,8 @@ struct GradOut {
 };
 GradOut gradOut(const KernelCall& c, size_t i);
 
-// Arity checks for a kernel's call.
-void expectArity(const KernelCall& c, size_t in, size_t out);
+// The call has as many inputs and outputs as its op's layout gives (ir::callArity).
+void expectArity(const KernelCall& c);
 
 inline int64_t lastDim(const TensorView& t) {
   return t.shape.empty() ? 1 : t.shape.back();

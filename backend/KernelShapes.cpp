@@ -35,8 +35,6 @@ AttentionSlots attentionSlots(const KernelCall& c) {
   a.dbqkv = bias ? 2 : -1;
   a.dwp = bias ? 3 : 2;
   a.dbp = bias ? 4 : -1;
-  a.inputs = c.backward ? static_cast<size_t>(first + params + 4) : static_cast<size_t>(1 + params);
-  a.outputs = c.backward ? static_cast<size_t>(1 + params) : 4;
   return a;
 }
 

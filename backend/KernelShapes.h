@@ -25,12 +25,11 @@ AttentionDims attentionDims(const KernelCall& c, const TensorView& x, const Tens
 // Where attention's tensors sit in a call: the parameters Wqkv, bqkv, Wp, bp follow x
 // (forward: in = [x, params], out = [y, qkv, ctx, lse]; backward: in = [dy, x, params, y,
 // qkv, ctx, lse], out = [dx, their gradients]). With `bias = false` the biases are absent
-// (index -1) and the rest move up. `inputs` and `outputs` are the call's arity.
+// (index -1) and the rest move up: the layout of ir::callArity.
 struct AttentionSlots {
   int wqkv, bqkv, wp, bp;     // inputs
   int qkv, ctx, lse;          // backward inputs the forward saved
   int dwqkv, dbqkv, dwp, dbp; // backward outputs
-  size_t inputs, outputs;
 };
 AttentionSlots attentionSlots(const KernelCall& c);
 

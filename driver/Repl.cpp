@@ -463,6 +463,7 @@ private:
         }
         out_ << fmt::format("  forward: {}\n  backward: {} op{}\n", fmt::join(ops, "; "), backward,
                             backward == 1 ? "" : "s");
+        explainCost(stageIndex, within);
       }
       if (forms.empty())
         out_ << fmt::format("  not split: whole on each of the stage's {} device{}\n",
@@ -484,6 +485,36 @@ private:
                           fmt::join(names, ", "));
     }
     return found;
+  }
+
+  // On one device of the stage, a micro-batch: the matrix-product FLOPs of the layer's
+  // forward ops and the bytes of what they make (outputs and the tensors saved for the
+  // backward). Plans that do not run have no rank programs, and no such lines.
+  template <class Within> void explainCost(int stage, const Within& within) {
+    const ir::Program* p = nullptr;
+    for (const ir::Program& q : m_->programs)
+      if (q.stage == stage && !p) p = &q;
+    if (!p) return;
+    double flops = 0;
+    int64_t bytes = 0;
+    for (const ir::Op& op : m_->ops) {
+      if (op.phase != ir::Phase::Forward || op.stage != stage || !within(op.name)) continue;
+      std::vector<ir::Sizes> in, params;
+      for (int t : op.inputs)
+        in.push_back(m_->localShape(*p, t));
+      for (int q : op.params)
+        params.push_back(m_->localParamShape(*p, q));
+      if (!op.outputs.empty())
+        flops += ir::opFlops(op.kind, in, params, m_->localShape(*p, op.outputs[0])).forward;
+      for (int t : op.outputs)
+        bytes += m_->bytesOn(*p, t);
+    }
+    out_ << fmt::format(
+        "  on rank {}, a micro-batch: {}; its forward makes {} of tensors\n", p->rank,
+        flops > 0
+            ? fmt::format("forward {} in matrix products, backward twice that", formatFlops(flops))
+            : std::string("no matrix products"),
+        formatBytes(static_cast<double>(bytes)));
   }
 
   const ReplOptions& o_;

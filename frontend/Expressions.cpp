@@ -1,7 +1,6 @@
 // Expressions: integer arithmetic, tensor arithmetic, and emitting ops into the module.
 #include "frontend/Elaborator.h"
 
-#include "ir/GradRules.h"
 #include "support/Text.h"
 
 #include <algorithm>
@@ -283,8 +282,11 @@ Value Elaborator::emitOp(ir::OpKind kind, const ast::Expr& at, std::vector<int> 
   op.site = ctx.site.valid() ? ctx.site : at.loc;
   int id = static_cast<int>(m.ops.size());
   for (const auto& spec : params) {
-    m.params.push_back(ir::Param{(paramOwner.empty() ? op.name : paramOwner) + "." + spec.name,
-                                 ir::TensorType{ir::DType::F32, spec.shape}, id, -1});
+    ir::Param p{(paramOwner.empty() ? op.name : paramOwner) + "." + spec.name,
+                ir::TensorType{ir::DType::F32, spec.shape}, id, -1};
+    p.init = spec.init;
+    p.fanIn = spec.fanIn;
+    m.params.push_back(std::move(p));
     op.params.push_back(static_cast<int>(m.params.size()) - 1);
   }
   op.attrs = std::move(attrs);

@@ -541,14 +541,14 @@ void Executor::bindCall(int i, int slot) {
       c.in.push_back(paramView(p, gatherUse(p, op.phase), slot));
     for (int t : op.outputs)
       c.out.push_back(view(t));
-    // A row-parallel linear or split mlp leaves partial sums, which the all-reduce after it
-    // adds up: the output bias is added by the split group's first rank alone.
-    size_t bias = op.splitForm == ir::SplitForm::Row ? 1
-                  : op.splitForm == ir::SplitForm::Hidden || op.splitForm == ir::SplitForm::Heads
-                      ? 3
-                      : 0;
-    if (bias > 0 && program_.splitRank != 0 && bias < op.params.size()) {
-      backend::TensorView& b = c.in[op.inputs.size() + bias];
+    // A row-parallel linear, split mlp or split attention leaves partial sums, which the
+    // all-reduce after it adds up: the output bias is added by the split group's first rank
+    // alone.
+    bool partial = op.splitForm == ir::SplitForm::Row || op.splitForm == ir::SplitForm::Hidden ||
+                   op.splitForm == ir::SplitForm::Heads;
+    int bias = partial ? ir::outputBiasIndex(op.kind, op.attrs) : -1;
+    if (bias >= 0 && program_.splitRank != 0) {
+      backend::TensorView& b = c.in[op.inputs.size() + static_cast<size_t>(bias)];
       EPL_ASSERT(zeroBias_.size() >= static_cast<size_t>(b.numel()),
                  "the zero bias is sized for every bias before the calls are bound");
       b.data = zeroBias_.data();

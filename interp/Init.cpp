@@ -3,6 +3,7 @@
 
 #include "support/Random.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace epl::interp {
@@ -29,59 +30,26 @@ uint64_t hashString(const std::string& s) {
   return h;
 }
 
-namespace {
-
-std::string suffix(const std::string& name) {
-  size_t dot = name.rfind('.');
-  return dot == std::string::npos ? name : name.substr(dot + 1);
-}
-
-// The input width a weight (or its bias) sees: every dim after the output dim, except for
-// moe's per-expert weights [E, out, in], whose first dim counts experts.
-int64_t fanIn(const ir::Module& m, const ir::Op& op, const std::string& weight) {
-  for (int q : op.params) {
-    const ir::Param& w = m.params[q];
-    if (suffix(w.name) != weight) continue;
-    const ir::Shape& s = w.type.shape;
-    if (op.kind == ir::OpKind::MoeExperts && s.size() == 3) return s[2].coef;
-    int64_t n = 1;
-    for (size_t d = 1; d < s.size(); ++d)
-      n *= s[d].coef;
-    return n;
-  }
-  return 1;
-}
-
-} // namespace
-
 std::vector<float> initialValues(const ir::Module& m, int p, uint64_t seed) {
   const ir::Param& prm = m.params[p];
-  const ir::Op& op = m.ops[prm.op];
   std::vector<float> v(*ir::numElements(prm.type.shape, {}));
   Rng rng(seed ^ hashString(prm.name));
-  std::string s = suffix(prm.name);
-  switch (op.kind) {
-  case ir::OpKind::Embedding:
-  case ir::OpKind::Positions:
+  switch (prm.init) {
+  case ir::ParamInit::Normal:
     for (float& x : v)
       x = static_cast<float>(rng.normal());
-    return v;
-  case ir::OpKind::LayerNorm:
-  case ir::OpKind::RmsNorm:
+    break;
+  case ir::ParamInit::One:
+  case ir::ParamInit::Zero:
+    std::fill(v.begin(), v.end(), prm.init == ir::ParamInit::One ? 1.f : 0.f);
+    break;
+  case ir::ParamInit::Uniform: {
+    double bound = 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(prm.fanIn, 1)));
     for (float& x : v)
-      x = s == "weight" ? 1.f : 0.f;
-    return v;
-  default:
+      x = static_cast<float>((2 * rng.uniform() - 1) * bound);
     break;
   }
-  // A bias shares its weight's bound: `fc1_bias` goes with `fc1_weight`, `bias` with
-  // `weight`.
-  std::string weight = s;
-  if (s.size() >= 4 && s.compare(s.size() - 4, 4, "bias") == 0)
-    weight = s.substr(0, s.size() - 4) + "weight";
-  double bound = 1.0 / std::sqrt(static_cast<double>(fanIn(m, op, weight)));
-  for (float& x : v)
-    x = static_cast<float>((2 * rng.uniform() - 1) * bound);
+  }
   return v;
 }
 

@@ -7,8 +7,9 @@
 
 namespace epl::interp {
 
-// The initial values of parameter p (f32, row-major). Each parameter draws from its own
-// stream, seeded by (seed, parameter name), so adding a layer does not change the others.
+// The initial values of parameter p (f32, row-major), by its ParamInit (each layer's
+// ParamSpec in ir/ops/ says which). Each parameter draws from its own stream, seeded by
+// (seed, parameter name), so adding a layer does not change the others.
 //   linear, conv2d, attention and mlp projections, moe router and experts: weight and
 //     bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = the weight's input width
 //     (torch.nn.Linear / Conv2d: kaiming_uniform_ with a = sqrt(5), and their bias rule);

@@ -326,6 +326,52 @@ int64_t Module::workspaceBytes(const Program& p, int op) const {
   return backward ? 4 * rows * (first / 3 + first) : 0;
 }
 
+Module::StepFlops Module::stepFlops(const Program& p) const {
+  StepFlops f;
+  for (const Instr& in : p.step) {
+    if (in.kind != InstrKind::Run) continue;
+    const Op& o = ops[in.op];
+    if (o.phase == Phase::Optimizer) continue;
+    const Op& fwd = o.phase == Phase::Backward ? ops[o.forward] : o;
+    if (!opInfo(fwd.kind).flops) continue;
+    std::vector<Sizes> inputs, weights;
+    for (int t : fwd.inputs)
+      inputs.push_back(localShape(p, t));
+    for (int q : fwd.params)
+      weights.push_back(localParamShape(p, q));
+    Flops run = opFlops(fwd.kind, inputs, weights, localShape(p, fwd.outputs.at(0)));
+    if (o.phase == Phase::Forward)
+      f.forward += run.forward;
+    else if (o.phase == Phase::Recompute)
+      f.recompute += run.forward;
+    else
+      f.backward += in.part == BackwardPart::Whole ? run.backward : run.backward / 2;
+  }
+  return f;
+}
+
+double Module::forwardFlopsPerSample() const {
+  auto b = bindings.find(batchSymbol);
+  if (b == bindings.end() || b->second <= 0) return 0;
+  auto sizes = [&](const Shape& s) {
+    Sizes out;
+    for (const Dim& d : s)
+      out.push_back(d.eval(bindings).value_or(0));
+    return out;
+  };
+  double total = 0;
+  for (const Op& o : ops) {
+    if (o.phase != Phase::Forward || !opInfo(o.kind).flops) continue;
+    std::vector<Sizes> inputs, weights;
+    for (int t : o.inputs)
+      inputs.push_back(sizes(tensors[t].type.shape));
+    for (int q : o.params)
+      weights.push_back(sizes(params[q].type.shape));
+    total += opFlops(o.kind, inputs, weights, sizes(tensors[o.outputs.at(0)].type.shape)).forward;
+  }
+  return total / static_cast<double>(b->second);
+}
+
 int64_t Module::ampStagingBytes(const Program& p, int op) const {
   const Op& o = ops[op];
   if (stored.empty() || o.phase == Phase::Optimizer) return 0;

@@ -73,7 +73,9 @@ struct Param {
   // norm over a slice of the sequence): each device's gradient is a partial sum, added up
   // over the whole stage group like the parameters outside split regions.
   bool sumOverSplit = false;
-  int grad = -1; // its gradient tensor, once autodiff ran
+  int grad = -1;                       // its gradient tensor, once autodiff ran
+  ParamInit init = ParamInit::Uniform; // from its op's ParamSpec
+  int64_t fanIn = 1;
 };
 
 enum class ScopeKind { Model, Stage, Split };
@@ -262,6 +264,17 @@ struct Module {
   // columns and output rows of a group of images (convGroup; its backward's columns
   // twice). The CPU kernels' layout, floats side by side in that order.
   int64_t workspaceBytes(const Program& p, int op) const;
+  // The matrix-product FLOPs (ir::opFlops) of p's step on its rank, from its local sizes:
+  // its forward runs, the recomputations before their backward, and its backward runs (a
+  // split backward's input and parameter parts half each).
+  struct StepFlops {
+    double forward = 0, recompute = 0, backward = 0;
+    double total() const { return forward + recompute + backward; }
+  };
+  StepFlops stepFlops(const Program& p) const;
+  // The model's matrix-product FLOPs of one sample's forward (whole sizes, no split or
+  // recomputation: the model FLOPs of MFU); 0 while the batch is symbolic.
+  double forwardFlopsPerSample() const;
   // amp on the CPU device: the bytes of the f32 copies a run of op `op` on p's rank makes
   // of its half-precision tensors and of the weights it rounds (cpu/HalfStorage.cpp's
   // layout: each copy padded to 16 floats), 0 without amp.

@@ -1,5 +1,8 @@
-// The op table: every builtin layer and op with its signature, shape rule, parameters and
-// what `split(n)` does to it; plus the communication ops that passes insert.
+// The op table: every op kind's one definition. Its entry holds the signature, what
+// `split(n)` does to it, and its rules: the shape rule, the parameters, what its backward
+// reads, the layout of its kernel call and the FLOPs of its matrix products. Each family's
+// entries and rules are written together in ir/ops/ (one file per family), so all that is
+// known of an op is found in one place; the functions below look the table up.
 #pragma once
 #include "ir/Types.h"
 
@@ -92,10 +95,30 @@ enum class SplitRule {
   Communication,
 };
 
+// How a parameter starts (interp/Init.h), as PyTorch's layers initialise themselves:
+// Uniform ~ U(-1/sqrt(fanIn), 1/sqrt(fanIn)) (a weight and its bias alike), Normal N(0, 1),
+// One and Zero constants.
+enum class ParamInit { Uniform, Normal, One, Zero };
+
 struct ParamSpec {
   std::string name; // suffix: weight, bias, qkv_weight…
   Shape shape;
+  ParamInit init = ParamInit::Uniform;
+  int64_t fanIn = 1; // the weight's input width, for Uniform
 };
+
+// What an op's backward needs from its forward: the tensors the forward saves after its
+// outputs (each family's file says what they hold), and whether it reads the op's inputs
+// or output again. Autodiff keeps exactly these alive.
+struct GradInfo {
+  bool differentiable = true; // false: no backward at all (next, integer-only ops)
+  bool needsInputs = false;   // backward reads the op's tensor inputs
+  bool needsOutput = false;   // backward reads the op's output
+  std::vector<TensorType> saved;
+};
+
+// Concrete sizes of a tensor, as a rank holds it.
+using Sizes = std::vector<int64_t>;
 
 struct OpInfo {
   OpKind kind;
@@ -105,6 +128,40 @@ struct OpInfo {
   bool builtin = true; // callable from scripts
   std::string summary; // one line for docs and hover
   std::string shapes;  // e.g. "x: [..., D] -> [..., out]"
+
+  // The shape rule: output types from input types and attributes; on a mistake a message
+  // for the user (lower case, no trailing period).
+  using InferFn = std::string (*)(const OpInfo& op, const std::vector<TensorType>& in,
+                                  const Attrs& attrs, std::vector<TensorType>& out);
+  // Parameter shapes (layers only). With no inputs the widths read from them are 0: the
+  // names and their count still hold.
+  using ParamsFn = std::vector<ParamSpec> (*)(const std::vector<TensorType>& in,
+                                              const Attrs& attrs);
+  // The tensors the forward saves for the backward, `savedCount` of them.
+  using SavedFn = std::vector<TensorType> (*)(const std::vector<TensorType>& in,
+                                              const Attrs& attrs);
+  // The FLOPs of the forward's matrix products (a multiply-add counts 2), from the sizes of
+  // the tensor inputs, the parameters and the first output as one rank holds them.
+  using FlopsFn = double (*)(const std::vector<Sizes>& in, const std::vector<Sizes>& params,
+                             const Sizes& out);
+  InferFn infer = nullptr;
+  ParamsFn params = nullptr;
+  SavedFn saved = nullptr;
+  FlopsFn flops = nullptr; // none: no matrix products (elementwise work is bytes-bound)
+  bool differentiable = true, needsInputs = false, needsOutput = false; // see GradInfo
+  int outputs = 1;         // the kernel's outputs before the saved tensors
+  int savedCount = 0;      // the saved tensors
+  int activationSaved = 0; // the first saved ones that are activation-sized (amp halves them)
+  std::string cut;         // the attribute split(n) divides (`heads`, `out`…), "" none
+  // The parameter a row-parallel form adds once, after the partial sums are reduced
+  // (`bias` of a row linear or conv2d, `fc2_bias` of a split mlp, `proj_bias` of split
+  // attention).
+  std::string outputBias;
+  // amp: its kernel multiplies by its weights, which it reads rounded to the half type
+  // (linear, conv2d, mlp, attention, the experts); norms, embeddings and routers read
+  // theirs as they are.
+  bool castsWeights = false;
+
   int tensorArgs() const;
 };
 
@@ -126,6 +183,30 @@ std::string inferTypes(OpKind kind, const std::vector<TensorType>& in, const Att
 // Parameter shapes of a layer (empty for parameter-free ops). Inputs must be typed already.
 std::vector<ParamSpec> paramSpecs(OpKind kind, const std::vector<TensorType>& in,
                                   const Attrs& attrs);
+GradInfo gradInfo(OpKind kind, const std::vector<TensorType>& in, const Attrs& attrs);
+// The index among an op's parameters of its `outputBias`, or -1.
+int outputBiasIndex(OpKind kind, const Attrs& attrs);
+
+// The kernel call of an op (backend::KernelCall), one layout for every kind and device:
+//   forward   in  = the tensor inputs, then the parameters
+//             out = the outputs, then the saved tensors
+//   backward  in  = the output's gradient, the tensor inputs, the parameters, the output,
+//                   the saved tensors
+//             out = a gradient per tensor input, then per parameter
+// A tensor the backward does not read is passed with its shape and no data.
+struct CallArity {
+  size_t in = 0, out = 0;
+};
+CallArity callArity(OpKind kind, const Attrs& attrs, bool backward);
+
+// The matrix-product FLOPs of one run of an op on tensors of these sizes: its forward,
+// and its backward, which makes two products of the forward's size for each (the
+// gradients of the input and of the weights), as Megatron-LM's accounting has it.
+struct Flops {
+  double forward = 0, backward = 0;
+};
+Flops opFlops(OpKind kind, const std::vector<Sizes>& in, const std::vector<Sizes>& params,
+              const Sizes& out);
 
 int64_t intAttr(const Attrs& a, const std::string& key);
 
@@ -137,12 +218,8 @@ inline int64_t convGroup(int64_t ckk, int64_t plane, int64_t batch) {
   int64_t fit = kConvColBudget / std::max<int64_t>(ckk * plane, 1);
   return std::max<int64_t>(1, std::min(fit, batch));
 }
-// amp: the ops whose kernels multiply by their weights, which they read rounded to the half
-// type (linear, conv2d, mlp, attention, the experts); norms, embeddings and routers read
-// theirs as they are.
 inline bool castsWeights(OpKind k) {
-  return k == OpKind::Linear || k == OpKind::Conv2d || k == OpKind::Mlp || k == OpKind::Attention ||
-         k == OpKind::MoeExperts;
+  return opInfo(k).castsWeights;
 }
 double floatAttr(const Attrs& a, const std::string& key);
 std::string attrStr(const Attr& a);

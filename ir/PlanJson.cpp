@@ -132,10 +132,12 @@ json bridgeJson(const Module& m, const Bridge& b) {
 
 // What each rank's program allocates: the figures `epl run` checks against the machine
 // and compares with what it measures.
-json rankJson(const Program& p) {
+json rankJson(const Module& m, const Program& p) {
+  Module::StepFlops f = m.stepFlops(p);
   return {{"rank", p.rank},
           {"stage", p.stage},
           {"micro_batch_slots", p.slots},
+          {"flops", {{"forward", f.forward}, {"backward", f.backward}, {"recompute", f.recompute}}},
           {"memory",
            {{"peak", p.peakBytes()},
             {"activations", (p.slots == 1 ? p.arenaBytes : p.activationBytes()) + p.recvBytes},
@@ -194,8 +196,11 @@ nlohmann::ordered_json planJson(const Module& m) {
                        {"ranks", b.ranks},
                        {"split_pieces", b.pieces}});
   for (const Program& p : m.programs)
-    ranks.push_back(rankJson(p));
-  json batch = nullptr;
+    ranks.push_back(rankJson(m, p));
+  json batch = nullptr, flops = nullptr;
+  if (double sample = m.forwardFlopsPerSample(); sample > 0 && m.train.batch > 0)
+    flops = {{"forward_per_sample", sample},
+             {"step", 3 * sample * static_cast<double>(m.train.batch)}};
   if (mesh.microBatch > 0)
     batch = {{"global", m.train.batch},
              {"micro_batches", m.policy.microBatches},
@@ -213,6 +218,7 @@ nlohmann::ordered_json planJson(const Module& m) {
             {"sequence_parallel", m.policy.sequenceParallel}}},
           {"batch", batch},
           {"params", {{"count", total}, {"bytes", 4 * total}, {"dtype", "f32"}}},
+          {"flops", flops},
           {"policy", policyJson(m)},
           {"stages", stages},
           {"bridges", bridges},

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <fmt/format.h>
+#include <functional>
 #include <map>
 
 namespace epl::ir {
@@ -434,6 +435,17 @@ void printRecompute(const Module& m, std::ostream& out) {
     }
     i = end;
   }
+  // What the recomputations cost: their FLOPs over every rank's step.
+  double again = 0, all = 0;
+  for (const Program& p : m.programs) {
+    Module::StepFlops f = m.stepFlops(p);
+    again += f.recompute;
+    all += f.total();
+  }
+  std::string cost = again > 0
+                         ? fmt::format("; they cost {} a step over all ranks, {:.1f}% more compute",
+                                       formatFlops(again), 100 * again / std::max(all - again, 1.0))
+                         : "";
   const Module::AutoRecompute& a = m.autoRecompute;
   if (a.ran) {
     out << "\nrecompute = auto: ";
@@ -454,14 +466,16 @@ void printRecompute(const Module& m, std::ostream& out) {
                                       : fmt::format("is {} instead of {}", formatBytes(a.peakWith),
                                                     formatBytes(a.peakWithout)),
           a.peakWith <= a.budget ? "within" : "more than", formatBytes(a.budget));
+    if (a.ran && a.chosen > 0 && !cost.empty()) out << "  " << cost.substr(2) << "\n";
   }
   std::string how = m.policy.recompute == Recompute::Listed
                         ? fmt::format("[{}]", fmt::join(m.policy.recomputeBlocks, ", "))
                         : "every";
   if (blocks > 0 && !a.ran)
     out << fmt::format("\nrecompute = {}: {} block{} run {} forward op{} again just before "
-                       "their backward; each keeps only what it reads from outside\n",
-                       how, blocks, blocks == 1 ? "" : "s", blockOps, blockOps == 1 ? "" : "s");
+                       "their backward; each keeps only what it reads from outside{}\n",
+                       how, blocks, blocks == 1 ? "" : "s", blockOps, blockOps == 1 ? "" : "s",
+                       cost);
   if (gathers > 0)
     out << fmt::format("{}sequence parallelism: {} all-gather{} of sequence slices run{} again "
                        "in the backward; only the slices are kept\n",
@@ -494,6 +508,12 @@ void printPlan(const Module& m, std::ostream& out) {
   else
     out << fmt::format("batch: no `train` block; `{}` stays symbolic\n", m.batchSymbol);
   out << fmt::format("params: {} ({}, f32)\n", withCommas(total), formatBytes(4.0 * total));
+  if (double sample = m.forwardFlopsPerSample(); sample > 0 && m.train.batch > 0)
+    out << fmt::format("compute: {} a step in matrix products (forward {}, backward twice that; "
+                       "{} a sample)\n",
+                       formatFlops(3 * sample * static_cast<double>(m.train.batch)),
+                       formatFlops(sample * static_cast<double>(m.train.batch)),
+                       formatFlops(3 * sample));
   static const char* amp[] = {"fp32", "fp16", "bf16"};
   static const char* zero[] = {"none", "1 (optimizer states)", "2 (+ gradients)",
                                "3 (+ parameters)"};
@@ -540,7 +560,46 @@ void printPlan(const Module& m, std::ostream& out) {
                        stageRankRanges(mesh, static_cast<int>(s)), withCommas(st.rankParamCount),
                        formatBytes(st.rankParamBytes), formatBytes(st.modelStateBytes()), s);
   }
+  printRankCompute(m, out);
   printRankMemory(m, out);
+}
+
+namespace {
+
+// One line per run of consecutive ranks whose figures read the same.
+void printByRanks(const Module& m, const std::function<std::string(const Program&)>& figures,
+                  std::ostream& out) {
+  size_t n = m.programs.size();
+  for (size_t first = 0; first < n;) {
+    std::string text = figures(m.programs[first]);
+    size_t end = first + 1;
+    while (end < n && figures(m.programs[end]) == text)
+      ++end;
+    out << (end - first == 1 ? fmt::format("  rank {}: {}\n", first, text)
+                             : fmt::format("  ranks {}-{}: {}\n", first, end - 1, text));
+    first = end;
+  }
+}
+
+} // namespace
+
+// The matrix-product FLOPs of each rank's step, and of the model's.
+void printRankCompute(const Module& m, std::ostream& out) {
+  if (m.programs.empty()) return;
+  double model = 3 * m.forwardFlopsPerSample() * static_cast<double>(m.train.batch);
+  out << fmt::format(
+      "\ncompute per rank (matrix-product FLOPs a step{}):\n",
+      model > 0 ? fmt::format("; the model's, all ranks together: {}", formatFlops(model)) : "");
+  printByRanks(
+      m,
+      [&](const Program& p) {
+        Module::StepFlops f = m.stepFlops(p);
+        std::string text = fmt::format("{} = forward {} + backward {}", formatFlops(f.total()),
+                                       formatFlops(f.forward), formatFlops(f.backward));
+        if (f.recompute > 0) text += fmt::format(" + recomputed {}", formatFlops(f.recompute));
+        return text;
+      },
+      out);
 }
 
 // What each rank's program allocates (the figures `epl run` checks against the machine and
@@ -564,16 +623,7 @@ void printRankMemory(const Module& m, std::ostream& out) {
     if (p.inputBytes > 0) text += fmt::format(" + host inputs {}", formatBytes(p.inputBytes));
     return text;
   };
-  size_t n = m.programs.size();
-  for (size_t first = 0; first < n;) {
-    std::string text = figures(m.programs[first]);
-    size_t end = first + 1;
-    while (end < n && figures(m.programs[end]) == text)
-      ++end;
-    out << (end - first == 1 ? fmt::format("  rank {}: {}\n", first, text)
-                             : fmt::format("  ranks {}-{}: {}\n", first, end - 1, text));
-    first = end;
-  }
+  printByRanks(m, figures, out);
   // Where the runtime holds more model states than the policy accounts above (beyond each
   // parameter's 64-byte alignment), say why.
   auto slack = static_cast<double>(3 * 64 * m.params.size());

@@ -24,6 +24,9 @@ std::vector<std::pair<std::string, int64_t>> stageLayerParams(const Module& m, i
 // The plan's memory-per-rank section: each rank program's memory plan in one line (none
 // for a plan without programs).
 void printRankMemory(const Module& m, std::ostream& out);
+// The plan's compute-per-rank section: each rank's matrix-product FLOPs a step, forward,
+// backward and recomputed (none for a plan without programs).
+void printRankCompute(const Module& m, std::ostream& out);
 // The plan's pipeline-schedule section (ir/SchedulePrinter.cpp), for plans of two or more
 // stages: the schedule's simulated bubble and the activations each stage keeps in flight.
 void printScheduleSection(const Module& m, std::ostream& out);

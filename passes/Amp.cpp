@@ -49,8 +49,10 @@ public:
         bool moves = ir::opInfo(op.kind).split == ir::SplitRule::Communication &&
                      op.kind != ir::OpKind::AllReduce && op.kind != ir::OpKind::ReduceScatter;
         store(op.outputs[0], moves ? m.storedDtype(op.inputs.at(0)) : half);
-        for (size_t k = 1; k < op.outputs.size(); ++k)
-          if (largeSaved(op.kind, k)) store(op.outputs[k], half);
+        // The saved tensors after the outputs: those as large as an activation.
+        const ir::OpInfo& info = ir::opInfo(op.kind);
+        for (int k = 0; k < info.activationSaved; ++k)
+          store(op.outputs.at(static_cast<size_t>(info.outputs + k)), half);
       } else if (op.phase == ir::Phase::Backward) {
         // Outputs: the gradient of each tensor input, then of each parameter (f32).
         const ir::Op& fwd = m.ops[op.forward];
@@ -93,20 +95,6 @@ private:
       }
     }
     return keep;
-  }
-
-  // Output k >= 1 of a forward op (a tensor saved for its backward, ir/GradRules.cpp) is as
-  // large as an activation.
-  static bool largeSaved(ir::OpKind kind, size_t k) {
-    switch (kind) {
-    case ir::OpKind::Attention: // qkv, context; not the log-sum-exp
-      return k <= 2;
-    case ir::OpKind::Mlp:
-    case ir::OpKind::MoeExperts:
-      return true;
-    default:
-      return false;
-    }
   }
 };
 

@@ -15,7 +15,6 @@
 //      the op (ops belong to the stage that receives what they move).
 //   6. After the backward: a grad-norm op when `clip_grad_norm` is set (or amp = fp16
 //      scales the loss), then one optimizer-step op per parameter.
-#include "ir/GradRules.h"
 #include "passes/Passes.h"
 
 #include <fmt/format.h>

@@ -15,7 +15,6 @@
 //   With -np 1 every split width is 1: one device runs the whole model.
 #include "passes/Passes.h"
 
-#include "ir/GradRules.h"
 #include "ir/PipelineSchedule.h"
 #include "support/Checked.h"
 

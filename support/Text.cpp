@@ -66,4 +66,10 @@ std::string formatBytes(double bytes) {
   return threeDigits(bytes, units, 6, 1000.0);
 }
 
+std::string formatFlops(double flops) {
+  static const char* const units[] = {" FLOP",  " kFLOP", " MFLOP", " GFLOP",
+                                      " TFLOP", " PFLOP", " EFLOP"};
+  return threeDigits(flops, units, 7, 1000.0);
+}
+
 } // namespace epl

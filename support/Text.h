@@ -16,5 +16,7 @@ std::string withCommas(int64_t n);
 std::string unsignedWithCommas(uint64_t n);
 // Bytes in decimal units with three significant digits: "9.60 MB", "2.80 TB".
 std::string formatBytes(double bytes);
+// Floating-point operations alike: "31.4 GFLOP", "7.70 TFLOP".
+std::string formatFlops(double flops);
 
 } // namespace epl

@@ -81,6 +81,9 @@ text = run.stdout + run.stderr
 check(run.returncode == 1, "-c with a bad setting exits 1", text)
 check("linear: stage 1 (replicate, line 12)" in text and "split: linear column over 2" in text,
       "explain names the layer's stage and split", text)
+# [4, 128, 256] by this rank's half of the 256 x 256 head: 2 x 4 x 128 x 256 x 128.
+check("on rank 2, a micro-batch: forward 33.6 MFLOP in matrix products" in text,
+      "explain gives the layer's FLOPs on a rank", text)
 check("+ plan for model `gpt` on 4 devices" in text, "set np re-plans", text)
 check("bubble" in text, "the schedule", text)
 check("stage 0 |F0 F1 " in text, "the schedule's timeline", text)

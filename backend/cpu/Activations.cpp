@@ -46,7 +46,6 @@ inline float siluGrad(float x) {
 
 // Forward: in = [x], out = [y]. Backward: in = [dy, x, y], out = [dx].
 template <class F> void forwardMap(const KernelCall& c, F f) {
-  expectArity(c, 1, 1);
   const float* x = c.in[0].f32();
   float* y = c.out[0].f32();
   int64_t n = c.in[0].numel();
@@ -59,7 +58,6 @@ template <class F> void forwardMap(const KernelCall& c, F f) {
 
 // dx (+)= dy * f(v) where v is x or y, whichever the rule reads.
 template <class F> void backwardMap(const KernelCall& c, const TensorView& v, F f) {
-  expectArity(c, 3, 1);
   GradOut dx = gradOut(c, 0);
   if (!dx) return;
   const float *dy = c.in[0].f32(), *vp = v.f32();
@@ -185,7 +183,6 @@ void sigmoid(const KernelCall& c) {
 void softmax(const KernelCall& c) {
   int64_t cols = lastDim(c.in[0]), rows = rowsOf(c.in[0]);
   if (!c.backward) {
-    expectArity(c, 1, 1);
     const float* x = c.in[0].f32();
     float* y = c.out[0].f32();
     parallelFor(rows, rowGrain(cols), [&](int64_t lo, int64_t hi) {
@@ -194,7 +191,6 @@ void softmax(const KernelCall& c) {
     });
     return;
   }
-  expectArity(c, 3, 1);
   GradOut dx = gradOut(c, 0);
   if (!dx) return;
   const float *dy = c.in[0].f32(), *y = c.in[2].f32();
@@ -213,11 +209,9 @@ void softmax(const KernelCall& c) {
 // Forward: in = [x], out = [y]. Backward: in = [dy, x, y] (neither read), out = [dx].
 void dropout(const KernelCall& c) {
   if (!c.backward) {
-    expectArity(c, 1, 1);
     dropoutApply(c, c.in[0].f32(), GradOut{c.out[0].f32(), false}, c.in[0].numel());
     return;
   }
-  expectArity(c, 3, 1);
   if (GradOut dx = gradOut(c, 0)) dropoutApply(c, c.in[0].f32(), dx, c.in[0].numel());
 }
 

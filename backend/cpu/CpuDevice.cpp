@@ -17,6 +17,7 @@ using ir::OpKind;
 
 void dispatch(const KernelCall& c) {
   using namespace cpu;
+  expectArity(c);
   switch (c.kind) {
   case OpKind::Linear:
     return linear(c);

@@ -103,7 +103,6 @@ Routing route(const MoeRouting& m, const float* gates) {
 // out = [dx, dWr].
 void router(const KernelCall& c) {
   if (!c.backward) {
-    expectArity(c, 2, 1);
     const TensorView &x = c.in[0], &wr = c.in[1];
     int64_t n = rowsOf(x), d = lastDim(x), e = wr.shape[0];
     float* gates = c.out[0].f32();
@@ -122,7 +121,6 @@ void router(const KernelCall& c) {
     });
     return;
   }
-  expectArity(c, 4, 2);
   const TensorView &x = c.in[1], &wr = c.in[2];
   const float *dg = c.in[0].f32(), *g = c.in[3].f32();
   int64_t n = rowsOf(x), d = lastDim(x), e = wr.shape[0];
@@ -151,7 +149,6 @@ void dispatch(const KernelCall& c) {
   MoeRouting m = moeRouting(c);
   int64_t samples = m.t > 0 ? m.n / m.t : 0;
   if (!c.backward) {
-    expectArity(c, 2, 3);
     const float *x = c.in[0].f32(), *gates = c.in[1].f32();
     Routing r = route(m, gates);
     float* rows = c.out[0].f32();
@@ -180,7 +177,6 @@ void dispatch(const KernelCall& c) {
     stats[3] = static_cast<float>(samples);
     return;
   }
-  expectArity(c, 4, 2);
   const float *drows = c.in[0].f32(), *gates = c.in[2].f32();
   Routing r = route(m, gates);
   if (GradOut dx = gradOut(c, 0))
@@ -220,7 +216,6 @@ void experts(const KernelCall& c) {
   EPL_ASSERT(first[el] <= m, "moe_experts: the counts name more rows than the buffer holds");
   int64_t used = first[el];
   if (!c.backward) {
-    expectArity(c, 6, 2);
     float *y = c.out[0].f32(), *h = c.out[1].f32();
     for (int64_t e = 0; e < el; ++e) {
       int64_t n = first[e + 1] - first[e], at = first[e];
@@ -237,7 +232,6 @@ void experts(const KernelCall& c) {
     std::fill(h + used * f, h + m * f, 0.f);
     return;
   }
-  expectArity(c, 9, 6);
   const float *dy = c.in[0].f32(), *h = c.in[8].f32();
   GradOut dx = gradOut(c, 0), dw1 = gradOut(c, 2), db1 = gradOut(c, 3), dw2 = gradOut(c, 4),
           db2 = gradOut(c, 5);
@@ -273,7 +267,6 @@ void experts(const KernelCall& c) {
 void combine(const KernelCall& c) {
   MoeRouting m = moeRouting(c);
   if (!c.backward) {
-    expectArity(c, 2, 1);
     const float *rows = c.in[0].f32(), *gates = c.in[1].f32();
     Routing r = route(m, gates);
     float* y = c.out[0].f32();
@@ -289,7 +282,6 @@ void combine(const KernelCall& c) {
     });
     return;
   }
-  expectArity(c, 4, 2);
   const float *dy = c.in[0].f32(), *rows = c.in[1].f32(), *gates = c.in[2].f32();
   Routing r = route(m, gates);
   if (GradOut drows = gradOut(c, 0)) {

@@ -223,7 +223,6 @@ void attentionBackward(const KernelCall& c, const Ctx& ctx, const AttentionSlots
 
 void attention(const KernelCall& c, const Ctx& ctx) {
   AttentionSlots a = attentionSlots(c);
-  expectArity(c, a.inputs, a.outputs);
   if (!c.backward) return attentionForward(c, ctx, a);
   attentionBackward(c, ctx, a);
 }

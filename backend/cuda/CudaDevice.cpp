@@ -190,6 +190,7 @@ public:
     if (!f)
       throw std::runtime_error(
           fmt::format("op `{}` has no CUDA kernel", ir::opInfo(call.kind).name));
+    expectArity(call);
     f(call, ctxFor(s));
   }
   void optimizerStep(const OptimizerCall& call, StreamId s) override {

@@ -213,14 +213,12 @@ __global__ void softmaxGradKernel(const float* dg, const float* g, int64_t n, in
 // out = [dx, dWr].
 void router(const KernelCall& c, const Ctx& ctx) {
   if (!c.backward) {
-    expectArity(c, 2, 1);
     const TensorView &x = c.in[0], &wr = c.in[1];
     int64_t n = rowsOf(x), d = lastDim(x), e = wr.shape[0];
     float* gates = c.out[0].f32();
     gemm(ctx, false, true, n, e, d, 1.f, x.f32(), d, wr.f32(), d, 0.f, gates, e);
     return softmaxRows(ctx, gates, gates, n, e);
   }
-  expectArity(c, 4, 2);
   const TensorView &x = c.in[1], &wr = c.in[2];
   int64_t n = rowsOf(x), d = lastDim(x), e = wr.shape[0];
   float* dl = static_cast<float*>(ctx.scratch->get(alignUp(sizeof(float) * n * e)));
@@ -294,7 +292,6 @@ __global__ void auxGradKernel(Routing r, MoeRouting m, float scale, GradOut dg) 
 
 // in = [x [N, D], gates [N, E]], out = [rows [N K, D], counts i32[E], stats f32[4]].
 void dispatchForward(const KernelCall& c, const Ctx& ctx) {
-  expectArity(c, 2, 3);
   MoeRouting m = moeRouting(c);
   const float* gates = c.in[1].f32();
   int64_t samples = samplesOf(m);
@@ -311,7 +308,6 @@ void dispatchForward(const KernelCall& c, const Ctx& ctx) {
 // Backward in = [drows, x, gates, rows], out = [dx, dgates]; dgates is the load-balancing
 // loss's: d(aux_weight x sample weight x aux) / d gates[t, e] = that scale x E f_e / T.
 void dispatchBackward(const KernelCall& c, const Ctx& ctx) {
-  expectArity(c, 4, 2);
   MoeRouting m = moeRouting(c);
   Routing r = route(ctx, m, c.in[2].f32(), nullptr);
   if (GradOut dx = gradOut(c, 0)) {
@@ -362,7 +358,6 @@ ExpertRows expertRows(const KernelCall& c, const Ctx& ctx, int base) {
 // out = [y [M, D], h [M, F]]: expert e's block through gelu(rows W1_e^T + b1_e) W2_e^T + b2_e;
 // rows after the blocks give 0.
 void expertsForward(const KernelCall& c, const Ctx& ctx) {
-  expectArity(c, 6, 2);
   ExpertRows x = expertRows(c, ctx, 0);
   int64_t d = x.d, f = x.f, fd = f * d;
   float *y = c.out[0].f32(), *h = c.out[1].f32();
@@ -418,7 +413,6 @@ void expertBackward(const Ctx& ctx, const ExpertRows& x, const float* dy, const 
 // Backward in = [dy, rows, counts, W1, b1, W2, b2, y, h], out = [drows, (counts: none), dW1,
 // db1, dW2, db2].
 void expertsBackward(const KernelCall& c, const Ctx& ctx) {
-  expectArity(c, 9, 6);
   ExpertRows x = expertRows(c, ctx, 1);
   ExpertGrads g{gradOut(c, 0), gradOut(c, 2), gradOut(c, 3), gradOut(c, 4), gradOut(c, 5)};
   int64_t hiddenBytes = alignUp(sizeof(float) * x.most * x.f);
@@ -487,7 +481,6 @@ __global__ void combineDgatesKernel(const float* dy, const float* rows, const fl
 
 // in = [rows [N K, D], gates [N, E]], out = [y [N, D]].
 void combineForward(const KernelCall& c, const Ctx& ctx) {
-  expectArity(c, 2, 1);
   MoeRouting m = moeRouting(c);
   Routing r = route(ctx, m, c.in[1].f32(), nullptr);
   combineKernel<<<blocksFor(m.n * m.d), kThreads, 0, ctx.stream>>>(c.in[0].f32(), r, m,
@@ -497,7 +490,6 @@ void combineForward(const KernelCall& c, const Ctx& ctx) {
 
 // Backward in = [dy, rows, gates, y], out = [drows, dgates].
 void combineBackward(const KernelCall& c, const Ctx& ctx) {
-  expectArity(c, 4, 2);
   MoeRouting m = moeRouting(c);
   const float *dy = c.in[0].f32(), *gates = c.in[2].f32();
   Routing r = route(ctx, m, gates, nullptr);

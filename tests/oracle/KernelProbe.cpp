@@ -15,7 +15,6 @@
 // case runs again, and once more on one thread, and must give identical bits each time. Two
 // other modes test the optimizer ("mode": "optimizer") and sumSquares/scale ("mode": "reduce").
 #include "backend/Device.h"
-#include "ir/GradRules.h"
 #include "ir/Ops.h"
 
 #include <cstdio>

@@ -1,0 +1,97 @@
+// The op table's FLOPs (ir::opFlops) against closed forms, and a planned step's
+// (Module::stepFlops) against Megatron-LM's per-iteration formula.
+#include "Planned.h"
+
+#include "ir/Module.h"
+
+#include <catch2/catch.hpp>
+
+using epl::ir::OpKind;
+using epl::ir::Sizes;
+
+namespace {
+
+double forward(OpKind k, std::vector<Sizes> in, std::vector<Sizes> params, Sizes out) {
+  epl::ir::Flops f = epl::ir::opFlops(k, in, params, out);
+  CHECK(f.backward == 2 * f.forward); // the input's and the weights' gradients
+  return f.forward;
+}
+
+// A GPT of `layers` blocks of width h over sequences of s, vocabulary v, batch b.
+std::string gpt(int layers, int h, int s, int v, int b, const std::string& policy,
+                const std::string& split = "") {
+  return "import \"std/nn.epl\"\n"
+         "model gpt(tokens: i32[B, " +
+         std::to_string(s) + "]) {\n  x = embedding(tokens, " + std::to_string(v) + ", " +
+         std::to_string(h) + ") + positions(" + std::to_string(s) + ", " + std::to_string(h) +
+         ")\n  " + split + "x = repeat(" + std::to_string(layers) +
+         ") transformer_block(x, 4)\n  loss = cross_entropy(linear(layer_norm(x), " +
+         std::to_string(v) + "), next(tokens))\n  " + (split.empty() ? "" : "}\n  ") +
+         "return loss\n}\npolicy { " + policy +
+         " }\ntrain gpt {\n  data = synthetic(samples = 64)\n  batch = " + std::to_string(b) +
+         "\n}\n";
+}
+
+double stepTotal(const epl::ir::Module& m) {
+  double total = 0;
+  for (const epl::ir::Program& p : m.programs)
+    total += m.stepFlops(p).total();
+  return total;
+}
+
+} // namespace
+
+TEST_CASE("a transformer layer's forward is 24 b s h^2 + 4 b s^2 h FLOPs") {
+  const int64_t b = 4, s = 32, h = 64;
+  double attention =
+      forward(OpKind::Attention, {{b, s, h}}, {{3 * h, h}, {3 * h}, {h, h}, {h}}, {b, s, h});
+  double mlp = forward(OpKind::Mlp, {{b, s, h}}, {{4 * h, h}, {4 * h}, {h, 4 * h}, {h}}, {b, s, h});
+  double bsh = static_cast<double>(b * s * h);
+  CHECK(attention + mlp == 24 * bsh * h + 4 * bsh * s);
+}
+
+TEST_CASE("the FLOPs of linear, conv2d and the experts are their products' closed forms") {
+  CHECK(forward(OpKind::Linear, {{6, 5, 7}}, {{3, 7}, {3}}, {6, 5, 3}) == 2.0 * 30 * 7 * 3);
+  // [B, C, H, W] = [2, 3, 9, 9] by 4 kernels of 3 x 3, stride 2: 4 x 4 outputs.
+  CHECK(forward(OpKind::Conv2d, {{2, 3, 9, 9}}, {{4, 3, 3, 3}, {4}}, {2, 4, 4, 4}) ==
+        2.0 * 2 * 4 * 16 * 3 * 9);
+  // Rows [B, R k, D] = [2, 6, 8] through experts W1 [E, F, D] = [4, 16, 8]: every row two
+  // products of D x F.
+  CHECK(forward(OpKind::MoeExperts, {{2, 6, 8}, {4}}, {{4, 16, 8}, {4, 16}, {4, 8, 16}, {4, 8}},
+                {2, 6, 8}) == 4.0 * 12 * 8 * 16);
+  // Elementwise work has no products.
+  CHECK(forward(OpKind::Gelu, {{4, 8}}, {}, {4, 8}) == 0);
+  CHECK(forward(OpKind::LayerNorm, {{4, 8}}, {{8}, {8}}, {4, 8}) == 0);
+}
+
+TEST_CASE("a planned GPT step is Megatron-LM's 72 (96 recomputed) B s l h^2 (1 + s/6h + V/(12 "
+          "or 16) l h)") {
+  const double l = 2, h = 64, s = 16, v = 96, b = 8;
+  const double base = b * s * l * h * h;
+  auto m = epl::testing::planned("gpt.epl", gpt(2, 64, 16, 96, 8, "recompute = none"), 1);
+  REQUIRE(m);
+  CHECK(stepTotal(*m) == Approx(72 * base * (1 + s / (6 * h) + v / (12 * l * h))).epsilon(1e-12));
+  CHECK(3 * m->forwardFlopsPerSample() * b == Approx(stepTotal(*m)).epsilon(1e-12));
+  auto every = epl::testing::planned("gpt.epl", gpt(2, 64, 16, 96, 8, "recompute = every"), 1);
+  REQUIRE(every);
+  CHECK(stepTotal(*every) ==
+        Approx(96 * base * (1 + s / (6 * h) + v / (16 * l * h))).epsilon(1e-12));
+  // The model's FLOPs do not count what is recomputed.
+  CHECK(every->forwardFlopsPerSample() == m->forwardFlopsPerSample());
+}
+
+TEST_CASE("data-parallel and split ranks share the step's FLOPs without counting any twice") {
+  auto one = epl::testing::planned("gpt.epl", gpt(2, 64, 16, 96, 8, "recompute = none"), 1);
+  auto data = epl::testing::planned("gpt.epl", gpt(2, 64, 16, 96, 8, "recompute = none"), 2);
+  auto split = epl::testing::planned(
+      "gpt.epl", gpt(2, 64, 16, 96, 8, "recompute = none", "split(2) {\n  "), 2);
+  REQUIRE(one);
+  REQUIRE(data);
+  REQUIRE(split);
+  REQUIRE(data->programs.size() == 2);
+  REQUIRE(split->programs.size() == 2);
+  CHECK(stepTotal(*data) == Approx(stepTotal(*one)).epsilon(1e-12));
+  CHECK(stepTotal(*split) == Approx(stepTotal(*one)).epsilon(1e-12));
+  for (const epl::ir::Program& p : split->programs)
+    CHECK(split->stepFlops(p).total() == Approx(stepTotal(*one) / 2).epsilon(1e-12));
+}

@@ -108,8 +108,9 @@ def run(args, work, name, script, np, settings):
     if "is not applied" in text:
         sys.exit(f"{' '.join(cmd)}: a policy was not applied:\n{text}")
     plan = re.search(r"memory plan (\S+ \S+) per rank \(activations (\S+ \S+|\S+ slots x \S+ \S+)"
-                     r"(?: \+ receive buffers \S+ \S+)?, params (\S+ \S+), grads (\S+ \S+), "
-                     r"optimizer (\S+ \S+)(?:, comm buffers (\S+ \S+))?"
+                     r"(?: \+ receive buffers \S+ \S+)?(?: with kernel workspaces up to \S+ \S+)?"
+                     r", params (\S+ \S+), grads (\S+ \S+), "
+                     r"optimizer (\S+ \S+)(?:, staging \S+ \S+)?(?:, comm buffers (\S+ \S+))?"
                      r"(?:, host inputs \S+ \S+)?\)", text)
     # Stage 0's ranks (rank 0's stage), the highest of them.
     measured = re.search(r"memory after the first step.*?planned [^,]*, "

@@ -491,21 +491,14 @@ private:
   // forward ops and the bytes of what they make (outputs and the tensors saved for the
   // backward). Plans that do not run have no rank programs, and no such lines.
   template <class Within> void explainCost(int stage, const Within& within) {
-    const ir::Program* p = nullptr;
-    for (const ir::Program& q : m_->programs)
-      if (q.stage == stage && !p) p = &q;
+    const ir::Program* p = m_->firstProgramOf(stage);
     if (!p) return;
     double flops = 0;
     int64_t bytes = 0;
-    for (const ir::Op& op : m_->ops) {
+    for (size_t i = 0; i < m_->ops.size(); ++i) {
+      const ir::Op& op = m_->ops[i];
       if (op.phase != ir::Phase::Forward || op.stage != stage || !within(op.name)) continue;
-      std::vector<ir::Sizes> in, params;
-      for (int t : op.inputs)
-        in.push_back(m_->localShape(*p, t));
-      for (int q : op.params)
-        params.push_back(m_->localParamShape(*p, q));
-      if (!op.outputs.empty())
-        flops += ir::opFlops(op.kind, in, params, m_->localShape(*p, op.outputs[0])).forward;
+      flops += m_->runFlops(*p, static_cast<int>(i)).forward;
       for (int t : op.outputs)
         bytes += m_->bytesOn(*p, t);
     }

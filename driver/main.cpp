@@ -3,6 +3,7 @@
 #include "driver/Launch.h"
 #include "driver/NumericOptions.h"
 #include "driver/Repl.h"
+#include "interp/Calibrate.h"
 #include "interp/MemoryFit.h"
 #include "interp/Trainer.h"
 #include "interp/data/Dataset.h"
@@ -226,6 +227,53 @@ int runScript(Common args, epl::interp::RunOptions o, const epl::driver::LaunchO
   return epl::driver::launchRanks(args.np, launch, argc, argv);
 }
 
+// `epl calibrate`: this process measures the compute and writes the cluster file, then
+// starts two ranks of itself under mpirun, whose rank 0 adds the link they measured.
+int calibrate(const std::string& out, int argc, char** argv) {
+  namespace fs = std::filesystem;
+  auto write = [&](const nlohmann::json& j) {
+    std::error_code ec;
+    if (fs::path(out).has_parent_path()) fs::create_directories(fs::path(out).parent_path(), ec);
+    std::string tmp = out + ".tmp";
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f << j.dump(2) << "\n";
+    f.close();
+    if (!f || (fs::rename(tmp, out, ec), ec)) {
+      std::cerr << "error: cannot write " << out << (ec ? ": " + ec.message() : "") << "\n";
+      return false;
+    }
+    return true;
+  };
+  if (epl::backend::insideMpiJob()) {
+    auto comm = epl::backend::makeMpiComm();
+    epl::ir::Link link = epl::interp::measureLink(*comm);
+    if (comm->rank() != 0) return 0;
+    std::ifstream in(out, std::ios::binary);
+    nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    if (j.is_discarded()) {
+      std::cerr << "error: " << out << " is not the file `epl calibrate` wrote\n";
+      return 1;
+    }
+    j["intra_node"] = {{"bandwidth", link.bandwidth}, {"latency", link.latency}};
+    std::cerr << fmt::format("  all-reduce between {} ranks: {:.2f} GB/s, {:.1f} us a hop\n",
+                             comm->size(), link.bandwidth / 1e9, link.latency * 1e6);
+    return write(j) ? 0 : 1;
+  }
+  std::cerr << "measuring this machine for `--cluster here`:\n";
+  nlohmann::json j = epl::interp::measureCompute(std::cerr);
+  // Until the ranks measure it: a link as fast as the memory, so the file is whole.
+  j["intra_node"] = {{"bandwidth", j["device"]["memory_bandwidth"]}, {"latency", 1e-6}};
+  if (!write(j)) return 1;
+  int rc = epl::driver::launchRanks(2, {}, argc, argv);
+  if (rc != 0) {
+    std::cerr << "error: the all-reduce between two ranks could not be measured (mpirun exited "
+              << rc << "); " << out << " has the compute only\n";
+    return 1;
+  }
+  std::cerr << "wrote " << out << "\n";
+  return 0;
+}
+
 // Sampling runs one sequence at a time: the model is planned with batch 1.
 int sampleScript(Common args, epl::interp::SampleOptions o) {
   args.overrides.push_back("train.batch=1");
@@ -323,6 +371,10 @@ int main(int argc, char** argv) {
   planCmd->add_option("--svg", svgDir,
                       "also write pictures of the plan into this folder: mesh.svg, memory.svg "
                       "(each rank's ledger), schedule.svg (a pipeline's schedule)");
+  std::string cluster;
+  planCmd->add_option("--cluster", cluster,
+                      "also predict the step on this cluster: dgx-a100, dgx-h100, here (this "
+                      "machine, after `epl calibrate`) or a JSON file (docs/cluster.md)");
 
   Common runArgs;
   runArgs.np = 1;
@@ -394,6 +446,12 @@ int main(int argc, char** argv) {
   addCommon(replCmd, replArgs);
   replCmd->add_option("-c,--commands", replCommands,
                       "run these `;`-separated commands instead of a prompt: \"mesh; mem\"");
+  std::string calibrateOut = epl::ir::hereClusterPath();
+  CLI::App* calibrateCmd = app.add_subcommand(
+      "calibrate", "measure this machine (GEMM, memory, MPI all-reduce) for `--cluster here`");
+  calibrateCmd->add_option("--out", calibrateOut,
+                           "the cluster file to write (default: $EPL_CLUSTER_HERE, else "
+                           "~/.config/epl/here.json)");
   epl::lsp::Command lsp(app); // `epl lsp`: the language server (lsp/)
 
   // An unknown command is named as such (CLI11 would only say one is required).
@@ -403,7 +461,7 @@ int main(int argc, char** argv) {
     } catch (const CLI::OptionNotFound&) {
       std::cerr << "error: unknown command `" << argv[1]
                 << "`\n  = help: the commands are `check`, `plan`, `repl`, `run`, `sample`, "
-                   "`data` and `lsp`; see `epl --help`\n";
+                   "`data`, `calibrate` and `lsp`; see `epl --help`\n";
       return 2;
     }
   }
@@ -426,16 +484,29 @@ int main(int argc, char** argv) {
     return epl::driver::runRepl({replArgs.script, planOptions(replArgs), replCommands}, std::cin,
                                 std::cout, std::cerr);
   if (*dataCmd) return convertText(textIn, tokensOut);
+  if (*calibrateCmd) return calibrate(calibrateOut, argc, argv);
   epl::Session session;
+  std::optional<epl::ir::Cluster> machines;
+  if (!cluster.empty()) {
+    std::string error;
+    machines = epl::ir::loadCluster(cluster, error);
+    if (!machines) {
+      std::cerr << "error: --cluster: " << error << "\n";
+      return 2;
+    }
+  }
   auto m = plan(planArgs, session);
   if (!m) return 1;
   if (!svgDir.empty() && !writeSvgs(*m, svgDir)) return 1;
   if (rank >= 0) return printRank(*m, rank);
+  std::optional<epl::ir::Prediction> predicted;
+  if (machines) predicted = epl::ir::predict(*m, machines->forRanks(m->mesh.np));
   if (printJson) {
-    epl::ir::printPlanJson(*m, std::cout);
+    epl::ir::printPlanJson(*m, std::cout, predicted ? &*predicted : nullptr);
     return 0;
   }
   epl::ir::printPlan(*m, std::cout);
+  if (predicted) epl::ir::printPrediction(*m, *predicted, std::cout);
   if (printIr) {
     std::cout << "\n";
     epl::ir::printModule(*m, std::cout);

@@ -15,6 +15,7 @@
 #include "interp/checkpoint/FolderLock.h"
 #include "interp/data/Dataset.h"
 #include "ir/PipelineSchedule.h"
+#include "ir/Predict.h"
 #include "support/Text.h"
 
 #include <algorithm>
@@ -187,14 +188,6 @@ Evaluation evaluate(Executor& ex, const data::Dataset& ds, int64_t limit,
   e.loss = rowsSeen > 0 ? lossSum / rowsSeen : 0;
   if (classes > 0 && rowsSeen > 0) e.accuracy = correct / rowsSeen;
   return e;
-}
-
-// Tokens a sample holds for token data (`tokens(…)`, `text(…)`): its window; else 0.
-int64_t tokensPerSample(const ir::Module& m) {
-  const std::string& kind = m.train.data.kind;
-  if ((kind != "tokens" && kind != "text") || m.inputs.empty()) return 0;
-  const ir::Shape& s = m.tensors[m.inputs[0]].type.shape;
-  return s.size() == 2 && s[1].isConstant() ? s[1].coef : 0;
 }
 
 // The metrics file's first line of a run: what ran, how, and where it resumed.
@@ -818,7 +811,30 @@ private:
   int64_t steps_, end_, start_ = 0, samples_ = 0;
   Clock::time_point began_;
   double lastLoss_ = 0;
+  std::vector<double> stepSeconds_; // this run's steps, for the prediction's comparison
+  void comparePrediction(Progress& progress);
 };
+
+// After the fourth step of a run on the CPU of a calibrated machine (`epl calibrate`):
+// the median of steps 2 to 4 beside the step `epl plan --cluster here` predicts. Nothing
+// when the machine is not calibrated.
+void TrainingRun::comparePrediction(Progress& progress) {
+  constexpr size_t kSteps = 4;
+  if (rank_ != 0 || stepSeconds_.size() != kSteps || device_->name().rfind("cpu", 0) != 0) return;
+  std::string error;
+  std::optional<ir::Cluster> here = ir::loadCluster("here", error);
+  if (!here) return;
+  ir::Prediction p = ir::predict(m_, here->forRanks(m_.mesh.np));
+  std::vector<double> warm(stepSeconds_.begin() + 1, stepSeconds_.end());
+  std::sort(warm.begin(), warm.end());
+  double measured = warm[warm.size() / 2];
+  if (p.stepSeconds <= 0 || measured <= 0) return;
+  progress.line(fmt::format("step time: measured {:.4g} s (median of steps {} to {}), predicted "
+                            "{:.4g} s on this machine (`epl calibrate`): predicted / measured "
+                            "{:.2f}",
+                            measured, start_ + 2, start_ + kSteps, p.stepSeconds,
+                            p.stepSeconds / measured));
+}
 
 // Fallible work every rank does: errors go to `mine_`, then the ranks agree. A failing rank
 // reports when it is rank 0, or when rank 0 succeeded (then the error is its own and is
@@ -984,10 +1000,12 @@ std::optional<int> TrainingRun::step(int64_t step) {
   samples_ += m.train.batch;
   StepReport rep = stepReport(r, step, start_, steps_, lr);
   rep.samplesPerSecond = samples_ / seconds(began_);
-  rep.tokensPerSecond = rep.samplesPerSecond * static_cast<double>(tokensPerSample(m));
+  rep.tokensPerSecond = rep.samplesPerSecond * static_cast<double>(m.tokensPerSample());
   rep.elapsedSeconds = seconds(began_);
   rep.stepSeconds = seconds(stepBegan);
+  stepSeconds_.push_back(rep.stepSeconds);
   progress.step(rep);
+  comparePrediction(progress);
   metrics_.step(rep);
   checkMetrics();
   if (step == start_) {

@@ -334,12 +334,7 @@ Module::StepFlops Module::stepFlops(const Program& p) const {
     if (o.phase == Phase::Optimizer) continue;
     const Op& fwd = o.phase == Phase::Backward ? ops[o.forward] : o;
     if (!opInfo(fwd.kind).flops) continue;
-    std::vector<Sizes> inputs, weights;
-    for (int t : fwd.inputs)
-      inputs.push_back(localShape(p, t));
-    for (int q : fwd.params)
-      weights.push_back(localParamShape(p, q));
-    Flops run = opFlops(fwd.kind, inputs, weights, localShape(p, fwd.outputs.at(0)));
+    Flops run = runFlops(p, o.phase == Phase::Backward ? o.forward : in.op);
     if (o.phase == Phase::Forward)
       f.forward += run.forward;
     else if (o.phase == Phase::Recompute)
@@ -348,6 +343,30 @@ Module::StepFlops Module::stepFlops(const Program& p) const {
       f.backward += in.part == BackwardPart::Whole ? run.backward : run.backward / 2;
   }
   return f;
+}
+
+Flops Module::runFlops(const Program& p, int op) const {
+  const Op& o = ops[op];
+  if (!opInfo(o.kind).flops || o.outputs.empty()) return {};
+  std::vector<Sizes> inputs, weights;
+  for (int t : o.inputs)
+    inputs.push_back(localShape(p, t));
+  for (int q : o.params)
+    weights.push_back(localParamShape(p, q));
+  return opFlops(o.kind, inputs, weights, localShape(p, o.outputs[0]));
+}
+
+const Program* Module::firstProgramOf(int stage) const {
+  for (const Program& p : programs)
+    if (p.stage == stage) return &p;
+  return nullptr;
+}
+
+int64_t Module::tokensPerSample() const {
+  const std::string& kind = train.data.kind;
+  if ((kind != "tokens" && kind != "text") || inputs.empty()) return 0;
+  const Shape& s = tensors[inputs[0]].type.shape;
+  return s.size() == 2 && s[1].isConstant() ? s[1].coef : 0;
 }
 
 double Module::forwardFlopsPerSample() const {

@@ -272,9 +272,15 @@ struct Module {
     double total() const { return forward + recompute + backward; }
   };
   StepFlops stepFlops(const Program& p) const;
+  // The FLOPs of one run of forward op `op` on p's rank (its local sizes), a micro-batch.
+  Flops runFlops(const Program& p, int op) const;
+  // The program of the first rank of a stage, or nullptr (a plan without programs).
+  const Program* firstProgramOf(int stage) const;
   // The model's matrix-product FLOPs of one sample's forward (whole sizes, no split or
   // recomputation: the model FLOPs of MFU); 0 while the batch is symbolic.
   double forwardFlopsPerSample() const;
+  // Tokens a sample holds for token data (`tokens(…)`, `text(…)`): its window; else 0.
+  int64_t tokensPerSample() const;
   // amp on the CPU device: the bytes of the f32 copies a run of op `op` on p's rank makes
   // of its half-precision tensors and of the weights it rounds (cpu/HalfStorage.cpp's
   // layout: each copy padded to 16 floats), 0 without amp.

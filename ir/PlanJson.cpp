@@ -172,9 +172,31 @@ json scheduleJson(const Module& m) {
   return out;
 }
 
+json predictionJson(const Prediction* p) {
+  if (!p) return nullptr;
+  return {{"cluster", p->cluster},
+          {"device", p->device},
+          {"step_seconds", p->stepSeconds},
+          {"tflops_per_device", p->tflopsPerDevice},
+          {"mfu", p->mfu},
+          {"samples_per_second", p->samplesPerSecond},
+          {"tokens_per_second", p->tokensPerSecond},
+          {"parts",
+           {{"compute", p->compute},
+            {"stage_compute_per_micro_batch", p->stageCompute},
+            {"bubble", p->bubble},
+            {"gradient_reduction", p->gradientReduction},
+            {"exposed_gradient_reduction", p->exposedReduction},
+            {"split_communication", p->splitCommunication},
+            {"stage_transfers", p->stageTransfers},
+            {"optimizer", p->optimizer}}},
+          {"peak_bytes", p->peakBytes},
+          {"device_bytes", p->deviceBytes}};
+}
+
 } // namespace
 
-nlohmann::ordered_json planJson(const Module& m) {
+nlohmann::ordered_json planJson(const Module& m, const Prediction* predicted) {
   const Mesh& mesh = m.mesh;
   int64_t total = 0;
   int split = 1;
@@ -224,11 +246,12 @@ nlohmann::ordered_json planJson(const Module& m) {
           {"bridges", bridges},
           {"gradient_buckets", buckets},
           {"schedule", scheduleJson(m)},
-          {"ranks", ranks}};
+          {"ranks", ranks},
+          {"predicted", predictionJson(predicted)}};
 }
 
-void printPlanJson(const Module& m, std::ostream& out) {
-  out << planJson(m).dump(2) << "\n";
+void printPlanJson(const Module& m, std::ostream& out, const Prediction* predicted) {
+  out << planJson(m, predicted).dump(2) << "\n";
 }
 
 } // namespace epl::ir

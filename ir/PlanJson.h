@@ -4,6 +4,7 @@
 // fields.
 #pragma once
 #include "ir/Module.h"
+#include "ir/Predict.h"
 
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -12,7 +13,8 @@ namespace epl::ir {
 
 constexpr int kPlanJsonSchema = 1;
 
-nlohmann::ordered_json planJson(const Module& m);
-void printPlanJson(const Module& m, std::ostream& out);
+// With a prediction (`epl plan --cluster`), its figures under `predicted`; else null.
+nlohmann::ordered_json planJson(const Module& m, const Prediction* predicted = nullptr);
+void printPlanJson(const Module& m, std::ostream& out, const Prediction* predicted = nullptr);
 
 } // namespace epl::ir

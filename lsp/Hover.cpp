@@ -143,6 +143,12 @@ std::string builtinPlan(const Analysis& a, const std::vector<int>& ops) {
   } else {
     out += "- no parameters\n";
   }
+  // Its matrix products on the first rank of its stage, a micro-batch.
+  if (const ir::Program* p = m.firstProgramOf(first.stage))
+    if (double flops = m.runFlops(*p, ops.front()).forward; flops > 0)
+      out += fmt::format("- compute: {} in matrix products on rank {} a micro-batch, backward "
+                         "twice that\n",
+                         formatFlops(flops), p->rank);
   return out + bullets(counted(places));
 }
 

@@ -43,6 +43,21 @@ expect 0 '"schema": 1,' -- plan "$src/examples/gpt_char.epl" -np 8 --json
 expect 0 '"kernel_workspace": 2097152,' -- plan "$src/examples/gpt_char.epl" -np 8 --json
 expect 2 "--rank excludes --json" -- plan "$src/examples/gpt_char.epl" --json --rank 0
 expect 2 "--ir excludes --json" -- plan "$src/examples/gpt_char.epl" --json --ir
+expect 0 "predicted on dgx-h100 (H100-SXM5-80GB" -- plan "$src/examples/gpt_char.epl" -np 8 --cluster dgx-h100
+expect 0 "compute per rank (matrix-product FLOPs a step" -- plan "$src/examples/gpt_char.epl" -np 8
+expect 2 "error: --cluster: no cluster \`dgx-a1000\`: not a built-in one (dgx-a100, dgx-h100)" -- plan "$src/examples/gpt_char.epl" --cluster dgx-a1000
+# `epl calibrate` measures this machine (two ranks under mpirun for the link) and
+# `--cluster here` predicts with what it wrote.
+here=$(mktemp -d)
+export EPL_CLUSTER_HERE=$here/here.json
+expect 2 "this machine is not calibrated: \`epl calibrate\` measures it" -- plan "$src/examples/mlp_fashion.epl" --cluster here
+expect 0 "wrote $here/here.json" -- calibrate
+expect 0 "all-reduce between 2 ranks:" -- calibrate --out "$here/again.json"
+expect 0 "predicted on here (cpu (" -- plan "$src/examples/mlp_fashion.epl" -np 2 --cluster here
+expect 0 "predicted on here" -- plan "$src/examples/mlp_fashion.epl" --cluster "$here/again.json"
+expect 0 "(median of steps 2 to 4), predicted" -- run "$src/examples/mlp_fashion.epl" --steps 4 --set train.eval=none --set train.checkpoint=none --metrics "$here/m.jsonl"
+unset EPL_CLUSTER_HERE
+rm -rf "$here"
 expect 1 "error: -np 6 is not a multiple of the 4 devices" -- check "$src/examples/gpt_char.epl" -np 6
 expect 1 "--> $src/tests/diagnostics/unknown_name.epl:8:22" -- check "$src/tests/diagnostics/unknown_name.epl"
 

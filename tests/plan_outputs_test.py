@@ -70,6 +70,30 @@ with tempfile.TemporaryDirectory() as tmp:
             print(f"  {name}: {'/'.join(map(str, e.path))}: {e.message}")
         check(not errors, f"{name}: valid against docs/plan-json.schema.json")
         check(plan["np"] == np and len(plan["ranks"]) in (0, np), f"{name}: one entry a rank")
+        check(plan["predicted"] is None, f"{name}: no prediction without --cluster")
+        if plan["ranks"]:
+            out = subprocess.run([EPL, "plan", os.path.join(SRC, script), "-np", str(np), "--json",
+                                  "--cluster", "dgx-a100"], capture_output=True, text=True, env=ENV)
+            check(out.returncode == 0, f"{name} --cluster: exits 0 ({out.stderr.strip()})")
+            if out.returncode == 0:
+                predicted = json.loads(out.stdout)
+                errors = list(validator.iter_errors(predicted))
+                for e in errors[:5]:
+                    print(f"  {name} --cluster: {'/'.join(map(str, e.path))}: {e.message}")
+                check(not errors, f"{name} --cluster: valid against the schema")
+                p = predicted["predicted"] or {}
+                parts = p.get("parts", {})
+                check(p.get("step_seconds", 0) > 0 and 0 < p.get("mfu", 0) < 1,
+                      f"{name} --cluster: a step and an MFU ({p})")
+                # The step is its parts: the pipeline (or the compute and split collectives),
+                # the reduction the backward does not hide, the optimizer.
+                pipeline = (sum(parts.get("stage_compute_per_micro_batch", [])) and
+                            max(parts["stage_compute_per_micro_batch"]) *
+                            plan["policy"]["micro_batches"] + parts["bubble"])
+                inline = pipeline or parts.get("compute", 0) + parts.get("split_communication", 0)
+                total = inline + parts.get("exposed_gradient_reduction", 0) + parts.get("optimizer", 0)
+                check(abs(total - p.get("step_seconds", 0)) <= 1e-9 + 1e-6 * total,
+                      f"{name} --cluster: the parts add up to the step ({total} vs {p})")
 
         pictures = os.path.join(tmp, script.replace("/", "_"))
         svg = subprocess.run([EPL, "plan", os.path.join(SRC, script), "-np", str(np), "--svg",

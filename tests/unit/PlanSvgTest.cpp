@@ -15,27 +15,10 @@ size_t count(const std::string& text, const std::string& what) {
   return n;
 }
 
-const char* kPipeline = R"(
-model net(x: f32[B, 64], y: i32[B]) {
-  replicate {
-    h = relu(linear(x, 128))
-  }
-  replicate {
-    loss = cross_entropy(linear(h, 10), y)
-  }
-  return loss
-}
-policy { micro_batches = 4 }
-train net {
-  data = synthetic(samples = 64)
-  batch = 16
-}
-)";
-
 } // namespace
 
 TEST_CASE("the plan's pictures draw every unit of work, rank and ledger") {
-  auto m = epl::testing::planned("net.epl", kPipeline, 4); // 2 copies of 2 stages
+  auto m = epl::testing::planned("net.epl", epl::testing::kTwoStages, 4); // 2 copies of 2 stages
   REQUIRE(m);
   std::map<std::string, std::string> svgs = epl::ir::planSvgs(*m);
   REQUIRE(svgs.size() == 3);

@@ -20,6 +20,24 @@ train net {
 }
 )";
 
+// Two one-device stages of a linear each, 4 micro-batches: the smallest pipeline.
+inline const char* kTwoStages = R"(
+model net(x: f32[B, 64], y: i32[B]) {
+  replicate {
+    h = relu(linear(x, 128))
+  }
+  replicate {
+    loss = cross_entropy(linear(h, 10), y)
+  }
+  return loss
+}
+policy { micro_batches = 4 }
+train net {
+  data = synthetic(samples = 64)
+  batch = 16
+}
+)";
+
 inline std::optional<ir::Module> planned(const std::string& file, const std::string& text, int np) {
   Session session;
   PlanOptions options;

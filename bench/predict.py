@@ -1,0 +1,73 @@
+#!/usr/bin/python3
+"""Predicted vs measured step time on this machine: `epl calibrate`, then for each case
+`epl plan --cluster here --json` (the prediction) and `epl run` (the median step after 2
+warm-up steps, from the metrics file), side by side in one run.
+
+Cases: the Fashion-MNIST MLP and CNN and the data-parallel char-GPT at -np 1 and 2, the
+char-GPT as a 2-stage pipeline (bench/pipeline_gpt2.epl) and split 2 ways
+(bench/split_gpt.epl) at -np 2. Target (issue figure): within 15% of the measured median.
+
+usage: bench/predict.py [--epl build/epl] [--steps 6] [--calibration FILE]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..")
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1")
+ENV.setdefault("EPL_STDLIB", os.path.join(ROOT, "stdlib"))
+WARMUP = 2
+CASES = [("examples/mlp_fashion.epl", 1), ("examples/mlp_fashion.epl", 2),
+         ("examples/cnn_fashion.epl", 1), ("examples/cnn_fashion.epl", 2),
+         ("examples/gpt_char_dp.epl", 1), ("examples/gpt_char_dp.epl", 2),
+         ("bench/pipeline_gpt2.epl", 2), ("bench/split_gpt.epl", 2)]
+SETTINGS = ["--set", "train.eval=none", "--set", "train.checkpoint=none"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--epl", default=os.path.join(ROOT, "build", "epl"))
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--calibration", help="use this cluster file instead of calibrating")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as work:
+        here = args.calibration or os.path.join(work, "here.json")
+        env = dict(ENV, EPL_CLUSTER_HERE=here)
+        if not args.calibration:
+            r = subprocess.run([args.epl, "calibrate"], env=env, capture_output=True, text=True)
+            if r.returncode != 0:
+                sys.exit(f"epl calibrate failed:\n{r.stdout}{r.stderr}")
+            print(r.stderr.strip())
+        print(f"\n{'case':34} {'np':>3} {'predicted':>10} {'measured':>10} {'pred/meas':>9}")
+        ratios = []
+        for script, np in CASES:
+            path = os.path.join(ROOT, script)
+            plan = subprocess.run([args.epl, "plan", path, "-np", str(np), "--cluster", "here",
+                                   "--json"] + SETTINGS, env=env, capture_output=True, text=True)
+            if plan.returncode != 0:
+                sys.exit(f"epl plan {script} -np {np} failed:\n{plan.stderr}")
+            predicted = json.loads(plan.stdout)["predicted"]["step_seconds"]
+            metrics = os.path.join(work, f"{os.path.basename(script)}.{np}.jsonl")
+            run = subprocess.run([args.epl, "run", path, "-np", str(np), "--steps",
+                                  str(args.steps), "--metrics", metrics] + SETTINGS, env=env,
+                                 capture_output=True, text=True)
+            if run.returncode != 0:
+                sys.exit(f"epl run {script} -np {np} failed:\n{run.stdout}{run.stderr}")
+            steps = [r["step_seconds"] for r in map(json.loads, open(metrics))
+                     if "step_seconds" in r]
+            measured = statistics.median(steps[WARMUP:])
+            ratios.append(predicted / measured)
+            print(f"{script:34} {np:>3} {predicted:>9.4f}s {measured:>9.4f}s {ratios[-1]:>9.2f}")
+        within = sum(abs(r - 1) <= 0.15 for r in ratios)
+        print(f"\n{within} of {len(ratios)} within 15% of the measured median "
+              f"(pred/meas {min(ratios):.2f} to {max(ratios):.2f}); target: all")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+// `epl calibrate`'s measurements (interp/Calibrate.h).
+#include "interp/Calibrate.h"
+
+#include "backend/cpu/KernelUtil.h"
+#include "backend/cpu/Parallel.h"
+#include "interp/MemoryFit.h"
+
+#include <algorithm>
+#include <chrono>
+#include <fmt/format.h>
+#include <thread>
+#include <vector>
+
+namespace epl::interp {
+
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Repeats `run` (after one warm-up) until it has taken `seconds`; the seconds a run.
+template <class F> double timed(F run, double seconds = 0.25) {
+  run();
+  int reps = 0;
+  double start = now(), end = start;
+  while (end - start < seconds || reps < 3) {
+    run();
+    ++reps;
+    end = now();
+  }
+  return (end - start) / reps;
+}
+
+// The GEMM rate on the pool's threads: the median over shapes of a transformer's
+// products (rows x width by width x 3 width, rows x 4 width by 4 width x width) and a cube.
+double gemmRate() {
+  struct Shape {
+    int64_t m, n, k;
+  };
+  std::vector<double> rates;
+  for (Shape s : {Shape{4096, 768, 256}, Shape{4096, 256, 1024}, Shape{1024, 1024, 1024}}) {
+    std::vector<float> a(static_cast<size_t>(s.m * s.k), 0.5f),
+        b(static_cast<size_t>(s.k * s.n), 0.25f), c(static_cast<size_t>(s.m * s.n));
+    double t = timed([&] {
+      backend::cpu::gemm(false, true, s.m, s.n, s.k, 1.f, a.data(), s.k, b.data(), s.k, 0.f,
+                         c.data(), s.n);
+    });
+    rates.push_back(2.0 * static_cast<double>(s.m * s.n * s.k) / t);
+  }
+  std::sort(rates.begin(), rates.end());
+  return rates[rates.size() / 2];
+}
+
+// Bytes a second of y = a + b over arrays larger than any cache, on the pool's threads.
+double memoryRate() {
+  const int64_t n = int64_t{1} << 24; // 64 MiB an array
+  std::vector<float> a(static_cast<size_t>(n), 1.f), b(static_cast<size_t>(n), 2.f),
+      y(static_cast<size_t>(n));
+  double t = timed([&] {
+    backend::cpu::parallelFor(n, backend::cpu::kParallelMin, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i)
+        y[static_cast<size_t>(i)] = a[static_cast<size_t>(i)] + b[static_cast<size_t>(i)];
+    });
+  });
+  return 12.0 * static_cast<double>(n) / t;
+}
+
+} // namespace
+
+nlohmann::json measureCompute(std::ostream& log) {
+  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<int> counts;
+  for (int t = 1; t < cores; t *= 2)
+    counts.push_back(t);
+  counts.push_back(cores);
+  nlohmann::json gemm = nlohmann::json::object(), memory = nlohmann::json::object();
+  double lastGemm = 0, lastMemory = 0;
+  for (int t : counts) {
+    backend::cpu::initThreads(t);
+    lastGemm = gemmRate();
+    lastMemory = memoryRate();
+    gemm[std::to_string(t)] = lastGemm;
+    memory[std::to_string(t)] = lastMemory;
+    log << fmt::format("  {} thread{}: GEMM {:.1f} GFLOP/s, memory {:.1f} GB/s\n", t,
+                       t == 1 ? "" : "s", lastGemm / 1e9, lastMemory / 1e9);
+  }
+  std::optional<int64_t> bytes = availableMemory();
+  return {{"name", "here"},
+          {"devices_per_node", cores},
+          {"device",
+           {{"name", fmt::format("cpu ({} cores)", cores)},
+            {"memory_bytes", bytes ? static_cast<double>(*bytes) : 1e9},
+            {"memory_bandwidth", lastMemory},
+            {"peak_flops", {{"f32", lastGemm}}},
+            {"matmul_efficiency", 1},
+            {"memory_efficiency", 1}}},
+          {"calibration", {{"cores", cores}, {"gemm_flops", gemm}, {"memory_bandwidth", memory}}}};
+}
+
+ir::Link measureLink(backend::Comm& comm) {
+  int n = comm.size();
+  auto sum = [&](std::vector<float>& data) {
+    backend::Request r = comm.iallReduce(data.data(), static_cast<int64_t>(data.size()));
+    comm.wait(r, "calibrate all-reduce");
+  };
+  // A fixed number of each on every rank (a time limit would let ranks disagree on the
+  // count, and their collectives with it), after one of each to warm up.
+  auto average = [&](std::vector<float>& data, int reps) {
+    sum(data);
+    double start = now();
+    for (int i = 0; i < reps; ++i)
+      sum(data);
+    return (now() - start) / reps;
+  };
+  std::vector<float> one(1, 1.f), big(size_t{1} << 22, 1.f); // 4 bytes, 16 MiB
+  double small = average(one, 200);
+  double large = average(big, 10);
+  ir::Link link;
+  link.latency = small / (2.0 * (n - 1));
+  double moved = 2.0 * (n - 1) / n * 4.0 * static_cast<double>(big.size());
+  link.bandwidth = moved / std::max(large - 2.0 * (n - 1) * link.latency, large / 2);
+  return link;
+}
+
+} // namespace epl::interp

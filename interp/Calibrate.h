@@ -1,0 +1,22 @@
+// `epl calibrate`: measures this machine for `epl plan --cluster here` (docs/cluster.md):
+// the GEMM FLOP/s and memory bandwidth one rank reaches at each thread count, and the
+// all-reduce's latency and bandwidth between two ranks.
+#pragma once
+#include "backend/comm/Comm.h"
+#include "ir/Cluster.h"
+
+#include <nlohmann/json.hpp>
+#include <ostream>
+
+namespace epl::interp {
+
+// This machine's cluster file without its link: the device, and the rates by threads a
+// rank (1, 2, 4, … and all cores) under `calibration`. Says what it measures on `log`.
+nlohmann::json measureCompute(std::ostream& log);
+
+// The all-reduce over `comm` (two ranks or more): its latency a hop from a 4-byte sum, and
+// its bus bandwidth from a 16 MiB one, each averaged over a fixed count. Collective: every
+// rank calls it.
+ir::Link measureLink(backend::Comm& comm);
+
+} // namespace epl::interp

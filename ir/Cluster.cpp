@@ -1,0 +1,241 @@
+// Built-in clusters and the cluster file (ir/Cluster.h, docs/cluster.md).
+#include "ir/Cluster.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <fmt/format.h>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace epl::ir {
+
+namespace {
+
+// NVIDIA's data sheets: dense peaks (no sparsity), NVLink bandwidth each way per GPU (600
+// and 900 GB/s both ways), one InfiniBand NIC per GPU (200 and 400 Gb/s).
+Cluster dgxA100() {
+  Cluster c;
+  c.name = "dgx-a100";
+  c.devicesPerNode = 8;
+  c.device = {"A100-SXM4-80GB", 80e9, 2.039e12, 19.5e12, 312e12, 312e12, 0.75, 0.8};
+  c.intraNode = {300e9, 5e-6};
+  c.interNode = {25e9, 10e-6};
+  return c;
+}
+
+Cluster dgxH100() {
+  Cluster c;
+  c.name = "dgx-h100";
+  c.devicesPerNode = 8;
+  c.device = {"H100-SXM5-80GB", 80e9, 3.35e12, 67e12, 989e12, 989e12, 0.75, 0.8};
+  c.intraNode = {450e9, 5e-6};
+  c.interNode = {50e9, 10e-6};
+  return c;
+}
+
+using json = nlohmann::json;
+
+// A positive number at `key` of `obj`, or the error naming where it is missing.
+bool number(const json& obj, const std::string& where, const char* key, bool required, double& out,
+            std::string& error) {
+  auto it = obj.find(key);
+  if (it == obj.end()) {
+    if (required) error = fmt::format("{}: `{}` is missing", where, key);
+    return !required;
+  }
+  if (!it->is_number() || it->get<double>() <= 0) {
+    error = fmt::format("{}: `{}` must be a positive number, got {}", where, key, it->dump());
+    return false;
+  }
+  out = it->get<double>();
+  return true;
+}
+
+bool checkKeys(const json& obj, const std::string& where, std::initializer_list<const char*> keys,
+               std::string& error) {
+  if (!obj.is_object()) {
+    error = fmt::format("{}: must be an object", where);
+    return false;
+  }
+  for (const auto& [key, value] : obj.items()) {
+    bool known = false;
+    for (const char* k : keys)
+      known = known || key == k;
+    if (!known) {
+      error = fmt::format("{}: unknown field `{}`", where, key);
+      return false;
+    }
+  }
+  return true;
+}
+
+bool link(const json& obj, const std::string& where, Link& out, std::string& error) {
+  return checkKeys(obj, where, {"bandwidth", "latency"}, error) &&
+         number(obj, where, "bandwidth", true, out.bandwidth, error) &&
+         number(obj, where, "latency", true, out.latency, error);
+}
+
+// The measured rate at the most threads measured up to `threads`.
+double rateAt(const std::map<int, double>& rates, int threads) {
+  double rate = rates.empty() ? 0 : rates.begin()->second;
+  for (const auto& [t, r] : rates)
+    if (t <= threads) rate = r;
+  return rate;
+}
+
+bool rates(const json& obj, const std::string& where, std::map<int, double>& out,
+           std::string& error) {
+  if (!obj.is_object() || obj.empty()) {
+    error = fmt::format("{}: must map thread counts to rates", where);
+    return false;
+  }
+  for (const auto& [key, value] : obj.items()) {
+    int threads = std::atoi(key.c_str());
+    if (threads <= 0 || std::to_string(threads) != key || !value.is_number() ||
+        value.get<double>() <= 0) {
+      error = fmt::format("{}: `{}`: {} is not a thread count and a positive rate", where, key,
+                          value.dump());
+      return false;
+    }
+    out[threads] = value.get<double>();
+  }
+  return true;
+}
+
+} // namespace
+
+Cluster Cluster::forRanks(int np) const {
+  if (!calibration || calibration->cores <= 0 || np <= 0) return *this;
+  const Calibration& k = *calibration;
+  Cluster c = *this;
+  int threads = std::max(1, k.cores / np);
+  // More ranks than cores: each gets its share of the cores.
+  double share = np > k.cores ? static_cast<double>(k.cores) / np : 1.0;
+  double gemm = rateAt(k.gemmFlops, threads) * share;
+  // The ranks together cannot pass what all the cores reach.
+  double memory = std::min(rateAt(k.memoryBandwidth, threads) * share,
+                           rateAt(k.memoryBandwidth, k.cores) / std::min(np, k.cores));
+  c.device.peakF32 = c.device.peakBf16 = c.device.peakF16 = gemm;
+  c.device.memoryBandwidth = memory;
+  c.device.matmulEfficiency = c.device.memoryEfficiency = 1;
+  c.device.name =
+      fmt::format("{} ({} thread{} a rank)", device.name, threads, threads == 1 ? "" : "s");
+  c.devicesPerNode = std::max(np, c.devicesPerNode); // every rank on this machine
+  return c;
+}
+
+std::string hereClusterPath() {
+  if (const char* p = std::getenv("EPL_CLUSTER_HERE"); p && *p) return p;
+  if (const char* x = std::getenv("XDG_CONFIG_HOME"); x && *x)
+    return std::string(x) + "/epl/here.json";
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : ".") + "/.config/epl/here.json";
+}
+
+std::vector<std::string> builtinClusterNames() {
+  return {"dgx-a100", "dgx-h100"};
+}
+
+std::optional<Cluster> parseCluster(const std::string& text, const std::string& source,
+                                    std::string& error) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded()) {
+    error = fmt::format("{}: not valid JSON", source);
+    return std::nullopt;
+  }
+  Cluster c;
+  if (!checkKeys(j, source,
+                 {"name", "devices_per_node", "nodes", "device", "intra_node", "inter_node",
+                  "calibration"},
+                 error))
+    return std::nullopt;
+  c.name = j.value("name", source);
+  double perNode = 1, nodes = 0;
+  if (!number(j, source, "devices_per_node", true, perNode, error) ||
+      !number(j, source, "nodes", false, nodes, error))
+    return std::nullopt;
+  if (perNode != static_cast<int>(perNode) || nodes != static_cast<int>(nodes)) {
+    error = fmt::format("{}: `devices_per_node` and `nodes` are whole numbers", source);
+    return std::nullopt;
+  }
+  c.devicesPerNode = static_cast<int>(perNode);
+  c.nodes = static_cast<int>(nodes);
+  if (!j.contains("device") || !j.contains("intra_node")) {
+    error =
+        fmt::format("{}: `{}` is missing", source, j.contains("device") ? "intra_node" : "device");
+    return std::nullopt;
+  }
+  const json& d = j["device"];
+  std::string where = source + ": device";
+  if (!checkKeys(d, where,
+                 {"name", "memory_bytes", "memory_bandwidth", "peak_flops", "matmul_efficiency",
+                  "memory_efficiency"},
+                 error))
+    return std::nullopt;
+  c.device.name = d.value("name", "device");
+  if (!number(d, where, "memory_bytes", true, c.device.memoryBytes, error) ||
+      !number(d, where, "memory_bandwidth", true, c.device.memoryBandwidth, error) ||
+      !number(d, where, "matmul_efficiency", false, c.device.matmulEfficiency, error) ||
+      !number(d, where, "memory_efficiency", false, c.device.memoryEfficiency, error))
+    return std::nullopt;
+  if (c.device.matmulEfficiency > 1 || c.device.memoryEfficiency > 1) {
+    error = fmt::format("{}: an efficiency is a share of the peak, at most 1", where);
+    return std::nullopt;
+  }
+  if (!d.contains("peak_flops")) {
+    error = fmt::format("{}: `peak_flops` is missing", where);
+    return std::nullopt;
+  }
+  const json& p = d["peak_flops"];
+  std::string peaks = where + ".peak_flops";
+  if (!checkKeys(p, peaks, {"f32", "bf16", "fp16"}, error) ||
+      !number(p, peaks, "f32", true, c.device.peakF32, error))
+    return std::nullopt;
+  c.device.peakBf16 = c.device.peakF16 = c.device.peakF32;
+  if (!number(p, peaks, "bf16", false, c.device.peakBf16, error) ||
+      !number(p, peaks, "fp16", false, c.device.peakF16, error))
+    return std::nullopt;
+  if (!link(j["intra_node"], source + ": intra_node", c.intraNode, error)) return std::nullopt;
+  c.interNode = c.intraNode;
+  if (j.contains("inter_node") &&
+      !link(j["inter_node"], source + ": inter_node", c.interNode, error))
+    return std::nullopt;
+  if (j.contains("calibration")) {
+    const json& k = j["calibration"];
+    std::string at = source + ": calibration";
+    Calibration cal;
+    double cores = 0;
+    if (!checkKeys(k, at, {"cores", "gemm_flops", "memory_bandwidth"}, error) ||
+        !number(k, at, "cores", true, cores, error) ||
+        !rates(k.value("gemm_flops", json::object()), at + ".gemm_flops", cal.gemmFlops, error) ||
+        !rates(k.value("memory_bandwidth", json::object()), at + ".memory_bandwidth",
+               cal.memoryBandwidth, error))
+      return std::nullopt;
+    cal.cores = static_cast<int>(cores);
+    c.calibration = cal;
+  }
+  return c;
+}
+
+std::optional<Cluster> loadCluster(const std::string& nameOrPath, std::string& error) {
+  if (nameOrPath == "dgx-a100") return dgxA100();
+  if (nameOrPath == "dgx-h100") return dgxH100();
+  std::string path = nameOrPath == "here" ? hereClusterPath() : nameOrPath;
+  std::ifstream in(path, std::ios::binary);
+  if (!in && nameOrPath == "here") {
+    error = fmt::format("this machine is not calibrated: `epl calibrate` measures it and writes {}",
+                        path);
+    return std::nullopt;
+  }
+  if (!in) {
+    error = fmt::format("no cluster `{}`: not a built-in one ({}) and no such file", nameOrPath,
+                        fmt::join(builtinClusterNames(), ", "));
+    return std::nullopt;
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parseCluster(text.str(), path, error);
+}
+
+} // namespace epl::ir

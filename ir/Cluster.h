@@ -1,0 +1,70 @@
+// A cluster EPL plans for without having it: its devices (peak FLOP/s by type, memory and
+// its bandwidth) and the links between them, inside a node and between nodes. Built-in
+// ones (`dgx-a100`, `dgx-h100`) or a JSON file; docs/cluster.md gives the fields and where
+// the built-in figures come from.
+#pragma once
+#include "ir/Types.h"
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace epl::ir {
+
+struct Link {
+  double bandwidth = 0; // bytes/s each way, per device: a ring's bus bandwidth
+  double latency = 0;   // seconds per message hop
+};
+
+struct ClusterDevice {
+  std::string name;
+  double memoryBytes = 0;
+  double memoryBandwidth = 0; // bytes/s
+  // Peak dense FLOP/s of matrix products by element type (f32, bf16, fp16).
+  double peakF32 = 0, peakBf16 = 0, peakF16 = 0;
+  // The share of the peak large matrix products reach, and of the memory bandwidth
+  // elementwise work reaches.
+  double matmulEfficiency = 0.75, memoryEfficiency = 0.8;
+  double peak(DType compute) const {
+    return compute == DType::BF16 ? peakBf16 : compute == DType::F16 ? peakF16 : peakF32;
+  }
+};
+
+// What `epl calibrate` measured of this machine (the `here` cluster): its cores, and
+// by threads a rank, the GEMM FLOP/s and the memory bandwidth one rank reaches.
+struct Calibration {
+  int cores = 0;
+  std::map<int, double> gemmFlops, memoryBandwidth; // threads -> FLOP/s, bytes/s
+};
+
+struct Cluster {
+  std::string name;
+  int devicesPerNode = 1;
+  int nodes = 0; // 0: as many as the plan needs
+  ClusterDevice device;
+  Link intraNode, interNode;
+  std::optional<Calibration> calibration;
+  // The cluster as np ranks of one plan see it: a calibrated machine's ranks share its
+  // cores (threads a rank as `epl run` gives them) and its memory bandwidth, each
+  // reaching the measured rates in full (efficiencies 1). Others are as they are.
+  Cluster forRanks(int np) const;
+  // The link a group of ranks uses: between nodes when its ranks (consecutive ones, a
+  // node's devicesPerNode at a time) span more than one node.
+  const Link& linkFor(int firstRank, int lastRank) const {
+    return firstRank / devicesPerNode == lastRank / devicesPerNode ? intraNode : interNode;
+  }
+};
+
+std::vector<std::string> builtinClusterNames();
+// Where `epl calibrate` writes this machine's cluster and `here` reads it:
+// $EPL_CLUSTER_HERE, else $XDG_CONFIG_HOME/epl/here.json, else ~/.config/epl/here.json.
+std::string hereClusterPath();
+// A built-in name, `here`, or a JSON file's path. On a mistake returns nullopt and sets `error`
+// (lower case, no trailing period), naming the file and the field.
+std::optional<Cluster> loadCluster(const std::string& nameOrPath, std::string& error);
+// A cluster from JSON text; `source` names it in errors.
+std::optional<Cluster> parseCluster(const std::string& text, const std::string& source,
+                                    std::string& error);
+
+} // namespace epl::ir

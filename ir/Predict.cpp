@@ -1,0 +1,227 @@
+// The cost model (ir/Predict.h, docs/cluster.md).
+#include "ir/Predict.h"
+
+#include "ir/PipelineSchedule.h"
+
+#include "support/Text.h"
+
+#include <algorithm>
+#include <fmt/format.h>
+
+namespace epl::ir {
+
+double ringAllReduceSeconds(double bytes, int n, const Link& link) {
+  if (n <= 1) return 0;
+  return 2.0 * (n - 1) / n * bytes / link.bandwidth + 2.0 * (n - 1) * link.latency;
+}
+
+double ringHalfSeconds(double bytes, int n, const Link& link) {
+  if (n <= 1) return 0;
+  return static_cast<double>(n - 1) / n * bytes / link.bandwidth + (n - 1) * link.latency;
+}
+
+namespace {
+
+// One rank's step, costed.
+struct RankCost {
+  double compute = 0;   // forward, recomputed and backward ops, all micro-batches
+  double reduction = 0; // gradient buckets and ZeRO-3 gathers
+  double split = 0;     // split regions' collectives
+  double transfers = 0; // sends to other stages
+  double optimizer = 0;
+  double backward = 0; // the part of `compute` the reduction can overlap
+  double flops = 0;
+};
+
+// The link of a group of n ranks spread evenly over the plan's np (data-parallel groups
+// are the outermost dimension): inside a node when that spread fits one.
+const Link& spreadLink(const Cluster& c, int np, int n) {
+  int span = n <= 1 ? 1 : np - np / n + 1;
+  return span <= c.devicesPerNode ? c.intraNode : c.interNode;
+}
+
+RankCost costRank(const Module& m, const Program& p, const Cluster& c) {
+  RankCost r;
+  const ClusterDevice& d = c.device;
+  DType compute = m.ampApplies() ? m.ampDtype() : DType::F32;
+  double matmul = d.peak(compute) * d.matmulEfficiency;
+  double memory = d.memoryBandwidth * d.memoryEfficiency;
+  int np = m.mesh.np;
+  bool scatter = m.zeroShardsGradients();
+  for (const Instr& in : p.step) {
+    if (in.kind == InstrKind::Run) {
+      const Op& o = m.ops[in.op];
+      if (o.phase == Phase::Optimizer) continue;
+      if (opInfo(o.kind).split == SplitRule::Communication) continue; // below, by traffic
+      // Roofline: its products at the device's rate, or its bytes at the memory's.
+      double bytes = 0;
+      for (const std::vector<int>* list : {&o.inputs, &o.outputs})
+        for (int t : *list)
+          if (t >= 0) bytes += static_cast<double>(m.bytesOn(p, t));
+      for (int q : o.params) {
+        double n = 1;
+        for (int64_t x : m.localParamShape(p, q))
+          n *= static_cast<double>(x);
+        bytes += 4 * n;
+      }
+      // Its kernel's scratch (im2col columns, mlp's hidden rows…), written and read back.
+      bytes += 2.0 * static_cast<double>(m.workspaceBytes(p, in.op));
+      double flops = 0;
+      if (o.phase == Phase::Backward) {
+        flops = m.runFlops(p, o.forward).backward;
+        if (in.part != BackwardPart::Whole) flops /= 2;
+      } else {
+        flops = m.runFlops(p, in.op).forward;
+      }
+      double t = flops / matmul + bytes / memory;
+      r.compute += t;
+      r.flops += flops;
+      if (o.phase != Phase::Forward) r.backward += t;
+    } else if (in.kind == InstrKind::ReduceStart) {
+      const GradBucket& b = m.buckets[in.bucket];
+      const Link& link = spreadLink(c, np, b.ranks);
+      double bytes = static_cast<double>(m.wireBytes(b));
+      r.reduction += scatter ? ringHalfSeconds(bytes, b.ranks, link)
+                             : ringAllReduceSeconds(bytes, b.ranks, link);
+    } else if (in.kind == InstrKind::GatherStart) {
+      const GradBucket& b = m.buckets[in.bucket];
+      r.reduction +=
+          ringHalfSeconds(static_cast<double>(b.bytes), b.ranks, spreadLink(c, np, b.ranks));
+    } else if (in.kind == InstrKind::Send) {
+      const Link& link = m.mesh.replicaSize > c.devicesPerNode ? c.interNode : c.intraNode;
+      r.transfers += static_cast<double>(m.transferBytes(p, in)) / link.bandwidth + link.latency;
+    }
+  }
+  if (p.splitWidth > 1) {
+    Module::SplitTraffic t = m.splitTraffic(p);
+    int collectives = 0;
+    for (int k = 0; k < 2; ++k)
+      collectives += t.allReduces[k] + t.allGathers[k] + t.reduceScatters[k] + t.allToAlls[k];
+    const Link& link = p.splitWidth <= c.devicesPerNode ? c.intraNode : c.interNode;
+    r.split = p.microBatches * (static_cast<double>(t.ringSendBytes) / link.bandwidth +
+                                collectives * 2.0 * (p.splitWidth - 1) * link.latency);
+  }
+  // The optimizer reads and writes each parameter, its gradient and its states once.
+  r.optimizer = 2.0 * static_cast<double>(p.paramBytes + p.gradBytes + p.optimizerBytes) / memory;
+  return r;
+}
+
+} // namespace
+
+Prediction predict(const Module& m, const Cluster& c) {
+  Prediction out;
+  out.cluster = c.name;
+  out.device = c.device.name;
+  out.deviceBytes = c.device.memoryBytes;
+  std::vector<RankCost> ranks;
+  for (const Program& p : m.programs) {
+    ranks.push_back(costRank(m, p, c));
+    out.peakBytes = std::max(out.peakBytes, static_cast<double>(p.peakBytes()));
+  }
+  if (ranks.empty()) return out;
+  int stages = m.programs[0].stages;
+  int micros = std::max(m.programs[0].microBatches, 1);
+  // The busiest rank of each stage, a micro-batch: its compute, split collectives and
+  // transfers, which run in line with it.
+  std::vector<double> perMicro(static_cast<size_t>(stages), 0);
+  const RankCost* busiest = &ranks[0];
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const RankCost& k = ranks[r];
+    double work = (k.compute + k.split + k.transfers) / micros;
+    int s = m.programs[r].stage;
+    perMicro[static_cast<size_t>(s)] = std::max(perMicro[static_cast<size_t>(s)], work);
+    if (k.compute + k.split > busiest->compute + busiest->split) busiest = &k;
+    out.splitCommunication = std::max(out.splitCommunication, k.split);
+    out.stageTransfers = std::max(out.stageTransfers, k.transfers);
+    out.optimizer = std::max(out.optimizer, k.optimizer);
+  }
+  double slowest = *std::max_element(perMicro.begin(), perMicro.end());
+  double pipeline = micros * slowest;
+  if (stages > 1) {
+    out.stageCompute = perMicro;
+    // The schedule's idle share, simulated with unit costs (F = 1, B = 2).
+    PipelineShape shape{m.mesh.depth(), micros, m.mesh.chunks};
+    double idle = classicBubble(shape);
+    if (scheduleRequirement(m.policy.schedule, shape).empty()) {
+      ScheduleSimulation sim = simulateSchedule(m.policy.schedule, shape);
+      if (!sim.deadlocked) idle = sim.bubble;
+    }
+    double span = pipeline / std::max(1 - idle, 1e-9);
+    out.bubble = span - pipeline;
+    pipeline = span;
+  }
+  out.compute = busiest->compute;
+  // The gradient reduction: overlapped with the backward (each bucket as soon as its
+  // gradients are final), or after it.
+  double reduction = 0, hidden = 0;
+  for (const RankCost& k : ranks) {
+    reduction = std::max(reduction, k.reduction);
+    hidden = std::max(hidden, m.policy.overlapComm ? k.backward : 0.0);
+  }
+  out.gradientReduction = reduction;
+  out.exposedReduction = std::max(0.0, reduction - hidden);
+  out.stepSeconds = pipeline + out.exposedReduction + out.optimizer;
+  double batch = static_cast<double>(m.train.batch);
+  out.samplesPerSecond = batch / out.stepSeconds;
+  out.tokensPerSecond = out.samplesPerSecond * static_cast<double>(m.tokensPerSample());
+  double hardware = 0;
+  for (const RankCost& k : ranks)
+    hardware += k.flops;
+  double np = static_cast<double>(m.mesh.np);
+  out.tflopsPerDevice = hardware / np / out.stepSeconds / 1e12;
+  DType compute = m.ampApplies() ? m.ampDtype() : DType::F32;
+  double model = 3 * m.forwardFlopsPerSample() * batch;
+  out.mfu = model / out.stepSeconds / (np * c.device.peak(compute));
+  return out;
+}
+
+namespace {
+
+std::string seconds(double s) {
+  if (s >= 1) return fmt::format("{:.3g} s", s);
+  if (s >= 1e-3) return fmt::format("{:.3g} ms", s * 1e3);
+  return fmt::format("{:.3g} us", s * 1e6);
+}
+
+} // namespace
+
+void printPrediction(const Module& m, const Prediction& p, std::ostream& out) {
+  out << fmt::format("\npredicted on {} ({}; docs/cluster.md has the model):\n", p.cluster,
+                     p.device);
+  if (p.stepSeconds <= 0) {
+    out << "  nothing to predict: the plan has no rank programs (a `train` block runs them)\n";
+    return;
+  }
+  std::string rate =
+      p.tokensPerSecond > 0
+          ? fmt::format("{} tokens/s", withCommas(static_cast<int64_t>(p.tokensPerSecond)))
+          : fmt::format("{:.4g} samples/s", p.samplesPerSecond);
+  out << fmt::format("  step {}: {}, {:.1f} TFLOP/s per device, MFU {:.1f}%\n",
+                     seconds(p.stepSeconds), rate, p.tflopsPerDevice, 100 * p.mfu);
+  std::vector<std::string> parts;
+  if (p.stageCompute.empty()) {
+    parts.push_back(fmt::format("compute {}", seconds(p.compute)));
+  } else {
+    std::vector<std::string> stages;
+    for (double s : p.stageCompute)
+      stages.push_back(seconds(s));
+    parts.push_back(fmt::format("stages a micro-batch {} x {} micro-batches",
+                                fmt::join(stages, " / "), m.policy.microBatches));
+    parts.push_back(fmt::format("bubble {}", seconds(p.bubble)));
+  }
+  if (p.splitCommunication > 0)
+    parts.push_back(fmt::format("split collectives {}", seconds(p.splitCommunication)));
+  if (p.stageTransfers > 0)
+    parts.push_back(fmt::format("stage transfers {}", seconds(p.stageTransfers)));
+  if (p.gradientReduction > 0)
+    parts.push_back(fmt::format("gradient reduction {} ({} not hidden by the backward)",
+                                seconds(p.gradientReduction), seconds(p.exposedReduction)));
+  parts.push_back(fmt::format("optimizer {}", seconds(p.optimizer)));
+  out << fmt::format("  parts: {}\n", fmt::join(parts, "; "));
+  if (p.peakBytes > p.deviceBytes)
+    out << fmt::format(
+        "  the largest rank's memory plan ({}) is more than the device's memory ({})\n",
+        formatBytes(p.peakBytes), formatBytes(p.deviceBytes));
+}
+
+} // namespace epl::ir

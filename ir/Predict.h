@@ -1,0 +1,48 @@
+// The predicted step of a plan on a cluster (ir/Cluster.h): each rank's instruction stream
+// costed op by op, the collectives by the ring's formulas, a pipeline by its schedule.
+// docs/cluster.md gives the model and what it leaves out.
+#pragma once
+#include "ir/Cluster.h"
+#include "ir/Module.h"
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace epl::ir {
+
+struct Prediction {
+  std::string cluster, device;
+  double stepSeconds = 0;
+  // The parts of a step. Compute: the busiest rank's forward and backward ops (its
+  // recomputations included), all micro-batches; with a pipeline, per stage. The bubble:
+  // what the schedule leaves idle on the busiest stage. The gradient reduction in all and
+  // the part the backward does not hide; the split regions' collectives; transfers
+  // between stages; the optimizer.
+  double compute = 0;
+  std::vector<double> stageCompute; // a pipeline's stages, a micro-batch each
+  double bubble = 0;
+  double gradientReduction = 0, exposedReduction = 0;
+  double splitCommunication = 0;
+  double stageTransfers = 0;
+  double optimizer = 0;
+  double samplesPerSecond = 0, tokensPerSecond = 0;
+  // Hardware FLOP/s per device (every rank's matrix products, recomputation included,
+  // over np devices) and MFU (the model's FLOPs only, over np peaks).
+  double tflopsPerDevice = 0, mfu = 0;
+  // The largest rank's memory plan against the device's memory.
+  double peakBytes = 0, deviceBytes = 0;
+};
+
+// Requires a plan with rank programs (Module::programs) and a train block.
+Prediction predict(const Module& m, const Cluster& c);
+
+// The predicted section of `epl plan --cluster`.
+void printPrediction(const Module& m, const Prediction& p, std::ostream& out);
+
+// A ring's time for `bytes` over n ranks: an all-reduce sends 2 (n - 1) / n of them from
+// each rank in 2 (n - 1) hops, a reduce-scatter or an all-gather (n - 1) / n in n - 1.
+double ringAllReduceSeconds(double bytes, int n, const Link& link);
+double ringHalfSeconds(double bytes, int n, const Link& link);
+
+} // namespace epl::ir

@@ -1,0 +1,108 @@
+// The cluster file and the cost model (ir/Cluster.h, ir/Predict.h) against hand-computed
+// steps.
+#include "Planned.h"
+
+#include "ir/Cluster.h"
+#include "ir/PipelineSchedule.h"
+#include "ir/Predict.h"
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+using epl::ir::Cluster;
+using epl::ir::Link;
+
+namespace {
+
+// A device whose memory is so fast that every op costs its products alone, and whose links
+// are as given.
+Cluster computeBound(double peak, Link link) {
+  std::string error;
+  auto c = epl::ir::parseCluster(
+      R"({"name": "test", "devices_per_node": 8, "device": {"memory_bytes": 1e12,
+          "memory_bandwidth": 1e30, "peak_flops": {"f32": )" +
+          fmt::format("{}", peak) + R"(}, "matmul_efficiency": 0.5},
+          "intra_node": {"bandwidth": )" +
+          fmt::format("{}", link.bandwidth) + R"(, "latency": )" + fmt::format("{}", link.latency) +
+          "}}",
+      "test.json", error);
+  INFO(error);
+  REQUIRE(c);
+  return *c;
+}
+
+} // namespace
+
+TEST_CASE("a ring all-reduce sends 2 (n - 1) / n of the buffer in 2 (n - 1) hops") {
+  Link link{100e9, 5e-6};
+  CHECK(epl::ir::ringAllReduceSeconds(1e9, 4, link) == Approx(1.5e9 / 100e9 + 6 * 5e-6));
+  CHECK(epl::ir::ringHalfSeconds(1e9, 4, link) == Approx(0.75e9 / 100e9 + 3 * 5e-6));
+  CHECK(epl::ir::ringAllReduceSeconds(1e9, 1, link) == 0);
+}
+
+TEST_CASE("clusters: the built-in ones, and a file's mistakes named with their field") {
+  std::string error;
+  for (const std::string& name : epl::ir::builtinClusterNames()) {
+    auto c = epl::ir::loadCluster(name, error);
+    REQUIRE(c);
+    CHECK(c->devicesPerNode == 8);
+    CHECK(c->device.peakBf16 > c->device.peakF32);
+    CHECK(c->interNode.bandwidth < c->intraNode.bandwidth);
+  }
+  CHECK_FALSE(epl::ir::loadCluster("dgx-a1000", error));
+  CHECK(error ==
+        "no cluster `dgx-a1000`: not a built-in one (dgx-a100, dgx-h100) and no such file");
+  auto bad = [&](const std::string& text) {
+    CHECK_FALSE(epl::ir::parseCluster(text, "c.json", error));
+    return error;
+  };
+  CHECK(bad("{") == "c.json: not valid JSON");
+  CHECK(bad(R"({"devices_per_node": 8, "gpus": 1})") == "c.json: unknown field `gpus`");
+  CHECK(bad(R"({"devices_per_node": 8, "intra_node": {"bandwidth": 1, "latency": 1}})") ==
+        "c.json: `device` is missing");
+  CHECK(bad(R"({"devices_per_node": 8, "device": {"memory_bytes": 1, "memory_bandwidth": 1,
+        "peak_flops": {"f32": -1}}, "intra_node": {"bandwidth": 1, "latency": 1}})") ==
+        "c.json: device.peak_flops: `f32` must be a positive number, got -1");
+  CHECK(bad(R"({"devices_per_node": 8, "device": {"memory_bytes": 1, "memory_bandwidth": 1,
+        "peak_flops": {"f32": 1}}, "intra_node": {"bandwidth": 1}})") ==
+        "c.json: intra_node: `latency` is missing");
+}
+
+TEST_CASE("a data-parallel step: each rank's products at its rate, the all-reduce past the "
+          "backward") {
+  Link link{1e6, 1e-3}; // slow enough that the reduction outlasts the backward
+  Cluster c = computeBound(1e9, link);
+  auto m = epl::testing::planned("one.epl", epl::testing::kOneStage, 2);
+  REQUIRE(m);
+  REQUIRE(m->programs.size() == 2);
+  epl::ir::Prediction p = epl::ir::predict(*m, c);
+  epl::ir::Module::StepFlops f = m->stepFlops(m->programs[0]);
+  double rate = 1e9 * 0.5;
+  CHECK(p.compute == Approx(f.total() / rate));
+  // linear(x, 4) on 8 inputs: 36 parameters, 144 bytes summed over 2 ranks.
+  double reduce = epl::ir::ringAllReduceSeconds(144, 2, link);
+  CHECK(p.gradientReduction == Approx(reduce));
+  CHECK(p.exposedReduction == Approx(reduce - f.backward / rate));
+  CHECK(p.stepSeconds == Approx(p.compute + p.exposedReduction + p.optimizer));
+  CHECK(p.samplesPerSecond == Approx(8 / p.stepSeconds));
+  CHECK(p.mfu == Approx(3 * m->forwardFlopsPerSample() * 8 / p.stepSeconds / (2 * 1e9)));
+}
+
+TEST_CASE("a pipeline's step is its slowest stage's micro-batches over the schedule's busy share") {
+  Cluster c = computeBound(1e9, Link{1e12, 1e-12});
+  auto m = epl::testing::planned("two.epl", epl::testing::kTwoStages, 2);
+  REQUIRE(m);
+  epl::ir::Prediction p = epl::ir::predict(*m, c);
+  REQUIRE(p.stageCompute.size() == 2);
+  double rate = 1e9 * 0.5;
+  for (int s = 0; s < 2; ++s) {
+    const epl::ir::Program& prog = m->programs[s];
+    double transfers = p.stageCompute[s] - m->stepFlops(prog).total() / rate / 4;
+    CHECK(transfers >= 0);
+    CHECK(transfers < 1e-6); // the link is all but free
+  }
+  double slowest = std::max(p.stageCompute[0], p.stageCompute[1]);
+  double busy = 1 - epl::ir::simulateSchedule(m->policy.schedule, {2, 4, 1}).bubble;
+  CHECK(p.bubble == Approx(4 * slowest / busy - 4 * slowest));
+  CHECK(p.stepSeconds == Approx(4 * slowest / busy + p.exposedReduction + p.optimizer));
+}

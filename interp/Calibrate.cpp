@@ -66,6 +66,26 @@ double memoryRate() {
   return 12.0 * static_cast<double>(n) / t;
 }
 
+// The GEMM rate over a grid of shapes (m rows by k, by k x n), each timed briefly: rows
+// [m, n, k, FLOP/s] for ClusterDevice::matmulRate.
+nlohmann::json gemmGrid() {
+  nlohmann::json rows = nlohmann::json::array();
+  for (int64_t m : {32, 256, 4096})
+    for (int64_t n : {32, 256, 1024})
+      for (int64_t k : {32, 256, 1024}) {
+        std::vector<float> a(static_cast<size_t>(m * k), 0.5f),
+            b(static_cast<size_t>(k * n), 0.25f), c(static_cast<size_t>(m * n));
+        double t = timed(
+            [&] {
+              backend::cpu::gemm(false, true, m, n, k, 1.f, a.data(), k, b.data(), k, 0.f, c.data(),
+                                 n);
+            },
+            0.03);
+        rows.push_back({m, n, k, 2.0 * static_cast<double>(m * n * k) / t});
+      }
+  return rows;
+}
+
 } // namespace
 
 nlohmann::json measureCompute(std::ostream& log) {
@@ -74,7 +94,8 @@ nlohmann::json measureCompute(std::ostream& log) {
   for (int t = 1; t < cores; t *= 2)
     counts.push_back(t);
   counts.push_back(cores);
-  nlohmann::json gemm = nlohmann::json::object(), memory = nlohmann::json::object();
+  nlohmann::json gemm = nlohmann::json::object(), memory = nlohmann::json::object(),
+                 shapes = nlohmann::json::object();
   double lastGemm = 0, lastMemory = 0;
   for (int t : counts) {
     backend::cpu::initThreads(t);
@@ -82,6 +103,7 @@ nlohmann::json measureCompute(std::ostream& log) {
     lastMemory = memoryRate();
     gemm[std::to_string(t)] = lastGemm;
     memory[std::to_string(t)] = lastMemory;
+    shapes[std::to_string(t)] = gemmGrid();
     log << fmt::format("  {} thread{}: GEMM {:.1f} GFLOP/s, memory {:.1f} GB/s\n", t,
                        t == 1 ? "" : "s", lastGemm / 1e9, lastMemory / 1e9);
   }
@@ -95,7 +117,11 @@ nlohmann::json measureCompute(std::ostream& log) {
             {"peak_flops", {{"f32", lastGemm}}},
             {"matmul_efficiency", 1},
             {"memory_efficiency", 1}}},
-          {"calibration", {{"cores", cores}, {"gemm_flops", gemm}, {"memory_bandwidth", memory}}}};
+          {"calibration",
+           {{"cores", cores},
+            {"gemm_flops", gemm},
+            {"memory_bandwidth", memory},
+            {"gemm_by_shape", shapes}}}};
 }
 
 ir::Link measureLink(backend::Comm& comm) {

@@ -2,6 +2,8 @@
 #include "ir/Cluster.h"
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <cstdlib>
 #include <fmt/format.h>
 #include <fstream>
@@ -18,7 +20,7 @@ Cluster dgxA100() {
   Cluster c;
   c.name = "dgx-a100";
   c.devicesPerNode = 8;
-  c.device = {"A100-SXM4-80GB", 80e9, 2.039e12, 19.5e12, 312e12, 312e12, 0.75, 0.8};
+  c.device = {"A100-SXM4-80GB", 80e9, 2.039e12, 19.5e12, 312e12, 312e12, 0.75, 0.8, {}};
   c.intraNode = {300e9, 5e-6};
   c.interNode = {25e9, 10e-6};
   return c;
@@ -28,7 +30,7 @@ Cluster dgxH100() {
   Cluster c;
   c.name = "dgx-h100";
   c.devicesPerNode = 8;
-  c.device = {"H100-SXM5-80GB", 80e9, 3.35e12, 67e12, 989e12, 989e12, 0.75, 0.8};
+  c.device = {"H100-SXM5-80GB", 80e9, 3.35e12, 67e12, 989e12, 989e12, 0.75, 0.8, {}};
   c.intraNode = {450e9, 5e-6};
   c.interNode = {50e9, 10e-6};
   return c;
@@ -103,7 +105,83 @@ bool rates(const json& obj, const std::string& where, std::map<int, double>& out
   return true;
 }
 
+// The grid `epl calibrate` measured at each thread count: {"1": [[m, n, k, FLOP/s], …]}.
+bool shapeRates(const json& obj, const std::string& where,
+                std::map<int, std::vector<ClusterDevice::ShapeRate>>& out, std::string& error) {
+  if (!obj.is_object()) {
+    error = fmt::format("{}: must map thread counts to [m, n, k, FLOP/s] rows", where);
+    return false;
+  }
+  for (const auto& [key, rows] : obj.items()) {
+    int threads = std::atoi(key.c_str());
+    bool ok = threads > 0 && std::to_string(threads) == key && rows.is_array();
+    for (const json& r : ok ? rows : json::array()) {
+      ok = ok && r.is_array() && r.size() == 4;
+      for (size_t i = 0; ok && i < 4; ++i)
+        ok = r[i].is_number() && r[i].get<double>() > 0;
+      if (ok)
+        out[threads].push_back(
+            {r[0].get<double>(), r[1].get<double>(), r[2].get<double>(), r[3].get<double>()});
+    }
+    if (!ok) {
+      error = fmt::format("{}: `{}`: not a thread count and [m, n, k, FLOP/s] rows of positive "
+                          "numbers",
+                          where, key);
+      return false;
+    }
+  }
+  return true;
+}
+
+// Where v falls between the grid's values along one axis, in logarithms: the two values'
+// indices and v's weight on the second (clamped to the grid's ends).
+struct Bracket {
+  size_t lo = 0, hi = 0;
+  double w = 0;
+};
+Bracket bracket(const std::vector<double>& axis, double v) {
+  Bracket b;
+  if (v <= axis.front()) return b;
+  if (v >= axis.back()) return {axis.size() - 1, axis.size() - 1, 0};
+  while (b.hi + 1 < axis.size() && axis[b.hi] < v)
+    ++b.hi;
+  b.lo = b.hi - 1;
+  b.w = std::log(v / axis[b.lo]) / std::log(axis[b.hi] / axis[b.lo]);
+  return b;
+}
+
 } // namespace
+
+void ClusterDevice::setGemmRates(const std::vector<ShapeRate>& rows) {
+  GemmGrid g;
+  for (const ShapeRate& s : rows) {
+    g.m.push_back(s.m), g.n.push_back(s.n), g.k.push_back(s.k);
+    g.rate[{s.m, s.n, s.k}] = s.rate;
+  }
+  for (std::vector<double>* axis : {&g.m, &g.n, &g.k}) {
+    std::sort(axis->begin(), axis->end());
+    axis->erase(std::unique(axis->begin(), axis->end()), axis->end());
+  }
+  gemmByShape = std::move(g);
+}
+
+double ClusterDevice::matmulRate(const Product& p, DType compute) const {
+  if (gemmByShape.empty()) return peak(compute) * matmulEfficiency;
+  const std::vector<double>&ms = gemmByShape.m, &ns = gemmByShape.n, &ks = gemmByShape.k;
+  const auto& rate = gemmByShape.rate;
+  Bracket bm = bracket(ms, p.m), bn = bracket(ns, p.n), bk = bracket(ks, p.k);
+  // Trilinear in the logarithms; a corner the grid lacks gives the others its weight.
+  double sum = 0, weights = 0;
+  for (int c = 0; c < 8; ++c) {
+    double w = (c & 1 ? bm.w : 1 - bm.w) * (c & 2 ? bn.w : 1 - bn.w) * (c & 4 ? bk.w : 1 - bk.w);
+    auto it = rate.find(
+        {ms[c & 1 ? bm.hi : bm.lo], ns[c & 2 ? bn.hi : bn.lo], ks[c & 4 ? bk.hi : bk.lo]});
+    if (w <= 0 || it == rate.end()) continue;
+    sum += w * std::log(it->second);
+    weights += w;
+  }
+  return weights > 0 ? std::exp(sum / weights) : peak(compute) * matmulEfficiency;
+}
 
 Cluster Cluster::forRanks(int np) const {
   if (!calibration || calibration->cores <= 0 || np <= 0) return *this;
@@ -117,6 +195,13 @@ Cluster Cluster::forRanks(int np) const {
   double memory = std::min(rateAt(k.memoryBandwidth, threads) * share,
                            rateAt(k.memoryBandwidth, k.cores) / std::min(np, k.cores));
   c.device.peakF32 = c.device.peakBf16 = c.device.peakF16 = gemm;
+  // The grid of the most threads measured up to `threads` (else the fewest measured).
+  std::vector<ClusterDevice::ShapeRate> rows;
+  for (auto it = k.gemmByShape.begin(); it != k.gemmByShape.end(); ++it)
+    if (it->first <= threads || rows.empty()) rows = it->second;
+  for (ClusterDevice::ShapeRate& s : rows)
+    s.rate *= share;
+  c.device.setGemmRates(rows);
   c.device.memoryBandwidth = memory;
   c.device.matmulEfficiency = c.device.memoryEfficiency = 1;
   c.device.name =
@@ -206,11 +291,14 @@ std::optional<Cluster> parseCluster(const std::string& text, const std::string& 
     std::string at = source + ": calibration";
     Calibration cal;
     double cores = 0;
-    if (!checkKeys(k, at, {"cores", "gemm_flops", "memory_bandwidth"}, error) ||
+    if (!checkKeys(k, at, {"cores", "gemm_flops", "memory_bandwidth", "gemm_by_shape"}, error) ||
         !number(k, at, "cores", true, cores, error) ||
         !rates(k.value("gemm_flops", json::object()), at + ".gemm_flops", cal.gemmFlops, error) ||
         !rates(k.value("memory_bandwidth", json::object()), at + ".memory_bandwidth",
                cal.memoryBandwidth, error))
+      return std::nullopt;
+    if (k.contains("gemm_by_shape") &&
+        !shapeRates(k["gemm_by_shape"], at + ".gemm_by_shape", cal.gemmByShape, error))
       return std::nullopt;
     cal.cores = static_cast<int>(cores);
     c.calibration = cal;

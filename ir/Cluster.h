@@ -3,8 +3,10 @@
 // ones (`dgx-a100`, `dgx-h100`) or a JSON file; docs/cluster.md gives the fields and where
 // the built-in figures come from.
 #pragma once
+#include "ir/Ops.h"
 #include "ir/Types.h"
 
+#include <array>
 #include <map>
 #include <optional>
 #include <string>
@@ -29,13 +31,30 @@ struct ClusterDevice {
   double peak(DType compute) const {
     return compute == DType::BF16 ? peakBf16 : compute == DType::F16 ? peakF16 : peakF32;
   }
+  // GEMM FLOP/s measured by shape at one rank's threads (`epl calibrate`): a grid of m, n
+  // and k values and the rate at each point; empty: every product at peak x
+  // matmulEfficiency.
+  struct ShapeRate {
+    double m = 0, n = 0, k = 0, rate = 0;
+  };
+  struct GemmGrid {
+    std::vector<double> m, n, k; // each axis's values, ascending
+    std::map<std::array<double, 3>, double> rate;
+    bool empty() const { return rate.empty(); }
+  };
+  GemmGrid gemmByShape;
+  void setGemmRates(const std::vector<ShapeRate>& rows);
+  // The rate of one product: interpolated over the grid in the logarithms of m, n and k
+  // (clamped at its edges), or the peak's share.
+  double matmulRate(const Product& p, DType compute) const;
 };
 
 // What `epl calibrate` measured of this machine (the `here` cluster): its cores, and
 // by threads a rank, the GEMM FLOP/s and the memory bandwidth one rank reaches.
 struct Calibration {
   int cores = 0;
-  std::map<int, double> gemmFlops, memoryBandwidth; // threads -> FLOP/s, bytes/s
+  std::map<int, double> gemmFlops, memoryBandwidth;                 // threads -> FLOP/s, bytes/s
+  std::map<int, std::vector<ClusterDevice::ShapeRate>> gemmByShape; // threads -> the grid
 };
 
 struct Cluster {

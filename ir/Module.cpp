@@ -328,13 +328,17 @@ int64_t Module::workspaceBytes(const Program& p, int op) const {
 
 Module::StepFlops Module::stepFlops(const Program& p) const {
   StepFlops f;
+  std::map<int, Flops> byOp; // an op runs once a micro-batch, alike each time
   for (const Instr& in : p.step) {
     if (in.kind != InstrKind::Run) continue;
     const Op& o = ops[in.op];
     if (o.phase == Phase::Optimizer) continue;
     const Op& fwd = o.phase == Phase::Backward ? ops[o.forward] : o;
-    if (!opInfo(fwd.kind).flops) continue;
-    Flops run = runFlops(p, o.phase == Phase::Backward ? o.forward : in.op);
+    if (!opInfo(fwd.kind).products) continue;
+    int forward = o.phase == Phase::Backward ? o.forward : in.op;
+    auto cached = byOp.find(forward);
+    if (cached == byOp.end()) cached = byOp.emplace(forward, runFlops(p, forward)).first;
+    const Flops& run = cached->second;
     if (o.phase == Phase::Forward)
       f.forward += run.forward;
     else if (o.phase == Phase::Recompute)
@@ -345,15 +349,22 @@ Module::StepFlops Module::stepFlops(const Program& p) const {
   return f;
 }
 
-Flops Module::runFlops(const Program& p, int op) const {
+std::vector<Product> Module::runProducts(const Program& p, int op, bool backward) const {
   const Op& o = ops[op];
-  if (!opInfo(o.kind).flops || o.outputs.empty()) return {};
+  if (!opInfo(o.kind).products || o.outputs.empty()) return {};
   std::vector<Sizes> inputs, weights;
   for (int t : o.inputs)
     inputs.push_back(localShape(p, t));
   for (int q : o.params)
     weights.push_back(localParamShape(p, q));
-  return opFlops(o.kind, inputs, weights, localShape(p, o.outputs[0]));
+  return opProducts(o.kind, inputs, weights, localShape(p, o.outputs[0]), o.attrs, backward);
+}
+
+Flops Module::runFlops(const Program& p, int op) const {
+  double forward = 0;
+  for (const Product& x : runProducts(p, op, false))
+    forward += x.flops();
+  return Flops{forward, 2 * forward};
 }
 
 const Program* Module::firstProgramOf(int stage) const {
@@ -380,13 +391,14 @@ double Module::forwardFlopsPerSample() const {
   };
   double total = 0;
   for (const Op& o : ops) {
-    if (o.phase != Phase::Forward || !opInfo(o.kind).flops) continue;
+    if (o.phase != Phase::Forward || !opInfo(o.kind).products) continue;
     std::vector<Sizes> inputs, weights;
     for (int t : o.inputs)
       inputs.push_back(sizes(tensors[t].type.shape));
     for (int q : o.params)
       weights.push_back(sizes(params[q].type.shape));
-    total += opFlops(o.kind, inputs, weights, sizes(tensors[o.outputs.at(0)].type.shape)).forward;
+    total += opFlops(o.kind, inputs, weights, sizes(tensors[o.outputs.at(0)].type.shape), o.attrs)
+                 .forward;
   }
   return total / static_cast<double>(b->second);
 }

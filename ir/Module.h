@@ -272,7 +272,9 @@ struct Module {
     double total() const { return forward + recompute + backward; }
   };
   StepFlops stepFlops(const Program& p) const;
-  // The FLOPs of one run of forward op `op` on p's rank (its local sizes), a micro-batch.
+  // The matrix products (and their FLOPs) of one run of forward op `op` on p's rank (its
+  // local sizes), a micro-batch: its forward's, or its backward's.
+  std::vector<Product> runProducts(const Program& p, int op, bool backward) const;
   Flops runFlops(const Program& p, int op) const;
   // The program of the first rank of a stage, or nullptr (a plan without programs).
   const Program* firstProgramOf(int stage) const;

@@ -155,11 +155,26 @@ CallArity callArity(OpKind kind, const Attrs& attrs, bool backward) {
   return CallArity{n + p, static_cast<size_t>(op.outputs) + saved};
 }
 
-Flops opFlops(OpKind kind, const std::vector<Sizes>& in, const std::vector<Sizes>& params,
-              const Sizes& out) {
+std::vector<Product> opProducts(OpKind kind, const std::vector<Sizes>& in,
+                                const std::vector<Sizes>& params, const Sizes& out,
+                                const Attrs& attrs, bool backward) {
   const OpInfo& op = opInfo(kind);
-  if (!op.flops) return {};
-  double forward = op.flops(in, params, out);
+  if (!op.products) return {};
+  std::vector<Product> forward = op.products(in, params, out, attrs);
+  if (!backward) return forward;
+  std::vector<Product> b;
+  for (const Product& p : forward) {
+    b.push_back({p.m, p.k, p.n, p.count});
+    b.push_back({p.k, p.n, p.m, p.count});
+  }
+  return b;
+}
+
+Flops opFlops(OpKind kind, const std::vector<Sizes>& in, const std::vector<Sizes>& params,
+              const Sizes& out, const Attrs& attrs) {
+  double forward = 0;
+  for (const Product& p : opProducts(kind, in, params, out, attrs, false))
+    forward += p.flops();
   return Flops{forward, 2 * forward};
 }
 

@@ -120,6 +120,12 @@ struct GradInfo {
 // Concrete sizes of a tensor, as a rank holds it.
 using Sizes = std::vector<int64_t>;
 
+// One matrix product of a kernel, `count` times: [m, k] by [k, n].
+struct Product {
+  double m = 0, n = 0, k = 0, count = 1;
+  double flops() const { return 2 * m * n * k * count; } // a multiply-add counts 2
+};
+
 struct OpInfo {
   OpKind kind;
   std::string name;          // the builtin's name in scripts (`cross_entropy`)
@@ -140,14 +146,15 @@ struct OpInfo {
   // The tensors the forward saves for the backward, `savedCount` of them.
   using SavedFn = std::vector<TensorType> (*)(const std::vector<TensorType>& in,
                                               const Attrs& attrs);
-  // The FLOPs of the forward's matrix products (a multiply-add counts 2), from the sizes of
-  // the tensor inputs, the parameters and the first output as one rank holds them.
-  using FlopsFn = double (*)(const std::vector<Sizes>& in, const std::vector<Sizes>& params,
-                             const Sizes& out);
+  // The forward's matrix products, from the sizes of the tensor inputs, the parameters
+  // and the first output as one rank holds them, and the op's attributes.
+  using ProductsFn = std::vector<Product> (*)(const std::vector<Sizes>& in,
+                                              const std::vector<Sizes>& params, const Sizes& out,
+                                              const Attrs& attrs);
   InferFn infer = nullptr;
   ParamsFn params = nullptr;
   SavedFn saved = nullptr;
-  FlopsFn flops = nullptr; // none: no matrix products (elementwise work is bytes-bound)
+  ProductsFn products = nullptr; // none: no matrix products (elementwise work is bytes-bound)
   bool differentiable = true, needsInputs = false, needsOutput = false; // see GradInfo
   int outputs = 1;         // the kernel's outputs before the saved tensors
   int savedCount = 0;      // the saved tensors
@@ -199,14 +206,19 @@ struct CallArity {
 };
 CallArity callArity(OpKind kind, const Attrs& attrs, bool backward);
 
-// The matrix-product FLOPs of one run of an op on tensors of these sizes: its forward,
-// and its backward, which makes two products of the forward's size for each (the
-// gradients of the input and of the weights), as Megatron-LM's accounting has it.
+// The matrix products of one run of an op on tensors of these sizes: its forward's, or its
+// backward's, two for each forward product C = A B (the gradients of the input and of the
+// weights): dA = dC B^T, [m, n] by [n, k], and dB = A^T dC, [k, m] by [m, n].
+std::vector<Product> opProducts(OpKind kind, const std::vector<Sizes>& in,
+                                const std::vector<Sizes>& params, const Sizes& out,
+                                const Attrs& attrs, bool backward);
+// Their FLOPs: the forward's, and the backward's, twice the forward's, as Megatron-LM's
+// accounting has it.
 struct Flops {
   double forward = 0, backward = 0;
 };
 Flops opFlops(OpKind kind, const std::vector<Sizes>& in, const std::vector<Sizes>& params,
-              const Sizes& out);
+              const Sizes& out, const Attrs& attrs);
 
 int64_t intAttr(const Attrs& a, const std::string& key);
 

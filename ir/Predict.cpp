@@ -6,6 +6,7 @@
 #include "support/Text.h"
 
 #include <algorithm>
+#include <map>
 #include <fmt/format.h>
 
 namespace epl::ir {
@@ -44,16 +45,25 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c) {
   RankCost r;
   const ClusterDevice& d = c.device;
   DType compute = m.ampApplies() ? m.ampDtype() : DType::F32;
-  double matmul = d.peak(compute) * d.matmulEfficiency;
   double memory = d.memoryBandwidth * d.memoryEfficiency;
   int np = m.mesh.np;
   bool scatter = m.zeroShardsGradients();
+  // An op runs once a micro-batch, alike each time: its seconds and FLOPs by (op, part).
+  std::map<std::pair<int, BackwardPart>, std::pair<double, double>> byRun;
   for (const Instr& in : p.step) {
     if (in.kind == InstrKind::Run) {
       const Op& o = m.ops[in.op];
       if (o.phase == Phase::Optimizer) continue;
       if (opInfo(o.kind).split == SplitRule::Communication) continue; // below, by traffic
-      // Roofline: its products at the device's rate, or its bytes at the memory's.
+      auto cached = byRun.find({in.op, in.part});
+      if (cached != byRun.end()) {
+        r.compute += cached->second.first;
+        r.flops += cached->second.second;
+        if (o.phase != Phase::Forward) r.backward += cached->second.first;
+        continue;
+      }
+      // Its products at the device's rates plus its bytes at the memory's (a sum: the
+      // kernels run their products and elementwise passes one after the other).
       double bytes = 0;
       for (const std::vector<int>* list : {&o.inputs, &o.outputs})
         for (int t : *list)
@@ -66,14 +76,16 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c) {
       }
       // Its kernel's scratch (im2col columns, mlp's hidden rows…), written and read back.
       bytes += 2.0 * static_cast<double>(m.workspaceBytes(p, in.op));
-      double flops = 0;
-      if (o.phase == Phase::Backward) {
-        flops = m.runFlops(p, o.forward).backward;
-        if (in.part != BackwardPart::Whole) flops /= 2;
-      } else {
-        flops = m.runFlops(p, in.op).forward;
+      // Each product at the rate of its shape; a split backward's part makes half of them.
+      bool backward = o.phase == Phase::Backward;
+      double flops = 0, products = 0;
+      for (const Product& x : m.runProducts(p, backward ? o.forward : in.op, backward)) {
+        flops += x.flops();
+        products += x.flops() / d.matmulRate(x, compute);
       }
-      double t = flops / matmul + bytes / memory;
+      if (backward && in.part != BackwardPart::Whole) flops /= 2, products /= 2;
+      double t = products + bytes / memory;
+      byRun[{in.op, in.part}] = {t, flops};
       r.compute += t;
       r.flops += flops;
       if (o.phase != Phase::Forward) r.backward += t;

@@ -49,15 +49,18 @@ std::vector<TensorType> attentionSaved(const std::vector<TensorType>& in, const 
   return {f32({x[0], x[1], *qkv}), f32(x), f32({x[0], constant(intAttr(attrs, "heads")), x[1]})};
 }
 
-// The projections [B T, M] by [M, 3 d] and [B T, d] by [d, M], and per sample the scores
-// Q K^T and their product with V, T x T x d each (d: the width of the heads this rank runs;
-// the whole T x T square, as the papers count it, though causal kernels skip half).
-double attentionFlops(const std::vector<Sizes>& in, const std::vector<Sizes>& params,
-                      const Sizes&) {
+// The projections, [B T, M] by [M, 3 d] and [B T, d] by [d, M], and for each sample and
+// head of this rank the scores Q K^T, [T, E] by [E, T], and their product with V, [T, T]
+// by [T, E]. d is the width of this rank's heads (Wqkv [3 d, M]), E = M / heads a head's.
+// The whole T x T square, as the papers count it, though causal kernels skip half.
+std::vector<Product> attentionProducts(const std::vector<Sizes>& in,
+                                       const std::vector<Sizes>& params, const Sizes&,
+                                       const Attrs& attrs) {
   const Sizes &x = in[0], &wqkv = params[0];
   double b = static_cast<double>(x[0]), t = static_cast<double>(x[1]), m = widthOf(x);
   double d = static_cast<double>(wqkv[0]) / 3;
-  return 2 * b * t * m * 3 * d + 2 * b * t * d * m + 4 * b * t * t * d;
+  double e = m / static_cast<double>(intAttr(attrs, "heads")), heads = d / e;
+  return {{b * t, 3 * d, m}, {b * t, m, d}, {t, t, e, b * heads}, {t, e, t, b * heads}};
 }
 
 } // namespace
@@ -75,7 +78,7 @@ void addAttention(Table& t) {
   a.saved = attentionSaved;
   a.savedCount = 3;
   a.activationSaved = 2; // qkv and ctx; not the log-sum-exp
-  a.flops = attentionFlops;
+  a.products = attentionProducts;
   a.needsInputs = true;
   a.cut = "heads";
   a.outputBias = "proj_bias";

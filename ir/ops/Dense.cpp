@@ -25,9 +25,10 @@ std::vector<ParamSpec> linearParams(const std::vector<TensorType>& in, const Att
   return p;
 }
 
-// x [N, D] by W^T [D, out].
-double linearFlops(const std::vector<Sizes>& in, const std::vector<Sizes>& params, const Sizes&) {
-  return 2 * rowsOf(in[0]) * static_cast<double>(params[0][0] * params[0][1]);
+// x [N, D] by W^T [D, out], W [out, D].
+std::vector<Product> linearProducts(const std::vector<Sizes>& in, const std::vector<Sizes>& params,
+                                    const Sizes&, const Attrs&) {
+  return {{rowsOf(in[0]), static_cast<double>(params[0][0]), static_cast<double>(params[0][1])}};
 }
 
 std::string inferMlp(const OpInfo& op, const std::vector<TensorType>& in, const Attrs& attrs,
@@ -49,9 +50,12 @@ std::vector<ParamSpec> mlpParams(const std::vector<TensorType>& in, const Attrs&
           {"fc2_bias", {constant(d)}, ParamInit::Uniform, f}};
 }
 
-// x [N, D] by W1^T [D, F], then [N, F] by W2^T [F, D].
-double mlpFlops(const std::vector<Sizes>& in, const std::vector<Sizes>& params, const Sizes&) {
-  return 4 * rowsOf(in[0]) * static_cast<double>(params[0][0] * params[0][1]);
+// x [N, D] by W1^T [D, F], then [N, F] by W2^T [F, D]; W1 [F, D].
+std::vector<Product> mlpProducts(const std::vector<Sizes>& in, const std::vector<Sizes>& params,
+                                 const Sizes&, const Attrs&) {
+  double rows = rowsOf(in[0]), f = static_cast<double>(params[0][0]),
+         d = static_cast<double>(params[0][1]);
+  return {{rows, f, d}, {rows, d, f}};
 }
 
 } // namespace
@@ -63,7 +67,7 @@ void addDense(Table& t) {
             SplitRule::Linear, "affine map y = x W^T + b", "x: [..., D] -> [..., out]");
   linear.infer = inferLinear;
   linear.params = linearParams;
-  linear.flops = linearFlops;
+  linear.products = linearProducts;
   linear.needsInputs = true;
   linear.cut = "out";
   linear.outputBias = "bias";
@@ -80,7 +84,7 @@ void addDense(Table& t) {
   mlp.saved = hiddenSaved;
   mlp.savedCount = 1;
   mlp.activationSaved = 1;
-  mlp.flops = mlpFlops;
+  mlp.products = mlpProducts;
   mlp.needsInputs = true;
   mlp.cut = "hidden";
   mlp.outputBias = "fc2_bias";

@@ -70,14 +70,13 @@ std::vector<ParamSpec> convParams(const std::vector<TensorType>& in, const Attrs
   return p;
 }
 
-// Each output element is a dot product of a window of C K K: w [Co, C, K, K] by the
-// columns, out [B, Co, Ho, Wo].
-double convFlops(const std::vector<Sizes>&, const std::vector<Sizes>& params, const Sizes& out) {
-  double elements = 1;
-  for (int64_t d : out)
-    elements *= static_cast<double>(d);
+// For each image, the kernels by its im2col columns: [Co, C K K] by [C K K, Ho Wo];
+// w [Co, C, K, K], out [B, Co, Ho, Wo].
+std::vector<Product> convProducts(const std::vector<Sizes>&, const std::vector<Sizes>& params,
+                                  const Sizes& out, const Attrs&) {
   const Sizes& w = params[0];
-  return 2 * elements * static_cast<double>(w[1] * w[2] * w[3]);
+  return {{static_cast<double>(w[0]), static_cast<double>(out[2] * out[3]),
+           static_cast<double>(w[1] * w[2] * w[3]), static_cast<double>(out[0])}};
 }
 
 std::string inferPool(const OpInfo& op, const std::vector<TensorType>& in, const Attrs& attrs,
@@ -108,7 +107,7 @@ void addImage(Table& t) {
             SplitRule::Channels, "2-d convolution", "x: [B, C, H, W] -> [B, channels, H', W']");
   conv.infer = inferConv;
   conv.params = convParams;
-  conv.flops = convFlops;
+  conv.products = convProducts;
   conv.needsInputs = true;
   conv.cut = "channels";
   conv.outputBias = "bias"; // row-parallel over cut input channels

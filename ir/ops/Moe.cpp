@@ -74,9 +74,10 @@ std::string inferRouter(const OpInfo&, const std::vector<TensorType>& in, const 
   return "";
 }
 
-// x [N, D] by Wr^T [D, E].
-double routerFlops(const std::vector<Sizes>& in, const std::vector<Sizes>& params, const Sizes&) {
-  return 2 * rowsOf(in[0]) * static_cast<double>(params[0][0] * params[0][1]);
+// x [N, D] by Wr^T [D, E], Wr [E, D].
+std::vector<Product> routerProducts(const std::vector<Sizes>& in, const std::vector<Sizes>& params,
+                                    const Sizes&, const Attrs&) {
+  return {{rowsOf(in[0]), static_cast<double>(params[0][0]), static_cast<double>(params[0][1])}};
 }
 
 std::string inferDispatch(const OpInfo&, const std::vector<TensorType>& in, const Attrs& attrs,
@@ -89,10 +90,14 @@ std::string inferDispatch(const OpInfo&, const std::vector<TensorType>& in, cons
   return "";
 }
 
-// Every dispatched row (the capacity's padding included) through an expert's two linears:
-// [M, D] by [D, F] and [M, F] by [F, D], W1 [El, F, D].
-double expertsFlops(const std::vector<Sizes>& in, const std::vector<Sizes>& params, const Sizes&) {
-  return 4 * rowsOf(in[0]) * static_cast<double>(params[0][1] * params[0][2]);
+// Every dispatched row (the capacity's padding included) through its expert's two
+// linears, the rows shared evenly by this rank's El experts: [M / El, D] by [D, F] and
+// [M / El, F] by [F, D] for each, W1 [El, F, D].
+std::vector<Product> expertsProducts(const std::vector<Sizes>& in, const std::vector<Sizes>& params,
+                                     const Sizes&, const Attrs&) {
+  double experts = static_cast<double>(params[0][0]), f = static_cast<double>(params[0][1]),
+         d = static_cast<double>(params[0][2]), rows = rowsOf(in[0]) / experts;
+  return {{rows, f, d, experts}, {rows, d, f, experts}};
 }
 
 std::string inferCombine(const OpInfo&, const std::vector<TensorType>& in, const Attrs&,
@@ -133,7 +138,7 @@ void addMoe(Table& t) {
                          "moe's router: softmax(x Wr^T)", "x: [..., D] -> gates [..., E]", false);
   router.infer = inferRouter;
   router.params = routerParams;
-  router.flops = routerFlops;
+  router.products = routerProducts;
   router.needsInputs = true;
   router.needsOutput = true;
 
@@ -167,7 +172,7 @@ void addMoe(Table& t) {
   experts.saved = hiddenSaved;
   experts.savedCount = 1;
   experts.activationSaved = 1;
-  experts.flops = expertsFlops;
+  experts.products = expertsProducts;
   experts.needsInputs = true;
   experts.cut = "experts";
   experts.castsWeights = true;

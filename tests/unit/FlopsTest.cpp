@@ -11,8 +11,9 @@ using epl::ir::Sizes;
 
 namespace {
 
-double forward(OpKind k, std::vector<Sizes> in, std::vector<Sizes> params, Sizes out) {
-  epl::ir::Flops f = epl::ir::opFlops(k, in, params, out);
+double forward(OpKind k, std::vector<Sizes> in, std::vector<Sizes> params, Sizes out,
+               const epl::ir::Attrs& attrs = {}) {
+  epl::ir::Flops f = epl::ir::opFlops(k, in, params, out, attrs);
   CHECK(f.backward == 2 * f.forward); // the input's and the weights' gradients
   return f.forward;
 }
@@ -43,8 +44,8 @@ double stepTotal(const epl::ir::Module& m) {
 
 TEST_CASE("a transformer layer's forward is 24 b s h^2 + 4 b s^2 h FLOPs") {
   const int64_t b = 4, s = 32, h = 64;
-  double attention =
-      forward(OpKind::Attention, {{b, s, h}}, {{3 * h, h}, {3 * h}, {h, h}, {h}}, {b, s, h});
+  double attention = forward(OpKind::Attention, {{b, s, h}}, {{3 * h, h}, {3 * h}, {h, h}, {h}},
+                             {b, s, h}, {{"heads", int64_t{4}}});
   double mlp = forward(OpKind::Mlp, {{b, s, h}}, {{4 * h, h}, {4 * h}, {h, 4 * h}, {h}}, {b, s, h});
   double bsh = static_cast<double>(b * s * h);
   CHECK(attention + mlp == 24 * bsh * h + 4 * bsh * s);
@@ -78,6 +79,36 @@ TEST_CASE("a planned GPT step is Megatron-LM's 72 (96 recomputed) B s l h^2 (1 +
         Approx(96 * base * (1 + s / (6 * h) + v / (16 * l * h))).epsilon(1e-12));
   // The model's FLOPs do not count what is recomputed.
   CHECK(every->forwardFlopsPerSample() == m->forwardFlopsPerSample());
+}
+
+TEST_CASE("a backward's products are each forward product's two transposes") {
+  // attention over [2, 8, 16] with 4 heads of 4: the projections, then per sample and head
+  // the scores and their product with V.
+  epl::ir::Attrs heads{{"heads", int64_t{4}}};
+  auto forward =
+      epl::ir::opProducts(OpKind::Attention, {{2, 8, 16}}, {{48, 16}}, {2, 8, 16}, heads, false);
+  REQUIRE(forward.size() == 4);
+  CHECK(forward[2].m == 8);
+  CHECK(forward[2].n == 8);
+  CHECK(forward[2].k == 4);
+  CHECK(forward[2].count == 8);
+  auto backward =
+      epl::ir::opProducts(OpKind::Attention, {{2, 8, 16}}, {{48, 16}}, {2, 8, 16}, heads, true);
+  REQUIRE(backward.size() == 8);
+  double f = 0, b = 0;
+  for (const auto& p : forward)
+    f += p.flops();
+  for (const auto& p : backward)
+    b += p.flops();
+  CHECK(b == 2 * f);
+  // The qkv projection, x [16, 16] by [16, 48]: the input's gradient [16, 48] by [48, 16],
+  // the weights' x^T [16, 16] by [16, 48].
+  CHECK(backward[0].m == 16);
+  CHECK(backward[0].n == 16);
+  CHECK(backward[0].k == 48);
+  CHECK(backward[1].m == 16);
+  CHECK(backward[1].n == 48);
+  CHECK(backward[1].k == 16);
 }
 
 TEST_CASE("data-parallel and split ranks share the step's FLOPs without counting any twice") {

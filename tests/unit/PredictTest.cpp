@@ -106,3 +106,43 @@ TEST_CASE("a pipeline's step is its slowest stage's micro-batches over the sched
   CHECK(p.bubble == Approx(4 * slowest / busy - 4 * slowest));
   CHECK(p.stepSeconds == Approx(4 * slowest / busy + p.exposedReduction + p.optimizer));
 }
+
+TEST_CASE("a calibrated GEMM rate: the grid's at its points, between them in logarithms") {
+  std::string error;
+  auto c = epl::ir::parseCluster(
+      R"({"devices_per_node": 2, "device": {"memory_bytes": 1e9, "memory_bandwidth": 1e10,
+          "peak_flops": {"f32": 1e11}}, "intra_node": {"bandwidth": 1e9, "latency": 1e-6},
+          "calibration": {"cores": 2, "gemm_flops": {"1": 5e10, "2": 1e11},
+            "memory_bandwidth": {"1": 1e10, "2": 2e10},
+            "gemm_by_shape": {"1": [[16, 16, 16, 1e9], [16, 16, 64, 4e9], [16, 64, 16, 4e9],
+                                    [16, 64, 64, 16e9], [64, 16, 16, 4e9], [64, 16, 64, 16e9],
+                                    [64, 64, 16, 16e9], [64, 64, 64, 64e9]]}}})",
+      "here.json", error);
+  INFO(error);
+  REQUIRE(c);
+  // Two ranks on two cores: a thread each, the grid of one thread.
+  epl::ir::Cluster two = c->forRanks(2);
+  const epl::ir::ClusterDevice& d = two.device;
+  REQUIRE(d.gemmByShape.rate.size() == 8);
+  auto rate = [&](double m, double n, double k) {
+    return d.matmulRate({m, n, k, 1}, epl::ir::DType::F32);
+  };
+  CHECK(rate(16, 16, 16) == Approx(1e9));
+  CHECK(rate(64, 64, 64) == Approx(64e9));
+  CHECK(rate(32, 16, 16) == Approx(2e9));    // halfway in logarithms: the geometric mean
+  CHECK(rate(32, 32, 32) == Approx(8e9));    // halfway on every axis
+  CHECK(rate(4096, 64, 64) == Approx(64e9)); // past the grid: its edge
+  CHECK(rate(1, 1, 1) == Approx(1e9));
+  // Four ranks share the two cores: each half as fast.
+  CHECK(c->forRanks(4).device.matmulRate({64, 64, 64, 1}, epl::ir::DType::F32) == Approx(32e9));
+  // Without a grid, the peak's share.
+  CHECK(c->device.matmulRate({64, 64, 64, 1}, epl::ir::DType::F32) == Approx(1e11 * 0.75));
+  CHECK_FALSE(epl::ir::parseCluster(
+      R"({"devices_per_node": 2, "device": {"memory_bytes": 1, "memory_bandwidth": 1,
+          "peak_flops": {"f32": 1}}, "intra_node": {"bandwidth": 1, "latency": 1},
+          "calibration": {"cores": 2, "gemm_flops": {"1": 1}, "memory_bandwidth": {"1": 1},
+            "gemm_by_shape": {"1": [[16, 16, 16]]}}})",
+      "here.json", error));
+  CHECK(error == "here.json: calibration.gemm_by_shape: `1`: not a thread count and [m, n, k, "
+                 "FLOP/s] rows of positive numbers");
+}

@@ -6,6 +6,7 @@
 #include "interp/Calibrate.h"
 #include "interp/MemoryFit.h"
 #include "interp/Trainer.h"
+#include "interp/checkpoint/AtomicFile.h"
 #include "interp/data/Dataset.h"
 #include "ir/PlanJson.h"
 #include "ir/PlanSvg.h"
@@ -234,15 +235,13 @@ int calibrate(const std::string& out, int argc, char** argv) {
   auto write = [&](const nlohmann::json& j) {
     std::error_code ec;
     if (fs::path(out).has_parent_path()) fs::create_directories(fs::path(out).parent_path(), ec);
-    std::string tmp = out + ".tmp";
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << j.dump(2) << "\n";
-    f.close();
-    if (!f || (fs::rename(tmp, out, ec), ec)) {
-      std::cerr << "error: cannot write " << out << (ec ? ": " + ec.message() : "") << "\n";
+    try {
+      epl::checkpoint::writeFileAtomic(out, j.dump(2) + "\n");
+      return true;
+    } catch (const epl::checkpoint::CheckpointError& e) {
+      std::cerr << "error: " << e.what() << "\n";
       return false;
     }
-    return true;
   };
   if (epl::backend::insideMpiJob()) {
     auto comm = epl::backend::makeMpiComm();

@@ -32,24 +32,27 @@ template <class F> double timed(F run, double seconds = 0.25) {
   return (end - start) / reps;
 }
 
-// The GEMM rate on the pool's threads: the median over shapes of a transformer's
-// products (rows x width by width x 3 width, rows x 4 width by 4 width x width) and a cube.
+// FLOP/s of one GEMM shape on the pool's threads: [m, k] by [k, n] (the second operand
+// stored [n, k], as a linear's weights), timed for at least `seconds`.
+double gemmShapeRate(int64_t m, int64_t n, int64_t k, double seconds) {
+  std::vector<float> a(static_cast<size_t>(m * k), 0.5f), b(static_cast<size_t>(k * n), 0.25f),
+      c(static_cast<size_t>(m * n));
+  double t = timed(
+      [&] {
+        backend::cpu::gemm(false, true, m, n, k, 1.f, a.data(), k, b.data(), k, 0.f, c.data(), n);
+      },
+      seconds);
+  return 2.0 * static_cast<double>(m * n * k) / t;
+}
+
+// The GEMM rate of large products: the median over a transformer's (rows x width by width
+// x 3 width, rows x 4 width by 4 width x width) and a cube's.
 double gemmRate() {
-  struct Shape {
-    int64_t m, n, k;
-  };
-  std::vector<double> rates;
-  for (Shape s : {Shape{4096, 768, 256}, Shape{4096, 256, 1024}, Shape{1024, 1024, 1024}}) {
-    std::vector<float> a(static_cast<size_t>(s.m * s.k), 0.5f),
-        b(static_cast<size_t>(s.k * s.n), 0.25f), c(static_cast<size_t>(s.m * s.n));
-    double t = timed([&] {
-      backend::cpu::gemm(false, true, s.m, s.n, s.k, 1.f, a.data(), s.k, b.data(), s.k, 0.f,
-                         c.data(), s.n);
-    });
-    rates.push_back(2.0 * static_cast<double>(s.m * s.n * s.k) / t);
-  }
+  std::vector<double> rates{gemmShapeRate(4096, 768, 256, 0.25),
+                            gemmShapeRate(4096, 256, 1024, 0.25),
+                            gemmShapeRate(1024, 1024, 1024, 0.25)};
   std::sort(rates.begin(), rates.end());
-  return rates[rates.size() / 2];
+  return rates[1];
 }
 
 // Bytes a second of y = a + b over arrays larger than any cache, on the pool's threads.
@@ -66,23 +69,14 @@ double memoryRate() {
   return 12.0 * static_cast<double>(n) / t;
 }
 
-// The GEMM rate over a grid of shapes (m rows by k, by k x n), each timed briefly: rows
-// [m, n, k, FLOP/s] for ClusterDevice::matmulRate.
+// The GEMM rate over a grid of shapes, each timed briefly: rows [m, n, k, FLOP/s] for
+// ClusterDevice::matmulRate.
 nlohmann::json gemmGrid() {
   nlohmann::json rows = nlohmann::json::array();
   for (int64_t m : {32, 256, 4096})
     for (int64_t n : {32, 256, 1024})
-      for (int64_t k : {32, 256, 1024}) {
-        std::vector<float> a(static_cast<size_t>(m * k), 0.5f),
-            b(static_cast<size_t>(k * n), 0.25f), c(static_cast<size_t>(m * n));
-        double t = timed(
-            [&] {
-              backend::cpu::gemm(false, true, m, n, k, 1.f, a.data(), k, b.data(), k, 0.f, c.data(),
-                                 n);
-            },
-            0.03);
-        rows.push_back({m, n, k, 2.0 * static_cast<double>(m * n * k) / t});
-      }
+      for (int64_t k : {32, 256, 1024})
+        rows.push_back({m, n, k, gemmShapeRate(m, n, k, 0.03)});
   return rows;
 }
 

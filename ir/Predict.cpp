@@ -6,8 +6,8 @@
 #include "support/Text.h"
 
 #include <algorithm>
-#include <map>
 #include <fmt/format.h>
+#include <map>
 
 namespace epl::ir {
 

@@ -384,6 +384,9 @@ int main(int argc, char** argv) {
                    "continue from the newest checkpoint in the train block's `checkpoint` dir");
   runCmd->add_option("--metrics", runOptions.metricsPath,
                      "JSON lines of every step (default: SCRIPT.metrics.jsonl here)");
+  runCmd->add_option("--tensorboard", runOptions.tensorboardDir,
+                     "also write the metrics as TensorBoard event files into this folder "
+                     "(created if missing)");
   runCmd->add_option("--trace", runOptions.tracePath,
                      "every rank's timeline of the first 20 steps, as a Chrome trace (Perfetto)");
   runCmd

@@ -1,6 +1,7 @@
 // The progress bar, log lines and the metrics file.
 #include "interp/Progress.h"
 
+#include "support/Files.h"
 #include "support/Svg.h"
 #include "support/Text.h"
 
@@ -197,15 +198,8 @@ void MetricsFile::startAfresh() {
 }
 
 void MetricsFile::write(const std::string& text) {
-  const char* p = text.data();
-  size_t left = text.size();
-  while (fd_ >= 0 && left > 0) {
-    ssize_t n = ::write(fd_, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return fail(errno);
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
+  if (fd_ < 0) return;
+  if (int err = writeAll(fd_, text)) fail(err);
 }
 
 void MetricsFile::fail(int err) {

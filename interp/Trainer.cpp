@@ -10,6 +10,7 @@
 #include "interp/LrSchedule.h"
 #include "interp/Progress.h"
 #include "interp/StopSignals.h"
+#include "interp/TensorBoardLog.h"
 #include "interp/Trace.h"
 #include "interp/checkpoint/AtomicFile.h"
 #include "interp/checkpoint/FolderLock.h"
@@ -768,8 +769,8 @@ public:
                         : quiet_),
         steps_(m.train.steps), end_(o.stopAfter > 0 ? std::min(steps_, o.stopAfter) : steps_) {}
 
-  // The data, the metrics and trace files, the device, the executor and the first step's
-  // weights (a checkpoint or fresh ones): an exit code when the run ends here.
+  // The data, the metrics, TensorBoard and trace files, the device, the executor and the first
+  // step's weights (a checkpoint or fresh ones): an exit code when the run ends here.
   std::optional<int> open();
   int64_t start() const { return start_; }
   int64_t end() const { return end_; }
@@ -798,6 +799,7 @@ private:
   std::ostream& out_;
   std::unique_ptr<data::Dataset> ds_;
   MetricsFile metrics_;
+  TensorBoardLog events_;
   std::string ckptDir_;
   std::unique_ptr<backend::Device> device_;
   int64_t baseline_ = 0;     // resident bytes before the run's buffers
@@ -863,6 +865,11 @@ std::optional<int> TrainingRun::open() {
     if (auto problem = metrics_.open(o_.metricsPath))
       mine_.error(SourceLoc{}, problem->message).help(problem->help);
   if (!agree(!mine_.hasErrors(), "opening the metrics file")) return 1;
+  // And the TensorBoard events, into a folder it creates now if need be.
+  if (rank_ == 0 && !o_.tensorboardDir.empty())
+    if (auto problem = events_.open(o_.tensorboardDir))
+      mine_.error(SourceLoc{}, problem->message).help(problem->help);
+  if (!agree(!mine_.hasErrors(), "opening the TensorBoard events")) return 1;
   // The trace is written at the end, by rank 0; its path is checked now all the same.
   if (rank_ == 0 && !o_.tracePath.empty() && !std::ofstream(o_.tracePath)) {
     std::string why = std::strerror(errno);
@@ -929,6 +936,7 @@ std::optional<int> TrainingRun::open() {
   progress_ = std::make_unique<Progress>(out_, rank_ == 0 && o_.terminal, m.train.logEvery);
   if (!o_.resume) metrics_.startAfresh();
   if (rank_ == 0) metrics_.header(runHeader(m, o_, ranks_, start_));
+  if (rank_ == 0) events_.start(start_ + 1);
   if (!o_.tracePath.empty()) {
     trace_ = std::make_unique<TraceRecorder>();
     comm_.barrier("starting the trace"); // every rank's clock starts together
@@ -943,6 +951,9 @@ std::optional<int> TrainingRun::open() {
 void TrainingRun::checkMetrics() {
   if (auto failure = metrics_.failure())
     diags_.warning(SourceLoc{}, *failure).note("the run goes on without writing more metrics");
+  if (auto failure = events_.failure())
+    diags_.warning(SourceLoc{}, *failure)
+        .note("the run goes on without writing more TensorBoard events");
 }
 
 // Written once, by rank 0 (the replicas are identical), and agreed on by every rank.
@@ -1007,6 +1018,7 @@ std::optional<int> TrainingRun::step(int64_t step) {
   progress.step(rep);
   comparePrediction(progress);
   metrics_.step(rep);
+  events_.step(rep);
   checkMetrics();
   if (step == start_) {
     // The code the first step runs pages in, about 0.6 MB of kernels and libraries, is no
@@ -1024,6 +1036,7 @@ std::optional<int> TrainingRun::step(int64_t step) {
     progress.line(
         fmt::format("step {}: validation {} ({} samples)", step + 1, evalText(e), e.samples));
     metrics_.eval(step + 1, e.loss, e.accuracy, e.samples, false);
+    events_.eval(step + 1, e.loss, e.accuracy, false);
     checkMetrics();
   }
   bool last = step + 1 == end_;
@@ -1077,6 +1090,7 @@ int TrainingRun::finish() {
     progress_->finish();
     out_ << fmt::format("validation ({} samples): {}\n", withCommas(e.samples), evalText(e));
     metrics_.eval(steps_, e.loss, e.accuracy, e.samples, true);
+    events_.eval(steps_, e.loss, e.accuracy, true);
     checkMetrics();
   }
   out_ << fmt::format(

@@ -18,6 +18,7 @@ struct RunOptions {
   std::string version;         // of epl, for the metrics file's run header
   std::string baseDir;         // the script's folder: relative paths in the script resolve here
   std::string metricsPath;     // JSON lines; empty for none
+  std::string tensorboardDir;  // TensorBoard event files' folder (TensorBoardLog.h); empty: none
   std::string tracePath;       // Chrome trace of the first steps (Trace.h); empty for none
   bool resume = false;         // continue from the newest checkpoint in train.checkpoint's dir
   bool saveInitial = false;    // write a checkpoint of the initial weights (step 0)

@@ -11,14 +11,13 @@
 
 namespace epl {
 
-namespace {
-
-// strerror's text in the diagnostics' style: lower case ("no such file or directory").
 std::string errorText(int err) {
   std::string s = std::strerror(err);
   if (!s.empty() && s[0] >= 'A' && s[0] <= 'Z') s[0] = static_cast<char>(s[0] - 'A' + 'a');
   return s;
 }
+
+namespace {
 
 // Reads up to `limit` bytes of the open file `fd` into `out`; false with errno on failure.
 bool readUpTo(int fd, size_t limit, std::string& out) {
@@ -59,6 +58,16 @@ FileText readFilePrefix(const std::string& path, size_t limit) {
   ::close(fd);
   if (!result.error.empty()) result.text.clear();
   return result;
+}
+
+int writeAll(int fd, std::string_view bytes) {
+  while (!bytes.empty()) {
+    ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+  return 0;
 }
 
 } // namespace epl

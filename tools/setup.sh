@@ -11,6 +11,7 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config
       clang libclang-rt-14-dev         # the fuzz harnesses (tools/fuzz.sh): libFuzzer
       python3-torch                    # the oracle of the kernel and training tests
       python3-jsonschema librsvg2-bin  # `epl plan --json` against its schema; SVGs rendered
+      python3-protobuf protobuf-compiler # `--tensorboard`'s event files read back
       dataset-fashion-mnist fortunes)  # the examples' data: images and English text
 missing=()
 for p in "${pkgs[@]}"; do

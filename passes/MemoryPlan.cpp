@@ -467,9 +467,10 @@ private:
     int micros = p.microBatches;
     std::vector<std::vector<int>> first(micros, std::vector<int>(tensors, -1)),
         last(micros, std::vector<int>(tensors, -1));
-    // Instructions touching the arena before position i: of any micro-batch, and of each.
-    std::vector<int> all(n + 1, 0);
-    std::vector<std::vector<int>> own(micros, std::vector<int>(n + 1, 0));
+    // Instructions of a micro-batch touching the arena before position i, and for such an
+    // instruction, how many of its own micro-batch came before it: so `alone` below costs
+    // O(1) a tensor and micro-batch, and the whole check O(steps + micros x tensors).
+    std::vector<int> all(n + 1, 0), ordinal(n, -1), ownSoFar(micros, 0);
     std::vector<char> pinned(tensors, 0);
     for (size_t i = 0; i < n; ++i) {
       const ir::Instr& in = p.step[i];
@@ -487,8 +488,7 @@ private:
       });
       if (in.kind == ir::InstrKind::Send) pinned[in.tensor] = 1;
       all[i + 1] = all[i] + (touched && micro >= 0);
-      for (int k = 0; k < micros; ++k)
-        own[k][i + 1] = own[k][i] + (touched && micro == k);
+      if (touched && micro >= 0) ordinal[i] = ownSoFar[micro]++;
     }
     if (!m.outputs.empty()) pinned[m.outputs[0]] = 1;
     std::vector<char> shared(tensors, 0);
@@ -497,8 +497,8 @@ private:
       bool alone = true;
       for (int k = 0; k < micros && alone; ++k) {
         if (first[k][t] < 0) continue;
-        int a = first[k][t], b = last[k][t] + 1;
-        alone = all[b] - all[a] == own[k][b] - own[k][a];
+        int a = first[k][t], b = last[k][t];
+        alone = all[b + 1] - all[a] == ordinal[b] + 1 - ordinal[a];
       }
       shared[t] = alone;
     }

@@ -163,7 +163,9 @@ private:
   // share of the micro-batch overlaps this rank's (step 6). A whole tensor (out of a split
   // region, or into a stage of split regions alone) is held alike by every device of a
   // split group, for the group's copy's share of the micro-batch: the shares are the
-  // copies', a copy's first device sends, and every device of a receiving copy receives.
+  // copies', and every device of a receiving copy receives, from the sending copy's device
+  // of its index modulo that copy's width. So the sends are spread over the sending copy's
+  // devices (one each between split groups of one width), not all made by its first.
   void transfers(ir::InstrKind kind, int block, int op, int micro, int tensor, const char* peerKey,
                  std::vector<ir::Instr>& out) const {
     const ir::Op& o = m_.ops[op];
@@ -179,14 +181,17 @@ private:
     // Devices of one copy of the data on each side, and the copies.
     int myWidth = whole ? here.splitWidth : 1, theirWidth = whole ? there.splitWidth : 1;
     int mine = here.group / myWidth, theirs = there.group / theirWidth;
-    int myUnit = local_ / myWidth;
+    int myUnit = local_ / myWidth, myDevice = local_ % myWidth;
     bool sends = kind == ir::InstrKind::Send;
-    if (sends && local_ % myWidth != 0) return; // the copy's first device sends for it
-    // The peers of copy j: all its devices when this rank sends, its first when it receives.
+    // The peers of copy j: when this rank sends, the devices whose index is this one's
+    // modulo this copy's width; when it receives, the one device it receives from.
     auto peers = [&](int j) {
       std::vector<int> ranks;
-      for (int s = 0; s < (sends ? theirWidth : 1); ++s)
-        ranks.push_back(m_.mesh.rank(replica_, peerStage, j * theirWidth + s));
+      if (!sends)
+        ranks.push_back(m_.mesh.rank(replica_, peerStage, j * theirWidth + myDevice % theirWidth));
+      else
+        for (int s = myDevice; s < theirWidth; s += myWidth)
+          ranks.push_back(m_.mesh.rank(replica_, peerStage, j * theirWidth + s));
       return ranks;
     };
     ir::Instr in{kind, op, micro, -1};

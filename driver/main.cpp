@@ -3,6 +3,7 @@
 #include "driver/Launch.h"
 #include "driver/NumericOptions.h"
 #include "driver/Repl.h"
+#include "driver/Search.h"
 #include "interp/Calibrate.h"
 #include "interp/MemoryFit.h"
 #include "interp/Trainer.h"
@@ -374,6 +375,15 @@ int main(int argc, char** argv) {
   planCmd->add_option("--cluster", cluster,
                       "also predict the step on this cluster: dgx-a100, dgx-h100, here (this "
                       "machine, after `epl calibrate`) or a JSON file (docs/cluster.md)");
+  bool search = false;
+  planCmd
+      ->add_flag("--search", search,
+                 "with --cluster: try every micro_batches, schedule, zero and recompute, and "
+                 "print the fastest that fit and the script's diff")
+      ->needs("--cluster")
+      ->excludes("--json")
+      ->excludes("--rank")
+      ->excludes("--ir");
 
   Common runArgs;
   runArgs.np = 1;
@@ -497,6 +507,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (search)
+    return epl::driver::searchPolicy(planArgs.script, planOptions(planArgs), *machines, std::cout);
   auto m = plan(planArgs, session);
   if (!m) return 1;
   if (!svgDir.empty() && !writeSvgs(*m, svgDir)) return 1;

@@ -25,10 +25,11 @@ namespace {
 
 // One rank's step, costed.
 struct RankCost {
-  double compute = 0;   // forward, recomputed and backward ops, all micro-batches
-  double reduction = 0; // gradient buckets and ZeRO-3 gathers
-  double split = 0;     // split regions' collectives
-  double transfers = 0; // sends to other stages
+  double compute = 0;        // forward, recomputed and backward ops, all micro-batches
+  double reduction = 0;      // gradient buckets, and ZeRO-3's gathers for the backward
+  double forwardGathers = 0; // ZeRO-3's gathers for the forward
+  double split = 0;          // split regions' collectives
+  double transfers = 0;      // sends to other stages
   double optimizer = 0;
   double backward = 0; // the part of `compute` the reduction can overlap
   double flops = 0;
@@ -97,7 +98,7 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c) {
                              : ringAllReduceSeconds(bytes, b.ranks, link);
     } else if (in.kind == InstrKind::GatherStart) {
       const GradBucket& b = m.buckets[in.bucket];
-      r.reduction +=
+      (in.use == 0 ? r.forwardGathers : r.reduction) +=
           ringHalfSeconds(static_cast<double>(b.bytes), b.ranks, spreadLink(c, np, b.ranks));
     } else if (in.kind == InstrKind::Send) {
       const Link& link = m.mesh.replicaSize > c.devicesPerNode ? c.interNode : c.intraNode;
@@ -115,6 +116,12 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c) {
   }
   // The optimizer reads and writes each parameter, its gradient and its states once.
   r.optimizer = 2.0 * static_cast<double>(p.paramBytes + p.gradBytes + p.optimizerBytes) / memory;
+  // ZeRO stages 1 and 2: then every rank's updated slice of the parameters goes to every
+  // rank of its domain (Executor::gatherParams), an all-gather in f32 after the update.
+  if (m.zeroApplies() && !m.zeroShardsParams())
+    for (const Module::ZeroSlice& z : m.zeroSlices(p))
+      r.optimizer += ringHalfSeconds(static_cast<double>(z.bytes) * z.ranks, z.ranks,
+                                     spreadLink(c, np, z.ranks));
   return r;
 }
 
@@ -165,13 +172,17 @@ Prediction predict(const Module& m, const Cluster& c) {
   out.compute = busiest->compute;
   // The gradient reduction: overlapped with the backward (each bucket as soon as its
   // gradients are final), or after it.
-  double reduction = 0, hidden = 0;
+  // ZeRO-3's gathers for the forward start a block ahead, so the forward hides what it can
+  // of them.
+  double reduction = 0, hidden = 0, gathers = 0, forward = 0;
   for (const RankCost& k : ranks) {
     reduction = std::max(reduction, k.reduction);
     hidden = std::max(hidden, m.policy.overlapComm ? k.backward : 0.0);
+    gathers = std::max(gathers, k.forwardGathers);
+    forward = std::max(forward, k.compute - k.backward);
   }
-  out.gradientReduction = reduction;
-  out.exposedReduction = std::max(0.0, reduction - hidden);
+  out.gradientReduction = reduction + gathers;
+  out.exposedReduction = std::max(0.0, reduction - hidden) + std::max(0.0, gathers - forward);
   out.stepSeconds = pipeline + out.exposedReduction + out.optimizer;
   double batch = static_cast<double>(m.train.batch);
   out.samplesPerSecond = batch / out.stepSeconds;

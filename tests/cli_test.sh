@@ -46,6 +46,23 @@ expect 2 "--ir excludes --json" -- plan "$src/examples/gpt_char.epl" --json --ir
 expect 0 "predicted on dgx-h100 (H100-SXM5-80GB" -- plan "$src/examples/gpt_char.epl" -np 8 --cluster dgx-h100
 expect 0 "compute per rank (matrix-product FLOPs a step" -- plan "$src/examples/gpt_char.epl" -np 8
 expect 2 "error: --cluster: no cluster \`dgx-a1000\`: not a built-in one (dgx-a100, dgx-h100)" -- plan "$src/examples/gpt_char.epl" --cluster dgx-a1000
+# --search: the winner's diff applies with patch, plans to the step the search printed,
+# and a search of the patched script keeps its settings.
+expect 2 "--search requires --cluster" -- plan "$src/examples/gpt_char.epl" --search
+searched=$(mktemp -d)
+cp "$src/examples/gpt_char.epl" "$searched/"
+found=$(cd "$searched" && "$epl" plan gpt_char.epl -np 8 --cluster dgx-a100 --search)
+best=$(grep -o '^  1\. step [^,]*' <<<"$found" | sed 's/^  1\. step //')
+if (cd "$searched" && sed -n '/^--- /,$p' <<<"$found" | patch -s -p0) && [ -n "$best" ]; then
+  passed=$((passed + 1))
+  expect 0 "step $best:" -- plan "$searched/gpt_char.epl" -np 8 --cluster dgx-a100
+  expect 0 "the script's settings are the fastest." -- plan "$searched/gpt_char.epl" -np 8 --cluster dgx-a100 --search
+else
+  echo "FAIL: epl plan --search: no best step, or its diff does not apply:"
+  echo "$found" | head -30
+  failures=$((failures + 1))
+fi
+rm -rf "$searched"
 # `epl calibrate` measures this machine (two ranks under mpirun for the link) and
 # `--cluster here` predicts with what it wrote.
 here=$(mktemp -d)

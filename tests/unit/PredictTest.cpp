@@ -88,6 +88,24 @@ TEST_CASE("a data-parallel step: each rank's products at its rate, the all-reduc
   CHECK(p.mfu == Approx(3 * m->forwardFlopsPerSample() * 8 / p.stepSeconds / (2 * 1e9)));
 }
 
+TEST_CASE("ZeRO stages 1 and 2 gather the updated parameters after the optimizer; 3 does not") {
+  Link link{1e6, 1e-3};
+  Cluster c = computeBound(1e9, link); // memory so fast that only the gather takes time
+  auto optimizer = [&](const char* zero) {
+    std::string text = std::string(epl::testing::kOneStage) + "policy { zero = " + zero + " }\n";
+    auto m = epl::testing::planned("zero.epl", text, 2);
+    REQUIRE(m);
+    return epl::ir::predict(*m, c).optimizer;
+  };
+  CHECK(optimizer("0") == Approx(0).margin(1e-12));
+  // linear(x, 4) on 8 inputs: 36 f32 parameters, 144 bytes, in two slices of 72 that are
+  // 64-byte aligned: 128 each, and the gather sends them whole.
+  double gather = epl::ir::ringHalfSeconds(2 * 128, 2, link);
+  CHECK(optimizer("1") == Approx(gather));
+  CHECK(optimizer("2") == Approx(gather));
+  CHECK(optimizer("3") == Approx(0).margin(1e-12));
+}
+
 TEST_CASE("a pipeline's step is its slowest stage's micro-batches over the schedule's busy share") {
   Cluster c = computeBound(1e9, Link{1e12, 1e-12});
   auto m = epl::testing::planned("two.epl", epl::testing::kTwoStages, 2);

@@ -1,0 +1,19 @@
+// `epl plan --cluster C --search`: the policy settings a script's layout runs best with on C.
+#pragma once
+#include "ir/Cluster.h"
+#include "lib/Epl.h"
+
+#include <ostream>
+#include <string>
+
+namespace epl::driver {
+
+// Plans the script under every combination of micro_batches, schedule (with a pipeline),
+// zero (with data parallelism) and recompute, predicts each on `cluster`, and prints the
+// fastest that fit the device's memory, why the others lost, and the winner's settings as
+// --set options and as a diff of the script. The layout (replicate/split blocks, -np) is
+// the script's. 0, or 1 when no candidate plans or fits.
+int searchPolicy(const std::string& script, const PlanOptions& base, const ir::Cluster& cluster,
+                 std::ostream& out);
+
+} // namespace epl::driver

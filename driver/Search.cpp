@@ -104,12 +104,6 @@ std::string describe(const std::vector<Setting>& s) {
   return text;
 }
 
-std::string seconds(double s) {
-  if (s >= 1) return fmt::format("{:.3g} s", s);
-  if (s >= 1e-3) return fmt::format("{:.3g} ms", s * 1e3);
-  return fmt::format("{:.3g} us", s * 1e6);
-}
-
 // The part of a step where a slower plan loses most against the best one.
 std::string lostOn(const ir::Prediction& p, const ir::Prediction& best) {
   const std::pair<const char*, double> parts[] = {
@@ -300,7 +294,7 @@ int searchPolicy(const std::string& script, const PlanOptions& base, const ir::C
             ? fmt::format("{} tokens/s", withCommas(static_cast<int64_t>(p.tokensPerSecond)))
             : fmt::format("{:.4g} samples/s", p.samplesPerSecond);
     out << fmt::format("  {}. step {}, {}, MFU {:.1f}%, largest rank {}: {}{}\n", i + 1,
-                       seconds(p.stepSeconds), rate, 100 * p.mfu, formatBytes(p.peakBytes),
+                       formatSeconds(p.stepSeconds), rate, 100 * p.mfu, formatBytes(p.peakBytes),
                        describe(ranked[i]->settings),
                        ranked[i] == &script0 ? " (the script's)" : "");
   }
@@ -333,7 +327,7 @@ int searchPolicy(const std::string& script, const PlanOptions& base, const ir::C
   }
   if (script0.fits())
     out << fmt::format("  the script's settings: step {} ({:.2f}x the best)\n",
-                       seconds(script0.predicted.stepSeconds),
+                       formatSeconds(script0.predicted.stepSeconds),
                        script0.predicted.stepSeconds / best.predicted.stepSeconds);
   std::vector<Setting> changes;
   std::string sets;

@@ -198,16 +198,6 @@ Prediction predict(const Module& m, const Cluster& c) {
   return out;
 }
 
-namespace {
-
-std::string seconds(double s) {
-  if (s >= 1) return fmt::format("{:.3g} s", s);
-  if (s >= 1e-3) return fmt::format("{:.3g} ms", s * 1e3);
-  return fmt::format("{:.3g} us", s * 1e6);
-}
-
-} // namespace
-
 void printPrediction(const Module& m, const Prediction& p, std::ostream& out) {
   out << fmt::format("\npredicted on {} ({}; docs/cluster.md has the model):\n", p.cluster,
                      p.device);
@@ -220,26 +210,27 @@ void printPrediction(const Module& m, const Prediction& p, std::ostream& out) {
           ? fmt::format("{} tokens/s", withCommas(static_cast<int64_t>(p.tokensPerSecond)))
           : fmt::format("{:.4g} samples/s", p.samplesPerSecond);
   out << fmt::format("  step {}: {}, {:.1f} TFLOP/s per device, MFU {:.1f}%\n",
-                     seconds(p.stepSeconds), rate, p.tflopsPerDevice, 100 * p.mfu);
+                     formatSeconds(p.stepSeconds), rate, p.tflopsPerDevice, 100 * p.mfu);
   std::vector<std::string> parts;
   if (p.stageCompute.empty()) {
-    parts.push_back(fmt::format("compute {}", seconds(p.compute)));
+    parts.push_back(fmt::format("compute {}", formatSeconds(p.compute)));
   } else {
     std::vector<std::string> stages;
     for (double s : p.stageCompute)
-      stages.push_back(seconds(s));
+      stages.push_back(formatSeconds(s));
     parts.push_back(fmt::format("stages a micro-batch {} x {} micro-batches",
                                 fmt::join(stages, " / "), m.policy.microBatches));
-    parts.push_back(fmt::format("bubble {}", seconds(p.bubble)));
+    parts.push_back(fmt::format("bubble {}", formatSeconds(p.bubble)));
   }
   if (p.splitCommunication > 0)
-    parts.push_back(fmt::format("split collectives {}", seconds(p.splitCommunication)));
+    parts.push_back(fmt::format("split collectives {}", formatSeconds(p.splitCommunication)));
   if (p.stageTransfers > 0)
-    parts.push_back(fmt::format("stage transfers {}", seconds(p.stageTransfers)));
+    parts.push_back(fmt::format("stage transfers {}", formatSeconds(p.stageTransfers)));
   if (p.gradientReduction > 0)
     parts.push_back(fmt::format("gradient reduction {} ({} not hidden by the backward)",
-                                seconds(p.gradientReduction), seconds(p.exposedReduction)));
-  parts.push_back(fmt::format("optimizer {}", seconds(p.optimizer)));
+                                formatSeconds(p.gradientReduction),
+                                formatSeconds(p.exposedReduction)));
+  parts.push_back(fmt::format("optimizer {}", formatSeconds(p.optimizer)));
   out << fmt::format("  parts: {}\n", fmt::join(parts, "; "));
   if (p.peakBytes > p.deviceBytes)
     out << fmt::format(

@@ -72,4 +72,10 @@ std::string formatFlops(double flops) {
   return threeDigits(flops, units, 7, 1000.0);
 }
 
+std::string formatSeconds(double s) {
+  if (s >= 1) return fmt::format("{:.3g} s", s);
+  if (s >= 1e-3) return fmt::format("{:.3g} ms", s * 1e3);
+  return fmt::format("{:.3g} us", s * 1e6);
+}
+
 } // namespace epl

@@ -19,4 +19,7 @@ std::string formatBytes(double bytes);
 // Floating-point operations alike: "31.4 GFLOP", "7.70 TFLOP".
 std::string formatFlops(double flops);
 
+// A time to three significant digits in s, ms or us: "3.31 ms".
+std::string formatSeconds(double seconds);
+
 } // namespace epl

@@ -10,12 +10,16 @@
 #include "support/Text.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <fmt/format.h>
+#include <functional>
 #include <iostream>
 #include <map>
+#include <set>
 #include <sstream>
+#include <thread>
 #include <tuple>
 
 namespace epl::driver {
@@ -27,8 +31,9 @@ struct Setting {
 };
 
 struct Candidate {
-  std::vector<Setting> settings;
-  std::string error; // the first error of a plan that failed
+  std::vector<Setting> layout;   // the layout knobs' values (Module::layoutKnobs)
+  std::vector<Setting> settings; // the policy keys' values
+  std::string error;             // the first error of a plan that failed
   ir::Prediction predicted;
   bool planned = false;
   bool fits() const {
@@ -175,7 +180,8 @@ std::vector<std::string> edited(const std::vector<std::string>& lines, const ir:
   return out;
 }
 
-// One hunk from the first changed line to the last, with a line of context each side.
+// One hunk from the first changed line to the last, with a line of context each side; the
+// lines between that did not change (a longest common subsequence) are context too.
 void printDiff(const std::string& path, const std::vector<std::string>& before,
                const std::vector<std::string>& after, std::ostream& out) {
   size_t head = 0;
@@ -192,12 +198,27 @@ void printDiff(const std::string& path, const std::vector<std::string>& before,
   out << fmt::format("@@ -{},{} +{},{} @@\n", from + 1, toBefore - from, from + 1, toAfter - from);
   for (size_t i = from; i < head; ++i)
     out << " " << before[i] << "\n";
-  for (size_t i = head; i < tailBefore; ++i)
-    out << "-" << before[i] << "\n";
-  for (size_t i = head; i < tailAfter; ++i)
-    out << "+" << after[i] << "\n";
-  for (size_t i = tailBefore; i < toBefore; ++i)
-    out << " " << before[i] << "\n";
+  // common[i][j]: the longest common subsequence of before[head + i..] and after[head + j..].
+  size_t n = tailBefore - head, k = tailAfter - head;
+  std::vector<std::vector<int>> common(n + 1, std::vector<int>(k + 1, 0));
+  for (size_t i = n; i-- > 0;)
+    for (size_t j = k; j-- > 0;)
+      common[i][j] = before[head + i] == after[head + j]
+                         ? common[i + 1][j + 1] + 1
+                         : std::max(common[i + 1][j], common[i][j + 1]);
+  size_t i = 0, j = 0;
+  while (i < n || j < k) {
+    if (i < n && j < k && before[head + i] == after[head + j]) {
+      out << " " << before[head + i] << "\n";
+      ++i, ++j;
+    } else if (j == k || (i < n && common[i + 1][j] >= common[i][j + 1])) {
+      out << "-" << before[head + i++] << "\n";
+    } else {
+      out << "+" << after[head + j++] << "\n";
+    }
+  }
+  for (size_t t = tailBefore; t < toBefore; ++t)
+    out << " " << before[t] << "\n";
 }
 
 std::vector<std::string> splitLines(const std::string& text) {
@@ -210,11 +231,98 @@ std::vector<std::string> splitLines(const std::string& text) {
 
 } // namespace
 
+namespace {
+
+// A layout (the knobs' values) and the plans tried with it.
+struct Layout {
+  std::vector<Setting> knobs; // in Module::layoutKnobs order
+  std::map<std::pair<uint32_t, uint32_t>, int64_t> literals;
+  double best = 0;                          // its fastest plan that fits, 0 when none
+  std::vector<std::vector<Setting>> policy; // the policy's choices (its micro-batch counts)
+};
+
+// "stages", or "split width (line 14)" for a width written in its block.
+std::string knobName(const ir::LayoutKnob& k) {
+  if (!k.let.empty()) return k.let;
+  return fmt::format("{} (line {})",
+                     k.kind == ir::LayoutKnob::Kind::Stages ? "stage repeat" : "split width",
+                     k.loc.line);
+}
+
+// The values tried for each knob, the script's first: pipeline depths of powers of two up
+// to the device count, split widths of powers of two up to a node (tensor parallelism
+// stays inside a node, where the links are fast).
+std::vector<Layout> layouts(const ir::Module& m, const ir::Cluster& cluster) {
+  std::vector<Layout> out{{}};
+  for (const ir::LayoutKnob& k : m.layoutKnobs) {
+    bool stages = k.kind == ir::LayoutKnob::Kind::Stages;
+    int64_t limit = stages ? std::min<int64_t>(m.mesh.np, 256) : cluster.devicesPerNode;
+    std::vector<int64_t> values{k.value};
+    for (int64_t v = 1; v <= limit; v *= 2)
+      if (v != k.value) values.push_back(v);
+    std::vector<Layout> next;
+    for (const Layout& prefix : out)
+      for (int64_t v : values) {
+        Layout l = prefix;
+        l.knobs.push_back({knobName(k), std::to_string(v)});
+        l.literals[{k.loc.line, k.loc.col}] = v;
+        next.push_back(std::move(l));
+      }
+    out = std::move(next);
+  }
+  return out;
+}
+
+// Runs fn(0), …, fn(n - 1) on the machine's cores, each once.
+void forEachParallel(size_t n, const std::function<void(size_t)>& fn) {
+  size_t threads = std::min<size_t>(std::max(std::thread::hardware_concurrency(), 1u), n);
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  for (size_t t = 0; t < threads; ++t)
+    pool.emplace_back([&] {
+      for (size_t i = next++; i < n; i = next++)
+        fn(i);
+    });
+  for (std::thread& t : pool)
+    t.join();
+}
+
+// Plans and predicts the script with a layout and policy settings; the first plan of a
+// layout also gives the layout's policy choices (its micro-batch counts).
+Candidate planCandidate(const std::string& script, const PlanOptions& base, Layout& layout,
+                        std::vector<Setting> settings, const ir::Cluster& machines) {
+  Candidate c;
+  c.layout = layout.knobs;
+  c.settings = std::move(settings);
+  PlanOptions options = base;
+  options.printAfter.clear();
+  options.timePasses = false;
+  options.passOutput = nullptr;
+  options.costOnly = true;
+  options.literalValues = layout.literals;
+  for (const Setting& s : c.settings)
+    options.overrides.push_back(fmt::format("policy.{}={}", s.key, s.value));
+  Session attempt;
+  std::optional<ir::Module> m = planFile(script, attempt, options);
+  if (m) {
+    c.planned = true;
+    c.predicted = ir::predict(*m, machines);
+    if (layout.policy.empty()) layout.policy = choices(*m);
+  } else if (!attempt.diags.all().empty()) {
+    c.error = attempt.diags.all()[0].message;
+  }
+  return c;
+}
+
+} // namespace
+
 int searchPolicy(const std::string& script, const PlanOptions& base, const ir::Cluster& cluster,
                  std::ostream& out) {
   auto start = std::chrono::steady_clock::now();
   Session session;
-  std::optional<ir::Module> first = planFile(script, session, base);
+  PlanOptions firstOptions = base;
+  firstOptions.costOnly = true;
+  std::optional<ir::Module> first = planFile(script, session, firstOptions);
   if (!first) {
     session.diags.print(std::cerr, false);
     return 1;
@@ -225,28 +333,65 @@ int searchPolicy(const std::string& script, const PlanOptions& base, const ir::C
   }
   ir::Cluster machines = cluster.forRanks(first->mesh.np);
   std::vector<std::vector<Setting>> keys = choices(*first);
+  std::vector<Setting> scriptSettings;
+  for (const std::vector<Setting>& values : keys)
+    scriptSettings.push_back(values[0]);
+  std::vector<Layout> shapes = layouts(*first, cluster);
   std::vector<Candidate> candidates;
-  for (std::vector<Setting>& settings : combinations(keys)) {
-    Candidate c;
-    c.settings = std::move(settings);
-    PlanOptions options = base;
-    options.printAfter.clear();
-    options.timePasses = false;
-    options.passOutput = nullptr;
-    for (const Setting& s : c.settings)
-      options.overrides.push_back(fmt::format("policy.{}={}", s.key, s.value));
-    Session attempt;
-    std::optional<ir::Module> m = planFile(script, attempt, options);
-    if (m) {
-      c.planned = true;
-      c.predicted = ir::predict(*m, machines);
-    } else if (!attempt.diags.all().empty()) {
-      c.error = attempt.diags.all()[0].message;
+  // Every layout with the script's policy and each micro-batch count its data-parallel
+  // width allows (a deeper pipeline wants more), each layout on a core of its own.
+  std::vector<std::vector<Candidate>> byLayout(shapes.size());
+  forEachParallel(shapes.size() - 1, [&](size_t k) {
+    Layout& layout = shapes[k + 1];
+    std::vector<Candidate>& tried = byLayout[k + 1];
+    std::vector<Setting> settings = scriptSettings;
+    tried.push_back(planCandidate(script, base, layout, settings, machines));
+    if (!tried.back().planned) {
+      settings[0].value = "1";
+      tried.push_back(planCandidate(script, base, layout, settings, machines));
     }
+    if (!tried.back().planned) return;
+    for (const Setting& micro : std::vector<Setting>(layout.policy.at(0)))
+      if (micro.value != settings[0].value) {
+        settings[0] = micro;
+        tried.push_back(planCandidate(script, base, layout, settings, machines));
+      }
+  });
+  std::set<std::string> tried;
+  for (size_t i = 1; i < shapes.size(); ++i)
+    for (Candidate& c : byLayout[i]) {
+      if (c.fits() && (shapes[i].best == 0 || c.predicted.stepSeconds < shapes[i].best))
+        shapes[i].best = c.predicted.stepSeconds;
+      tried.insert(describe(c.layout) + "|" + describe(c.settings));
+      candidates.push_back(std::move(c));
+    }
+  size_t layoutPlans = candidates.size();
+  // Then every policy for the script's layout and the two fastest others.
+  shapes[0].policy = keys;
+  std::vector<Layout*> refine{&shapes[0]};
+  std::vector<Layout*> others;
+  for (size_t i = 1; i < shapes.size(); ++i)
+    if (shapes[i].best > 0) others.push_back(&shapes[i]);
+  std::stable_sort(others.begin(), others.end(),
+                   [](const Layout* a, const Layout* b) { return a->best < b->best; });
+  for (size_t i = 0; i < others.size() && i < 2; ++i)
+    refine.push_back(others[i]);
+  std::vector<std::pair<Layout*, std::vector<Setting>>> jobs;
+  for (Layout* layout : refine)
+    for (std::vector<Setting>& settings : combinations(layout->policy))
+      if (!tried.count(describe(layout->knobs) + "|" + describe(settings)))
+        jobs.push_back({layout, std::move(settings)});
+  std::vector<Candidate> refined(jobs.size());
+  forEachParallel(jobs.size(), [&](size_t k) {
+    refined[k] = planCandidate(script, base, *jobs[k].first, jobs[k].second, machines);
+  });
+  for (Candidate& c : refined)
     candidates.push_back(std::move(c));
-  }
   double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const Candidate& script0 = candidates[0]; // the script's own settings come first
+  const Candidate& script0 = *std::find_if(candidates.begin(), candidates.end(), [&](auto& c) {
+    return describe(c.layout) == describe(shapes[0].knobs) &&
+           describe(c.settings) == describe(scriptSettings);
+  });
   std::vector<const Candidate*> ranked;
   for (const Candidate& c : candidates)
     if (c.fits()) ranked.push_back(&c);
@@ -255,33 +400,49 @@ int searchPolicy(const std::string& script, const PlanOptions& base, const ir::C
   double fastest = 0;
   for (const Candidate* c : ranked)
     if (fastest == 0 || c->predicted.stepSeconds < fastest) fastest = c->predicted.stepSeconds;
+  auto changed = [&](const Candidate& c) {
+    std::vector<Setting> out;
+    for (size_t k = 0; k < c.layout.size(); ++k)
+      if (c.layout[k].value != script0.layout[k].value) out.push_back(c.layout[k]);
+    for (size_t k = 0; k < c.settings.size(); ++k)
+      if (c.settings[k].value != script0.settings[k].value) out.push_back(c.settings[k]);
+    return out;
+  };
   auto rank = [&](const Candidate* c) {
-    int changes = 0;
-    for (size_t k = 0; k < c->settings.size(); ++k)
-      changes += c->settings[k].value != script0.settings[k].value;
     return std::make_tuple(
-        std::floor(std::log(c->predicted.stepSeconds / fastest) / std::log(1.01)), changes,
-        c->predicted.peakBytes);
+        std::floor(std::log(c->predicted.stepSeconds / fastest) / std::log(1.01)),
+        changed(*c).size(), c->predicted.peakBytes);
   };
   std::stable_sort(ranked.begin(), ranked.end(),
                    [&](const Candidate* a, const Candidate* b) { return rank(a) < rank(b); });
 
-  std::string tried;
+  std::string what;
   for (const std::vector<Setting>& values : keys)
-    tried += fmt::format("{}{} ({})", tried.empty() ? "" : " x ", values[0].key, values.size());
-  out << fmt::format("\nsearch on {} at -np {}: {} plans of {}, in {:.1f} s\n", cluster.name,
-                     first->mesh.np, candidates.size(), tried, took);
+    what += fmt::format("{}{} ({})", what.empty() ? "" : " x ", values[0].key, values.size());
+  if (shapes.size() > 1) {
+    std::string knobs;
+    for (const Setting& k : shapes[0].knobs)
+      knobs += (knobs.empty() ? "" : " x ") + k.key;
+    out << fmt::format("\nsearch on {} at -np {}: {} plans in {:.1f} s: {} layouts of {} with "
+                       "the script's policy and each micro_batches ({} plans), then {} for the "
+                       "script's layout and the {} fastest others\n",
+                       cluster.name, first->mesh.np, candidates.size(), took, shapes.size(), knobs,
+                       layoutPlans, what, refine.size() - 1);
+  } else {
+    out << fmt::format("\nsearch on {} at -np {}: {} plans of {}, in {:.1f} s\n", cluster.name,
+                       first->mesh.np, candidates.size(), what, took);
+  }
   if (ranked.empty()) {
     double smallest = 0;
     for (const Candidate& c : candidates)
       if (c.planned && (smallest == 0 || c.predicted.peakBytes < smallest))
         smallest = c.predicted.peakBytes;
     out << "  no plan fits: "
-        << (smallest > 0 ? fmt::format("the smallest needs {} on its largest rank, the device "
-                                       "has {}",
-                                       formatBytes(smallest),
-                                       formatBytes(candidates[0].predicted.deviceBytes))
-                         : "none planned (" + candidates[0].error + ")")
+        << (smallest > 0
+                ? fmt::format("the smallest needs {} on its largest rank, the device "
+                              "has {}",
+                              formatBytes(smallest), formatBytes(script0.predicted.deviceBytes))
+                : "none planned (" + script0.error + ")")
         << "\n";
     return 1;
   }
@@ -293,10 +454,11 @@ int searchPolicy(const std::string& script, const PlanOptions& base, const ir::C
         p.tokensPerSecond > 0
             ? fmt::format("{} tokens/s", withCommas(static_cast<int64_t>(p.tokensPerSecond)))
             : fmt::format("{:.4g} samples/s", p.samplesPerSecond);
+    std::string settings = describe(ranked[i]->layout);
+    settings += (settings.empty() ? "" : ", ") + describe(ranked[i]->settings);
     out << fmt::format("  {}. step {}, {}, MFU {:.1f}%, largest rank {}: {}{}\n", i + 1,
                        formatSeconds(p.stepSeconds), rate, 100 * p.mfu, formatBytes(p.peakBytes),
-                       describe(ranked[i]->settings),
-                       ranked[i] == &script0 ? " (the script's)" : "");
+                       settings, ranked[i] == &script0 ? " (the script's)" : "");
   }
   // Why the others lost.
   int memory = 0, failed = 0;
@@ -336,11 +498,27 @@ int searchPolicy(const std::string& script, const PlanOptions& base, const ir::C
       changes.push_back(best.settings[k]);
       sets += fmt::format(" --set policy.{}={}", best.settings[k].key, best.settings[k].value);
     }
-  out << "  to run the best:" << sets << "\n  or apply to the script:\n";
+  std::vector<std::pair<ir::LayoutKnob, int64_t>> relaid;
+  for (size_t k = 0; k < best.layout.size(); ++k)
+    if (best.layout[k].value != script0.layout[k].value)
+      relaid.push_back({first->layoutKnobs[k], std::stoll(best.layout[k].value)});
+  if (relaid.empty())
+    out << "  to run the best:" << sets << "\n  or apply to the script:\n";
+  else
+    out << "  to run the best, apply to the script (the layout is the script's text):\n";
   FileText text = readFilePrefix(script, size_t{16} << 20);
   std::vector<std::string> lines = splitLines(text.text);
+  // The layout's numbers first, right to left on a line so that the columns hold, then the
+  // policy's lines (which may add lines).
+  std::sort(relaid.begin(), relaid.end(), [](const auto& a, const auto& b) {
+    return std::make_pair(a.first.loc.line, b.first.loc.col) <
+           std::make_pair(b.first.loc.line, a.first.loc.col);
+  });
+  std::vector<std::string> relaidLines = lines;
+  for (const auto& [knob, value] : relaid)
+    relaidLines.at(knob.loc.line - 1).replace(knob.loc.col - 1, knob.length, std::to_string(value));
   std::vector<Setting> byHand;
-  std::vector<std::string> after = edited(lines, first->policy, changes, byHand);
+  std::vector<std::string> after = edited(relaidLines, first->policy, changes, byHand);
   printDiff(script, lines, after, out);
   if (!byHand.empty()) out << "  and set by hand: " << describe(byHand) << "\n";
   return 0;

@@ -139,6 +139,7 @@ std::optional<ir::Module> Elaborator::run(uint32_t mainFile) {
     }
   } keepSyntax{*this};
   std::vector<uint32_t> stack;
+  mainFile_ = mainFile;
   // Keyed like resolved imports, so an import of the main script is seen as a cycle.
   std::error_code ec;
   fileIds_[std::filesystem::weakly_canonical(diags_.sources().path(mainFile), ec).string()] =
@@ -353,6 +354,31 @@ int64_t Elaborator::blockWidth(const ast::ParallelBlock& b, Frame& frame, Contex
   return w;
 }
 
+void Elaborator::noteLayoutKnob(const ast::Expr& e, ir::LayoutKnob::Kind kind, const Frame& frame,
+                                ir::Module& m) {
+  const ast::Expr* literal = nullptr;
+  std::string let;
+  if (e.kind == ast::ExprKind::Int) {
+    literal = &e;
+  } else if (e.kind == ast::ExprKind::Name && !frame.vars.count(e.text)) {
+    for (const ast::Binding& b : files_.back().lets) // the main script's
+      if (b.name == e.text && b.value->kind == ast::ExprKind::Int) {
+        literal = b.value.get();
+        let = b.name;
+      }
+  }
+  if (!literal || literal->loc.file != mainFile_) return;
+  for (const ir::LayoutKnob& k : m.layoutKnobs)
+    if (k.loc.line == literal->loc.line && k.loc.col == literal->loc.col) return;
+  ir::LayoutKnob k;
+  k.kind = kind;
+  k.let = let;
+  k.loc = literal->loc;
+  k.length = literal->length;
+  k.value = eval(*literal, globals_, nullptr).i;
+  m.layoutKnobs.push_back(k);
+}
+
 // replicate(n) { … } at the top of a model is a pipeline stage; split(n) { … } is a stage
 // when at the top, else a tensor-parallel region of the enclosing stage.
 void Elaborator::runParallel(const ast::ParallelBlock& b, Frame& frame, Context& ctx,
@@ -381,8 +407,10 @@ void Elaborator::runParallel(const ast::ParallelBlock& b, Frame& frame, Context&
     repeat = expectInt(*b.repeat, frame, &ctx, "a repeat count");
     if (repeat <= 0 || repeat > 100000)
       fail(*b.repeat, fmt::format("a repeat count must be between 1 and 100000, got {}", repeat));
+    noteLayoutKnob(*b.repeat, ir::LayoutKnob::Kind::Stages, frame, m);
   }
   int64_t width = blockWidth(b, frame, ctx);
+  if (isSplit && b.width) noteLayoutKnob(*b.width, ir::LayoutKnob::Kind::SplitWidth, frame, m);
   for (int64_t r = 0; r < repeat; ++r) {
     ir::Scope scope;
     scope.kind = ctx.topLevel ? ir::ScopeKind::Stage : ir::ScopeKind::Split;

@@ -52,6 +52,10 @@ private:
   void runParallel(const ast::ParallelBlock& b, Frame& frame, Context& ctx, bool& returned,
                    Value& result);
   int64_t blockWidth(const ast::ParallelBlock& b, Frame& frame, Context& ctx);
+  // Records `e` (a block's repeat count or split width) as a layout knob where it is a
+  // literal of the main script or names a `let` of it bound to one.
+  void noteLayoutKnob(const ast::Expr& e, ir::LayoutKnob::Kind kind, const Frame& frame,
+                      ir::Module& m);
   void checkModelResult(const ast::Function& model, const Value& v, ir::Module& m);
   // Expressions.cpp: expressions and calls.
   Value eval(const ast::Expr& e, Frame& frame, Context* ctx);
@@ -109,6 +113,7 @@ private:
   std::map<std::string, SourceLoc> globalLocs_;
   std::map<std::string, int> nameCounts_;
   size_t opBudget_ = 0;
+  uint32_t mainFile_ = 0;
 };
 
 } // namespace epl::frontend

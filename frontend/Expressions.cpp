@@ -48,6 +48,10 @@ Value Elaborator::eval(const ast::Expr& e, Frame& frame, Context* ctx) {
   using K = ast::ExprKind;
   switch (e.kind) {
   case K::Int:
+    if (e.loc.file == mainFile_ && !options_.literalValues.empty()) {
+      auto other = options_.literalValues.find({e.loc.line, e.loc.col});
+      if (other != options_.literalValues.end()) return Value::ofInt(other->second);
+    }
     return Value::ofInt(e.intValue);
   case K::Size: {
     Value v = Value::ofInt(e.intValue);

@@ -4,6 +4,7 @@
 #include "ir/Module.h"
 #include "support/Diagnostics.h"
 
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -20,6 +21,9 @@ struct FrontendOptions {
   // When set, receives the syntax tree of every file that parsed, imports first and the
   // main script last, whether or not the script has errors (editors: symbols, definitions).
   std::vector<ast::File>* syntax = nullptr;
+  // Integer literals of the main script read as other values, by (line, col): the layout
+  // search's candidates (ir::LayoutKnob).
+  std::map<std::pair<uint32_t, uint32_t>, int64_t> literalValues;
 };
 
 // Loads `path`, parses and checks it, and lowers its model (the one `train` names, or the

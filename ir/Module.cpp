@@ -138,6 +138,11 @@ int64_t Module::transferBytes(const Program& p, const Instr& in) const {
   return in.rows < 0 ? whole : whole / localShape(p, in.tensor).at(0) * in.rows;
 }
 
+int Module::ranksLike(const Program& p) const {
+  if (!costOnly) return 1;
+  return mesh.dataParallel * mesh.stages.at(static_cast<size_t>(p.stage)).group;
+}
+
 int Module::lossRanks() const {
   int n = 0;
   for (size_t r = 0; r < programs.size(); ++r)
@@ -498,13 +503,10 @@ std::vector<Module::ZeroSlice> Module::zeroSlices(const Program& p) const {
     z.pieces = pieces;
     z.ranks = p.dataRanks;
     z.rank = p.dataRank;
-    if (pieces) { // the ranks of p's stage holding the same pieces, in rank order
-      z.ranks = z.rank = 0;
-      for (const Program& o : programs)
-        if (o.stage == p.stage && o.splitRank == p.splitRank) {
-          z.rank += o.rank < p.rank;
-          ++z.ranks;
-        }
+    if (pieces) { // the ranks of p's stage holding the same pieces: a copy's in each replica
+      int copies = mesh.stages.at(static_cast<size_t>(p.stage)).group / p.splitWidth;
+      z.ranks = mesh.dataParallel * copies;
+      z.rank = p.replica * copies + p.local / p.splitWidth;
     }
     z.bytes = ((last - first + z.ranks - 1) / z.ranks + 63) / 64 * 64;
     out.push_back(z);

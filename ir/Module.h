@@ -190,6 +190,19 @@ struct GradBucket {
   bool pieces = false;
 };
 
+// A number of the main script that sets the layout: the integer literal that a top-level
+// block's `repeat` count or a `split` width is, or that the `let` it names is bound to.
+// The layout search (docs/cluster.md) tries other values in its place
+// (frontend::FrontendOptions::literalValues) and edits the winner's into the script.
+struct LayoutKnob {
+  enum class Kind { Stages, SplitWidth };
+  Kind kind = Kind::Stages;
+  std::string let; // the `let` bound to it, or "" for a literal written in the block
+  SourceLoc loc;   // the literal
+  uint32_t length = 1;
+  int64_t value = 0;
+};
+
 struct Module {
   std::string modelName;
   std::string batchSymbol; // the first dim of the model inputs
@@ -200,6 +213,7 @@ struct Module {
   std::vector<int> inputs;
   std::vector<int> outputs;
   SourceLoc loc;
+  std::vector<LayoutKnob> layoutKnobs;
   Policy policy;
   TrainConfig train;
   std::map<std::string, int64_t> bindings; // symbol values once the mesh is known
@@ -225,6 +239,13 @@ struct Module {
   };
   AutoRecompute autoRecompute;
   std::vector<Program> programs;
+  // A plan for costing only (PlanOptions::costOnly): `programs` holds one program per
+  // pipeline stage, replica 0's first device of the stage's group, each standing for every
+  // rank of its stage in every replica (they run the same ops on as many samples). Such a
+  // plan is predicted (ir/Predict.h), never run or printed rank by rank.
+  bool costOnly = false;
+  // The ranks `p` stands for: 1, or its stage's ranks in every replica in a cost-only plan.
+  int ranksLike(const Program& p) const;
 
   // amp (ampApplies, passes/Amp.cpp): the element type each tensor is stored in, by tensor
   // id: bf16 or fp16 for activations and their gradients, the tensor's own type for the

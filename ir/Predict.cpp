@@ -188,8 +188,8 @@ Prediction predict(const Module& m, const Cluster& c) {
   out.samplesPerSecond = batch / out.stepSeconds;
   out.tokensPerSecond = out.samplesPerSecond * static_cast<double>(m.tokensPerSample());
   double hardware = 0;
-  for (const RankCost& k : ranks)
-    hardware += k.flops;
+  for (size_t r = 0; r < ranks.size(); ++r)
+    hardware += ranks[r].flops * m.ranksLike(m.programs[r]);
   double np = static_cast<double>(m.mesh.np);
   out.tflopsPerDevice = hardware / np / out.stepSeconds / 1e12;
   DType compute = m.ampApplies() ? m.ampDtype() : DType::F32;

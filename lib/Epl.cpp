@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
 #include <pthread.h>
 
 #ifndef EPL_STDLIB_DIR
@@ -43,8 +44,16 @@ std::optional<ir::Module> runPasses(std::optional<ir::Module> m, Session& sessio
   pmOptions.out = options.passOutput;
   passes::PassManager pm(pmOptions);
   passes::buildPipeline(pm);
-  passes::PassContext ctx{session.diags, options.np};
+  passes::PassContext ctx{session.diags, options.np, options.costOnly};
   if (!pm.run(*m, ctx)) return std::nullopt;
+  return m;
+}
+
+// The front end runs one script at a time: the parser's generated tables are shared by
+// every parse. The passes run on any number of threads at once (the search plans in
+// parallel).
+std::mutex& frontendMutex() {
+  static std::mutex m;
   return m;
 }
 
@@ -53,6 +62,7 @@ frontend::FrontendOptions frontendOptions(const PlanOptions& options) {
   f.importPath = options.importPath;
   f.overrides = options.overrides;
   f.syntax = options.syntax;
+  f.literalValues = options.literalValues;
   f.importPath.push_back(stdlibDir());
   return f;
 }
@@ -63,8 +73,12 @@ std::optional<ir::Module> planFile(const std::string& path, Session& session,
                                    const PlanOptions& options) {
   std::optional<ir::Module> m;
   runWithLargeStack([&] {
-    m = runPasses(frontend::compileFile(path, session.diags, frontendOptions(options)), session,
-                  options);
+    std::optional<ir::Module> checked;
+    {
+      std::lock_guard<std::mutex> one(frontendMutex());
+      checked = frontend::compileFile(path, session.diags, frontendOptions(options));
+    }
+    m = runPasses(std::move(checked), session, options);
   });
   return m;
 }
@@ -73,8 +87,12 @@ std::optional<ir::Module> planText(const std::string& name, const std::string& t
                                    Session& session, const PlanOptions& options) {
   std::optional<ir::Module> m;
   runWithLargeStack([&] {
-    m = runPasses(frontend::compileText(name, text, session.diags, frontendOptions(options)),
-                  session, options);
+    std::optional<ir::Module> checked;
+    {
+      std::lock_guard<std::mutex> one(frontendMutex());
+      checked = frontend::compileText(name, text, session.diags, frontendOptions(options));
+    }
+    m = runPasses(std::move(checked), session, options);
   });
   return m;
 }

@@ -4,6 +4,7 @@
 #include "support/Diagnostics.h"
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <ostream>
 #include <set>
@@ -27,7 +28,13 @@ struct PlanOptions {
 #endif
   std::vector<std::string> importPath; // searched after the script's folder; stdlib/ is added
   std::vector<std::string> overrides;  // `policy.zero=1`, `train.steps=20` (--set)
-  std::ostream* passOutput = nullptr;  // where --print-after / --time-passes write
+  // Plan for a prediction only (Module::costOnly): one rank program per stage, so a plan
+  // for thousands of devices costs what one replica's stages cost (`epl plan --search`).
+  bool costOnly = false;
+  // Integer literals of the main script read as other values, by (line, col)
+  // (ir::LayoutKnob): how the search tries another layout.
+  std::map<std::pair<uint32_t, uint32_t>, int64_t> literalValues;
+  std::ostream* passOutput = nullptr; // where --print-after / --time-passes write
   // When set, receives the syntax of every file that parsed (editors: symbols, definitions).
   std::vector<ast::File>* syntax = nullptr;
 };

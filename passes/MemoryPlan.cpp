@@ -465,8 +465,16 @@ private:
                                          const Arena& arena) {
     size_t tensors = arena.ids, n = p.step.size();
     int micros = p.microBatches;
-    std::vector<std::vector<int>> first(micros, std::vector<int>(tensors, -1)),
-        last(micros, std::vector<int>(tensors, -1));
+    // The tensors this program touches, numbered in order (a pipeline stage's are a small
+    // part of the model's): first and last touches are kept for them alone.
+    std::vector<int> index(tensors, -1);
+    int used = 0;
+    for (const ir::Instr& in : p.step)
+      arena.touches(m, in, [&](int t) {
+        if (index[t] < 0) index[t] = used++;
+      });
+    std::vector<std::vector<int>> first(micros, std::vector<int>(used, -1)),
+        last(micros, std::vector<int>(used, -1));
     // Instructions of a micro-batch touching the arena before position i, and for such an
     // instruction, how many of its own micro-batch came before it: so `alone` below costs
     // O(1) a tensor and micro-batch, and the whole check O(steps + micros x tensors).
@@ -483,8 +491,9 @@ private:
           pinned[t] = 1;
           return;
         }
-        if (first[micro][t] < 0) first[micro][t] = static_cast<int>(i);
-        last[micro][t] = static_cast<int>(i);
+        int u = index[t];
+        if (first[micro][u] < 0) first[micro][u] = static_cast<int>(i);
+        last[micro][u] = static_cast<int>(i);
       });
       if (in.kind == ir::InstrKind::Send) pinned[in.tensor] = 1;
       all[i + 1] = all[i] + (touched && micro >= 0);
@@ -493,11 +502,12 @@ private:
     if (!m.outputs.empty()) pinned[m.outputs[0]] = 1;
     std::vector<char> shared(tensors, 0);
     for (size_t t = 0; t < tensors; ++t) {
-      if (pinned[t] || first[0][t] < 0) continue;
+      int u = index[t];
+      if (pinned[t] || u < 0 || first[0][u] < 0) continue;
       bool alone = true;
       for (int k = 0; k < micros && alone; ++k) {
-        if (first[k][t] < 0) continue;
-        int a = first[k][t], b = last[k][t];
+        if (first[k][u] < 0) continue;
+        int a = first[k][u], b = last[k][u];
         alone = all[b + 1] - all[a] == ordinal[b] + 1 - ordinal[a];
       }
       shared[t] = alone;

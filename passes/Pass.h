@@ -14,6 +14,8 @@ namespace epl::passes {
 struct PassContext {
   Diagnostics& diags;
   int np = 0; // devices requested; 0 means "one model replica"
+  // Build one program per stage and skip the communication check (Module::costOnly).
+  bool costOnly = false;
 };
 
 class Pass {

@@ -91,10 +91,17 @@ public:
       const ir::Op& op = m.ops[i];
       if (op.phase == ir::Phase::Optimizer) continue;
       auto& byBlock = ops_[ir::inBackwardPass(op.phase) ? 1 : 0];
-      for (size_t b = 0; b < blocks; ++b)
-        if (op.kind == ir::OpKind::SendRecv ? roleOn(op, static_cast<int>(b)) != Role::None
-                                            : op.stage == static_cast<int>(b))
-          byBlock[b].push_back(static_cast<int>(i));
+      auto add = [&](int64_t b) {
+        if (b >= 0 && b < static_cast<int64_t>(blocks))
+          byBlock[static_cast<size_t>(b)].push_back(static_cast<int>(i));
+      };
+      if (op.kind != ir::OpKind::SendRecv) {
+        add(op.stage);
+        continue;
+      }
+      int64_t from = ir::intAttr(op.attrs, "from_stage"), to = ir::intAttr(op.attrs, "to_stage");
+      add(from); // its sending block and its receiving one (roleOn)
+      if (to != from) add(to);
     }
   }
 
@@ -337,14 +344,15 @@ std::vector<ir::Program> pipelinePrograms(const ir::Module& m) {
   EPL_ASSERT(ir::scheduleRequirement(schedule, shape).empty(),
              "mesh-assignment accepted a schedule that cannot order this pipeline");
   std::vector<ir::Program> out;
-  for (int r = 0; r < mesh.dataParallel; ++r)
+  for (int r = 0; r < (m.costOnly ? 1 : mesh.dataParallel); ++r)
     for (int s = 0; s < depth; ++s)
-      for (int local = 0; local < mesh.stages[s].group; ++local) {
+      for (int local = 0; local < (m.costOnly ? 1 : mesh.stages[s].group); ++local) {
         StageProgram stage(m, r, local);
         int group = mesh.stages[s].group; // every chunk's block of this position has it
         ir::Program p;
         p.rank = mesh.rank(r, s, local);
-        EPL_ASSERT(p.rank == static_cast<int>(out.size()), "programs are in rank order");
+        EPL_ASSERT(m.costOnly || p.rank == static_cast<int>(out.size()),
+                   "programs are in rank order");
         p.stage = s;
         p.stages = depth;
         p.replica = r;

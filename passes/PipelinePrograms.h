@@ -12,6 +12,7 @@ namespace epl::passes {
 // One program per rank (Mesh::rank(replica, stage, device of the stage's group)) for a plan
 // with several stages that Mesh::pipelineRefusal() accepts, ordered by the policy's
 // schedule; each stage's gradient buckets are summed over its ranks in every replica.
+// A cost-only plan (Module::costOnly) gets each stage's first rank of replica 0 alone.
 std::vector<ir::Program> pipelinePrograms(const ir::Module& m);
 
 // The gradient reductions of the stage at `position` (0 without a pipeline) in a step

@@ -23,6 +23,9 @@
 //
 // Every plan with programs of several ranks then goes through the communication check
 // (ir/StreamCheck.h): the programs are built to fit, so a problem is a compiler bug.
+// A plan for costing only (PassContext::costOnly, Module::costOnly) gets the program of
+// each stage's first rank in the first replica and no check: the search (docs/cluster.md)
+// predicts thousands of devices' plans from them.
 #include "passes/Passes.h"
 #include "passes/PipelinePrograms.h"
 
@@ -39,13 +42,14 @@ class Schedule : public Pass {
 public:
   const char* name() const override { return "schedule"; }
 
-  bool run(ir::Module& m, PassContext&) override {
+  bool run(ir::Module& m, PassContext& ctx) override {
     m.programs.clear();
+    m.costOnly = ctx.costOnly;
     if (!m.train.present || m.lossGrad < 0 || !m.planned) return false;
     if (!m.runRefusal().empty()) return false;
     if (m.mesh.stages.size() > 1) {
       m.programs = pipelinePrograms(m);
-      checkCommunication(m);
+      if (!m.costOnly) checkCommunication(m);
       return true;
     }
     // A pinned `replicate(n)` stage divides each replica's micro-batch over its n devices:
@@ -84,7 +88,7 @@ public:
     if (group == 1) p.wholeBatch = p.localBatch;
     p.microBatches = static_cast<int>(m.policy.microBatches);
     p.commDtype = m.policy.commDtype;
-    for (int r = 0; r < m.mesh.np; ++r) {
+    for (int r = 0; r < (m.costOnly ? 1 : m.mesh.np); ++r) {
       p.rank = p.lossRank = p.dataRank = r;
       p.replica = width > 1 ? r / group : r;
       p.local = width > 1 ? r % group : 0;
@@ -94,7 +98,7 @@ public:
       p.reader = r / share;
       m.programs.push_back(p);
     }
-    checkCommunication(m);
+    if (!m.costOnly) checkCommunication(m);
     return true;
   }
 

@@ -53,6 +53,12 @@ searched=$(mktemp -d)
 cp "$src/examples/gpt_char.epl" "$searched/"
 found=$(cd "$searched" && "$epl" plan gpt_char.epl -np 8 --cluster dgx-a100 --search)
 best=$(grep -o '^  1\. step [^,]*' <<<"$found" | sed 's/^  1\. step //')
+# The layout is searched too: gpt_char's one layout number is its head's split width.
+if ! grep -q "4 layouts of split width (line 14)" <<<"$found"; then
+  echo "FAIL: epl plan --search did not try the split widths:"
+  echo "$found" | head -5
+  failures=$((failures + 1))
+fi
 if (cd "$searched" && sed -n '/^--- /,$p' <<<"$found" | patch -s -p0) && [ -n "$best" ]; then
   passed=$((passed + 1))
   expect 0 "step $best:" -- plan "$searched/gpt_char.epl" -np 8 --cluster dgx-a100

@@ -8,6 +8,8 @@
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <fstream>
+#include <iterator>
 
 using epl::ir::Cluster;
 using epl::ir::Link;
@@ -163,4 +165,57 @@ TEST_CASE("a calibrated GEMM rate: the grid's at its points, between them in log
       "here.json", error));
   CHECK(error == "here.json: calibration.gemm_by_shape: `1`: not a thread count and [m, n, k, "
                  "FLOP/s] rows of positive numbers");
+}
+
+TEST_CASE("a cost-only plan predicts what the plan of every rank predicts") {
+  // One program per stage stands for its stage's ranks in every replica: the step, its
+  // parts, the FLOPs and the largest rank's memory come out as from every rank's program.
+  std::ifstream in(std::string(EPL_SOURCE_DIR) + "/examples/gpt_char.epl");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  REQUIRE(!text.empty());
+  std::string error;
+  Cluster c = *epl::ir::loadCluster("dgx-a100", error);
+  struct Case {
+    const char* name;
+    std::string text;
+    int np;
+    std::vector<std::string> sets;
+  };
+  std::vector<Case> cases = {
+      {"one stage, data parallel, ZeRO-1", epl::testing::kOneStage, 4, {"policy.zero=1"}},
+      {"two stages", epl::testing::kTwoStages, 4, {}},
+      {"pipeline of split stages", text, 8, {}},
+      {"pipeline of split stages, ZeRO-2", text, 8, {"policy.zero=2"}},
+      {"pipeline of split stages, ZeRO-3, gpipe",
+       text,
+       16,
+       {"policy.zero=3", "policy.schedule=gpipe"}},
+  };
+  for (const Case& k : cases) {
+    INFO(k.name);
+    auto plan = [&](bool costOnly) {
+      epl::Session session;
+      epl::PlanOptions options;
+      options.np = k.np;
+      options.overrides = k.sets;
+      options.costOnly = costOnly;
+      auto m = epl::planText("case.epl", k.text, session, options);
+      for (const auto& d : session.diags.all())
+        FAIL(d.message);
+      return m;
+    };
+    auto whole = plan(false), cheap = plan(true);
+    REQUIRE(whole);
+    REQUIRE(cheap);
+    CHECK(cheap->programs.size() == cheap->mesh.stages.size());
+    CHECK(whole->programs.size() == static_cast<size_t>(k.np));
+    epl::ir::Prediction a = epl::ir::predict(*whole, c), b = epl::ir::predict(*cheap, c);
+    CHECK(b.stepSeconds == Approx(a.stepSeconds).epsilon(1e-12));
+    CHECK(b.compute == Approx(a.compute).epsilon(1e-12));
+    CHECK(b.bubble == Approx(a.bubble).epsilon(1e-12));
+    CHECK(b.exposedReduction == Approx(a.exposedReduction).epsilon(1e-12));
+    CHECK(b.optimizer == Approx(a.optimizer).epsilon(1e-12));
+    CHECK(b.tflopsPerDevice == Approx(a.tflopsPerDevice).epsilon(1e-12));
+    CHECK(b.peakBytes == a.peakBytes);
+  }
 }

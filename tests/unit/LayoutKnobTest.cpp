@@ -1,0 +1,67 @@
+// The numbers of a script that set its layout (ir::LayoutKnob): found where a top-level
+// block's repeat count or a split width is written, and read as other values when the
+// search tries another layout (PlanOptions::literalValues).
+#include "lib/Epl.h"
+
+#include <catch2/catch.hpp>
+
+namespace {
+
+const char* kScript = R"(let layers = 4, stages = 2
+def layer(x: f32[B, 64]) -> f32[B, 64] { return relu(linear(x, 64)) }
+model net(x: f32[B, 64], y: i32[B]) {
+  h = x
+  repeat(stages) replicate {
+    h = repeat(layers / stages) layer(h)
+  }
+  split(2) { loss = cross_entropy(linear(h, 10), y) }
+  return loss
+}
+policy { micro_batches = 4 }
+train net {
+  data = synthetic(samples = 64)
+  batch = 16
+}
+)";
+
+std::optional<epl::ir::Module> plan(std::map<std::pair<uint32_t, uint32_t>, int64_t> values,
+                                    int np) {
+  epl::Session session;
+  epl::PlanOptions options;
+  options.np = np;
+  options.literalValues = std::move(values);
+  auto m = epl::planText("knobs.epl", kScript, session, options);
+  for (const auto& d : session.diags.all())
+    FAIL(d.message);
+  return m;
+}
+
+} // namespace
+
+TEST_CASE("a layout's numbers: the let a stage repeat names, a split width written in place") {
+  auto m = plan({}, 6);
+  REQUIRE(m);
+  REQUIRE(m->layoutKnobs.size() == 2);
+  const epl::ir::LayoutKnob& stages = m->layoutKnobs[0];
+  CHECK(stages.kind == epl::ir::LayoutKnob::Kind::Stages);
+  CHECK(stages.let == "stages");
+  CHECK(stages.loc.line == 1);
+  CHECK(stages.loc.col == 26);
+  CHECK(stages.value == 2);
+  const epl::ir::LayoutKnob& width = m->layoutKnobs[1];
+  CHECK(width.kind == epl::ir::LayoutKnob::Kind::SplitWidth);
+  CHECK(width.let.empty());
+  CHECK(width.loc.line == 8);
+  CHECK(width.loc.col == 9);
+  CHECK(width.value == 2);
+  CHECK(m->mesh.stages.size() == 3);
+  CHECK(m->mesh.stages[2].splitWidth == 2);
+
+  // Other values: the let's every use follows (the inner repeat too), the width changes.
+  auto other = plan({{{1, 26}, 4}, {{8, 9}, 1}}, 10);
+  REQUIRE(other);
+  CHECK(other->mesh.stages.size() == 5);
+  CHECK(other->mesh.stages[4].splitWidth == 1);
+  CHECK(other->layoutKnobs[0].value == 4);
+  CHECK(other->layoutKnobs[1].value == 1);
+}

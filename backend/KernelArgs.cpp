@@ -10,13 +10,15 @@ namespace epl::backend {
 
 namespace {
 
-const ir::Attr& attrOrDefault(const KernelCall& c, const std::string& key) {
+ir::Attr attrOrDefault(const KernelCall& c, const std::string& key) {
+  static const ir::Attrs none;
   if (c.attrs) {
     auto it = c.attrs->find(key);
     if (it != c.attrs->end()) return it->second;
   }
-  for (const auto& a : ir::opInfo(c.kind).args)
-    if (a.name == key && !a.required) return a.defaultValue;
+  const ir::OpInfo& op = ir::opInfo(c.kind);
+  for (const auto& a : op.args)
+    if (a.name == key && !a.required) return ir::argDefault(op, a, c.attrs ? *c.attrs : none);
   EPL_ASSERT(false, "kernel call lacks a required attribute");
   std::abort();
 }
@@ -24,26 +26,26 @@ const ir::Attr& attrOrDefault(const KernelCall& c, const std::string& key) {
 } // namespace
 
 int64_t attrInt(const KernelCall& c, const std::string& key) {
-  const ir::Attr& a = attrOrDefault(c, key);
+  const ir::Attr a = attrOrDefault(c, key);
   EPL_ASSERT(std::holds_alternative<int64_t>(a), "attribute is not an integer");
   return std::get<int64_t>(a);
 }
 
 double attrFloat(const KernelCall& c, const std::string& key) {
-  const ir::Attr& a = attrOrDefault(c, key);
+  const ir::Attr a = attrOrDefault(c, key);
   if (auto* i = std::get_if<int64_t>(&a)) return static_cast<double>(*i);
   EPL_ASSERT(std::holds_alternative<double>(a), "attribute is not a number");
   return std::get<double>(a);
 }
 
 bool attrBool(const KernelCall& c, const std::string& key) {
-  const ir::Attr& a = attrOrDefault(c, key);
+  const ir::Attr a = attrOrDefault(c, key);
   EPL_ASSERT(std::holds_alternative<bool>(a), "attribute is not a bool");
   return std::get<bool>(a);
 }
 
 std::string attrWord(const KernelCall& c, const std::string& key) {
-  const ir::Attr& a = attrOrDefault(c, key);
+  const ir::Attr a = attrOrDefault(c, key);
   EPL_ASSERT(std::holds_alternative<std::string>(a), "attribute is not a word");
   return std::get<std::string>(a);
 }

@@ -11,11 +11,19 @@ namespace epl::backend {
 
 AttentionDims attentionDims(const KernelCall& c, const TensorView& x, const TensorView& wqkv) {
   EPL_ASSERT(x.shape.size() == 3, "attention input must be [B, T, D]");
-  EPL_ASSERT(wqkv.shape.size() == 2 && wqkv.shape[0] % 3 == 0, "attention's Wqkv is [3D, M]");
-  AttentionDims s{x.shape[0], x.shape[1], wqkv.shape[0] / 3,    attrInt(c, "heads"), 0,
-                  x.shape[2], 0.f,        attrBool(c, "causal")};
-  EPL_ASSERT(s.h > 0 && s.d % s.h == 0, "attention heads must divide the width");
-  s.e = s.d / s.h;
+  int64_t h = attrInt(c, "heads"), kv = attrInt(c, "kv_heads");
+  EPL_ASSERT(h > 0 && kv > 0 && h % kv == 0, "attention's kv_heads must divide its heads");
+  EPL_ASSERT(wqkv.shape.size() == 2 && wqkv.shape[0] % (h + 2 * kv) == 0,
+             "attention's Wqkv is [D + 2 KV E, M]");
+  AttentionDims s{x.shape[0], x.shape[1],           0, h, wqkv.shape[0] / (h + 2 * kv), x.shape[2],
+                  0.f,        attrBool(c, "causal")};
+  s.d = s.h * s.e;
+  s.kv = kv;
+  s.kvd = kv * s.e;
+  s.ld = s.d + 2 * s.kvd;
+  s.rotary = attrBool(c, "rotary");
+  s.rotaryBase = attrFloat(c, "rotary_base");
+  EPL_ASSERT(!s.rotary || s.e % 2 == 0, "rotary attention needs an even head width");
   s.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.e)));
   return s;
 }

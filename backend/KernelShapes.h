@@ -13,12 +13,19 @@
 
 namespace epl::backend {
 
-// attention over x [B, T, M]: H heads of width E, D = H E of them on this device (all of
-// them, M = D, unless the heads are split: then Wqkv is [3D, M] and Wp [M, D]).
+// attention over x [B, T, M]: H query heads of width E, D = H E of them on this device
+// (all of them, M = D, unless the heads are split), and KV k and v heads, KVD = KV E wide;
+// query head i reads k/v head i / (H / KV). Wqkv is [D + 2 KVD, M] (q, k, v rows), Wp
+// [M, D]; a row of qkv is `ld` = D + 2 KVD wide. With `rotary`, q and k turn by the
+// angles t base^(-2i / E) (backend/cpu/Attention.cpp).
 struct AttentionDims {
   int64_t b, t, d, h, e, m;
   float scale; // 1 / sqrt(E)
   bool causal;
+  int64_t kv = 0, kvd = 0, ld = 0;
+  bool rotary = false;
+  double rotaryBase = 10000;
+  int64_t group() const { return h / kv; } // query heads per k/v head
 };
 AttentionDims attentionDims(const KernelCall& c, const TensorView& x, const TensorView& wqkv);
 

@@ -110,6 +110,12 @@ Value Elaborator::evalCall(const ast::Expr& e, Frame& frame, Context* ctx, bool 
         bindArgs(e, names, required, wordArgs, frame, ctx, fmt::format("`{}`", e.text), argExprs);
     for (size_t i = 0; i < vals.size(); ++i)
       if (!argExprs[i]) {
+        const std::string& from = info->args[i].defaultArg;
+        if (!from.empty()) { // an earlier argument's value (`kv_heads = heads`)
+          for (size_t k = 0; k < i; ++k)
+            if (info->args[k].name == from) vals[i] = vals[k];
+          continue;
+        }
         const ir::Attr& d = info->args[i].defaultValue;
         if (auto* iv = std::get_if<int64_t>(&d))
           vals[i] = Value::ofInt(*iv);

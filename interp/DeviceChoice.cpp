@@ -18,6 +18,20 @@ const ir::Op* opWithoutCudaKernel(const ir::Module& m) {
   return nullptr;
 }
 
+// The first attention of the plan with fewer k/v heads than heads, or rotary embeddings:
+// the CUDA kernel has neither yet.
+const ir::Op* attentionBeyondCuda(const ir::Module& m) {
+  for (const ir::Op& op : m.ops) {
+    if (op.kind != ir::OpKind::Attention || op.phase == ir::Phase::Optimizer) continue;
+    auto rotary = op.attrs.find("rotary"), kv = op.attrs.find("kv_heads");
+    bool turns = rotary != op.attrs.end() && std::get<bool>(rotary->second);
+    bool grouped =
+        kv != op.attrs.end() && std::get<int64_t>(kv->second) != ir::intAttr(op.attrs, "heads");
+    if (turns || grouped) return &op;
+  }
+  return nullptr;
+}
+
 // Why the CUDA device cannot run this plan, or "" when it can.
 std::string cudaRefusal(const ir::Module& m, int ranks, const ir::Op** op) {
   if (ranks > 1)
@@ -26,6 +40,8 @@ std::string cudaRefusal(const ir::Module& m, int ranks, const ir::Op** op) {
     return "the CUDA kernels read and write fp32 only so far, and `amp` stores half precision";
   *op = opWithoutCudaKernel(m);
   if (*op) return fmt::format("`{}` has no CUDA kernel yet", ir::opInfo((*op)->kind).name);
+  *op = attentionBeyondCuda(m);
+  if (*op) return "the CUDA kernel of `attention` has no `kv_heads` below `heads` or `rotary` yet";
   return "";
 }
 

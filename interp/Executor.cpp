@@ -39,14 +39,13 @@ int64_t alignUp(int64_t v) {
 struct Cut {
   int64_t rows = 1, piece = 1;
 };
-Cut cutOf(const std::vector<int64_t>& shape, int dim, int pieces, int blocks = 1) {
+Cut cutOf(const std::vector<int64_t>& shape, int dim, int pieces) {
   Cut c;
   for (int d = 0; d < dim; ++d)
     c.rows *= shape[d];
   for (size_t d = dim; d < shape.size(); ++d)
     c.piece *= shape[d];
-  c.rows *= blocks; // each block of the dim is cut alike
-  c.piece /= pieces * blocks;
+  c.piece /= pieces;
   return c;
 }
 
@@ -66,6 +65,35 @@ void copyPiece(float* whole, float* piece, Cut c, int pieces, int k, bool toPiec
 void joinPieces(const float* gathered, float* whole, Cut c, int pieces) {
   for (int k = 0; k < pieces; ++k)
     copyPiece(whole, const_cast<float*>(gathered) + k * c.rows * c.piece, c, pieces, k, false);
+}
+
+// Piece `k` of `pieces` of a parameter of `shape` cut along `dim`, between the whole
+// parameter and the piece, either way. The dim is `blocks` side by side (Param::shardBlocks:
+// relative sizes; one block when empty), and the piece holds its share of each, in order.
+void copyParamPiece(float* whole, float* piece, const std::vector<int64_t>& shape, int dim,
+                    const std::vector<int64_t>& blocks, int pieces, int k, bool toPiece) {
+  int64_t rows = 1, inner = 1, n = shape[dim], total = 0;
+  for (int d = 0; d < dim; ++d)
+    rows *= shape[d];
+  for (size_t d = dim + 1; d < shape.size(); ++d)
+    inner *= shape[d];
+  std::vector<int64_t> sizes = blocks.empty() ? std::vector<int64_t>{1} : blocks;
+  for (int64_t b : sizes)
+    total += b;
+  int64_t unit = n / total; // split-layout checked that the width divides every block
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t at = 0; // the block's first index along dim
+    for (int64_t b : sizes) {
+      int64_t part = b * unit / pieces;
+      float* w = whole + (r * n + at + k * part) * inner;
+      float* p = piece + (r * (n / pieces) + at / pieces) * inner;
+      if (toPiece)
+        std::memcpy(p, w, 4 * part * inner);
+      else
+        std::memcpy(w, p, 4 * part * inner);
+      at += b * unit;
+    }
+  }
 }
 
 using ir::isHalf;
@@ -441,12 +469,13 @@ void Executor::bindCalls() {
     const ir::Op& op = m_.ops[i];
     localAttrs_[i] = op.attrs;
     const ir::Op& fwd = op.phase == ir::Phase::Backward ? m_.ops[op.forward] : op;
-    std::string cut = ir::cutAttr(fwd.kind);
     bool cuts = fwd.splitForm == ir::SplitForm::Heads || fwd.splitForm == ir::SplitForm::Hidden ||
                 fwd.splitForm == ir::SplitForm::Column;
-    auto it = localAttrs_[i].find(cut);
-    if (cuts && program_.splitWidth > 1 && it != localAttrs_[i].end())
-      it->second = std::get<int64_t>(it->second) / program_.splitWidth;
+    for (const std::string& cut : {ir::cutAttr(fwd.kind), ir::opInfo(fwd.kind).cutAlso}) {
+      auto it = localAttrs_[i].find(cut);
+      if (cuts && program_.splitWidth > 1 && it != localAttrs_[i].end())
+        it->second = std::get<int64_t>(it->second) / program_.splitWidth;
+    }
   }
   // The zero bias of split ranks past the first (bindCall): sized once, as calls keep
   // pointers into it.
@@ -592,8 +621,8 @@ void Executor::toPiece(int q, const float* whole, float* piece) const {
   int w = program_.splitWidth, dim = m_.params[q].shardDim;
   std::vector<int64_t> wholeShape = shape;
   wholeShape[dim] *= w;
-  copyPiece(const_cast<float*>(whole), piece, cutOf(wholeShape, dim, w, m_.params[q].shardBlocks),
-            w, program_.splitRank, true);
+  copyParamPiece(const_cast<float*>(whole), piece, wholeShape, dim, m_.params[q].shardBlocks, w,
+                 program_.splitRank, true);
 }
 
 void Executor::fromPieces(int q, const float* pieces, float* whole) const {
@@ -601,7 +630,10 @@ void Executor::fromPieces(int q, const float* pieces, float* whole) const {
   int w = program_.splitWidth, dim = m_.params[q].shardDim;
   std::vector<int64_t> wholeShape = shape;
   wholeShape[dim] *= w;
-  joinPieces(pieces, whole, cutOf(wholeShape, dim, w, m_.params[q].shardBlocks), w);
+  int64_t elems = paramElems_[q];
+  for (int k = 0; k < w; ++k)
+    copyParamPiece(whole, const_cast<float*>(pieces) + k * elems, wholeShape, dim,
+                   m_.params[q].shardBlocks, w, k, false);
 }
 
 // Parameters and states come and go whole: one cut over the split group, or held by other

@@ -326,9 +326,12 @@ int64_t Module::workspaceBytes(const Program& p, int op) const {
   int64_t rows = 1;
   for (size_t k = 0; k + 1 < x.size(); ++k)
     rows *= x[k];
-  int64_t first = localParamShape(p, fwd.params[0]).at(0); // W1 [F, D] or Wqkv [3 d, D]
+  int64_t first = localParamShape(p, fwd.params[0]).at(0); // W1 [F, D] or Wqkv [d + 2 kvd, D]
   if (fwd.kind == OpKind::Mlp) return 4 * rows * first * (backward ? 2 : 1);
-  return backward ? 4 * rows * (first / 3 + first) : 0;
+  if (!backward) return 0;
+  // dctx [rows, d] and dqkv [rows, d + 2 kvd]; d from Wp [D, d].
+  int64_t d = localParamShape(p, fwd.params[fwd.params.size() == 4 ? 2 : 1]).at(1);
+  return 4 * rows * (d + first);
 }
 
 Module::StepFlops Module::stepFlops(const Program& p) const {

@@ -66,9 +66,10 @@ struct Param {
   TensorType type;  // always concrete
   int op = -1;
   int shardDim = -1; // dim cut over the split width, -1 when every device holds it whole
-  // The cut dim is this many blocks side by side, each cut alike: attention's qkv weight
-  // [3D, M] is q, k and v, and a device holds its heads' rows of each.
-  int shardBlocks = 1;
+  // The cut dim is blocks side by side, of these relative sizes, each cut alike:
+  // attention's qkv weight [D + 2 KV E, M] is q, k and v ({H, KV, KV}), and a device holds
+  // its heads' rows of each. Empty: one block.
+  std::vector<int64_t> shardBlocks = {};
   // A whole parameter of a split region whose op reads a tensor cut along another dim (a
   // norm over a slice of the sequence): each device's gradient is a partial sum, added up
   // over the whole stage group like the parameters outside split regions.

@@ -130,11 +130,22 @@ std::vector<ParamSpec> paramNames(const OpInfo& op, const Attrs& attrs) {
   if (whole) return op.params({}, attrs);
   Attrs filled = attrs;
   for (const ArgSpec& a : op.args)
-    if (a.kind != ArgKind::Tensor && !a.required) filled.emplace(a.name, a.defaultValue);
+    if (a.kind != ArgKind::Tensor && !a.required && !filled.count(a.name))
+      filled.emplace(a.name, argDefault(op, a, filled));
   return op.params({}, filled);
 }
 
 } // namespace
+
+Attr argDefault(const OpInfo& op, const ArgSpec& arg, const Attrs& attrs) {
+  if (arg.defaultArg.empty()) return arg.defaultValue;
+  auto it = attrs.find(arg.defaultArg);
+  if (it != attrs.end()) return it->second;
+  for (const ArgSpec& a : op.args)
+    if (a.name == arg.defaultArg && !a.required) return argDefault(op, a, attrs);
+  EPL_ASSERT(false, "an argument's default names an argument that is missing");
+  return arg.defaultValue;
+}
 
 int outputBiasIndex(OpKind kind, const Attrs& attrs) {
   const OpInfo& op = opInfo(kind);

@@ -78,6 +78,9 @@ struct ArgSpec {
   Attr defaultValue = int64_t{0}; // when not required
   std::vector<std::string> words; // allowed values of a Word argument
   std::string doc;
+  // When not required and not given: the value of this earlier argument instead of
+  // defaultValue (attention's `kv_heads = heads`); "" for none.
+  std::string defaultArg = "";
 };
 
 // What split(n) does to an op (docs/language.md, "split").
@@ -160,6 +163,9 @@ struct OpInfo {
   int savedCount = 0;      // the saved tensors
   int activationSaved = 0; // the first saved ones that are activation-sized (amp halves them)
   std::string cut;         // the attribute split(n) divides (`heads`, `out`…), "" none
+  // A second attribute split(n) divides alike, which the width must divide too
+  // (attention's `kv_heads`), "" none.
+  std::string cutAlso;
   // The parameter a row-parallel form adds once, after the partial sums are reduced
   // (`bias` of a row linear or conv2d, `fc2_bias` of a split mlp, `proj_bias` of split
   // attention).
@@ -176,6 +182,9 @@ const OpInfo& opInfo(OpKind kind);
 // The attribute `split(n)` divides for an op (`heads` of attention, `out` of a column
 // linear, …), or "" when split cuts nothing of it.
 std::string cutAttr(OpKind kind);
+// The value an op's optional argument `arg` takes when `attrs` (the given ones) lack it:
+// its default, or the argument its default names (ArgSpec::defaultArg).
+Attr argDefault(const OpInfo& op, const ArgSpec& arg, const Attrs& attrs);
 // The builtin a script's call wrote for an op of this kind: `moe` for its four ops, else
 // the kind itself.
 OpKind builtinOf(OpKind kind);

@@ -19,7 +19,9 @@ using nlohmann::json;
 std::string opSignature(const ir::OpInfo& info) {
   std::vector<std::string> args;
   for (const auto& a : info.args)
-    args.push_back(a.required ? a.name : a.name + " = " + ir::attrStr(a.defaultValue));
+    args.push_back(a.required             ? a.name
+                   : a.defaultArg.empty() ? a.name + " = " + ir::attrStr(a.defaultValue)
+                                          : a.name + " = " + a.defaultArg);
   return fmt::format("{}({})", info.name, fmt::join(args, ", "));
 }
 

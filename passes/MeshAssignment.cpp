@@ -29,9 +29,9 @@ namespace {
 std::vector<int64_t> cutSizes(const ir::Module& m, int region) {
   std::vector<int64_t> out;
   for (const ir::Op& op : m.ops) {
-    std::string attr = ir::cutAttr(op.kind);
-    if (m.splitScopeOf(op.scope) == region && !attr.empty())
-      out.push_back(ir::intAttr(op.attrs, attr));
+    if (m.splitScopeOf(op.scope) != region) continue;
+    for (const std::string& attr : {ir::cutAttr(op.kind), ir::opInfo(op.kind).cutAlso})
+      if (!attr.empty() && op.attrs.count(attr)) out.push_back(ir::intAttr(op.attrs, attr));
   }
   return out;
 }

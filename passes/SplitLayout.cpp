@@ -143,19 +143,7 @@ private:
                          "`linear` output width", out, ctx);
     }
     case ir::SplitRule::Heads:
-      if (!divides(op, m, region, cut(op), w, "heads", ctx)) return false;
-      op.splitForm = ir::SplitForm::Heads;
-      // Wqkv and bqkv by rows (3 blocks: q, k, v), Wp by columns; bp whole. Without biases,
-      // Wqkv and Wp.
-      if (op.params.size() == 2) {
-        shard(m, op, 0, 0), shard(m, op, 1, 1);
-        m.params[op.params[0]].shardBlocks = 3;
-      } else {
-        shard(m, op, 0, 0), shard(m, op, 1, 0), shard(m, op, 2, 1);
-        m.params[op.params[0]].shardBlocks = m.params[op.params[1]].shardBlocks = 3;
-      }
-      out = kPartial;
-      return true;
+      return assignHeads(m, op, w, region, out, ctx);
     case ir::SplitRule::Hidden:
       if (!divides(op, m, region, cut(op), w, "mlp hidden width", ctx)) return false;
       op.splitForm = ir::SplitForm::Hidden;
@@ -234,6 +222,28 @@ private:
       out = kWhole;
       return true;
     }
+    return true;
+  }
+
+  // Attention: each device its share of the query heads and of the k/v heads they read.
+  // Wqkv and bqkv by rows, in three blocks (q, k, v: H, KV and KV heads), Wp by columns;
+  // bp whole. Without biases, Wqkv and Wp.
+  bool assignHeads(ir::Module& m, ir::Op& op, int w, int region, Layout& out, PassContext& ctx) {
+    int64_t kv = op.attrs.count("kv_heads") ? ir::intAttr(op.attrs, "kv_heads") : cut(op);
+    if (!divides(op, m, region, cut(op), w, "heads", ctx) ||
+        !divides(op, m, region, kv, w, "kv_heads", ctx))
+      return false;
+    op.splitForm = ir::SplitForm::Heads;
+    std::vector<int64_t> blocks{cut(op), kv, kv};
+    bool bias = op.params.size() == 4;
+    shard(m, op, 0, 0);
+    m.params[op.params[0]].shardBlocks = blocks;
+    if (bias) {
+      shard(m, op, 1, 0);
+      m.params[op.params[1]].shardBlocks = blocks;
+    }
+    shard(m, op, bias ? 2 : 1, 1);
+    out = kPartial;
     return true;
   }
 

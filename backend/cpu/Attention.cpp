@@ -2,27 +2,38 @@
 // projection. The attention itself is flash-attention style: the scores of one head are
 // never held as a T x T matrix, only as one Q x K tile per thread.
 //
-// Forward, for each (batch, head, block of Q query rows), in parallel:
+// Forward:
+//   0. qkv = x Wqkv^T + bqkv; with `rotary`, each q and k head turned in place (below).
+//   Then for each (batch, head, block of Q query rows), in parallel:
 //   1. for each block of K keys (up to the diagonal when causal):
 //      S = scale * q k^T (sgemm into the tile), masked;
 //      new row max m', rescale the running sum l and the output row by exp(m - m');
 //      P = exp(S - m'); l += rowsum(P); out += P v (sgemm).
 //   2. out /= l; lse = m + log(l) is saved for the backward.
-// Backward, for each (batch, head) in parallel (one task owns that head's dq, dk, dv):
+// Query head i reads k/v head i / G (G = H / KV heads share one: grouped-query attention).
+// Backward, for each (batch, k/v head) in parallel (one task owns that head's dk, dv and its
+// G query heads' dq, which it visits in order):
 //   Dvec = rowsum(dout * out); for each key block j, for each query block i that sees it:
 //   P = exp(scale q_i k_j^T - lse_i); dv_j += P^T dout_i; dP = dout_i v_j^T;
 //   dS = P (dP - Dvec_i); dq_i += scale dS k_j; dk_j += scale dS^T q_i.
+//   With `rotary`, dq and dk then turn back (the rotation's transpose).
 // The loops run in a fixed order inside each task, so the result does not depend on
 // scheduling. GEMMs, large and per tile, all go through sgemm.
 //
-// Shape legend: B batch, T time, D width, H heads, E head width (D / H), Q query rows and
-// K key rows of a tile.
+// Rotary position embeddings (RoFormer; the "rotate half" form of HF LLaMA): in each head,
+// dims i and i + E/2 (i < E/2) of position t turn by the angle t base^(-2i / E):
+//   (a, b) -> (a cos - b sin, b cos + a sin).
+//
+// Shape legend: B batch, T time, D width, H heads, E head width (D / H), KV k/v heads, G query
+// heads per k/v head, LD = D + 2 KV E a row of qkv, Q query rows and K key rows of a tile.
 #include "backend/KernelShapes.h"
 #include "backend/cpu/KernelUtil.h"
 #include "backend/cpu/Kernels.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <vector>
 
 namespace epl::backend::cpu {
 
@@ -58,9 +69,9 @@ inline float onlineSoftmaxRow(float* srow, int64_t valid, int64_t kn, float& m, 
 // ctx (row stride D); writes lse [B, H, T].
 void forwardBlock(const Dims& s, const float* qkv, int64_t bi, int64_t hi, int64_t q0, float* ctx,
                   float* lse, float* tile, float* m, float* l) {
-  const int64_t ld = 3 * s.d;
+  const int64_t ld = s.ld;
   const float* q = qkv + bi * s.t * ld + hi * s.e;
-  const float *k = q + s.d, *v = q + 2 * s.d;
+  const float *k = qkv + bi * s.t * ld + s.d + hi / s.group() * s.e, *v = k + s.kvd;
   int64_t rows = std::min(kBlockQ, s.t - q0), kEnd = s.causal ? q0 + rows : s.t;
   float* o = ctx + (bi * s.t + q0) * s.d + hi * s.e;
   for (int64_t i = 0; i < rows; ++i) {
@@ -89,17 +100,56 @@ void forwardBlock(const Dims& s, const float* qkv, int64_t bi, int64_t hi, int64
   }
 }
 
-// in = [x [B, T, M], Wqkv [3D, M], bqkv [3D], Wp [M, D], bp [M]] (no biases with `bias =
-// false`), out = [y [B, T, M], qkv [B, T, 3D], ctx [B, T, D], lse [B, H, T]] (M = D unless
+// The rotary angles' cosines and sines, [T, E/2] each: position t, pair i turns by
+// t base^(-2i / E) (in double, then rounded once).
+struct RotaryTable {
+  std::vector<float> cos, sin;
+  explicit RotaryTable(const Dims& s) : cos(s.t * (s.e / 2)), sin(s.t * (s.e / 2)) {
+    int64_t half = s.e / 2;
+    for (int64_t t = 0; t < s.t; ++t)
+      for (int64_t i = 0; i < half; ++i) {
+        double angle =
+            static_cast<double>(t) *
+            std::pow(s.rotaryBase, -2.0 * static_cast<double>(i) / static_cast<double>(s.e));
+        cos[t * half + i] = static_cast<float>(std::cos(angle));
+        sin[t * half + i] = static_cast<float>(std::sin(angle));
+      }
+  }
+};
+
+// Turns the q and k heads of every row of qkv [B, T, LD] in place: forward by the angles,
+// or back (`inverse`, the transpose: how a gradient goes through the rotation).
+void rotate(const Dims& s, const RotaryTable& r, float* qkv, bool inverse) {
+  int64_t half = s.e / 2, heads = s.h + s.kv; // q's heads, then k's: the first D + KVD columns
+  float sign = inverse ? -1.f : 1.f;
+  parallelFor(s.b * s.t, 16, [&](int64_t lo, int64_t hi) {
+    for (int64_t row = lo; row < hi; ++row) {
+      const float *c = r.cos.data() + (row % s.t) * half, *sn = r.sin.data() + (row % s.t) * half;
+      for (int64_t h = 0; h < heads; ++h) {
+        float* a = qkv + row * s.ld + h * s.e;
+        float* b = a + half;
+        for (int64_t i = 0; i < half; ++i) {
+          float ai = a[i], bi = b[i], si = sign * sn[i];
+          a[i] = ai * c[i] - bi * si;
+          b[i] = bi * c[i] + ai * si;
+        }
+      }
+    }
+  });
+}
+
+// in = [x [B, T, M], Wqkv [LD, M], bqkv [LD], Wp [M, D], bp [M]] (no biases with `bias =
+// false`), out = [y [B, T, M], qkv [B, T, LD], ctx [B, T, D], lse [B, H, T]] (M = D unless
 // the heads are split).
 void attentionForward(const KernelCall& c, const AttentionSlots& a) {
   const TensorView& x = c.in[0];
   Dims s = attentionDims(c, x, c.in[a.wqkv]);
   int64_t n = s.b * s.t;
   float *y = c.out[0].f32(), *qkv = c.out[1].f32(), *ctx = c.out[2].f32(), *lse = c.out[3].f32();
-  if (a.bqkv >= 0) broadcastRows(qkv, c.in[a.bqkv].f32(), n, 3 * s.d);
-  gemm(false, true, n, 3 * s.d, s.m, 1.f, x.f32(), s.m, c.in[a.wqkv].f32(), s.m,
-       a.bqkv >= 0 ? 1.f : 0.f, qkv, 3 * s.d);
+  if (a.bqkv >= 0) broadcastRows(qkv, c.in[a.bqkv].f32(), n, s.ld);
+  gemm(false, true, n, s.ld, s.m, 1.f, x.f32(), s.m, c.in[a.wqkv].f32(), s.m,
+       a.bqkv >= 0 ? 1.f : 0.f, qkv, s.ld);
+  if (s.rotary) rotate(s, RotaryTable(s), qkv, false);
   int64_t qBlocks = (s.t + kBlockQ - 1) / kBlockQ, tasks = s.b * s.h * qBlocks;
   parallelFor(tasks, 1, [&](int64_t lo, int64_t hi) {
     float *tile = scratch(3, kBlockQ * kBlockK), *ml = scratch(4, 2 * kBlockQ);
@@ -118,13 +168,15 @@ struct BackwardTiles {
   float *p, *dp, *dvec;
 };
 
-// Backward through the attention of head hi in batch bi: dq, dk, dv of that head go into
-// dqkv (zeroed by the caller). dctx and ctx have row stride D.
+// Backward through the attention of query head hi in batch bi: its dq, and what it adds to
+// the dk, dv of its k/v head, go into dqkv (zeroed by the caller). dctx and ctx have row
+// stride D.
 void backwardHead(const Dims& s, const float* qkv, const float* ctx, const float* dctx,
                   const float* lse, int64_t bi, int64_t hi, float* dqkv, const BackwardTiles& w) {
-  const int64_t ld = 3 * s.d, off = bi * s.t * ld + hi * s.e, offO = bi * s.t * s.d + hi * s.e;
-  const float *q = qkv + off, *k = q + s.d, *v = q + 2 * s.d;
-  float *dq = dqkv + off, *dk = dq + s.d, *dv = dq + 2 * s.d;
+  const int64_t ld = s.ld, off = bi * s.t * ld + hi * s.e, offO = bi * s.t * s.d + hi * s.e;
+  const int64_t offKv = bi * s.t * ld + s.d + hi / s.group() * s.e;
+  const float *q = qkv + off, *k = qkv + offKv, *v = k + s.kvd;
+  float *dq = dqkv + off, *dk = dqkv + offKv, *dv = dk + s.kvd;
   const float *o = ctx + offO, *dO = dctx + offO, *lseRow = lse + (bi * s.h + hi) * s.t;
   for (int64_t t = 0; t < s.t; ++t) {
     float acc = 0;
@@ -163,24 +215,28 @@ void attentionBackward(const KernelCall& c, const AttentionSlots& a) {
   int64_t n = s.b * s.t;
   const float *dy = dyv.f32(), *wqkv = c.in[a.wqkv].f32(), *wp = c.in[a.wp].f32();
   const float *qkv = c.in[a.qkv].f32(), *ctx = c.in[a.ctx].f32(), *lse = c.in[a.lse].f32();
-  float *dctx = workspace(c, 1, 0, n * s.d), *dqkv = workspace(c, 2, n * s.d, n * 3 * s.d);
+  float *dctx = workspace(c, 1, 0, n * s.d), *dqkv = workspace(c, 2, n * s.d, n * s.ld);
   gemm(false, false, n, s.d, s.m, 1.f, dy, s.m, wp, s.d, 0.f, dctx, s.d);
   if (GradOut dwp = gradOut(c, a.dwp))
     gemm(true, false, s.m, s.d, n, 1.f, dy, s.m, ctx, s.d, dwp.beta(), dwp.p, s.d);
   if (a.dbp >= 0)
     if (GradOut dbp = gradOut(c, a.dbp)) columnSum(dy, n, s.m, dbp);
-  std::memset(dqkv, 0, sizeof(float) * n * 3 * s.d);
-  parallelFor(s.b * s.h, 1, [&](int64_t lo, int64_t hi) {
+  std::memset(dqkv, 0, sizeof(float) * n * s.ld);
+  // One task a k/v head: its G query heads add into its dk, dv one after another.
+  int64_t g = s.group();
+  parallelFor(s.b * s.kv, 1, [&](int64_t lo, int64_t hi) {
     BackwardTiles w{scratch(3, kBlockQ * kBlockK), scratch(4, kBlockQ * kBlockK), scratch(5, s.t)};
-    for (int64_t bh = lo; bh < hi; ++bh)
-      backwardHead(s, qkv, ctx, dctx, lse, bh / s.h, bh % s.h, dqkv, w);
+    for (int64_t bk = lo; bk < hi; ++bk)
+      for (int64_t j = 0; j < g; ++j)
+        backwardHead(s, qkv, ctx, dctx, lse, bk / s.kv, bk % s.kv * g + j, dqkv, w);
   });
+  if (s.rotary) rotate(s, RotaryTable(s), dqkv, true);
   if (GradOut dx = gradOut(c, 0))
-    gemm(false, false, n, s.m, 3 * s.d, 1.f, dqkv, 3 * s.d, wqkv, s.m, dx.beta(), dx.p, s.m);
+    gemm(false, false, n, s.m, s.ld, 1.f, dqkv, s.ld, wqkv, s.m, dx.beta(), dx.p, s.m);
   if (GradOut dw = gradOut(c, a.dwqkv))
-    gemm(true, false, 3 * s.d, s.m, n, 1.f, dqkv, 3 * s.d, x.f32(), s.m, dw.beta(), dw.p, s.m);
+    gemm(true, false, s.ld, s.m, n, 1.f, dqkv, s.ld, x.f32(), s.m, dw.beta(), dw.p, s.m);
   if (a.dbqkv >= 0)
-    if (GradOut db = gradOut(c, a.dbqkv)) columnSum(dqkv, n, 3 * s.d, db);
+    if (GradOut db = gradOut(c, a.dbqkv)) columnSum(dqkv, n, s.ld, db);
 }
 
 } // namespace

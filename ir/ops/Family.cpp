@@ -8,26 +8,30 @@
 namespace epl::ir::ops {
 
 ArgSpec tensor(std::string name, std::string doc) {
-  return ArgSpec{std::move(name), ArgKind::Tensor, true, int64_t{0}, {}, std::move(doc)};
+  return ArgSpec{std::move(name), ArgKind::Tensor, true, int64_t{0}, {}, std::move(doc), ""};
 }
 ArgSpec x() {
   return tensor("x", "input tensor");
 }
 ArgSpec integer(std::string name, std::string doc) {
-  return ArgSpec{std::move(name), ArgKind::Int, true, int64_t{0}, {}, std::move(doc)};
+  return ArgSpec{std::move(name), ArgKind::Int, true, int64_t{0}, {}, std::move(doc), ""};
 }
 ArgSpec optInt(std::string name, int64_t def, std::string doc) {
-  return ArgSpec{std::move(name), ArgKind::Int, false, def, {}, std::move(doc)};
+  return ArgSpec{std::move(name), ArgKind::Int, false, def, {}, std::move(doc), ""};
+}
+ArgSpec optIntFrom(std::string name, std::string from, std::string doc) {
+  return ArgSpec{std::move(name), ArgKind::Int,   false, int64_t{0}, {},
+                 std::move(doc),  std::move(from)};
 }
 ArgSpec optFloat(std::string name, double def, std::string doc) {
-  return ArgSpec{std::move(name), ArgKind::Float, false, def, {}, std::move(doc)};
+  return ArgSpec{std::move(name), ArgKind::Float, false, def, {}, std::move(doc), ""};
 }
 ArgSpec optBool(std::string name, bool def, std::string doc) {
-  return ArgSpec{std::move(name), ArgKind::Bool, false, def, {}, std::move(doc)};
+  return ArgSpec{std::move(name), ArgKind::Bool, false, def, {}, std::move(doc), ""};
 }
 ArgSpec optWord(std::string name, std::string def, std::vector<std::string> words,
                 std::string doc) {
-  return ArgSpec{std::move(name), ArgKind::Word, false, def, std::move(words), std::move(doc)};
+  return ArgSpec{std::move(name), ArgKind::Word, false, def, std::move(words), std::move(doc), ""};
 }
 
 namespace {

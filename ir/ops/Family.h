@@ -18,6 +18,8 @@ ArgSpec tensor(std::string name, std::string doc);
 ArgSpec x(); // the usual first input
 ArgSpec integer(std::string name, std::string doc);
 ArgSpec optInt(std::string name, int64_t def, std::string doc);
+// An optional integer whose default is the value of the earlier argument `from`.
+ArgSpec optIntFrom(std::string name, std::string from, std::string doc);
 ArgSpec optFloat(std::string name, double def, std::string doc);
 ArgSpec optBool(std::string name, bool def, std::string doc);
 ArgSpec optWord(std::string name, std::string def, std::vector<std::string> words, std::string doc);

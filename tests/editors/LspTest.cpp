@@ -196,7 +196,9 @@ TEST_CASE("a session in-process: diagnostics, hover, definition, symbols", "[lsp
   CHECK(first[0]["range"]["end"] == json({{"line", 2}, {"character", 22}}));
   CHECK(all[2]["params"]["diagnostics"].empty());
   const std::string hover = all[3]["result"]["contents"]["value"];
-  CHECK_THAT(hover, Catch::Contains("attention(x, heads, causal = true, bias = true)"));
+  CHECK_THAT(hover,
+             Catch::Contains("attention(x, heads, causal = true, bias = true, kv_heads = heads, "
+                             "rotary = false, rotary_base = 10000)"));
   CHECK_THAT(hover, Catch::Contains("plan for -np 2: 2 data-parallel"));
   CHECK_THAT(hover, Catch::Contains("parameters: 16,640"));
   CHECK(all[4]["result"]["range"]["start"] == json({{"line", 1}, {"character", 8}}));

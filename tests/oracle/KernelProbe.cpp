@@ -122,7 +122,7 @@ ir::Attrs buildAttrs(const ir::OpInfo& op, const json& j) {
     if (j.contains(spec.name))
       a[spec.name] = toAttr(spec, j.at(spec.name));
     else if (!spec.required)
-      a[spec.name] = spec.defaultValue;
+      a[spec.name] = ir::argDefault(op, spec, a);
     else
       fail("missing attribute " + spec.name);
   }

@@ -318,20 +318,81 @@ def fam_norms(probe, rep):
                 lambda i, p: rms_ref(i[0], p[0], 1e-6))
 
 
-def attention_parts(x, wqkv, bqkv, wp, bp, heads, causal):
+def rotary_ref(t, base):
+    """RoPE in HF LLaMA's "rotate half" form on t [B, heads, T, E]: dims i and i + E/2 of
+    position p turn by the angle p base^(-2i/E)."""
+    T, E = t.shape[-2], t.shape[-1]
+    inv = base ** (-torch.arange(0, E, 2, dtype=torch.float64) / E)
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+    cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
+    half = torch.cat([-t[..., E // 2:], t[..., : E // 2]], -1)
+    return t * cos + half * sin
+
+
+def attention_parts(x, wqkv, bqkv, wp, bp, heads, causal, kv_heads=None, rotary=False,
+                    base=10000.0):
+    """EPL's attention in plain torch: q, k, v rows of the fused projection (k and v
+    kv_heads wide, each shared by heads / kv_heads query heads: repeat_interleave), rotary
+    on q and k. Returns (y, saved qkv (q and k turned), ctx, lse)."""
     B, T, D = x.shape
-    hd = D // heads
+    hd, kv = D // heads, kv_heads or heads
     qkv = x @ wqkv.t() + (0 if bqkv is None else bqkv)
-    q, k, v = qkv.split(D, dim=-1)
-    split = lambda t: t.reshape(B, T, heads, hd).transpose(1, 2)
-    q, k, v = split(q), split(k), split(v)
+    q, k, v = qkv.split([D, kv * hd, kv * hd], dim=-1)
+    split = lambda t, n: t.reshape(B, T, n, hd).transpose(1, 2)
+    join = lambda t: t.transpose(1, 2).reshape(B, T, -1)
+    q, k, v = split(q, heads), split(k, kv), split(v, kv)
+    if rotary:
+        q, k = rotary_ref(q, base), rotary_ref(k, base)
+    saved = torch.cat([join(q), join(k), join(v)], -1)
+    k, v = k.repeat_interleave(heads // kv, dim=1), v.repeat_interleave(heads // kv, dim=1)
     s = q @ k.transpose(-1, -2) / math.sqrt(hd)
     if causal:
         mask = torch.ones(T, T, dtype=torch.bool).triu(1)
         s = s.masked_fill(mask, float("-inf"))
-    ctx = (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(B, T, D)
+    ctx = join(torch.softmax(s, -1) @ v)
     y = ctx @ wp.t() + (0 if bp is None else bp)
-    return y, qkv, ctx, torch.logsumexp(s, -1)
+    return y, saved, ctx, torch.logsumexp(s, -1)
+
+
+def attention_gqa_rotary(probe, rep):
+    """kv_heads below heads (grouped-query; 1: multi-query) and rotary embeddings, with
+    and without causal masks and biases: the output, the saved tensors and every gradient."""
+    cases = [(2, 7, 16, 4, 2, True, True, False, 10000.0),
+             (1, 70, 32, 4, 1, False, True, False, 10000.0),
+             (2, 65, 32, 4, 4, True, False, True, 10000.0),
+             (2, 100, 32, 4, 2, True, False, True, 10000.0),
+             (1, 130, 48, 6, 3, False, True, True, 10000.0),
+             (2, 9, 32, 8, 2, False, False, True, 10000.0),
+             (1, 33, 16, 2, 1, True, True, True, 500000.0),
+             (1, 1, 8, 2, 1, True, False, True, 10000.0)]
+    for B, T, D, H, KV, causal, bias, rotary, base in cases:
+        rows = D + 2 * KV * (D // H)
+        w = [rand(rows, D, scale=D ** -0.5), 0.1 * rand(rows), rand(D, D, scale=D ** -0.5),
+             0.1 * rand(D)]
+        params = w if bias else [w[0], w[2]]
+        attrs = {"heads": H, "kv_heads": KV, "causal": causal, "bias": bias, "rotary": rotary,
+                 "rotary_base": base}
+
+        def parts(i, p, H=H, KV=KV, causal=causal, bias=bias, rotary=rotary, base=base):
+            full = p if bias else [p[0], None, p[1], None]
+            return attention_parts(i[0], *full, H, causal, KV, rotary, base)
+
+        name = "attention[B=%d,T=%d,D=%d,H=%d,KV=%d,causal=%s,bias=%s,rotary=%s%s]" % (
+            B, T, D, H, KV, causal, bias, rotary, ",base=%g" % base if base != 10000 else "")
+        run_case(probe, rep, name, "attention", attrs, [rand(B, T, D)], params,
+                 lambda i, p, parts=parts: parts(i, p)[0],
+                 lambda i, p, parts=parts: [(t, "f32") for t in parts(i, p)[1:]])
+    # Several query heads add into one k/v head's gradient: onto what is there, and zb's
+    # split backward (parameters only, inputs only).
+    B, T, D, H, KV = 2, 70, 32, 4, 2
+    rows = D + 2 * KV * (D // H)
+    weights = [rand(rows, D, scale=D ** -0.5), rand(D, D, scale=D ** -0.5)]
+    attrs = {"heads": H, "kv_heads": KV, "bias": False, "rotary": True}
+    ref = lambda i, p: attention_parts(i[0], p[0], None, p[1], None, H, True, KV, True)[0]
+    run_case(probe, rep, "attention[kv_heads, rotary, accumulate]", "attention", attrs,
+             [rand(B, T, D)], weights, ref, accumulate=True)
+    split_cases(probe, rep, "attention[kv_heads, rotary]", "attention", attrs, [rand(B, T, D)],
+                weights, ref)
 
 
 def fam_attention(probe, rep):
@@ -363,6 +424,10 @@ def fam_attention(probe, rep):
              lambda i, p: no_bias(i, p)[0], accumulate=True)
     split_cases(probe, rep, "attention[bias=false]", "attention", {"heads": H, "bias": False},
                 [rand(B, T, D)], weights, lambda i, p: no_bias(i, p)[0])
+    if probe.device != "cpu":  # interp/DeviceChoice refuses them for the GPU
+        print("  kv_heads and rotary: no CUDA kernel yet, checked on the cpu only")
+        return
+    attention_gqa_rotary(probe, rep)
 
 
 def act_ref(h, act):

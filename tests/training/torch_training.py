@@ -173,16 +173,41 @@ def rms_norm(x, weight, eps=1e-6):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
 
 
+def rotary(t):
+    """RoPE as HF LLaMA applies it (rotate_half) on t [B, heads, T, E], base 10000."""
+    T, E = t.shape[-2], t.shape[-1]
+    inv = 1.0 / (10000 ** (torch.arange(0, E, 2, dtype=torch.float64) / E))
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+    cos = torch.cat([ang.cos()] * 2, -1).to(t.dtype)
+    sin = torch.cat([ang.sin()] * 2, -1).to(t.dtype)
+    return t * cos + torch.cat([-t[..., E // 2:], t[..., : E // 2]], -1) * sin
+
+
+def llama_attention(h, w, prefix, mask):
+    """EPL's attention(h, 4, bias = false, kv_heads = 2, rotary = true) of width 32: each
+    k/v head shared by two query heads."""
+    qkv = F.linear(h, w[prefix + "attention.qkv_weight"])
+    q, k, v = qkv.split([32, 16, 16], dim=-1)
+    B, T = h.shape[0], h.shape[1]
+    q = rotary(q.reshape(B, T, 4, 8).transpose(1, 2))
+    k = rotary(k.reshape(B, T, 2, 8).transpose(1, 2)).repeat_interleave(2, dim=1)
+    v = v.reshape(B, T, 2, 8).transpose(1, 2).repeat_interleave(2, dim=1)
+    s = (q @ k.transpose(-1, -2)) / math.sqrt(8)
+    s = s.masked_fill(mask, float("-inf"))
+    o = (s.softmax(-1) @ v).transpose(1, 2).reshape(B, T, 32)
+    return F.linear(o, w[prefix + "attention.proj_weight"])
+
+
 def llama_case(work, args):
-    """std/nn.epl's llama_block: RMS norms, attention without biases and the gated (SwiGLU)
-    feed-forward."""
+    """std/nn.epl's llama_block: RMS norms, attention without biases, with rotary
+    embeddings and 2 k/v heads for 4, and the gated (SwiGLU) feed-forward."""
     script, inp, tgt, mask = token_case(work, args, "llama", """\
   x = embedding(tokens, 256, 32)
-  x = repeat(2) llama_block(x, 4, 48)
+  x = repeat(2) llama_block(x, 4, 48, kv_heads = 2)
   return cross_entropy(linear(rms_norm(x), 256, bias = false), next(tokens))""")
 
     def block(x, w, p):
-        x = x + attention(rms_norm(x, w[p + "rms_norm.weight"]), w, p, mask)
+        x = x + llama_attention(rms_norm(x, w[p + "rms_norm.weight"]), w, p, mask)
         h = rms_norm(x, w[p + "rms_norm.1.weight"])
         f = p + "swiglu/"
         gated = F.silu(F.linear(h, w[f + "linear.weight"])) * F.linear(h, w[f + "linear.1.weight"])

@@ -111,6 +111,30 @@ TEST_CASE("a backward's products are each forward product's two transposes") {
   CHECK(backward[1].k == 16);
 }
 
+TEST_CASE("grouped-query attention projects k and v to kv_heads heads") {
+  // attention over [2, 8, 16] with 4 heads of 4 and 2 k/v heads: Wqkv [16 + 2 x 8, 16].
+  epl::ir::Attrs grouped{{"heads", int64_t{4}}, {"kv_heads", int64_t{2}}};
+  auto whole =
+      epl::ir::opProducts(OpKind::Attention, {{2, 8, 16}}, {{32, 16}}, {2, 8, 16}, grouped, false);
+  REQUIRE(whole.size() == 4);
+  CHECK(whole[0].n == 32); // x [16, 16] by [16, 32]
+  CHECK(whole[1].k == 16); // ctx [16, 16] by Wp^T [16, 16]
+  CHECK(whole[2].count == 8);
+  // A rank of split(2): Wqkv [16, 16], its 2 query heads' rows and their k/v head's.
+  auto half =
+      epl::ir::opProducts(OpKind::Attention, {{2, 8, 16}}, {{16, 16}}, {2, 8, 16}, grouped, false);
+  CHECK(half[0].n == 16);
+  CHECK(half[1].k == 8);
+  CHECK(half[2].count == 4);
+  // Against 4 k/v heads: the k and v projections are half as wide, the rest the same.
+  epl::ir::Attrs full{{"heads", int64_t{4}}};
+  auto mha =
+      epl::ir::opProducts(OpKind::Attention, {{2, 8, 16}}, {{48, 16}}, {2, 8, 16}, full, false);
+  CHECK(mha[0].flops() - whole[0].flops() == 2 * 16 * 16 * 16);
+  for (size_t k = 1; k < 4; ++k)
+    CHECK(mha[k].flops() == whole[k].flops());
+}
+
 TEST_CASE("data-parallel and split ranks share the step's FLOPs without counting any twice") {
   auto one = epl::testing::planned("gpt.epl", gpt(2, 64, 16, 96, 8, "recompute = none"), 1);
   auto data = epl::testing::planned("gpt.epl", gpt(2, 64, 16, 96, 8, "recompute = none"), 2);

@@ -1,7 +1,8 @@
-// `epl plan --cluster C --search` (docs/cluster.md, "Searching the policy"): every
-// combination of the policy keys that change speed and memory but not the layout, each
-// planned and predicted as `epl plan --cluster` does, ranked by step time among those
-// that fit the device.
+// `epl plan --cluster C --search` (docs/cluster.md, "Searching the layout and the policy"):
+// the layouts the script's numbers allow (ir::LayoutKnob), each with the script's policy
+// and every micro-batch count, then every combination of the policy keys for the script's
+// layout and the fastest others; each a cost-only plan predicted as `epl plan --cluster`
+// does, ranked by step time among those that fit the device.
 #include "driver/Search.h"
 
 #include "ir/PipelineSchedule.h"

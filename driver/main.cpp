@@ -378,8 +378,9 @@ int main(int argc, char** argv) {
   bool search = false;
   planCmd
       ->add_flag("--search", search,
-                 "with --cluster: try every micro_batches, schedule, zero and recompute, and "
-                 "print the fastest that fit and the script's diff")
+                 "with --cluster: try other stage counts and split widths, micro_batches, "
+                 "schedule, zero and recompute, and print the fastest that fit and the "
+                 "script's diff")
       ->needs("--cluster")
       ->excludes("--json")
       ->excludes("--rank")

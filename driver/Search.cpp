@@ -6,6 +6,7 @@
 #include "driver/Search.h"
 
 #include "ir/PipelineSchedule.h"
+#include "ir/PlanJson.h"
 #include "ir/Predict.h"
 #include "support/Files.h"
 #include "support/Text.h"
@@ -42,23 +43,6 @@ struct Candidate {
   }
 };
 
-std::string recomputeWord(const ir::Policy& p) {
-  switch (p.recompute) {
-  case ir::Recompute::None:
-    return "none";
-  case ir::Recompute::Auto:
-    return "auto";
-  case ir::Recompute::Every:
-    return "every";
-  case ir::Recompute::Listed:
-    break;
-  }
-  std::string list = "[";
-  for (size_t i = 0; i < p.recomputeBlocks.size(); ++i)
-    list += (i ? ", " : "") + p.recomputeBlocks[i];
-  return list + "]";
-}
-
 // The values tried for each key: the script's first, then the others.
 std::vector<std::vector<Setting>> choices(const ir::Module& m) {
   const ir::Policy& p = m.policy;
@@ -84,7 +68,7 @@ std::vector<std::vector<Setting>> choices(const ir::Module& m) {
     dataParallel |= s.copies() * m.mesh.dataParallel > 1;
   add("zero", std::to_string(static_cast<int>(p.zero)),
       dataParallel ? std::vector<std::string>{"0", "1", "2", "3"} : std::vector<std::string>{});
-  add("recompute", recomputeWord(p), {"none", "auto", "every"});
+  add("recompute", ir::recomputeText(p), {"none", "auto", "every"});
   return keys;
 }
 

@@ -30,10 +30,6 @@ double monotonicSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-int64_t alignUp(int64_t v) {
-  return (v + kAlign - 1) / kAlign * kAlign;
-}
-
 // Where dim `dim` of a tensor of `shape` is cut in `pieces`: the rows before it, the
 // piece's elements after it, per row (whole = pieces x piece).
 struct Cut {
@@ -234,8 +230,8 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
       break;
     }
   int64_t recvOffset = 0;
-  placeReceives(program_.step, stepRecv_, recvOffset);
-  placeReceives(program_.eval, evalRecv_, recvOffset);
+  placeReceives(program_.step, program_.recvRing, stepRecv_, recvOffset);
+  placeReceives(program_.eval, 0, evalRecv_, recvOffset);
   EPL_ASSERT(recvOffset == program_.recvBytes, "the receive buffers differ from the plan's");
   wire_ = program_.commDtype == ir::DType::BF16  ? backend::WireType::BF16
           : program_.commDtype == ir::DType::F16 ? backend::WireType::F16
@@ -863,25 +859,35 @@ void Executor::load(int micro) {
                         static_cast<int64_t>(4 * b.next.size()));
 }
 
-// Each Recv of a program gets a buffer of its own (outside the arena): all of them are
-// posted when the program starts, so a Send never waits for its receiver to get there.
-void Executor::placeReceives(const std::vector<ir::Instr>& list, std::vector<Receive>& out,
-                             int64_t& offset) {
-  out.resize(list.size());
+// The Recvs of a program get buffers outside the arena (ir::Module::receivePlan): a step's
+// share a ring of them, the first receives posted when the step starts and each later one
+// once its buffer's previous receive was read; an evaluation's have one each, all posted
+// at its start. Either way a receive is posted before its Send must finish (the
+// communication check makes sure), so a sender never stalls on its receiver.
+void Executor::placeReceives(const std::vector<ir::Instr>& list, int ring,
+                             std::vector<Receive>& out, int64_t& offset) {
+  ir::Module::ReceivePlan plan = m_.receivePlan(program_, list, ring);
+  out.assign(list.size(), Receive{});
   for (size_t i = 0; i < list.size(); ++i) {
     if (list[i].kind != ir::InstrKind::Recv) continue;
-    out[i].offset = offset;
-    offset += alignUp(m_.transferBytes(program_, list[i]));
+    out[i].offset = offset + plan.offset[i];
+    out[i].atStart = plan.postedAfter[i] < 0;
+    if (!out[i].atStart) out[static_cast<size_t>(plan.postedAfter[i])].posts.push_back(i);
   }
+  offset += plan.bytes;
 }
 
 void Executor::postReceives(const std::vector<ir::Instr>& list, std::vector<Receive>& receives) {
   receiving_ = &receives;
+  receivingList_ = &list;
   for (size_t i = 0; i < list.size(); ++i)
-    if (list[i].kind == ir::InstrKind::Recv)
-      receives[i].request =
-          comm_.irecv(recvMem_ + receives[i].offset, m_.transferBytes(program_, list[i]),
-                      list[i].peer, list[i].tag);
+    if (list[i].kind == ir::InstrKind::Recv && receives[i].atStart) postReceive(i);
+}
+
+void Executor::postReceive(size_t index) {
+  const ir::Instr& in = (*receivingList_)[index];
+  Receive& r = (*receiving_)[index];
+  r.request = comm_.irecv(recvMem_ + r.offset, m_.transferBytes(program_, in), in.peer, in.tag);
 }
 
 // Where a transfer's samples start in its tensor: the tensor's, or its row `firstRow`.
@@ -926,19 +932,27 @@ void Executor::receive(const ir::Instr& in, size_t index, int64_t step, Receive&
   if (in.rows >= 0) dst.shape[0] = in.rows;
   dst.data = transferData(in);
   unsigned char* src = recvMem_ + r.offset;
-  if (!in.accumulate) return dev_.copyOnDevice(dst.data, src, dst.bytes());
-  backend::KernelCall c;
-  c.kind = ir::OpKind::Reshape;
-  c.backward = true;
-  c.attrs = &noAttrs_;
-  backend::TensorView dy = dst;
-  dy.data = src;
-  backend::TensorView shape = dst;
-  shape.data = nullptr;
-  c.in = {dy, shape, shape};
-  c.out = {dst};
-  c.accumulate = {true};
-  dev_.launch(c);
+  if (!in.accumulate) {
+    dev_.copyOnDevice(dst.data, src, dst.bytes());
+  } else {
+    backend::KernelCall c;
+    c.kind = ir::OpKind::Reshape;
+    c.backward = true;
+    c.attrs = &noAttrs_;
+    backend::TensorView dy = dst;
+    dy.data = src;
+    backend::TensorView shape = dst;
+    shape.data = nullptr;
+    c.in = {dy, shape, shape};
+    c.out = {dst};
+    c.accumulate = {true};
+    dev_.launch(c);
+  }
+  // Then the receives that take this buffer next, once the device has read it.
+  if (r.posts.empty()) return;
+  dev_.synchronize();
+  for (size_t next : r.posts)
+    postReceive(next);
 }
 
 // A pipeline of more ranks than stages (stage groups, data-parallel copies): the ranks of

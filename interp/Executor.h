@@ -145,10 +145,14 @@ private:
   struct Bound {
     backend::KernelCall call; // views bound to this rank's buffers
   };
-  // A pipeline's receive: where its buffer sits in recvMem_, and the transfer in flight.
+  // A pipeline's receive: where its buffer sits in recvMem_, the transfer in flight, whether
+  // it is posted when the program starts, and the receives (by instruction) posted once it
+  // is read: those that take its buffer next (ir::Module::receivePlan).
   struct Receive {
     int64_t offset = -1;
     backend::Request request;
+    bool atStart = true;
+    std::vector<size_t> posts;
   };
   void allocateBuffers();
   void releaseBuffers();
@@ -173,9 +177,10 @@ private:
   void run(const ir::Instr& in, size_t index, int64_t step, uint64_t seed, bool training);
   void runTraced(const ir::Instr& in, size_t index, int64_t step, uint64_t seed);
   std::string traceName(const ir::Instr& in) const;
-  void placeReceives(const std::vector<ir::Instr>& list, std::vector<Receive>& out,
+  void placeReceives(const std::vector<ir::Instr>& list, int ring, std::vector<Receive>& out,
                      int64_t& offset);
   void postReceives(const std::vector<ir::Instr>& list, std::vector<Receive>& receives);
+  void postReceive(size_t index);
   unsigned char* transferData(const ir::Instr& in) const;
   void send(const ir::Instr& in, size_t index, int64_t step, bool training);
   void finishSends(int slot);
@@ -394,8 +399,9 @@ private:
   std::vector<int64_t> bucketBegin_, bucketEnd_;
   std::vector<backend::Request> pending_;
   unsigned char* recvMem_ = nullptr;
-  std::vector<Receive> stepRecv_, evalRecv_;  // by instruction index
-  std::vector<Receive>* receiving_ = nullptr; // the list runStep or runEval posted
+  std::vector<Receive> stepRecv_, evalRecv_;              // by instruction index
+  std::vector<Receive>* receiving_ = nullptr;             // the list runStep or runEval posted
+  const std::vector<ir::Instr>* receivingList_ = nullptr; // and their instructions
   ir::Attrs noAttrs_;
   backend::WireType wire_ = backend::WireType::F32;
   float lr_ = 0, clipScale_ = 1, lossSeed_ = 1;

@@ -138,6 +138,38 @@ int64_t Module::transferBytes(const Program& p, const Instr& in) const {
   return in.rows < 0 ? whole : whole / localShape(p, in.tensor).at(0) * in.rows;
 }
 
+Module::ReceivePlan Module::receivePlan(const Program& p, const std::vector<Instr>& list,
+                                        int ring) const {
+  ReceivePlan out;
+  out.offset.assign(list.size(), -1);
+  out.postedAfter.assign(list.size(), -1);
+  std::vector<int> receives;
+  for (size_t i = 0; i < list.size(); ++i)
+    if (list[i].kind == InstrKind::Recv) receives.push_back(static_cast<int>(i));
+  auto aligned = [&](int i) { return (transferBytes(p, list[i]) + 63) / 64 * 64; };
+  size_t n = ring > 0 ? static_cast<size_t>(ring) : receives.size();
+  if (n >= receives.size()) { // a buffer each, posted at the start
+    for (int i : receives) {
+      out.offset[i] = out.bytes;
+      out.bytes += aligned(i);
+    }
+    return out;
+  }
+  std::vector<int64_t> size(n, 0);
+  for (size_t k = 0; k < receives.size(); ++k)
+    size[k % n] = std::max(size[k % n], aligned(receives[k]));
+  std::vector<int64_t> base(n, 0);
+  for (size_t b = 0; b < n; ++b) {
+    base[b] = out.bytes;
+    out.bytes += size[b];
+  }
+  for (size_t k = 0; k < receives.size(); ++k) {
+    out.offset[receives[k]] = base[k % n];
+    if (k >= n) out.postedAfter[receives[k]] = receives[k - n];
+  }
+  return out;
+}
+
 int Module::ranksLike(const Program& p) const {
   if (!costOnly) return 1;
   return mesh.dataParallel * mesh.stages.at(static_cast<size_t>(p.stage)).group;

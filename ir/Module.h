@@ -336,6 +336,17 @@ struct Module {
   };
   SplitTraffic splitTraffic(const Program& p) const;
   int64_t transferBytes(const Program& p, const Instr& in) const;
+  // Where the receives of `list` (p's step or evaluation) land and when they are posted.
+  // With a ring of n buffers, receive k (in program order) uses buffer k % n and is posted
+  // when the program starts if k < n, else right after receive k - n was waited for and
+  // read; a buffer is as large as the largest receive it takes. With n = 0 every receive
+  // has a buffer of its own, all posted when the program starts.
+  struct ReceivePlan {
+    std::vector<int64_t> offset;  // by instruction: its buffer's offset; -1 for the others
+    std::vector<int> postedAfter; // by instruction: -1 at the start, else that receive's index
+    int64_t bytes = 0;            // all the buffers, each 64-byte aligned
+  };
+  ReceivePlan receivePlan(const Program& p, const std::vector<Instr>& list, int ring) const;
   // What keeps the runtime from running this plan, in words ("4 pipeline stages and model
   // chunks of split widths 2 (stage 0) and 1 (stage 2) on the same devices"), or empty
   // when it runs. Split regions run in any stage, in

@@ -42,6 +42,18 @@ const char* recomputeName(Recompute r) {
   return "?";
 }
 
+} // namespace
+
+std::string recomputeText(const Policy& p) {
+  if (p.recompute != Recompute::Listed) return recomputeName(p.recompute);
+  std::string list = "[";
+  for (size_t i = 0; i < p.recomputeBlocks.size(); ++i)
+    list += (i ? ", " : "") + p.recomputeBlocks[i];
+  return list + "]";
+}
+
+namespace {
+
 const char* offloadName(Offload o) {
   switch (o) {
   case Offload::None:

@@ -17,4 +17,7 @@ constexpr int kPlanJsonSchema = 1;
 nlohmann::ordered_json planJson(const Module& m, const Prediction* predicted = nullptr);
 void printPlanJson(const Module& m, std::ostream& out, const Prediction* predicted = nullptr);
 
+// The policy's recompute as a script writes it: `none`, `auto`, `every` or `[a, b]`.
+std::string recomputeText(const Policy& p);
+
 } // namespace epl::ir

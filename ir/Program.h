@@ -163,7 +163,11 @@ struct Program {
       most = std::max(most, w.bytes);
     return most;
   }
-  int64_t recvBytes = 0;      // the buffers the step's receives are posted into
+  // The buffers the step's and the evaluation's receives are posted into
+  // (Module::receivePlan). A step's receives share `recvRing` buffers in turn (0: one
+  // each, all posted when the step starts).
+  int64_t recvBytes = 0;
+  int recvRing = 0;
   int64_t paramBytes = 0;     // parameters
   int64_t gradBytes = 0;      // parameter gradients
   int64_t optimizerBytes = 0; // optimizer states in memory

@@ -335,6 +335,10 @@ void addGradientReductions(const ir::Module& m, int position, std::vector<ir::In
   step = std::move(out);
 }
 
+void placeReceives(const ir::Module& m, ir::Program& p) {
+  p.recvBytes = m.receivePlan(p, p.step, p.recvRing).bytes + m.receivePlan(p, p.eval, 0).bytes;
+}
+
 std::vector<ir::Program> pipelinePrograms(const ir::Module& m) {
   const ir::Mesh& mesh = m.mesh;
   int depth = mesh.depth();
@@ -390,10 +394,14 @@ std::vector<ir::Program> pipelinePrograms(const ir::Module& m) {
           stage.forward(c * depth + s, 0, false, p.eval);
         addParamGathers(m, p.step, &p.keepsGather);
         addParamGathers(m, p.eval);
-        for (const auto* list : {&p.step, &p.eval})
-          for (const ir::Instr& in : *list)
-            if (in.kind == ir::InstrKind::Recv)
-              p.recvBytes += (m.transferBytes(p, in) + 63) / 64 * 64;
+        // The step's receives in a ring of buffers: those of the micro-batches a slot can
+        // hold, and one more micro-batch's, so each is posted well before it is waited for.
+        int receives = 0;
+        for (const ir::Instr& in : p.step)
+          receives += in.kind == ir::InstrKind::Recv;
+        int perMicro = (receives + micros - 1) / micros;
+        p.recvRing = std::min(receives, perMicro * (p.slots + 1));
+        placeReceives(m, p);
         out.push_back(std::move(p));
       }
   return out;
@@ -548,13 +556,23 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
       e.position = static_cast<int>(position);
       return streams.add(rank, std::move(e));
     };
-    // 1. Every receive is posted when the program starts.
+    // 1. The receives posted when the program starts; the others once the receive before
+    // them in their buffer was waited for (Module::receivePlan).
+    ir::Module::ReceivePlan receives = m.receivePlan(p, list, eval ? 0 : p.recvRing);
     std::map<size_t, int> posted;
-    for (size_t i = 0; i < list.size(); ++i)
-      if (list[i].kind == ir::InstrKind::Recv)
-        posted[i] = add(ir::CommEvent::irecv(list[i].peer, list[i].tag, m.transferBytes(p, list[i]),
-                                             ir::DType::F32, transferLabel(m, list[i])),
-                        i);
+    std::multimap<int, size_t> postAfter; // receive -> the receives posted once it is waited
+    auto post = [&](size_t i) {
+      posted[i] = add(ir::CommEvent::irecv(list[i].peer, list[i].tag, m.transferBytes(p, list[i]),
+                                           ir::DType::F32, transferLabel(m, list[i])),
+                      i);
+    };
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (list[i].kind != ir::InstrKind::Recv) continue;
+      if (receives.postedAfter[i] < 0)
+        post(i);
+      else
+        postAfter.emplace(receives.postedAfter[i], i);
+    }
     // 2. In program order: sends start, receives waited, collectives. An evaluation's send
     // is waited at once; a step's before the next micro-batch takes its slot, or at the
     // step's end (Executor::send).
@@ -586,9 +604,13 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
           sending[in.micro % p.slots].push_back(e);
         break;
       }
-      case ir::InstrKind::Recv:
+      case ir::InstrKind::Recv: {
         add(ir::CommEvent::wait(posted.at(i)), i);
+        auto [first, last] = postAfter.equal_range(static_cast<int>(i));
+        for (auto it = first; it != last; ++it)
+          post(it->second);
         break;
+      }
       case ir::InstrKind::ReduceStart:
         reduces[in.bucket] = add(
             ir::CommEvent::icollective(m.zeroShardsGradients() ? ir::CollectiveKind::ReduceScatter

@@ -15,6 +15,10 @@ namespace epl::passes {
 // A cost-only plan (Module::costOnly) gets each stage's first rank of replica 0 alone.
 std::vector<ir::Program> pipelinePrograms(const ir::Module& m);
 
+// Sizes p's receive buffers (Program::recvBytes) for its step's ring (Program::recvRing) and
+// its evaluation's receives.
+void placeReceives(const ir::Module& m, ir::Program& p);
+
 // The gradient reductions of the stage at `position` (0 without a pipeline) in a step
 // program without them: each bucket started after the op that readies it in the last
 // micro-batch, all waited for before the first optimizer op; with ZeRO stage 2

@@ -23,6 +23,9 @@
 //
 // Every plan with programs of several ranks then goes through the communication check
 // (ir/StreamCheck.h): the programs are built to fit, so a problem is a compiler bug.
+// A pipeline's step posts its receives into a ring of buffers (Program::recvRing), each once
+// the buffer's previous receive is read, unless the check finds that this stalls the ranks:
+// then each receive has a buffer of its own, all posted at the start.
 // A plan for costing only (PassContext::costOnly, Module::costOnly) gets the program of
 // each stage's first rank in the first replica and no check: the search (docs/cluster.md)
 // predicts thousands of devices' plans from them.
@@ -49,7 +52,16 @@ public:
     if (!m.runRefusal().empty()) return false;
     if (m.mesh.stages.size() > 1) {
       m.programs = pipelinePrograms(m);
-      if (!m.costOnly) checkCommunication(m);
+      if (m.costOnly) return true;
+      // Receives in a ring of buffers wait for their buffer's previous receive; where that
+      // would stall the ranks, every receive gets a buffer of its own, posted at the start.
+      if (ir::checkStreams(programStreams(m, false))) {
+        for (ir::Program& p : m.programs) {
+          p.recvRing = 0;
+          placeReceives(m, p);
+        }
+      }
+      checkCommunication(m);
       return true;
     }
     // A pinned `replicate(n)` stage divides each replica's micro-batch over its n devices:

@@ -191,6 +191,33 @@ TEST_CASE("zb holds activations until W: p slots on every stage, where 1f1b has 
   CHECK(out.str().find("linear.backward-params") != std::string::npos);
 }
 
+TEST_CASE("a step's receives share a ring of buffers: as many micro-batches' as the slots, "
+          "and one more") {
+  // A middle stage receives an activation and a gradient a micro-batch (micro-batches of 2
+  // samples of 16 f32: 128 bytes each); 1f1b keeps
+  // 4 - s of them in flight, so its ring is 2 x (4 - s + 1) receives, whatever the count of
+  // micro-batches; gpipe keeps every micro-batch, so every receive has a buffer.
+  for (int micros : {8, 16, 64}) {
+    INFO(micros << " micro-batches");
+    auto oneF = plan(4, micros, "1f1b"), gpipe = plan(4, micros, "gpipe");
+    REQUIRE(oneF);
+    REQUIRE(gpipe);
+    for (int s = 1; s < 3; ++s) {
+      const epl::ir::Program& p = oneF->programs[s];
+      CHECK(p.recvRing == 2 * (4 - s + 1));
+      epl::ir::Module::ReceivePlan ring = oneF->receivePlan(p, p.step, p.recvRing);
+      CHECK(ring.bytes == 128 * 2 * (4 - s + 1));
+      int late = 0;
+      for (size_t i = 0; i < p.step.size(); ++i)
+        late += ring.postedAfter[i] >= 0;
+      CHECK(late == 2 * micros - p.recvRing);
+      const epl::ir::Program& g = gpipe->programs[s];
+      CHECK(g.recvRing == 2 * micros);
+      CHECK(gpipe->receivePlan(g, g.step, g.recvRing).bytes == 128 * 2 * micros);
+    }
+  }
+}
+
 TEST_CASE("backward send/recv ops move gradients back to the stage that sent") {
   auto m = plan(2, 2, "1f1b");
   REQUIRE(m);

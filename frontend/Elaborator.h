@@ -77,6 +77,9 @@ private:
   Value defaultValue(const ast::Param& p, Frame& callee);
   void checkBatchFirst(const ast::Expr& at, const ir::Module& m, const std::string& op,
                        const std::vector<ir::TensorType>& out);
+  // Why mean, select or narrow may not take this dim (dim 0, the batch), or "".
+  static std::string batchTaken(const ir::Module& m, ir::OpKind kind,
+                                const std::vector<ir::TensorType>& in, const ir::Attrs& attrs);
   void checkSignature(const ast::Function& fn);
   [[noreturn]] void unknownType(const ast::TypeRef& type, const std::vector<std::string>& names);
   [[noreturn]] void failInOp(const ast::Expr& at, const Context& ctx, const std::string& message);

@@ -234,6 +234,23 @@ void Elaborator::checkBatchFirst(const ast::Expr& at, const ir::Module& m, const
                  op, b, i, t.str()));
 }
 
+// Data parallelism divides dim 0 over ranks, so no op may reduce or index it away: the
+// message when mean, select or narrow would, else "".
+std::string Elaborator::batchTaken(const ir::Module& m, ir::OpKind kind,
+                                   const std::vector<ir::TensorType>& in, const ir::Attrs& attrs) {
+  using K = ir::OpKind;
+  if (kind != K::Mean && kind != K::Select && kind != K::Narrow) return "";
+  const ir::Shape& s = in[0].shape;
+  int64_t d = ir::intAttr(attrs, "dim");
+  if (d < 0) d += static_cast<int64_t>(s.size());
+  if (d != 0 || s.empty()) return ""; // another dim, or out of range (the shape rule says)
+  const std::vector<std::string>& syms = s[0].syms;
+  if (std::find(syms.begin(), syms.end(), m.batchSymbol) == syms.end()) return "";
+  return fmt::format("`{}` cannot take dim 0 of `{}`: it holds the batch `{}`, which data "
+                     "parallelism divides over ranks",
+                     ir::opInfo(kind).name, in[0].str(), m.batchSymbol);
+}
+
 void Elaborator::failInOp(const ast::Expr& at, const Context& ctx, const std::string& message) {
   auto d = diags_.error(at.loc, message);
   d.length(at.length);
@@ -272,7 +289,8 @@ Value Elaborator::emitOp(ir::OpKind kind, const ast::Expr& at, std::vector<int> 
   std::vector<ir::TensorType> in, out;
   for (int t : inputs)
     in.push_back(m.tensors[t].type);
-  std::string err = ir::inferTypes(kind, in, attrs, out);
+  std::string err = batchTaken(m, kind, in, attrs); // before the shape rule: B has no size
+  if (err.empty()) err = ir::inferTypes(kind, in, attrs, out);
   if (!err.empty()) failInOp(at, ctx, err);
   checkBatchFirst(at, m, ir::opInfo(kind).name, out);
   std::vector<ir::ParamSpec> params = ir::paramSpecs(kind, in, attrs);

@@ -49,9 +49,17 @@ double seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
 
+// Whether an op only moves, shifts or picks out the elements of its first input (so the
+// values an integer input may take are those its output's readers accept).
+bool movesElements(ir::OpKind k) {
+  using K = ir::OpKind;
+  return k == K::Next || k == K::Reshape || k == K::Flatten || k == K::Transpose ||
+         k == K::Select || k == K::Narrow || ir::opInfo(k).split == ir::SplitRule::Communication;
+}
+
 // How many values the layers reading integer tensor t accept: the smallest embedding vocab
-// or cross-entropy class count among them, through the ops that only move or shift it
-// (bridges, `next`); 0 when none of them says.
+// or cross-entropy class count among them, through the ops that only move, shift or pick
+// out its elements (bridges, `next`, reshapes, `select`); 0 when none of them says.
 int64_t accepted(const ir::Module& m, int t) {
   int64_t n = 0;
   auto take = [&](int64_t v) { n = n == 0 ? v : std::min(n, v); };
@@ -62,9 +70,7 @@ int64_t accepted(const ir::Module& m, int t) {
       if (op.kind == ir::OpKind::Embedding && k == 0) take(ir::intAttr(op.attrs, "vocab"));
       if (op.kind == ir::OpKind::CrossEntropy && k == 1)
         take(m.tensors[op.inputs[0]].type.shape.back().coef);
-      bool moves =
-          op.kind == ir::OpKind::Next || ir::opInfo(op.kind).split == ir::SplitRule::Communication;
-      if (moves && k == 0)
+      if (movesElements(op.kind) && k == 0)
         if (int64_t v = accepted(m, op.outputs[0]); v > 0) take(v);
     }
   }

@@ -22,6 +22,7 @@ std::vector<OpInfo> buildTable() {
   ops::addImage(t);
   ops::addPointwise(t);
   ops::addShapes(t);
+  ops::addSlicing(t);
   ops::addLosses(t);
   ops::addCollectives(t);
   ops::addTraining(t);

@@ -42,6 +42,9 @@ enum class OpKind {
   Flatten,
   Reshape,
   Transpose,
+  Mean,   // mean over one dim
+  Select, // one index of a dim, the dim dropped
+  Narrow, // a run of indices of a dim, the dim kept
   Next,
   // A `moe` call, in the order they run (docs/language.md, "moe"): the router's softmax
   // gates; each token's top-k experts under the capacity, its copies grouped by expert;

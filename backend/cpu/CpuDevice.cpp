@@ -71,6 +71,11 @@ void dispatch(const KernelCall& c) {
     return reshape(c);
   case OpKind::Transpose:
     return transpose(c);
+  case OpKind::Mean:
+    return mean(c);
+  case OpKind::Select:
+  case OpKind::Narrow:
+    return keepRun(c);
   case OpKind::CrossEntropy:
     return crossEntropy(c);
   case OpKind::Mse:

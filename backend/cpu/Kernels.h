@@ -41,6 +41,9 @@ void mul(const KernelCall& c);
 void scale(const KernelCall& c);
 void reshape(const KernelCall& c); // flatten and reshape: a copy
 void transpose(const KernelCall& c);
+// Slicing.cpp
+void mean(const KernelCall& c);
+void keepRun(const KernelCall& c); // select and narrow
 // Losses.cpp
 void crossEntropy(const KernelCall& c);
 void mse(const KernelCall& c);

@@ -46,6 +46,7 @@ void addMoe(Table& t);         // moe and the four ops a call becomes
 void addImage(Table& t);       // conv2d, max_pool, avg_pool
 void addPointwise(Table& t);   // activations, dropout, softmax, arithmetic
 void addShapes(Table& t);      // flatten, reshape, transpose, next
+void addSlicing(Table& t);     // mean, select, narrow
 void addLosses(Table& t);      // cross_entropy, mse
 void addCollectives(Table& t); // the communication passes insert
 void addTraining(Table& t);    // grad_norm, optimizer_step

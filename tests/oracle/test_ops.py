@@ -811,6 +811,41 @@ def fam_elementwise(probe, rep):
              [rand(3, 5)], [], lambda i, p: i[0].transpose(0, 1), accumulate=True)
 
 
+def fam_slicing(probe, rep):
+    """mean over a dim, select and narrow of its indices; negative dims and indices count
+    from the end, as in torch."""
+    for shape, d, keep in [((4, 6), 1, False), ((2, 5, 8), 1, False), ((2, 5, 8), -1, False),
+                           ((2, 5, 8), 2, True), ((3, 4, 5, 6), -3, False),
+                           ((3, 4, 5, 6), 2, True), ((2, 1, 3), 1, False), ((2, 300, 70), 1, False)]:
+        run_case(probe, rep, "mean[%s,%d%s]" % (shape, d, ",keepdim" if keep else ""), "mean",
+                 {"dim": d, "keepdim": keep}, [rand(*shape)], [],
+                 lambda i, p, d=d, keep=keep: i[0].mean(d, keepdim=keep))
+    run_case(probe, rep, "mean[accumulate]", "mean", {"dim": 1}, [rand(3, 4, 5)], [],
+             lambda i, p: i[0].mean(1), accumulate=True)
+    for shape, d, idx in [((2, 5, 8), 1, 0), ((2, 5, 8), 1, -1), ((2, 5, 8), -1, 3),
+                          ((3, 4, 5, 6), 2, 4), ((4, 6), 1, 5), ((2, 1, 3), 1, 0),
+                          ((2, 128, 64), 1, 0)]:
+        run_case(probe, rep, "select[%s,%d,%d]" % (shape, d, idx), "select",
+                 {"dim": d, "index": idx}, [rand(*shape)], [],
+                 lambda i, p, d=d, idx=idx: i[0].select(d, idx))
+    run_case(probe, rep, "select[accumulate]", "select", {"dim": 1, "index": 2}, [rand(3, 4, 5)],
+             [], lambda i, p: i[0].select(1, 2), accumulate=True)
+    for shape, d, start, n in [((2, 5, 8), 1, 0, 1), ((2, 5, 8), 1, 1, 3), ((2, 5, 8), -1, 2, 6),
+                               ((3, 4, 5, 6), 2, -2, 2), ((4, 6), 1, 0, 6), ((3, 4, 5, 6), 1, 3, 1),
+                               ((2, 128, 64), 1, 5, 100)]:
+        run_case(probe, rep, "narrow[%s,%d,%d,%d]" % (shape, d, start, n), "narrow",
+                 {"dim": d, "start": start, "length": n}, [rand(*shape)], [],
+                 lambda i, p, d=d, start=start, n=n: i[0].narrow(d, start, n))
+    run_case(probe, rep, "narrow[accumulate]", "narrow", {"dim": 1, "start": 1, "length": 2},
+             [rand(3, 4, 5)], [], lambda i, p: i[0].narrow(1, 1, 2), accumulate=True)
+    t = torch.randint(-50, 50, (2, 5, 3), dtype=torch.int32)
+    o, _, _ = probe.op("select", {"dim": 1, "index": -2}, [t], [], (2, 3), backward=False)
+    rep.expect("select[i32]", "out", torch.equal(o.view(torch.int32), t.select(1, -2)))
+    o, _, _ = probe.op("narrow", {"dim": 1, "start": 1, "length": 3}, [t], [], (2, 3, 3),
+                       backward=False)
+    rep.expect("narrow[i32]", "out", torch.equal(o.view(torch.int32), t.narrow(1, 1, 3)))
+
+
 def fam_losses(probe, rep):
     for lead, V in [((4,), 5), ((2, 7), 13), ((3, 64), 256), ((1,), 1), ((2, 33), 1000)]:
         logits = rand(*lead, V) * 3

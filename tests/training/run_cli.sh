@@ -63,6 +63,20 @@ train m { data = synthetic(samples = 64) batch = 8 steps = 2 }
 EPL
 "$epl" run seg.epl --metrics seg.jsonl > seg.out
 grep -q '`segments` below 2, `labels` below 4' seg.out
+# ... also through the ops that pick out elements: a [CLS] classifier whose segment ids
+# reach their 2-wide embedding through `narrow` and its labels through `select`, beside a
+# 256-word embedding, for a few steps (each loss finite).
+cat > cls.epl <<'EPL'
+model m(tokens: i32[B, 8], segments: i32[B, 9], labels: i32[B, 2]) {
+  x = embedding(tokens, 256, 16) + embedding(narrow(segments, 1, 1, 8), 2, 16)
+  h = attention(x, 2)
+  return cross_entropy(linear(select(h, 1, 0) + mean(h, 1), 3), select(labels, -1, 1))
+}
+train m { data = synthetic(samples = 64, classes = 256) batch = 8 steps = 4 }
+EPL
+"$epl" run cls.epl --metrics cls.jsonl > cls.out
+grep -q '`segments` below 2, `labels` below 3' cls.out
+[ "$(grep -c '"loss":[0-9]' cls.jsonl)" = 4 ]
 # Sampling: the prompt, then exactly --length bytes.
 "$epl" sample lm.epl --prompt "Hello" --length 40 --seed 1 > s1.txt
 [ "$(head -c 5 s1.txt)" = Hello ]

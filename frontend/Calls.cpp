@@ -110,6 +110,7 @@ Value Elaborator::evalCall(const ast::Expr& e, Frame& frame, Context* ctx, bool 
         bindArgs(e, names, required, wordArgs, frame, ctx, fmt::format("`{}`", e.text), argExprs);
     for (size_t i = 0; i < vals.size(); ++i)
       if (!argExprs[i]) {
+        if (info->args[i].kind == ir::ArgKind::Tensor) continue; // an optional tensor left out
         const std::string& from = info->args[i].defaultArg;
         if (!from.empty()) { // an earlier argument's value (`kv_heads = heads`)
           for (size_t k = 0; k < i; ++k)
@@ -139,7 +140,7 @@ Value Elaborator::evalCall(const ast::Expr& e, Frame& frame, Context* ctx, bool 
       };
       switch (spec.kind) {
       case ir::ArgKind::Tensor:
-        if (v.kind != VK::Tensor) wrong("a tensor");
+        if (argExprs[i] && v.kind != VK::Tensor) wrong("a tensor");
         break;
       case ir::ArgKind::Int:
         if (v.kind != VK::Int) wrong("an integer");
@@ -191,7 +192,9 @@ Value Elaborator::callBuiltin(const ir::OpInfo& info, const ast::Expr& call,
     const Value& v = args[i];
     switch (spec.kind) {
     case ir::ArgKind::Tensor:
+      if (v.kind != Value::Kind::Tensor) break; // an optional tensor left out
       inputs.push_back(v.tensor);
+      if (!spec.required) attrs[spec.name] = true;
       break;
     case ir::ArgKind::Int:
       attrs[spec.name] = v.i;

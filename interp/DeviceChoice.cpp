@@ -18,8 +18,8 @@ const ir::Op* opWithoutCudaKernel(const ir::Module& m) {
   return nullptr;
 }
 
-// The first attention of the plan with fewer k/v heads than heads, or rotary embeddings:
-// the CUDA kernel has neither yet.
+// The first attention of the plan with fewer k/v heads than heads, rotary embeddings or a
+// padding mask: the CUDA kernel has none of them yet.
 const ir::Op* attentionBeyondCuda(const ir::Module& m) {
   for (const ir::Op& op : m.ops) {
     if (op.kind != ir::OpKind::Attention || op.phase == ir::Phase::Optimizer) continue;
@@ -27,7 +27,7 @@ const ir::Op* attentionBeyondCuda(const ir::Module& m) {
     bool turns = rotary != op.attrs.end() && std::get<bool>(rotary->second);
     bool grouped =
         kv != op.attrs.end() && std::get<int64_t>(kv->second) != ir::intAttr(op.attrs, "heads");
-    if (turns || grouped) return &op;
+    if (turns || grouped || ir::givesTensor(op.attrs, "mask")) return &op;
   }
   return nullptr;
 }
@@ -41,7 +41,9 @@ std::string cudaRefusal(const ir::Module& m, int ranks, const ir::Op** op) {
   *op = opWithoutCudaKernel(m);
   if (*op) return fmt::format("`{}` has no CUDA kernel yet", ir::opInfo((*op)->kind).name);
   *op = attentionBeyondCuda(m);
-  if (*op) return "the CUDA kernel of `attention` has no `kv_heads` below `heads` or `rotary` yet";
+  if (*op)
+    return "the CUDA kernel of `attention` has no `kv_heads` below `heads`, `rotary` or `mask` "
+           "yet";
   return "";
 }
 

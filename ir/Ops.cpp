@@ -31,11 +31,17 @@ std::vector<OpInfo> buildTable() {
 
 } // namespace
 
-int OpInfo::tensorArgs() const {
+int OpInfo::tensorInputs(const Attrs& attrs) const {
   int n = 0;
   for (const auto& a : args)
-    n += a.kind == ArgKind::Tensor;
+    n += a.kind == ArgKind::Tensor && (a.required || givesTensor(attrs, a.name));
   return n;
+}
+
+bool givesTensor(const Attrs& attrs, const std::string& name) {
+  auto it = attrs.find(name);
+  return it != attrs.end() && std::holds_alternative<bool>(it->second) &&
+         std::get<bool>(it->second);
 }
 
 const std::vector<OpInfo>& allOps() {
@@ -160,7 +166,7 @@ int outputBiasIndex(OpKind kind, const Attrs& attrs) {
 CallArity callArity(OpKind kind, const Attrs& attrs, bool backward) {
   const OpInfo& op = opInfo(kind);
   EPL_ASSERT(op.split != SplitRule::Communication, "a collective has no kernel call");
-  size_t n = static_cast<size_t>(op.tensorArgs());
+  size_t n = static_cast<size_t>(op.tensorInputs(attrs));
   size_t p = paramNames(op, attrs).size();
   size_t saved = static_cast<size_t>(op.savedCount);
   if (backward) return CallArity{2 + n + p + saved, n + p};

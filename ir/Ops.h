@@ -77,6 +77,9 @@ enum class ArgKind { Tensor, Int, Float, Bool, Word, Dims };
 struct ArgSpec {
   std::string name;
   ArgKind kind = ArgKind::Tensor;
+  // An optional tensor (attention's `mask`) comes after the required ones: when a call
+  // gives it, it is one more input and the attribute of its name is `true`; otherwise
+  // neither (its defaultValue is `false`).
   bool required = true;
   Attr defaultValue = int64_t{0}; // when not required
   std::vector<std::string> words; // allowed values of a Word argument
@@ -178,7 +181,9 @@ struct OpInfo {
   // theirs as they are.
   bool castsWeights = false;
 
-  int tensorArgs() const;
+  // The op's tensor inputs: the required tensors, and the optional ones `attrs` say are
+  // given (ArgSpec::required).
+  int tensorInputs(const Attrs& attrs) const;
 };
 
 const OpInfo& opInfo(OpKind kind);
@@ -188,6 +193,8 @@ std::string cutAttr(OpKind kind);
 // The value an op's optional argument `arg` takes when `attrs` (the given ones) lack it:
 // its default, or the argument its default names (ArgSpec::defaultArg).
 Attr argDefault(const OpInfo& op, const ArgSpec& arg, const Attrs& attrs);
+// Whether an op's optional tensor argument `name` is given (attention's `mask`).
+bool givesTensor(const Attrs& attrs, const std::string& name);
 // The builtin a script's call wrote for an op of this kind: `moe` for its four ops, else
 // the kind itself.
 OpKind builtinOf(OpKind kind);

@@ -77,7 +77,7 @@ void checkOp(const Module& m, size_t i, std::vector<bool>& defined,
   std::vector<TensorType> in, out;
   for (int t : op.inputs)
     in.push_back(m.tensors[t].type);
-  int want = opInfo(op.kind).tensorArgs();
+  int want = opInfo(op.kind).tensorInputs(op.attrs);
   if (static_cast<int>(in.size()) != want)
     return bad(fmt::format("has {} inputs, the op table says {}", in.size(), want));
   std::string err = inferTypes(op.kind, in, op.attrs, out);

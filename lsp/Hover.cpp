@@ -19,9 +19,10 @@ using nlohmann::json;
 std::string opSignature(const ir::OpInfo& info) {
   std::vector<std::string> args;
   for (const auto& a : info.args)
-    args.push_back(a.required             ? a.name
-                   : a.defaultArg.empty() ? a.name + " = " + ir::attrStr(a.defaultValue)
-                                          : a.name + " = " + a.defaultArg);
+    args.push_back(a.required                      ? a.name
+                   : a.kind == ir::ArgKind::Tensor ? a.name + " = none"
+                   : a.defaultArg.empty()          ? a.name + " = " + ir::attrStr(a.defaultValue)
+                                                   : a.name + " = " + a.defaultArg);
   return fmt::format("{}({})", info.name, fmt::join(args, ", "));
 }
 

@@ -6,10 +6,11 @@
 //   0. qkv = x Wqkv^T + bqkv; with `rotary`, each q and k head turned in place (below).
 //   Then for each (batch, head, block of Q query rows), in parallel:
 //   1. for each block of K keys (up to the diagonal when causal):
-//      S = scale * q k^T (sgemm into the tile), masked;
+//      S = scale * q k^T (sgemm into the tile), masked (causal, and the padding mask's keys);
 //      new row max m', rescale the running sum l and the output row by exp(m - m');
 //      P = exp(S - m'); l += rowsum(P); out += P v (sgemm).
-//   2. out /= l; lse = m + log(l) is saved for the backward.
+//   2. out /= l; lse = m + log(l) is saved for the backward. A row whose every key is
+//      masked (l = 0) gets out = 0 and lse = -inf, and no gradient.
 // Query head i reads k/v head i / G (G = H / KV heads share one: grouped-query attention).
 // Backward, for each (batch, k/v head) in parallel (one task owns that head's dk, dv and its
 // G query heads' dq, which it visits in order):
@@ -23,6 +24,10 @@
 // Rotary position embeddings (RoFormer; the "rotate half" form of HF LLaMA): in each head,
 // dims i and i + E/2 (i < E/2) of position t turn by the angle t base^(-2i / E):
 //   (a, b) -> (a cos - b sin, b cos + a sin).
+//
+// The padding mask [B, T] (integers: non-zero keeps key t of sample b, 0 masks it) becomes
+// one byte a key, read by the forward and the backward alike; a masked key's probability is
+// 0, as a score of -inf would make it.
 //
 // Shape legend: B batch, T time, D width, H heads, E head width (D / H), KV k/v heads, G query
 // heads per k/v head, LD = D + 2 KV E a row of qkv, Q query rows and K key rows of a tile.
@@ -49,14 +54,26 @@ inline int64_t visibleKeys(const Dims& s, int64_t row, int64_t k0, int64_t kn) {
 }
 
 // Online-softmax update of one tile row: turns scores into probabilities relative to the new
-// running max, and returns the factor that rescales the row's earlier sum and output.
-inline float onlineSoftmaxRow(float* srow, int64_t valid, int64_t kn, float& m, float& l) {
+// running max, and returns the factor that rescales the row's earlier sum and output. `kept`
+// (the padding mask of the tile's keys, or null) zeroes the masked keys; while every key the
+// row has seen is masked, m stays -inf and l 0.
+inline float onlineSoftmaxRow(float* srow, const uint8_t* kept, int64_t valid, int64_t kn, float& m,
+                              float& l) {
   float mx = m;
-  for (int64_t j = 0; j < valid; ++j)
-    mx = std::max(mx, srow[j]);
+  if (kept) {
+    for (int64_t j = 0; j < valid; ++j)
+      if (kept[j]) mx = std::max(mx, srow[j]);
+    if (mx == -std::numeric_limits<float>::infinity()) {
+      std::fill(srow, srow + kn, 0.f);
+      return 1.f;
+    }
+  } else {
+    for (int64_t j = 0; j < valid; ++j)
+      mx = std::max(mx, srow[j]);
+  }
   float alpha = expf32(m - mx), sum = 0;
   for (int64_t j = 0; j < valid; ++j) {
-    srow[j] = expf32(srow[j] - mx);
+    srow[j] = kept && !kept[j] ? 0.f : expf32(srow[j] - mx);
     sum += srow[j];
   }
   std::fill(srow + valid, srow + kn, 0.f);
@@ -65,10 +82,23 @@ inline float onlineSoftmaxRow(float* srow, int64_t valid, int64_t kn, float& m, 
   return alpha;
 }
 
+// The padding mask as one byte a key, [B, T] (1: attend to it), or empty without a mask.
+std::vector<uint8_t> keptKeys(const KernelCall& c, int slot) {
+  if (slot < 0) return {};
+  const TensorView& mask = c.in[slot];
+  EPL_ASSERT(mask.dtype == ir::DType::I32 || mask.dtype == ir::DType::I64,
+             "attention's mask is i32 or i64");
+  std::vector<uint8_t> kept(static_cast<size_t>(mask.numel()));
+  for (size_t i = 0; i < kept.size(); ++i)
+    kept[i] = mask.dtype == ir::DType::I32 ? mask.i32()[i] != 0
+                                           : static_cast<const int64_t*>(mask.data)[i] != 0;
+  return kept;
+}
+
 // Forward for the query rows [q0, q0 + Q) of head hi in batch bi. Accumulates straight into
-// ctx (row stride D); writes lse [B, H, T].
-void forwardBlock(const Dims& s, const float* qkv, int64_t bi, int64_t hi, int64_t q0, float* ctx,
-                  float* lse, float* tile, float* m, float* l) {
+// ctx (row stride D); writes lse [B, H, T]. `kept`: the mask's [B, T] bytes, or null.
+void forwardBlock(const Dims& s, const float* qkv, const uint8_t* kept, int64_t bi, int64_t hi,
+                  int64_t q0, float* ctx, float* lse, float* tile, float* m, float* l) {
   const int64_t ld = s.ld;
   const float* q = qkv + bi * s.t * ld + hi * s.e;
   const float *k = qkv + bi * s.t * ld + s.d + hi / s.group() * s.e, *v = k + s.kvd;
@@ -84,7 +114,8 @@ void forwardBlock(const Dims& s, const float* qkv, int64_t bi, int64_t hi, int64
     gemm(false, true, rows, kn, s.e, s.scale, q + q0 * ld, ld, k + k0 * ld, ld, 0.f, tile, kn);
     for (int64_t i = 0; i < rows; ++i) {
       int64_t valid = visibleKeys(s, q0 + i, k0, kn);
-      float alpha = onlineSoftmaxRow(tile + i * kn, valid, kn, m[i], l[i]);
+      const uint8_t* keys = kept ? kept + bi * s.t + k0 : nullptr;
+      float alpha = onlineSoftmaxRow(tile + i * kn, keys, valid, kn, m[i], l[i]);
       if (alpha != 1.f)
         for (int64_t j = 0; j < s.e; ++j)
           o[i * s.d + j] *= alpha;
@@ -93,10 +124,11 @@ void forwardBlock(const Dims& s, const float* qkv, int64_t bi, int64_t hi, int64
   }
   float* lseRow = lse + (bi * s.h + hi) * s.t + q0;
   for (int64_t i = 0; i < rows; ++i) {
-    float inv = 1.f / l[i];
+    bool none = l[i] == 0.f; // every key masked: out 0, and the backward passes no gradient
+    float inv = none ? 0.f : 1.f / l[i];
     for (int64_t j = 0; j < s.e; ++j)
       o[i * s.d + j] *= inv;
-    lseRow[i] = m[i] + std::log(l[i]);
+    lseRow[i] = none ? -std::numeric_limits<float>::infinity() : m[i] + std::log(l[i]);
   }
 }
 
@@ -138,9 +170,9 @@ void rotate(const Dims& s, const RotaryTable& r, float* qkv, bool inverse) {
   });
 }
 
-// in = [x [B, T, M], Wqkv [LD, M], bqkv [LD], Wp [M, D], bp [M]] (no biases with `bias =
-// false`), out = [y [B, T, M], qkv [B, T, LD], ctx [B, T, D], lse [B, H, T]] (M = D unless
-// the heads are split).
+// in = [x [B, T, M], mask [B, T], Wqkv [LD, M], bqkv [LD], Wp [M, D], bp [M]] (no mask
+// without one, no biases with `bias = false`), out = [y [B, T, M], qkv [B, T, LD], ctx
+// [B, T, D], lse [B, H, T]] (M = D unless the heads are split).
 void attentionForward(const KernelCall& c, const AttentionSlots& a) {
   const TensorView& x = c.in[0];
   Dims s = attentionDims(c, x, c.in[a.wqkv]);
@@ -150,12 +182,15 @@ void attentionForward(const KernelCall& c, const AttentionSlots& a) {
   gemm(false, true, n, s.ld, s.m, 1.f, x.f32(), s.m, c.in[a.wqkv].f32(), s.m,
        a.bqkv >= 0 ? 1.f : 0.f, qkv, s.ld);
   if (s.rotary) rotate(s, RotaryTable(s), qkv, false);
+  std::vector<uint8_t> kept = keptKeys(c, a.mask);
+  const uint8_t* keys = kept.empty() ? nullptr : kept.data();
   int64_t qBlocks = (s.t + kBlockQ - 1) / kBlockQ, tasks = s.b * s.h * qBlocks;
   parallelFor(tasks, 1, [&](int64_t lo, int64_t hi) {
     float *tile = scratch(3, kBlockQ * kBlockK), *ml = scratch(4, 2 * kBlockQ);
     for (int64_t task = lo; task < hi; ++task) {
       int64_t qb = task % qBlocks, bh = task / qBlocks;
-      forwardBlock(s, qkv, bh / s.h, bh % s.h, qb * kBlockQ, ctx, lse, tile, ml, ml + kBlockQ);
+      forwardBlock(s, qkv, keys, bh / s.h, bh % s.h, qb * kBlockQ, ctx, lse, tile, ml,
+                   ml + kBlockQ);
     }
   });
   if (a.bp >= 0) broadcastRows(y, c.in[a.bp].f32(), n, s.m);
@@ -163,9 +198,10 @@ void attentionForward(const KernelCall& c, const AttentionSlots& a) {
        s.m);
 }
 
-// Per-thread tiles of the backward.
+// Per-thread tiles of the backward, and the mask's bytes (null without one).
 struct BackwardTiles {
   float *p, *dp, *dvec;
+  const uint8_t* kept;
 };
 
 // Backward through the attention of query head hi in batch bi: its dq, and what it adds to
@@ -192,8 +228,9 @@ void backwardHead(const Dims& s, const float* qkv, const float* ctx, const float
       for (int64_t i = 0; i < rows; ++i) {
         float* prow = w.p + i * kn;
         int64_t valid = visibleKeys(s, q0 + i, k0, kn);
+        const uint8_t* keys = w.kept ? w.kept + bi * s.t + k0 : nullptr;
         for (int64_t j = 0; j < valid; ++j)
-          prow[j] = expf32(prow[j] - lseRow[q0 + i]);
+          prow[j] = keys && !keys[j] ? 0.f : expf32(prow[j] - lseRow[q0 + i]);
         std::fill(prow + valid, prow + kn, 0.f);
       }
       gemm(true, false, kn, s.e, rows, 1.f, w.p, kn, dO + q0 * s.d, s.d, 1.f, dv + k0 * ld, ld);
@@ -207,8 +244,9 @@ void backwardHead(const Dims& s, const float* qkv, const float* ctx, const float
   }
 }
 
-// in = [dy, x, Wqkv, bqkv, Wp, bp, y, qkv, ctx, lse], out = [dx, dWqkv, dbqkv, dWp, dbp]
-// (no biases or their gradients with `bias = false`).
+// in = [dy, x, mask, Wqkv, bqkv, Wp, bp, y, qkv, ctx, lse], out = [dx, dmask, dWqkv, dbqkv,
+// dWp, dbp] (no mask without one, and dmask is never written; no biases or their gradients
+// with `bias = false`).
 void attentionBackward(const KernelCall& c, const AttentionSlots& a) {
   const TensorView &dyv = c.in[0], &x = c.in[1];
   Dims s = attentionDims(c, x, c.in[a.wqkv]);
@@ -224,8 +262,10 @@ void attentionBackward(const KernelCall& c, const AttentionSlots& a) {
   std::memset(dqkv, 0, sizeof(float) * n * s.ld);
   // One task a k/v head: its G query heads add into its dk, dv one after another.
   int64_t g = s.group();
+  std::vector<uint8_t> kept = keptKeys(c, a.mask);
   parallelFor(s.b * s.kv, 1, [&](int64_t lo, int64_t hi) {
-    BackwardTiles w{scratch(3, kBlockQ * kBlockK), scratch(4, kBlockQ * kBlockK), scratch(5, s.t)};
+    BackwardTiles w{scratch(3, kBlockQ * kBlockK), scratch(4, kBlockQ * kBlockK), scratch(5, s.t),
+                    kept.empty() ? nullptr : kept.data()};
     for (int64_t bk = lo; bk < hi; ++bk)
       for (int64_t j = 0; j < g; ++j)
         backwardHead(s, qkv, ctx, dctx, lse, bk / s.kv, bk % s.kv * g + j, dqkv, w);

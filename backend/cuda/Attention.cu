@@ -130,8 +130,8 @@ void attentionForward(const KernelCall& c, const Ctx& ctx, const AttentionSlots&
   Dims s = attentionDims(c, x, c.in[a.wqkv]);
   EPL_ASSERT(s.m == s.d, "split attention heads run on the cpu device so far");
   // interp/DeviceChoice refuses such plans for the CUDA device before they run.
-  EPL_ASSERT(s.kv == s.h && !s.rotary,
-             "attention's kv_heads and rotary run on the cpu device so far");
+  EPL_ASSERT(s.kv == s.h && !s.rotary && a.mask < 0,
+             "attention's kv_heads, rotary and mask run on the cpu device so far");
   int64_t n = s.b * s.t, g = groupHeads(s, 1);
   float *y = c.out[0].f32(), *qkv = c.out[1].f32(), *ctxOut = c.out[2].f32();
   float* lse = c.out[3].f32();
@@ -200,8 +200,8 @@ void attentionBackward(const KernelCall& c, const Ctx& ctx, const AttentionSlots
   Dims s = attentionDims(c, x, c.in[a.wqkv]);
   EPL_ASSERT(s.m == s.d, "split attention heads run on the cpu device so far");
   // interp/DeviceChoice refuses such plans for the CUDA device before they run.
-  EPL_ASSERT(s.kv == s.h && !s.rotary,
-             "attention's kv_heads and rotary run on the cpu device so far");
+  EPL_ASSERT(s.kv == s.h && !s.rotary && a.mask < 0,
+             "attention's kv_heads, rotary and mask run on the cpu device so far");
   int64_t n = s.b * s.t, g = groupHeads(s, 2);
   const float *dy = dyv.f32(), *wqkv = c.in[a.wqkv].f32(), *wp = c.in[a.wp].f32();
   const float *qkv = c.in[a.qkv].f32(), *ctxSaved = c.in[a.ctx].f32(), *lse = c.in[a.lse].f32();

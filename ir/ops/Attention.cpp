@@ -1,6 +1,7 @@
 // attention: multi-head self-attention over x [B, T, D], H heads of width E = D / H, with
 // fused q, k, v and output projections; KV heads of k and v (grouped-query attention: each
-// H / KV query heads share one), and optionally rotary position embeddings on q and k.
+// H / KV query heads share one), optionally rotary position embeddings on q and k, and an
+// optional padding mask [B, T] of the keys each sample has (non-zero keeps a key).
 #include "ir/ops/Family.h"
 
 #include "support/Assert.h"
@@ -22,6 +23,18 @@ int64_t kvHeads(const Attrs& attrs) {
 bool rotary(const Attrs& attrs) {
   auto it = attrs.find("rotary");
   return it != attrs.end() && std::get<bool>(it->second);
+}
+
+// The padding mask: integers [B, T], the batch and time of x [B, T, D].
+std::string checkMask(const TensorType& x, const TensorType& mask) {
+  if (!isIntegral(mask.dtype))
+    return fmt::format("`attention` needs an integer `mask` (1 keeps a key, 0 masks it), got {}",
+                       tensorStr(mask));
+  Shape want(x.shape.begin(), x.shape.begin() + 2);
+  if (mask.shape != want)
+    return fmt::format("shape mismatch: `attention` input {} needs a `mask` of shape `{}`, got {}",
+                       tensorStr(x), shapeStr(want), tensorStr(mask));
+  return "";
 }
 
 std::string inferAttention(const OpInfo& op, const std::vector<TensorType>& in, const Attrs& attrs,
@@ -47,6 +60,7 @@ std::string inferAttention(const OpInfo& op, const std::vector<TensorType>& in, 
   }
   if (!checkedMul(d, 3)) // the fused q, k, v projection is at most 3 x d wide
     return fmt::format("attention width ({}) is too large: 3 x {} passes 2^63 - 1", d, d);
+  if (in.size() > 1 && !(err = checkMask(in[0], in[1])).empty()) return err;
   out.push_back(in[0]);
   return "";
 }
@@ -107,7 +121,8 @@ void addAttention(Table& t) {
        optIntFrom("kv_heads", "heads",
                   "k and v heads, must divide heads (grouped-query attention; 1: multi-query)"),
        optBool("rotary", false, "rotary position embeddings on q and k (LLaMA's)"),
-       optFloat("rotary_base", 10000, "the base of the rotary frequencies")},
+       optFloat("rotary_base", 10000, "the base of the rotary frequencies"),
+       optTensor("mask", "integer [B, T]: keys to attend to (non-zero) and padding (0)")},
       SplitRule::Heads, "multi-head self-attention with fused qkv and output projections",
       "x: [B, T, D] -> [B, T, D]");
   a.infer = inferAttention;

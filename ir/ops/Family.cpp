@@ -10,6 +10,9 @@ namespace epl::ir::ops {
 ArgSpec tensor(std::string name, std::string doc) {
   return ArgSpec{std::move(name), ArgKind::Tensor, true, int64_t{0}, {}, std::move(doc), ""};
 }
+ArgSpec optTensor(std::string name, std::string doc) {
+  return ArgSpec{std::move(name), ArgKind::Tensor, false, false, {}, std::move(doc), ""};
+}
 ArgSpec x() {
   return tensor("x", "input tensor");
 }

@@ -16,6 +16,9 @@ namespace epl::ir::ops {
 // Arguments of a signature.
 ArgSpec tensor(std::string name, std::string doc);
 ArgSpec x(); // the usual first input
+// An optional tensor, after the required arguments (ArgSpec::required says how a call
+// that gives it differs).
+ArgSpec optTensor(std::string name, std::string doc);
 ArgSpec integer(std::string name, std::string doc);
 ArgSpec optInt(std::string name, int64_t def, std::string doc);
 // An optional integer whose default is the value of the earlier argument `from`.

@@ -198,7 +198,7 @@ TEST_CASE("a session in-process: diagnostics, hover, definition, symbols", "[lsp
   const std::string hover = all[3]["result"]["contents"]["value"];
   CHECK_THAT(hover,
              Catch::Contains("attention(x, heads, causal = true, bias = true, kv_heads = heads, "
-                             "rotary = false, rotary_base = 10000)"));
+                             "rotary = false, rotary_base = 10000, mask = none)"));
   CHECK_THAT(hover, Catch::Contains("plan for -np 2: 2 data-parallel"));
   CHECK_THAT(hover, Catch::Contains("parameters: 16,640"));
   CHECK(all[4]["result"]["range"]["start"] == json({{"line", 1}, {"character", 8}}));

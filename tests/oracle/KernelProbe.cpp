@@ -118,7 +118,10 @@ ir::Attr toAttr(const ir::ArgSpec& spec, const json& v) {
 ir::Attrs buildAttrs(const ir::OpInfo& op, const json& j) {
   ir::Attrs a;
   for (const auto& spec : op.args) {
-    if (spec.kind == ir::ArgKind::Tensor) continue;
+    if (spec.kind == ir::ArgKind::Tensor) { // an optional one given: `"mask": true`
+      if (!spec.required && j.value(spec.name, false)) a[spec.name] = true;
+      continue;
+    }
     if (j.contains(spec.name))
       a[spec.name] = toAttr(spec, j.at(spec.name));
     else if (!spec.required)

@@ -10,7 +10,8 @@ error measured is the kernel's own, not the sum of two fp32 errors.
 
 Error of a result a against its reference b:  max|a - b| / max(max|b|, 1e-6)
 (relative to the largest reference value, with an absolute floor for all-zero
-references). Every output, every saved tensor the backward reads, and the gradient of
+references; equal values, infinities included, differ by 0, and infinite references do not
+count in the largest). Every output, every saved tensor the backward reads, and the gradient of
 every float input and every parameter must be within TOL.
 
 With --device cuda every case runs on the GPU, checked against the same reference, and once
@@ -42,7 +43,10 @@ def rel_err(ours, ref):
     ref = ref.detach().to(torch.float64)
     if ours.numel() == 0:
         return 0.0
-    return float((ours - ref).abs().max() / max(float(ref.abs().max()), FLOOR))
+    diff = torch.where(ours == ref, torch.zeros_like(ref), (ours - ref).abs())
+    finite = ref[torch.isfinite(ref)]
+    largest = float(finite.abs().max()) if finite.numel() else 0.0
+    return float(diff.max() / max(largest, FLOOR))
 
 
 class Probe:
@@ -330,10 +334,12 @@ def rotary_ref(t, base):
 
 
 def attention_parts(x, wqkv, bqkv, wp, bp, heads, causal, kv_heads=None, rotary=False,
-                    base=10000.0):
+                    base=10000.0, mask=None):
     """EPL's attention in plain torch: q, k, v rows of the fused projection (k and v
     kv_heads wide, each shared by heads / kv_heads query heads: repeat_interleave), rotary
-    on q and k. Returns (y, saved qkv (q and k turned), ctx, lse)."""
+    on q and k, and a padding mask [B, T] (non-zero keeps a key; PyTorch's key_padding_mask
+    is its inverse, mask == 0). A row whose every key is masked gets probabilities 0 (not
+    softmax's NaN) and lse -inf. Returns (y, saved qkv (q and k turned), ctx, lse)."""
     B, T, D = x.shape
     hd, kv = D // heads, kv_heads or heads
     qkv = x @ wqkv.t() + (0 if bqkv is None else bqkv)
@@ -346,10 +352,15 @@ def attention_parts(x, wqkv, bqkv, wp, bp, heads, causal, kv_heads=None, rotary=
     saved = torch.cat([join(q), join(k), join(v)], -1)
     k, v = k.repeat_interleave(heads // kv, dim=1), v.repeat_interleave(heads // kv, dim=1)
     s = q @ k.transpose(-1, -2) / math.sqrt(hd)
+    allowed = torch.ones(B, 1, T, T, dtype=torch.bool)
     if causal:
-        mask = torch.ones(T, T, dtype=torch.bool).triu(1)
-        s = s.masked_fill(mask, float("-inf"))
-    ctx = join(torch.softmax(s, -1) @ v)
+        allowed = allowed & torch.ones(T, T, dtype=torch.bool).tril()
+    if mask is not None:
+        allowed = allowed & (mask != 0)[:, None, None, :]
+    s = s.masked_fill(~allowed, float("-inf"))
+    some = allowed.any(-1, keepdim=True)  # rows with a key to attend to
+    p = torch.softmax(torch.where(some, s, torch.zeros_like(s)), -1) * some
+    ctx = join(p @ v)
     y = ctx @ wp.t() + (0 if bp is None else bp)
     return y, saved, ctx, torch.logsumexp(s, -1)
 
@@ -395,6 +406,53 @@ def attention_gqa_rotary(probe, rep):
                 weights, ref)
 
 
+def attention_masks(probe, rep):
+    """Padding masks [B, T] of mixed lengths (and not only prefixes; any non-zero keeps a
+    key), with and without causal, kv_heads and rotary, a sample whose every key is masked
+    and causal rows before a left padding's first key: the output, the saved tensors and
+    every gradient."""
+    def lengths(T, *n):
+        return torch.stack([(torch.arange(T) < k).to(torch.int32) for k in n])
+
+    scattered = torch.randint(0, 2, (2, 130), dtype=torch.int32) * torch.randint(1, 6, (2, 130),
+                                                                                dtype=torch.int32)
+    left = torch.stack([(torch.arange(10) >= 3).to(torch.int32), torch.ones(10, dtype=torch.int32)])
+    cases = [  # B, T, D, H, KV, causal, bias, rotary, mask
+        (3, 7, 16, 4, 4, False, True, False, lengths(7, 7, 4, 1)),
+        (2, 70, 32, 4, 2, True, True, True, lengths(70, 70, 33)),
+        (2, 70, 32, 4, 2, False, False, True, lengths(70, 5, 66)),
+        (2, 130, 24, 3, 3, False, True, False, scattered),
+        (2, 9, 16, 2, 1, False, True, True, lengths(9, 9, 0)),  # sample 1: no key at all
+        (2, 10, 16, 2, 2, True, False, False, left),  # causal rows 0-2 of sample 0: no key
+    ]
+    for B, T, D, H, KV, causal, bias, rotary, mask in cases:
+        rows = D + 2 * KV * (D // H)
+        w = [rand(rows, D, scale=D ** -0.5), 0.1 * rand(rows), rand(D, D, scale=D ** -0.5),
+             0.1 * rand(D)]
+        params = w if bias else [w[0], w[2]]
+        attrs = {"heads": H, "kv_heads": KV, "causal": causal, "bias": bias, "rotary": rotary,
+                 "mask": True}
+
+        def parts(i, p, H=H, KV=KV, causal=causal, bias=bias, rotary=rotary):
+            full = p if bias else [p[0], None, p[1], None]
+            return attention_parts(i[0], *full, H, causal, KV, rotary, mask=i[1])
+
+        name = "attention[mask,B=%d,T=%d,D=%d,H=%d,KV=%d,causal=%s,bias=%s,rotary=%s]" % (
+            B, T, D, H, KV, causal, bias, rotary)
+        run_case(probe, rep, name, "attention", attrs, [rand(B, T, D), mask], params,
+                 lambda i, p, parts=parts: parts(i, p)[0],
+                 lambda i, p, parts=parts: [(t, "f32") for t in parts(i, p)[1:]])
+    B, T, D, H = 2, 70, 16, 2
+    params = [rand(3 * D, D, scale=D ** -0.5), rand(3 * D), rand(D, D, scale=D ** -0.5), rand(D)]
+    mask = lengths(T, 40, 0)
+    attrs = {"heads": H, "causal": False, "mask": True}
+    ref = lambda i, p: attention_parts(i[0], *p, H, False, mask=i[1])[0]
+    run_case(probe, rep, "attention[mask, accumulate]", "attention", attrs,
+             [rand(B, T, D), mask], params, ref, accumulate=True)
+    split_cases(probe, rep, "attention[mask]", "attention", attrs, [rand(B, T, D), mask], params,
+                ref)
+
+
 def fam_attention(probe, rep):
     cases = [(1, 5, 8, 2, True), (2, 7, 12, 3, False), (2, 64, 32, 4, True),
              (1, 100, 16, 2, True), (2, 130, 24, 3, False), (1, 130, 24, 1, True),
@@ -425,9 +483,10 @@ def fam_attention(probe, rep):
     split_cases(probe, rep, "attention[bias=false]", "attention", {"heads": H, "bias": False},
                 [rand(B, T, D)], weights, lambda i, p: no_bias(i, p)[0])
     if probe.device != "cpu":  # interp/DeviceChoice refuses them for the GPU
-        print("  kv_heads and rotary: no CUDA kernel yet, checked on the cpu only")
+        print("  kv_heads, rotary and mask: no CUDA kernel yet, checked on the cpu only")
         return
     attention_gqa_rotary(probe, rep)
+    attention_masks(probe, rep)
 
 
 def act_ref(h, act):

@@ -65,15 +65,20 @@ def cluster(efficiency):
     }
 
 
-def predict(epl, row, efficiency, folder):
+def plan(epl, row, efficiency, folder, flag):
+    """`epl plan` of the row on the cluster with `flag`: its output and seconds."""
     path = os.path.join(folder, "cluster.json")
     with open(path, "w") as f:
         json.dump(cluster(efficiency), f)
     script = os.path.join(HERE, "megatron", row[0])
     start = time.time()
-    out = subprocess.run([epl, "plan", script, "-np", str(row[2]), "--cluster", path, "--json"],
+    out = subprocess.run([epl, "plan", script, "-np", str(row[2]), "--cluster", path, flag],
                          capture_output=True, text=True)
-    seconds = time.time() - start
+    return out, time.time() - start
+
+
+def predict(epl, row, efficiency, folder):
+    out, seconds = plan(epl, row, efficiency, folder, "--json")
     if out.returncode != 0:
         sys.exit(f"epl plan {row[0]} failed:\n{out.stderr}")
     plan = json.loads(out.stdout)
@@ -82,14 +87,7 @@ def predict(epl, row, efficiency, folder):
 
 def search(epl, row, efficiency, folder):
     """The search's seconds, plans, best step and the script's step."""
-    path = os.path.join(folder, "cluster.json")
-    with open(path, "w") as f:
-        json.dump(cluster(efficiency), f)
-    script = os.path.join(HERE, "megatron", row[0])
-    start = time.time()
-    out = subprocess.run([epl, "plan", script, "-np", str(row[2]), "--cluster", path,
-                          "--search"], capture_output=True, text=True)
-    seconds = time.time() - start
+    out, seconds = plan(epl, row, efficiency, folder, "--search")
     text = out.stdout
     plans = re.search(r"^search on .*?: (\d+) plans", text, re.M)
     best = re.search(r"^  1\. step ([^,]+),", text, re.M)

@@ -1,7 +1,7 @@
 // The numbers of a script that set its layout (ir::LayoutKnob): found where a top-level
 // block's repeat count or a split width is written, and read as other values when the
 // search tries another layout (PlanOptions::literalValues).
-#include "lib/Epl.h"
+#include "Planned.h"
 
 #include <catch2/catch.hpp>
 
@@ -26,14 +26,10 @@ train net {
 
 std::optional<epl::ir::Module> plan(std::map<std::pair<uint32_t, uint32_t>, int64_t> values,
                                     int np) {
-  epl::Session session;
   epl::PlanOptions options;
   options.np = np;
   options.literalValues = std::move(values);
-  auto m = epl::planText("knobs.epl", kScript, session, options);
-  for (const auto& d : session.diags.all())
-    FAIL(d.message);
-  return m;
+  return epl::testing::planned("knobs.epl", kScript, options);
 }
 
 } // namespace

@@ -38,14 +38,19 @@ train net {
 }
 )";
 
-inline std::optional<ir::Module> planned(const std::string& file, const std::string& text, int np) {
+inline std::optional<ir::Module> planned(const std::string& file, const std::string& text,
+                                         const PlanOptions& options) {
   Session session;
-  PlanOptions options;
-  options.np = np;
   auto m = planText(file, text, session, options);
   for (const auto& d : session.diags.all())
     FAIL(d.message);
   return m;
+}
+
+inline std::optional<ir::Module> planned(const std::string& file, const std::string& text, int np) {
+  PlanOptions options;
+  options.np = np;
+  return planned(file, text, options);
 }
 
 } // namespace epl::testing

@@ -42,14 +42,6 @@ std::vector<std::string> words(const std::string& line) {
   return out;
 }
 
-std::vector<std::string> lines(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string l; std::getline(in, l);)
-    out.push_back(l);
-  return out;
-}
-
 const char* kHelp = R"(commands:
   plan               the whole plan, as `epl plan` prints it
   mesh               the mesh and one line a stage
@@ -214,14 +206,14 @@ private:
   // stage.
   std::string summary() const {
     std::string out;
-    for (const std::string& l : lines(text_)) {
+    for (const std::string& l : splitLines(text_)) {
       if (l.empty()) break;
       out += l + "\n";
     }
     for (size_t s = 0; s < m_->mesh.stages.size(); ++s) {
       std::ostringstream stage;
       ir::printStageSection(*m_, static_cast<int>(s), stage);
-      out += lines(stage.str()).at(0) + "\n";
+      out += splitLines(stage.str()).at(0) + "\n";
     }
     return out;
   }
@@ -290,7 +282,7 @@ private:
   // The lines of the old plan's text that the new one lacks, and the new lines, each in
   // the order of its text.
   static std::string difference(const std::string& before, const std::string& after) {
-    std::vector<std::string> a = lines(before), b = lines(after);
+    std::vector<std::string> a = splitLines(before), b = splitLines(after);
     std::multiset<std::string> inA(a.begin(), a.end()), inB(b.begin(), b.end());
     std::string out;
     for (const std::string& l : a)
@@ -331,7 +323,7 @@ private:
   bool rankSummary(int r) {
     std::ostringstream text;
     ir::printProgram(*m_, r, text);
-    std::vector<std::string> all = lines(text.str());
+    std::vector<std::string> all = splitLines(text.str());
     const ir::Program& p = m_->programs.at(static_cast<size_t>(r));
     std::map<std::string, int> counts;
     for (const ir::Instr& in : p.step) {
@@ -387,7 +379,7 @@ private:
                               : fmt::format("stage {} -> {}", link.first, link.second),
                           formatBytes(static_cast<double>(bytes)));
     bool reduction = false;
-    for (const std::string& l : lines(text_)) {
+    for (const std::string& l : splitLines(text_)) {
       if (l.rfind("gradient reduction:", 0) == 0) reduction = true;
       if (reduction && l.empty()) break;
       if (reduction) out_ << l << "\n";

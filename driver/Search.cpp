@@ -206,14 +206,6 @@ void printDiff(const std::string& path, const std::vector<std::string>& before,
     out << " " << before[t] << "\n";
 }
 
-std::vector<std::string> splitLines(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);)
-    lines.push_back(line);
-  return lines;
-}
-
 } // namespace
 
 namespace {

@@ -22,4 +22,7 @@ std::string formatFlops(double flops);
 // A time to three significant digits in s, ms or us: "3.31 ms".
 std::string formatSeconds(double seconds);
 
+// The lines of `text`, without their line ends (a last line without one counts).
+std::vector<std::string> splitLines(const std::string& text);
+
 } // namespace epl

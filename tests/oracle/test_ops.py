@@ -365,6 +365,16 @@ def attention_parts(x, wqkv, bqkv, wp, bp, heads, causal, kv_heads=None, rotary=
     return y, saved, ctx, torch.logsumexp(s, -1)
 
 
+def attention_weights(D, H, KV, bias):
+    """attention's parameters for width D, H query and KV key/value heads: the fused qkv
+    weight [D + 2 KV D/H, D] (q rows, then k, then v) and the output projection, each with
+    its bias when `bias`."""
+    rows = D + 2 * KV * (D // H)
+    w = [rand(rows, D, scale=D ** -0.5), 0.1 * rand(rows), rand(D, D, scale=D ** -0.5),
+         0.1 * rand(D)]
+    return w if bias else [w[0], w[2]]
+
+
 def attention_gqa_rotary(probe, rep):
     """kv_heads below heads (grouped-query; 1: multi-query) and rotary embeddings, with
     and without causal masks and biases: the output, the saved tensors and every gradient."""
@@ -377,10 +387,7 @@ def attention_gqa_rotary(probe, rep):
              (1, 33, 16, 2, 1, True, True, True, 500000.0),
              (1, 1, 8, 2, 1, True, False, True, 10000.0)]
     for B, T, D, H, KV, causal, bias, rotary, base in cases:
-        rows = D + 2 * KV * (D // H)
-        w = [rand(rows, D, scale=D ** -0.5), 0.1 * rand(rows), rand(D, D, scale=D ** -0.5),
-             0.1 * rand(D)]
-        params = w if bias else [w[0], w[2]]
+        params = attention_weights(D, H, KV, bias)
         attrs = {"heads": H, "kv_heads": KV, "causal": causal, "bias": bias, "rotary": rotary,
                  "rotary_base": base}
 
@@ -396,8 +403,7 @@ def attention_gqa_rotary(probe, rep):
     # Several query heads add into one k/v head's gradient: onto what is there, and zb's
     # split backward (parameters only, inputs only).
     B, T, D, H, KV = 2, 70, 32, 4, 2
-    rows = D + 2 * KV * (D // H)
-    weights = [rand(rows, D, scale=D ** -0.5), rand(D, D, scale=D ** -0.5)]
+    weights = attention_weights(D, H, KV, False)
     attrs = {"heads": H, "kv_heads": KV, "bias": False, "rotary": True}
     ref = lambda i, p: attention_parts(i[0], p[0], None, p[1], None, H, True, KV, True)[0]
     run_case(probe, rep, "attention[kv_heads, rotary, accumulate]", "attention", attrs,
@@ -426,10 +432,7 @@ def attention_masks(probe, rep):
         (2, 10, 16, 2, 2, True, False, False, left),  # causal rows 0-2 of sample 0: no key
     ]
     for B, T, D, H, KV, causal, bias, rotary, mask in cases:
-        rows = D + 2 * KV * (D // H)
-        w = [rand(rows, D, scale=D ** -0.5), 0.1 * rand(rows), rand(D, D, scale=D ** -0.5),
-             0.1 * rand(D)]
-        params = w if bias else [w[0], w[2]]
+        params = attention_weights(D, H, KV, bias)
         attrs = {"heads": H, "kv_heads": KV, "causal": causal, "bias": bias, "rotary": rotary,
                  "mask": True}
 

@@ -3,8 +3,9 @@
 // keeps (docs/architecture.md, "Mixed precision").
 //
 //   1. Every forward op's output is stored in the half type when it is a float, except a
-//      loss's (the loss stays f32) and a communication op's that moves values (a send, a
-//      gather, a slice), which keeps its input's type.
+//      loss's (the loss stays f32), the model's result (a loss made of losses, `a + b` or
+//      `ce * 0.5`, stays f32 too: the trainer reads it as one) and a communication op's
+//      that moves values (a send, a gather, a slice), which keeps its input's type.
 //   2. The large tensors a forward saves for its backward follow (attention's qkv and
 //      context, the mlp's and the experts' hidden activations); the small statistics stay
 //      f32 (norms' mean and reciprocal deviation, attention's and the loss's log-sum-exp).
@@ -71,9 +72,12 @@ public:
   }
 
 private:
-  // Step 5: the partial sums of split regions, and the experts' exchanged rows.
+  // The model's result (step 1), the partial sums of split regions, and the experts'
+  // exchanged rows (step 5).
   static std::vector<bool> keptF32(const ir::Module& m) {
     std::vector<bool> keep(m.tensors.size(), false);
+    for (int t : m.outputs)
+      if (t >= 0) keep[t] = true;
     for (const ir::Op& op : m.ops) {
       if (op.phase != ir::Phase::Forward) continue;
       switch (op.kind) {

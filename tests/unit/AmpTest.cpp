@@ -111,6 +111,23 @@ TEST_CASE("amp follows recomputation") {
   CHECK(m->gradNorm >= 0); // fp16 reads the norm for overflows, without clipping
 }
 
+TEST_CASE("amp keeps a loss made of losses in f32: the model's result and its seed") {
+  // `ce * 0.5 + ce` is what the trainer reads as the loss: stored in bf16 it read as 0.
+  std::string text = kGpt;
+  text.replace(
+      text.find("return cross_entropy(linear(layer_norm(x), 32), next(tokens))"),
+      std::string("return cross_entropy(linear(layer_norm(x), 32), next(tokens))").size(),
+      "ce = cross_entropy(linear(layer_norm(x), 32), next(tokens))\n  return ce * 0.5 + ce");
+  text.replace(text.find("%s"), 2, "amp = bf16");
+  auto m = epl::testing::planned("amp_sum.epl", text, 1);
+  REQUIRE(m);
+  int loss = m->outputs.at(0);
+  CHECK(m->ops[m->tensors[loss].producer].kind != epl::ir::OpKind::CrossEntropy);
+  CHECK(m->storedDtype(loss) == DType::F32);
+  CHECK(m->storedDtype(m->lossGrad) == DType::F32);
+  CHECK(m->storedDtype(m->ops[opOf(*m, epl::ir::OpKind::Linear)].outputs[0]) == DType::BF16);
+}
+
 // A linear layer's call on bf16 views, its weights cast: the f32 kernel's result on the
 // rounded operands, rounded to bf16 — bit for bit.
 TEST_CASE("a half-precision call is the f32 kernel on rounded operands, its output rounded") {

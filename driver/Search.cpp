@@ -8,6 +8,7 @@
 #include "ir/PipelineSchedule.h"
 #include "ir/PlanJson.h"
 #include "ir/Predict.h"
+#include "support/Assert.h"
 #include "support/Files.h"
 #include "support/Text.h"
 
@@ -315,6 +316,10 @@ int searchPolicy(const std::string& script, const PlanOptions& base, const ir::C
     scriptSettings.push_back(values[0]);
   std::vector<Layout> shapes = layouts(*first, cluster);
   std::vector<Candidate> candidates;
+  // A plan's layout and policy settings, as one string.
+  auto key = [](const std::vector<Setting>& knobs, const std::vector<Setting>& settings) {
+    return describe(knobs) + "|" + describe(settings);
+  };
   // Every layout with the script's policy and each micro-batch count its data-parallel
   // width allows (a deeper pipeline wants more), each layout on a core of its own.
   std::vector<std::vector<Candidate>> byLayout(shapes.size());
@@ -339,7 +344,7 @@ int searchPolicy(const std::string& script, const PlanOptions& base, const ir::C
     for (Candidate& c : byLayout[i]) {
       if (c.fits() && (shapes[i].best == 0 || c.predicted.stepSeconds < shapes[i].best))
         shapes[i].best = c.predicted.stepSeconds;
-      tried.insert(describe(c.layout) + "|" + describe(c.settings));
+      tried.insert(key(c.layout, c.settings));
       candidates.push_back(std::move(c));
     }
   size_t layoutPlans = candidates.size();
@@ -353,17 +358,50 @@ int searchPolicy(const std::string& script, const PlanOptions& base, const ir::C
                    [](const Layout* a, const Layout* b) { return a->best < b->best; });
   for (size_t i = 0; i < others.size() && i < 2; ++i)
     refine.push_back(others[i]);
+  int autoSkipped = 0;
   std::vector<std::pair<Layout*, std::vector<Setting>>> jobs;
   for (Layout* layout : refine)
     for (std::vector<Setting>& settings : combinations(layout->policy))
-      if (!tried.count(describe(layout->knobs) + "|" + describe(settings)))
-        jobs.push_back({layout, std::move(settings)});
+      if (!tried.count(key(layout->knobs, settings))) jobs.push_back({layout, std::move(settings)});
+  // `recompute = auto` recomputes nothing where the plan without recomputation fits the
+  // policy's device_memory: it is that plan. So the others are planned first, and an auto
+  // only where its twin with `none` does not fit (unless auto is the script's own).
+  size_t recompute = keys.size() - 1;
+  EPL_ASSERT(keys[recompute][0].key == "recompute", "recompute is the last key searched");
+  auto isAuto = [&](const std::vector<Setting>& s) { return s[recompute].value == "auto"; };
   std::vector<Candidate> refined(jobs.size());
-  forEachParallel(jobs.size(), [&](size_t k) {
-    refined[k] = planCandidate(script, base, *jobs[k].first, jobs[k].second, machines);
-  });
-  for (Candidate& c : refined)
-    candidates.push_back(std::move(c));
+  std::vector<char> ran(jobs.size(), 0);
+  auto planJobs = [&](const std::vector<size_t>& which) {
+    forEachParallel(which.size(), [&](size_t i) {
+      size_t k = which[i];
+      refined[k] = planCandidate(script, base, *jobs[k].first, jobs[k].second, machines);
+      ran[k] = 1;
+    });
+  };
+  std::vector<size_t> plain, autos;
+  for (size_t k = 0; k < jobs.size(); ++k)
+    (isAuto(jobs[k].second) ? autos : plain).push_back(k);
+  planJobs(plain);
+  std::map<std::string, const Candidate*> planned;
+  for (const std::vector<Candidate>* list : {&candidates, &refined})
+    for (const Candidate& c : *list)
+      if (c.planned) planned[key(c.layout, c.settings)] = &c;
+  double budget = static_cast<double>(first->policy.deviceMemoryBytes);
+  std::vector<size_t> needed;
+  for (size_t k : autos) {
+    std::vector<Setting> none = jobs[k].second;
+    none[recompute].value = "none";
+    auto twin = planned.find(key(jobs[k].first->knobs, none));
+    bool same =
+        twin != planned.end() && (budget <= 0 || twin->second->predicted.peakBytes <= budget);
+    if (same && scriptSettings[recompute].value != "auto")
+      ++autoSkipped;
+    else
+      needed.push_back(k);
+  }
+  planJobs(needed);
+  for (size_t k = 0; k < jobs.size(); ++k)
+    if (ran[k]) candidates.push_back(std::move(refined[k]));
   double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const Candidate& script0 = *std::find_if(candidates.begin(), candidates.end(), [&](auto& c) {
     return describe(c.layout) == describe(shapes[0].knobs) &&
@@ -409,6 +447,10 @@ int searchPolicy(const std::string& script, const PlanOptions& base, const ir::C
     out << fmt::format("\nsearch on {} at -np {}: {} plans of {}, in {:.1f} s\n", cluster.name,
                        first->mesh.np, candidates.size(), what, took);
   }
+  if (autoSkipped > 0)
+    out << fmt::format("  ({} with recompute = auto not planned: the plan with none fits the "
+                       "device_memory, so auto recomputes nothing)\n",
+                       autoSkipped);
   if (ranked.empty()) {
     double smallest = 0;
     for (const Candidate& c : candidates)

@@ -81,8 +81,8 @@ def predict(epl, row, efficiency, folder):
     out, seconds = plan(epl, row, efficiency, folder, "--json")
     if out.returncode != 0:
         sys.exit(f"epl plan {row[0]} failed:\n{out.stderr}")
-    plan = json.loads(out.stdout)
-    return plan["predicted"], plan["params"]["count"], seconds
+    planned = json.loads(out.stdout)
+    return planned["predicted"], planned["params"]["count"], seconds
 
 
 def search(epl, row, efficiency, folder):

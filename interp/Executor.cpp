@@ -896,7 +896,8 @@ unsigned char* Executor::transferData(const ir::Instr& in) const {
   return static_cast<unsigned char*>(v.data) + v.bytes() / v.shape.at(0) * in.firstRow;
 }
 
-// The receiver posted its receive at its step's start. In a training step the transfer
+// The receiver posts its receive ahead (placeReceives: at its step's start, or once the
+// receive before it in its buffer was read). In a training step the transfer
 // goes on while the rank computes: it is waited for before the next micro-batch takes its
 // slot (occupySlot), or at the step's end, and the memory plan keeps the tensor to the end
 // of its micro-batch (ir::sendWaitPositions). In evaluation it is waited for at once.

@@ -35,9 +35,11 @@ void addParamGathers(const ir::Module& m, std::vector<ir::Instr>& list,
                      std::vector<char>* keep = nullptr);
 
 // The communicating instructions of every rank's step (or evaluation) program, in
-// Comm.h's terms: each Recv posted at the program's start and waited at the instruction,
-// each Send started and waited at once, the gradient-norm all-reduce and the loss
-// broadcast of a pipeline.
+// Comm.h's terms: each Recv posted where Module::receivePlan says (the program's start, or
+// right after the wait of the receive before it in its buffer) and waited at the
+// instruction, each Send started at its instruction and waited before its slot's next
+// micro-batch (a step) or at once (an evaluation), the gradient-norm all-reduce and the
+// loss broadcast of a pipeline.
 ir::CommStreams programStreams(const ir::Module& m, bool eval);
 
 } // namespace epl::passes

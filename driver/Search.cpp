@@ -13,14 +13,15 @@
 #include "support/Text.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <deque>
 #include <fmt/format.h>
 #include <functional>
 #include <iostream>
 #include <map>
-#include <set>
+#include <mutex>
 #include <sstream>
 #include <thread>
 #include <tuple>
@@ -38,6 +39,7 @@ struct Candidate {
   std::vector<Setting> settings; // the policy keys' values
   std::string error;             // the first error of a plan that failed
   ir::Prediction predicted;
+  std::vector<int64_t> stagePeaks; // each pipeline stage's largest rank, bytes
   bool planned = false;
   bool fits() const {
     return planned && (predicted.deviceBytes <= 0 || predicted.peakBytes <= predicted.deviceBytes);
@@ -251,18 +253,57 @@ std::vector<Layout> layouts(const ir::Module& m, const ir::Cluster& cluster) {
   return out;
 }
 
-// Runs fn(0), …, fn(n - 1) on the machine's cores, each once.
-void forEachParallel(size_t n, const std::function<void(size_t)>& fn) {
-  size_t threads = std::min<size_t>(std::max(std::thread::hardware_concurrency(), 1u), n);
-  std::atomic<size_t> next{0};
-  std::vector<std::thread> pool;
-  for (size_t t = 0; t < threads; ++t)
-    pool.emplace_back([&] {
-      for (size_t i = next++; i < n; i = next++)
-        fn(i);
-    });
-  for (std::thread& t : pool)
-    t.join();
+// Jobs on the machine's cores, in the order queued (`first`: before the others); a job may
+// queue more.
+class WorkQueue {
+public:
+  void push(std::function<void()> job, bool first = false) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (first)
+      jobs_.push_front(std::move(job));
+    else
+      jobs_.push_back(std::move(job));
+    ready_.notify_one();
+  }
+  // Returns once every job queued, before or while it runs, has run.
+  void run() {
+    size_t threads = std::max(std::thread::hardware_concurrency(), 1u);
+    std::vector<std::thread> pool;
+    for (size_t t = 0; t < threads; ++t)
+      pool.emplace_back([this] {
+        std::unique_lock<std::mutex> lock(mutex_);
+        while (true) {
+          ready_.wait(lock, [this] { return !jobs_.empty() || running_ == 0; });
+          if (jobs_.empty()) return;
+          std::function<void()> job = std::move(jobs_.front());
+          jobs_.pop_front();
+          ++running_;
+          lock.unlock();
+          job();
+          lock.lock();
+          --running_;
+          ready_.notify_all();
+        }
+      });
+    for (std::thread& t : pool)
+      t.join();
+  }
+
+private:
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::function<void()>> jobs_;
+  int running_ = 0;
+};
+
+// Each pipeline stage's largest rank, bytes.
+std::vector<int64_t> stagePeaks(const ir::Module& m) {
+  std::vector<int64_t> out;
+  for (const ir::Program& p : m.programs) {
+    if (out.size() <= static_cast<size_t>(p.stage)) out.resize(p.stage + 1, 0);
+    out[p.stage] = std::max(out[p.stage], p.peakBytes());
+  }
+  return out;
 }
 
 // Plans and predicts the script with a layout and policy settings; the first plan of a
@@ -285,6 +326,7 @@ Candidate planCandidate(const std::string& script, const PlanOptions& base, Layo
   if (m) {
     c.planned = true;
     c.predicted = ir::predict(*m, machines);
+    c.stagePeaks = stagePeaks(*m);
     if (layout.policy.empty()) layout.policy = choices(*m);
   } else if (!attempt.diags.all().empty()) {
     c.error = attempt.diags.all()[0].message;
@@ -320,88 +362,163 @@ int searchPolicy(const std::string& script, const PlanOptions& base, const ir::C
   auto key = [](const std::vector<Setting>& knobs, const std::vector<Setting>& settings) {
     return describe(knobs) + "|" + describe(settings);
   };
-  // Every layout with the script's policy and each micro-batch count its data-parallel
-  // width allows (a deeper pipeline wants more), each layout on a core of its own.
-  std::vector<std::vector<Candidate>> byLayout(shapes.size());
-  forEachParallel(shapes.size() - 1, [&](size_t k) {
-    Layout& layout = shapes[k + 1];
-    std::vector<Candidate>& tried = byLayout[k + 1];
-    std::vector<Setting> settings = scriptSettings;
-    tried.push_back(planCandidate(script, base, layout, settings, machines));
-    if (!tried.back().planned) {
-      settings[0].value = "1";
-      tried.push_back(planCandidate(script, base, layout, settings, machines));
-    }
-    if (!tried.back().planned) return;
-    for (const Setting& micro : std::vector<Setting>(layout.policy.at(0)))
-      if (micro.value != settings[0].value) {
-        settings[0] = micro;
-        tried.push_back(planCandidate(script, base, layout, settings, machines));
-      }
-  });
-  std::set<std::string> tried;
-  for (size_t i = 1; i < shapes.size(); ++i)
-    for (Candidate& c : byLayout[i]) {
-      if (c.fits() && (shapes[i].best == 0 || c.predicted.stepSeconds < shapes[i].best))
-        shapes[i].best = c.predicted.stepSeconds;
-      tried.insert(key(c.layout, c.settings));
-      candidates.push_back(std::move(c));
-    }
-  size_t layoutPlans = candidates.size();
-  // Then every policy for the script's layout and the two fastest others.
+  // The script's own plan is the first: its layout and settings.
+  Candidate mine;
+  mine.layout = shapes[0].knobs;
+  mine.settings = scriptSettings;
+  mine.planned = true;
+  mine.predicted = ir::predict(*first, machines);
+  mine.stagePeaks = stagePeaks(*first);
   shapes[0].policy = keys;
-  std::vector<Layout*> refine{&shapes[0]};
-  std::vector<Layout*> others;
-  for (size_t i = 1; i < shapes.size(); ++i)
-    if (shapes[i].best > 0) others.push_back(&shapes[i]);
-  std::stable_sort(others.begin(), others.end(),
-                   [](const Layout* a, const Layout* b) { return a->best < b->best; });
-  for (size_t i = 0; i < others.size() && i < 2; ++i)
-    refine.push_back(others[i]);
-  int autoSkipped = 0;
-  std::vector<std::pair<Layout*, std::vector<Setting>>> jobs;
-  for (Layout* layout : refine)
-    for (std::vector<Setting>& settings : combinations(layout->policy))
-      if (!tried.count(key(layout->knobs, settings))) jobs.push_back({layout, std::move(settings)});
+  // Then, all on the machine's cores at once:
+  // 1. every other layout with the script's policy and each micro-batch count its
+  //    data-parallel width allows (a deeper pipeline wants more), a layout a job;
+  // 2. every policy for the script's layout;
+  // 3. once 1. is done, every policy for the two fastest other layouts.
   // `recompute = auto` recomputes nothing where the plan without recomputation fits the
-  // policy's device_memory: it is that plan. So the others are planned first, and an auto
-  // only where its twin with `none` does not fit (unless auto is the script's own).
+  // policy's device_memory: it is that plan. It chooses each stage's blocks between none
+  // and all of them (passes/Recompute.cpp), so where a stage fits neither with none nor
+  // with every, auto does not fit either. So an auto waits for its twins with none and
+  // every, and is planned only where they leave it open (always when auto is the script's
+  // own). What the jobs share is behind `state`.
   size_t recompute = keys.size() - 1;
   EPL_ASSERT(keys[recompute][0].key == "recompute", "recompute is the last key searched");
+  bool scriptAuto = scriptSettings[recompute].value == "auto";
   auto isAuto = [&](const std::vector<Setting>& s) { return s[recompute].value == "auto"; };
-  std::vector<Candidate> refined(jobs.size());
-  std::vector<char> ran(jobs.size(), 0);
-  auto planJobs = [&](const std::vector<size_t>& which) {
-    forEachParallel(which.size(), [&](size_t i) {
-      size_t k = which[i];
-      refined[k] = planCandidate(script, base, *jobs[k].first, jobs[k].second, machines);
-      ran[k] = 1;
-    });
+  struct Job {
+    Layout* layout;
+    std::vector<Setting> settings;
+    Candidate result;
+    bool ran = false;
+    int pending = 0;             // its twins not yet planned (an auto)
+    std::vector<size_t> waiting; // the autos waiting for it
   };
-  std::vector<size_t> plain, autos;
-  for (size_t k = 0; k < jobs.size(); ++k)
-    (isAuto(jobs[k].second) ? autos : plain).push_back(k);
-  planJobs(plain);
-  std::map<std::string, const Candidate*> planned;
-  for (const std::vector<Candidate>* list : {&candidates, &refined})
-    for (const Candidate& c : *list)
-      if (c.planned) planned[key(c.layout, c.settings)] = &c;
+  std::mutex state;
+  WorkQueue queue;
+  std::deque<Job> jobs;
+  std::map<std::string, size_t> jobOf;
+  std::vector<std::vector<Candidate>> byLayout(shapes.size());
+  std::map<std::string, const Candidate*> earlier{
+      {key(mine.layout, mine.settings), &mine}}; // the plans made before their layout's jobs
+  std::vector<Layout*> refine{&shapes[0]};
+  int autoSkipped = 0, autoTooBig = 0;
   double budget = static_cast<double>(first->policy.deviceMemoryBytes);
-  std::vector<size_t> needed;
-  for (size_t k : autos) {
-    std::vector<Setting> none = jobs[k].second;
-    none[recompute].value = "none";
-    auto twin = planned.find(key(jobs[k].first->knobs, none));
-    bool same =
-        twin != planned.end() && (budget <= 0 || twin->second->predicted.peakBytes <= budget);
-    if (same && scriptSettings[recompute].value != "auto")
-      ++autoSkipped;
-    else
-      needed.push_back(k);
+  // Job k with recompute set to `value`: its plan, or null where it did not plan.
+  auto twin = [&](size_t k, const char* value) -> const Candidate* {
+    std::vector<Setting> s = jobs[k].settings;
+    s[recompute].value = value;
+    std::string name = key(jobs[k].layout->knobs, s);
+    auto job = jobOf.find(name);
+    if (job != jobOf.end())
+      return jobs[job->second].result.planned ? &jobs[job->second].result : nullptr;
+    auto c = earlier.find(name);
+    return c != earlier.end() && c->second->planned ? c->second : nullptr;
+  };
+  auto autoNeeded = [&](size_t k) {
+    const Candidate *none = twin(k, "none"), *every = twin(k, "every");
+    bool same = none && (budget <= 0 || none->predicted.peakBytes <= budget);
+    bool tooBig = false;
+    for (size_t s = 0;
+         budget > 0 && none && every && s < none->stagePeaks.size() && s < every->stagePeaks.size();
+         ++s)
+      tooBig |= none->stagePeaks[s] > budget && every->stagePeaks[s] > budget;
+    if (same || tooBig) ++(same ? autoSkipped : autoTooBig);
+    return !(same || tooBig);
+  };
+  // An auto goes first: it is long (several trial plans), and was waiting.
+  std::function<void(size_t)> runJob = [&](size_t k) {
+    queue.push(
+        [&, k] {
+          Layout* layout;
+          std::vector<Setting> settings;
+          {
+            std::lock_guard<std::mutex> lock(state);
+            layout = jobs[k].layout;
+            settings = jobs[k].settings;
+          }
+          Candidate c = planCandidate(script, base, *layout, settings, machines);
+          std::lock_guard<std::mutex> lock(state);
+          jobs[k].result = std::move(c);
+          jobs[k].ran = true;
+          for (size_t a : jobs[k].waiting)
+            if (--jobs[a].pending == 0 && autoNeeded(a)) runJob(a);
+        },
+        isAuto(jobs[k].settings));
+  };
+  // Every policy of a layout not planned yet, as jobs (with `state` held).
+  auto addJobs = [&](Layout* layout) {
+    size_t from = jobs.size();
+    for (std::vector<Setting>& settings : combinations(layout->policy)) {
+      std::string name = key(layout->knobs, settings);
+      if (earlier.count(name) || jobOf.count(name)) continue;
+      jobOf[name] = jobs.size();
+      jobs.push_back({layout, std::move(settings), {}, false, 0, {}});
+    }
+    for (size_t k = from; k < jobs.size(); ++k) {
+      if (!isAuto(jobs[k].settings) || scriptAuto) {
+        runJob(k);
+        continue;
+      }
+      for (const char* value : {"none", "every"}) {
+        std::vector<Setting> s = jobs[k].settings;
+        s[recompute].value = value;
+        auto job = jobOf.find(key(layout->knobs, s));
+        if (job == jobOf.end()) continue;
+        jobs[job->second].waiting.push_back(k);
+        ++jobs[k].pending;
+      }
+      if (jobs[k].pending == 0 && autoNeeded(k)) runJob(k);
+    }
+  };
+  size_t layoutsLeft = shapes.size() - 1;
+  for (size_t i = 1; i < shapes.size(); ++i)
+    queue.push([&, i] {
+      Layout& layout = shapes[i];
+      std::vector<Candidate> tried;
+      std::vector<Setting> settings = scriptSettings;
+      tried.push_back(planCandidate(script, base, layout, settings, machines));
+      if (!tried.back().planned) {
+        settings[0].value = "1";
+        tried.push_back(planCandidate(script, base, layout, settings, machines));
+      }
+      if (tried.back().planned)
+        for (const Setting& micro : std::vector<Setting>(layout.policy.at(0)))
+          if (micro.value != settings[0].value) {
+            settings[0] = micro;
+            tried.push_back(planCandidate(script, base, layout, settings, machines));
+          }
+      std::lock_guard<std::mutex> lock(state);
+      byLayout[i] = std::move(tried);
+      if (--layoutsLeft > 0) return;
+      // The last layout: the two fastest get every policy.
+      std::vector<Layout*> others;
+      for (size_t j = 1; j < shapes.size(); ++j) {
+        for (const Candidate& c : byLayout[j]) {
+          if (c.fits() && (shapes[j].best == 0 || c.predicted.stepSeconds < shapes[j].best))
+            shapes[j].best = c.predicted.stepSeconds;
+          earlier[key(c.layout, c.settings)] = &c;
+        }
+        if (shapes[j].best > 0) others.push_back(&shapes[j]);
+      }
+      std::stable_sort(others.begin(), others.end(),
+                       [](const Layout* a, const Layout* b) { return a->best < b->best; });
+      for (size_t j = 0; j < others.size() && j < 2; ++j) {
+        refine.push_back(others[j]);
+        addJobs(others[j]);
+      }
+    });
+  {
+    std::lock_guard<std::mutex> lock(state);
+    addJobs(&shapes[0]);
   }
-  planJobs(needed);
-  for (size_t k = 0; k < jobs.size(); ++k)
-    if (ran[k]) candidates.push_back(std::move(refined[k]));
+  queue.run();
+  for (size_t i = 1; i < shapes.size(); ++i)
+    for (Candidate& c : byLayout[i])
+      candidates.push_back(std::move(c));
+  size_t layoutPlans = candidates.size();
+  candidates.push_back(std::move(mine));
+  for (Job& job : jobs)
+    if (job.ran) candidates.push_back(std::move(job.result));
   double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const Candidate& script0 = *std::find_if(candidates.begin(), candidates.end(), [&](auto& c) {
     return describe(c.layout) == describe(shapes[0].knobs) &&
@@ -451,6 +568,10 @@ int searchPolicy(const std::string& script, const PlanOptions& base, const ir::C
     out << fmt::format("  ({} with recompute = auto not planned: the plan with none fits the "
                        "device_memory, so auto recomputes nothing)\n",
                        autoSkipped);
+  if (autoTooBig > 0)
+    out << fmt::format("  ({} with recompute = auto not planned: a stage fits the device_memory "
+                       "neither with none nor with every, so auto does not fit either)\n",
+                       autoTooBig);
   if (ranked.empty()) {
     double smallest = 0;
     for (const Candidate& c : candidates)

@@ -324,11 +324,13 @@ private:
     for (size_t b = 0; b < m.buckets.size(); ++b)
       scratch.push_back(scratchOf(b));
     int64_t now = 0, most = 0, split = 0;
+    std::vector<char> seen(p.splitWidth > 1 ? m.ops.size() : 0, 0); // every micro-batch alike
     for (const ir::Instr& in : p.step) {
       if (in.kind == ir::InstrKind::ReduceStart) now += scratch[in.bucket];
       if (in.kind == ir::InstrKind::ReduceWait) now -= scratch[in.bucket];
       most = std::max(most, now);
-      if (in.kind != ir::InstrKind::Run) continue;
+      if (in.kind != ir::InstrKind::Run || seen.empty() || seen[in.op]) continue;
+      seen[in.op] = 1;
       auto c = m.splitCollective(p, in.op);
       if (!c || (c->kind != ir::CollectiveKind::AllReduce &&
                  c->kind != ir::CollectiveKind::ReduceScatter))
@@ -364,6 +366,10 @@ private:
     std::vector<int> workId;
     std::vector<int> paramBucket;  // ZeRO stage 3: by parameter, its bucket
     std::vector<char> keepsGather; // and by bucket, whether the backward keeps its forward's
+    // The ids a run touches: by op x 3 + part an index k (-1: not in the step), its ids
+    // runTouched[runStart[k] .. runStart[k + 1]).
+    std::vector<int> runIndex, runTouched;
+    std::vector<size_t> runStart;
     size_t tensors = 0, ids = 0, gatherBase = 0, workBase = 0;
     Arena(const ir::Module& m, const ir::Program& p)
         : paramGrad(m.tensors.size(), false), tensors(m.tensors.size()), ids(m.tensors.size()) {
@@ -389,30 +395,47 @@ private:
         ids += 2 * m.buckets.size();
       }
       workBase = ids;
+      // Each (op, part) the step runs, once (every micro-batch runs it alike): its kernel
+      // workspace, the inputs it reads, and what it touches.
       workId.assign(3 * m.ops.size(), -1);
+      runIndex.assign(3 * m.ops.size(), -1);
+      runStart.push_back(0);
+      std::vector<bool> read(m.tensors.size(), false);
       for (const ir::Instr& in : p.step) {
         if (in.kind != ir::InstrKind::Run) continue;
-        int& id = workId[3 * static_cast<size_t>(in.op) + static_cast<size_t>(in.part)];
-        if (id >= 0) continue;
+        size_t key = 3 * static_cast<size_t>(in.op) + static_cast<size_t>(in.part);
+        if (runIndex[key] >= 0) continue;
         int64_t staging = m.ampStagingBytes(p, in.op);
         int64_t bytes = m.workspaceBytes(p, in.op) + staging;
-        if (bytes <= 0) continue;
-        id = static_cast<int>(ids++);
-        workspaces.push_back({in.op, in.part, 0, bytes, false, staging});
+        if (bytes > 0) {
+          workId[key] = static_cast<int>(ids++);
+          workspaces.push_back({in.op, in.part, 0, bytes, false, staging});
+        }
+        for (int t : m.ops[in.op].inputs)
+          if (t >= 0) read[t] = true;
+        runIndex[key] = static_cast<int>(runStart.size()) - 1;
+        touchesOnce(m, in, [&](int t) { runTouched.push_back(t); });
+        runStart.push_back(runTouched.size());
       }
       // A load writes the model inputs and `next` targets this rank's ops read (a pipeline
       // stage reads some of them).
-      std::vector<bool> read(m.tensors.size(), false);
-      for (const ir::Instr& in : p.step)
-        if (in.kind == ir::InstrKind::Run)
-          for (int t : m.ops[in.op].inputs)
-            if (t >= 0) read[t] = true;
       for (int t : m.inputs)
         if (read[t]) loaded.push_back(t);
       for (const ir::Op& o : m.ops)
         if (o.kind == ir::OpKind::Next && read[o.outputs[0]]) loaded.push_back(o.outputs[0]);
     }
     template <typename F> void touches(const ir::Module& m, const ir::Instr& in, F&& f) const {
+      if (in.kind == ir::InstrKind::Run) {
+        int k = runIndex[3 * static_cast<size_t>(in.op) + static_cast<size_t>(in.part)];
+        if (k >= 0) {
+          for (size_t i = runStart[k]; i < runStart[k + 1]; ++i)
+            f(runTouched[i]);
+          return;
+        }
+      }
+      touchesOnce(m, in, f);
+    }
+    template <typename F> void touchesOnce(const ir::Module& m, const ir::Instr& in, F&& f) const {
       // The optimizer ops read the gradients' slice, not the buckets.
       bool buckets = !bucketOf.empty() &&
                      !(in.kind == ir::InstrKind::Run && m.ops[in.op].phase == ir::Phase::Optimizer);

@@ -39,8 +39,8 @@
 #include <algorithm>
 #include <fmt/format.h>
 #include <map>
-#include <set>
-#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
 
 namespace epl::passes {
 
@@ -76,8 +76,7 @@ Share shareOf(int64_t micro, int group, int local) {
 // under an interleaved schedule), each method working on one block.
 class StageProgram {
 public:
-  StageProgram(const ir::Module& m, int replica, int local)
-      : m_(m), replica_(replica), local_(local) {
+  explicit StageProgram(const ir::Module& m) : m_(m) {
     int k = 0;
     for (size_t i = 0; i < m.ops.size(); ++i)
       if (m.ops[i].kind == ir::OpKind::SendRecv && m.ops[i].phase == ir::Phase::Forward)
@@ -142,6 +141,13 @@ public:
     }
   }
   int lossStage() const { return lossStage_; }
+  // The rank of the programs that follow: rank `local` of its stage group in `replica`.
+  void at(int replica, int local) {
+    replica_ = replica;
+    local_ = local;
+  }
+  // About how many instructions one micro-batch's forward and backward on `block` add.
+  size_t perMicro(int block) const { return 2 + ops_[0][block].size() + ops_[1][block].size(); }
 
 private:
   // The ops of `phase` on `block` (the backward's recomputations with the backward).
@@ -231,7 +237,7 @@ private:
   }
 
   const ir::Module& m_;
-  int replica_, local_;
+  int replica_ = 0, local_ = 0;
   int lossStage_ = 0;
   std::map<int, int> boundary_;          // forward send/recv op -> its index among them
   std::vector<std::vector<int>> ops_[2]; // [forward, backward pass][block] -> op ids
@@ -282,6 +288,7 @@ void addGradientReductions(const ir::Module& m, int position, std::vector<ir::In
   if (readyAfter.empty()) return;
   int last = static_cast<int>(m.policy.microBatches) - 1;
   std::vector<ir::Instr> out;
+  out.reserve(step.size() + 3 * readyAfter.size() * static_cast<size_t>(last + 1));
   if (m.zeroShardsGradients()) {
     // By model chunk (a stage block of the position): its buckets; by micro-batch and
     // chunk, those started, in order. A chunk's last is waited for inside its backward, so
@@ -348,10 +355,11 @@ std::vector<ir::Program> pipelinePrograms(const ir::Module& m) {
   EPL_ASSERT(ir::scheduleRequirement(schedule, shape).empty(),
              "mesh-assignment accepted a schedule that cannot order this pipeline");
   std::vector<ir::Program> out;
+  StageProgram stage(m);
   for (int r = 0; r < (m.costOnly ? 1 : mesh.dataParallel); ++r)
     for (int s = 0; s < depth; ++s)
       for (int local = 0; local < (m.costOnly ? 1 : mesh.stages[s].group); ++local) {
-        StageProgram stage(m, r, local);
+        stage.at(r, local);
         int group = mesh.stages[s].group; // every chunk's block of this position has it
         ir::Program p;
         p.rank = mesh.rank(r, s, local);
@@ -376,6 +384,10 @@ std::vector<ir::Program> pipelinePrograms(const ir::Module& m) {
             p.params.push_back(static_cast<int>(q));
         std::vector<ir::WorkItem> order = ir::stageOrder(schedule, s, shape);
         p.slots = peakInFlight(order, micros);
+        size_t size = 0;
+        for (int c = 0; c < mesh.chunks; ++c)
+          size += stage.perMicro(c * depth + s);
+        p.step.reserve(size * static_cast<size_t>(micros) + m.ops.size() / depth + 16);
         p.step.push_back({ir::InstrKind::ZeroGrads, -1, 0, -1});
         for (const ir::WorkItem& w : order) {
           int block = w.chunk * depth + s; // chunk c of this position is virtual stage c·p + s
@@ -416,19 +428,46 @@ std::vector<ir::Program> pipelinePrograms(const ir::Module& m) {
 void addParamGathers(const ir::Module& m, std::vector<ir::Instr>& list, std::vector<char>* keep) {
   if (!m.zeroShardsParams()) return;
   std::vector<int> bucketOf = m.paramBuckets();
-  using Key = std::tuple<int, int, int>; // (micro-batch, use, chunk)
-  std::map<Key, std::vector<int>> order;
-  std::vector<std::vector<std::pair<Key, size_t>>> firstUses(list.size()); // (key, k)
-  std::set<std::pair<Key, int>> seen;
+  // A key (micro-batch, use, chunk) as a dense number: (micro x 2 + use) x chunks + the
+  // chunk's index among the stage blocks the list reads.
+  std::vector<int> chunkIndex;
+  int chunks = 0, micros = 0;
+  auto reads = [&](const ir::Instr& in) {
+    return in.kind == ir::InstrKind::Run && m.ops[in.op].phase != ir::Phase::Optimizer;
+  };
+  for (const ir::Instr& in : list) {
+    if (!reads(in)) continue;
+    EPL_ASSERT(in.micro >= 0, "a run instruction belongs to a micro-batch");
+    int stage = m.ops[in.op].stage;
+    if (chunkIndex.size() <= static_cast<size_t>(stage)) chunkIndex.resize(stage + 1, -1);
+    if (chunkIndex[stage] < 0) chunkIndex[stage] = chunks++;
+    micros = std::max(micros, in.micro + 1);
+  }
+  auto keyOf = [&](const ir::Instr& in) {
+    int use = m.ops[in.op].phase == ir::Phase::Forward ? 0 : 1;
+    return (static_cast<int64_t>(in.micro) * 2 + use) * chunks + chunkIndex[m.ops[in.op].stage];
+  };
+  auto microOf = [&](int64_t key) { return static_cast<int>(key / chunks / 2); };
+  auto useOf = [&](int64_t key) { return static_cast<int>(key / chunks % 2); };
+  size_t keys = static_cast<size_t>(micros) * 2 * static_cast<size_t>(chunks);
+  int64_t nb = static_cast<int64_t>(m.buckets.size());
+  std::vector<std::vector<int>> order(keys);
+  struct FirstUse {
+    size_t at;   // the instruction
+    int64_t key; // its key's k-th bucket
+    size_t k;
+  };
+  std::vector<FirstUse> firstUses;  // in instruction order
+  std::unordered_set<int64_t> seen; // key x buckets + bucket
   for (size_t i = 0; i < list.size(); ++i) {
     const ir::Instr& in = list[i];
-    if (in.kind != ir::InstrKind::Run || m.ops[in.op].phase == ir::Phase::Optimizer) continue;
-    Key key{in.micro, m.ops[in.op].phase == ir::Phase::Forward ? 0 : 1, m.ops[in.op].stage};
+    if (!reads(in)) continue;
+    int64_t key = keyOf(in);
     for (int q : m.ops[in.op].params) {
       int b = bucketOf[q];
       EPL_ASSERT(b >= 0, "ZeRO stage 3 gathers every parameter with its bucket");
-      if (!seen.insert({key, b}).second) continue;
-      firstUses[i].push_back({key, order[key].size()});
+      if (!seen.insert(key * nb + b).second) continue;
+      firstUses.push_back({i, key, order[key].size()});
       order[key].push_back(b);
     }
   }
@@ -436,51 +475,59 @@ void addParamGathers(const ir::Module& m, std::vector<ir::Instr>& list, std::vec
   // that reads it both ways, the forward's last bucket and the backward's first, with no
   // other micro-batch's instruction between their readers.
   std::map<int, std::pair<int, int>> kept; // bucket -> (micro-batches keeping, reading both)
-  std::set<Key> skipFirst;                 // backward keys whose first bucket is kept
+  std::vector<char> skipFirst(keys, 0);    // backward keys whose first bucket is kept
   if (keep) {
-    std::map<std::pair<Key, int>, std::pair<size_t, size_t>> span; // (key, bucket) -> readers
+    std::unordered_map<int64_t, std::pair<size_t, size_t>>
+        span; // key x buckets + bucket -> readers
     for (size_t i = 0; i < list.size(); ++i) {
       const ir::Instr& in = list[i];
-      if (in.kind != ir::InstrKind::Run || m.ops[in.op].phase == ir::Phase::Optimizer) continue;
-      Key key{in.micro, m.ops[in.op].phase == ir::Phase::Forward ? 0 : 1, m.ops[in.op].stage};
+      if (!reads(in)) continue;
+      int64_t key = keyOf(in);
       for (int q : m.ops[in.op].params) {
-        auto [it, fresh] = span.insert({{key, bucketOf[q]}, {i, i}});
+        auto [it, fresh] = span.insert({key * nb + bucketOf[q], {i, i}});
         if (!fresh) it->second.second = i;
       }
     }
-    for (const auto& [key, buckets] : order) {
-      if (std::get<1>(key) != 0) continue;
-      Key back{std::get<0>(key), 1, std::get<2>(key)};
-      auto other = order.find(back);
-      if (other == order.end()) continue;
+    for (size_t key = 0; key < keys; ++key) {
+      const std::vector<int>& buckets = order[key];
+      if (useOf(static_cast<int64_t>(key)) != 0 || buckets.empty()) continue;
+      size_t back = key + static_cast<size_t>(chunks);
+      if (order[back].empty()) continue;
       int b = buckets.back();
       std::pair<int, int>& count = kept[b];
       ++count.second;
-      if (other->second.front() != b) continue;
-      size_t from = span.at({key, b}).second, to = span.at({back, b}).first;
+      if (order[back].front() != b) continue;
+      size_t from = span.at(static_cast<int64_t>(key) * nb + b).second,
+             to = span.at(static_cast<int64_t>(back) * nb + b).first;
       bool adjacent = true;
       for (size_t i = from + 1; i < to && adjacent; ++i)
-        adjacent = list[i].micro == std::get<0>(key) || list[i].kind != ir::InstrKind::Run;
+        adjacent = list[i].micro == microOf(static_cast<int64_t>(key)) ||
+                   list[i].kind != ir::InstrKind::Run;
       if (adjacent) ++count.first;
     }
     keep->assign(m.buckets.size(), 0);
     for (const auto& [b, count] : kept)
       (*keep)[b] = count.first == count.second;
-    for (const auto& [key, buckets] : order)
-      if (std::get<1>(key) == 1 && (*keep)[buckets.front()]) skipFirst.insert(key);
+    for (size_t key = 0; key < keys; ++key)
+      if (useOf(static_cast<int64_t>(key)) == 1 && !order[key].empty() &&
+          (*keep)[order[key].front()])
+        skipFirst[key] = 1;
   }
   std::vector<ir::Instr> out;
-  auto gather = [&](ir::InstrKind kind, const Key& key, size_t k) {
-    ir::Instr g{kind, -1, std::get<0>(key), order[key][k]};
-    g.use = std::get<1>(key);
+  out.reserve(list.size() + 3 * seen.size());
+  auto gather = [&](ir::InstrKind kind, int64_t key, size_t k) {
+    ir::Instr g{kind, -1, microOf(key), order[key][k]};
+    g.use = useOf(key);
     out.push_back(g);
   };
+  size_t next = 0;
   for (size_t i = 0; i < list.size(); ++i) {
-    for (const auto& [key, k] : firstUses[i]) {
-      bool kept = k == 0 && skipFirst.count(key); // reads the forward's block
-      if (k == 0 && !kept) gather(ir::InstrKind::GatherStart, key, 0);
-      if (!kept) gather(ir::InstrKind::GatherWait, key, k);
-      if (k + 1 < order[key].size()) gather(ir::InstrKind::GatherStart, key, k + 1);
+    for (; next < firstUses.size() && firstUses[next].at == i; ++next) {
+      const FirstUse& u = firstUses[next];
+      bool kept = u.k == 0 && skipFirst[u.key]; // reads the forward's block
+      if (u.k == 0 && !kept) gather(ir::InstrKind::GatherStart, u.key, 0);
+      if (!kept) gather(ir::InstrKind::GatherWait, u.key, u.k);
+      if (u.k + 1 < order[u.key].size()) gather(ir::InstrKind::GatherStart, u.key, u.k + 1);
     }
     out.push_back(list[i]);
   }

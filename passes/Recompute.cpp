@@ -162,8 +162,12 @@ private:
     for (auto& list : byStage)
       std::stable_sort(list.begin(), list.end(),
                        [&](size_t a, size_t b) { return saves[a] > saves[b]; });
-    // The peak of each stage's ranks with the first k[s] blocks of each stage recomputed.
+    // The peak of each stage's ranks with the first k[s] blocks of each stage recomputed
+    // (each trial once: the last is often one tried before).
+    std::map<std::vector<size_t>, std::vector<int64_t>> tried;
     auto peaks = [&](const std::vector<size_t>& k) {
+      auto known = tried.find(k);
+      if (known != tried.end()) return known->second;
       std::vector<Block> chosen = pick(all, byStage, k);
       ir::Module trial = m;
       apply(trial, chosen);
@@ -172,6 +176,7 @@ private:
       std::vector<int64_t> out(stages, 0);
       for (const ir::Program& p : trial.programs)
         out[p.stage] = std::max(out[p.stage], p.peakBytes());
+      tried[k] = out;
       return out;
     };
     std::vector<size_t> lo(stages, 0), hi(stages);

@@ -1,15 +1,28 @@
 #!/usr/bin/python3
-"""One training step, EPL vs PyTorch eager, on the same model, batch, data and threads.
+"""One training step, EPL vs PyTorch eager, on the same model, batch and data.
 
 Runs `epl run` on a char-GPT (6 layers, d 256, 8 heads, seq 128, batch 32, AdamW) and on
-the Fashion-MNIST MLP (784-256-256-10, batch 128, Adam), then the same models written in
-plain PyTorch 1.13 (Debian's python3-torch) in a separate process with the same thread
-count. Prints the median step time of each (after warm-up steps), the peak resident
-memory of each process, and the ratios. Targets: time ratio <= 0.8, memory ratio <= 1.0.
+the Fashion-MNIST MLP (784-256-256-10, batch 128, Adam), at 1 thread and at N (the
+machine's cores), and the same models written in plain PyTorch 1.13 (Debian's
+python3-torch), each in its own process, in PyTorch's three configurations on the same
+cores: 1 thread, N threads, and N threads with OMP_WAIT_POLICY=PASSIVE (its OpenMP
+workers otherwise spin, and fight over few cores). EPL at t threads is compared with the
+best PyTorch configuration of at most t threads.
 
-usage: bench/train_step.py [--epl build/epl] [--threads 2] [--steps 12] [gpt|mlp ...]
+Also the BLAS limit: the step's FLOPs (6 x parameters per token, plus 12 x layers x d x
+seq for attention) over OpenBLAS sgemm's rate on 2048^3 at the same thread count,
+measured in the same run; and EPL's step as a share of it.
+
+Prints the median step time of each (after 2 warm-up steps), the peak resident memory of
+each process, and the ratios. Targets (issue 17): EPL <= 0.8 x the best PyTorch at every
+thread count, >= 90% of the BLAS limit, memory ratio <= 1.0.
+
+usage: bench/train_step.py [--epl build/epl] [--threads N] [--steps 12] [gpt|mlp ...]
 """
 import argparse
+import array
+import ctypes
+import ctypes.util
 import json
 import os
 import statistics
@@ -17,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TEXT = "/usr/share/games/fortunes/cookie"
@@ -95,7 +109,9 @@ for i in range(steps):
     opt.step()
     loss.item()
     times.append(time.perf_counter() - t0)
-print(json.dumps({"times": times, "rss_import": rss_import}))
+params = sum(p.numel() for p in (model if case == "gpt" else net).parameters())
+print(json.dumps({"times": times, "rss_import": rss_import, "params": params,
+                  "rss_peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
 """
 
 
@@ -117,50 +133,108 @@ def median_after_warmup(times, warmup):
     return statistics.median(times[warmup:])
 
 
-def bench(case, args, work):
+def epl_step(case, args, work, threads):
+    """EPL's median step seconds and peak resident bytes at `threads`."""
     script = os.path.join(work, f"{case}.epl")
     with open(script, "w") as f:
         f.write(textwrap.dedent(SCRIPTS[case]))
-    metrics = os.path.join(work, f"{case}.jsonl")
+    metrics = os.path.join(work, f"{case}.{threads}.jsonl")
     env = dict(os.environ, EPL_STDLIB=os.path.join(HERE, "..", "stdlib"))
-    cmd = [args.epl, "run", script, "--steps", str(args.steps), "--threads", str(args.threads),
+    cmd = [args.epl, "run", script, "--steps", str(args.steps), "--threads", str(threads),
            "--metrics", metrics]
-    ours_rss = peak_rss(cmd, env)
+    rss = peak_rss(cmd, env)
     rows = [json.loads(l) for l in open(metrics)]
-    ours = median_after_warmup([r["step_seconds"] for r in rows if "step_seconds" in r], 2)
+    return median_after_warmup([r["step_seconds"] for r in rows if "step_seconds" in r], 2), rss
 
+
+def torch_step(case, args, work, threads, passive):
+    """PyTorch's median step seconds, its result (params, resident bytes) at `threads`."""
     torch_py = os.path.join(work, "torch_step.py")
     with open(torch_py, "w") as f:
         f.write(TORCH)
     extra = [TEXT, HERE] if case == "gpt" else [f"{FASHION}/train-images-idx3-ubyte.gz",
                                           f"{FASHION}/train-labels-idx1-ubyte.gz"]
-    tcmd = ["/usr/bin/python3", torch_py, case, str(args.steps), str(args.threads)] + extra
-    out = subprocess.run(tcmd, capture_output=True, text=True, check=True).stdout
+    env = dict(os.environ)
+    env.pop("OMP_WAIT_POLICY", None)
+    if passive:
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
+    tcmd = ["/usr/bin/python3", torch_py, case, str(args.steps), str(threads)] + extra
+    out = subprocess.run(tcmd, capture_output=True, text=True, check=True, env=env).stdout
     res = json.loads(out)
-    theirs = median_after_warmup(res["times"], 2)
-    theirs_rss = peak_rss(tcmd)
-    return ours, theirs, ours_rss, theirs_rss, res["rss_import"]
+    return median_after_warmup(res["times"], 2), res
+
+
+def sgemm_rate(threads, n=2048):
+    """OpenBLAS sgemm FLOP/s on n^3 at `threads`: the best of three after a warm-up."""
+    lib = ctypes.CDLL(ctypes.util.find_library("openblas") or "libopenblas.so.0")
+    lib.openblas_set_num_threads(threads)
+    # Not zeros (a BLAS may take shortcuts on them): a repeated pattern of 8 values.
+    pattern = array.array("f", [1.0 + i / 8 for i in range(8)]) * (n * n // 8)
+    a, b, c = ((ctypes.c_float * (n * n)).from_buffer(array.array("f", pattern))
+               for _ in range(3))
+    best = None
+    for _ in range(4):
+        t0 = time.perf_counter()
+        lib.cblas_sgemm(101, 111, 111, n, n, n, ctypes.c_float(1), a, n, b, n, ctypes.c_float(0),
+                        c, n)  # row major, no transposes
+        t = time.perf_counter() - t0
+        best = t if best is None or t < best else best
+    return 2.0 * n ** 3 / best
+
+
+def step_flops(case, params):
+    """A training step's FLOPs: 6 per parameter and token (or sample), plus attention's
+    12 x layers x d x seq per token for the GPT's attention (PaLM's count, the causal
+    half included)."""
+    if case == "gpt":
+        tokens = 32 * 128
+        return tokens * (6 * params + 12 * 6 * 256 * 128)
+    return 128 * 6 * params
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("cases", nargs="*", default=["gpt", "mlp"])
     ap.add_argument("--epl", default=os.path.join(HERE, "..", "build", "epl"))
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--threads", type=int, default=os.cpu_count(),
+                    help="N: EPL and PyTorch at 1 and N threads")
     ap.add_argument("--steps", type=int, default=12)
     args = ap.parse_args()
-    print(f"one training step, fp32, {args.threads} threads, median of {args.steps - 2} steps "
-          f"after 2 warm-up steps")
-    print(f"{'model':6} {'epl ms':>9} {'torch ms':>9} {'time ratio':>10}   "
-          f"{'epl RSS':>9} {'torch RSS':>9} {'mem ratio':>9}")
+    counts = sorted({1, args.threads})
+    rates = {t: sgemm_rate(t) for t in counts}
+    print(f"one training step, fp32, median of {args.steps - 2} steps after 2 warm-up steps, "
+          f"{os.cpu_count()} cores")
+    print("OpenBLAS sgemm 2048^3: " +
+          ", ".join(f"{rates[t] / 1e9:.0f} GFLOP/s at {t} thread{'s' if t > 1 else ''}"
+                    for t in counts))
     with tempfile.TemporaryDirectory() as work:
         for case in args.cases:
-            ours, theirs, ors, trs, timport = bench(case, args, work)
-            print(f"{case:6} {ours * 1e3:9.1f} {theirs * 1e3:9.1f} {ours / theirs:10.3f}   "
-                  f"{ors / 2**20:8.0f}M {trs / 2**20:8.0f}M {ors / trs:9.3f}")
-            print(f"{'':6} (torch process after `import torch`, before the model: "
-                  f"{timport / 2**20:.0f}M)")
-    print("targets: time ratio <= 0.8, memory ratio <= 1.0")
+            ours = {t: epl_step(case, args, work, t) for t in counts}
+            peers = {}
+            for t in counts:
+                for passive in ([False, True] if t > 1 else [False]):
+                    peers[(t, passive)] = torch_step(case, args, work, t, passive)
+            params = peers[(1, False)][1]["params"]
+            flops = step_flops(case, params)
+            print(f"\n{case}: {params:,} parameters, {flops / 1e9:.1f} GFLOP a step")
+            print("  PyTorch: " + ", ".join(
+                f"{peers[k][0] * 1e3:.1f} ms at {k[0]} thread{'s' if k[0] > 1 else ''}"
+                f"{' passive' if k[1] else ''}" for k in peers))
+            print(f"  {'threads':>7} {'epl ms':>9} {'BLAS limit ms':>13} {'of limit':>8} "
+                  f"{'best torch ms':>13} {'(config)':>12} {'epl/torch':>9} "
+                  f"{'epl RSS':>8} {'torch RSS':>9}")
+            for t in counts:
+                seconds, rss = ours[t]
+                limit = flops / rates[t]
+                allowed = [k for k in peers if k[0] <= t]
+                best = min(allowed, key=lambda k: peers[k][0])
+                config = f"{best[0]}t{' passive' if best[1] else ''}"
+                trss = peers[best][1]["rss_peak"]
+                print(f"  {t:>7} {seconds * 1e3:9.1f} {limit * 1e3:13.1f} {limit / seconds:8.0%} "
+                      f"{peers[best][0] * 1e3:13.1f} {config:>12} {seconds / peers[best][0]:9.3f} "
+                      f"{rss / 2**20:7.0f}M {trss / 2**20:8.0f}M")
+    print("\ntargets: epl/torch <= 0.8 at every thread count; >= 90% of the BLAS limit "
+          "(the GPT); epl RSS <= torch RSS")
 
 
 if __name__ == "__main__":

@@ -17,14 +17,23 @@ namespace {
 constexpr float kGeluC = 0.7978845608028654f; // sqrt(2 / pi)
 constexpr float kGeluA = 0.044715f;
 
-inline float geluOf(float x) {
-  float t = tanhf32(kGeluC * (x + kGeluA * x * x * x));
-  return 0.5f * x * (1.f + t);
+inline float geluTanh(float x) {
+  return tanhf32(kGeluC * (x + kGeluA * x * x * x));
 }
 
-inline float geluGrad(float x) {
-  float t = tanhf32(kGeluC * (x + kGeluA * x * x * x));
+// gelu(x) and its derivative from t = geluTanh(x).
+inline float geluFrom(float x, float t) {
+  return 0.5f * x * (1.f + t);
+}
+inline float geluGradFrom(float x, float t) {
   return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kGeluC * (1.f + 3.f * kGeluA * x * x);
+}
+
+inline float geluOf(float x) {
+  return geluFrom(x, geluTanh(x));
+}
+inline float geluGrad(float x) {
+  return geluGradFrom(x, geluTanh(x));
 }
 
 // The exact form: x Phi(x), Phi the standard normal's distribution function.
@@ -125,6 +134,23 @@ void actForward(Act a, const float* x, float* y, int64_t n) {
 #pragma omp simd
       for (int64_t i = lo; i < hi; ++i)
         y[i] = x[i] * sigmoidf32(x[i]);
+    }
+  });
+}
+
+void actForwardAndGrad(Act a, const float* x, float* y, float* dydx, int64_t n) {
+  if (a != Act::Gelu) {
+    actForward(a, x, y, n);
+    std::fill(dydx, dydx + n, 1.f);
+    actBackwardInPlace(a, x, dydx, n);
+    return;
+  }
+  parallelFor(n, kParallelMin, [&](int64_t lo, int64_t hi) {
+#pragma omp simd
+    for (int64_t i = lo; i < hi; ++i) {
+      float t = geluTanh(x[i]);
+      y[i] = geluFrom(x[i], t);
+      dydx[i] = geluGradFrom(x[i], t);
     }
   });
 }

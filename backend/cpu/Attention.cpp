@@ -53,6 +53,50 @@ inline int64_t visibleKeys(const Dims& s, int64_t row, int64_t k0, int64_t kn) {
   return s.causal ? std::clamp<int64_t>(row - k0 + 1, 0, kn) : kn;
 }
 
+// The largest of x[0..n): in 16 lanes, so that it vectorises (the max of floats does not
+// depend on the order).
+inline float rowMax(const float* x, int64_t n) {
+  constexpr int kLanes = 16;
+  float lane[kLanes];
+  std::fill(lane, lane + kLanes, -std::numeric_limits<float>::infinity());
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+#pragma omp simd
+    for (int u = 0; u < kLanes; ++u)
+      lane[u] = std::max(lane[u], x[j + u]);
+  float mx = -std::numeric_limits<float>::infinity();
+  for (; j < n; ++j)
+    mx = std::max(mx, x[j]);
+  for (float v : lane)
+    mx = std::max(mx, v);
+  return mx;
+}
+
+// x[j] = exp(x[j] - shift) for j < n, in a loop that vectorises.
+inline void expShifted(float* x, int64_t n, float shift) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j)
+    x[j] = expf32(x[j] - shift);
+}
+
+// The sum of x[0..n) in 16 lanes, then the lanes in a fixed tree: one order for a given n,
+// whatever the threads, and a loop that vectorises.
+inline float laneSum(const float* x, int64_t n) {
+  constexpr int kLanes = 16;
+  float lane[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+#pragma omp simd
+    for (int u = 0; u < kLanes; ++u)
+      lane[u] += x[j + u];
+  for (int64_t u = 0; j < n; ++j, ++u)
+    lane[u] += x[j];
+  for (int width = kLanes / 2; width > 0; width /= 2)
+    for (int u = 0; u < width; ++u)
+      lane[u] += lane[u + width];
+  return lane[0];
+}
+
 // Online-softmax update of one tile row: turns scores into probabilities relative to the new
 // running max, and returns the factor that rescales the row's earlier sum and output. `kept`
 // (the padding mask of the tile's keys, or null) zeroes the masked keys; while every key the
@@ -68,14 +112,14 @@ inline float onlineSoftmaxRow(float* srow, const uint8_t* kept, int64_t valid, i
       return 1.f;
     }
   } else {
+    mx = std::max(mx, rowMax(srow, valid));
+  }
+  float alpha = expf32(m - mx);
+  expShifted(srow, valid, mx);
+  if (kept)
     for (int64_t j = 0; j < valid; ++j)
-      mx = std::max(mx, srow[j]);
-  }
-  float alpha = expf32(m - mx), sum = 0;
-  for (int64_t j = 0; j < valid; ++j) {
-    srow[j] = kept && !kept[j] ? 0.f : expf32(srow[j] - mx);
-    sum += srow[j];
-  }
+      if (!kept[j]) srow[j] = 0.f; // its score may exceed mx: whatever exp made of it goes
+  float sum = laneSum(srow, valid);
   std::fill(srow + valid, srow + kn, 0.f);
   l = l * alpha + sum;
   m = mx;
@@ -229,8 +273,10 @@ void backwardHead(const Dims& s, const float* qkv, const float* ctx, const float
         float* prow = w.p + i * kn;
         int64_t valid = visibleKeys(s, q0 + i, k0, kn);
         const uint8_t* keys = w.kept ? w.kept + bi * s.t + k0 : nullptr;
-        for (int64_t j = 0; j < valid; ++j)
-          prow[j] = keys && !keys[j] ? 0.f : expf32(prow[j] - lseRow[q0 + i]);
+        expShifted(prow, valid, lseRow[q0 + i]);
+        if (keys)
+          for (int64_t j = 0; j < valid; ++j)
+            if (!keys[j]) prow[j] = 0.f;
         std::fill(prow + valid, prow + kn, 0.f);
       }
       gemm(true, false, kn, s.e, rows, 1.f, w.p, kn, dO + q0 * s.d, s.d, 1.f, dv + k0 * ld, ld);

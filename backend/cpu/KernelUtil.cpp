@@ -129,6 +129,14 @@ void writeOrAdd(const GradOut& dst, const float* src, int64_t n) {
   });
 }
 
+void multiplyInto(float* dst, const float* src, int64_t n) {
+  parallelFor(n, kParallelMin, [&](int64_t lo, int64_t hi) {
+#pragma omp simd
+    for (int64_t i = lo; i < hi; ++i)
+      dst[i] *= src[i];
+  });
+}
+
 void zeroUnlessAcc(const GradOut& dst, int64_t n) {
   if (!dst.acc) std::memset(dst.p, 0, sizeof(float) * n);
 }

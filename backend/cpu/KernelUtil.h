@@ -38,6 +38,8 @@ void broadcastRows(float* y, const float* b, int64_t rows, int64_t cols);
 void columnSum(const float* x, int64_t rows, int64_t cols, GradOut out);
 // dst (+)= src, elementwise.
 void writeOrAdd(const GradOut& dst, const float* src, int64_t n);
+// dst[i] *= src[i], n elements.
+void multiplyInto(float* dst, const float* src, int64_t n);
 // dst = 0 unless accumulating.
 void zeroUnlessAcc(const GradOut& dst, int64_t n);
 

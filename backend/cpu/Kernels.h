@@ -62,5 +62,7 @@ void launchStaged(const KernelCall& c, void (*run)(const KernelCall&));
 void actForward(Act a, const float* x, float* y, int64_t n);
 // g *= act'(x), n elements (g holds dL/dy on entry, dL/dx on exit).
 void actBackwardInPlace(Act a, const float* x, float* g, int64_t n);
+// y = act(x) and dydx = act'(x) in one pass (gelu's tanh once for both).
+void actForwardAndGrad(Act a, const float* x, float* y, float* dydx, int64_t n);
 
 } // namespace epl::backend::cpu

@@ -30,12 +30,17 @@ void mlpBackward(const KernelCall& c) {
   const float *dy = c.in[0].f32(), *w1 = c.in[2].f32(), *w2 = c.in[4].f32(), *h = c.in[7].f32();
   float *a = workspace(c, 0, 0, n * f), *da = workspace(c, 1, n * f, n * f);
   if (GradOut dw2 = gradOut(c, 3)) {
-    actForward(act, h, a, n * f);
+    // act(h) for dW2 and act'(h) in da from one pass over h; then dL/da in a (free once
+    // dW2 has it), times act'(h).
+    actForwardAndGrad(act, h, a, da, n * f);
     gemm(true, false, d, f, n, 1.f, dy, d, a, f, dw2.beta(), dw2.p, f);
+    gemm(false, false, n, f, d, 1.f, dy, d, w2, f, 0.f, a, f);
+    multiplyInto(da, a, n * f); // da is now dL/dh
+  } else {
+    gemm(false, false, n, f, d, 1.f, dy, d, w2, f, 0.f, da, f);
+    actBackwardInPlace(act, h, da, n * f); // da is now dL/dh
   }
   if (GradOut db2 = gradOut(c, 4)) columnSum(dy, n, d, db2);
-  gemm(false, false, n, f, d, 1.f, dy, d, w2, f, 0.f, da, f);
-  actBackwardInPlace(act, h, da, n * f); // da is now dL/dh
   if (GradOut dw1 = gradOut(c, 1))
     gemm(true, false, f, d, n, 1.f, da, f, x.f32(), d, dw1.beta(), dw1.p, d);
   if (GradOut db1 = gradOut(c, 2)) columnSum(da, n, f, db1);

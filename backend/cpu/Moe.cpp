@@ -248,11 +248,12 @@ void experts(const KernelCall& c) {
     }
     const float *dye = dy + at * d, *xe = x + at * d, *he = h + at * f;
     float *a = scratch(0, n * f), *da = scratch(1, n * f);
-    actForward(Act::Gelu, he, a, n * f);
+    // gelu(h) and gelu'(h) in one pass (mlp's backward does the same), then dL/da in a.
+    actForwardAndGrad(Act::Gelu, he, a, da, n * f);
     if (gw2) gemm(true, false, d, f, n, 1.f, dye, d, a, f, gw2.beta(), gw2.p, f);
     if (gb2) columnSum(dye, n, d, gb2);
-    gemm(false, false, n, f, d, 1.f, dye, d, w2 + e * fd, f, 0.f, da, f);
-    actBackwardInPlace(Act::Gelu, he, da, n * f); // da = d loss / d h
+    gemm(false, false, n, f, d, 1.f, dye, d, w2 + e * fd, f, 0.f, a, f);
+    multiplyInto(da, a, n * f); // da = d loss / d h
     if (gw1) gemm(true, false, f, d, n, 1.f, da, f, xe, d, gw1.beta(), gw1.p, d);
     if (gb1) columnSum(da, n, f, gb1);
     if (dx) gemm(false, false, n, d, f, 1.f, da, f, w1 + e * fd, d, dx.beta(), dx.p + at * d, d);

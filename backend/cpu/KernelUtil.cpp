@@ -37,15 +37,29 @@ void gemmSplitK(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float
             transB ? b + lo : b + lo * ldb, ldb, 0.f, partial + part * m * n, n);
     }
   });
+  // Each element adds its pieces from 0 in piece order; a row at a time, so that the loops
+  // over its columns vectorise.
   parallelFor(m, rowGrain(n * parts), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
-      for (int64_t j = 0; j < n; ++j) {
-        float s = 0;
-        for (int64_t part = 0; part < parts; ++part)
-          s += partial[(part * m + r) * n + j];
-        float& out = c[r * ldc + j];
-        out = beta == 0.f ? alpha * s : beta * out + alpha * s;
+    float* sum = scratch(9, n);
+    for (int64_t r = r0; r < r1; ++r) {
+      std::fill(sum, sum + n, 0.f);
+      for (int64_t part = 0; part < parts; ++part) {
+        const float* row = partial + (part * m + r) * n;
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j)
+          sum[j] += row[j];
       }
+      float* out = c + r * ldc;
+      if (beta == 0.f) {
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j)
+          out[j] = alpha * sum[j];
+      } else {
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j)
+          out[j] = beta * out[j] + alpha * sum[j];
+      }
+    }
   });
 }
 
@@ -152,7 +166,7 @@ struct ScratchSlot {
   int64_t capacity = 0;
 };
 
-constexpr int kScratchSlots = 9;
+constexpr int kScratchSlots = 10;
 
 } // namespace
 

@@ -231,7 +231,8 @@ std::string knobName(const ir::LayoutKnob& k) {
 
 // The values tried for each knob, the script's first: pipeline depths of powers of two up
 // to the device count, split widths of powers of two up to a node (tensor parallelism
-// stays inside a node, where the links are fast).
+// stays inside a node, where the links are fast). A `split(auto)` or `split` is first
+// tried as the planner chooses it (0, "auto").
 std::vector<Layout> layouts(const ir::Module& m, const ir::Cluster& cluster) {
   std::vector<Layout> out{{}};
   for (const ir::LayoutKnob& k : m.layoutKnobs) {
@@ -244,8 +245,8 @@ std::vector<Layout> layouts(const ir::Module& m, const ir::Cluster& cluster) {
     for (const Layout& prefix : out)
       for (int64_t v : values) {
         Layout l = prefix;
-        l.knobs.push_back({knobName(k), std::to_string(v)});
-        l.literals[{k.loc.line, k.loc.col}] = v;
+        l.knobs.push_back({knobName(k), v > 0 ? std::to_string(v) : "auto"});
+        if (v > 0) l.literals[{k.loc.line, k.loc.col}] = v; // 0: the planner's choice
         next.push_back(std::move(l));
       }
     out = std::move(next);
@@ -656,7 +657,9 @@ int searchPolicy(const std::string& script, const PlanOptions& base, const ir::C
   });
   std::vector<std::string> relaidLines = lines;
   for (const auto& [knob, value] : relaid)
-    relaidLines.at(knob.loc.line - 1).replace(knob.loc.col - 1, knob.length, std::to_string(value));
+    relaidLines.at(knob.loc.line - 1)
+        .replace(knob.loc.col - 1, knob.length,
+                 knob.bare ? fmt::format("split({})", value) : std::to_string(value));
   std::vector<Setting> byHand;
   std::vector<std::string> after = edited(relaidLines, first->policy, changes, byHand);
   printDiff(script, lines, after, out);

@@ -78,7 +78,8 @@ struct ParallelBlock {
   bool isAuto = false;
   ExprPtr width; // null when left out or auto
   std::vector<Stmt> body;
-  SourceLoc loc;
+  SourceLoc loc;     // the replicate or split keyword
+  SourceLoc autoLoc; // split(auto): the auto
 };
 
 enum class StmtKind { Assign, Parallel, Return };

@@ -411,13 +411,32 @@ void Elaborator::runParallel(const ast::ParallelBlock& b, Frame& frame, Context&
   }
   int64_t width = blockWidth(b, frame, ctx);
   if (isSplit && b.width) noteLayoutKnob(*b.width, ir::LayoutKnob::Kind::SplitWidth, frame, m);
+  bool isAuto = b.isAuto || (!b.width && isSplit);
+  if (isAuto && isSplit && b.loc.file == mainFile_) {
+    // `split(auto)` or `split` in the main script: the search may write a width in its
+    // place, read here as the block's width.
+    ir::LayoutKnob k;
+    k.kind = ir::LayoutKnob::Kind::SplitWidth;
+    k.bare = !b.isAuto;
+    k.loc = b.isAuto ? b.autoLoc : b.loc;
+    k.length = b.isAuto ? 4 : 5;
+    bool noted = false;
+    for (const ir::LayoutKnob& other : m.layoutKnobs)
+      noted |= other.loc.line == k.loc.line && other.loc.col == k.loc.col;
+    if (!noted) m.layoutKnobs.push_back(k);
+    auto chosen = options_.literalValues.find({k.loc.line, k.loc.col});
+    if (chosen != options_.literalValues.end() && chosen->second > 0) {
+      width = chosen->second;
+      isAuto = false;
+    }
+  }
   for (int64_t r = 0; r < repeat; ++r) {
     ir::Scope scope;
     scope.kind = ctx.topLevel ? ir::ScopeKind::Stage : ir::ScopeKind::Split;
     scope.isSplitStage = ctx.topLevel && isSplit;
     scope.parent = ctx.scope;
     scope.width = static_cast<int>(width);
-    scope.isAuto = b.isAuto || (!b.width && isSplit);
+    scope.isAuto = isAuto;
     scope.loc = b.loc;
     Context inner = ctx;
     inner.scope = m.addScope(scope);

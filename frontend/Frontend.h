@@ -21,7 +21,8 @@ struct FrontendOptions {
   // When set, receives the syntax tree of every file that parsed, imports first and the
   // main script last, whether or not the script has errors (editors: symbols, definitions).
   std::vector<ast::File>* syntax = nullptr;
-  // Integer literals of the main script read as other values, by (line, col): the layout
+  // Integer literals of the main script read as other values, by (line, col), and widths
+  // for its `split(auto)` (at the auto) and `split` (at the keyword) blocks: the layout
   // search's candidates (ir::LayoutKnob).
   std::map<std::pair<uint32_t, uint32_t>, int64_t> literalValues;
 };

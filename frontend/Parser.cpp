@@ -142,9 +142,10 @@ private:
     b->loc = loc(c->kind);
     if (c->REPEAT()) b->repeat = expr(c->expr());
     if (auto* w = c->width()) {
-      if (w->AUTO())
+      if (w->AUTO()) {
         b->isAuto = true;
-      else
+        b->autoLoc = loc(w->AUTO()->getSymbol());
+      } else
         b->width = expr(w->expr());
     }
     b->body = block(c->block());

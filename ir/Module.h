@@ -199,9 +199,10 @@ struct LayoutKnob {
   enum class Kind { Stages, SplitWidth };
   Kind kind = Kind::Stages;
   std::string let; // the `let` bound to it, or "" for a literal written in the block
-  SourceLoc loc;   // the literal
+  SourceLoc loc;   // the literal; `split(auto)`'s auto; a bare `split`'s keyword
   uint32_t length = 1;
-  int64_t value = 0;
+  int64_t value = 0; // 0: the planner's choice (`split(auto)`, `split`)
+  bool bare = false; // a `split` with no width: a width is written after the keyword
 };
 
 struct Module {

@@ -69,6 +69,20 @@ else
   failures=$((failures + 1))
 fi
 rm -rf "$searched"
+# split(auto) is searched too: the planner's width and the powers of two, the winner's
+# written in the auto's place.
+searched=$(mktemp -d)
+sed '14s/split(2)/split(auto)/' "$src/examples/gpt_char.epl" >"$searched/gpt_char.epl"
+found=$(cd "$searched" && "$epl" plan gpt_char.epl -np 8 --cluster dgx-a100 --search)
+if grep -q "5 layouts of split width (line 14)" <<<"$found" &&
+  grep -q "^-    split(auto) {" <<<"$found" && grep -q "^+    split([0-9]*) {" <<<"$found"; then
+  passed=$((passed + 1))
+else
+  echo "FAIL: epl plan --search did not search split(auto):"
+  echo "$found" | head -20
+  failures=$((failures + 1))
+fi
+rm -rf "$searched"
 # An auto whose twins with none and every leave a stage over device_memory is left out.
 expect 0 "with recompute = auto not planned: a stage fits the device_memory neither with none nor with every" -- plan "$src/examples/gpt_char.epl" -np 8 --cluster dgx-a100 --search --set policy.recompute=none --set policy.device_memory=40MB
 # `epl calibrate` measures this machine (two ranks under mpirun for the link) and

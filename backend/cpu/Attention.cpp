@@ -79,6 +79,14 @@ inline void expShifted(float* x, int64_t n, float shift) {
     x[j] = expf32(x[j] - shift);
 }
 
+// x[j] = 0 where the padding mask drops key j (`kept` null: none dropped). After an exp:
+// a dropped key's score may exceed the row's max, and whatever exp made of it goes.
+inline void zeroDropped(float* x, const uint8_t* kept, int64_t n) {
+  if (!kept) return;
+  for (int64_t j = 0; j < n; ++j)
+    if (!kept[j]) x[j] = 0.f;
+}
+
 // The sum of x[0..n) in 16 lanes, then the lanes in a fixed tree: one order for a given n,
 // whatever the threads, and a loop that vectorises.
 inline float laneSum(const float* x, int64_t n) {
@@ -116,9 +124,7 @@ inline float onlineSoftmaxRow(float* srow, const uint8_t* kept, int64_t valid, i
   }
   float alpha = expf32(m - mx);
   expShifted(srow, valid, mx);
-  if (kept)
-    for (int64_t j = 0; j < valid; ++j)
-      if (!kept[j]) srow[j] = 0.f; // its score may exceed mx: whatever exp made of it goes
+  zeroDropped(srow, kept, valid);
   float sum = laneSum(srow, valid);
   std::fill(srow + valid, srow + kn, 0.f);
   l = l * alpha + sum;
@@ -274,9 +280,7 @@ void backwardHead(const Dims& s, const float* qkv, const float* ctx, const float
         int64_t valid = visibleKeys(s, q0 + i, k0, kn);
         const uint8_t* keys = w.kept ? w.kept + bi * s.t + k0 : nullptr;
         expShifted(prow, valid, lseRow[q0 + i]);
-        if (keys)
-          for (int64_t j = 0; j < valid; ++j)
-            if (!keys[j]) prow[j] = 0.f;
+        zeroDropped(prow, keys, valid);
         std::fill(prow + valid, prow + kn, 0.f);
       }
       gemm(true, false, kn, s.e, rows, 1.f, w.p, kn, dO + q0 * s.d, s.d, 1.f, dv + k0 * ld, ld);

@@ -558,9 +558,12 @@ int searchPolicy(const std::string& script, const PlanOptions& base, const ir::C
       knobs += (knobs.empty() ? "" : " x ") + k.key;
     out << fmt::format("\nsearch on {} at -np {}: {} plans in {:.1f} s: {} layouts of {} with "
                        "the script's policy and each micro_batches ({} plans), then {} for the "
-                       "script's layout and the {} fastest others\n",
+                       "script's layout{}\n",
                        cluster.name, first->mesh.np, candidates.size(), took, shapes.size(), knobs,
-                       layoutPlans, what, refine.size() - 1);
+                       layoutPlans, what,
+                       refine.size() > 1
+                           ? fmt::format(" and the {} fastest others", refine.size() - 1)
+                           : " (no other layout fit with the script's policy)");
   } else {
     out << fmt::format("\nsearch on {} at -np {}: {} plans of {}, in {:.1f} s\n", cluster.name,
                        first->mesh.np, candidates.size(), what, took);

@@ -435,6 +435,16 @@ private:
       }
       touchesOnce(m, in, f);
     }
+    // Whether the instruction touches anything in the arena.
+    bool touchesAny(const ir::Module& m, const ir::Instr& in) const {
+      if (in.kind == ir::InstrKind::Run) {
+        int k = runIndex[3 * static_cast<size_t>(in.op) + static_cast<size_t>(in.part)];
+        if (k >= 0) return runStart[k + 1] > runStart[k];
+      }
+      bool any = false;
+      touchesOnce(m, in, [&](int) { any = true; });
+      return any;
+    }
     template <typename F> void touchesOnce(const ir::Module& m, const ir::Instr& in, F&& f) const {
       // The optimizer ops read the gradients' slice, not the buckets.
       bool buckets = !bucketOf.empty() &&
@@ -484,56 +494,80 @@ private:
   // all, placed by micro-batch 0's lifetimes (every micro-batch runs the same ops in the
   // same order). What is sent (waited for later), the loss (read after the step) and what
   // the optimizer ops touch keep a slot.
+  //
+  // A tensor's touches are counted by their ordinal among its micro-batch's instructions
+  // that touch the arena. A micro-batch whose instructions are micro-batch 0's (the usual
+  // case) touches each tensor at micro-batch 0's ordinals, so only micro-batch 0's touches
+  // are listed; another micro-batch's are listed for it alone. With `all` (arena-touching
+  // instructions before a position), each check is O(1), and the whole O(steps + micros x
+  // tensors of micro-batch 0).
   static std::vector<char> sharedTensors(const ir::Module& m, const ir::Program& p,
                                          const Arena& arena) {
     size_t tensors = arena.ids, n = p.step.size();
     int micros = p.microBatches;
-    // The tensors this program touches, numbered in order (a pipeline stage's are a small
-    // part of the model's): first and last touches are kept for them alone.
-    std::vector<int> index(tensors, -1);
-    int used = 0;
-    for (const ir::Instr& in : p.step)
-      arena.touches(m, in, [&](int t) {
-        if (index[t] < 0) index[t] = used++;
-      });
-    std::vector<std::vector<int>> first(micros, std::vector<int>(used, -1)),
-        last(micros, std::vector<int>(used, -1));
-    // Instructions of a micro-batch touching the arena before position i, and for such an
-    // instruction, how many of its own micro-batch came before it: so `alone` below costs
-    // O(1) a tensor and micro-batch, and the whole check O(steps + micros x tensors).
-    std::vector<int> all(n + 1, 0), ordinal(n, -1), ownSoFar(micros, 0);
+    std::vector<int> all(n + 1, 0);
+    std::vector<std::vector<int>> at(micros); // by micro-batch, its arena-touching positions
     std::vector<char> pinned(tensors, 0);
     for (size_t i = 0; i < n; ++i) {
       const ir::Instr& in = p.step[i];
       bool optimizer = in.kind == ir::InstrKind::Run && m.ops[in.op].phase == ir::Phase::Optimizer;
       int micro = optimizer || in.micro < 0 || in.micro >= micros ? -1 : in.micro;
       bool touched = false;
-      arena.touches(m, in, [&](int t) {
-        touched = true;
-        if (micro < 0) {
-          pinned[t] = 1;
-          return;
-        }
-        int u = index[t];
-        if (first[micro][u] < 0) first[micro][u] = static_cast<int>(i);
-        last[micro][u] = static_cast<int>(i);
-      });
+      if (micro < 0)
+        arena.touches(m, in, [&](int t) { pinned[t] = 1; });
+      else
+        touched = arena.touchesAny(m, in);
       if (in.kind == ir::InstrKind::Send) pinned[in.tensor] = 1;
-      all[i + 1] = all[i] + (touched && micro >= 0);
-      if (touched && micro >= 0) ordinal[i] = ownSoFar[micro]++;
+      all[i + 1] = all[i] + touched;
+      if (touched) at[micro].push_back(static_cast<int>(i));
     }
     if (!m.outputs.empty()) pinned[m.outputs[0]] = 1;
-    std::vector<char> shared(tensors, 0);
-    for (size_t t = 0; t < tensors; ++t) {
-      int u = index[t];
-      if (pinned[t] || u < 0 || first[0][u] < 0) continue;
-      bool alone = true;
-      for (int k = 0; k < micros && alone; ++k) {
-        if (first[k][u] < 0) continue;
-        int a = first[k][u], b = last[k][u];
-        alone = all[b + 1] - all[a] == ordinal[b] + 1 - ordinal[a];
+    // By tensor, the ordinals of its first and last touch in micro-batch k, and the tensors
+    // touched.
+    struct Touches {
+      std::vector<int> first, last, list;
+    };
+    auto listTouches = [&](int k, Touches& out) {
+      for (int t : out.list)
+        out.first[t] = -1;
+      out.list.clear();
+      out.first.resize(tensors, -1);
+      out.last.resize(tensors, -1);
+      for (size_t j = 0; j < at[k].size(); ++j)
+        arena.touches(m, p.step[at[k][j]], [&](int t) {
+          if (out.first[t] < 0) {
+            out.first[t] = static_cast<int>(j);
+            out.list.push_back(t);
+          }
+          out.last[t] = static_cast<int>(j);
+        });
+    };
+    auto sameAsFirst = [&](int k) {
+      if (at[k].size() != at[0].size()) return false;
+      for (size_t j = 0; j < at[k].size(); ++j) {
+        const ir::Instr &a = p.step[at[k][j]], &b = p.step[at[0][j]];
+        if (a.kind != b.kind || a.op != b.op || a.part != b.part || a.bucket != b.bucket ||
+            a.use != b.use || a.tensor != b.tensor)
+          return false;
       }
-      shared[t] = alone;
+      return true;
+    };
+    Touches first, other;
+    listTouches(0, first);
+    std::vector<char> shared(tensors, 0);
+    for (int t : first.list)
+      shared[t] = !pinned[t];
+    for (int k = 0; k < micros; ++k) {
+      const Touches* own = &first;
+      if (k > 0 && !sameAsFirst(k)) {
+        listTouches(k, other);
+        own = &other;
+      }
+      for (int t : own->list) {
+        if (!shared[t]) continue;
+        int a = at[k][own->first[t]], b = at[k][own->last[t]];
+        shared[t] = all[b + 1] - all[a] == own->last[t] + 1 - own->first[t];
+      }
     }
     return shared;
   }

@@ -39,8 +39,6 @@
 #include <algorithm>
 #include <fmt/format.h>
 #include <map>
-#include <unordered_map>
-#include <unordered_set>
 
 namespace epl::passes {
 
@@ -281,32 +279,36 @@ std::string transferLabel(const ir::Module& m, const ir::Instr& in) {
 // micro-batch's start there, each waited for once the next has started, and the last at
 // once, inside the backward that wrote them (the schedule pass's data-parallel plans too).
 void addGradientReductions(const ir::Module& m, int position, std::vector<ir::Instr>& step) {
-  std::multimap<int, int> readyAfter; // ready op -> bucket
+  // By op, the buckets it readies, in bucket order.
+  std::vector<std::vector<int>> readyAfter(m.ops.size());
+  size_t buckets = 0;
   for (size_t b = 0; b < m.buckets.size(); ++b)
-    if (m.buckets[b].stage % m.mesh.depth() == position)
-      readyAfter.emplace(m.buckets[b].readyOp, static_cast<int>(b));
-  if (readyAfter.empty()) return;
+    if (m.buckets[b].stage % m.mesh.depth() == position) {
+      readyAfter[m.buckets[b].readyOp].push_back(static_cast<int>(b));
+      ++buckets;
+    }
+  if (buckets == 0) return;
   int last = static_cast<int>(m.policy.microBatches) - 1;
   std::vector<ir::Instr> out;
-  out.reserve(step.size() + 3 * readyAfter.size() * static_cast<size_t>(last + 1));
   if (m.zeroShardsGradients()) {
+    out.reserve(step.size() + 3 * buckets * static_cast<size_t>(last + 1));
     // By model chunk (a stage block of the position): its buckets; by micro-batch and
     // chunk, those started, in order. A chunk's last is waited for inside its backward, so
     // that a micro-batch's buckets of one chunk are done before the next micro-batch's of
     // the same chunk start (under `interleaved`, the other chunk's backward comes later).
     std::map<int, size_t> perChunk;
-    for (const auto& [op, b] : readyAfter)
-      ++perChunk[m.buckets[b].stage];
+    for (const std::vector<int>& ready : readyAfter)
+      for (int b : ready)
+        ++perChunk[m.buckets[b].stage];
     std::map<std::pair<int, int>, std::vector<int>> started;
     for (const ir::Instr& in : step) {
       out.push_back(in);
       if (in.kind != ir::InstrKind::Run || in.part == ir::BackwardPart::Inputs) continue;
-      auto [begin, end] = readyAfter.equal_range(in.op);
-      for (auto it = begin; it != end; ++it) {
-        int chunk = m.buckets[it->second].stage;
+      for (int b : readyAfter[in.op]) {
+        int chunk = m.buckets[b].stage;
         std::vector<int>& mine = started[{in.micro, chunk}];
-        out.push_back({ir::InstrKind::ReduceStart, -1, in.micro, it->second});
-        mine.push_back(it->second);
+        out.push_back({ir::InstrKind::ReduceStart, -1, in.micro, b});
+        mine.push_back(b);
         if (mine.size() > 1)
           out.push_back({ir::InstrKind::ReduceWait, -1, in.micro, mine[mine.size() - 2]});
         if (mine.size() == perChunk[chunk])
@@ -318,28 +320,40 @@ void addGradientReductions(const ir::Module& m, int position, std::vector<ir::In
     step = std::move(out);
     return;
   }
+  // A bucket is ready once its op wrote the parameter gradients: zb's B part writes none.
+  auto readies = [&](const ir::Instr& in) {
+    return in.kind == ir::InstrKind::Run && in.micro == last &&
+           in.part != ir::BackwardPart::Inputs && !readyAfter[in.op].empty();
+  };
+  auto optimizer = [&](const ir::Instr& in) {
+    return in.kind == ir::InstrKind::Run && m.ops[in.op].phase == ir::Phase::Optimizer;
+  };
+  // Only the instructions from the first that readies a bucket on move (the last
+  // micro-batch's backward, near the step's end).
+  size_t from = 0;
+  while (from < step.size() && !readies(step[from]) && !optimizer(step[from]))
+    ++from;
+  out.reserve(step.size() - from + 3 * buckets);
   std::vector<int> started;
   bool waited = false;
-  for (const ir::Instr& in : step) {
-    bool optimizer = in.kind == ir::InstrKind::Run && m.ops[in.op].phase == ir::Phase::Optimizer;
-    if (optimizer && !waited) {
+  for (size_t i = from; i < step.size(); ++i) {
+    const ir::Instr& in = step[i];
+    if (optimizer(in) && !waited) {
       for (int b : started)
         out.push_back({ir::InstrKind::ReduceWait, -1, last, b});
       waited = true;
     }
     out.push_back(in);
-    // A bucket is ready once its op wrote the parameter gradients: zb's B part writes none.
-    if (in.kind != ir::InstrKind::Run || in.micro != last || in.part == ir::BackwardPart::Inputs)
-      continue;
-    auto [begin, end] = readyAfter.equal_range(in.op);
-    for (auto it = begin; it != end; ++it) {
-      out.push_back({ir::InstrKind::ReduceStart, -1, last, it->second});
-      started.push_back(it->second);
+    if (!readies(in)) continue;
+    for (int b : readyAfter[in.op]) {
+      out.push_back({ir::InstrKind::ReduceStart, -1, last, b});
+      started.push_back(b);
     }
   }
-  EPL_ASSERT(waited && started.size() == readyAfter.size(),
+  EPL_ASSERT(waited && started.size() == buckets,
              "every gradient bucket of a stage starts after one of its backward ops");
-  step = std::move(out);
+  step.resize(from);
+  step.insert(step.end(), out.begin(), out.end());
 }
 
 void placeReceives(const ir::Module& m, ir::Program& p) {
@@ -450,25 +464,32 @@ void addParamGathers(const ir::Module& m, std::vector<ir::Instr>& list, std::vec
   auto microOf = [&](int64_t key) { return static_cast<int>(key / chunks / 2); };
   auto useOf = [&](int64_t key) { return static_cast<int>(key / chunks % 2); };
   size_t keys = static_cast<size_t>(micros) * 2 * static_cast<size_t>(chunks);
-  int64_t nb = static_cast<int64_t>(m.buckets.size());
+  // By key, its buckets in first-read order, and each one's first and last reader (a key
+  // reads a few buckets: a stage's blocks' own).
   std::vector<std::vector<int>> order(keys);
+  std::vector<std::vector<std::pair<size_t, size_t>>> span(keys);
   struct FirstUse {
     size_t at;   // the instruction
     int64_t key; // its key's k-th bucket
     size_t k;
   };
-  std::vector<FirstUse> firstUses;  // in instruction order
-  std::unordered_set<int64_t> seen; // key x buckets + bucket
+  std::vector<FirstUse> firstUses; // in instruction order
   for (size_t i = 0; i < list.size(); ++i) {
     const ir::Instr& in = list[i];
     if (!reads(in)) continue;
     int64_t key = keyOf(in);
+    std::vector<int>& buckets = order[key];
     for (int q : m.ops[in.op].params) {
       int b = bucketOf[q];
       EPL_ASSERT(b >= 0, "ZeRO stage 3 gathers every parameter with its bucket");
-      if (!seen.insert(key * nb + b).second) continue;
-      firstUses.push_back({i, key, order[key].size()});
-      order[key].push_back(b);
+      auto seen = std::find(buckets.rbegin(), buckets.rend(), b);
+      if (seen != buckets.rend()) {
+        span[key][buckets.rend() - seen - 1].second = i;
+        continue;
+      }
+      firstUses.push_back({i, key, buckets.size()});
+      buckets.push_back(b);
+      span[key].push_back({i, i});
     }
   }
   // The buckets whose backward keeps the forward's block: in every micro-batch (and chunk)
@@ -477,17 +498,6 @@ void addParamGathers(const ir::Module& m, std::vector<ir::Instr>& list, std::vec
   std::map<int, std::pair<int, int>> kept; // bucket -> (micro-batches keeping, reading both)
   std::vector<char> skipFirst(keys, 0);    // backward keys whose first bucket is kept
   if (keep) {
-    std::unordered_map<int64_t, std::pair<size_t, size_t>>
-        span; // key x buckets + bucket -> readers
-    for (size_t i = 0; i < list.size(); ++i) {
-      const ir::Instr& in = list[i];
-      if (!reads(in)) continue;
-      int64_t key = keyOf(in);
-      for (int q : m.ops[in.op].params) {
-        auto [it, fresh] = span.insert({key * nb + bucketOf[q], {i, i}});
-        if (!fresh) it->second.second = i;
-      }
-    }
     for (size_t key = 0; key < keys; ++key) {
       const std::vector<int>& buckets = order[key];
       if (useOf(static_cast<int64_t>(key)) != 0 || buckets.empty()) continue;
@@ -497,8 +507,7 @@ void addParamGathers(const ir::Module& m, std::vector<ir::Instr>& list, std::vec
       std::pair<int, int>& count = kept[b];
       ++count.second;
       if (order[back].front() != b) continue;
-      size_t from = span.at(static_cast<int64_t>(key) * nb + b).second,
-             to = span.at(static_cast<int64_t>(back) * nb + b).first;
+      size_t from = span[key].back().second, to = span[back].front().first;
       bool adjacent = true;
       for (size_t i = from + 1; i < to && adjacent; ++i)
         adjacent = list[i].micro == microOf(static_cast<int64_t>(key)) ||
@@ -514,7 +523,7 @@ void addParamGathers(const ir::Module& m, std::vector<ir::Instr>& list, std::vec
         skipFirst[key] = 1;
   }
   std::vector<ir::Instr> out;
-  out.reserve(list.size() + 3 * seen.size());
+  out.reserve(list.size() + 3 * firstUses.size());
   auto gather = [&](ir::InstrKind kind, int64_t key, size_t k) {
     ir::Instr g{kind, -1, microOf(key), order[key][k]};
     g.use = useOf(key);

@@ -140,7 +140,9 @@ Value Elaborator::evalCall(const ast::Expr& e, Frame& frame, Context* ctx, bool 
       };
       switch (spec.kind) {
       case ir::ArgKind::Tensor:
-        if (argExprs[i] && v.kind != VK::Tensor) wrong("a tensor");
+        // An optional tensor may be `none`: left out (a def passing on its own optional one).
+        if (argExprs[i] && v.kind != VK::Tensor && (spec.required || v.kind != VK::None))
+          wrong(spec.required ? "a tensor" : "a tensor or `none`");
         break;
       case ir::ArgKind::Int:
         if (v.kind != VK::Int) wrong("an integer");
@@ -243,6 +245,23 @@ void Elaborator::bindParam(const ast::Param& p, const Value& v, const ast::Expr*
     if (!ok) mismatch(fmt::format("`{}`", t), kindName(v.kind));
     callee.vars[p.name] = t == "float" ? Value::ofFloat(v.number()) : v;
     return;
+  }
+  // An optional tensor (`mask: i32[B, T] = none`) left out or given as `none`: the body
+  // passes it on to an op's optional tensor argument, which leaves it out too.
+  if (v.kind == Value::Kind::None && p.defaultValue &&
+      p.defaultValue->kind == ast::ExprKind::None) {
+    callee.vars[p.name] = v;
+    return;
+  }
+  if (v.kind == Value::Kind::None) {
+    diags_
+        .error(at.loc,
+               fmt::format("argument `{}` of `{}` expects a tensor, got `none`", p.name, def.name))
+        .length(at.length)
+        .noteAt(p.loc, fmt::format("`{}` is declared here", p.name))
+        .help(fmt::format("declare it `{}: {}[…] = none` for a tensor the caller may leave out",
+                          p.name, p.type.name));
+    throw CompileAborted{};
   }
   if (v.kind != Value::Kind::Tensor) mismatch("a tensor", kindName(v.kind));
   const ir::TensorType& actual = ctx.module->tensors[v.tensor].type;

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Packs a build of EPL for a GPU machine that has CUDA but not EPL's Debian libraries
-# (fmt, ANTLR, OpenBLAS, Open MPI): a portable build (no -march=native) of `epl` and the
-# kernel probe, the shared libraries they load apart from the C/C++ runtime and CUDA's,
-# and the text the GPU tests train on, into .gpu/ (ignored by git). tools/gpu_check.sh
-# runs the GPU tests from it, on that machine, from a copy of this repository.
+# (fmt, ANTLR, oneDNN or OpenBLAS, Open MPI): a portable build (no -march=native) of `epl`
+# and the kernel probe, the shared libraries they load apart from the C/C++ runtime and
+# CUDA's (as ldd lists them, so oneDNN's OpenMP runtime too), and the text the GPU tests
+# train on, into .gpu/ (ignored by git). tools/gpu_check.sh runs the GPU tests from it, on
+# that machine, from a copy of this repository.
 # Usage: tools/gpu_bundle.sh [build-dir]
 set -euo pipefail
 cd "$(dirname "$0")/.."

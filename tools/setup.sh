@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 pkgs=(build-essential cmake ninja-build ccache pkg-config
       antlr4 libantlr4-runtime-dev libfmt-dev libcli11-dev nlohmann-json3-dev catch2
       libopenmpi-dev openmpi-bin libopenblas-dev zlib1g-dev
+      libdnnl-dev                      # oneDNN: the CPU GEMMs (OpenBLAS's without it)
       libedit-dev                      # `epl repl`'s line editing
       clang libclang-rt-14-dev         # the fuzz harnesses (tools/fuzz.sh): libFuzzer
       python3-torch                    # the oracle of the kernel and training tests

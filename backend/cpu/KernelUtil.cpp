@@ -4,21 +4,54 @@
 #include "backend/cpu/KernelUtil.h"
 
 #include <algorithm>
-#include <cblas.h>
 #include <cstdlib>
 #include <memory>
 #include <variant>
+#ifdef EPL_HAVE_ONEDNN
+#include <dlfcn.h>
+#include <oneapi/dnnl/dnnl.h>
+#else
+#include <cblas.h>
+#endif
 
 namespace epl::backend::cpu {
 
 namespace {
 
+#ifdef EPL_HAVE_ONEDNN
+// oneDNN's OpenMP runtime would start threads of its own inside each call, competing with the
+// pool that already runs the pieces in parallel. OpenMP's thread count is a setting of each
+// calling thread, so every thread sets it to 1 before its first call. The runtime is
+// whichever one oneDNN was built with (looked up by name, so nothing links it here); a
+// oneDNN without OpenMP has no such symbol and nothing to set.
+void keepOneDnnSingleThreaded() {
+  thread_local bool done = false;
+  if (done) return;
+  done = true;
+  using SetNumThreads = void (*)(int);
+  static const auto setNumThreads =
+      reinterpret_cast<SetNumThreads>(::dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+  if (setNumThreads) setNumThreads(1);
+}
+
+// oneDNN 2.6's JIT kernels (Debian 12's) point the stack pointer into their heap workspace,
+// and a signal handler's frame is pushed just below it: no thread that calls this may
+// handle a signal (the pool's workers block them, interp/StopSignals.cpp the stop signals).
+void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  keepOneDnnSingleThreaded();
+  dnnl_status_t status = dnnl_sgemm(transA ? 'T' : 'N', transB ? 'T' : 'N', m, n, k, alpha, a, lda,
+                                    b, ldb, beta, c, ldc);
+  EPL_ASSERT(status == dnnl_success, "oneDNN's sgemm failed (out of memory for its workspace?)");
+}
+#else
 void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
               static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
               static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
 }
+#endif
 
 // C = alpha A B + beta C with K (the reduction, e.g. the rows of a weight gradient) cut into
 // `parts` pieces: each piece is one sgemm into its own buffer, then the buffers are added
@@ -65,8 +98,8 @@ void gemmSplitK(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float
 
 } // namespace
 
-// Big GEMMs are cut into up to 8 pieces that threads of the pool claim, each through
-// single-threaded OpenBLAS: pieces of K when K dominates (weight gradients), else slices of
+// Big GEMMs are cut into up to 8 pieces that threads of the pool claim, each through one
+// single-threaded sgemm: pieces of K when K dominates (weight gradients), else slices of
 // the rows of C (or of its columns, when there are fewer rows). The cut depends on the
 // shapes only, never on the thread count, so neither does the result.
 void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
@@ -97,7 +130,9 @@ void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha
 }
 
 void initThreads(int threads) {
+#ifndef EPL_HAVE_ONEDNN
   openblas_set_num_threads(1); // the pool runs GEMM slices in parallel instead
+#endif
   setThreads(threads);
 }
 

@@ -16,12 +16,13 @@
 
 namespace epl::backend::cpu {
 
-// Row-major C[M, N] = alpha * op(A)[M, K] op(B)[K, N] + beta * C, through cblas_sgemm.
+// Row-major C[M, N] = alpha * op(A)[M, K] op(B)[K, N] + beta * C, in pieces on the pool,
+// each through one single-threaded sgemm: oneDNN's, or OpenBLAS's in a build without it.
 void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
-// Sizes the thread pool for a device using `threads` threads (0: all cores) and keeps
-// OpenBLAS single-threaded: GEMMs are sliced over the pool instead (gemm above).
+// Sizes the thread pool for a device using `threads` threads (0: all cores). The sgemm
+// stays single-threaded: GEMMs are sliced over the pool instead (gemm above).
 void initThreads(int threads);
 
 // Elements below which a loop is not worth splitting across threads.

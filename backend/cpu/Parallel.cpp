@@ -15,9 +15,11 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
 #include <fmt/format.h>
 #include <immintrin.h>
 #include <mutex>
+#include <pthread.h>
 #include <stdexcept>
 #include <system_error>
 #include <thread>
@@ -31,6 +33,17 @@ constexpr auto kSpin = std::chrono::microseconds(100); // busy-wait before sleep
 constexpr uint64_t kClosed = 0xffffffffu;              // chunk field while a job is being published
 
 thread_local bool insidePool = false;
+
+// Workers only compute, and take no asynchronous signal (the process's other threads do):
+// a handler's frame is pushed below the interrupted stack pointer, which oneDNN's GEMM
+// kernels point into their heap workspace. Faults stay this thread's own.
+void blockAsynchronousSignals() {
+  sigset_t set;
+  sigfillset(&set);
+  for (int fault : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS})
+    sigdelset(&set, fault);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
 
 class Pool {
 public:
@@ -132,6 +145,7 @@ private:
 
   void workerLoop() {
     insidePool = true;
+    blockAsynchronousSignals();
     uint64_t seen = claim_.load(std::memory_order_acquire) >> 32;
     for (;;) {
       int64_t g = waitJob(seen);

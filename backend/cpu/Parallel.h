@@ -1,6 +1,6 @@
 // The CPU device's one thread pool: every parallel loop of the kernels, GEMM slices
-// included, runs on it (OpenBLAS itself is kept single-threaded), so two pools never
-// compete for the cores.
+// included, runs on it (the sgemm, oneDNN's or OpenBLAS's, is kept single-threaded), so
+// two pools never compete for the cores. Its workers take no asynchronous signals.
 //
 // Work is cut into chunks that threads claim one at a time, so a thread the OS has
 // descheduled holds up only the chunk it is running. Idle workers spin briefly, then

@@ -17,7 +17,8 @@
 namespace epl::backend::cpu {
 
 // Row-major C[M, N] = alpha * op(A)[M, K] op(B)[K, N] + beta * C, in pieces on the pool,
-// each through one single-threaded sgemm: oneDNN's, or OpenBLAS's in a build without it.
+// each through one single-threaded sgemm: oneDNN's for big pieces, OpenBLAS's for small
+// ones and in a build without oneDNN.
 void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 

@@ -10,8 +10,9 @@ workers otherwise spin, and fight over few cores). EPL at t threads is compared 
 best PyTorch configuration of at most t threads.
 
 Also the BLAS limit: the step's FLOPs (6 x parameters per token, plus 12 x layers x d x
-seq for attention) over OpenBLAS sgemm's rate on 2048^3 at the same thread count,
-measured in the same run; and EPL's step as a share of it.
+seq for attention) over the faster sgemm rate on 2048^3 at the same thread count,
+OpenBLAS's or oneDNN's (EPL runs big GEMM pieces through oneDNN where it is built with
+it), measured in the same run; and EPL's step as a share of it.
 
 Prints the median step time of each (after 2 warm-up steps), the peak resident memory of
 each process, and the ratios. Targets (issue 17): EPL <= 0.8 x the best PyTorch at every
@@ -164,19 +165,36 @@ def torch_step(case, args, work, threads, passive):
     return median_after_warmup(res["times"], 2), res
 
 
-def sgemm_rate(threads, n=2048):
-    """OpenBLAS sgemm FLOP/s on n^3 at `threads`: the best of three after a warm-up."""
-    lib = ctypes.CDLL(ctypes.util.find_library("openblas") or "libopenblas.so.0")
-    lib.openblas_set_num_threads(threads)
+def sgemm_rate(threads, library, n=2048):
+    """sgemm FLOP/s on n^3 at `threads` through `library` ("OpenBLAS" or "oneDNN"): the best
+    of three after a warm-up; None when the library is not installed."""
     # Not zeros (a BLAS may take shortcuts on them): a repeated pattern of 8 values.
     pattern = array.array("f", [1.0 + i / 8 for i in range(8)]) * (n * n // 8)
     a, b, c = ((ctypes.c_float * (n * n)).from_buffer(array.array("f", pattern))
                for _ in range(3))
+    if library == "OpenBLAS":
+        lib = ctypes.CDLL(ctypes.util.find_library("openblas") or "libopenblas.so.0")
+        lib.openblas_set_num_threads(threads)
+        def run():  # row major, no transposes
+            lib.cblas_sgemm(101, 111, 111, n, n, n, ctypes.c_float(1), a, n, b, n,
+                            ctypes.c_float(0), c, n)
+    else:
+        try:
+            lib = ctypes.CDLL("libdnnl.so.2")
+            ctypes.CDLL("libgomp.so.1").omp_set_num_threads(threads)  # oneDNN's OpenMP
+        except OSError:
+            return None
+        dim, fp = ctypes.c_int64, ctypes.POINTER(ctypes.c_float)
+        lib.dnnl_sgemm.argtypes = [ctypes.c_char, ctypes.c_char, dim, dim, dim, ctypes.c_float,
+                                   fp, dim, fp, dim, ctypes.c_float, fp, dim]
+        def run():  # row major, no transposes
+            ptr = lambda x: ctypes.cast(x, fp)
+            status = lib.dnnl_sgemm(b"N", b"N", n, n, n, 1.0, ptr(a), n, ptr(b), n, 0.0, ptr(c), n)
+            assert status == 0, f"dnnl_sgemm failed: {status}"
     best = None
     for _ in range(4):
         t0 = time.perf_counter()
-        lib.cblas_sgemm(101, 111, 111, n, n, n, ctypes.c_float(1), a, n, b, n, ctypes.c_float(0),
-                        c, n)  # row major, no transposes
+        run()
         t = time.perf_counter() - t0
         best = t if best is None or t < best else best
     return 2.0 * n ** 3 / best
@@ -201,12 +219,19 @@ def main():
     ap.add_argument("--steps", type=int, default=12)
     args = ap.parse_args()
     counts = sorted({1, args.threads})
-    rates = {t: sgemm_rate(t) for t in counts}
     print(f"one training step, fp32, median of {args.steps - 2} steps after 2 warm-up steps, "
           f"{os.cpu_count()} cores")
-    print("OpenBLAS sgemm 2048^3: " +
-          ", ".join(f"{rates[t] / 1e9:.0f} GFLOP/s at {t} thread{'s' if t > 1 else ''}"
-                    for t in counts))
+    rates = {}
+    for library in ("OpenBLAS", "oneDNN"):
+        found = {t: sgemm_rate(t, library) for t in counts}
+        if None in found.values():
+            print(f"{library} sgemm: not installed")
+            continue
+        print(f"{library} sgemm 2048^3: " +
+              ", ".join(f"{found[t] / 1e9:.0f} GFLOP/s at {t} thread{'s' if t > 1 else ''}"
+                        for t in counts))
+        for t in counts:
+            rates[t] = max(rates.get(t, 0), found[t])
     with tempfile.TemporaryDirectory() as work:
         for case in args.cases:
             ours = {t: epl_step(case, args, work, t) for t in counts}

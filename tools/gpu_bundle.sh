@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Packs a build of EPL for a GPU machine that has CUDA but not EPL's Debian libraries
-# (fmt, ANTLR, oneDNN or OpenBLAS, Open MPI): a portable build (no -march=native) of `epl`
+# (fmt, ANTLR, oneDNN, OpenBLAS, Open MPI): a portable build (no -march=native) of `epl`
 # and the kernel probe, the shared libraries they load apart from the C/C++ runtime and
 # CUDA's (as ldd lists them, so oneDNN's OpenMP runtime too), and the text the GPU tests
 # train on, into .gpu/ (ignored by git). tools/gpu_check.sh runs the GPU tests from it, on

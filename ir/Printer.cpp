@@ -761,8 +761,9 @@ void printProgram(const Module& m, int rank, std::ostream& out) {
   // What sits in the arena: tensors (by id), with ZeRO stage 2 gradient buckets (by id past
   // the tensors'), stage 3's gathered parameters (past those), and kernels' workspaces
   // (past those): the memory plan's ids.
-  size_t tensors = p.offset.size(), gathers = tensors + p.bucketOffset.size(),
-         works = gathers + p.gatherOffset.size();
+  // (p.offset holds the buckets' and gathered blocks' offsets too, past the tensors'.)
+  size_t tensors = std::min(p.offset.size(), m.tensors.size()),
+         gathers = tensors + p.bucketOffset.size(), works = gathers + p.gatherOffset.size();
   auto offset = [&](size_t i) {
     return i < tensors   ? p.offset[i]
            : i < gathers ? p.bucketOffset[i - tensors]

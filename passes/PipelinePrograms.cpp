@@ -39,6 +39,7 @@
 #include <algorithm>
 #include <fmt/format.h>
 #include <map>
+#include <unordered_map>
 
 namespace epl::passes {
 
@@ -464,10 +465,15 @@ void addParamGathers(const ir::Module& m, std::vector<ir::Instr>& list, std::vec
   auto microOf = [&](int64_t key) { return static_cast<int>(key / chunks / 2); };
   auto useOf = [&](int64_t key) { return static_cast<int>(key / chunks % 2); };
   size_t keys = static_cast<size_t>(micros) * 2 * static_cast<size_t>(chunks);
-  // By key, its buckets in first-read order, and each one's first and last reader (a key
-  // reads a few buckets: a stage's blocks' own).
+  // By key, its buckets in first-read order, and each one's first and last reader. A
+  // bucket's reads come in runs under one key, so the last key each bucket was read under
+  // answers most lookups; the hash map only those where its key changes.
+  int64_t nb = static_cast<int64_t>(m.buckets.size());
   std::vector<std::vector<int>> order(keys);
   std::vector<std::vector<std::pair<size_t, size_t>>> span(keys);
+  std::vector<int64_t> lastKey(m.buckets.size(), -1);
+  std::vector<size_t> lastIndex(m.buckets.size(), 0);
+  std::unordered_map<int64_t, size_t> indexOf; // key x buckets + bucket -> index in order[key]
   struct FirstUse {
     size_t at;   // the instruction
     int64_t key; // its key's k-th bucket
@@ -478,18 +484,20 @@ void addParamGathers(const ir::Module& m, std::vector<ir::Instr>& list, std::vec
     const ir::Instr& in = list[i];
     if (!reads(in)) continue;
     int64_t key = keyOf(in);
-    std::vector<int>& buckets = order[key];
     for (int q : m.ops[in.op].params) {
       int b = bucketOf[q];
       EPL_ASSERT(b >= 0, "ZeRO stage 3 gathers every parameter with its bucket");
-      auto seen = std::find(buckets.rbegin(), buckets.rend(), b);
-      if (seen != buckets.rend()) {
-        span[key][buckets.rend() - seen - 1].second = i;
-        continue;
+      if (lastKey[b] != key) {
+        auto [it, fresh] = indexOf.try_emplace(key * nb + b, order[key].size());
+        if (fresh) {
+          firstUses.push_back({i, key, it->second});
+          order[key].push_back(b);
+          span[key].push_back({i, i});
+        }
+        lastKey[b] = key;
+        lastIndex[b] = it->second;
       }
-      firstUses.push_back({i, key, buckets.size()});
-      buckets.push_back(b);
-      span[key].push_back({i, i});
+      span[key][lastIndex[b]].second = i;
     }
   }
   // The buckets whose backward keeps the forward's block: in every micro-batch (and chunk)

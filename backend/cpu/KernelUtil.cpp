@@ -4,10 +4,10 @@
 #include "backend/cpu/KernelUtil.h"
 
 #include <algorithm>
+#include <cblas.h>
 #include <cstdlib>
 #include <memory>
 #include <variant>
-#include <cblas.h>
 #ifdef EPL_HAVE_ONEDNN
 #include <dlfcn.h>
 #include <oneapi/dnnl/dnnl.h>

@@ -255,7 +255,7 @@ std::optional<Cluster> parseCluster(const std::string& text, const std::string& 
   std::string where = source + ": device";
   if (!checkKeys(d, where,
                  {"name", "memory_bytes", "memory_bandwidth", "peak_flops", "matmul_efficiency",
-                  "memory_efficiency"},
+                  "memory_efficiency", "attention"},
                  error))
     return std::nullopt;
   c.device.name = d.value("name", "device");
@@ -267,6 +267,18 @@ std::optional<Cluster> parseCluster(const std::string& text, const std::string& 
   if (c.device.matmulEfficiency > 1 || c.device.memoryEfficiency > 1) {
     error = fmt::format("{}: an efficiency is a share of the peak, at most 1", where);
     return std::nullopt;
+  }
+  // A calibrated machine is this one: the CPU kernel's tiles; a described device a GPU's.
+  c.device.attention = j.contains("calibration") ? ClusterDevice::Attention::Tiles
+                                                 : ClusterDevice::Attention::Scores;
+  if (d.contains("attention")) {
+    const json& a = d["attention"];
+    if (a != "scores" && a != "tiles") {
+      error = fmt::format("{}: `attention` is \"scores\" or \"tiles\", got {}", where, a.dump());
+      return std::nullopt;
+    }
+    c.device.attention =
+        a == "tiles" ? ClusterDevice::Attention::Tiles : ClusterDevice::Attention::Scores;
   }
   if (!d.contains("peak_flops")) {
     error = fmt::format("{}: `peak_flops` is missing", where);

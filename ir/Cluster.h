@@ -44,6 +44,13 @@ struct ClusterDevice {
   };
   GemmGrid gemmByShape;
   void setGemmRates(const std::vector<ShapeRate>& rows);
+  // How attention's kernel treats each head's T x T scores. Scores: they go through the
+  // device's memory, written and read back in the compute type (EPL's CUDA kernel, and the
+  // unfused attention of Megatron-LM's 2021 runs): 4 passes over them a forward, 10 a
+  // backward. Tiles: they stay in cache, recomputed tile by tile (EPL's CPU kernel, flash
+  // attention): no traffic beyond the op's inputs and outputs.
+  enum class Attention { Scores, Tiles };
+  Attention attention = Attention::Scores;
   // The rate of one product: interpolated over the grid in the logarithms of m, n and k
   // (clamped at its edges), or the peak's share.
   double matmulRate(const Product& p, DType compute) const;

@@ -3,6 +3,7 @@
 
 #include "ir/PipelineSchedule.h"
 
+#include "support/Assert.h"
 #include "support/Text.h"
 
 #include <algorithm>
@@ -42,6 +43,27 @@ const Link& spreadLink(const Cluster& c, int np, int n) {
   return span <= c.devicesPerNode ? c.intraNode : c.interNode;
 }
 
+// The memory traffic of attention's scores in one run of `in` (a Run of an attention op or
+// its backward) where the device's kernel holds them in memory (ClusterDevice::Attention):
+// the forward writes the scores, the softmax reads them and writes the probabilities, the
+// product with V reads them (4 passes); the backward recomputes the probabilities (3),
+// reads them for dV (1), writes dP (1), turns it into dS (3) and reads dS for dQ and dK
+// (2). A weight-gradient part (zero-bubble schedules) touches none of them.
+double attentionScoreBytes(const Module& m, const Program& p, const ClusterDevice& d,
+                           const Instr& in, DType compute) {
+  if (d.attention != ClusterDevice::Attention::Scores) return 0;
+  const Op& o = m.ops[in.op];
+  bool backward = o.phase == Phase::Backward;
+  int forward = backward ? o.forward : in.op;
+  if (m.ops[forward].kind != OpKind::Attention || in.part == BackwardPart::Params) return 0;
+  // attentionProducts: the projections, then each head's scores Q K^T, [T, E] by [E, T].
+  std::vector<Product> products = m.runProducts(p, forward, false);
+  EPL_ASSERT(products.size() == 4, "attention has four products");
+  const Product& scores = products[2];
+  double passes = backward ? 10 : 4;
+  return passes * scores.m * scores.n * scores.count * static_cast<double>(dtypeBytes(compute));
+}
+
 RankCost costRank(const Module& m, const Program& p, const Cluster& c) {
   RankCost r;
   const ClusterDevice& d = c.device;
@@ -77,6 +99,7 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c) {
       }
       // Its kernel's scratch (im2col columns, mlp's hidden rows…), written and read back.
       bytes += 2.0 * static_cast<double>(m.workspaceBytes(p, in.op));
+      bytes += attentionScoreBytes(m, p, c.device, in, compute);
       // Each product at the rate of its shape; a split backward's part makes half of them.
       bool backward = o.phase == Phase::Backward;
       double flops = 0, products = 0;

@@ -127,6 +127,48 @@ TEST_CASE("a pipeline's step is its slowest stage's micro-batches over the sched
   CHECK(p.stepSeconds == Approx(4 * slowest / busy + p.exposedReduction + p.optimizer));
 }
 
+TEST_CASE("attention's scores cost their memory traffic on a device whose kernel keeps them "
+          "there") {
+  // Products all but free; memory at 1 GB/s x 0.8, so the bytes decide.
+  auto cluster = [](const char* attention) {
+    std::string error;
+    auto c = epl::ir::parseCluster(
+        fmt::format(R"({{"devices_per_node": 1, "device": {{"memory_bytes": 1e12,
+            "memory_bandwidth": 1e9, "peak_flops": {{"f32": 1e30}}, "attention": "{}"}},
+            "intra_node": {{"bandwidth": 1e9, "latency": 1e-6}}}})",
+                    attention),
+        "a.json", error);
+    INFO(error);
+    REQUIRE(c);
+    return *c;
+  };
+  const char* script = R"(
+model net(x: f32[B, 16, 8], y: f32[B, 16, 8]) {
+  return mse(attention(x, 2), y)
+}
+train net {
+  data = synthetic(samples = 4)
+  batch = 4
+}
+)";
+  auto m = epl::testing::planned("attn.epl", script, 1);
+  REQUIRE(m);
+  double scores = epl::ir::predict(*m, cluster("scores")).compute;
+  double tiles = epl::ir::predict(*m, cluster("tiles")).compute;
+  // 4 samples x 2 heads x 16 x 16 f32 scores: 4 passes in the forward, 10 in the backward.
+  double elements = 4 * 2 * 16 * 16;
+  CHECK(scores - tiles == Approx((4 + 10) * elements * 4 / (1e9 * 0.8)));
+  std::string error;
+  CHECK(epl::ir::loadCluster("dgx-a100", error)->device.attention ==
+        epl::ir::ClusterDevice::Attention::Scores);
+  CHECK_FALSE(epl::ir::parseCluster(
+      R"({"devices_per_node": 1, "device": {"memory_bytes": 1, "memory_bandwidth": 1,
+          "peak_flops": {"f32": 1}, "attention": "flash"},
+          "intra_node": {"bandwidth": 1, "latency": 1}})",
+      "a.json", error));
+  CHECK(error == R"(a.json: device: `attention` is "scores" or "tiles", got "flash")");
+}
+
 TEST_CASE("a calibrated GEMM rate: the grid's at its points, between them in logarithms") {
   std::string error;
   auto c = epl::ir::parseCluster(

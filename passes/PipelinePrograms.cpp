@@ -376,24 +376,42 @@ std::vector<ir::Program> pipelinePrograms(const ir::Module& m) {
       for (int local = 0; local < (m.costOnly ? 1 : mesh.stages[s].group); ++local) {
         stage.at(r, local);
         int group = mesh.stages[s].group; // every chunk's block of this position has it
-        ir::Program p;
-        p.rank = mesh.rank(r, s, local);
-        EPL_ASSERT(m.costOnly || p.rank == static_cast<int>(out.size()),
+        int rank = mesh.rank(r, s, local);
+        EPL_ASSERT(m.costOnly || rank == static_cast<int>(out.size()),
                    "programs are in rank order");
+        // The loss's stage computes it on each of its ranks; the others name the first.
+        int lossBlock = stage.lossStage();
+        auto place = [&](ir::Program& p) {
+          p.rank = rank;
+          p.replica = r;
+          p.dataRanks = mesh.dataParallel * group;
+          p.dataRank = r * group + local;
+          mesh.placeBatch(p);
+          p.lossRank = lossBlock % depth == s ? p.rank : mesh.rank(r, lossBlock, 0);
+        };
+        // Another replica runs replica 0's program of its place on its own ranks: the same
+        // instructions, the peers moved by whole replicas (replica r holds ranks r x
+        // replicaSize on).
+        if (r > 0) {
+          EPL_ASSERT(rank - r * mesh.replicaSize == mesh.rank(0, s, local),
+                     "a replica's ranks follow replica 0's");
+          ir::Program p = out[mesh.rank(0, s, local)];
+          place(p);
+          for (std::vector<ir::Instr>* list : {&p.step, &p.eval})
+            for (ir::Instr& in : *list)
+              if (in.peer >= 0) in.peer += r * mesh.replicaSize;
+          out.push_back(std::move(p));
+          continue;
+        }
+        ir::Program p;
         p.stage = s;
         p.stages = depth;
-        p.replica = r;
         p.local = local;
-        p.dataRanks = mesh.dataParallel * group;
-        p.dataRank = r * group + local;
         p.splitWidth = mesh.stages[s].splitWidth;
-        mesh.placeBatch(p);
+        place(p);
         p.splitRank = local % p.splitWidth;
         p.microBatches = micros;
         p.commDtype = m.policy.commDtype;
-        // The loss's stage computes it on each of its ranks; the others name the first.
-        int lossBlock = stage.lossStage();
-        p.lossRank = lossBlock % depth == s ? p.rank : mesh.rank(r, lossBlock, 0);
         for (size_t q = 0; q < m.params.size(); ++q)
           if (m.params[q].grad >= 0 && m.ops[m.params[q].op].stage % depth == s)
             p.params.push_back(static_cast<int>(q));
@@ -551,13 +569,22 @@ void addParamGathers(const ir::Module& m, std::vector<ir::Instr>& list, std::vec
   list = std::move(out);
 }
 
-ir::CommStreams programStreams(const ir::Module& m, bool eval) {
+ir::CommStreams programStreams(const ir::Module& m, bool eval, bool oneReplica) {
+  EPL_ASSERT(!oneReplica || !m.zeroShardsParams(), "ZeRO-3's gathers span the replicas");
   ir::CommStreams streams;
   streams.ranks.resize(m.programs.size());
+  // The ranks whose streams are built: [0, ranks).
+  int ranks = static_cast<int>(m.programs.size());
+  if (oneReplica) ranks = std::min(ranks, m.mesh.replicaSize);
+  auto addGroup = [&](std::vector<int> members) {
+    members.erase(std::remove_if(members.begin(), members.end(), [&](int r) { return r >= ranks; }),
+                  members.end());
+    return streams.addGroup(std::move(members));
+  };
   std::vector<int> all;
-  for (size_t r = 0; r < m.programs.size(); ++r)
-    all.push_back(static_cast<int>(r));
-  int world = streams.addGroup(all);
+  for (int r = 0; r < ranks; ++r)
+    all.push_back(r);
+  int world = addGroup(all);
   // A pipeline of more ranks than stages (stage groups, data-parallel copies): each
   // stage's ranks sum its gradients; each replica's ranks sum the squared gradient norm
   // (Executor::splitCommunicators).
@@ -566,9 +593,9 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
   bool grouped = stages > 1 && static_cast<int>(m.programs.size()) > stages;
   std::vector<int> stageGroup, replicaGroup;
   for (int s = 0; grouped && s < stages; ++s)
-    stageGroup.push_back(streams.addGroup(mesh.stageRanks(s)));
+    stageGroup.push_back(addGroup(mesh.stageRanks(s)));
   for (int r = 0; grouped && r < mesh.dataParallel; ++r)
-    replicaGroup.push_back(streams.addGroup(mesh.replicaRanks(r)));
+    replicaGroup.push_back(addGroup(mesh.replicaRanks(r)));
   // A stage with split regions: each split group (consecutive ranks) runs the regions'
   // collectives; the ranks of one split rank of a stage in every copy and replica sum the
   // gradients of its pieces (Executor::splitCommunicators).
@@ -580,7 +607,7 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
     std::vector<int> members;
     for (int k = 0; k < width; ++k)
       members.push_back(first + k);
-    return splitGroup[first] = streams.addGroup(members);
+    return splitGroup[first] = addGroup(members);
   };
   std::map<std::pair<int, int>, int> piecesGroup; // (stage, split rank) -> its group
   auto piecesGroupOf = [&](int rank) {
@@ -591,7 +618,7 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
     std::vector<int> members;
     for (const ir::Program& q : m.programs)
       if (q.stage == me.stage && q.splitRank == me.splitRank) members.push_back(q.rank);
-    return piecesGroup[key] = streams.addGroup(members);
+    return piecesGroup[key] = addGroup(members);
   };
   // ZeRO: the global rank of rank k of a stage's data-parallel group (its data rank k).
   auto zeroRankOf = [&](int stage, int k) {
@@ -610,7 +637,7 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval) {
   int lossRanks = m.lossRanks();
   bool hasMoe = std::any_of(m.ops.begin(), m.ops.end(),
                             [](const ir::Op& op) { return op.kind == ir::OpKind::MoeDispatch; });
-  for (size_t r = 0; r < m.programs.size(); ++r) {
+  for (int r = 0; r < ranks; ++r) {
     const ir::Program& p = m.programs[r];
     const std::vector<ir::Instr>& list = eval ? p.eval : p.step;
     int rank = static_cast<int>(r);

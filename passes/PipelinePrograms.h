@@ -40,6 +40,13 @@ void addParamGathers(const ir::Module& m, std::vector<ir::Instr>& list,
 // instruction, each Send started at its instruction and waited before its slot's next
 // micro-batch (a step) or at once (an evaluation), the gradient-norm all-reduce and the
 // loss broadcast of a pipeline.
-ir::CommStreams programStreams(const ir::Module& m, bool eval);
+// oneReplica: the streams of replica 0's ranks alone (Mesh::replicaRanks(0); the others'
+// are empty), each group cut down to its members there. That checks a pipeline whose
+// replicas run replica 0's programs on their own ranks (pipelinePrograms) as well as every
+// rank's streams do: the replicas meet only in collectives, which each enters at the same
+// point of the same stream, so a collective completes in the whole job exactly when it
+// does among replica 0's members. Not for ZeRO-3's gathers, whose broadcasts have their
+// roots in every replica.
+ir::CommStreams programStreams(const ir::Module& m, bool eval, bool oneReplica = false);
 
 } // namespace epl::passes

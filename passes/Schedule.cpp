@@ -23,6 +23,8 @@
 //
 // Every plan with programs of several ranks then goes through the communication check
 // (ir/StreamCheck.h): the programs are built to fit, so a problem is a compiler bug.
+// A pipeline's replicas run replica 0's programs on their own ranks, so replica 0's streams
+// are checked for them all, except under ZeRO-3 (passes/PipelinePrograms.h, programStreams).
 // A pipeline's step posts its receives into a ring of buffers (Program::recvRing), each once
 // the buffer's previous receive is read, unless the check finds that this stalls the ranks:
 // then each receive has a buffer of its own, all posted at the start.
@@ -55,13 +57,18 @@ public:
       if (m.costOnly) return true;
       // Receives in a ring of buffers wait for their buffer's previous receive; where that
       // would stall the ranks, every receive gets a buffer of its own, posted at the start.
-      if (ir::checkStreams(programStreams(m, false))) {
+      // Where the ring passes, that check was the step's: the evaluation's is left. The
+      // replicas run replica 0's programs on their own ranks, so replica 0's streams stand
+      // for every rank's (programStreams), except where ZeRO-3 gathers across replicas.
+      bool one = m.mesh.dataParallel > 1 && !m.zeroShardsParams();
+      bool stalls = ir::checkStreams(programStreams(m, false, one)).has_value();
+      if (stalls) {
         for (ir::Program& p : m.programs) {
           p.recvRing = 0;
           placeReceives(m, p);
         }
       }
-      checkCommunication(m);
+      checkCommunication(m, stalls, one);
       return true;
     }
     // A pinned `replicate(n)` stage divides each replica's micro-batch over its n devices:
@@ -110,16 +117,19 @@ public:
       p.reader = r / share;
       m.programs.push_back(p);
     }
-    if (!m.costOnly) checkCommunication(m);
+    if (!m.costOnly) checkCommunication(m, true, false);
     return true;
   }
 
 private:
-  static void checkCommunication(const ir::Module& m) {
+  // The evaluation's streams, and the step's unless they were checked already; of replica
+  // 0's ranks alone with `oneReplica` (programStreams).
+  static void checkCommunication(const ir::Module& m, bool step, bool oneReplica) {
     if (m.programs.size() < 2) return;
     for (bool eval : {false, true})
-      if (auto error = ir::checkStreams(programStreams(m, eval)))
-        EPL_ASSERT(false, error->str().c_str());
+      if (eval || step)
+        if (auto error = ir::checkStreams(programStreams(m, eval, oneReplica)))
+          EPL_ASSERT(false, error->str().c_str());
   }
 
   // reduce: this micro-batch starts the buckets' reductions.

@@ -313,6 +313,57 @@ TEST_CASE("the check catches a replica that leaves out a gradient reduction") {
   CHECK(error->str().find("rank 1") != std::string::npos);
 }
 
+TEST_CASE("replicas run replica 0's programs on their own ranks, and replica 0's streams check "
+          "them") {
+  auto same = [](const epl::ir::Instr& a, const epl::ir::Instr& b, int shift) {
+    return a.kind == b.kind && a.op == b.op && a.micro == b.micro && a.bucket == b.bucket &&
+           a.tensor == b.tensor && a.tag == b.tag && a.accumulate == b.accumulate &&
+           a.firstRow == b.firstRow && a.rows == b.rows && a.part == b.part && a.use == b.use &&
+           (a.peer < 0 ? b.peer == a.peer : b.peer == a.peer + shift);
+  };
+  std::vector<std::optional<epl::ir::Module>> plans;
+  plans.push_back(plan(2, 4, "1f1b", 3));
+  plans.push_back(plan(4, 4, "zb", 2));
+  plans.push_back(planGroups({1, 2, 4}, 2, 4, "1f1b", 2));
+  for (auto& m : plans) {
+    REQUIRE(m);
+    int size = m->mesh.replicaSize;
+    REQUIRE(m->mesh.dataParallel >= 2);
+    for (const epl::ir::Program& p : m->programs) {
+      const epl::ir::Program& first = m->programs[p.rank % size];
+      int shift = p.replica * size;
+      CHECK(p.rank == first.rank + shift);
+      CHECK(p.lossRank == first.lossRank + shift);
+      REQUIRE(p.step.size() == first.step.size());
+      REQUIRE(p.eval.size() == first.eval.size());
+      for (size_t i = 0; i < p.step.size(); ++i)
+        CHECK(same(first.step[i], p.step[i], shift));
+      for (size_t i = 0; i < p.eval.size(); ++i)
+        CHECK(same(first.eval[i], p.eval[i], shift));
+    }
+    for (bool eval : {false, true}) {
+      epl::ir::CommStreams one = epl::passes::programStreams(*m, eval, true);
+      for (size_t r = size; r < one.ranks.size(); ++r)
+        CHECK(one.ranks[r].empty());
+      for (const std::vector<int>& group : one.groups)
+        for (int member : group)
+          CHECK(member < size);
+      auto error = epl::ir::checkStreams(one);
+      CHECK_FALSE(error);
+    }
+  }
+  // A mistake in replica 0 is still caught.
+  auto& m = plans[0];
+  for (epl::ir::Instr& in : m->programs[1].step)
+    if (in.kind == InstrKind::Recv && in.micro == 0) {
+      in.tag += 1;
+      break;
+    }
+  auto error = epl::ir::checkStreams(epl::passes::programStreams(*m, false, true));
+  REQUIRE(error);
+  CHECK(error->str().find("rank 1") != std::string::npos);
+}
+
 TEST_CASE("stage groups: each rank runs its share of every micro-batch, re-cut between groups "
           "of different sizes") {
   for (const char* schedule : {"gpipe", "1f1b", "zb"})

@@ -22,6 +22,17 @@ namespace {
 
 using Geometry = ConvGeometry;
 
+// The output columns [lo, hi) whose input column ow s - pad + j lies inside the image, for
+// kernel column j; the others read the zero padding.
+struct Columns {
+  int64_t lo, hi;
+};
+Columns insideColumns(const Geometry& g, int64_t j) {
+  auto ceilDiv = [](int64_t a, int64_t b) { return a <= 0 ? 0 : (a + b - 1) / b; };
+  int64_t hi = std::min(g.wo, ceilDiv(g.w + g.pad - j, g.stride));
+  return {std::min(hi, ceilDiv(g.pad - j, g.stride)), hi};
+}
+
 // col[(c K + i) K + j, n P + oh Wo + ow] = x[b0 + n, c, oh s - pad + i, ow s - pad + j] or 0.
 void im2col(const Geometry& g, const float* x, int64_t b0, int64_t nImg, float* col) {
   int64_t rows = g.ckk(), ld = nImg * g.plane();
@@ -31,13 +42,22 @@ void im2col(const Geometry& g, const float* x, int64_t b0, int64_t nImg, float* 
       int64_t ch = r / (g.k * g.k), i = r / g.k % g.k, j = r % g.k;
       const float* src = x + ((b0 + n) * g.c + ch) * g.h * g.w;
       float* dst = col + r * ld + n * g.plane();
+      Columns in = insideColumns(g, j);
       for (int64_t oh = 0; oh < g.ho; ++oh) {
         int64_t ih = oh * g.stride - g.pad + i;
-        for (int64_t ow = 0; ow < g.wo; ++ow) {
-          int64_t iw = ow * g.stride - g.pad + j;
-          bool inside = ih >= 0 && ih < g.h && iw >= 0 && iw < g.w;
-          dst[oh * g.wo + ow] = inside ? src[ih * g.w + iw] : 0.f;
+        float* out = dst + oh * g.wo;
+        if (ih < 0 || ih >= g.h) {
+          std::fill(out, out + g.wo, 0.f);
+          continue;
         }
+        std::fill(out, out + in.lo, 0.f);
+        int64_t base = ih * g.w + j - g.pad; // input column ow s - pad + j of row ih
+        if (g.stride == 1)
+          std::copy(src + base + in.lo, src + base + in.hi, out + in.lo);
+        else
+          for (int64_t ow = in.lo; ow < in.hi; ++ow)
+            out[ow] = src[base + ow * g.stride];
+        std::fill(out + in.hi, out + g.wo, 0.f);
       }
     }
   });
@@ -55,13 +75,16 @@ void col2im(const Geometry& g, const float* dcol, int64_t b0, int64_t nImg, cons
       for (int64_t i = 0; i < g.k; ++i)
         for (int64_t j = 0; j < g.k; ++j) {
           const float* src = dcol + ((ch * g.k + i) * g.k + j) * ld + n * g.plane();
+          Columns in = insideColumns(g, j);
           for (int64_t oh = 0; oh < g.ho; ++oh) {
             int64_t ih = oh * g.stride - g.pad + i;
             if (ih < 0 || ih >= g.h) continue;
-            for (int64_t ow = 0; ow < g.wo; ++ow) {
-              int64_t iw = ow * g.stride - g.pad + j;
-              if (iw >= 0 && iw < g.w) dst[ih * g.w + iw] += src[oh * g.wo + ow];
-            }
+            int64_t base = ih * g.w + j - g.pad;
+            const float* row = src + oh * g.wo;
+            // Each output column adds into its own element: the same sums in the same order.
+#pragma omp simd
+            for (int64_t ow = in.lo; ow < in.hi; ++ow)
+              dst[base + ow * g.stride] += row[ow];
           }
         }
     }

@@ -25,17 +25,24 @@ void maxForward(const KernelCall& c) {
   parallelFor(g.planes, rowGrain(g.h * g.w), [&](int64_t lo, int64_t hi) {
     for (int64_t pl = lo; pl < hi; ++pl) {
       const float* src = x + pl * g.h * g.w;
+      float* yp = y + pl * g.ho * g.wo;
+      int32_t* ap = arg + pl * g.ho * g.wo;
+      // The window's first largest value, or its last NaN; the best so far in registers.
       for (int64_t oh = 0; oh < g.ho; ++oh)
+#pragma omp simd
         for (int64_t ow = 0; ow < g.wo; ++ow) {
-          int64_t best = oh * g.stride * g.w + ow * g.stride;
+          int64_t corner = oh * g.stride * g.w + ow * g.stride, best = corner;
+          float value = src[corner];
           for (int64_t i = 0; i < g.k; ++i)
             for (int64_t j = 0; j < g.k; ++j) {
-              int64_t at = (oh * g.stride + i) * g.w + ow * g.stride + j;
-              if (src[at] > src[best] || std::isnan(src[at])) best = at;
+              int64_t at = corner + i * g.w + j;
+              float v = src[at];
+              bool take = v > value || v != v; // selects, not branches: random data
+              value = take ? v : value;
+              best = take ? at : best;
             }
-          int64_t o = pl * g.ho * g.wo + oh * g.wo + ow;
-          y[o] = src[best];
-          arg[o] = static_cast<int32_t>(best);
+          yp[oh * g.wo + ow] = value;
+          ap[oh * g.wo + ow] = static_cast<int32_t>(best);
         }
     }
   });

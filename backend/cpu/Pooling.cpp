@@ -28,6 +28,29 @@ void maxForward(const KernelCall& c) {
       float* yp = y + pl * g.ho * g.wo;
       int32_t* ap = arg + pl * g.ho * g.wo;
       // The window's first largest value, or its last NaN; the best so far in registers.
+      if (g.k == 2 && g.stride == 2) { // unrolled, so the loop over the outputs vectorises
+        for (int64_t oh = 0; oh < g.ho; ++oh) {
+          int32_t top = static_cast<int32_t>(oh * 2 * g.w), w = static_cast<int32_t>(g.w);
+          constexpr int32_t stride = 2;
+          const float *r0 = src + top, *r1 = r0 + w;
+#pragma omp simd
+          for (int32_t ow = 0; ow < static_cast<int32_t>(g.wo); ++ow) {
+            int32_t c = ow * stride, best = c;
+            float value = r0[c];
+            auto visit = [&](float v, int32_t at) {
+              bool take = v > value || v != v;
+              value = take ? v : value;
+              best = take ? at : best;
+            };
+            visit(r0[c + 1], c + 1);
+            visit(r1[c], w + c);
+            visit(r1[c + 1], w + c + 1);
+            yp[oh * g.wo + ow] = value;
+            ap[oh * g.wo + ow] = top + best;
+          }
+        }
+        continue;
+      }
       for (int64_t oh = 0; oh < g.ho; ++oh)
 #pragma omp simd
         for (int64_t ow = 0; ow < g.wo; ++ow) {

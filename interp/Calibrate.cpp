@@ -7,7 +7,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <fmt/format.h>
+#include <fstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -55,9 +58,22 @@ double gemmRate() {
   return rates[1];
 }
 
-// Bytes a second of y = a + b over arrays larger than any cache, on the pool's threads.
-double memoryRate() {
-  const int64_t n = int64_t{1} << 24; // 64 MiB an array
+// The last-level cache's bytes, from sysfs (the highest level cpu0 reports); 0 unknown.
+double lastLevelCacheBytes() {
+  double bytes = 0;
+  for (int index = 0; index < 8; ++index) {
+    std::ifstream f(fmt::format("/sys/devices/system/cpu/cpu0/cache/index{}/size", index));
+    std::string size;
+    if (!(f >> size) || size.empty()) continue;
+    double scale = size.back() == 'K' ? 1024.0 : size.back() == 'M' ? 1024.0 * 1024 : 1.0;
+    bytes = std::max(bytes, std::atof(size.c_str()) * scale);
+  }
+  return bytes;
+}
+
+// Bytes a second of y = a + b over arrays of n floats each, on the pool's threads: larger
+// than any cache by default; inside the cache when the three fit in it.
+double memoryRate(int64_t n = int64_t{1} << 24) { // 64 MiB an array
   std::vector<float> a(static_cast<size_t>(n), 1.f), b(static_cast<size_t>(n), 2.f),
       y(static_cast<size_t>(n));
   double t = timed([&] {
@@ -89,7 +105,10 @@ nlohmann::json measureCompute(std::ostream& log) {
     counts.push_back(t);
   counts.push_back(cores);
   nlohmann::json gemm = nlohmann::json::object(), memory = nlohmann::json::object(),
-                 shapes = nlohmann::json::object();
+                 shapes = nlohmann::json::object(), cache = nlohmann::json::object();
+  // The cache's rate over three arrays that fill a quarter of it.
+  double cacheBytes = lastLevelCacheBytes();
+  int64_t cacheFloats = static_cast<int64_t>(cacheBytes / 4 / 3 / 4);
   double lastGemm = 0, lastMemory = 0;
   for (int t : counts) {
     backend::cpu::initThreads(t);
@@ -98,8 +117,22 @@ nlohmann::json measureCompute(std::ostream& log) {
     gemm[std::to_string(t)] = lastGemm;
     memory[std::to_string(t)] = lastMemory;
     shapes[std::to_string(t)] = gemmGrid();
-    log << fmt::format("  {} thread{}: GEMM {:.1f} GFLOP/s, memory {:.1f} GB/s\n", t,
-                       t == 1 ? "" : "s", lastGemm / 1e9, lastMemory / 1e9);
+    std::string inCache;
+    if (cacheFloats >= 1024) {
+      double rate = memoryRate(cacheFloats);
+      cache[std::to_string(t)] = rate;
+      inCache = fmt::format(" ({:.1f} GB/s inside the cache)", rate / 1e9);
+    }
+    log << fmt::format("  {} thread{}: GEMM {:.1f} GFLOP/s, memory {:.1f} GB/s{}\n", t,
+                       t == 1 ? "" : "s", lastGemm / 1e9, lastMemory / 1e9, inCache);
+  }
+  nlohmann::json calibration = {{"cores", cores},
+                                {"gemm_flops", gemm},
+                                {"memory_bandwidth", memory},
+                                {"gemm_by_shape", shapes}};
+  if (!cache.empty()) {
+    calibration["cache_bytes"] = cacheBytes;
+    calibration["cache_bandwidth"] = cache;
   }
   std::optional<int64_t> bytes = availableMemory();
   return {{"name", "here"},
@@ -111,11 +144,7 @@ nlohmann::json measureCompute(std::ostream& log) {
             {"peak_flops", {{"f32", lastGemm}}},
             {"matmul_efficiency", 1},
             {"memory_efficiency", 1}}},
-          {"calibration",
-           {{"cores", cores},
-            {"gemm_flops", gemm},
-            {"memory_bandwidth", memory},
-            {"gemm_by_shape", shapes}}}};
+          {"calibration", calibration}};
 }
 
 ir::Link measureLink(backend::Comm& comm) {

@@ -203,6 +203,11 @@ Cluster Cluster::forRanks(int np) const {
     s.rate *= share;
   c.device.setGemmRates(rows);
   c.device.memoryBandwidth = memory;
+  // The ranks share the cache as they share the cores.
+  if (k.cacheBytes > 0 && !k.cacheBandwidth.empty()) {
+    c.device.cacheBytes = k.cacheBytes / std::min(np, k.cores);
+    c.device.cacheBandwidth = rateAt(k.cacheBandwidth, threads) * share;
+  }
   c.device.matmulEfficiency = c.device.memoryEfficiency = 1;
   c.device.name =
       fmt::format("{} ({} thread{} a rank)", device.name, threads, threads == 1 ? "" : "s");
@@ -303,14 +308,21 @@ std::optional<Cluster> parseCluster(const std::string& text, const std::string& 
     std::string at = source + ": calibration";
     Calibration cal;
     double cores = 0;
-    if (!checkKeys(k, at, {"cores", "gemm_flops", "memory_bandwidth", "gemm_by_shape"}, error) ||
+    if (!checkKeys(k, at,
+                   {"cores", "gemm_flops", "memory_bandwidth", "gemm_by_shape", "cache_bytes",
+                    "cache_bandwidth"},
+                   error) ||
         !number(k, at, "cores", true, cores, error) ||
+        !number(k, at, "cache_bytes", false, cal.cacheBytes, error) ||
         !rates(k.value("gemm_flops", json::object()), at + ".gemm_flops", cal.gemmFlops, error) ||
         !rates(k.value("memory_bandwidth", json::object()), at + ".memory_bandwidth",
                cal.memoryBandwidth, error))
       return std::nullopt;
     if (k.contains("gemm_by_shape") &&
         !shapeRates(k["gemm_by_shape"], at + ".gemm_by_shape", cal.gemmByShape, error))
+      return std::nullopt;
+    if (k.contains("cache_bandwidth") &&
+        !rates(k["cache_bandwidth"], at + ".cache_bandwidth", cal.cacheBandwidth, error))
       return std::nullopt;
     cal.cores = static_cast<int>(cores);
     c.calibration = cal;

@@ -51,6 +51,10 @@ struct ClusterDevice {
   // attention): no traffic beyond the op's inputs and outputs.
   enum class Attention { Scores, Tiles };
   Attention attention = Attention::Scores;
+  // A calibrated machine's last-level cache as one rank sees it: its share of the bytes, and
+  // the bandwidth elementwise work reaches inside it. A rank whose whole memory plan fits
+  // moves its bytes at that rate. 0: no cache modelled (every byte at memoryBandwidth).
+  double cacheBytes = 0, cacheBandwidth = 0;
   // The rate of one product: interpolated over the grid in the logarithms of m, n and k
   // (clamped at its edges), or the peak's share.
   double matmulRate(const Product& p, DType compute) const;
@@ -60,7 +64,9 @@ struct ClusterDevice {
 // by threads a rank, the GEMM FLOP/s and the memory bandwidth one rank reaches.
 struct Calibration {
   int cores = 0;
-  std::map<int, double> gemmFlops, memoryBandwidth;                 // threads -> FLOP/s, bytes/s
+  std::map<int, double> gemmFlops, memoryBandwidth; // threads -> FLOP/s, bytes/s
+  double cacheBytes = 0;                // the last-level cache, shared by every core; 0: unknown
+  std::map<int, double> cacheBandwidth; // threads -> bytes/s of y = a + b inside it
   std::map<int, std::vector<ClusterDevice::ShapeRate>> gemmByShape; // threads -> the grid
 };
 

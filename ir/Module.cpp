@@ -375,18 +375,33 @@ Module::StepFlops Module::stepFlops(const Program& p) const {
     if (o.phase == Phase::Optimizer) continue;
     const Op& fwd = o.phase == Phase::Backward ? ops[o.forward] : o;
     if (!opInfo(fwd.kind).products) continue;
-    int forward = o.phase == Phase::Backward ? o.forward : in.op;
-    auto cached = byOp.find(forward);
-    if (cached == byOp.end()) cached = byOp.emplace(forward, runFlops(p, forward)).first;
-    const Flops& run = cached->second;
+    // By op: its forward's FLOPs, or its backward's (backwardProducts).
+    auto cached = byOp.find(in.op);
+    if (cached == byOp.end()) {
+      double flops = 0;
+      for (const Product& x :
+           o.phase == Phase::Backward ? backwardProducts(p, in.op) : runProducts(p, in.op, false))
+        flops += x.flops();
+      cached = byOp.emplace(in.op, Flops{flops, flops}).first;
+    }
+    double run = cached->second.forward;
     if (o.phase == Phase::Forward)
-      f.forward += run.forward;
+      f.forward += run;
     else if (o.phase == Phase::Recompute)
-      f.recompute += run.forward;
+      f.recompute += run;
     else
-      f.backward += in.part == BackwardPart::Whole ? run.backward : run.backward / 2;
+      f.backward += in.part == BackwardPart::Whole ? run : run / 2;
   }
   return f;
+}
+
+std::vector<Product> Module::backwardProducts(const Program& p, int op) const {
+  const Op& o = ops[op];
+  std::vector<Product> out = runProducts(p, o.forward, true);
+  // Every op with products takes its first one of input 0 (linear, mlp, attention's qkv
+  // projection, conv2d's columns, moe's router and experts).
+  if (!out.empty() && (o.outputs.empty() || o.outputs[0] < 0)) out.erase(out.begin());
+  return out;
 }
 
 std::vector<Product> Module::runProducts(const Program& p, int op, bool backward) const {

@@ -298,6 +298,11 @@ struct Module {
   // The matrix products (and their FLOPs) of one run of forward op `op` on p's rank (its
   // local sizes), a micro-batch: its forward's, or its backward's.
   std::vector<Product> runProducts(const Program& p, int op, bool backward) const;
+  // The products one run of backward op `op` makes on p's rank: each forward product's two
+  // (the gradient of its left operand, then of its right one), less the first product's
+  // left-operand gradient where the op's input needs no gradient (the kernels skip it: a
+  // first layer that reads the data computes its weight gradient alone).
+  std::vector<Product> backwardProducts(const Program& p, int op) const;
   Flops runFlops(const Program& p, int op) const;
   // The program of the first rank of a stage, or nullptr (a plan without programs).
   const Program* firstProgramOf(int stage) const;

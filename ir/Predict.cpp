@@ -68,7 +68,9 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c) {
   RankCost r;
   const ClusterDevice& d = c.device;
   DType compute = m.ampApplies() ? m.ampDtype() : DType::F32;
-  double memory = d.memoryBandwidth * d.memoryEfficiency;
+  // A rank whose whole memory plan fits its share of the cache moves its bytes there.
+  bool cached = d.cacheBytes > 0 && static_cast<double>(p.peakBytes()) <= d.cacheBytes;
+  double memory = (cached ? d.cacheBandwidth : d.memoryBandwidth) * d.memoryEfficiency;
   int np = m.mesh.np;
   bool scatter = m.zeroShardsGradients();
   // An op runs once a micro-batch, alike each time: its seconds and FLOPs by (op, part).
@@ -103,7 +105,8 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c) {
       // Each product at the rate of its shape; a split backward's part makes half of them.
       bool backward = o.phase == Phase::Backward;
       double flops = 0, products = 0;
-      for (const Product& x : m.runProducts(p, backward ? o.forward : in.op, backward)) {
+      for (const Product& x :
+           backward ? m.backwardProducts(p, in.op) : m.runProducts(p, in.op, false)) {
         flops += x.flops();
         products += x.flops() / d.matmulRate(x, compute);
       }

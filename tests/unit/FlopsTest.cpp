@@ -111,6 +111,26 @@ TEST_CASE("a backward's products are each forward product's two transposes") {
   CHECK(backward[1].k == 16);
 }
 
+TEST_CASE("a first layer that reads the data computes its weight gradient alone") {
+  // x [8, 12] -> linear 16 -> relu -> linear 4: the first backward skips dx, as its kernel
+  // does; the second computes both.
+  auto m = epl::testing::planned("first.epl", R"(
+model net(x: f32[B, 12], y: i32[B]) {
+  return cross_entropy(linear(relu(linear(x, 16)), 4), y)
+}
+train net {
+  data = synthetic(samples = 8)
+  batch = 8
+}
+)",
+                                 1);
+  REQUIRE(m);
+  epl::ir::Module::StepFlops f = m->stepFlops(m->programs[0]);
+  double first = 2.0 * 8 * 12 * 16, second = 2.0 * 8 * 16 * 4;
+  CHECK(f.forward == first + second);
+  CHECK(f.backward == first + 2 * second);
+}
+
 TEST_CASE("grouped-query attention projects k and v to kv_heads heads") {
   // attention over [2, 8, 16] with 4 heads of 4 and 2 k/v heads: Wqkv [16 + 2 x 8, 16].
   epl::ir::Attrs grouped{{"heads", int64_t{4}}, {"kv_heads", int64_t{2}}};

@@ -169,6 +169,45 @@ train net {
   CHECK(error == R"(a.json: device: `attention` is "scores" or "tiles", got "flash")");
 }
 
+TEST_CASE("a rank whose memory plan fits its share of the cache moves its bytes at the "
+          "cache's rate") {
+  // Products all but free; memory at 1 GB/s, the cache at 4 GB/s.
+  auto cluster = [](double cacheBytes) {
+    std::string error;
+    auto c = epl::ir::parseCluster(
+        fmt::format(R"({{"devices_per_node": 1, "device": {{"memory_bytes": 1e12,
+            "memory_bandwidth": 1e9, "peak_flops": {{"f32": 1e30}}}},
+            "intra_node": {{"bandwidth": 1e9, "latency": 1e-6}},
+            "calibration": {{"cores": 2, "gemm_flops": {{"1": 1e30}},
+              "memory_bandwidth": {{"1": 1e9, "2": 2e9}}, "cache_bytes": {},
+              "cache_bandwidth": {{"1": 4e9, "2": 8e9}}}}}})",
+                    cacheBytes),
+        "c.json", error);
+    INFO(error);
+    REQUIRE(c);
+    return *c;
+  };
+  auto m = epl::testing::planned("one.epl", epl::testing::kOneStage, 1);
+  REQUIRE(m);
+  double plan = static_cast<double>(m->programs[0].peakBytes());
+  // One rank gets both cores: 2 GB/s, 8 GB/s inside a cache it has to itself.
+  epl::ir::Prediction out = epl::ir::predict(*m, cluster(plan / 2).forRanks(1));
+  epl::ir::Prediction in = epl::ir::predict(*m, cluster(plan).forRanks(1));
+  CHECK(in.compute == Approx(out.compute / 4));
+  CHECK(in.optimizer == Approx(out.optimizer / 4));
+  // Two ranks share the cache: each has half of it, and a core's rates.
+  Cluster two = cluster(plan).forRanks(2);
+  CHECK(two.device.cacheBytes == Approx(plan / 2));
+  CHECK(two.device.cacheBandwidth == Approx(4e9));
+  std::string error;
+  CHECK_FALSE(epl::ir::parseCluster(
+      R"({"devices_per_node": 1, "device": {"memory_bytes": 1, "memory_bandwidth": 1,
+          "peak_flops": {"f32": 1}}, "intra_node": {"bandwidth": 1, "latency": 1},
+          "calibration": {"cores": 1, "cache_bytes": -1}})",
+      "c.json", error));
+  CHECK(error == "c.json: calibration: `cache_bytes` must be a positive number, got -1");
+}
+
 TEST_CASE("a calibrated GEMM rate: the grid's at its points, between them in logarithms") {
   std::string error;
   auto c = epl::ir::parseCluster(

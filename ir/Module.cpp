@@ -368,7 +368,7 @@ int64_t Module::workspaceBytes(const Program& p, int op) const {
 
 Module::StepFlops Module::stepFlops(const Program& p) const {
   StepFlops f;
-  std::map<int, Flops> byOp; // an op runs once a micro-batch, alike each time
+  std::map<int, double> byOp; // an op runs once a micro-batch, alike each time
   for (const Instr& in : p.step) {
     if (in.kind != InstrKind::Run) continue;
     const Op& o = ops[in.op];
@@ -382,9 +382,9 @@ Module::StepFlops Module::stepFlops(const Program& p) const {
       for (const Product& x :
            o.phase == Phase::Backward ? backwardProducts(p, in.op) : runProducts(p, in.op, false))
         flops += x.flops();
-      cached = byOp.emplace(in.op, Flops{flops, flops}).first;
+      cached = byOp.emplace(in.op, flops).first;
     }
-    double run = cached->second.forward;
+    double run = cached->second;
     if (o.phase == Phase::Forward)
       f.forward += run;
     else if (o.phase == Phase::Recompute)

@@ -16,6 +16,12 @@ namespace {
 
 using Window = PoolWindow;
 
+// Whether v replaces the window's best so far: the first largest value, or the last NaN
+// (in the window's row-major order). A select, not a branch: the data is random.
+inline bool replaces(float v, float best) {
+  return v > best || v != v;
+}
+
 // in = [x], out = [y, argmax i32 (flat index into the H x W plane)].
 void maxForward(const KernelCall& c) {
   Window g = poolWindow(c, c.in[0]);
@@ -27,7 +33,7 @@ void maxForward(const KernelCall& c) {
       const float* src = x + pl * g.h * g.w;
       float* yp = y + pl * g.ho * g.wo;
       int32_t* ap = arg + pl * g.ho * g.wo;
-      // The window's first largest value, or its last NaN; the best so far in registers.
+      // The best so far in registers (`replaces`).
       if (g.k == 2 && g.stride == 2) { // unrolled, so the loop over the outputs vectorises
         for (int64_t oh = 0; oh < g.ho; ++oh) {
           int32_t top = static_cast<int32_t>(oh * 2 * g.w), w = static_cast<int32_t>(g.w);
@@ -38,7 +44,7 @@ void maxForward(const KernelCall& c) {
             int32_t c = ow * stride, best = c;
             float value = r0[c];
             auto visit = [&](float v, int32_t at) {
-              bool take = v > value || v != v;
+              bool take = replaces(v, value);
               value = take ? v : value;
               best = take ? at : best;
             };
@@ -60,7 +66,7 @@ void maxForward(const KernelCall& c) {
             for (int64_t j = 0; j < g.k; ++j) {
               int64_t at = corner + i * g.w + j;
               float v = src[at];
-              bool take = v > value || v != v; // selects, not branches: random data
+              bool take = replaces(v, value);
               value = take ? v : value;
               best = take ? at : best;
             }

@@ -9,6 +9,23 @@
 
 namespace epl::frontend {
 
+namespace {
+
+// A layer's parameter `weight` is named `<layer>.weight`.
+bool isWeight(const std::string& param) {
+  static const std::string suffix = ".weight";
+  return param.size() > suffix.size() &&
+         param.compare(param.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// A name argument (linear's `tie`) left out, or given as `none`.
+bool nameLeftOut(const Value& v) {
+  return v.kind == Value::Kind::None || v.s.empty() ||
+         (v.kind == Value::Kind::Word && v.s == "none");
+}
+
+} // namespace
+
 // A parameter's default, read in the callee's frame; a bare name for a `str` parameter is
 // a word (`act: str = gelu`), as it is in a call.
 Value Elaborator::defaultValue(const ast::Param& p, Frame& callee) {
@@ -154,7 +171,15 @@ Value Elaborator::evalCall(const ast::Expr& e, Frame& frame, Context* ctx, bool 
         if (v.kind != VK::Bool) wrong("`true` or `false`");
         break;
       case ir::ArgKind::Word:
+        if (spec.words.empty() && nameLeftOut(v)) break; // `tie = none`
+        if (v.kind == VK::Tensor && spec.name == "tie")
+          fail(at, fmt::format("`tie` names a layer, not a tensor: write the layer's name as "
+                               "plans print it, such as `tie = embedding`"));
         if (v.kind != VK::Word && v.kind != VK::String) wrong("a word");
+        if (spec.words.empty()) { // a name (linear's `tie`)
+          if (argExprs[i] && spec.name == "tie") checkTie(at, v.s, *ctx);
+          break;
+        }
         if (std::find(spec.words.begin(), spec.words.end(), v.s) == spec.words.end()) {
           std::string near = closestMatch(v.s, spec.words);
           auto d = diags_.error(
@@ -185,6 +210,35 @@ Value Elaborator::evalCall(const ast::Expr& e, Frame& frame, Context* ctx, bool 
   return callDef(fn, e, std::move(vals), *ctx, inRepeat);
 }
 
+// The parameter `weight` of the earlier forward op named `layer` (its own, or the one it
+// shares through its own `tie`), or -1.
+int Elaborator::tiedWeight(const ir::Module& m, const std::string& layer) {
+  for (const ir::Op& op : m.ops)
+    if (op.phase == ir::Phase::Forward && op.name == layer)
+      for (int p : op.params)
+        if (isWeight(m.params[p].name)) return p;
+  return -1;
+}
+
+// linear's `tie = NAME`: NAME must be an earlier layer with a `weight`, as plans name it.
+void Elaborator::checkTie(const ast::Expr& at, const std::string& layer, Context& ctx) {
+  const ir::Module& m = *ctx.module;
+  if (tiedWeight(m, layer) >= 0) return;
+  std::vector<std::string> layers;
+  for (const ir::Op& op : m.ops)
+    if (tiedWeight(m, op.name) >= 0) layers.push_back(op.name);
+  auto d =
+      diags_.error(at.loc, fmt::format("`tie = {}` names no earlier layer with a `weight`", layer));
+  d.length(at.length);
+  std::string near = closestMatch(layer, layers);
+  if (!near.empty())
+    d.help(fmt::format("did you mean `{}`?", near));
+  else
+    d.help("`tie` shares the weight of a layer written before this one, such as the "
+           "`embedding` whose matrix a language model's head reuses");
+  throw CompileAborted{};
+}
+
 Value Elaborator::callBuiltin(const ir::OpInfo& info, const ast::Expr& call,
                               std::vector<Value> args, Context& ctx, bool inRepeat) {
   std::vector<int> inputs;
@@ -208,6 +262,7 @@ Value Elaborator::callBuiltin(const ir::OpInfo& info, const ast::Expr& call,
       attrs[spec.name] = v.i != 0;
       break;
     case ir::ArgKind::Word:
+      if (spec.words.empty() && nameLeftOut(v)) break; // no attribute
       attrs[spec.name] = v.s;
       break;
     case ir::ArgKind::Dims: {

@@ -281,6 +281,26 @@ void Elaborator::checkTensorSizes(const ast::Expr& at, const Context& ctx, ir::O
     check(t, "saves", " for the backward");
 }
 
+// A layer that ties its weight to parameter `tied` of an earlier one needs a weight of the
+// same shape, cut the same way: both outside `split` blocks or both in the same one.
+void Elaborator::checkTie(const ast::Expr& at, const Context& ctx, const ir::Op& op, int tied,
+                          const ir::TensorType& want) {
+  const ir::Module& m = *ctx.module;
+  const ir::Param& p = m.params[tied];
+  const ir::Op& owner = m.ops[p.op];
+  if (p.type.shape != want.shape)
+    failInOp(at, ctx,
+             fmt::format("`{}` needs a weight `{}`, but `{}` of `{}` is `{}`: a tied weight has "
+                         "one shape",
+                         ir::opInfo(op.kind).name, want.str(), p.name, owner.name, p.type.str()));
+  if (m.splitScopeOf(owner.scope) != m.splitScopeOf(op.scope))
+    failInOp(at, ctx,
+             fmt::format("`{}` ties its weight to `{}`'s, but the two are not in the same "
+                         "`split` block: a tied weight is cut one way, so put both layers in "
+                         "one `split` block or both outside any",
+                         ir::opInfo(op.kind).name, owner.name));
+}
+
 Value Elaborator::emitOp(ir::OpKind kind, const ast::Expr& at, std::vector<int> inputs,
                          ir::Attrs attrs, Context& ctx, const std::string& name, bool inRepeat,
                          const std::string& fixedName, const std::string& paramOwner) {
@@ -303,7 +323,14 @@ Value Elaborator::emitOp(ir::OpKind kind, const ast::Expr& at, std::vector<int> 
   op.loc = at.loc;
   op.site = ctx.site.valid() ? ctx.site : at.loc;
   int id = static_cast<int>(m.ops.size());
+  auto tie = attrs.find("tie");
+  int tied = tie == attrs.end() ? -1 : tiedWeight(m, std::get<std::string>(tie->second));
   for (const auto& spec : params) {
+    if (tied >= 0 && spec.name == "weight") { // linear's `tie`: the earlier layer's weight
+      checkTie(at, ctx, op, tied, ir::TensorType{ir::DType::F32, spec.shape});
+      op.params.push_back(tied);
+      continue;
+    }
     ir::Param p{(paramOwner.empty() ? op.name : paramOwner) + "." + spec.name,
                 ir::TensorType{ir::DType::F32, spec.shape}, id, -1};
     p.init = spec.init;

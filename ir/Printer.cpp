@@ -112,15 +112,17 @@ std::string stageRankRanges(const Mesh& mesh, int s) {
 std::vector<std::pair<std::string, int64_t>> stageLayerParams(const Module& m, int s) {
   std::vector<std::pair<std::string, int64_t>> layers;
   std::map<std::string, size_t> at;
-  for (const Op& op : m.ops) {
+  for (size_t i = 0; i < m.ops.size(); ++i) {
+    const Op& op = m.ops[i];
     if (op.stage != s || op.phase != Phase::Forward ||
         opInfo(op.kind).split == SplitRule::Communication)
       continue;
     std::string layer = op.name.substr(0, op.name.find('/'));
     auto [it, fresh] = at.emplace(layer, layers.size());
     if (fresh) layers.push_back({layer, 0});
-    for (int p : op.params)
-      layers[it->second].second += *numElements(m.params[p].type.shape, {});
+    for (int p : op.params) // a tied weight counts once, at the layer that made it
+      if (m.params[p].op == static_cast<int>(i))
+        layers[it->second].second += *numElements(m.params[p].type.shape, {});
   }
   return layers;
 }

@@ -2,6 +2,7 @@
 // types agree with the op table, and plan data (stages, layouts) is consistent.
 #include "ir/Verifier.h"
 
+#include <algorithm>
 #include <fmt/format.h>
 
 namespace epl::ir {
@@ -68,7 +69,11 @@ void checkOp(const Module& m, size_t i, std::vector<bool>& defined,
   }
   for (int p : op.params) {
     if (p < 0 || p >= static_cast<int>(m.params.size())) return bad("param id out of range");
-    if (m.params[p].op != static_cast<int>(i)) bad("param belongs to another op");
+    int owner = m.params[p].op; // the op that made it, or an earlier one this op ties to
+    if (owner != static_cast<int>(i) &&
+        (owner < 0 || owner > static_cast<int>(i) ||
+         std::count(m.ops[owner].params.begin(), m.ops[owner].params.end(), p) == 0))
+      bad("param belongs to another op");
   }
   if (op.scope < 0 || op.scope >= static_cast<int>(m.scopes.size()))
     return bad("scope out of range");

@@ -19,10 +19,11 @@ using nlohmann::json;
 std::string opSignature(const ir::OpInfo& info) {
   std::vector<std::string> args;
   for (const auto& a : info.args)
-    args.push_back(a.required                      ? a.name
-                   : a.kind == ir::ArgKind::Tensor ? a.name + " = none"
-                   : a.defaultArg.empty()          ? a.name + " = " + ir::attrStr(a.defaultValue)
-                                                   : a.name + " = " + a.defaultArg);
+    args.push_back(a.required                                       ? a.name
+                   : a.kind == ir::ArgKind::Tensor                  ? a.name + " = none"
+                   : a.kind == ir::ArgKind::Word && a.words.empty() ? a.name + " = none" // a name
+                   : a.defaultArg.empty() ? a.name + " = " + ir::attrStr(a.defaultValue)
+                                          : a.name + " = " + a.defaultArg);
   return fmt::format("{}({})", info.name, fmt::join(args, ", "));
 }
 
@@ -74,8 +75,8 @@ int64_t elements(const ir::Module& m, const ir::Param& p) {
 
 int64_t paramCount(const ir::Module& m, const ir::Op& op) {
   int64_t n = 0;
-  for (int p : op.params)
-    n += elements(m, m.params[p]);
+  for (int p : op.params) // a tied weight counts at the layer that made it
+    if (m.params[p].op >= 0 && &m.ops[m.params[p].op] == &op) n += elements(m, m.params[p]);
   return n;
 }
 
@@ -95,8 +96,10 @@ std::string paramList(const ir::Module& m, const ir::Op& op) {
   for (int p : op.params) {
     const std::string& name = m.params[p].name;
     size_t dot = name.rfind('.');
-    parts.push_back(fmt::format("`{} {}`", dot == std::string::npos ? name : name.substr(dot + 1),
-                                m.params[p].type.str()));
+    bool tied = m.params[p].op >= 0 && &m.ops[m.params[p].op] != &op; // `tie`: another's weight
+    parts.push_back(fmt::format("`{} {}`{}", dot == std::string::npos ? name : name.substr(dot + 1),
+                                m.params[p].type.str(),
+                                tied ? fmt::format(" (tied: `{}`)", name) : ""));
   }
   return fmt::format("{}", fmt::join(parts, ", "));
 }

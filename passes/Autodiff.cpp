@@ -9,7 +9,8 @@
 //      A tensor read by several ops gets one gradient buffer: the first backward op to
 //      reach it writes it, later ones add into it.
 //   4. Parameter gradients live across micro-batches, so every write to them adds; the
-//      step starts by zeroing them.
+//      step starts by zeroing them. A weight two layers share (linear's `tie`) has one
+//      gradient, which both layers' backward ops add into.
 //   5. The backward of a send/recv between stages is the transfer of the gradient back:
 //      from the stage that received the activation to the one that sent it, which owns
 //      the op (ops belong to the stage that receives what they move).
@@ -131,10 +132,12 @@ private:
       if (t >= 0 && m_->tensors[t].producer < 0) m_->tensors[t].producer = id;
     for (int p : fwd.params) { // parameter gradients have no producer: every op adds
       ir::Param& param = m_->params[p];
-      param.grad = m_->addTensor(param.name + ".grad", param.type, -1);
-      m_->tensors[param.grad].layout = param.shardDim >= 0
-                                           ? ir::Layout{ir::LayoutKind::Sharded, param.shardDim}
-                                           : ir::Layout{ir::LayoutKind::Replicated, -1};
+      if (param.grad < 0) { // a tied weight's second layer adds into the same gradient
+        param.grad = m_->addTensor(param.name + ".grad", param.type, -1);
+        m_->tensors[param.grad].layout = param.shardDim >= 0
+                                             ? ir::Layout{ir::LayoutKind::Sharded, param.shardDim}
+                                             : ir::Layout{ir::LayoutKind::Replicated, -1};
+      }
       bwd.outputs.push_back(param.grad);
       bwd.accumulate.push_back(true);
     }

@@ -44,7 +44,9 @@ public:
     cache_.clear();
     rename_.clear();
     learned_.clear();
-    std::vector<int> newId(old.size(), -1);
+    std::vector<int> newId(old.size(), -1), owner;
+    for (const ir::Param& p : m.params)
+      owner.push_back(p.op);
     for (size_t i = 0; i < old.size(); ++i) {
       ir::Op op = std::move(old[i]);
       for (size_t k = 0; k < op.inputs.size(); ++k)
@@ -62,7 +64,7 @@ public:
       for (int t : op.outputs)
         m.tensors[t].producer = newId[i];
       for (int p : op.params)
-        m.params[p].op = newId[i];
+        if (owner[p] == static_cast<int>(i)) m.params[p].op = newId[i]; // not a tied use
       int out = op.outputs[0];
       m.ops.push_back(std::move(op));
       // Both may append ops, so no reference into m.ops is held across them.

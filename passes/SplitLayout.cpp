@@ -41,6 +41,7 @@ public:
         readers_[t].push_back(static_cast<int>(i));
     for (ir::Param& prm : m.params)
       prm.sumOverSplit = false;
+    cutBy_.clear();
     for (size_t i = 0; i < m.ops.size(); ++i) {
       ir::Op& op = m.ops[i];
       int region = m.splitScopeOf(op.scope);
@@ -49,6 +50,7 @@ public:
       op.splitForm = ir::SplitForm::None;
       Layout out = kData;
       if (width > 1 && !assign(m, op, width, region, out, ctx)) return true;
+      if (!tiedCutsAgree(m, op, ctx)) return true;
       for (int t : op.outputs)
         m.tensors[t].layout = out;
     }
@@ -124,6 +126,34 @@ private:
   void shard(ir::Module& m, const ir::Op& op, size_t param, int dim) {
     m.params[op.params[param]].shardDim = dim;
   }
+
+  // A weight two layers share (linear's `tie`) is cut one way: the later layer's form must
+  // cut it along the dim the earlier one did (a column-parallel head and a vocab-parallel
+  // embedding both cut the vocabulary, dim 0).
+  bool tiedCutsAgree(const ir::Module& m, const ir::Op& op, PassContext& ctx) {
+    for (int q : op.params) {
+      int dim = m.params[q].shardDim;
+      auto [it, fresh] = cutBy_.try_emplace(q, std::make_pair(dim, op.name));
+      if (fresh || it->second.first == dim) continue;
+      auto along = [](int d) {
+        return d < 0 ? std::string("whole") : fmt::format("cut along dim {}", d);
+      };
+      auto d = ctx.diags.error(
+          op.site, fmt::format("`{}` would hold its tied weight `{}` {}, but `{}` holds it {}: a "
+                               "tied weight is cut one way",
+                               op.name, m.params[q].name, along(dim), it->second.second,
+                               along(it->second.first)));
+      if (op.site.line == op.loc.line && op.site.file == op.loc.file)
+        d.length(static_cast<uint32_t>(ir::opInfo(op.kind).name.size()));
+      else
+        d.noteAt(op.loc, fmt::format("the op: `{}`", op.name));
+      d.help("a `linear` head cuts its weight's rows (the vocabulary, as `embedding` does) "
+             "when it reads a whole input, as after a `layer_norm`");
+      return false;
+    }
+    return true;
+  }
+  std::map<int, std::pair<int, std::string>> cutBy_; // parameter -> (its cut dim, first op)
 
   bool assign(ir::Module& m, ir::Op& op, int w, int region, Layout& out, PassContext& ctx) {
     auto rank = [&](int t) { return static_cast<int>(m.tensors[t].type.shape.size()); };

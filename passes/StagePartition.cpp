@@ -64,10 +64,35 @@ public:
             .help("remove the empty block, or move layers into it");
         return true;
       }
+    tiesInOneStage(m, ctx);
     return true;
   }
 
 private:
+  // A weight two layers share (linear's `tie`) lives in one stage: both layers must run
+  // there. Across stages each would hold a copy whose gradients are summed between the
+  // stages (as Megatron-LM does for the embedding and the head), which EPL does not do yet.
+  static void tiesInOneStage(const ir::Module& m, PassContext& ctx) {
+    for (size_t i = 0; i < m.ops.size(); ++i) {
+      const ir::Op& op = m.ops[i];
+      for (int p : op.params) {
+        const ir::Op& owner = m.ops[m.params[p].op];
+        if (owner.stage == op.stage) continue;
+        auto d = ctx.diags.error(
+            op.site, fmt::format("`{}` (stage {}) ties its weight to `{}`, which is in stage {}: "
+                                 "a tied weight is used in one pipeline stage",
+                                 op.name, op.stage, owner.name, owner.stage));
+        if (op.site.line == op.loc.line && op.site.file == op.loc.file)
+          d.length(static_cast<uint32_t>(ir::opInfo(op.kind).name.size()));
+        d.noteAt(owner.site, fmt::format("`{}` is here, in stage {}", owner.name, owner.stage));
+        d.help("keep both layers in one stage (in one `replicate` block, or both outside "
+               "every block), or drop `tie`; weights shared across stages are not "
+               "supported yet");
+        return;
+      }
+    }
+  }
+
   static bool oneStage(ir::Module& m) {
     ir::StagePlan st;
     st.loc = m.loc;

@@ -63,7 +63,8 @@ std::vector<Product> mlpProducts(const std::vector<Sizes>& in, const std::vector
 void addDense(Table& t) {
   OpInfo& linear =
       t.add(OpKind::Linear, "linear",
-            {x(), integer("out", "output width"), optBool("bias", true, "add a bias")},
+            {x(), integer("out", "output width"), optBool("bias", true, "add a bias"),
+             optName("tie", "an earlier layer whose `weight` this one shares")},
             SplitRule::Linear, "affine map y = x W^T + b", "x: [..., D] -> [..., out]");
   linear.infer = inferLinear;
   linear.params = linearParams;

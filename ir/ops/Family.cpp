@@ -37,6 +37,10 @@ ArgSpec optWord(std::string name, std::string def, std::vector<std::string> word
   return ArgSpec{std::move(name), ArgKind::Word, false, def, std::move(words), std::move(doc), ""};
 }
 
+ArgSpec optName(std::string name, std::string doc) {
+  return ArgSpec{std::move(name), ArgKind::Word, false, std::string(), {}, std::move(doc), ""};
+}
+
 namespace {
 constexpr size_t kKinds = static_cast<size_t>(OpKind::OptimizerStep) + 1;
 } // namespace

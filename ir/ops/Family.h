@@ -26,6 +26,9 @@ ArgSpec optIntFrom(std::string name, std::string from, std::string doc);
 ArgSpec optFloat(std::string name, double def, std::string doc);
 ArgSpec optBool(std::string name, bool def, std::string doc);
 ArgSpec optWord(std::string name, std::string def, std::vector<std::string> words, std::string doc);
+// An optional name (a word or a string, any value): left out, the op has no attribute of
+// that name.
+ArgSpec optName(std::string name, std::string doc);
 
 // The table as the families fill it: one entry per kind, in any order.
 class Table {

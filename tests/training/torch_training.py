@@ -7,7 +7,9 @@ ships no python3-safetensors), builds the same model in plain PyTorch, trains it
 torch.optim on the same samples, and compares the loss of every step with EPL's metrics
 file. Each step's batch is the whole (small) data set, so the sample order cannot differ.
 
-usage: torch_training.py EPL WORKDIR {mlp,gpt} [--micro-batches N] [--optimizer KIND]
+usage: torch_training.py EPL WORKDIR {mlp,gpt,gpt_tied,llama} [--micro-batches N]
+                         [--optimizer KIND] [--clip NORM]
+(gpt_tied: the head shares the embedding's matrix, `tie = embedding`)
 """
 import argparse
 import gzip
@@ -131,11 +133,13 @@ train {name} {{
     return script, inp, tgt, mask
 
 
-def gpt_case(work, args):
-    script, inp, tgt, mask = token_case(work, args, "gpt", """\
+def gpt_case(work, args, tied=False):
+    head = ("linear(layer_norm(x), 256, bias = false, tie = embedding)" if tied
+            else "linear(layer_norm(x), 256)")
+    script, inp, tgt, mask = token_case(work, args, "gpt", f"""\
   x = embedding(tokens, 256, 32) + positions(16, 32)
   x = repeat(2) transformer_block(x, 4)
-  return cross_entropy(linear(layer_norm(x), 256), next(tokens))""")
+  return cross_entropy({head}, next(tokens))""")
 
     def block(x, w, p):
         a = p + "/attention_block/"
@@ -151,7 +155,11 @@ def gpt_case(work, args):
         for i in range(2):
             x = block(x, w, f"transformer_block.{i}")
         x = F.layer_norm(x, (32,), w["layer_norm.weight"], w["layer_norm.bias"], 1e-5)
-        logits = F.linear(x, w["linear.weight"], w["linear.bias"])
+        if tied:  # the head reads the embedding's matrix: one tensor, two uses
+            assert "linear.weight" not in w, "a tied head has no weight of its own"
+            logits = F.linear(x, w["embedding.weight"])
+        else:
+            logits = F.linear(x, w["linear.weight"], w["linear.bias"])
         return F.cross_entropy(logits.reshape(-1, 256), tgt.reshape(-1))
 
     return script, loss_fn
@@ -227,7 +235,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("epl")
     ap.add_argument("work")
-    ap.add_argument("case", choices=["mlp", "gpt", "llama"])
+    ap.add_argument("case", choices=["mlp", "gpt", "gpt_tied", "llama"])
     ap.add_argument("--micro-batches", type=int, default=1)
     ap.add_argument("--optimizer", default="adam", choices=OPTIMIZERS)
     ap.add_argument("--clip", type=float, default=0)
@@ -235,7 +243,8 @@ def main():
     work = os.path.abspath(args.work)
     os.makedirs(work, exist_ok=True)
     subprocess.run(["rm", "-rf", f"{work}/ckpt"], check=True)
-    cases = {"mlp": mlp_case, "gpt": gpt_case, "llama": llama_case}
+    cases = {"mlp": mlp_case, "gpt": gpt_case, "llama": llama_case,
+             "gpt_tied": lambda work, args: gpt_case(work, args, tied=True)}
     script, loss_fn = cases[args.case](work, args)
     with open(f"{work}/train.epl", "w") as f:
         f.write(script)

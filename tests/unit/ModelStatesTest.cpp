@@ -399,3 +399,43 @@ train net {
   CHECK_FALSE(one.zeroApplies());
   CHECK_FALSE(one.zeroShardsGradients());
 }
+
+TEST_CASE("a tied head's weight is the embedding's: counted, laid out and updated once") {
+  // A 64 x 32 embedding and a head that ties to it, split 2 ways: both cut the vocabulary.
+  std::string text = R"(
+model lm(tokens: i32[B, 16]) {
+  split(2) {
+    x = embedding(tokens, 64, 32)
+    loss = cross_entropy(linear(x, 64, bias = false, tie = embedding), next(tokens))
+  }
+  return loss
+}
+train lm {
+  data = synthetic(samples = 16)
+  batch = 8
+  optimizer = adam(lr = 1e-3)
+}
+)";
+  epl::ir::Module m = planScript(text, 2);
+  REQUIRE(m.params.size() == 1);
+  CHECK(m.params[0].name == "embedding.weight");
+  CHECK(m.params[0].shardDim == 0);
+  int users = 0, steps = 0;
+  for (const epl::ir::Op& op : m.ops) {
+    if (op.phase == epl::ir::Phase::Forward && op.params == std::vector<int>{0}) ++users;
+    if (op.kind == epl::ir::OpKind::OptimizerStep) ++steps;
+  }
+  CHECK(users == 2);
+  CHECK(steps == 1);
+  const epl::ir::StagePlan& st = m.mesh.stages.at(0);
+  CHECK(st.paramCount == 64 * 32);
+  CHECK(st.rankParamCount == 64 * 32 / 2);
+  const int64_t half = 4 * 64 * 32 / 2;
+  for (const epl::ir::Program& p : m.programs) {
+    INFO("rank " << p.rank);
+    CHECK(m.paramLayout(p).total == half);
+    CHECK(p.paramBytes == half);
+    CHECK(p.gradBytes == half);
+    CHECK(p.optimizerBytes == 2 * half);
+  }
+}

@@ -191,7 +191,7 @@ test('a session: diagnostics as you type, hover, definition, symbols, shutdown',
   const hover = await client.request('textDocument/hover', { textDocument: { uri }, position: linearAt });
   const text = hover.contents.value;
   assert.equal(hover.contents.kind, 'markdown');
-  assert.match(text, /linear\(x, out, bias = true\)/);
+  assert.match(text, /linear\(x, out, bias = true, tie = none\)/);
   assert.match(text, /x: \[\.\.\., D\] -> \[\.\.\., out\]/);
   assert.match(text, /plan for -np 4: 2 data-parallel × 1 stage × split 2/);
   assert.match(text, /`f32\[B, 16, 64\] -> f32\[B, 16, 64\]`/);

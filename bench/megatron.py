@@ -8,9 +8,9 @@ that matrix products reach, fitted on two rows (--calibrate, default rows 1 and 
 without and one with a pipeline) so that their predictions match in geometric mean. The
 other eight rows are predictions; the target is within 15% of the paper on them.
 
-The scripts are bench/megatron/*.epl. Their head does not share the embedding's matrix
-(EPL has no weight tying yet), so each plan counts vocab x hidden parameters more than
-the paper; the TFLOP/s count the head's products either way, as the paper's formula does.
+The scripts are bench/megatron/*.epl. Their head shares the embedding's matrix (`tie`),
+so each plan counts the paper's parameters: 12 l h^2 + 13 l h + (V + s) h, plus the
+final layer norm's 2 h, which the paper's formula leaves out.
 
 With --search, each row is also searched (`epl plan --search`: layouts and policies)
 under the fitted cluster: the time the search took, the plans it tried, and its best

@@ -20,7 +20,8 @@ bool isWeight(const std::string& param) {
 
 // A name argument (linear's `tie`) left out, or given as `none`.
 bool nameLeftOut(const Value& v) {
-  return v.kind == Value::Kind::None || v.s.empty() ||
+  bool text = v.kind == Value::Kind::Word || v.kind == Value::Kind::String;
+  return v.kind == Value::Kind::None || (text && v.s.empty()) ||
          (v.kind == Value::Kind::Word && v.s == "none");
 }
 

@@ -293,11 +293,11 @@ void Elaborator::checkTie(const ast::Expr& at, const Context& ctx, const ir::Op&
              fmt::format("`{}` needs a weight `{}`, but `{}` of `{}` is `{}`: a tied weight has "
                          "one shape",
                          ir::opInfo(op.kind).name, want.str(), p.name, owner.name, p.type.str()));
-  if (m.splitScopeOf(owner.scope) != m.splitScopeOf(op.scope))
+  if ((m.splitScopeOf(owner.scope) < 0) != (m.splitScopeOf(op.scope) < 0))
     failInOp(at, ctx,
-             fmt::format("`{}` ties its weight to `{}`'s, but the two are not in the same "
+             fmt::format("`{}` ties its weight to `{}`'s, but only one of the two is in a "
                          "`split` block: a tied weight is cut one way, so put both layers in "
-                         "one `split` block or both outside any",
+                         "`split` blocks of one width or both outside any",
                          ir::opInfo(op.kind).name, owner.name));
 }
 

@@ -963,6 +963,17 @@ void Executor::receive(const ir::Instr& in, size_t index, int64_t step, Receive&
 // group run the regions' collectives and sum the squared gradient norm; the ranks with its
 // split rank in every copy sum the gradients of the pieces it holds.
 void Executor::splitCommunicators() {
+  // A weight tied across stages: the ranks of the stages holding it (of a matrix cut in
+  // split regions, those holding one piece) sum its gradients. Every rank splits once per
+  // such weight, in parameter order.
+  for (size_t q = 0; q < m_.params.size(); ++q) {
+    int k = static_cast<int>(q);
+    if (m_.params[q].copies.empty() || program_.stages == 1) continue;
+    bool mine = m_.holdsParam(program_, k);
+    int piece = m_.reducedOverPieces(k) ? program_.splitRank : 0;
+    auto sub = comm_.split(mine ? piece : 1 << 20, program_.rank);
+    if (mine) tied_[k] = std::move(sub);
+  }
   int widest = 1;
   for (const ir::StagePlan& st : m_.mesh.stages)
     widest = std::max(widest, st.splitWidth);
@@ -987,7 +998,9 @@ void Executor::startReduce(int b, int micro) {
   // queued device would record an event for the communication to wait on instead.)
   dev_.synchronize();
   // fp16 carries each rank's share times the rank count, so small gradients stay normal.
-  float scale = wire_ == backend::WireType::F16 ? static_cast<float>(program_.dataRanks) : 1.f;
+  // (Every rank of a collective scales alike: a tied weight's, by the ranks summing it.)
+  int ranks = m_.buckets[b].tied ? m_.buckets[b].ranks : program_.dataRanks;
+  float scale = wire_ == backend::WireType::F16 ? static_cast<float>(ranks) : 1.f;
   if (b == firstStarted_) reduceBegan_ = monotonicSeconds();
   if (!shardGrads_) {
     float* data = reinterpret_cast<float*>(grads_ + bucketBegin_[b]);
@@ -1484,8 +1497,8 @@ void Executor::gradNorm(const ir::Op& op) {
   }
   // The squares of this rank's gradients: whole ones, and its pieces of sharded ones.
   std::vector<bool> mine(m_.tensors.size(), false);
-  for (int p : program_.params)
-    mine[m_.params[p].grad] = true;
+  for (int p : program_.params) // a tied weight's copy counts at its maker's stage
+    mine[m_.params[p].grad] = !m_.holdsCopy(program_, p);
   auto sumSquares = [&](bool pieces) {
     bool first = true;
     for (int g : op.inputs)

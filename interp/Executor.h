@@ -219,6 +219,7 @@ private:
   backend::Comm& splitComm() const { return split_ ? *split_ : comm_; }
   // Where bucket b's gradients are summed.
   backend::Comm& bucketComm(int b) const {
+    if (m_.buckets[b].tied) return *tied_.at(m_.buckets[b].firstParam);
     return m_.buckets[b].pieces && pieces_ ? *pieces_ : reduceComm();
   }
   void optimizerStep(int op, int64_t step);
@@ -266,6 +267,8 @@ private:
   backend::Comm& comm_;
   // A pipeline of more ranks than stages: sub-communicators of comm_ (null otherwise).
   std::unique_ptr<backend::Comm> stageReplicas_, pipeline_, split_, pieces_;
+  // By weight tied across stages that this rank holds: the ranks of every stage holding it.
+  std::map<int, std::unique_ptr<backend::Comm>> tied_;
   OptimizerSettings opt_;
   int states_ = 0;
   unsigned char* arena_ = nullptr;

@@ -35,6 +35,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <unistd.h>
 
 namespace epl::interp {
@@ -445,14 +446,26 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
     out << fmt::format("pipeline: {}; activations in flight: {}\n",
                        ir::scheduleName(m.policy.schedule), fmt::join(slots, ", "));
   }
-  if (m.buckets.empty()) return;
-  bool alike = std::all_of(m.buckets.begin(), m.buckets.end(),
-                           [&](const ir::GradBucket& b) { return b.ranks == m.buckets[0].ranks; });
+  // A weight tied across stages: one line each (its buckets, one a stage, are apart).
+  std::vector<ir::GradBucket> plain;
+  std::set<int> tied;
+  for (const ir::GradBucket& b : m.buckets)
+    b.tied ? void(tied.insert(b.firstParam)) : plain.push_back(b);
+  for (int q : tied) {
+    std::vector<int> stages{m.ops[m.params[q].op].stage};
+    stages.insert(stages.end(), m.params[q].copies.begin(), m.params[q].copies.end());
+    out << fmt::format("tied weight @{}: a copy in stages {}, its gradients summed over their {} "
+                       "ranks after the backward\n",
+                       m.params[q].name, fmt::join(stages, " and "), m.tiedRanks(q).size());
+  }
+  if (plain.empty()) return;
+  bool alike = std::all_of(plain.begin(), plain.end(),
+                           [&](const ir::GradBucket& b) { return b.ranks == plain[0].ranks; });
   bool scatter = m.zeroShardsGradients();
-  out << fmt::format("gradients: {} bucket{} {} over {}{} in {}{}\n", m.buckets.size(),
-                     m.buckets.size() == 1 ? "" : "s",
+  out << fmt::format("gradients: {} bucket{} {} over {}{} in {}{}\n", plain.size(),
+                     plain.size() == 1 ? "" : "s",
                      scatter ? "reduce-scattered in every micro-batch" : "summed",
-                     alike                 ? fmt::format("{} ranks", m.buckets[0].ranks)
+                     alike                 ? fmt::format("{} ranks", plain[0].ranks)
                      : prog.splitWidth > 1 ? fmt::format("{} ranks, or {} for the split layers' "
                                                          "pieces",
                                                          m.mesh.np, m.mesh.np / prog.splitWidth)

@@ -87,7 +87,7 @@ std::vector<int64_t> Module::localParamShape(const Program& p, int q) const {
   for (const Dim& d : prm.type.shape)
     out.push_back(d.coef);
   // The rank's stage blocks: its position's, one a model chunk under `interleaved`.
-  bool mine = prm.op >= 0 && ops[prm.op].stage % mesh.depth() == p.stage;
+  bool mine = prm.op >= 0 && holdsParam(p, q); // its stage's, or a tied weight's copy
   if (prm.shardDim >= 0 && p.splitWidth > 1 && mine) out[prm.shardDim] /= p.splitWidth;
   return out;
 }
@@ -502,7 +502,29 @@ bool Module::zeroShardsParams() const {
 
 bool Module::holdsParam(const Program& p, int q) const {
   int op = params[q].op;
-  return op < 0 || ops[op].stage % mesh.depth() == p.stage;
+  if (op < 0 || ops[op].stage % mesh.depth() == p.stage) return true;
+  for (int s : params[q].copies)
+    if (s % mesh.depth() == p.stage) return true;
+  return false;
+}
+
+bool Module::holdsCopy(const Program& p, int q) const {
+  int op = params[q].op;
+  return op >= 0 && ops[op].stage % mesh.depth() != p.stage && holdsParam(p, q);
+}
+
+std::vector<int> Module::tiedRanks(int q, int splitRank) const {
+  std::vector<int> stages = params[q].copies, out;
+  stages.push_back(ops[params[q].op].stage);
+  bool pieces = reducedOverPieces(q);
+  for (int s : stages) {
+    const StagePlan& st = mesh.stages[s];
+    for (int r = 0; r < mesh.dataParallel; ++r)
+      for (int local = 0; local < st.group; ++local)
+        if (!pieces || local % st.splitWidth == splitRank) out.push_back(mesh.rank(r, s, local));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 Module::ParamLayout Module::paramLayout(const Program& p) const {

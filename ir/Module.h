@@ -77,6 +77,11 @@ struct Param {
   int grad = -1;                       // its gradient tensor, once autodiff ran
   ParamInit init = ParamInit::Uniform; // from its op's ParamSpec
   int64_t fanIn = 1;
+  // A weight tied across pipeline stages (linear's `tie`; stage-partition): the other
+  // stages whose ops read it. Each holds a copy, initialised alike; the copies' gradients
+  // are summed over the ranks of every such stage (a `tied` GradBucket), and each stage's
+  // optimizer updates its copy alike, as Megatron-LM does for the embedding and the head.
+  std::vector<int> copies = {};
 };
 
 enum class ScopeKind { Model, Stage, Split };
@@ -189,6 +194,10 @@ struct GradBucket {
   // Gradients of parameters inside split regions: summed over the ranks that hold the same
   // pieces (the same split rank in every copy), not over every rank of the stage.
   bool pieces = false;
+  // One weight tied across stages (Param::copies): summed over the ranks of every stage
+  // holding a copy (Module::tiedRanks), once the backward is done. Each of those stages has
+  // such a bucket of it, and the two are one collective.
+  bool tied = false;
 };
 
 // A number of the main script that sets the layout: the integer literal that a top-level
@@ -410,6 +419,13 @@ struct Module {
   ParamLayout paramLayout(const Program& p) const;
   // Whether p's rank holds parameter q (one of its stages' ops reads it).
   bool holdsParam(const Program& p, int q) const;
+  // Whether parameter q is a tied weight's copy on p's rank (held there, made in another
+  // stage): the gradient norm counts it at its maker.
+  bool holdsCopy(const Program& p, int q) const;
+  // The ranks of every stage holding tied weight q (its maker's and its copies'), sorted:
+  // of a weight cut in split regions (the same dim and width in each stage), those holding
+  // the pieces of split rank `splitRank`.
+  std::vector<int> tiedRanks(int q, int splitRank = 0) const;
   // ZeRO's domains on p's rank, in layout order: the block of the parameters it updates
   // that are summed over its stage's ranks (p.dataRanks; rank p.dataRank among them), and
   // the block of those summed over the ranks holding its split pieces (`pieces`; their

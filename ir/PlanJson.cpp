@@ -228,7 +228,8 @@ nlohmann::ordered_json planJson(const Module& m, const Prediction* predicted) {
                        {"bytes", b.bytes},
                        {"wire_bytes", m.wireBytes(b)},
                        {"ranks", b.ranks},
-                       {"split_pieces", b.pieces}});
+                       {"split_pieces", b.pieces},
+                       {"tied", b.tied}});
   for (const Program& p : m.programs)
     ranks.push_back(rankJson(m, p));
   json batch = nullptr, flops = nullptr;

@@ -529,31 +529,55 @@ void printPlan(const Module& m, std::ostream& out) {
   printSplitTraffic(m, out);
   printScheduleSection(m, out);
   printRecompute(m, out);
-  if (!m.buckets.empty()) {
+  std::vector<GradBucket> plain;        // the data-parallel buckets
+  std::map<int, std::vector<int>> tied; // a weight tied across stages -> its stages
+  std::map<int, int64_t> tiedBytes;     // ... -> what one copy's all-reduce carries
+  for (const GradBucket& b : m.buckets) {
+    if (!b.tied) {
+      plain.push_back(b);
+      continue;
+    }
+    tied[b.firstParam].push_back(b.stage);
+    tiedBytes[b.firstParam] = m.wireBytes(b);
+  }
+  if (!plain.empty()) {
     int64_t bytes = 0;
-    for (const GradBucket& b : m.buckets)
+    for (const GradBucket& b : plain)
       bytes += m.wireBytes(b);
-    bool alike = std::all_of(m.buckets.begin(), m.buckets.end(),
-                             [&](const GradBucket& b) { return b.ranks == m.buckets[0].ranks; });
+    bool alike = std::all_of(plain.begin(), plain.end(),
+                             [&](const GradBucket& b) { return b.ranks == plain[0].ranks; });
     bool scatter = m.zeroShardsGradients();
     out << fmt::format(
         "\ngradient reduction: {} in {} bucket{}, {} over {} in {}, {}\n",
-        formatBytes(static_cast<double>(bytes)), m.buckets.size(), m.buckets.size() == 1 ? "" : "s",
+        formatBytes(static_cast<double>(bytes)), plain.size(), plain.size() == 1 ? "" : "s",
         scatter ? "reduce-scattered to each rank's ZeRO slice in every micro-batch" : "summed",
-        alike ? fmt::format("{} ranks", m.buckets[0].ranks) : "each stage's ranks",
+        alike ? fmt::format("{} ranks", plain[0].ranks) : "each stage's ranks",
         wireName(m.policy.commDtype),
         m.policy.overlapComm ? "each started as soon as its gradients are final"
                              : "after the whole backward");
     // A pipeline: every stage's data-parallel group, and what it sums.
     for (size_t s = 0; mesh.stages.size() > 1 && s < mesh.stages.size(); ++s) {
       int64_t stageBytes = 0, count = 0;
-      for (const GradBucket& b : m.buckets)
+      for (const GradBucket& b : plain)
         if (b.stage == static_cast<int>(s)) stageBytes += m.wireBytes(b), ++count;
       if (count == 0) continue;
       out << fmt::format("  stage {}: {} in {} bucket{} over ranks {}\n", s,
                          formatBytes(static_cast<double>(stageBytes)), count, count == 1 ? "" : "s",
                          stageRankRanges(mesh, static_cast<int>(s)));
     }
+  }
+  for (const auto& [q, stages] : tied) {
+    std::vector<std::string> ranks;
+    for (int s : stages)
+      ranks.push_back(stageRankRanges(mesh, s));
+    bool pieces = m.reducedOverPieces(q);
+    out << fmt::format("{}tied weight @{}: one copy in each of stages {}, its gradients ({}{} in "
+                       "{}) summed over {} ranks {} after each stage's backward\n",
+                       plain.empty() ? "\n" : "  ", m.params[q].name, fmt::join(stages, " and "),
+                       formatBytes(static_cast<double>(tiedBytes.at(q))), pieces ? " a piece" : "",
+                       wireName(m.policy.commDtype),
+                       pieces ? "the ones holding the same piece among their" : "their",
+                       fmt::join(ranks, "; "));
   }
   out << "\nparameters per rank:\n";
   for (size_t s = 0; s < mesh.stages.size(); ++s) {

@@ -15,7 +15,8 @@
 //      from the stage that received the activation to the one that sent it, which owns
 //      the op (ops belong to the stage that receives what they move).
 //   6. After the backward: a grad-norm op when `clip_grad_norm` is set (or amp = fp16
-//      scales the loss), then one optimizer-step op per parameter.
+//      scales the loss), then one optimizer-step op per parameter (and per copy of a
+//      weight tied across stages, each in its stage).
 #include "passes/Passes.h"
 
 #include <fmt/format.h>
@@ -181,6 +182,11 @@ private:
       step.params = {static_cast<int>(p)};
       step.stage = m.ops[m.params[p].op].stage;
       step.site = m.ops[m.params[p].op].site;
+      for (int copy : m.params[p].copies) { // a tied weight's copy in another stage, alike
+        ir::Op again = step;
+        again.stage = copy;
+        m.ops.push_back(std::move(again));
+      }
       m.ops.push_back(std::move(step));
     }
   }

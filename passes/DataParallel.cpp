@@ -19,6 +19,10 @@
 //   4. ZeRO stage 2 (Module::zeroShardsGradients) holds about two buckets of gradients at a
 //      time besides each rank's slice: with `zero` >= 2, and without
 //      `bucket_mb` in the script, buckets are of kZeroBucketBytes rather than 25 MB.
+//   5. A weight tied across pipeline stages (Param::copies) is a bucket of its own in each
+//      stage holding it, summed over the ranks of all of them (Module::tiedRanks) after
+//      each one's backward: the embedding's gradient from the first stage and the head's
+//      from the last, as Megatron-LM sums them. Also in a pipeline of one rank a stage.
 #include "passes/Passes.h"
 
 #include <algorithm>
@@ -45,8 +49,12 @@ public:
     // its piece (or the whole, alike in its split group) from its copy's micro-batch, summed
     // over the ranks of its split rank in every copy and replica.
     bool split = mesh.stages.size() == 1 && mesh.stages[0].splitWidth > 1 && m.runRefusal().empty();
-    if (!copies && !split && !(mesh.pureDataParallel() && mesh.np > 1)) return false;
-    m.reduceRanks = copies ? mesh.dataParallel : mesh.np;
+    bool reduces = copies || split || (mesh.pureDataParallel() && mesh.np > 1);
+    bool tied = mesh.stages.size() > 1 && mesh.pipelineRefusal().empty() &&
+                std::any_of(m.params.begin(), m.params.end(),
+                            [](const ir::Param& p) { return !p.copies.empty(); });
+    if (!reduces && !tied) return false;
+    if (reduces) m.reduceRanks = copies ? mesh.dataParallel : mesh.np;
     auto widthOf = [&](int p) { return mesh.stages[m.ops[m.params[p].op].stage].splitWidth; };
     // A whole parameter whose op reads a cut tensor (sumOverSplit) has partial gradients
     // in its split group: summed over the whole stage, like those outside the regions.
@@ -63,10 +71,12 @@ public:
     for (size_t p = 0; p < m.params.size(); ++p)
       if (m.params[p].grad >= 0) gradOf[m.params[p].grad] = static_cast<int>(p);
     std::vector<int> lastBackward(mesh.stages.size(), -1); // by stage
+    std::vector<int> lastOfStage(mesh.stages.size(), -1);  // by stage, in a pipeline too
     for (size_t i = 0; i < m.ops.size(); ++i) {
       const ir::Op& op = m.ops[i];
       if (op.phase != ir::Phase::Backward) continue;
       lastBackward[stageOf(op)] = static_cast<int>(i);
+      lastOfStage[op.stage] = static_cast<int>(i);
       for (int t : op.outputs)
         if (t >= 0 && gradOf[t] >= 0) lastWriter[gradOf[t]] = static_cast<int>(i);
     }
@@ -75,19 +85,37 @@ public:
     if (m.policy.zero >= ir::ZeroStage::Gradients && !m.policy.keyLocs.count("bucket_mb") &&
         bucketBytes > 0)
       bucketBytes = std::min(bucketBytes, kZeroBucketBytes);
-    int end = static_cast<int>(m.params.size());
+    auto tiedAt = [&](int p) { return tied && !m.params[p].copies.empty(); };
+    int end = reduces ? static_cast<int>(m.params.size()) : 0;
     ir::GradBucket b{end, end, 0, -1, end > 0 ? paramStage(end - 1) : 0, 0};
     for (int p = end - 1; p >= 0; --p) {
+      if (tiedAt(p)) { // its own buckets, below; the run before it was closed
+        b = ir::GradBucket{p, p, 0, -1, p > 0 ? paramStage(p - 1) : 0, 0};
+        continue;
+      }
       b.firstParam = p;
       b.bytes += localBytes(p);
       b.readyOp = std::max(b.readyOp, lastWriter[p]);
       bool full = bucketBytes > 0 && b.bytes >= bucketBytes;
-      if (full || p == 0 || paramStage(p - 1) != b.stage || inRegion(p - 1) != inRegion(p)) {
+      if (full || p == 0 || paramStage(p - 1) != b.stage || inRegion(p - 1) != inRegion(p) ||
+          tiedAt(p - 1)) {
         if (!m.policy.overlapComm || b.readyOp < 0) b.readyOp = lastBackward[b.stage];
         b.pieces = inRegion(p);
         b.ranks = b.pieces ? ranksOf(b.stage) / widthOf(p) : ranksOf(b.stage);
         if (b.ranks > 1) m.buckets.push_back(b);
         b = ir::GradBucket{p, p, 0, -1, p > 0 ? paramStage(p - 1) : 0, 0};
+      }
+    }
+    for (int q = static_cast<int>(m.params.size()) - 1; q >= 0; --q) {
+      if (!tiedAt(q)) continue;
+      std::vector<int> stages{m.ops[m.params[q].op].stage};
+      stages.insert(stages.end(), m.params[q].copies.begin(), m.params[q].copies.end());
+      int ranks = static_cast<int>(m.tiedRanks(q).size());
+      for (int s : stages) {
+        ir::GradBucket t{q, q + 1, localBytes(q), lastOfStage[s], s, ranks};
+        t.pieces = inRegion(q);
+        t.tied = true;
+        m.buckets.push_back(t);
       }
     }
     return true;

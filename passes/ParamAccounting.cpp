@@ -61,46 +61,57 @@ public:
     for (auto& st : m.mesh.stages)
       st = clearFigures(st);
     StateBytes per = bytesPerParam(m);
-    ir::ZeroStage zero = m.policy.zero;
     for (const ir::Param& p : m.params) {
-      const ir::Op& op = m.ops[p.op];
-      ir::StagePlan& st = m.mesh.stages[op.stage];
-      std::optional<int64_t> count = ir::numElements(p.type.shape, {});
-      EPL_ASSERT(count.has_value(), "a parameter's shape is concrete and checked");
-      int64_t n = *count;
-      int region = m.splitScopeOf(op.scope);
-      int64_t ways = p.shardDim >= 0 && region >= 0 ? m.scopes[region].width : 1;
-      // Devices holding this same shard: ZeRO partitions states over them.
-      int64_t holders =
-          static_cast<int64_t>(m.mesh.dataParallel) * (region >= 0 ? st.copies() : st.group);
-      int64_t local = n / ways;
-      add(st.paramCount, n);
-      add(st.paramBytes, times(n, ir::dtypeBytes(p.type.dtype)));
-      add(st.rankParamCount, local);
-      add(st.rankParamBytes, times(local, ir::dtypeBytes(p.type.dtype)));
-      auto shard = [&](bool sharded, int64_t bytes) {
-        return times(sharded ? ceilDiv(local, holders) : local, bytes);
-      };
-      int64_t params = shard(zero >= ir::ZeroStage::Parameters, per.param);
-      int64_t grads = shard(zero >= ir::ZeroStage::Gradients, per.grad);
-      int64_t optimizer = shard(zero >= ir::ZeroStage::OptimizerStates, per.optimizer);
-      if (m.policy.offload != ir::Offload::None) {
-        add(st.offloadedBytes, optimizer);
-        optimizer = 0;
-      }
-      if (m.policy.offload == ir::Offload::Params) {
-        add(st.offloadedBytes, params);
-        params = 0;
-      }
-      add(st.stateParamBytes, params);
-      add(st.stateGradBytes, grads);
-      add(st.stateOptimizerBytes, optimizer);
+      std::vector<int> stages{m.ops[p.op].stage}; // its maker's, then a tied weight's copies
+      stages.insert(stages.end(), p.copies.begin(), p.copies.end());
+      for (int s : stages)
+        account(m, p, s, s == stages[0], per);
     }
     checkFit(m, ctx);
     return true;
   }
 
 private:
+  // Parameter p's figures in stage s: the model's count where it was made (`whole`), and
+  // what each device of s holds.
+  static void account(ir::Module& m, const ir::Param& p, int s, bool whole, StateBytes per) {
+    ir::ZeroStage zero = m.policy.zero;
+    const ir::Op& op = m.ops[p.op];
+    ir::StagePlan& st = m.mesh.stages[s];
+    std::optional<int64_t> count = ir::numElements(p.type.shape, {});
+    EPL_ASSERT(count.has_value(), "a parameter's shape is concrete and checked");
+    int64_t n = *count;
+    int region = m.splitScopeOf(op.scope);
+    int64_t ways = p.shardDim >= 0 && region >= 0 ? m.scopes[region].width : 1;
+    // Devices holding this same shard: ZeRO partitions states over them.
+    int64_t holders =
+        static_cast<int64_t>(m.mesh.dataParallel) * (region >= 0 ? st.copies() : st.group);
+    int64_t local = n / ways;
+    if (whole) {
+      add(st.paramCount, n);
+      add(st.paramBytes, times(n, ir::dtypeBytes(p.type.dtype)));
+    }
+    add(st.rankParamCount, local);
+    add(st.rankParamBytes, times(local, ir::dtypeBytes(p.type.dtype)));
+    auto shard = [&](bool sharded, int64_t bytes) {
+      return times(sharded ? ceilDiv(local, holders) : local, bytes);
+    };
+    int64_t params = shard(zero >= ir::ZeroStage::Parameters, per.param);
+    int64_t grads = shard(zero >= ir::ZeroStage::Gradients, per.grad);
+    int64_t optimizer = shard(zero >= ir::ZeroStage::OptimizerStates, per.optimizer);
+    if (m.policy.offload != ir::Offload::None) {
+      add(st.offloadedBytes, optimizer);
+      optimizer = 0;
+    }
+    if (m.policy.offload == ir::Offload::Params) {
+      add(st.offloadedBytes, params);
+      params = 0;
+    }
+    add(st.stateParamBytes, params);
+    add(st.stateGradBytes, grads);
+    add(st.stateOptimizerBytes, optimizer);
+  }
+
   static ir::StagePlan clearFigures(ir::StagePlan st) {
     st.paramCount = st.paramBytes = st.rankParamCount = st.rankParamBytes = 0;
     st.stateParamBytes = st.stateGradBytes = st.stateOptimizerBytes = st.offloadedBytes = 0;

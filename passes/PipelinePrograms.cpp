@@ -413,7 +413,7 @@ std::vector<ir::Program> pipelinePrograms(const ir::Module& m) {
         p.microBatches = micros;
         p.commDtype = m.policy.commDtype;
         for (size_t q = 0; q < m.params.size(); ++q)
-          if (m.params[q].grad >= 0 && m.ops[m.params[q].op].stage % depth == s)
+          if (m.params[q].grad >= 0 && m.holdsParam(p, static_cast<int>(q)))
             p.params.push_back(static_cast<int>(q));
         std::vector<ir::WorkItem> order = ir::stageOrder(schedule, s, shape);
         p.slots = peakInFlight(order, micros);
@@ -592,6 +592,13 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval, bool oneReplica) 
   int stages = m.programs.empty() ? 1 : m.programs[0].stages;
   bool grouped = stages > 1 && static_cast<int>(m.programs.size()) > stages;
   std::vector<int> stageGroup, replicaGroup;
+  // A weight tied across stages: the ranks of its stages (holding the same pieces) sum it.
+  std::map<std::pair<int, int>, int> tiedGroup; // (weight, split rank) -> its group
+  auto tiedGroupOf = [&](int q, int rank) {
+    int k = m.reducedOverPieces(q) ? m.programs[rank].splitRank : 0;
+    auto it = tiedGroup.find({q, k});
+    return it != tiedGroup.end() ? it->second : tiedGroup[{q, k}] = addGroup(m.tiedRanks(q, k));
+  };
   for (int s = 0; grouped && s < stages; ++s)
     stageGroup.push_back(addGroup(mesh.stageRanks(s)));
   for (int r = 0; grouped && r < mesh.dataParallel; ++r)
@@ -704,13 +711,18 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval, bool oneReplica) 
       }
       case ir::InstrKind::ReduceStart:
         reduces[in.bucket] = add(
-            ir::CommEvent::icollective(m.zeroShardsGradients() ? ir::CollectiveKind::ReduceScatter
-                                                               : ir::CollectiveKind::AllReduce,
-                                       m.buckets.at(in.bucket).pieces ? piecesGroupOf(rank)
-                                       : grouped                      ? stageGroup.at(p.stage)
-                                                                      : world,
-                                       m.buckets.at(in.bucket).bytes, ir::DType::F32,
-                                       fmt::format("reduce-start bucket {}", in.bucket)),
+            ir::CommEvent::icollective(
+                m.zeroShardsGradients() ? ir::CollectiveKind::ReduceScatter
+                                        : ir::CollectiveKind::AllReduce,
+                m.buckets.at(in.bucket).tied ? tiedGroupOf(m.buckets.at(in.bucket).firstParam, rank)
+                : m.buckets.at(in.bucket).pieces ? piecesGroupOf(rank)
+                : grouped                        ? stageGroup.at(p.stage)
+                                                 : world,
+                m.buckets.at(in.bucket).bytes, ir::DType::F32,
+                m.buckets.at(in.bucket).tied
+                    ? fmt::format("reduce-start tied @{}",
+                                  m.params[m.buckets.at(in.bucket).firstParam].name)
+                    : fmt::format("reduce-start bucket {}", in.bucket)),
             i);
         break;
       case ir::InstrKind::ReduceWait:

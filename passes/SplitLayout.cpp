@@ -129,20 +129,24 @@ private:
 
   // A weight two layers share (linear's `tie`) is cut one way: the later layer's form must
   // cut it along the dim the earlier one did (a column-parallel head and a vocab-parallel
-  // embedding both cut the vocabulary, dim 0).
+  // embedding both cut the vocabulary, dim 0) over the same width (an op outside every
+  // block joins the region of a top-level `split` stage). In two stages, each holds a copy
+  // cut alike (Param::copies).
   bool tiedCutsAgree(const ir::Module& m, const ir::Op& op, PassContext& ctx) {
+    int region = m.splitScopeOf(op.scope);
+    int width = region >= 0 ? m.scopes[region].width : 1;
     for (int q : op.params) {
-      int dim = m.params[q].shardDim;
-      auto [it, fresh] = cutBy_.try_emplace(q, std::make_pair(dim, op.name));
-      if (fresh || it->second.first == dim) continue;
-      auto along = [](int d) {
-        return d < 0 ? std::string("whole") : fmt::format("cut along dim {}", d);
+      int dim = width > 1 ? m.params[q].shardDim : -1;
+      auto [it, fresh] = cutBy_.try_emplace(q, TiedCut{dim, width, op.name});
+      if (fresh || (it->second.dim == dim && it->second.width == width)) continue;
+      auto along = [](int d, int w) {
+        return d < 0 ? std::string("whole") : fmt::format("cut along dim {} {} ways", d, w);
       };
       auto d = ctx.diags.error(
           op.site, fmt::format("`{}` would hold its tied weight `{}` {}, but `{}` holds it {}: a "
                                "tied weight is cut one way",
-                               op.name, m.params[q].name, along(dim), it->second.second,
-                               along(it->second.first)));
+                               op.name, m.params[q].name, along(dim, width), it->second.op,
+                               along(it->second.dim, it->second.width)));
       if (op.site.line == op.loc.line && op.site.file == op.loc.file)
         d.length(static_cast<uint32_t>(ir::opInfo(op.kind).name.size()));
       else
@@ -153,7 +157,11 @@ private:
     }
     return true;
   }
-  std::map<int, std::pair<int, std::string>> cutBy_; // parameter -> (its cut dim, first op)
+  struct TiedCut {
+    int dim, width; // the dim cut (-1: whole) and the split width
+    std::string op; // the first op reading it
+  };
+  std::map<int, TiedCut> cutBy_; // by parameter: how its first reader holds it
 
   bool assign(ir::Module& m, ir::Op& op, int w, int region, Layout& out, PassContext& ctx) {
     auto rank = [&](int t) { return static_cast<int>(m.tensors[t].type.shape.size()); };

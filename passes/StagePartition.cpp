@@ -10,8 +10,10 @@
 //      top-level `split(n)` stage, it is tensor-parallel too.
 //   4. With -np 1 the whole model is one stage on the one device: the reference run that
 //      every parallel plan must match (docs/language.md, "-np 1").
+//   5. A weight tied across stages (linear's `tie`) has a copy in each stage that reads it.
 #include "passes/Passes.h"
 
+#include <algorithm>
 #include <fmt/format.h>
 
 namespace epl::passes {
@@ -64,36 +66,49 @@ public:
             .help("remove the empty block, or move layers into it");
         return true;
       }
-    tiesInOneStage(m, ctx);
+    recordTiedCopies(m, ctx);
     return true;
   }
 
 private:
-  // A weight two layers share (linear's `tie`) lives in one stage: both layers must run
-  // there. Across stages each would hold a copy whose gradients are summed between the
-  // stages (as Megatron-LM does for the embedding and the head), which EPL does not do yet.
-  static void tiesInOneStage(const ir::Module& m, PassContext& ctx) {
-    for (size_t i = 0; i < m.ops.size(); ++i) {
-      const ir::Op& op = m.ops[i];
-      for (int p : op.params) {
-        const ir::Op& owner = m.ops[m.params[p].op];
-        if (owner.stage == op.stage) continue;
+  // A weight two layers share (linear's `tie`) in different stages: each of those stages
+  // holds a copy (Param::copies), as Megatron-LM holds the embedding in the first stage and
+  // the last. The copies' gradients are one all-reduce at the step's end, which ZeRO's
+  // gradient slices (stage 2 and 3) and interleaved model chunks do not fit yet.
+  static void recordTiedCopies(ir::Module& m, PassContext& ctx) {
+    for (ir::Param& p : m.params)
+      p.copies.clear();
+    for (const ir::Op& op : m.ops) {
+      for (int q : op.params) {
+        ir::Param& p = m.params[q];
+        const ir::Op& owner = m.ops[p.op];
+        if (owner.stage == op.stage ||
+            std::find(p.copies.begin(), p.copies.end(), op.stage) != p.copies.end())
+          continue;
+        p.copies.push_back(op.stage);
+        std::string unfit = m.policy.zero >= ir::ZeroStage::Gradients ? "zero"
+                            : m.policy.chunks > 1                     ? "chunks"
+                                                                      : "";
+        if (unfit.empty()) continue;
         auto d = ctx.diags.error(
-            op.site, fmt::format("`{}` (stage {}) ties its weight to `{}`, which is in stage {}: "
-                                 "a tied weight is used in one pipeline stage",
-                                 op.name, op.stage, owner.name, owner.stage));
+            op.site,
+            fmt::format("`{}` (stage {}) ties its weight to `{}` (stage {}): a weight tied "
+                        "across pipeline stages runs {} so far",
+                        op.name, op.stage, owner.name, owner.stage,
+                        unfit == "zero" ? "with `zero = 0` or `1`" : "with `chunks = 1`"));
         if (op.site.line == op.loc.line && op.site.file == op.loc.file)
           d.length(static_cast<uint32_t>(ir::opInfo(op.kind).name.size()));
-        d.noteAt(owner.site, fmt::format("`{}` is here, in stage {}", owner.name, owner.stage));
-        d.help("keep both layers in one stage (in one `replicate` block, or both outside "
-               "every block), or drop `tie`; weights shared across stages are not "
-               "supported yet");
+        if (m.policy.keyLocs.count(unfit)) d.noteAt(m.policy.keyLocs.at(unfit), "set here");
+        d.help("or keep both layers in one stage (one `replicate` block, or both outside "
+               "every block)");
         return;
       }
     }
   }
 
   static bool oneStage(ir::Module& m) {
+    for (ir::Param& p : m.params)
+      p.copies.clear();
     ir::StagePlan st;
     st.loc = m.loc;
     m.mesh.stages.push_back(st);

@@ -439,3 +439,53 @@ train lm {
     CHECK(p.optimizerBytes == 2 * half);
   }
 }
+
+TEST_CASE("a weight tied across stages has a copy in each, summed over both stages' ranks") {
+  // The embedding in stage 0, the head tied to it in stage 1; two copies of the pipeline.
+  std::string text = R"(
+model lm(tokens: i32[B, 16]) {
+  replicate { x = embedding(tokens, 64, 32) }
+  replicate {
+    loss = cross_entropy(linear(layer_norm(x), 64, bias = false, tie = embedding), next(tokens))
+  }
+  return loss
+}
+policy { micro_batches = 2 }
+train lm {
+  data = synthetic(samples = 16)
+  batch = 8
+  optimizer = adam(lr = 1e-3)
+}
+)";
+  epl::ir::Module m = planScript(text, 4);
+  REQUIRE(m.params.size() == 3); // the matrix, the norm's weight and bias
+  const epl::ir::Param& w = m.params[0];
+  CHECK(w.name == "embedding.weight");
+  CHECK(w.copies == std::vector<int>{1});
+  const int64_t matrix = 64 * 32;
+  CHECK(m.mesh.stages[0].paramCount == matrix); // counted once, where it was made
+  CHECK(m.mesh.stages[1].paramCount == 64);
+  CHECK(m.mesh.stages[1].rankParamCount == matrix + 64); // but held in both
+  CHECK(m.tiedRanks(0) == std::vector<int>{0, 1, 2, 3});
+  int steps = 0;
+  for (const epl::ir::Op& op : m.ops)
+    if (op.kind == epl::ir::OpKind::OptimizerStep && op.params == std::vector<int>{0}) ++steps;
+  CHECK(steps == 2); // each stage updates its copy
+  int tiedBuckets = 0;
+  for (const epl::ir::GradBucket& b : m.buckets)
+    if (b.tied) {
+      ++tiedBuckets;
+      CHECK(b.firstParam == 0);
+      CHECK(b.endParam == 1);
+      CHECK(b.ranks == 4);
+    } else {
+      CHECK(b.firstParam > 0); // the matrix is in no data-parallel bucket
+    }
+  CHECK(tiedBuckets == 2);
+  for (const epl::ir::Program& p : m.programs) {
+    INFO("rank " << p.rank << ", stage " << p.stage);
+    CHECK(m.holdsParam(p, 0));
+    CHECK(m.holdsCopy(p, 0) == (p.stage == 1));
+    CHECK(m.paramLayout(p).bytes[0] == 4 * matrix);
+  }
+}

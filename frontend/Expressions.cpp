@@ -335,6 +335,7 @@ Value Elaborator::emitOp(ir::OpKind kind, const ast::Expr& at, std::vector<int> 
                 ir::TensorType{ir::DType::F32, spec.shape}, id, -1};
     p.init = spec.init;
     p.fanIn = spec.fanIn;
+    p.initStd = spec.std;
     m.params.push_back(std::move(p));
     op.params.push_back(static_cast<int>(m.params.size()) - 1);
   }

@@ -37,7 +37,7 @@ std::vector<float> initialValues(const ir::Module& m, int p, uint64_t seed) {
   switch (prm.init) {
   case ir::ParamInit::Normal:
     for (float& x : v)
-      x = static_cast<float>(rng.normal());
+      x = static_cast<float>(rng.normal() * prm.initStd);
     break;
   case ir::ParamInit::One:
   case ir::ParamInit::Zero:

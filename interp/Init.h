@@ -13,7 +13,7 @@ namespace epl::interp {
 //   linear, conv2d, attention and mlp projections, moe router and experts: weight and
 //     bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = the weight's input width
 //     (torch.nn.Linear / Conv2d: kaiming_uniform_ with a = sqrt(5), and their bias rule);
-//   embedding, positions: N(0, 1) (torch.nn.Embedding);
+//   embedding, positions: N(0, std), std 1 unless the call says (torch.nn.Embedding);
 //   layer_norm, rms_norm: weight 1, bias 0.
 std::vector<float> initialValues(const ir::Module& m, int p, uint64_t seed);
 

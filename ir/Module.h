@@ -77,6 +77,7 @@ struct Param {
   int grad = -1;                       // its gradient tensor, once autodiff ran
   ParamInit init = ParamInit::Uniform; // from its op's ParamSpec
   int64_t fanIn = 1;
+  double initStd = 1; // Normal's standard deviation (embedding's `std`)
   // A weight tied across pipeline stages (linear's `tie`; stage-partition): the other
   // stages whose ops read it. Each holds a copy, initialised alike; the copies' gradients
   // are summed over the ranks of every such stage (a `tied` GradBucket), and each stage's

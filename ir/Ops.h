@@ -114,6 +114,7 @@ struct ParamSpec {
   Shape shape;
   ParamInit init = ParamInit::Uniform;
   int64_t fanIn = 1; // the weight's input width, for Uniform
+  double std = 1;    // the standard deviation, for Normal
 };
 
 // What an op's backward needs from its forward: the tensors the forward saves after its

@@ -4,6 +4,7 @@
 // Adam holds, 16 Psi (4 weights + 4 gradients + 8 moments); ZeRO-1 8 Psi + 8 Psi / N;
 // ZeRO-2 4 Psi + 12 Psi / N; ZeRO-3 16 Psi / N. (The ZeRO paper's 4 Psi + 12 Psi / N and
 // 2 Psi + 14 Psi / N count a persistent fp16 copy of the weights and fp16 gradients.)
+#include "interp/Init.h"
 #include "interp/Trainer.h"
 #include "lib/Epl.h"
 
@@ -11,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -488,4 +490,38 @@ train lm {
     CHECK(m.holdsCopy(p, 0) == (p.stage == 1));
     CHECK(m.paramLayout(p).bytes[0] == 4 * matrix);
   }
+}
+
+TEST_CASE("an embedding's `std` scales its initial values, the default drawing N(0, 1)") {
+  auto planWith = [](const std::string& call) {
+    return planScript(fmt::format(R"(
+model lm(tokens: i32[B, 16]) {{
+  x = {}
+  return cross_entropy(linear(x, 256), next(tokens))
+}}
+train lm {{
+  data = synthetic(samples = 8)
+  batch = 8
+}}
+)",
+                                  call),
+                      1);
+  };
+  auto stdOf = [](const std::vector<float>& v) {
+    double sum = 0, squares = 0;
+    for (float x : v)
+      sum += x, squares += static_cast<double>(x) * x;
+    double mean = sum / static_cast<double>(v.size());
+    return std::sqrt(squares / static_cast<double>(v.size()) - mean * mean);
+  };
+  epl::ir::Module plain = planWith("embedding(tokens, 256, 64)");
+  epl::ir::Module small = planWith("embedding(tokens, 256, 64, std = 0.02)");
+  REQUIRE(small.params[0].name == "embedding.weight");
+  CHECK(small.params[0].initStd == 0.02);
+  std::vector<float> one = epl::interp::initialValues(plain, 0, 7);
+  std::vector<float> scaled = epl::interp::initialValues(small, 0, 7);
+  REQUIRE(one.size() == 256 * 64);
+  CHECK(stdOf(one) == Approx(1).epsilon(0.03)); // 16,384 draws: a standard error of 0.6%
+  for (size_t i = 0; i < one.size(); ++i)       // the same draws, scaled (each rounded once)
+    REQUIRE(scaled[i] == Approx(one[i] * 0.02).epsilon(1e-6));
 }

@@ -96,8 +96,8 @@ private:
   std::string uniqueName(Context& ctx, const std::string& base, bool inRepeat);
   static int tiedWeight(const ir::Module& m, const std::string& layer);
   void checkTie(const ast::Expr& at, const std::string& layer, Context& ctx);
-  void checkTie(const ast::Expr& at, const Context& ctx, const ir::Op& op, int tied,
-                const ir::TensorType& want);
+  void checkTiedWeight(const ast::Expr& at, const Context& ctx, const ir::Op& op, int tied,
+                       const ir::TensorType& want);
   Value lookup(const ast::Expr& e, Frame& frame);
   // A bare name bound neither in `frame` nor globally: a new dim symbol, or a word.
   bool unbound(const ast::Expr& e, const Frame& frame) const;

@@ -283,8 +283,8 @@ void Elaborator::checkTensorSizes(const ast::Expr& at, const Context& ctx, ir::O
 
 // A layer that ties its weight to parameter `tied` of an earlier one needs a weight of the
 // same shape, cut the same way: both outside `split` blocks or both in the same one.
-void Elaborator::checkTie(const ast::Expr& at, const Context& ctx, const ir::Op& op, int tied,
-                          const ir::TensorType& want) {
+void Elaborator::checkTiedWeight(const ast::Expr& at, const Context& ctx, const ir::Op& op,
+                                 int tied, const ir::TensorType& want) {
   const ir::Module& m = *ctx.module;
   const ir::Param& p = m.params[tied];
   const ir::Op& owner = m.ops[p.op];
@@ -327,7 +327,7 @@ Value Elaborator::emitOp(ir::OpKind kind, const ast::Expr& at, std::vector<int> 
   int tied = tie == attrs.end() ? -1 : tiedWeight(m, std::get<std::string>(tie->second));
   for (const auto& spec : params) {
     if (tied >= 0 && spec.name == "weight") { // linear's `tie`: the earlier layer's weight
-      checkTie(at, ctx, op, tied, ir::TensorType{ir::DType::F32, spec.shape});
+      checkTiedWeight(at, ctx, op, tied, ir::TensorType{ir::DType::F32, spec.shape});
       op.params.push_back(tied);
       continue;
     }

@@ -452,8 +452,7 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
   for (const ir::GradBucket& b : m.buckets)
     b.tied ? void(tied.insert(b.firstParam)) : plain.push_back(b);
   for (int q : tied) {
-    std::vector<int> stages{m.ops[m.params[q].op].stage};
-    stages.insert(stages.end(), m.params[q].copies.begin(), m.params[q].copies.end());
+    std::vector<int> stages = m.stagesHolding(q);
     out << fmt::format("tied weight @{}: a copy in stages {}, its gradients summed over their {} "
                        "ranks after the backward\n",
                        m.params[q].name, fmt::join(stages, " and "), m.tiedRanks(q).size());

@@ -513,11 +513,16 @@ bool Module::holdsCopy(const Program& p, int q) const {
   return op >= 0 && ops[op].stage % mesh.depth() != p.stage && holdsParam(p, q);
 }
 
+std::vector<int> Module::stagesHolding(int q) const {
+  std::vector<int> stages{ops[params[q].op].stage};
+  stages.insert(stages.end(), params[q].copies.begin(), params[q].copies.end());
+  return stages;
+}
+
 std::vector<int> Module::tiedRanks(int q, int splitRank) const {
-  std::vector<int> stages = params[q].copies, out;
-  stages.push_back(ops[params[q].op].stage);
+  std::vector<int> out;
   bool pieces = reducedOverPieces(q);
-  for (int s : stages) {
+  for (int s : stagesHolding(q)) {
     const StagePlan& st = mesh.stages[s];
     for (int r = 0; r < mesh.dataParallel; ++r)
       for (int local = 0; local < st.group; ++local)

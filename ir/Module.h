@@ -420,6 +420,8 @@ struct Module {
   ParamLayout paramLayout(const Program& p) const;
   // Whether p's rank holds parameter q (one of its stages' ops reads it).
   bool holdsParam(const Program& p, int q) const;
+  // The stages holding parameter q: its maker's, then a tied weight's copies'.
+  std::vector<int> stagesHolding(int q) const;
   // Whether parameter q is a tied weight's copy on p's rank (held there, made in another
   // stage): the gradient norm counts it at its maker.
   bool holdsCopy(const Program& p, int q) const;

@@ -108,10 +108,8 @@ public:
     }
     for (int q = static_cast<int>(m.params.size()) - 1; q >= 0; --q) {
       if (!tiedAt(q)) continue;
-      std::vector<int> stages{m.ops[m.params[q].op].stage};
-      stages.insert(stages.end(), m.params[q].copies.begin(), m.params[q].copies.end());
       int ranks = static_cast<int>(m.tiedRanks(q).size());
-      for (int s : stages) {
+      for (int s : m.stagesHolding(q)) {
         ir::GradBucket t{q, q + 1, localBytes(q), lastOfStage[s], s, ranks};
         t.pieces = inRegion(q);
         t.tied = true;

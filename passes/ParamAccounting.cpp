@@ -61,11 +61,10 @@ public:
     for (auto& st : m.mesh.stages)
       st = clearFigures(st);
     StateBytes per = bytesPerParam(m);
-    for (const ir::Param& p : m.params) {
-      std::vector<int> stages{m.ops[p.op].stage}; // its maker's, then a tied weight's copies
-      stages.insert(stages.end(), p.copies.begin(), p.copies.end());
+    for (size_t q = 0; q < m.params.size(); ++q) {
+      std::vector<int> stages = m.stagesHolding(static_cast<int>(q));
       for (int s : stages)
-        account(m, p, s, s == stages[0], per);
+        account(m, m.params[q], s, s == stages[0], per);
     }
     checkFit(m, ctx);
     return true;

@@ -218,18 +218,54 @@ namespace {
 
 // A layout (the knobs' values) and the plans tried with it.
 struct Layout {
-  std::vector<Setting> knobs; // in Module::layoutKnobs order
+  std::vector<Setting> knobs;       // in Module::layoutKnobs order
+  std::map<size_t, Setting> values; // the same while they are chosen, by knob
   std::map<std::pair<uint32_t, uint32_t>, int64_t> literals;
   double best = 0;                          // its fastest plan that fits, 0 when none
   std::vector<std::vector<Setting>> policy; // the policy's choices (its micro-batch counts)
 };
 
-// "stages", or "split width (line 14)" for a width written in its block.
+// "stages", or "split width (line 14)" for a width written in its block, or
+// "transformer_block repeat (line 9)" for the layers of a stage.
 std::string knobName(const ir::LayoutKnob& k) {
   if (!k.let.empty()) return k.let;
-  return fmt::format("{} (line {})",
-                     k.kind == ir::LayoutKnob::Kind::Stages ? "stage repeat" : "split width",
-                     k.loc.line);
+  switch (k.kind) {
+  case ir::LayoutKnob::Kind::Stages:
+    return fmt::format("stage repeat (line {})", k.loc.line);
+  case ir::LayoutKnob::Kind::SplitWidth:
+    return fmt::format("split width (line {})", k.loc.line);
+  case ir::LayoutKnob::Kind::Layers:
+    return fmt::format("{} repeat (line {})", k.def, k.loc.line);
+  }
+  return "";
+}
+
+// The ways to deal a chain's layers (LayoutKnob::chain) over its stages, each at least one,
+// the script's first: every way for two stages (up to 64 of them, around the script's),
+// else the script's with 1, 2, 4… layers moved between two neighbouring stages.
+std::vector<std::vector<int64_t>> dealings(const std::vector<int64_t>& script) {
+  std::vector<std::vector<int64_t>> out{script};
+  int64_t total = 0;
+  for (int64_t v : script)
+    total += v;
+  auto add = [&](std::vector<int64_t> d) {
+    if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(std::move(d));
+  };
+  if (script.size() == 2) {
+    for (int64_t step = 1; step < total && out.size() < 64; ++step)
+      for (int64_t first : {script[0] - step, script[0] + step})
+        if (first >= 1 && first <= total - 1) add({first, total - first});
+    return out;
+  }
+  for (size_t i = 0; i + 1 < script.size(); ++i)
+    for (int64_t move = 1; move < total; move *= 2)
+      for (int64_t sign : {-1, 1}) {
+        std::vector<int64_t> d = script;
+        d[i] += sign * move;
+        d[i + 1] -= sign * move;
+        if (d[i] >= 1 && d[i + 1] >= 1) add(d);
+      }
+  return out;
 }
 
 // The values tried for each knob, the script's first: pipeline depths of powers of two up
@@ -238,7 +274,35 @@ std::string knobName(const ir::LayoutKnob& k) {
 // tried as the planner chooses it (0, "auto").
 std::vector<Layout> layouts(const ir::Module& m, const ir::Cluster& cluster) {
   std::vector<Layout> out{{}};
-  for (const ir::LayoutKnob& k : m.layoutKnobs) {
+  // Each knob in order; a chain of Layers knobs at its first, all of it at once.
+  std::vector<bool> done(m.layoutKnobs.size(), false);
+  for (size_t i = 0; i < m.layoutKnobs.size(); ++i) {
+    const ir::LayoutKnob& k = m.layoutKnobs[i];
+    if (done[i]) continue;
+    if (k.kind == ir::LayoutKnob::Kind::Layers) {
+      std::vector<size_t> members;
+      std::vector<int64_t> script;
+      for (size_t j = i; j < m.layoutKnobs.size(); ++j)
+        if (m.layoutKnobs[j].kind == ir::LayoutKnob::Kind::Layers &&
+            m.layoutKnobs[j].chain == k.chain) {
+          members.push_back(j);
+          script.push_back(m.layoutKnobs[j].value);
+          done[j] = true;
+        }
+      std::vector<Layout> next;
+      for (const Layout& prefix : out)
+        for (const std::vector<int64_t>& d : dealings(script)) {
+          Layout l = prefix;
+          for (size_t x = 0; x < members.size(); ++x) {
+            const ir::LayoutKnob& member = m.layoutKnobs[members[x]];
+            l.literals[{member.loc.line, member.loc.col}] = d[x];
+            l.values[members[x]] = {knobName(member), std::to_string(d[x])};
+          }
+          next.push_back(std::move(l));
+        }
+      out = std::move(next);
+      continue;
+    }
     bool stages = k.kind == ir::LayoutKnob::Kind::Stages;
     int64_t limit = stages ? std::min<int64_t>(m.mesh.np, 256) : cluster.devicesPerNode;
     std::vector<int64_t> values{k.value};
@@ -248,12 +312,15 @@ std::vector<Layout> layouts(const ir::Module& m, const ir::Cluster& cluster) {
     for (const Layout& prefix : out)
       for (int64_t v : values) {
         Layout l = prefix;
-        l.knobs.push_back({knobName(k), v > 0 ? std::to_string(v) : "auto"});
+        l.values[i] = {knobName(k), v > 0 ? std::to_string(v) : "auto"};
         if (v > 0) l.literals[{k.loc.line, k.loc.col}] = v; // 0: the planner's choice
         next.push_back(std::move(l));
       }
     out = std::move(next);
   }
+  for (Layout& l : out)
+    for (auto& [index, setting] : l.values)
+      l.knobs.push_back(setting);
   return out;
 }
 
@@ -366,6 +433,10 @@ int searchPolicy(const std::string& script, const PlanOptions& base, const ir::C
   }
   if (!first->train.present) {
     std::cerr << "error: --search needs a train block: the batch and the optimizer\n";
+    return 2;
+  }
+  if (std::string few = cluster.tooFew(first->mesh.np); !few.empty()) {
+    std::cerr << "error: --cluster: " << few << "\n";
     return 2;
   }
   ir::Cluster machines = cluster.forRanks(first->mesh.np);
@@ -637,8 +708,9 @@ int searchPolicy(const std::string& script, const PlanOptions& base, const ir::C
   std::string why;
   auto reason = [&](const std::string& text) { why += (why.empty() ? "" : "; ") + text; };
   if (memory > 0)
-    reason(fmt::format("{} did not fit the device's {}", memory,
-                       formatBytes(best.predicted.deviceBytes)));
+    reason(cluster.groups.empty() ? fmt::format("{} did not fit the device's {}", memory,
+                                                formatBytes(best.predicted.deviceBytes))
+                                  : fmt::format("{} did not fit their devices' memory", memory));
   if (failed > 0) reason(fmt::format("{} did not plan (first: {})", failed, firstError));
   for (const auto& [part, n] : slower)
     reason(fmt::format("{} lost most on {}", n, part));

@@ -8,12 +8,12 @@
 
 namespace epl::driver {
 
-// Plans the script under other layouts (the stage counts and split widths its text writes,
-// ir::LayoutKnob) and every combination of micro_batches, schedule (with a pipeline), zero
-// (with data parallelism) and recompute, as cost-only plans; predicts each on `cluster`,
-// and prints the fastest that fit the device's memory, why the others lost, and the
-// winner as --set options and as a diff of the script (docs/cluster.md). 0, or 1 when no
-// candidate plans or fits.
+// Plans the script under other layouts (the stage counts, split widths and layers per
+// stage its text writes, ir::LayoutKnob) and every combination of micro_batches, schedule
+// (with a pipeline), zero (with data parallelism) and recompute, as cost-only plans;
+// predicts each on `cluster`, and prints the fastest that fit the devices' memory, why
+// the others lost, and the winner as --set options and as a diff of the script
+// (docs/cluster.md). 0, or 1 when no candidate plans or fits.
 int searchPolicy(const std::string& script, const PlanOptions& base, const ir::Cluster& cluster,
                  std::ostream& out);
 

@@ -507,6 +507,11 @@ int main(int argc, char** argv) {
       std::cerr << "error: --cluster: " << error << "\n";
       return 2;
     }
+    // Before planning where -np is given (a plan may fail for other reasons at that width).
+    if (std::string few = machines->tooFew(planArgs.np); !few.empty()) {
+      std::cerr << "error: --cluster: " << few << "\n";
+      return 2;
+    }
   }
   if (search)
     return epl::driver::searchPolicy(planArgs.script, planOptions(planArgs), *machines, std::cout);
@@ -515,6 +520,10 @@ int main(int argc, char** argv) {
   if (!svgDir.empty() && !writeSvgs(*m, svgDir)) return 1;
   if (rank >= 0) return printRank(*m, rank);
   std::optional<epl::ir::Prediction> predicted;
+  if (machines && !machines->tooFew(m->mesh.np).empty()) { // -np left out: one replica's
+    std::cerr << "error: --cluster: " << machines->tooFew(m->mesh.np) << "\n";
+    return 2;
+  }
   if (machines) predicted = epl::ir::predict(*m, machines->forRanks(m->mesh.np));
   if (printJson) {
     epl::ir::printPlanJson(*m, std::cout, predicted ? &*predicted : nullptr);

@@ -442,11 +442,35 @@ Value Elaborator::evalRepeat(const ast::Expr& e, Frame& frame, Context* ctx) {
   // The threaded name is rebound in a copy of the frame, so the caller's `x` is unchanged.
   Frame local = frame;
   Value v;
+  size_t firstOp = ctx->module->ops.size();
   for (int64_t i = 0; i < k; ++i) {
     v = evalCall(e, local, ctx, true);
     local.vars[first.text] = v;
   }
+  noteLayers(e, *ctx, firstOp);
   return v;
+}
+
+// A count written as a literal of the main script, directly in a top-level block that
+// runs once (ir::LayoutKnob::Kind::Layers): the search may move layers between stages.
+void Elaborator::noteLayers(const ast::Expr& e, Context& ctx, size_t firstOp) {
+  const ast::Expr& count = *e.operands[0];
+  if (count.kind != ast::ExprKind::Int || count.loc.file != mainFile_ || ctx.onceBlock < 0 ||
+      ctx.scope != ctx.onceBlock || !ctx.callStack.empty())
+    return;
+  ir::Module& m = *ctx.module;
+  for (const ir::LayoutKnob& k : m.layoutKnobs)
+    if (k.loc.line == count.loc.line && k.loc.col == count.loc.col) return;
+  ir::LayoutKnob k;
+  k.kind = ir::LayoutKnob::Kind::Layers;
+  k.loc = count.loc;
+  k.length = count.length;
+  k.value = eval(count, globals_, nullptr).i;
+  k.def = e.text;
+  k.block = ctx.onceBlock;
+  k.firstOp = firstOp;
+  k.endOp = m.ops.size();
+  m.layoutKnobs.push_back(k);
 }
 
 } // namespace epl::frontend

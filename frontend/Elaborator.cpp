@@ -3,6 +3,7 @@
 
 #include "support/Text.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fmt/format.h>
 #include <fstream>
@@ -213,7 +214,39 @@ std::optional<ir::Module> Elaborator::elaborateModel(const ast::Function& model)
   } catch (const CompileAborted&) {
     return std::nullopt;
   }
+  chainLayers(m);
   return m;
+}
+
+// Layers knobs that can move layers between stages without changing the model: repeats of
+// one def in different top-level blocks, each's ops right after the previous one's (a block
+// ends with its repeat, the next block begins with its own, an inner block holds nothing
+// else). Each chain of two or more gets an id; the other Layers knobs are dropped.
+void Elaborator::chainLayers(ir::Module& m) {
+  using Kind = ir::LayoutKnob::Kind;
+  std::vector<ir::LayoutKnob*> layers;
+  for (ir::LayoutKnob& k : m.layoutKnobs)
+    if (k.kind == Kind::Layers) layers.push_back(&k);
+  std::sort(layers.begin(), layers.end(), [](const ir::LayoutKnob* a, const ir::LayoutKnob* b) {
+    return a->firstOp < b->firstOp;
+  });
+  int chains = 0;
+  for (size_t i = 0; i < layers.size();) {
+    size_t j = i + 1;
+    while (j < layers.size() && layers[j]->def == layers[i]->def &&
+           layers[j]->firstOp == layers[j - 1]->endOp && layers[j]->block != layers[j - 1]->block)
+      ++j;
+    if (j - i >= 2) {
+      for (size_t k = i; k < j; ++k)
+        layers[k]->chain = chains;
+      ++chains;
+    }
+    i = j;
+  }
+  m.layoutKnobs.erase(
+      std::remove_if(m.layoutKnobs.begin(), m.layoutKnobs.end(),
+                     [](const ir::LayoutKnob& k) { return k.kind == Kind::Layers && k.chain < 0; }),
+      m.layoutKnobs.end());
 }
 
 // The dims of a model input: integers, known names or new symbols, each positive.
@@ -441,6 +474,7 @@ void Elaborator::runParallel(const ast::ParallelBlock& b, Frame& frame, Context&
     Context inner = ctx;
     inner.scope = m.addScope(scope);
     inner.topLevel = false;
+    inner.onceBlock = ctx.topLevel && repeat == 1 ? inner.scope : -1;
     Value v = runBody(b.body, frame, inner);
     if (v.kind != Value::Kind::None) {
       returned = true;

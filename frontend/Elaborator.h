@@ -26,7 +26,9 @@ private:
   struct Context {
     ir::Module* module = nullptr;
     int scope = 0;
-    bool topLevel = false;  // directly in the model body
+    bool topLevel = false; // directly in the model body
+    // Directly in a top-level block that runs once (not `repeat(n) replicate`): its scope.
+    int onceBlock = -1;
     std::string namePrefix; // "transformer_block.0/"
     SourceLoc site;         // the model-body call being expanded, if inside a def
     std::vector<const ast::Function*> callStack;
@@ -64,6 +66,8 @@ private:
   Value evalNumbers(const ast::Expr& e, double x, double y);
   Value evalCall(const ast::Expr& e, Frame& frame, Context* ctx, bool inRepeat);
   Value evalRepeat(const ast::Expr& e, Frame& frame, Context* ctx);
+  void noteLayers(const ast::Expr& e, Context& ctx, size_t firstOp);
+  void chainLayers(ir::Module& m);
   Value callBuiltin(const ir::OpInfo& info, const ast::Expr& call, std::vector<Value> args,
                     Context& ctx, bool inRepeat);
   Value callDef(const ast::Function& def, const ast::Expr& call, std::vector<Value> args,

@@ -78,6 +78,79 @@ bool link(const json& obj, const std::string& where, Link& out, std::string& err
          number(obj, where, "latency", true, out.latency, error);
 }
 
+// A device object (docs/cluster.md's `device` fields); `attention` is its default kernel.
+bool device(const json& d, const std::string& where, ClusterDevice::Attention attention,
+            ClusterDevice& out, std::string& error) {
+  if (!checkKeys(d, where,
+                 {"name", "memory_bytes", "memory_bandwidth", "peak_flops", "matmul_efficiency",
+                  "memory_efficiency", "attention"},
+                 error))
+    return false;
+  out.name = d.value("name", "device");
+  if (!number(d, where, "memory_bytes", true, out.memoryBytes, error) ||
+      !number(d, where, "memory_bandwidth", true, out.memoryBandwidth, error) ||
+      !number(d, where, "matmul_efficiency", false, out.matmulEfficiency, error) ||
+      !number(d, where, "memory_efficiency", false, out.memoryEfficiency, error))
+    return false;
+  if (out.matmulEfficiency > 1 || out.memoryEfficiency > 1) {
+    error = fmt::format("{}: an efficiency is a share of the peak, at most 1", where);
+    return false;
+  }
+  out.attention = attention;
+  if (d.contains("attention")) {
+    const json& a = d["attention"];
+    if (a != "scores" && a != "tiles") {
+      error = fmt::format("{}: `attention` is \"scores\" or \"tiles\", got {}", where, a.dump());
+      return false;
+    }
+    out.attention =
+        a == "tiles" ? ClusterDevice::Attention::Tiles : ClusterDevice::Attention::Scores;
+  }
+  if (!d.contains("peak_flops")) {
+    error = fmt::format("{}: `peak_flops` is missing", where);
+    return false;
+  }
+  const json& p = d["peak_flops"];
+  std::string peaks = where + ".peak_flops";
+  if (!checkKeys(p, peaks, {"f32", "bf16", "fp16"}, error) ||
+      !number(p, peaks, "f32", true, out.peakF32, error))
+    return false;
+  out.peakBf16 = out.peakF16 = out.peakF32;
+  return number(p, peaks, "bf16", false, out.peakBf16, error) &&
+         number(p, peaks, "fp16", false, out.peakF16, error);
+}
+
+// `device_groups`: a list of {"devices": n, "device": {...}}, ranks filling them in order.
+bool deviceGroups(const json& list, const std::string& where, ClusterDevice::Attention attention,
+                  std::vector<Cluster::DeviceGroup>& out, std::string& error) {
+  if (!list.is_array() || list.empty()) {
+    error =
+        fmt::format("{}: must be a list of groups, {{\"devices\": n, \"device\": {{…}}}}", where);
+    return false;
+  }
+  for (size_t i = 0; i < list.size(); ++i) {
+    std::string at = fmt::format("{}[{}]", where, i);
+    const json& g = list[i];
+    double n = 0;
+    if (!checkKeys(g, at, {"devices", "device"}, error) ||
+        !number(g, at, "devices", true, n, error))
+      return false;
+    if (n != static_cast<int>(n)) {
+      error = fmt::format("{}: `devices` is a whole number, got {}", at, g["devices"].dump());
+      return false;
+    }
+    if (!g.contains("device")) {
+      error = fmt::format("{}: `device` is missing", at);
+      return false;
+    }
+    Cluster::DeviceGroup group;
+    group.count = static_cast<int>(n);
+    if (!device(g["device"], at + ".device", attention, group.device, error)) return false;
+    out.push_back(group);
+  }
+  return true;
+}
+
 // The measured rate at the most threads measured up to `threads`.
 double rateAt(const std::map<int, double>& rates, int threads) {
   double rate = rates.empty() ? 0 : rates.begin()->second;
@@ -215,6 +288,40 @@ Cluster Cluster::forRanks(int np) const {
   return c;
 }
 
+int Cluster::deviceCount() const {
+  int n = 0;
+  for (const DeviceGroup& g : groups)
+    n += g.count;
+  return n;
+}
+
+int Cluster::groupOf(int rank) const {
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (rank < groups[g].count) return static_cast<int>(g);
+    rank -= groups[g].count;
+  }
+  return groups.empty() ? 0 : static_cast<int>(groups.size()) - 1;
+}
+
+const ClusterDevice& Cluster::deviceOf(int rank) const {
+  return groups.empty() ? device : groups[static_cast<size_t>(groupOf(rank))].device;
+}
+
+std::string Cluster::devicesName() const {
+  if (groups.empty()) return device.name;
+  std::vector<std::string> parts;
+  for (const DeviceGroup& g : groups)
+    parts.push_back(fmt::format("{} x {}", g.count, g.device.name));
+  return fmt::format("{}", fmt::join(parts, " + "));
+}
+
+std::string Cluster::tooFew(int np) const {
+  int n = deviceCount();
+  if (n == 0 || np <= n) return "";
+  return fmt::format("the plan needs {} devices and cluster `{}` has {} ({})", np, name, n,
+                     devicesName());
+}
+
 std::string hereClusterPath() {
   if (const char* p = std::getenv("EPL_CLUSTER_HERE"); p && *p) return p;
   if (const char* x = std::getenv("XDG_CONFIG_HOME"); x && *x)
@@ -236,8 +343,8 @@ std::optional<Cluster> parseCluster(const std::string& text, const std::string& 
   }
   Cluster c;
   if (!checkKeys(j, source,
-                 {"name", "devices_per_node", "nodes", "device", "intra_node", "inter_node",
-                  "calibration"},
+                 {"name", "devices_per_node", "nodes", "device", "device_groups", "intra_node",
+                  "inter_node", "calibration"},
                  error))
     return std::nullopt;
   c.name = j.value("name", source);
@@ -251,53 +358,33 @@ std::optional<Cluster> parseCluster(const std::string& text, const std::string& 
   }
   c.devicesPerNode = static_cast<int>(perNode);
   c.nodes = static_cast<int>(nodes);
-  if (!j.contains("device") || !j.contains("intra_node")) {
-    error =
-        fmt::format("{}: `{}` is missing", source, j.contains("device") ? "intra_node" : "device");
+  bool groups = j.contains("device_groups");
+  if (groups && j.contains("device")) {
+    error = fmt::format("{}: `device` and `device_groups` are two ways to say the same: give one",
+                        source);
     return std::nullopt;
   }
-  const json& d = j["device"];
-  std::string where = source + ": device";
-  if (!checkKeys(d, where,
-                 {"name", "memory_bytes", "memory_bandwidth", "peak_flops", "matmul_efficiency",
-                  "memory_efficiency", "attention"},
-                 error))
-    return std::nullopt;
-  c.device.name = d.value("name", "device");
-  if (!number(d, where, "memory_bytes", true, c.device.memoryBytes, error) ||
-      !number(d, where, "memory_bandwidth", true, c.device.memoryBandwidth, error) ||
-      !number(d, where, "matmul_efficiency", false, c.device.matmulEfficiency, error) ||
-      !number(d, where, "memory_efficiency", false, c.device.memoryEfficiency, error))
-    return std::nullopt;
-  if (c.device.matmulEfficiency > 1 || c.device.memoryEfficiency > 1) {
-    error = fmt::format("{}: an efficiency is a share of the peak, at most 1", where);
+  if (!(j.contains("device") || groups) || !j.contains("intra_node")) {
+    error = fmt::format("{}: `{}` is missing", source,
+                        j.contains("device") || groups ? "intra_node" : "device");
     return std::nullopt;
   }
   // A calibrated machine is this one: the CPU kernel's tiles; a described device a GPU's.
-  c.device.attention = j.contains("calibration") ? ClusterDevice::Attention::Tiles
-                                                 : ClusterDevice::Attention::Scores;
-  if (d.contains("attention")) {
-    const json& a = d["attention"];
-    if (a != "scores" && a != "tiles") {
-      error = fmt::format("{}: `attention` is \"scores\" or \"tiles\", got {}", where, a.dump());
+  ClusterDevice::Attention attention = j.contains("calibration") ? ClusterDevice::Attention::Tiles
+                                                                 : ClusterDevice::Attention::Scores;
+  if (groups && j.contains("calibration")) {
+    error = fmt::format("{}: a calibrated machine (`calibration`) is one kind of device: "
+                        "`device`, not `device_groups`",
+                        source);
+    return std::nullopt;
+  }
+  if (groups) {
+    if (!deviceGroups(j["device_groups"], source + ": device_groups", attention, c.groups, error))
       return std::nullopt;
-    }
-    c.device.attention =
-        a == "tiles" ? ClusterDevice::Attention::Tiles : ClusterDevice::Attention::Scores;
-  }
-  if (!d.contains("peak_flops")) {
-    error = fmt::format("{}: `peak_flops` is missing", where);
+    c.device = c.groups[0].device;
+  } else if (!device(j["device"], source + ": device", attention, c.device, error)) {
     return std::nullopt;
   }
-  const json& p = d["peak_flops"];
-  std::string peaks = where + ".peak_flops";
-  if (!checkKeys(p, peaks, {"f32", "bf16", "fp16"}, error) ||
-      !number(p, peaks, "f32", true, c.device.peakF32, error))
-    return std::nullopt;
-  c.device.peakBf16 = c.device.peakF16 = c.device.peakF32;
-  if (!number(p, peaks, "bf16", false, c.device.peakBf16, error) ||
-      !number(p, peaks, "fp16", false, c.device.peakF16, error))
-    return std::nullopt;
   if (!link(j["intra_node"], source + ": intra_node", c.intraNode, error)) return std::nullopt;
   c.interNode = c.intraNode;
   if (j.contains("inter_node") &&

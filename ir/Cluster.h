@@ -73,8 +73,24 @@ struct Calibration {
 struct Cluster {
   std::string name;
   int devicesPerNode = 1;
-  int nodes = 0; // 0: as many as the plan needs
-  ClusterDevice device;
+  int nodes = 0;        // 0: as many as the plan needs
+  ClusterDevice device; // every device's; a mixed cluster's first group's
+  // A mixed cluster (`device_groups`, as Whale's 8 V100 + 8 A100): `count` devices of each
+  // kind, ranks filling the groups in order. Empty: every device is `device`, as many as a
+  // plan needs.
+  struct DeviceGroup {
+    int count = 0;
+    ClusterDevice device;
+  };
+  std::vector<DeviceGroup> groups;
+  int deviceCount() const; // 0: as many as a plan needs
+  // The group of rank r (0 without groups) and its device.
+  int groupOf(int rank) const;
+  const ClusterDevice& deviceOf(int rank) const;
+  // "A100-SXM4-80GB", or "8 x V100-SXM2-32GB + 8 x A100-SXM4-80GB".
+  std::string devicesName() const;
+  // Why a plan of np ranks does not fit on the cluster's devices, or "".
+  std::string tooFew(int np) const;
   Link intraNode, interNode;
   std::optional<Calibration> calibration;
   // The cluster as np ranks of one plan see it: a calibrated machine's ranks share its

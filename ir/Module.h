@@ -206,13 +206,23 @@ struct GradBucket {
 // The layout search (docs/cluster.md) tries other values in its place
 // (frontend::FrontendOptions::literalValues) and edits the winner's into the script.
 struct LayoutKnob {
-  enum class Kind { Stages, SplitWidth };
+  // Stages: a top-level block's `repeat`; SplitWidth: a `split` width; Layers: the count
+  // of a `repeat(k) f(x)` written directly in a top-level block that is not repeated, so
+  // the search may move layers of f between neighbouring stages (the model stays the same
+  // where such repeats follow each other in op order: ops [firstOp, endOp) each).
+  enum class Kind { Stages, SplitWidth, Layers };
   Kind kind = Kind::Stages;
   std::string let; // the `let` bound to it, or "" for a literal written in the block
   SourceLoc loc;   // the literal; `split(auto)`'s auto; a bare `split`'s keyword
   uint32_t length = 1;
   int64_t value = 0; // 0: the planner's choice (`split(auto)`, `split`)
   bool bare = false; // a `split` with no width: a width is written after the keyword
+  // Layers: the repeated def, its top-level block (a scope id), the ops it made, and its
+  // chain: the knobs whose layers move between their stages together (their sum kept).
+  std::string def;
+  int block = -1;
+  size_t firstOp = 0, endOp = 0;
+  int chain = -1;
 };
 
 struct Module {

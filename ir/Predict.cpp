@@ -64,9 +64,9 @@ double attentionScoreBytes(const Module& m, const Program& p, const ClusterDevic
   return passes * scores.m * scores.n * scores.count * static_cast<double>(dtypeBytes(compute));
 }
 
-RankCost costRank(const Module& m, const Program& p, const Cluster& c) {
+// Program p's step on device d (one kind of a mixed cluster's devices).
+RankCost costRank(const Module& m, const Program& p, const Cluster& c, const ClusterDevice& d) {
   RankCost r;
-  const ClusterDevice& d = c.device;
   DType compute = m.ampApplies() ? m.ampDtype() : DType::F32;
   // A rank whose whole memory plan fits its share of the cache moves its bytes there.
   bool cached = d.cacheBytes > 0 && static_cast<double>(p.peakBytes()) <= d.cacheBytes;
@@ -101,7 +101,7 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c) {
       }
       // Its kernel's scratch (im2col columns, mlp's hidden rows…), written and read back.
       bytes += 2.0 * static_cast<double>(m.workspaceBytes(p, in.op));
-      bytes += attentionScoreBytes(m, p, c.device, in, compute);
+      bytes += attentionScoreBytes(m, p, d, in, compute);
       // Each product at the rate of its shape; a split backward's part makes half of them.
       bool backward = o.phase == Phase::Backward;
       double flops = 0, products = 0;
@@ -151,17 +151,45 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c) {
   return r;
 }
 
+// The ranks program p stands for: its own, or in a cost-only plan its stage's in every
+// replica.
+std::vector<int> ranksOf(const Module& m, const Program& p) {
+  if (!m.costOnly) return {p.rank};
+  return m.mesh.stageRanks(p.stage);
+}
+
 } // namespace
 
 Prediction predict(const Module& m, const Cluster& c) {
   Prediction out;
   out.cluster = c.name;
-  out.device = c.device.name;
+  out.device = c.devicesName();
   out.deviceBytes = c.device.memoryBytes;
+  // Each program on each kind of device its ranks sit on (one kind, but in a mixed cluster):
+  // the slowest kind sets the pace, as the others wait for it at every collective. The
+  // memory: the rank that leaves the least room on its device.
   std::vector<RankCost> ranks;
-  for (const Program& p : m.programs) {
-    ranks.push_back(costRank(m, p, c));
-    out.peakBytes = std::max(out.peakBytes, static_cast<double>(p.peakBytes()));
+  std::vector<size_t> programOf;
+  double room = -1;
+  for (size_t i = 0; i < m.programs.size(); ++i) {
+    const Program& p = m.programs[i];
+    std::vector<int> kinds;
+    for (int r : ranksOf(m, p))
+      if (std::find(kinds.begin(), kinds.end(), c.groupOf(r)) == kinds.end())
+        kinds.push_back(c.groupOf(r));
+    for (int g : kinds) {
+      const ClusterDevice& d =
+          c.groups.empty() ? c.device : c.groups[static_cast<size_t>(g)].device;
+      ranks.push_back(costRank(m, p, c, d));
+      programOf.push_back(i);
+      double peak = static_cast<double>(p.peakBytes());
+      if (room < 0 || peak / d.memoryBytes > room) {
+        room = peak / d.memoryBytes;
+        out.peakBytes = peak;
+        out.deviceBytes = d.memoryBytes;
+        out.memoryDevice = d.name;
+      }
+    }
   }
   if (ranks.empty()) return out;
   int stages = m.programs[0].stages;
@@ -173,7 +201,7 @@ Prediction predict(const Module& m, const Cluster& c) {
   for (size_t r = 0; r < ranks.size(); ++r) {
     const RankCost& k = ranks[r];
     double work = (k.compute + k.split + k.transfers) / micros;
-    int s = m.programs[r].stage;
+    int s = m.programs[programOf[r]].stage;
     perMicro[static_cast<size_t>(s)] = std::max(perMicro[static_cast<size_t>(s)], work);
     if (k.compute + k.split > busiest->compute + busiest->split) busiest = &k;
     out.splitCommunication = std::max(out.splitCommunication, k.split);
@@ -215,12 +243,16 @@ Prediction predict(const Module& m, const Cluster& c) {
   out.tokensPerSecond = out.samplesPerSecond * static_cast<double>(m.tokensPerSample());
   double hardware = 0;
   for (size_t r = 0; r < ranks.size(); ++r)
-    hardware += ranks[r].flops * m.ranksLike(m.programs[r]);
+    if (r == 0 || programOf[r] != programOf[r - 1]) // a program's FLOPs once, on any device
+      hardware += ranks[r].flops * m.ranksLike(m.programs[programOf[r]]);
   double np = static_cast<double>(m.mesh.np);
   out.tflopsPerDevice = hardware / np / out.stepSeconds / 1e12;
   DType compute = m.ampApplies() ? m.ampDtype() : DType::F32;
   double model = 3 * m.forwardFlopsPerSample() * batch;
-  out.mfu = model / out.stepSeconds / (np * c.device.peak(compute));
+  double peaks = 0;
+  for (int r = 0; r < m.mesh.np; ++r)
+    peaks += c.deviceOf(r).peak(compute);
+  out.mfu = model / out.stepSeconds / peaks;
   return out;
 }
 
@@ -258,10 +290,13 @@ void printPrediction(const Module& m, const Prediction& p, std::ostream& out) {
                                 formatSeconds(p.exposedReduction)));
   parts.push_back(fmt::format("optimizer {}", formatSeconds(p.optimizer)));
   out << fmt::format("  parts: {}\n", fmt::join(parts, "; "));
-  if (p.peakBytes > p.deviceBytes)
+  if (p.peakBytes > p.deviceBytes && p.device == p.memoryDevice)
     out << fmt::format(
         "  the largest rank's memory plan ({}) is more than the device's memory ({})\n",
         formatBytes(p.peakBytes), formatBytes(p.deviceBytes));
+  else if (p.peakBytes > p.deviceBytes)
+    out << fmt::format("  a rank's memory plan ({}) is more than its device's memory ({}, {})\n",
+                       formatBytes(p.peakBytes), formatBytes(p.deviceBytes), p.memoryDevice);
 }
 
 } // namespace epl::ir

@@ -12,7 +12,7 @@
 namespace epl::ir {
 
 struct Prediction {
-  std::string cluster, device;
+  std::string cluster, device; // device: its kinds and counts on a mixed cluster
   double stepSeconds = 0;
   // The parts of a step. Compute: the busiest rank's forward and backward ops (its
   // recomputations included), all micro-batches; with a pipeline, per stage. The bubble:
@@ -30,8 +30,10 @@ struct Prediction {
   // Hardware FLOP/s per device (every rank's matrix products, recomputation included,
   // over np devices) and MFU (the model's FLOPs only, over np peaks).
   double tflopsPerDevice = 0, mfu = 0;
-  // The largest rank's memory plan against the device's memory.
+  // The memory plan of the rank that leaves the least room on its device, and that
+  // device's memory (on one kind of device: the largest rank's plan).
   double peakBytes = 0, deviceBytes = 0;
+  std::string memoryDevice; // that device's name
 };
 
 // Requires a plan with rank programs (Module::programs) and a train block.

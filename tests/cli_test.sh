@@ -45,6 +45,9 @@ expect 2 "--rank excludes --json" -- plan "$src/examples/gpt_char.epl" --json --
 expect 2 "--ir excludes --json" -- plan "$src/examples/gpt_char.epl" --json --ir
 expect 0 "predicted on dgx-h100 (H100-SXM5-80GB" -- plan "$src/examples/gpt_char.epl" -np 8 --cluster dgx-h100
 expect 0 "compute per rank (matrix-product FLOPs a step" -- plan "$src/examples/gpt_char.epl" -np 8
+# A mixed cluster (device groups): its kinds named, a plan past its devices refused.
+expect 0 "predicted on a100+v100 (8 x A100-SXM4-40GB + 8 x V100-SXM2-32GB;" -- plan "$src/examples/gpt_char.epl" -np 16 --cluster "$src/examples/clusters/a100_v100.json"
+expect 2 "error: --cluster: the plan needs 32 devices and cluster \`a100+v100\` has 16 (8 x A100-SXM4-40GB + 8 x V100-SXM2-32GB)" -- plan "$src/examples/gpt_char.epl" -np 32 --cluster "$src/examples/clusters/a100_v100.json"
 expect 2 "error: --cluster: no cluster \`dgx-a1000\`: not a built-in one (dgx-a100, dgx-h100)" -- plan "$src/examples/gpt_char.epl" --cluster dgx-a1000
 # --search: the winner's diff applies with patch, plans to the step the search printed,
 # and a search of the patched script keeps its settings.
@@ -79,6 +82,25 @@ if grep -q "5 layouts of split width (line 14)" <<<"$found" &&
   passed=$((passed + 1))
 else
   echo "FAIL: epl plan --search did not search split(auto):"
+  echo "$found" | head -20
+  failures=$((failures + 1))
+fi
+rm -rf "$searched"
+# On a cluster of two kinds of device the search deals a def's layers over the stages:
+# more to stage 0 (the A100s) than to stage 1 (the V100s), and the dealt script is then
+# the fastest.
+searched=$(mktemp -d)
+cp "$src/tests/search/two_stages.epl" "$searched/"
+mixed="$src/examples/clusters/a100_v100.json"
+found=$(cd "$searched" && "$epl" plan two_stages.epl -np 16 --cluster "$mixed" --search)
+first=$(grep -o '^+    h = repeat([0-9]*) layer' <<<"$found" | head -1 | grep -o '[0-9][0-9]*')
+if grep -q "layouts of layer repeat (line 11) x layer repeat (line 14)" <<<"$found" &&
+  [ -n "$first" ] && [ "$first" -gt 12 ] &&
+  (cd "$searched" && sed -n '/^--- /,$p' <<<"$found" | patch -s -p0); then
+  passed=$((passed + 1))
+  expect 0 "the script's settings are the fastest." -- plan "$searched/two_stages.epl" -np 16 --cluster "$mixed" --search
+else
+  echo "FAIL: epl plan --search did not deal the layers toward the faster devices:"
   echo "$found" | head -20
   failures=$((failures + 1))
 fi

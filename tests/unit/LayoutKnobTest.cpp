@@ -109,3 +109,76 @@ train net {
   REQUIRE(other);
   CHECK(widths(*other) == std::vector<int>{2, 1});
 }
+
+// A def's layers written as literal repeats in neighbouring stages are one chain of knobs
+// (the search deals the layers over those stages); anything between them, a repeated
+// stage or another def breaks the chain, and lone repeats are no knobs.
+TEST_CASE("a layout's numbers: a def's layers repeated in neighbouring stages") {
+  auto script =
+      [](const std::string& first, const std::string& between, const std::string& second) {
+        return R"(def layer(x: f32[B, 64]) -> f32[B, 64] { return relu(linear(x, 64)) }
+def other(x: f32[B, 64]) -> f32[B, 64] { return gelu(linear(x, 64)) }
+model net(x: f32[B, 64], y: i32[B]) {
+  replicate {
+    h = linear(x, 64)
+    h = )" + first +
+               R"(
+  }
+)" + between + R"(
+  replicate {
+    h = )" + second +
+               R"(
+    loss = cross_entropy(linear(h, 10), y)
+  }
+  return loss
+}
+policy { micro_batches = 4 }
+train net {
+  data = synthetic(samples = 64)
+  batch = 16
+}
+)";
+      };
+  auto layers = [](const epl::ir::Module& m) {
+    std::vector<const epl::ir::LayoutKnob*> out;
+    for (const epl::ir::LayoutKnob& k : m.layoutKnobs)
+      if (k.kind == epl::ir::LayoutKnob::Kind::Layers) out.push_back(&k);
+    return out;
+  };
+  auto chained =
+      epl::testing::planned("chain.epl", script("repeat(3) layer(h)", "", "repeat(5) layer(h)"), 2);
+  REQUIRE(chained);
+  auto knobs = layers(*chained);
+  REQUIRE(knobs.size() == 2);
+  CHECK(knobs[0]->def == "layer");
+  CHECK(knobs[0]->value == 3);
+  CHECK(knobs[0]->loc.line == 6);
+  CHECK(knobs[0]->loc.col == 16);
+  CHECK(knobs[1]->value == 5);
+  CHECK(knobs[1]->loc.line == 10);
+  CHECK(knobs[0]->chain == knobs[1]->chain);
+  CHECK(knobs[0]->chain >= 0);
+
+  // Other values move layers between the stages; the model keeps its parameters.
+  epl::PlanOptions options;
+  options.np = 2;
+  options.literalValues = {{{6, 16}, 6}, {{10, 16}, 2}};
+  auto moved = epl::testing::planned(
+      "chain.epl", script("repeat(3) layer(h)", "", "repeat(5) layer(h)"), options);
+  REQUIRE(moved);
+  CHECK(moved->mesh.stages[0].paramCount == chained->mesh.stages[0].paramCount + 3 * 64 * 65);
+  CHECK(moved->mesh.stages[1].paramCount == chained->mesh.stages[1].paramCount - 3 * 64 * 65);
+  CHECK(moved->params.size() == chained->params.size());
+
+  // No chain: an op between the repeats, another def, or one repeat alone.
+  for (const auto& [first, between, second] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"repeat(3) layer(h)", "  h = relu(h)", "repeat(5) layer(h)"},
+           {"repeat(3) layer(h)", "", "repeat(5) other(h)"},
+           {"layer(h)", "", "repeat(5) layer(h)"}}) {
+    INFO(first << " | " << between << " | " << second);
+    auto m = epl::testing::planned("chain.epl", script(first, between, second), 2);
+    REQUIRE(m);
+    CHECK(layers(*m).empty());
+  }
+}

@@ -296,3 +296,123 @@ TEST_CASE("a cost-only plan predicts what the plan of every rank predicts") {
     CHECK(b.peakBytes == a.peakBytes);
   }
 }
+
+namespace {
+
+// Two kinds of device, `first` and `second` of each, memory all but free to move: each
+// op costs its products at peak x 0.5.
+Cluster mixed(int first, double peak0, int second, double peak1, double memory1 = 1e12) {
+  std::string error;
+  auto group = [](int n, const char* name, double peak, double memory) {
+    return fmt::format(R"({{"devices": {}, "device": {{"name": "{}", "memory_bytes": {},
+        "memory_bandwidth": 1e30, "peak_flops": {{"f32": {}}}, "matmul_efficiency": 0.5}}}})",
+                       n, name, memory, peak);
+  };
+  auto c = epl::ir::parseCluster(
+      fmt::format(R"({{"name": "mixed", "devices_per_node": 8, "device_groups": [{}, {}],
+          "intra_node": {{"bandwidth": 1e12, "latency": 1e-12}}}})",
+                  group(first, "fast", peak0, 1e12), group(second, "slow", peak1, memory1)),
+      "mixed.json", error);
+  INFO(error);
+  REQUIRE(c);
+  return *c;
+}
+
+} // namespace
+
+TEST_CASE("a mixed cluster: ranks fill its device groups in order; its file's mistakes") {
+  Cluster c = mixed(8, 1e9, 8, 5e8);
+  CHECK(c.deviceCount() == 16);
+  CHECK(c.groupOf(0) == 0);
+  CHECK(c.groupOf(7) == 0);
+  CHECK(c.groupOf(8) == 1);
+  CHECK(c.deviceOf(15).name == "slow");
+  CHECK(c.device.name == "fast");
+  CHECK(c.devicesName() == "8 x fast + 8 x slow");
+  CHECK(c.tooFew(16).empty());
+  CHECK(c.tooFew(32) ==
+        "the plan needs 32 devices and cluster `mixed` has 16 (8 x fast + 8 x slow)");
+  std::string error;
+  CHECK(epl::ir::loadCluster("dgx-a100", error)->tooFew(4096).empty()); // as many as needed
+
+  auto bad = [&](const std::string& groups, const std::string& more = "") {
+    CHECK_FALSE(epl::ir::parseCluster(R"({"devices_per_node": 8, "device_groups": )" + groups +
+                                          more +
+                                          R"(, "intra_node": {"bandwidth": 1, "latency": 1}})",
+                                      "c.json", error));
+    return error;
+  };
+  const std::string dev = R"({"memory_bytes": 1, "memory_bandwidth": 1, "peak_flops": {"f32": 1}})";
+  CHECK(bad("[]") ==
+        R"(c.json: device_groups: must be a list of groups, {"devices": n, "device": {…}})");
+  CHECK(bad(R"([{"devices": 2.5, "device": )" + dev + "}]") ==
+        "c.json: device_groups[0]: `devices` is a whole number, got 2.5");
+  CHECK(bad(R"([{"devices": 8, "device": )" + dev + R"(}, {"devices": 8}])") ==
+        "c.json: device_groups[1]: `device` is missing");
+  CHECK(bad(R"([{"devices": 8, "device": {"memory_bytes": 1, "memory_bandwidth": 1}}])") ==
+        "c.json: device_groups[0].device: `peak_flops` is missing");
+  CHECK(bad(R"([{"devices": 8, "gpu": 1}])") == "c.json: device_groups[0]: unknown field `gpu`");
+  CHECK(bad(R"([{"devices": 8, "device": )" + dev + "}]", R"(, "device": )" + dev) ==
+        "c.json: `device` and `device_groups` are two ways to say the same: give one");
+  CHECK(bad(R"([{"devices": 8, "device": )" + dev + "}]", R"(, "calibration": {"cores": 2})") ==
+        "c.json: a calibrated machine (`calibration`) is one kind of device: `device`, not "
+        "`device_groups`");
+}
+
+TEST_CASE("a mixed cluster: each stage at its devices' rate, the slowest kind pacing a group, "
+          "the MFU over every device's peak, the tightest memory") {
+  auto m = epl::testing::planned("two.epl", epl::testing::kTwoStages, 2);
+  REQUIRE(m);
+  // Stage 0 on rank 0 (fast), stage 1 on rank 1: as fast, then half as fast.
+  epl::ir::Prediction same = epl::ir::predict(*m, mixed(1, 1e9, 1, 1e9));
+  epl::ir::Prediction slow = epl::ir::predict(*m, mixed(1, 1e9, 1, 5e8));
+  REQUIRE(slow.stageCompute.size() == 2);
+  CHECK(slow.device == "1 x fast + 1 x slow");
+  CHECK(slow.stageCompute[0] == Approx(same.stageCompute[0]));
+  // A micro-batch's products, and its gradient's send back (2 KB over 1 TB/s: 2 ns).
+  double products1 = m->stepFlops(m->programs[1]).total() / (1e9 * 0.5) / 4;
+  CHECK(same.stageCompute[1] == Approx(products1).margin(1e-8));
+  CHECK(slow.stageCompute[1] == Approx(2 * products1).margin(1e-8));
+  double model = 3 * m->forwardFlopsPerSample() * 16;
+  CHECK(slow.mfu == Approx(model / slow.stepSeconds / (1e9 + 5e8)));
+  // The second device's memory is the one too small: its rank's plan is named against it.
+  epl::ir::Prediction tight = epl::ir::predict(*m, mixed(1, 1e9, 1, 1e9, 1000));
+  CHECK(tight.peakBytes == static_cast<double>(m->programs[1].peakBytes()));
+  CHECK(tight.deviceBytes == 1000);
+  CHECK(tight.memoryDevice == "slow");
+
+  // Data parallel over a fast and a slow device: the slow one paces the step.
+  auto dp = epl::testing::planned("one.epl", epl::testing::kOneStage, 2);
+  REQUIRE(dp);
+  epl::ir::Prediction fast = epl::ir::predict(*dp, mixed(2, 1e9, 2, 1e9));
+  epl::ir::Prediction paced = epl::ir::predict(*dp, mixed(1, 1e9, 1, 2.5e8));
+  CHECK(paced.compute == Approx(4 * fast.compute));
+}
+
+TEST_CASE("a mixed cluster: a cost-only plan predicts what the plan of every rank predicts") {
+  std::ifstream in(std::string(EPL_SOURCE_DIR) + "/examples/gpt_char.epl");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  REQUIRE(!text.empty());
+  // -np 8: 2 stages x split 2 x 2 copies (ranks 0-1, 2-3; 4-5, 6-7), the first ranks fast
+  // and the rest slow: 3 mixes both stages, 4 puts a copy on each kind, 6 mixes stage 1.
+  for (int fastRanks : {3, 4, 6}) {
+    INFO(fastRanks);
+    Cluster c = mixed(fastRanks, 2e14, 8 - fastRanks, 5e13, 1e8);
+    auto plan = [&](bool costOnly) {
+      epl::PlanOptions options;
+      options.np = 8;
+      options.costOnly = costOnly;
+      return epl::testing::planned("case.epl", text, options);
+    };
+    auto whole = plan(false), cheap = plan(true);
+    REQUIRE(whole);
+    REQUIRE(cheap);
+    epl::ir::Prediction a = epl::ir::predict(*whole, c), b = epl::ir::predict(*cheap, c);
+    CHECK(b.stepSeconds == Approx(a.stepSeconds).epsilon(1e-12));
+    CHECK(b.compute == Approx(a.compute).epsilon(1e-12));
+    CHECK(b.bubble == Approx(a.bubble).epsilon(1e-12));
+    CHECK(b.tflopsPerDevice == Approx(a.tflopsPerDevice).epsilon(1e-12));
+    CHECK(b.peakBytes == a.peakBytes);
+    CHECK(b.memoryDevice == a.memoryDevice);
+  }
+}

@@ -236,13 +236,15 @@ std::string knobName(const ir::LayoutKnob& k) {
     return fmt::format("split width (line {})", k.loc.line);
   case ir::LayoutKnob::Kind::Layers:
     return fmt::format("{} repeat (line {})", k.def, k.loc.line);
+  case ir::LayoutKnob::Kind::Groups:
+    return fmt::format("replicate width (line {})", k.loc.line);
   }
   return "";
 }
 
-// The ways to deal a chain's layers (LayoutKnob::chain) over its stages, each at least one,
-// the script's first: every way for two stages (up to 64 of them, around the script's),
-// else the script's with 1, 2, 4… layers moved between two neighbouring stages.
+// The ways to deal a chain's layers or devices (LayoutKnob::chain) over its stages, each at
+// least one, the script's first: every way for two stages (up to 64 of them, around the
+// script's), else the script's with 1, 2, 4… moved between two neighbouring stages.
 std::vector<std::vector<int64_t>> dealings(const std::vector<int64_t>& script) {
   std::vector<std::vector<int64_t>> out{script};
   int64_t total = 0;
@@ -274,17 +276,16 @@ std::vector<std::vector<int64_t>> dealings(const std::vector<int64_t>& script) {
 // tried as the planner chooses it (0, "auto").
 std::vector<Layout> layouts(const ir::Module& m, const ir::Cluster& cluster) {
   std::vector<Layout> out{{}};
-  // Each knob in order; a chain of Layers knobs at its first, all of it at once.
+  // Each knob in order; a chain (of Layers or of Groups knobs) at its first, all at once.
   std::vector<bool> done(m.layoutKnobs.size(), false);
   for (size_t i = 0; i < m.layoutKnobs.size(); ++i) {
     const ir::LayoutKnob& k = m.layoutKnobs[i];
     if (done[i]) continue;
-    if (k.kind == ir::LayoutKnob::Kind::Layers) {
+    if (k.chain >= 0) { // Layers or Groups: dealt over the chain's stages
       std::vector<size_t> members;
       std::vector<int64_t> script;
       for (size_t j = i; j < m.layoutKnobs.size(); ++j)
-        if (m.layoutKnobs[j].kind == ir::LayoutKnob::Kind::Layers &&
-            m.layoutKnobs[j].chain == k.chain) {
+        if (m.layoutKnobs[j].kind == k.kind && m.layoutKnobs[j].chain == k.chain) {
           members.push_back(j);
           script.push_back(m.layoutKnobs[j].value);
           done[j] = true;

@@ -221,7 +221,8 @@ std::optional<ir::Module> Elaborator::elaborateModel(const ast::Function& model)
 // Layers knobs that can move layers between stages without changing the model: repeats of
 // one def in different top-level blocks, each's ops right after the previous one's (a block
 // ends with its repeat, the next block begins with its own, an inner block holds nothing
-// else). Each chain of two or more gets an id; the other Layers knobs are dropped.
+// else). Each chain of two or more gets an id; the other Layers knobs are dropped, and so
+// are the Groups knobs unless every stage has one.
 void Elaborator::chainLayers(ir::Module& m) {
   using Kind = ir::LayoutKnob::Kind;
   std::vector<ir::LayoutKnob*> layers;
@@ -243,10 +244,20 @@ void Elaborator::chainLayers(ir::Module& m) {
     }
     i = j;
   }
-  m.layoutKnobs.erase(
-      std::remove_if(m.layoutKnobs.begin(), m.layoutKnobs.end(),
-                     [](const ir::LayoutKnob& k) { return k.kind == Kind::Layers && k.chain < 0; }),
-      m.layoutKnobs.end());
+  // Group sizes move between stages only where every stage pins its own.
+  size_t stages = 0, pinned = 0;
+  for (const ir::Scope& sc : m.scopes)
+    stages += sc.kind == ir::ScopeKind::Stage;
+  for (ir::LayoutKnob& k : m.layoutKnobs)
+    pinned += k.kind == Kind::Groups;
+  for (ir::LayoutKnob& k : m.layoutKnobs)
+    if (k.kind == Kind::Groups && pinned == stages && stages >= 2) k.chain = 0;
+  m.layoutKnobs.erase(std::remove_if(m.layoutKnobs.begin(), m.layoutKnobs.end(),
+                                     [](const ir::LayoutKnob& k) {
+                                       return (k.kind == Kind::Layers || k.kind == Kind::Groups) &&
+                                              k.chain < 0;
+                                     }),
+                      m.layoutKnobs.end());
 }
 
 // The dims of a model input: integers, known names or new symbols, each positive.
@@ -444,6 +455,9 @@ void Elaborator::runParallel(const ast::ParallelBlock& b, Frame& frame, Context&
   }
   int64_t width = blockWidth(b, frame, ctx);
   if (isSplit && b.width) noteLayoutKnob(*b.width, ir::LayoutKnob::Kind::SplitWidth, frame, m);
+  if (!isSplit && ctx.topLevel && repeat == 1 && b.width && b.width->kind == ast::ExprKind::Int &&
+      b.width->loc.file == mainFile_)
+    noteLayoutKnob(*b.width, ir::LayoutKnob::Kind::Groups, frame, m);
   bool isAuto = b.isAuto || (!b.width && isSplit);
   if (isAuto && isSplit && b.loc.file == mainFile_) {
     // `split(auto)` or `split` in the main script: the search may write a width in its

@@ -209,8 +209,10 @@ struct LayoutKnob {
   // Stages: a top-level block's `repeat`; SplitWidth: a `split` width; Layers: the count
   // of a `repeat(k) f(x)` written directly in a top-level block that is not repeated, so
   // the search may move layers of f between neighbouring stages (the model stays the same
-  // where such repeats follow each other in op order: ops [firstOp, endOp) each).
-  enum class Kind { Stages, SplitWidth, Layers };
+  // where such repeats follow each other in op order: ops [firstOp, endOp) each); Groups:
+  // a top-level `replicate(n)`'s n, where every stage is such a block, so the search may
+  // move devices between stages (one replica's devices kept).
+  enum class Kind { Stages, SplitWidth, Layers, Groups };
   Kind kind = Kind::Stages;
   std::string let; // the `let` bound to it, or "" for a literal written in the block
   SourceLoc loc;   // the literal; `split(auto)`'s auto; a bare `split`'s keyword
@@ -219,6 +221,7 @@ struct LayoutKnob {
   bool bare = false; // a `split` with no width: a width is written after the keyword
   // Layers: the repeated def, its top-level block (a scope id), the ops it made, and its
   // chain: the knobs whose layers move between their stages together (their sum kept).
+  // Groups: chain 0 for every stage's width once each stage has one.
   std::string def;
   int block = -1;
   size_t firstOp = 0, endOp = 0;

@@ -182,3 +182,62 @@ train net {
     CHECK(layers(*m).empty());
   }
 }
+
+// Where every stage pins its group (`replicate(n)` with a literal n), the widths are one
+// chain (the search deals one replica's devices over the stages); a stage left to the
+// planner, or a width from a `let`, leaves them out.
+TEST_CASE("a layout's numbers: the pinned group sizes of every stage") {
+  auto script = [](const std::string& second) {
+    return R"(let w = 2
+model net(x: f32[B, 64], y: i32[B]) {
+  replicate(2) {
+    h = relu(linear(x, 64))
+  }
+  )" + second +
+           R"( {
+    loss = cross_entropy(linear(h, 10), y)
+  }
+  return loss
+}
+train net {
+  data = synthetic(samples = 64)
+  batch = 12
+}
+)";
+  };
+  auto groups = [](const epl::ir::Module& m) {
+    std::vector<const epl::ir::LayoutKnob*> out;
+    for (const epl::ir::LayoutKnob& k : m.layoutKnobs)
+      if (k.kind == epl::ir::LayoutKnob::Kind::Groups) out.push_back(&k);
+    return out;
+  };
+  auto pinned = epl::testing::planned("groups.epl", script("replicate(2)"), 4);
+  REQUIRE(pinned);
+  auto knobs = groups(*pinned);
+  REQUIRE(knobs.size() == 2);
+  CHECK(knobs[0]->loc.line == 3);
+  CHECK(knobs[0]->loc.col == 13);
+  CHECK(knobs[1]->loc.line == 6);
+  CHECK(knobs[0]->value == 2);
+  CHECK(knobs[0]->chain == 0);
+  CHECK(knobs[1]->chain == 0);
+
+  // Other values: one device to stage 0, three to stage 1, the replica still 4.
+  epl::PlanOptions options;
+  options.np = 4;
+  options.literalValues = {{{3, 13}, 1}, {{6, 13}, 3}};
+  auto moved = epl::testing::planned("groups.epl", script("replicate(2)"), options);
+  REQUIRE(moved);
+  REQUIRE(moved->mesh.stages.size() == 2);
+  CHECK(moved->mesh.stages[0].group == 1);
+  CHECK(moved->mesh.stages[1].group == 3);
+  CHECK(moved->mesh.replicaSize == 4);
+
+  for (const auto& [second, np] :
+       std::vector<std::pair<const char*, int>>{{"replicate", 3}, {"replicate(w)", 4}}) {
+    INFO(second);
+    auto m = epl::testing::planned("groups.epl", script(second), np);
+    REQUIRE(m);
+    CHECK(groups(*m).empty());
+  }
+}

@@ -9,6 +9,7 @@
 #include "backend/comm/Comm.h"
 #include "backend/comm/Wire.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fmt/format.h>
@@ -241,15 +242,24 @@ inline void checkAnyOrder(backend::Comm& c, Checks& e) {
 
 // A collective started before a stretch of computation that never calls the communicator
 // must have finished by the end of it: the communicator progresses it in the background.
+// The stretch is 10 times what the same all-reduce takes when waited for (at least 0.5 s,
+// at most 30 s): a machine that is slow (sanitizers, more ranks than cores, a busy CI)
+// gets the time it needs, and one that never progresses in the background still fails.
 inline void checkProgressWhileComputing(backend::Comm& c, Checks& e) {
   using Clock = std::chrono::steady_clock;
   const int64_t count = 4 << 20; // 16 MB
   std::vector<float> grads = floats(c.rank(), count, true);
+  c.barrier("before timing");
+  auto timed = Clock::now();
+  c.allReduce(std::vector<float>(grads).data(), count, "timed grads");
+  auto alone = Clock::now() - timed;
+  auto stretch = std::clamp<Clock::duration>(10 * alone, std::chrono::milliseconds(500),
+                                             std::chrono::seconds(30));
   c.barrier("before overlap");
   backend::Request q = c.iallReduce(grads.data(), count);
   auto start = Clock::now();
   double x = 0;
-  while (Clock::now() - start < std::chrono::milliseconds(500))
+  while (Clock::now() - start < stretch)
     for (int i = 0; i < 1000; ++i)
       x += std::sqrt(static_cast<double>(i) + x * 1e-9);
   bool finishedDuringCompute = c.test(q);

@@ -32,6 +32,15 @@ std::optional<epl::ir::Module> plan(std::map<std::pair<uint32_t, uint32_t>, int6
   return epl::testing::planned("knobs.epl", kScript, options);
 }
 
+// The module's knobs of one kind, in order.
+std::vector<const epl::ir::LayoutKnob*> knobsOf(const epl::ir::Module& m,
+                                                epl::ir::LayoutKnob::Kind kind) {
+  std::vector<const epl::ir::LayoutKnob*> out;
+  for (const epl::ir::LayoutKnob& k : m.layoutKnobs)
+    if (k.kind == kind) out.push_back(&k);
+  return out;
+}
+
 } // namespace
 
 TEST_CASE("a layout's numbers: the let a stage repeat names, a split width written in place") {
@@ -140,10 +149,7 @@ train net {
 )";
       };
   auto layers = [](const epl::ir::Module& m) {
-    std::vector<const epl::ir::LayoutKnob*> out;
-    for (const epl::ir::LayoutKnob& k : m.layoutKnobs)
-      if (k.kind == epl::ir::LayoutKnob::Kind::Layers) out.push_back(&k);
-    return out;
+    return knobsOf(m, epl::ir::LayoutKnob::Kind::Layers);
   };
   auto chained =
       epl::testing::planned("chain.epl", script("repeat(3) layer(h)", "", "repeat(5) layer(h)"), 2);
@@ -206,10 +212,7 @@ train net {
 )";
   };
   auto groups = [](const epl::ir::Module& m) {
-    std::vector<const epl::ir::LayoutKnob*> out;
-    for (const epl::ir::LayoutKnob& k : m.layoutKnobs)
-      if (k.kind == epl::ir::LayoutKnob::Kind::Groups) out.push_back(&k);
-    return out;
+    return knobsOf(m, epl::ir::LayoutKnob::Kind::Groups);
   };
   auto pinned = epl::testing::planned("groups.epl", script("replicate(2)"), 4);
   REQUIRE(pinned);

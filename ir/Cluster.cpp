@@ -303,10 +303,6 @@ int Cluster::groupOf(int rank) const {
   return groups.empty() ? 0 : static_cast<int>(groups.size()) - 1;
 }
 
-const ClusterDevice& Cluster::deviceOf(int rank) const {
-  return groups.empty() ? device : groups[static_cast<size_t>(groupOf(rank))].device;
-}
-
 std::string Cluster::devicesName() const {
   if (groups.empty()) return device.name;
   std::vector<std::string> parts;

@@ -84,9 +84,12 @@ struct Cluster {
   };
   std::vector<DeviceGroup> groups;
   int deviceCount() const; // 0: as many as a plan needs
-  // The group of rank r (0 without groups) and its device.
+  // The group of rank r (0 without groups), a group's device, and rank r's.
   int groupOf(int rank) const;
-  const ClusterDevice& deviceOf(int rank) const;
+  const ClusterDevice& groupDevice(int group) const {
+    return groups.empty() ? device : groups.at(static_cast<size_t>(group)).device;
+  }
+  const ClusterDevice& deviceOf(int rank) const { return groupDevice(groupOf(rank)); }
   // "A100-SXM4-80GB", or "8 x V100-SXM2-32GB + 8 x A100-SXM4-80GB".
   std::string devicesName() const;
   // Why a plan of np ranks does not fit on the cluster's devices, or "".

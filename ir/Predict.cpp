@@ -178,8 +178,7 @@ Prediction predict(const Module& m, const Cluster& c) {
       if (std::find(kinds.begin(), kinds.end(), c.groupOf(r)) == kinds.end())
         kinds.push_back(c.groupOf(r));
     for (int g : kinds) {
-      const ClusterDevice& d =
-          c.groups.empty() ? c.device : c.groups[static_cast<size_t>(g)].device;
+      const ClusterDevice& d = c.groupDevice(g);
       ranks.push_back(costRank(m, p, c, d));
       programOf.push_back(i);
       double peak = static_cast<double>(p.peakBytes());

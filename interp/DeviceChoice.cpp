@@ -63,15 +63,15 @@ std::unique_ptr<backend::Device> openDevice(const ir::Module& m, const DeviceReq
   std::string name = r.name;
   const ir::Op* op = nullptr;
   if (name == "auto") {
-    // The CUDA kernels have not yet passed their conformance tests on a GPU (docs/gpu.md):
-    // until they have, `auto` stays on the CPU and says so.
+    // The GPU when this build has the CUDA device, the machine a GPU, and the CUDA kernels
+    // run the whole plan; else the CPU, saying why where a GPU is here (docs/gpu.md).
     name = "cpu";
     if (backend::cudaAvailable()) {
       std::string why = cudaRefusal(m, r.ranks, &op);
-      *note = why.empty() ? std::string("note: a GPU is here; EPL's CUDA kernels are not yet "
-                                        "verified on one, so this runs on the CPU (--device "
-                                        "cuda runs them; docs/gpu.md)")
-                          : fmt::format("note: a GPU is here, but {}: running on the CPU", why);
+      if (why.empty())
+        name = "cuda";
+      else
+        *note = fmt::format("note: a GPU is here, but {}: running on the CPU", why);
     }
   } else if (name == "cuda") {
     std::string why = cudaRefusal(m, r.ranks, &op);

@@ -3,7 +3,7 @@
 # (fmt, ANTLR, oneDNN, OpenBLAS, Open MPI): a portable build (no -march=native) of `epl`
 # and the kernel probe, the shared libraries they load apart from the C/C++ runtime and
 # CUDA's (as ldd lists them, so oneDNN's OpenMP runtime too), and the text the GPU tests
-# train on, into .gpu/ (ignored by git). tools/gpu_check.sh runs the GPU tests from it, on
+# train on, into .gpu/ and .gpu.tar.xz (ignored by git). tools/gpu_check.sh runs the GPU tests from it, on
 # that machine, from a copy of this repository.
 # Usage: tools/gpu_bundle.sh [build-dir]
 set -euo pipefail
@@ -25,4 +25,7 @@ done | sort -u | while read -r name path; do
   if ! [[ $name =~ $keep_out ]]; then cp -L "$path" ".gpu/lib/$name"; fi
 done
 cp /usr/share/games/fortunes/cookie .gpu/data/
-du -sh .gpu
+# One compressed file to carry (the libraries alone are about 80 MB, over what a copy of the
+# repository may carry to a GPU machine); tools/gpu_check.sh unpacks it there.
+tar cJf .gpu.tar.xz .gpu
+du -sh .gpu .gpu.tar.xz

@@ -10,17 +10,8 @@ cd "$(dirname "$0")/.."
 out=${1:-gpu-check}
 shift || true
 mkdir -p "$out"
-root=$PWD
-libs=$root/.gpu/lib
-for dir in $(python3 - <<'PY'
-import glob, os, site
-for base in site.getsitepackages():
-    for lib in glob.glob(os.path.join(base, "nvidia", "**", "libcublas*.so*"), recursive=True):
-        print(os.path.dirname(lib))
-PY
-); do libs=$libs:$dir; done
-export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export EPL_STDLIB=$root/stdlib
+[ -d .gpu ] || tar xJf .gpu.tar.xz
+source tools/gpu_env.sh
 
 {
   date -u
@@ -29,11 +20,20 @@ export EPL_STDLIB=$root/stdlib
 } | tee "$out/machine.txt"
 
 families=("$@")
+pids=()
 [ ${#families[@]} -gt 0 ] || families=(linear embedding norms attention mlp moe conv pooling
                                        activations elementwise losses optimizers dropout)
-failed=0
+# The families run side by side (each case is one probe process, most of its time the
+# CUDA context's start), then their results are read in order.
 for f in "${families[@]}"; do
-  python3 tests/oracle/test_ops.py .gpu/bin/epl_kernel_probe "$f" --device cuda >"$out/oracle_$f.txt" 2>&1
+  python3 tests/oracle/test_ops.py .gpu/bin/epl_kernel_probe "$f" --device cuda \
+    >"$out/oracle_$f.txt" 2>&1 &
+  pids+=($!)
+done
+failed=0
+for i in "${!families[@]}"; do
+  f=${families[$i]}
+  wait "${pids[$i]}"
   rc=$?
   echo "oracle $f: exit $rc; $(grep -E 'failure|max error of' "$out/oracle_$f.txt" | head -2 | tr '\n' ' ')"
   [ $rc = 0 ] || failed=1
@@ -42,7 +42,7 @@ done
 # The training text where the script expects it.
 mkdir -p /usr/share/games/fortunes
 [ -f /usr/share/games/fortunes/cookie ] || cp .gpu/data/cookie /usr/share/games/fortunes/cookie
-python3 tests/gpu/device_equivalence.py .gpu/bin/epl "$out/train_gpt" tests/parallel/gpt_dp.epl \
+python3 tests/gpu/device_equivalence.py "$root/.gpu/bin/epl" "$out/train_gpt" tests/parallel/gpt_dp.epl \
   >"$out/train_gpt.txt" 2>&1
 rc=$?
 echo "train_gpt: exit $rc; $(tail -1 "$out/train_gpt.txt")"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds EPL and runs every test: the normal build, then the suite again under
-# AddressSanitizer + UndefinedBehaviorSanitizer (the mpirun equivalence runs: one of each
-# kind), then each fuzz harness for a short while
-# (docs/fuzzing.md). Installs missing Debian packages first.
+# AddressSanitizer + UndefinedBehaviorSanitizer (of the mpirun runs, one of each kind), then
+# each fuzz harness for a short while (docs/fuzzing.md). Installs missing Debian packages
+# first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -17,17 +17,17 @@ if [ "${EPL_SKIP_SANITIZERS:-0}" != 1 ]; then
   # The CUDA device is built and tested by the normal build; the sanitizers see host code.
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DEPL_SANITIZE=ON -DEPL_CUDA=OFF >/dev/null
   cmake --build build-asan
-  # Every test but the mpirun equivalence runs, then the equivalence runs of one plan of
-  # each kind (data parallel with ZeRO-3, pipelines with split regions, interleaved, ZeRO-3
-  # over a pipeline, experts, a tied weight, masks): under the sanitizers each rank plans
-  # with exact malloc stacks, and all 58 take about half an hour on a slow 2-core machine
-  # (20 to 150 s each), too much of CI's 90 minutes there. The normal build above runs them
-  # all; EPL_ASAN_ALL=1 runs them all here.
-  equivalence='^parallel/equivalence_'
-  some='^parallel/equivalence_(gpt_zero3|pipeline2x2_zero3|pipeline_interleaved_zero|pipeline_split_tied|encoder_mask_pipeline_split|moe_split|pipeline_split)$'
-  [ "${EPL_ASAN_ALL:-0}" = 1 ] && equivalence='^$' && some='^parallel/equivalence_'
+  # Every test but the mpirun runs, then the mpirun runs of one plan of each kind (data
+  # parallel with ZeRO-3, pipelines with split regions, interleaved, ZeRO-3 over a pipeline,
+  # experts, a tied weight, masks), a sharded checkpoint, a dead rank and an interrupt:
+  # under the sanitizers each rank plans with exact malloc stacks, and all 70 take about
+  # 40 minutes on a slow 2-core machine (20 to 150 s each), too much of CI's 90 minutes
+  # there. The normal build above runs them all; EPL_ASAN_ALL=1 runs them all here.
+  mpirun_tests='^parallel/'
+  some='^parallel/(failures|interrupt|split_zero3_checkpoint|equivalence_(gpt_zero3|pipeline2x2_zero3|pipeline_interleaved_zero|pipeline_split_tied|encoder_mask_pipeline_split|moe_split|pipeline_split))$'
+  [ "${EPL_ASAN_ALL:-0}" = 1 ] && mpirun_tests='^$' && some='^parallel/'
   (cd build-asan && export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 &&
-     ctest --output-on-failure -j "$jobs" -E "$equivalence" &&
+     ctest --output-on-failure -j "$jobs" -E "$mpirun_tests" &&
      ctest --output-on-failure -j "$jobs" -R "$some")
 fi
 

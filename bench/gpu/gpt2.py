@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""GPT-2 124M on one GPU: EPL against PyTorch on the same model, batch and GPU, one run.
+
+EPL runs bench/gpu/gpt2_124m.epl with --device cuda (fp32: its CUDA kernels have no bf16
+yet); PyTorch runs the same model (pre-norm blocks, tanh GELU, tied head without bias,
+AdamW, clipping at 1.0) eager in fp32 with TF32 off (EPL's arithmetic), eager with TF32,
+eager under bf16 autocast, and, with --compile, torch.compile under bf16 autocast. Each
+prints the median step time over the steps after the warm-up, tokens/s, and MFU:
+6·N + 12·L·d·T FLOPs per token over the GPU's dense bf16 peak (989 TFLOP/s for an H100
+or H200 SXM), the issue's measure whatever the precision.
+
+usage: gpt2.py EPL [--batch 8] [--steps 12] [--warmup 3] [--compile] [--skip-epl]
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+VOCAB, D, HEADS, LAYERS, SEQ = 50304, 768, 12, 12, 1024
+PEAK = 989e12
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(D), nn.LayerNorm(D)
+        self.qkv, self.proj = nn.Linear(D, 3 * D), nn.Linear(D, D)
+        self.fc1, self.fc2 = nn.Linear(D, 4 * D), nn.Linear(4 * D, D)
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(D, dim=2)
+        q, k, v = (t.view(B, T, HEADS, D // HEADS).transpose(1, 2) for t in (q, k, v))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(B, T, D))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
+
+
+class Gpt2(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, D)
+        self.pos = nn.Parameter(torch.randn(SEQ, D) * 0.01)
+        self.blocks = nn.ModuleList(Block() for _ in range(LAYERS))
+        self.ln = nn.LayerNorm(D)
+        nn.init.normal_(self.emb.weight, std=0.02)
+
+    def forward(self, x):
+        h = self.emb(x[:, :-1]) + self.pos[: x.shape[1] - 1]
+        for b in self.blocks:
+            h = b(h)
+        logits = F.linear(self.ln(h), self.emb.weight)
+        return F.cross_entropy(logits.reshape(-1, VOCAB), x[:, 1:].reshape(-1))
+
+
+def params():
+    return VOCAB * D + SEQ * D + LAYERS * (12 * D * D + 13 * D) + 2 * D
+
+
+def flops_per_token():
+    return 6 * params() + 12 * LAYERS * D * SEQ
+
+
+def report(name, step_s, batch):
+    tokens = batch * SEQ / step_s
+    mfu = tokens * flops_per_token() / PEAK
+    print(f"{name:34s} step {step_s * 1e3:8.1f} ms  {tokens:10,.0f} tokens/s  MFU {mfu:6.1%}",
+          flush=True)
+    return tokens
+
+
+def torch_run(batch, steps, warmup, tf32, bf16, compile_):
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.manual_seed(0)
+    model = Gpt2().cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1,
+                            fused=True)
+    fwd = torch.compile(model) if compile_ else model
+    data = torch.randint(0, VOCAB, (batch, SEQ + 1), device="cuda")
+    times = []
+    for _ in range(warmup + steps):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            loss = fwd(data)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss.item()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+    del model, opt, fwd
+    torch.cuda.empty_cache()
+    return statistics.median(times[warmup:])
+
+
+def epl_run(epl, batch, steps, warmup):
+    here = os.path.dirname(os.path.abspath(__file__))
+    with tempfile.TemporaryDirectory() as work:
+        metrics = os.path.join(work, "m.jsonl")
+        cmd = [epl, "run", os.path.join(here, "gpt2_124m.epl"), "--device", "cuda",
+               "--steps", str(warmup + steps), "--set", f"train.batch={batch}",
+               "--metrics", metrics]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        print(r.stdout.splitlines()[0] if r.stdout else "", flush=True)
+        if r.returncode != 0:
+            print(f"EPL failed ({r.returncode}): {r.stderr[-2000:]}", flush=True)
+            return None
+        recs = [json.loads(l) for l in open(metrics)]
+        times = [x["step_seconds"] for x in recs if "step_seconds" in x]
+        losses = [x["loss"] for x in recs if "loss" in x]
+        print(f"EPL losses: {' '.join(f'{v:.4f}' for v in losses)}", flush=True)
+        return statistics.median(times[warmup:])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("epl")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--skip-epl", action="store_true")
+    a = ap.parse_args()
+    print(f"GPT-2 124M ({params():,} parameters), batch {a.batch} x {SEQ} tokens, "
+          f"{torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+    best = {}
+    if not a.skip_epl:
+        t = epl_run(a.epl, a.batch, a.steps, a.warmup)
+        if t:
+            best["epl"] = report("EPL fp32", t, a.batch)
+    for name, tf32, bf16, comp in [("PyTorch eager fp32 (no TF32)", False, False, False),
+                                   ("PyTorch eager fp32 + TF32", True, False, False),
+                                   ("PyTorch eager bf16 autocast", True, True, False),
+                                   ("PyTorch compile bf16 autocast", True, True, True)]:
+        if comp and not a.compile:
+            continue
+        best[name] = report(name, torch_run(a.batch, a.steps, a.warmup, tf32, bf16, comp),
+                            a.batch)
+    if "epl" in best:
+        for name, tokens in best.items():
+            if name != "epl":
+                print(f"EPL / {name}: {best['epl'] / tokens:.2f} x the tokens/s")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

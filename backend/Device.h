@@ -4,6 +4,7 @@
 // reads device memory from the host without `copyToHost` followed by `synchronize` (or
 // waiting on an event), and the same interpreter drives both.
 #pragma once
+#include "ir/Config.h"
 #include "ir/Ops.h"
 
 #include <cstdint>
@@ -145,6 +146,9 @@ public:
 struct DeviceOptions {
   int threads = 0; // cpu: worker threads (0: all cores)
   int ordinal = 0; // cuda: which GPU of this machine (the rank's local rank)
+  // cuda: fp32 matrix products exact, or on tensor cores in tf32 (policy `matmul`);
+  // the CPU multiplies in fp32 whatever it says.
+  ir::Matmul matmul = ir::Matmul::Fp32;
 };
 
 // The registry (Devices.cpp): "cpu" or "cuda". Throws DeviceUnavailable.

@@ -11,7 +11,7 @@ std::unique_ptr<Device> makeDevice(const std::string& name, const DeviceOptions&
   if (name == "cpu") return makeCpuDevice(options.threads);
   if (name == "cuda") {
 #if EPL_HAVE_CUDA
-    return cuda::makeCudaDevice(options.ordinal);
+    return cuda::makeCudaDevice(options.ordinal, options.matmul);
 #else
     throw DeviceUnavailable("this epl was built without CUDA (no nvcc was found when it was "
                             "configured); use --device cpu, or rebuild where CUDA is installed");

@@ -92,6 +92,9 @@ const std::vector<KeyDoc>& policyKeys() {
       {"loss_scale", "number > 0", "65536",
        "amp = fp16: the first step's loss scale; halved on an overflow, doubled after 2000 "
        "steps without one"},
+      {"matmul", "fp32 | tf32", "fp32",
+       "GPUs: fp32 matrix products exact, or on tensor cores with operands rounded to tf32 "
+       "(the CPU multiplies in fp32)"},
       {"comm_dtype", "fp32 | bf16 | fp16", "fp32", "dtype of gradient reduction"},
       {"bucket_mb", "integer MB or a size", "25",
        "gradient bucket size for the data-parallel reduction (0: one bucket)"},

@@ -348,6 +348,10 @@ void Elaborator::applyPolicy(const ast::SettingsBlock& b, ir::Policy& p) {
         p.lossScale = v;
     }
   };
+  a["matmul"] = [&](const ast::Setting& s) {
+    if (r.word(s, {"fp32", "tf32"}, w))
+      p.matmul = w == "tf32" ? ir::Matmul::Tf32 : ir::Matmul::Fp32;
+  };
   a["comm_dtype"] = [&](const ast::Setting& s) {
     if (r.word(s, {"fp32", "bf16", "fp16"}, w))
       p.commDtype = w == "fp32" ? ir::DType::F32 : w == "bf16" ? ir::DType::BF16 : ir::DType::F16;

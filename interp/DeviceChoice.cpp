@@ -60,6 +60,7 @@ std::unique_ptr<backend::Device> openDevice(const ir::Module& m, const DeviceReq
   backend::DeviceOptions options;
   options.threads = r.threads;
   options.ordinal = r.localRank;
+  options.matmul = m.policy.matmul;
   std::string name = r.name;
   const ir::Op* op = nullptr;
   if (name == "auto") {

@@ -16,6 +16,10 @@ enum class Recompute { None, Auto, Every, Listed };
 enum class Offload { None, Optimizer, Params };
 enum class OffloadTarget { Cpu, Disk };
 enum class Amp { None, Fp16, Bf16 };
+// The precision of fp32 matrix products on GPUs: exact, or on tensor cores with the
+// operands rounded to TF32 and fp32 sums (PyTorch's float32 matmul precision "high"). The
+// CPU multiplies in fp32 whichever it says (docs/gpu.md).
+enum class Matmul { Fp32, Tf32 };
 
 struct Policy {
   int64_t microBatches = 1;
@@ -33,6 +37,7 @@ struct Policy {
   // after kLossScaleWindow steps without one).
   double lossScale = 65536;
   static constexpr int kLossScaleWindow = 2000;
+  Matmul matmul = Matmul::Fp32;
   DType commDtype = DType::F32;
   int64_t bucketBytes = 25'000'000; // 0: every gradient in one bucket
   bool overlapComm = true;          // start each bucket's reduction as soon as it is ready

@@ -72,6 +72,7 @@ json policyJson(const Module& m) {
   if (p.recompute == Recompute::Listed) recompute = p.recomputeBlocks;
   return {{"zero", static_cast<int>(p.zero)},
           {"amp", ampName(p.amp)},
+          {"matmul", p.matmul == Matmul::Tf32 ? "tf32" : "fp32"},
           {"optimizer", m.train.optimizer.kind},
           {"recompute", recompute},
           {"offload", offloadName(p.offload)},

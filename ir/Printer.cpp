@@ -519,8 +519,9 @@ void printPlan(const Module& m, std::ostream& out) {
   static const char* amp[] = {"fp32", "fp16", "bf16"};
   static const char* zero[] = {"none", "1 (optimizer states)", "2 (+ gradients)",
                                "3 (+ parameters)"};
-  out << fmt::format("model states: {} with {}, ZeRO {}\n\n", amp[static_cast<int>(m.policy.amp)],
-                     m.train.optimizer.kind, zero[static_cast<int>(m.policy.zero)]);
+  out << fmt::format("model states: {} with {}, ZeRO {}{}\n\n", amp[static_cast<int>(m.policy.amp)],
+                     m.train.optimizer.kind, zero[static_cast<int>(m.policy.zero)],
+                     m.policy.matmul == Matmul::Tf32 ? "; GPU matrix products in tf32" : "");
   for (size_t s = 0; s < mesh.stages.size(); ++s) {
     printStage(m, static_cast<int>(s), out);
     out << "\n";

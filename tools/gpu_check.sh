@@ -47,4 +47,10 @@ python3 tests/gpu/device_equivalence.py "$root/.gpu/bin/epl" "$out/train_gpt" te
 rc=$?
 echo "train_gpt: exit $rc; $(tail -1 "$out/train_gpt.txt")"
 [ $rc = 0 ] || failed=1
+# Matrix products on tensor cores, at the tolerance of tests/gpu/CMakeLists.txt.
+python3 tests/gpu/device_equivalence.py "$root/.gpu/bin/epl" "$out/train_gpt_tf32" \
+  tests/parallel/gpt_dp.epl --tol 1e-3 --set policy.matmul=tf32 >"$out/train_gpt_tf32.txt" 2>&1
+rc=$?
+echo "train_gpt matmul=tf32: exit $rc; $(tail -1 "$out/train_gpt_tf32.txt")"
+[ $rc = 0 ] || failed=1
 exit $failed

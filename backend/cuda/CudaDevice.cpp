@@ -116,13 +116,20 @@ Family familyOf(OpKind kind) {
   }
 }
 
+// policy `matmul`: exact fp32 (no tensor cores), or tensor cores with TF32 operands. (cuBLAS
+// has CUBLAS_COMPUTE_32F_FAST_16BF too, but on an H200 with cuBLAS 13.1 it gave the same
+// kernels and bits as TF32 for every product of GPT-2: not offered until it differs.)
+cublasComputeType_t computeType(ir::Matmul m) {
+  return m == ir::Matmul::Tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F_PEDANTIC;
+}
+
 std::string versionText(int v) { // CUDA's 1000 * major + 10 * minor
   return fmt::format("{}.{}", v / 1000, (v % 1000) / 10);
 }
 
 class CudaDevice final : public Device {
 public:
-  explicit CudaDevice(int ordinal) : ordinal_(ordinal) {
+  CudaDevice(int ordinal, ir::Matmul matmul) : ordinal_(ordinal) {
     check(cudaSetDevice(ordinal_), "selecting the GPU");
     for (cudaStream_t& s : streams_)
       check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "creating a stream");
@@ -130,7 +137,7 @@ public:
     check(cublasSetStream(blas_, streams_[0]), "binding cuBLAS to the compute stream");
     check(cublasSetMathMode(blas_, CUBLAS_PEDANTIC_MATH), "setting cuBLAS to fp32 math");
     scratch_.stream = streams_[0];
-    ctx_ = Ctx{streams_[0], blas_, &scratch_};
+    ctx_ = Ctx{streams_[0], blas_, computeType(matmul), &scratch_};
 
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, ordinal_), "reading the GPU's properties");
@@ -139,10 +146,10 @@ public:
     cudaRuntimeGetVersion(&runtime);
     int blas = 0;
     cublasGetVersion(blas_, &blas);
-    name_ = fmt::format("cuda:{} ({}, {:.0f} GiB; driver {}, runtime {}, cuBLAS {}.{}.{})",
+    name_ = fmt::format("cuda:{} ({}, {:.0f} GiB; driver {}, runtime {}, cuBLAS {}.{}.{}{})",
                         ordinal_, prop.name, static_cast<double>(prop.totalGlobalMem) / (1u << 30),
                         versionText(driver), versionText(runtime), blas / 10000, (blas / 100) % 100,
-                        blas % 100);
+                        blas % 100, matmul == ir::Matmul::Tf32 ? "; tf32 matrix products" : "");
   }
 
   ~CudaDevice() override {
@@ -259,7 +266,7 @@ int gpuCount() {
   return n;
 }
 
-std::unique_ptr<Device> makeCudaDevice(int ordinal) {
+std::unique_ptr<Device> makeCudaDevice(int ordinal, ir::Matmul matmul) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess || n == 0) {
@@ -271,7 +278,7 @@ std::unique_ptr<Device> makeCudaDevice(int ordinal) {
                           "one older than this build's CUDA {}); use --device cpu",
                           cudaGetErrorString(e), versionText(CUDART_VERSION)));
   }
-  return std::make_unique<CudaDevice>(ordinal % n);
+  return std::make_unique<CudaDevice>(ordinal % n, matmul);
 }
 
 bool hasKernel(ir::OpKind kind) {

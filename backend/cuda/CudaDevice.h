@@ -10,8 +10,9 @@ namespace epl::backend::cuda {
 
 // GPUs this process can use; 0 when there is none or the driver is missing.
 int gpuCount();
-// The device on GPU `ordinal % gpuCount()`. Throws DeviceUnavailable without a GPU.
-std::unique_ptr<Device> makeCudaDevice(int ordinal);
+// The device on GPU `ordinal % gpuCount()`, its fp32 matrix products in `matmul`'s
+// precision. Throws DeviceUnavailable without a GPU.
+std::unique_ptr<Device> makeCudaDevice(int ordinal, ir::Matmul matmul);
 // Whether the CUDA device has a kernel for this op kind.
 bool hasKernel(ir::OpKind kind);
 

@@ -1,4 +1,5 @@
-// The GEMM entry points of the CUDA kernels (cuBLAS, fp32) and the two row helpers that go
+// The GEMM entry points of the CUDA kernels (cuBLAS; fp32 storage, the products exact or on
+// tensor cores as Ctx::compute says) and the two row helpers that go
 // with them: a deterministic column sum (bias gradients) and a row broadcast (bias init).
 //
 // cuBLAS is column-major and our tensors are row-major: a row-major X [R, C] with leading
@@ -49,8 +50,9 @@ void gemm(const Ctx& ctx, bool transA, bool transB, int64_t m, int64_t n, int64_
           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
           int64_t ldc) {
   if (m == 0 || n == 0) return;
-  check(cublasSgemm_64(ctx.blas, opOf(transB), opOf(transA), n, m, k, &alpha, b, ldb, a, lda, &beta,
-                       c, ldc),
+  check(cublasGemmEx_64(ctx.blas, opOf(transB), opOf(transA), n, m, k, &alpha, b, CUDA_R_32F, ldb,
+                        a, CUDA_R_32F, lda, &beta, c, CUDA_R_32F, ldc, ctx.compute,
+                        CUBLAS_GEMM_DEFAULT),
         "gemm");
 }
 
@@ -59,8 +61,10 @@ void gemmBatched(const Ctx& ctx, bool transA, bool transB, int64_t m, int64_t n,
                  int64_t ldb, int64_t strideB, float beta, float* c, int64_t ldc, int64_t strideC,
                  int64_t batch) {
   if (m == 0 || n == 0 || batch == 0) return;
-  check(cublasSgemmStridedBatched_64(ctx.blas, opOf(transB), opOf(transA), n, m, k, &alpha, b, ldb,
-                                     strideB, a, lda, strideA, &beta, c, ldc, strideC, batch),
+  check(cublasGemmStridedBatchedEx_64(ctx.blas, opOf(transB), opOf(transA), n, m, k, &alpha, b,
+                                      CUDA_R_32F, ldb, strideB, a, CUDA_R_32F, lda, strideA, &beta,
+                                      c, CUDA_R_32F, ldc, strideC, batch, ctx.compute,
+                                      CUBLAS_GEMM_DEFAULT),
         "gemmBatched");
 }
 

@@ -34,7 +34,9 @@ private:
 
 struct Ctx {
   cudaStream_t stream = nullptr;
-  cublasHandle_t blas = nullptr; // bound to `stream`, fp32 math (no TF32)
+  cublasHandle_t blas = nullptr; // bound to `stream`
+  // fp32 products: exact (PEDANTIC), or on tensor cores with TF32 operands.
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F_PEDANTIC;
   Scratch* scratch = nullptr;
 };
 

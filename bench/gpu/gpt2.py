@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """GPT-2 124M on one GPU: EPL against PyTorch on the same model, batch and GPU, one run.
 
-EPL runs bench/gpu/gpt2_124m.epl with --device cuda (fp32: its CUDA kernels have no bf16
+EPL runs bench/gpu/gpt2_124m.epl with --device cuda, fp32 throughout, its matrix products
+exact and on tensor cores in TF32 (`policy.matmul`; its CUDA kernels have no bf16 storage
 yet); PyTorch runs the same model (pre-norm blocks, tanh GELU, tied head without bias,
 AdamW, clipping at 1.0) eager in fp32 with TF32 off (EPL's arithmetic), eager with TF32,
 eager under bf16 autocast, and, with --compile, torch.compile under bf16 autocast. Each
@@ -105,13 +106,13 @@ def torch_run(batch, steps, warmup, tf32, bf16, compile_):
     return statistics.median(times[warmup:])
 
 
-def epl_run(epl, batch, steps, warmup):
+def epl_run(epl, batch, steps, warmup, matmul):
     here = os.path.dirname(os.path.abspath(__file__))
     with tempfile.TemporaryDirectory() as work:
         metrics = os.path.join(work, "m.jsonl")
         cmd = [epl, "run", os.path.join(here, "gpt2_124m.epl"), "--device", "cuda",
                "--steps", str(warmup + steps), "--set", f"train.batch={batch}",
-               "--metrics", metrics]
+               "--set", f"policy.matmul={matmul}", "--metrics", metrics]
         r = subprocess.run(cmd, capture_output=True, text=True)
         print(r.stdout.splitlines()[0] if r.stdout else "", flush=True)
         if r.returncode != 0:
@@ -137,9 +138,10 @@ def main():
           f"{torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
     best = {}
     if not a.skip_epl:
-        t = epl_run(a.epl, a.batch, a.steps, a.warmup)
-        if t:
-            best["epl"] = report("EPL fp32", t, a.batch)
+        for matmul in ["fp32", "tf32"]:
+            t = epl_run(a.epl, a.batch, a.steps, a.warmup, matmul)
+            if t:
+                best[f"EPL matmul={matmul}"] = report(f"EPL matmul={matmul}", t, a.batch)
     for name, tf32, bf16, comp in [("PyTorch eager fp32 (no TF32)", False, False, False),
                                    ("PyTorch eager fp32 + TF32", True, False, False),
                                    ("PyTorch eager bf16 autocast", True, True, False),
@@ -148,10 +150,11 @@ def main():
             continue
         best[name] = report(name, torch_run(a.batch, a.steps, a.warmup, tf32, bf16, comp),
                             a.batch)
-    if "epl" in best:
+    ours = [n for n in best if n.startswith("EPL")]
+    for mine in ours:
         for name, tokens in best.items():
-            if name != "epl":
-                print(f"EPL / {name}: {best['epl'] / tokens:.2f} x the tokens/s")
+            if name not in ours:
+                print(f"{mine} / {name}: {best[mine] / tokens:.2f} x the tokens/s")
 
 
 if __name__ == "__main__":

@@ -66,8 +66,8 @@ struct KernelCall {
   float* workspace = nullptr;
   int64_t workspaceFloats = 0;
   // amp: the first stagingFloats of the workspace are for the f32 copies of the call's
-  // half-precision operands (the CPU device's; Module::ampStagingBytes), the kernel's own
-  // workspace after them.
+  // half-precision operands (both devices widen them; Module::ampStagingBytes), the
+  // kernel's own workspace after them.
   int64_t stagingFloats = 0;
   // amp: views of dtype bf16 or f16 hold tensors stored in half precision; kernels compute
   // in f32 and round what they store. A matrix-multiplying layer reads its parameters

@@ -36,8 +36,6 @@ const ir::Op* attentionBeyondCuda(const ir::Module& m) {
 std::string cudaRefusal(const ir::Module& m, int ranks, const ir::Op** op) {
   if (ranks > 1)
     return "several ranks on GPUs need the NCCL communicator, which EPL does not have yet";
-  if (m.ampApplies())
-    return "the CUDA kernels read and write fp32 only so far, and `amp` stores half precision";
   *op = opWithoutCudaKernel(m);
   if (*op) return fmt::format("`{}` has no CUDA kernel yet", ir::opInfo((*op)->kind).name);
   *op = attentionBeyondCuda(m);

@@ -53,4 +53,12 @@ python3 tests/gpu/device_equivalence.py "$root/.gpu/bin/epl" "$out/train_gpt_tf3
 rc=$?
 echo "train_gpt matmul=tf32: exit $rc; $(tail -1 "$out/train_gpt_tf32.txt")"
 [ $rc = 0 ] || failed=1
+# amp: half-precision storage, at the tolerance of tests/gpu/CMakeLists.txt.
+for amp in bf16 fp16; do
+  python3 tests/gpu/device_equivalence.py "$root/.gpu/bin/epl" "$out/train_gpt_amp_$amp" \
+    tests/parallel/gpt_dp.epl --tol 1e-3 --set policy.amp=$amp >"$out/train_gpt_amp_$amp.txt" 2>&1
+  rc=$?
+  echo "train_gpt amp=$amp: exit $rc; $(tail -1 "$out/train_gpt_amp_$amp.txt")"
+  [ $rc = 0 ] || failed=1
+done
 exit $failed

@@ -4,7 +4,7 @@
 // weights (KernelCall::castParams) reads them rounded to the half type. The arithmetic is
 // the f32 kernels' own, so a GPU's half-precision kernels differ from it only by their
 // accumulation order. The memory plan places the widened copies (Module::ampStagingBytes)
-// in the call's workspace; a GPU reads half operands directly and needs none.
+// in the call's workspace; the CUDA device does the same (backend/cuda/HalfStorage.cu).
 #include "backend/comm/Wire.h"
 #include "backend/cpu/Kernels.h"
 #include "backend/cpu/Parallel.h"

@@ -137,6 +137,7 @@ public:
     check(cublasSetStream(blas_, streams_[0]), "binding cuBLAS to the compute stream");
     check(cublasSetMathMode(blas_, CUBLAS_PEDANTIC_MATH), "setting cuBLAS to fp32 math");
     scratch_.stream = streams_[0];
+    staging_.stream = streams_[0];
     ctx_ = Ctx{streams_[0], blas_, computeType(matmul), &scratch_};
 
     cudaDeviceProp prop{};
@@ -198,6 +199,7 @@ public:
       throw std::runtime_error(
           fmt::format("op `{}` has no CUDA kernel", ir::opInfo(call.kind).name));
     expectArity(call);
+    if (needsStaging(call)) return launchStaged(call, ctxFor(s), staging_, f);
     f(call, ctxFor(s));
   }
   void optimizerStep(const OptimizerCall& call, StreamId s) override {
@@ -251,6 +253,7 @@ private:
   cudaStream_t streams_[kStreams] = {};
   cublasHandle_t blas_ = nullptr;
   Scratch scratch_;
+  Scratch staging_; // amp's f32 copies for calls without a planned workspace
   Ctx ctx_;
   std::vector<cudaEvent_t> events_;
 };

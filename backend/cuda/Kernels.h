@@ -46,6 +46,12 @@ void check(cublasStatus_t s, const char* what);
 // The error of the last kernel launch, if any.
 void checkLaunch(const char* what);
 
+// HalfStorage.cu (amp): whether a call reads or writes half-precision views or casts its
+// weights; then `run` on f32 copies (in the call's staging workspace, else in `staging`).
+bool needsStaging(const KernelCall& c);
+void launchStaged(const KernelCall& c, const Ctx& ctx, Scratch& staging,
+                  void (*run)(const KernelCall&, const Ctx&));
+
 // Gemm.cu: row-major C[M, N] = alpha op(A)[M, K] op(B)[K, N] + beta C, fp32 accumulate.
 void gemm(const Ctx& ctx, bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,
           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,

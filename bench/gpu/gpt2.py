@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """GPT-2 124M on one GPU: EPL against PyTorch on the same model, batch and GPU, one run.
 
-EPL runs bench/gpu/gpt2_124m.epl with --device cuda, fp32 throughout, its matrix products
-exact and on tensor cores in TF32 (`policy.matmul`; its CUDA kernels have no bf16 storage
-yet); PyTorch runs the same model (pre-norm blocks, tanh GELU, tied head without bias,
+EPL runs bench/gpu/gpt2_124m.epl with --device cuda: fp32 with its matrix products exact,
+then on tensor cores in TF32 (`policy.matmul`), then that with `amp = bf16` (activations
+stored in bf16; its CUDA kernels compute in f32 on widened copies so far); PyTorch runs the same model (pre-norm blocks, tanh GELU, tied head without bias,
 AdamW, clipping at 1.0) eager in fp32 with TF32 off (EPL's arithmetic), eager with TF32,
 eager under bf16 autocast, and, with --compile, torch.compile under bf16 autocast. Each
 prints the median step time over the steps after the warm-up, tokens/s, and MFU:
@@ -106,13 +106,15 @@ def torch_run(batch, steps, warmup, tf32, bf16, compile_):
     return statistics.median(times[warmup:])
 
 
-def epl_run(epl, batch, steps, warmup, matmul):
+def epl_run(epl, batch, steps, warmup, sets):
     here = os.path.dirname(os.path.abspath(__file__))
     with tempfile.TemporaryDirectory() as work:
         metrics = os.path.join(work, "m.jsonl")
         cmd = [epl, "run", os.path.join(here, "gpt2_124m.epl"), "--device", "cuda",
                "--steps", str(warmup + steps), "--set", f"train.batch={batch}",
-               "--set", f"policy.matmul={matmul}", "--metrics", metrics]
+               "--metrics", metrics]
+        for s in sets:
+            cmd += ["--set", f"policy.{s}"]
         r = subprocess.run(cmd, capture_output=True, text=True)
         print(r.stdout.splitlines()[0] if r.stdout else "", flush=True)
         if r.returncode != 0:
@@ -138,10 +140,11 @@ def main():
           f"{torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
     best = {}
     if not a.skip_epl:
-        for matmul in ["fp32", "tf32"]:
-            t = epl_run(a.epl, a.batch, a.steps, a.warmup, matmul)
+        for sets in [["matmul=fp32"], ["matmul=tf32"], ["matmul=tf32", "amp=bf16"]]:
+            name = "EPL " + " ".join(sets)
+            t = epl_run(a.epl, a.batch, a.steps, a.warmup, sets)
             if t:
-                best[f"EPL matmul={matmul}"] = report(f"EPL matmul={matmul}", t, a.batch)
+                best[name] = report(name, t, a.batch)
     for name, tf32, bf16, comp in [("PyTorch eager fp32 (no TF32)", False, False, False),
                                    ("PyTorch eager fp32 + TF32", True, False, False),
                                    ("PyTorch eager bf16 autocast", True, True, False),

@@ -1,0 +1,142 @@
+// amp on the CUDA device, as on the CPU (backend/cpu/HalfStorage.cpp): tensors stored in
+// bf16 or IEEE half, computed by the f32 kernels. A call that reads or writes a half view
+// runs its f32 kernel on widened copies, and its half outputs are rounded back to nearest
+// even; a call that casts its weights (KernelCall::castParams) reads them rounded to the
+// half type. The copies go where the memory plan put them (the first stagingFloats of the
+// call's workspace), or, for a call without a plan, into the device's staging scratch. The
+// roundings are the CPU's bit for bit (backend/comm/Wire.cpp), so the devices differ only
+// by the f32 kernels' order of additions.
+#include "backend/cuda/Common.cuh"
+
+#include <cuda_fp16.h>
+
+namespace epl::backend::cuda {
+
+namespace {
+
+using ir::isHalf;
+
+// f32 to bf16, nearest even; a NaN stays a (quiet) NaN. Wire.cpp's toBf16.
+__device__ uint16_t toBf16(float x) {
+  uint32_t u = __float_as_uint(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  uint32_t kept = u >> 16, dropped = u & 0xffffu;
+  if (dropped > 0x8000u || (dropped == 0x8000u && (kept & 1u))) ++kept;
+  return static_cast<uint16_t>(kept);
+}
+
+__device__ float fromBf16(uint16_t h) {
+  return __uint_as_float(static_cast<uint32_t>(h) << 16);
+}
+
+// f32 to IEEE half, nearest even (overflow to infinity, subnormals kept); Wire.cpp's toF16
+// for every value but NaN's payload, which Wire.cpp makes 0x7e00 too.
+__device__ uint16_t toF16(float x) {
+  if (isnan(x)) return static_cast<uint16_t>((__float_as_uint(x) >> 16 & 0x8000u) | 0x7e00u);
+  return __half_as_ushort(__float2half_rn(x));
+}
+
+__device__ float fromF16(uint16_t h) {
+  return __half2float(__ushort_as_half(h));
+}
+
+__global__ void widenKernel(const uint16_t* h, float* f, int64_t n, bool bf16) {
+  EPL_GRID_STRIDE(i, n) {
+    f[i] = bf16 ? fromBf16(h[i]) : fromF16(h[i]);
+  }
+}
+
+__global__ void narrowKernel(const float* f, uint16_t* h, int64_t n, bool bf16) {
+  EPL_GRID_STRIDE(i, n) {
+    h[i] = bf16 ? toBf16(f[i]) : toF16(f[i]);
+  }
+}
+
+__global__ void roundKernel(const float* src, float* dst, int64_t n, bool bf16) {
+  EPL_GRID_STRIDE(i, n) {
+    dst[i] = bf16 ? fromBf16(toBf16(src[i])) : fromF16(toF16(src[i]));
+  }
+}
+
+void widen(const Ctx& ctx, ir::DType t, const void* src, float* dst, int64_t n) {
+  if (n == 0) return;
+  widenKernel<<<blocksFor(n), kThreads, 0, ctx.stream>>>(static_cast<const uint16_t*>(src), dst, n,
+                                                         t == ir::DType::BF16);
+  checkLaunch("amp: widening a half-precision tensor");
+}
+
+void narrow(const Ctx& ctx, ir::DType t, const float* src, void* dst, int64_t n) {
+  if (n == 0) return;
+  narrowKernel<<<blocksFor(n), kThreads, 0, ctx.stream>>>(src, static_cast<uint16_t*>(dst), n,
+                                                          t == ir::DType::BF16);
+  checkLaunch("amp: rounding a result to half precision");
+}
+
+void round(const Ctx& ctx, ir::DType t, const float* src, float* dst, int64_t n) {
+  if (n == 0) return;
+  roundKernel<<<blocksFor(n), kThreads, 0, ctx.stream>>>(src, dst, n, t == ir::DType::BF16);
+  checkLaunch("amp: rounding weights to half precision");
+}
+
+// Floats rounded up to 16 (64 bytes), as the memory plan lays the copies out.
+int64_t padded(int64_t floats) {
+  return (floats + 15) / 16 * 16;
+}
+
+} // namespace
+
+bool needsStaging(const KernelCall& c) {
+  if (c.castParams != ir::DType::F32 && c.paramCount > 0) return true;
+  for (const auto* views : {&c.in, &c.out})
+    for (const TensorView& v : *views)
+      if (v.data && isHalf(v.dtype)) return true;
+  return false;
+}
+
+void launchStaged(const KernelCall& c, const Ctx& ctx, Scratch& staging,
+                  void (*run)(const KernelCall&, const Ctx&)) {
+  auto cast = [&](size_t i) {
+    return c.castParams != ir::DType::F32 && i >= c.firstParam && i < c.firstParam + c.paramCount;
+  };
+  int64_t total = 0;
+  for (size_t i = 0; i < c.in.size(); ++i)
+    if (c.in[i].data && (isHalf(c.in[i].dtype) || cast(i))) total += padded(c.in[i].numel());
+  for (const TensorView& v : c.out)
+    if (v.data && isHalf(v.dtype)) total += padded(v.numel());
+  KernelCall f = c;
+  float* at = c.workspace && c.stagingFloats >= total
+                  ? c.workspace
+                  : static_cast<float*>(staging.get(4 * std::max<int64_t>(total, 1)));
+  if (c.workspace && c.stagingFloats > 0) {
+    f.workspace = c.workspaceFloats > c.stagingFloats ? c.workspace + c.stagingFloats : nullptr;
+    f.workspaceFloats = c.workspaceFloats - c.stagingFloats;
+    f.stagingFloats = 0;
+  }
+  for (size_t i = 0; i < c.in.size(); ++i) {
+    const TensorView& v = c.in[i];
+    if (!v.data || !(isHalf(v.dtype) || cast(i))) continue;
+    int64_t n = v.numel();
+    if (isHalf(v.dtype))
+      widen(ctx, v.dtype, v.data, at, n);
+    else
+      round(ctx, c.castParams, v.f32(), at, n);
+    f.in[i].data = at;
+    f.in[i].dtype = ir::DType::F32;
+    at += padded(n);
+  }
+  for (size_t i = 0; i < c.out.size(); ++i) {
+    const TensorView& v = c.out[i];
+    if (!v.data || !isHalf(v.dtype)) continue;
+    // A gradient added into keeps its sum so far.
+    if (i < c.accumulate.size() && c.accumulate[i]) widen(ctx, v.dtype, v.data, at, v.numel());
+    f.out[i].data = at;
+    f.out[i].dtype = ir::DType::F32;
+    at += padded(v.numel());
+  }
+  run(f, ctx);
+  for (size_t i = 0; i < c.out.size(); ++i)
+    if (c.out[i].data && isHalf(c.out[i].dtype))
+      narrow(ctx, c.out[i].dtype, f.out[i].f32(), c.out[i].data, c.out[i].numel());
+}
+
+} // namespace epl::backend::cuda

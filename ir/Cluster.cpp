@@ -21,6 +21,7 @@ Cluster dgxA100() {
   c.name = "dgx-a100";
   c.devicesPerNode = 8;
   c.device = {"A100-SXM4-80GB", 80e9, 2.039e12, 19.5e12, 312e12, 312e12, 0.75, 0.8, {}};
+  c.device.peakTf32 = 156e12;
   c.intraNode = {300e9, 5e-6};
   c.interNode = {25e9, 10e-6};
   return c;
@@ -31,6 +32,7 @@ Cluster dgxH100() {
   c.name = "dgx-h100";
   c.devicesPerNode = 8;
   c.device = {"H100-SXM5-80GB", 80e9, 3.35e12, 67e12, 989e12, 989e12, 0.75, 0.8, {}};
+  c.device.peakTf32 = 494.7e12;
   c.intraNode = {450e9, 5e-6};
   c.interNode = {50e9, 10e-6};
   return c;
@@ -112,11 +114,12 @@ bool device(const json& d, const std::string& where, ClusterDevice::Attention at
   }
   const json& p = d["peak_flops"];
   std::string peaks = where + ".peak_flops";
-  if (!checkKeys(p, peaks, {"f32", "bf16", "fp16"}, error) ||
+  if (!checkKeys(p, peaks, {"f32", "tf32", "bf16", "fp16"}, error) ||
       !number(p, peaks, "f32", true, out.peakF32, error))
     return false;
   out.peakBf16 = out.peakF16 = out.peakF32;
-  return number(p, peaks, "bf16", false, out.peakBf16, error) &&
+  return number(p, peaks, "tf32", false, out.peakTf32, error) &&
+         number(p, peaks, "bf16", false, out.peakBf16, error) &&
          number(p, peaks, "fp16", false, out.peakF16, error);
 }
 
@@ -238,8 +241,8 @@ void ClusterDevice::setGemmRates(const std::vector<ShapeRate>& rows) {
   gemmByShape = std::move(g);
 }
 
-double ClusterDevice::matmulRate(const Product& p, DType compute) const {
-  if (gemmByShape.empty()) return peak(compute) * matmulEfficiency;
+double ClusterDevice::matmulRate(const Product& p, DType compute, bool tf32) const {
+  if (gemmByShape.empty()) return peak(compute, tf32) * matmulEfficiency;
   const std::vector<double>&ms = gemmByShape.m, &ns = gemmByShape.n, &ks = gemmByShape.k;
   const auto& rate = gemmByShape.rate;
   Bracket bm = bracket(ms, p.m), bn = bracket(ns, p.n), bk = bracket(ks, p.k);
@@ -253,7 +256,7 @@ double ClusterDevice::matmulRate(const Product& p, DType compute) const {
     sum += w * std::log(it->second);
     weights += w;
   }
-  return weights > 0 ? std::exp(sum / weights) : peak(compute) * matmulEfficiency;
+  return weights > 0 ? std::exp(sum / weights) : peak(compute, tf32) * matmulEfficiency;
 }
 
 Cluster Cluster::forRanks(int np) const {

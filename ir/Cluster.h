@@ -28,7 +28,10 @@ struct ClusterDevice {
   // The share of the peak large matrix products reach, and of the memory bandwidth
   // elementwise work reaches.
   double matmulEfficiency = 0.75, memoryEfficiency = 0.8;
-  double peak(DType compute) const {
+  // The peak of products in `compute`; f32 products under `matmul = tf32` at the TF32
+  // tensor-core peak where the device has one (peakTf32 > 0).
+  double peak(DType compute, bool tf32 = false) const {
+    if (compute == DType::F32 && tf32 && peakTf32 > 0) return peakTf32;
     return compute == DType::BF16 ? peakBf16 : compute == DType::F16 ? peakF16 : peakF32;
   }
   // GEMM FLOP/s measured by shape at one rank's threads (`epl calibrate`): a grid of m, n
@@ -57,7 +60,10 @@ struct ClusterDevice {
   double cacheBytes = 0, cacheBandwidth = 0;
   // The rate of one product: interpolated over the grid in the logarithms of m, n and k
   // (clamped at its edges), or the peak's share.
-  double matmulRate(const Product& p, DType compute) const;
+  double matmulRate(const Product& p, DType compute, bool tf32 = false) const;
+  // Dense FLOP/s of f32 products on tensor cores with TF32 operands (`matmul = tf32`); 0:
+  // the device has none, and they run at peakF32.
+  double peakTf32 = 0;
 };
 
 // What `epl calibrate` measured of this machine (the `here` cluster): its cores, and

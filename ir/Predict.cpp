@@ -68,6 +68,7 @@ double attentionScoreBytes(const Module& m, const Program& p, const ClusterDevic
 RankCost costRank(const Module& m, const Program& p, const Cluster& c, const ClusterDevice& d) {
   RankCost r;
   DType compute = m.ampApplies() ? m.ampDtype() : DType::F32;
+  bool tf32 = m.policy.matmul == Matmul::Tf32; // f32 products on tensor cores
   // A rank whose whole memory plan fits its share of the cache moves its bytes there.
   bool cached = d.cacheBytes > 0 && static_cast<double>(p.peakBytes()) <= d.cacheBytes;
   double memory = (cached ? d.cacheBandwidth : d.memoryBandwidth) * d.memoryEfficiency;
@@ -108,7 +109,7 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c, const Clu
       for (const Product& x :
            backward ? m.backwardProducts(p, in.op) : m.runProducts(p, in.op, false)) {
         flops += x.flops();
-        products += x.flops() / d.matmulRate(x, compute);
+        products += x.flops() / d.matmulRate(x, compute, tf32);
       }
       if (backward && in.part != BackwardPart::Whole) flops /= 2, products /= 2;
       double t = products + bytes / memory;
@@ -250,7 +251,7 @@ Prediction predict(const Module& m, const Cluster& c) {
   double model = 3 * m.forwardFlopsPerSample() * batch;
   double peaks = 0;
   for (int r = 0; r < m.mesh.np; ++r)
-    peaks += c.deviceOf(r).peak(compute);
+    peaks += c.deviceOf(r).peak(compute, m.policy.matmul == Matmul::Tf32);
   out.mfu = model / out.stepSeconds / peaks;
   return out;
 }

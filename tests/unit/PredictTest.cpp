@@ -66,6 +66,9 @@ TEST_CASE("clusters: the built-in ones, and a file's mistakes named with their f
         "peak_flops": {"f32": -1}}, "intra_node": {"bandwidth": 1, "latency": 1}})") ==
         "c.json: device.peak_flops: `f32` must be a positive number, got -1");
   CHECK(bad(R"({"devices_per_node": 8, "device": {"memory_bytes": 1, "memory_bandwidth": 1,
+        "peak_flops": {"f32": 1, "tf32": 0}}, "intra_node": {"bandwidth": 1, "latency": 1}})") ==
+        "c.json: device.peak_flops: `tf32` must be a positive number, got 0");
+  CHECK(bad(R"({"devices_per_node": 8, "device": {"memory_bytes": 1, "memory_bandwidth": 1,
         "peak_flops": {"f32": 1}}, "intra_node": {"bandwidth": 1}})") ==
         "c.json: intra_node: `latency` is missing");
 }
@@ -88,6 +91,31 @@ TEST_CASE("a data-parallel step: each rank's products at its rate, the all-reduc
   CHECK(p.stepSeconds == Approx(p.compute + p.exposedReduction + p.optimizer));
   CHECK(p.samplesPerSecond == Approx(8 / p.stepSeconds));
   CHECK(p.mfu == Approx(3 * m->forwardFlopsPerSample() * 8 / p.stepSeconds / (2 * 1e9)));
+}
+
+TEST_CASE("matmul = tf32: f32 products at the device's TF32 peak where it has one, else at "
+          "its f32 peak") {
+  auto m = epl::testing::planned("one.epl", epl::testing::kOneStage, 1);
+  REQUIRE(m);
+  std::string error;
+  auto withTf32 = epl::ir::parseCluster(
+      R"({"name": "t", "devices_per_node": 8, "device": {"memory_bytes": 1e12, "memory_bandwidth": 1e30,
+          "peak_flops": {"f32": 1e9, "tf32": 8e9}, "matmul_efficiency": 0.5},
+          "intra_node": {"bandwidth": 1e9, "latency": 1e-6}})",
+      "t.json", error);
+  INFO(error);
+  REQUIRE(withTf32);
+  Cluster without = computeBound(1e9, {1e9, 1e-6});
+  epl::ir::Module::StepFlops f = m->stepFlops(m->programs[0]);
+  CHECK(epl::ir::predict(*m, *withTf32).compute == Approx(f.total() / (1e9 * 0.5)));
+  m->policy.matmul = epl::ir::Matmul::Tf32;
+  epl::ir::Prediction fast = epl::ir::predict(*m, *withTf32);
+  CHECK(fast.compute == Approx(f.total() / (8e9 * 0.5)));
+  CHECK(fast.mfu == Approx(3 * m->forwardFlopsPerSample() * 8 / fast.stepSeconds / 8e9));
+  CHECK(epl::ir::predict(*m, without).compute == Approx(f.total() / (1e9 * 0.5)));
+  // The built-in GPUs have TF32 tensor cores: 156 and 494.7 TFLOP/s dense.
+  CHECK(epl::ir::loadCluster("dgx-a100", error)->device.peakTf32 == 156e12);
+  CHECK(epl::ir::loadCluster("dgx-h100", error)->device.peakTf32 == 494.7e12);
 }
 
 TEST_CASE("ZeRO stages 1 and 2 gather the updated parameters after the optimizer; 3 does not") {

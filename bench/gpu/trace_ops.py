@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Where a step's time goes: sums an `epl run --trace` file's instructions by op
 (`fwd attention`, `bwd linear`, `optimizer adamw`, ...; with --layers, by layer) over the
-traced steps after the first, and prints milliseconds per step, largest first. The trace synchronises the device after each
-instruction, so on a GPU each figure is that instruction's own time on the device.
+traced steps after the first, and prints milliseconds per step, largest first, and the
+time between instructions (the host's). The trace synchronises the device after each
+instruction, so on a GPU each figure is that instruction's own time on the device, launch
+included.
 
 usage: trace_ops.py TRACE.json [--top 25] [--layers]
 """
@@ -34,7 +36,15 @@ def main():
             per[e["name"]] += e["dur"] / 1e3 / len(kept)
             count[e["name"]] += 1
     total = sum(per.values())
-    print(f"{len(kept)} traced step(s) counted: {total:.1f} ms of instructions a step")
+    # The host's own time: the step's span less its instructions (the interpreter between
+    # them; the loss and gradient-norm reads wait inside theirs).
+    span = 0.0
+    for st in kept:
+        mine = [e for e in events if e["args"]["step"] == st]
+        span += (max(e["ts"] + e["dur"] for e in mine) - min(e["ts"] for e in mine)) / 1e3
+    span /= len(kept)
+    print(f"{len(kept)} traced step(s) counted: {total:.1f} ms of instructions a step, "
+          f"{span - total:.2f} ms between them")
     for name, ms in per.most_common(a.top):
         print(f"  {name:32s} {ms:9.2f} ms  {ms / total:6.1%}  ({count[name] // len(kept)} a step)")
 

@@ -36,6 +36,9 @@ const ir::Op* attentionBeyondCuda(const ir::Module& m) {
 std::string cudaRefusal(const ir::Module& m, int ranks, const ir::Op** op) {
   if (ranks > 1)
     return "several ranks on GPUs need the NCCL communicator, which EPL does not have yet";
+  if (m.offloadApplies())
+    return "optimizer states offloaded to disk (`offload_to = disk`) run on the CPU device so "
+           "far";
   *op = opWithoutCudaKernel(m);
   if (*op) return fmt::format("`{}` has no CUDA kernel yet", ir::opInfo((*op)->kind).name);
   *op = attentionBeyondCuda(m);

@@ -1,6 +1,7 @@
-// Which device a run uses (`--device auto|cpu|cuda`, docs/gpu.md). `auto` is the CPU until
-// the CUDA kernels have passed their conformance tests on a GPU, with a note when a GPU is
-// there; `cuda` is the GPU, or an error saying why it cannot run the plan.
+// Which device a run uses (`--device auto|cpu|cuda`, docs/gpu.md). `auto` is the GPU where
+// this build has CUDA, the machine a GPU and the GPU path runs the whole plan, else the CPU
+// (with a note when a GPU is there); `cuda` is the GPU, or an error saying why it cannot
+// run the plan.
 #pragma once
 #include "backend/Device.h"
 #include "ir/Module.h"

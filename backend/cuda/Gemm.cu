@@ -1,6 +1,6 @@
 // The GEMM entry points of the CUDA kernels (cuBLAS; fp32 storage, the products exact or on
-// tensor cores as Ctx::compute says) and the two row helpers that go
-// with them: a deterministic column sum (bias gradients) and a row broadcast (bias init).
+// tensor cores as Ctx::compute says) and the two row helpers that go with them: a
+// deterministic column sum (bias gradients) and a row broadcast (bias init).
 //
 // cuBLAS is column-major and our tensors are row-major: a row-major X [R, C] with leading
 // dim ld is the column-major X^T with the same ld. So row-major C = op(A) op(B) is queued

@@ -1,0 +1,64 @@
+// Which device a run takes (interp/DeviceChoice, docs/gpu.md): what `--device cuda` refuses
+// before looking for a GPU, and `cpu` and `auto` where there is none.
+#include "Planned.h"
+
+#include "backend/Device.h"
+#include "interp/DeviceChoice.h"
+
+#include <catch2/catch.hpp>
+
+namespace {
+
+// openDevice's error for `name`, or "" when it gave a device.
+std::string refusal(const epl::ir::Module& m, const std::string& name, int ranks) {
+  epl::Session session;
+  epl::Diagnostics& diags = session.diags;
+  epl::interp::DeviceRequest r;
+  r.name = name;
+  r.ranks = ranks;
+  std::string note;
+  auto dev = epl::interp::openDevice(m, r, &note, diags);
+  if (dev) return "";
+  REQUIRE(!diags.all().empty());
+  return diags.all().front().message;
+}
+
+} // namespace
+
+TEST_CASE("device choice: cuda is refused with the reason before a GPU is looked for") {
+  auto one = epl::testing::planned("one.epl", epl::testing::kOneStage, 1);
+  REQUIRE(one);
+  auto two = epl::testing::planned("one.epl", epl::testing::kOneStage, 2);
+  REQUIRE(two);
+  CHECK(refusal(*two, "cuda", 2) ==
+        "--device cuda: several ranks on GPUs need the NCCL communicator, which EPL does not "
+        "have yet");
+  std::string disk =
+      std::string(epl::testing::kOneStage) + "policy { offload = optimizer\n offload_to = disk }\n";
+  auto offloaded = epl::testing::planned("disk.epl", disk, 1);
+  REQUIRE(offloaded);
+  CHECK(refusal(*offloaded, "cuda", 1) ==
+        "--device cuda: optimizer states offloaded to disk (`offload_to = disk`) run on the CPU "
+        "device so far");
+  // Without a GPU (as on CI), a plan the GPU path runs is refused for want of the GPU.
+  if (!epl::backend::cudaAvailable()) CHECK(refusal(*one, "cuda", 1).find("--device cuda: ") == 0);
+}
+
+TEST_CASE("device choice: cpu is the CPU, and auto the GPU only where one runs the plan") {
+  auto one = epl::testing::planned("one.epl", epl::testing::kOneStage, 1);
+  REQUIRE(one);
+  epl::Session session;
+  epl::Diagnostics& diags = session.diags;
+  std::string note;
+  epl::interp::DeviceRequest r;
+  r.name = "cpu";
+  auto cpu = epl::interp::openDevice(*one, r, &note, diags);
+  REQUIRE(cpu);
+  CHECK(cpu->hostAddressable());
+  CHECK(note.empty());
+  r.name = "auto";
+  auto chosen = epl::interp::openDevice(*one, r, &note, diags);
+  REQUIRE(chosen);
+  CHECK(chosen->hostAddressable() == !epl::backend::cudaAvailable());
+  CHECK(note.empty());
+}

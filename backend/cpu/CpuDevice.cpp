@@ -1,6 +1,7 @@
 // The CPU device: host memory, synchronous copies, and a dispatch of each kernel call to
 // its family (Kernels.h). Every call has finished when it returns, so streams and events
 // are trivial.
+#include "backend/HalfStaging.h"
 #include "backend/cpu/KernelUtil.h"
 #include "backend/cpu/Kernels.h"
 #include "support/Assert.h"
@@ -123,7 +124,7 @@ public:
   }
 
   void launch(const KernelCall& call, StreamId) override {
-    if (cpu::needsStaging(call)) return cpu::launchStaged(call, dispatch);
+    if (needsStaging(call)) return cpu::launchStaged(call, dispatch);
     dispatch(call);
   }
   void optimizerStep(const OptimizerCall& call, StreamId) override { cpu::optimizerStep(call); }

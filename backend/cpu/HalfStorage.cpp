@@ -5,6 +5,7 @@
 // the f32 kernels' own, so a GPU's half-precision kernels differ from it only by their
 // accumulation order. The memory plan places the widened copies (Module::ampStagingBytes)
 // in the call's workspace; the CUDA device does the same (backend/cuda/HalfStorage.cu).
+#include "backend/HalfStaging.h"
 #include "backend/comm/Wire.h"
 #include "backend/cpu/Kernels.h"
 #include "backend/cpu/Parallel.h"
@@ -16,8 +17,6 @@
 namespace epl::backend::cpu {
 
 namespace {
-
-using ir::isHalf;
 
 constexpr int64_t kGrain = 1 << 14;
 
@@ -66,63 +65,14 @@ float* stagingBuffer(int64_t floats) {
   return buffer.get();
 }
 
-int64_t padded(int64_t floats) {
-  return (floats + 15) / 16 * 16;
-}
-
 } // namespace
 
-bool needsStaging(const KernelCall& c) {
-  if (c.castParams != ir::DType::F32 && c.paramCount > 0) return true;
-  for (const auto* views : {&c.in, &c.out})
-    for (const TensorView& v : *views)
-      if (v.data && isHalf(v.dtype)) return true;
-  return false;
-}
-
 void launchStaged(const KernelCall& c, void (*run)(const KernelCall&)) {
-  auto cast = [&](size_t i) {
-    return c.castParams != ir::DType::F32 && i >= c.firstParam && i < c.firstParam + c.paramCount;
-  };
-  int64_t total = 0;
-  for (size_t i = 0; i < c.in.size(); ++i)
-    if (c.in[i].data && (isHalf(c.in[i].dtype) || cast(i))) total += padded(c.in[i].numel());
-  for (const TensorView& v : c.out)
-    if (v.data && isHalf(v.dtype)) total += padded(v.numel());
-  // The memory plan's place for the copies (at the workspace's start), or a buffer of the
-  // device's own for a call without one.
-  KernelCall f = c;
-  float* at = c.workspace && c.stagingFloats >= total ? c.workspace : stagingBuffer(total);
-  if (c.workspace && c.stagingFloats > 0) {
-    f.workspace = c.workspaceFloats > c.stagingFloats ? c.workspace + c.stagingFloats : nullptr;
-    f.workspaceFloats = c.workspaceFloats - c.stagingFloats;
-    f.stagingFloats = 0;
-  }
-  for (size_t i = 0; i < c.in.size(); ++i) {
-    const TensorView& v = c.in[i];
-    if (!v.data || !(isHalf(v.dtype) || cast(i))) continue;
-    int64_t n = v.numel();
-    if (isHalf(v.dtype))
-      widen(v.dtype, v.data, at, n);
-    else
-      round(c.castParams, v.f32(), at, n);
-    f.in[i].data = at;
-    f.in[i].dtype = ir::DType::F32;
-    at += padded(n);
-  }
-  for (size_t i = 0; i < c.out.size(); ++i) {
-    const TensorView& v = c.out[i];
-    if (!v.data || !isHalf(v.dtype)) continue;
-    // A gradient added into keeps its sum so far.
-    if (i < c.accumulate.size() && c.accumulate[i]) widen(v.dtype, v.data, at, v.numel());
-    f.out[i].data = at;
-    f.out[i].dtype = ir::DType::F32;
-    at += padded(v.numel());
-  }
+  int64_t floats = stagingFloats(c);
+  KernelCall f =
+      stagedCall(c, plannedStaging(c, floats) ? c.workspace : stagingBuffer(floats), widen, round);
   run(f);
-  for (size_t i = 0; i < c.out.size(); ++i)
-    if (c.out[i].data && isHalf(c.out[i].dtype))
-      narrow(c.out[i].dtype, f.out[i].f32(), c.out[i].data, c.out[i].numel());
+  narrowOutputs(c, f, narrow);
 }
 
 } // namespace epl::backend::cpu

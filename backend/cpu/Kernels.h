@@ -52,9 +52,8 @@ void optimizerStep(const OptimizerCall& c);
 void sumSquares(const TensorView& x, float* result, bool accumulate);
 void scaleInPlace(const TensorView& x, float factor);
 
-// HalfStorage.cpp (amp): whether a call reads or writes half-precision views or casts its
-// weights; then `run` (the f32 dispatch) on widened copies, its half outputs rounded back.
-bool needsStaging(const KernelCall& c);
+// HalfStorage.cpp (amp; backend/HalfStaging.h says which calls): `run` (the f32 dispatch)
+// on widened copies, its half outputs rounded back.
 void launchStaged(const KernelCall& c, void (*run)(const KernelCall&));
 
 // Shared by families: activation forms used by mlp and moe (Activations.cpp).

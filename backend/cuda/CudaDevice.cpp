@@ -3,6 +3,7 @@
 // its family (Kernels.h). Calls only queue work; synchronize() waits for it and reports a
 // failed kernel.
 #include "backend/cuda/CudaDevice.h"
+#include "backend/HalfStaging.h"
 #include "backend/cuda/Kernels.h"
 
 #include <fmt/format.h>

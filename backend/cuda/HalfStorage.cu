@@ -6,6 +6,7 @@
 // call's workspace), or, for a call without a plan, into the device's staging scratch. The
 // roundings are the CPU's bit for bit (backend/comm/Wire.cpp), so the devices differ only
 // by the f32 kernels' order of additions.
+#include "backend/HalfStaging.h"
 #include "backend/cuda/Common.cuh"
 
 #include <cuda_fp16.h>
@@ -13,8 +14,6 @@
 namespace epl::backend::cuda {
 
 namespace {
-
-using ir::isHalf;
 
 // f32 to bf16, nearest even; a NaN stays a (quiet) NaN. Wire.cpp's toBf16.
 __device__ uint16_t toBf16(float x) {
@@ -78,65 +77,25 @@ void round(const Ctx& ctx, ir::DType t, const float* src, float* dst, int64_t n)
   checkLaunch("amp: rounding weights to half precision");
 }
 
-// Floats rounded up to 16 (64 bytes), as the memory plan lays the copies out.
-int64_t padded(int64_t floats) {
-  return (floats + 15) / 16 * 16;
-}
-
 } // namespace
-
-bool needsStaging(const KernelCall& c) {
-  if (c.castParams != ir::DType::F32 && c.paramCount > 0) return true;
-  for (const auto* views : {&c.in, &c.out})
-    for (const TensorView& v : *views)
-      if (v.data && isHalf(v.dtype)) return true;
-  return false;
-}
 
 void launchStaged(const KernelCall& c, const Ctx& ctx, Scratch& staging,
                   void (*run)(const KernelCall&, const Ctx&)) {
-  auto cast = [&](size_t i) {
-    return c.castParams != ir::DType::F32 && i >= c.firstParam && i < c.firstParam + c.paramCount;
-  };
-  int64_t total = 0;
-  for (size_t i = 0; i < c.in.size(); ++i)
-    if (c.in[i].data && (isHalf(c.in[i].dtype) || cast(i))) total += padded(c.in[i].numel());
-  for (const TensorView& v : c.out)
-    if (v.data && isHalf(v.dtype)) total += padded(v.numel());
-  KernelCall f = c;
-  float* at = c.workspace && c.stagingFloats >= total
+  int64_t floats = stagingFloats(c);
+  float* at = plannedStaging(c, floats)
                   ? c.workspace
-                  : static_cast<float*>(staging.get(4 * std::max<int64_t>(total, 1)));
-  if (c.workspace && c.stagingFloats > 0) {
-    f.workspace = c.workspaceFloats > c.stagingFloats ? c.workspace + c.stagingFloats : nullptr;
-    f.workspaceFloats = c.workspaceFloats - c.stagingFloats;
-    f.stagingFloats = 0;
-  }
-  for (size_t i = 0; i < c.in.size(); ++i) {
-    const TensorView& v = c.in[i];
-    if (!v.data || !(isHalf(v.dtype) || cast(i))) continue;
-    int64_t n = v.numel();
-    if (isHalf(v.dtype))
-      widen(ctx, v.dtype, v.data, at, n);
-    else
-      round(ctx, c.castParams, v.f32(), at, n);
-    f.in[i].data = at;
-    f.in[i].dtype = ir::DType::F32;
-    at += padded(n);
-  }
-  for (size_t i = 0; i < c.out.size(); ++i) {
-    const TensorView& v = c.out[i];
-    if (!v.data || !isHalf(v.dtype)) continue;
-    // A gradient added into keeps its sum so far.
-    if (i < c.accumulate.size() && c.accumulate[i]) widen(ctx, v.dtype, v.data, at, v.numel());
-    f.out[i].data = at;
-    f.out[i].dtype = ir::DType::F32;
-    at += padded(v.numel());
-  }
+                  : static_cast<float*>(staging.get(4 * std::max<int64_t>(floats, 1)));
+  auto widenOn = [&](ir::DType t, const void* src, float* dst, int64_t n) {
+    widen(ctx, t, src, dst, n);
+  };
+  auto roundOn = [&](ir::DType t, const float* src, float* dst, int64_t n) {
+    round(ctx, t, src, dst, n);
+  };
+  KernelCall f = stagedCall(c, at, widenOn, roundOn);
   run(f, ctx);
-  for (size_t i = 0; i < c.out.size(); ++i)
-    if (c.out[i].data && isHalf(c.out[i].dtype))
-      narrow(ctx, c.out[i].dtype, f.out[i].f32(), c.out[i].data, c.out[i].numel());
+  narrowOutputs(c, f, [&](ir::DType t, const float* src, void* dst, int64_t n) {
+    narrow(ctx, t, src, dst, n);
+  });
 }
 
 } // namespace epl::backend::cuda

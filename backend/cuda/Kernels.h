@@ -46,9 +46,8 @@ void check(cublasStatus_t s, const char* what);
 // The error of the last kernel launch, if any.
 void checkLaunch(const char* what);
 
-// HalfStorage.cu (amp): whether a call reads or writes half-precision views or casts its
-// weights; then `run` on f32 copies (in the call's staging workspace, else in `staging`).
-bool needsStaging(const KernelCall& c);
+// HalfStorage.cu (amp; backend/HalfStaging.h says which calls): `run` on f32 copies (in
+// the call's staging workspace, else in `staging`), its half outputs rounded back.
 void launchStaged(const KernelCall& c, const Ctx& ctx, Scratch& staging,
                   void (*run)(const KernelCall&, const Ctx&));
 

@@ -1,0 +1,78 @@
+// amp's staging, the same on every device (backend/cpu/HalfStorage.cpp,
+// backend/cuda/HalfStorage.cu): a call that reads or writes half-precision views, or casts
+// its weights (KernelCall::castParams), runs its f32 kernel on f32 copies of them, laid out
+// side by side as the memory plan sized them (Module::ampStagingBytes: each copy padded to
+// 16 floats, at the start of the call's workspace); its half outputs are then rounded back.
+// A device brings the conversions and, for a call without a planned workspace, a buffer.
+#pragma once
+#include "backend/Device.h"
+
+#include <cstdint>
+
+namespace epl::backend {
+
+// Whether the call reads or writes a half-precision view or casts its weights.
+bool needsStaging(const KernelCall& c);
+// Whether input i is a weight the call reads rounded to castParams.
+inline bool castsInput(const KernelCall& c, size_t i) {
+  return c.castParams != ir::DType::F32 && i >= c.firstParam && i < c.firstParam + c.paramCount;
+}
+// A copy's floats, padded to 16 (64 bytes), as the memory plan lays them out.
+inline int64_t stagingPadded(int64_t floats) {
+  return (floats + 15) / 16 * 16;
+}
+// The floats of the call's f32 copies.
+int64_t stagingFloats(const KernelCall& c);
+
+// The call with each half view (and each cast weight) replaced by an f32 copy at `at`
+// (stagingFloats(c) floats): widen(dtype, half, f32, n) fills an input's copy, and an
+// output added into; round(dtype, f32, f32, n) a cast weight's. The planned staging is
+// taken off the workspace the kernel sees. After the kernel, narrowOutputs.
+template <class Widen, class Round>
+KernelCall stagedCall(const KernelCall& c, float* at, Widen&& widen, Round&& round) {
+  KernelCall f = c;
+  if (c.workspace && c.stagingFloats > 0) {
+    f.workspace = c.workspaceFloats > c.stagingFloats ? c.workspace + c.stagingFloats : nullptr;
+    f.workspaceFloats = c.workspaceFloats - c.stagingFloats;
+    f.stagingFloats = 0;
+  }
+  for (size_t i = 0; i < c.in.size(); ++i) {
+    const TensorView& v = c.in[i];
+    if (!v.data || !(ir::isHalf(v.dtype) || castsInput(c, i))) continue;
+    int64_t n = v.numel();
+    if (ir::isHalf(v.dtype))
+      widen(v.dtype, v.data, at, n);
+    else
+      round(c.castParams, v.f32(), at, n);
+    f.in[i].data = at;
+    f.in[i].dtype = ir::DType::F32;
+    at += stagingPadded(n);
+  }
+  for (size_t i = 0; i < c.out.size(); ++i) {
+    const TensorView& v = c.out[i];
+    if (!v.data || !ir::isHalf(v.dtype)) continue;
+    // A gradient added into keeps its sum so far.
+    if (i < c.accumulate.size() && c.accumulate[i]) widen(v.dtype, v.data, at, v.numel());
+    f.out[i].data = at;
+    f.out[i].dtype = ir::DType::F32;
+    at += stagingPadded(v.numel());
+  }
+  return f;
+}
+
+// Each half output of c rounded from its f32 copy in f (stagedCall's):
+// narrow(dtype, f32, half, n).
+template <class Narrow>
+void narrowOutputs(const KernelCall& c, const KernelCall& f, Narrow&& narrow) {
+  for (size_t i = 0; i < c.out.size(); ++i)
+    if (c.out[i].data && ir::isHalf(c.out[i].dtype))
+      narrow(c.out[i].dtype, f.out[i].f32(), c.out[i].data, c.out[i].numel());
+}
+
+// Whether the memory plan placed the call's `floats` of copies (at its workspace's start);
+// else the device brings a buffer of its own (a call of no plan: tests).
+inline bool plannedStaging(const KernelCall& c, int64_t floats) {
+  return c.workspace && c.stagingFloats >= floats;
+}
+
+} // namespace epl::backend

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs the GPU tests on a machine with an NVIDIA GPU from the bundle tools/gpu_bundle.sh
 # made (.gpu/): every kernel family against the CPU's and PyTorch (the tests labelled `gpu`
-# in CTest), then 20 training steps of a char GPT on the GPU against the CPU. Needs
-# python3 with torch and CUDA's cuBLAS 13 (found in python3's nvidia packages if not on
-# the library path). Writes each part's output into DIR (default: gpu-check/).
+# in CTest), then 20 training steps of a char GPT on the GPU against the CPU (fp32, TF32
+# products, amp in bf16 and fp16). Needs python3 with torch and CUDA's cuBLAS 13 (found in
+# python3's nvidia packages if not on the library path). Writes each part's output into DIR
+# (default: gpu-check/).
 # Usage: tools/gpu_check.sh [DIR] [FAMILY...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -42,23 +43,19 @@ done
 # The training text where the script expects it.
 mkdir -p /usr/share/games/fortunes
 [ -f /usr/share/games/fortunes/cookie ] || cp .gpu/data/cookie /usr/share/games/fortunes/cookie
-python3 tests/gpu/device_equivalence.py "$root/.gpu/bin/epl" "$out/train_gpt" tests/parallel/gpt_dp.epl \
-  >"$out/train_gpt.txt" 2>&1
-rc=$?
-echo "train_gpt: exit $rc; $(tail -1 "$out/train_gpt.txt")"
-[ $rc = 0 ] || failed=1
-# Matrix products on tensor cores, at the tolerance of tests/gpu/CMakeLists.txt.
-python3 tests/gpu/device_equivalence.py "$root/.gpu/bin/epl" "$out/train_gpt_tf32" \
-  tests/parallel/gpt_dp.epl --tol 1e-3 --set policy.matmul=tf32 >"$out/train_gpt_tf32.txt" 2>&1
-rc=$?
-echo "train_gpt matmul=tf32: exit $rc; $(tail -1 "$out/train_gpt_tf32.txt")"
-[ $rc = 0 ] || failed=1
-# amp: half-precision storage, at the tolerance of tests/gpu/CMakeLists.txt.
-for amp in bf16 fp16; do
-  python3 tests/gpu/device_equivalence.py "$root/.gpu/bin/epl" "$out/train_gpt_amp_$amp" \
-    tests/parallel/gpt_dp.epl --tol 1e-3 --set policy.amp=$amp >"$out/train_gpt_amp_$amp.txt" 2>&1
-  rc=$?
-  echo "train_gpt amp=$amp: exit $rc; $(tail -1 "$out/train_gpt_amp_$amp.txt")"
+# 20 training steps on the GPU against the CPU, as the `gpu` tests of tests/gpu/CMakeLists.txt
+# run them (the same tolerances): fp32, TF32 products, amp in bf16 and fp16.
+train() { # the run's name, then device_equivalence.py's options
+  local name=$1
+  shift
+  python3 tests/gpu/device_equivalence.py "$root/.gpu/bin/epl" "$out/$name" \
+    tests/parallel/gpt_dp.epl "$@" >"$out/$name.txt" 2>&1
+  local rc=$?
+  echo "$name: exit $rc; $(tail -1 "$out/$name.txt")"
   [ $rc = 0 ] || failed=1
-done
+}
+train train_gpt
+train train_gpt_tf32 --tol 1e-3 --set policy.matmul=tf32
+train train_gpt_amp_bf16 --tol 1e-3 --set policy.amp=bf16
+train train_gpt_amp_fp16 --tol 1e-3 --set policy.amp=fp16
 exit $failed

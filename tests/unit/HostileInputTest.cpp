@@ -164,7 +164,7 @@ TEST_CASE("many micro-batches plan in linear time and memory") {
   CHECK(r.planned);
 }
 
-TEST_CASE("invalid UTF-8 is an error with its location; NUL bytes in comments are fine") {
+TEST_CASE("invalid UTF-8 is an error with its location, and NUL bytes in comments are fine") {
   auto bad = plan("let s = \"\xc3\x28\"\n" + kHead + kTail);
   CHECK_FALSE(bad.planned);
   CHECK(bad.errors == "this file is not valid UTF-8\n");

@@ -61,7 +61,7 @@ TEST_CASE("every schedule keeps the ordering rules and finishes", "[schedule]") 
         }
 }
 
-TEST_CASE("GPipe and 1F1B: bubble (p - 1) / (m + p - 1); in flight m and min(p - s, m)",
+TEST_CASE("GPipe and 1F1B: bubble (p - 1) / (m + p - 1), in flight m and min(p - s, m)",
           "[schedule]") {
   for (int p = 1; p <= 8; ++p)
     for (int m = 1; m <= 16; ++m) {
@@ -81,7 +81,8 @@ TEST_CASE("GPipe and 1F1B: bubble (p - 1) / (m + p - 1); in flight m and min(p -
     }
 }
 
-TEST_CASE("ZB-H1: no more bubble or activations than 1F1B; a third of its bubble", "[schedule]") {
+TEST_CASE("ZB-H1: no more bubble or activations than 1F1B, and a third of its bubble",
+          "[schedule]") {
   for (int p = 1; p <= 8; ++p)
     for (int m = 1; m <= 16; ++m) {
       INFO("p = " << p << " m = " << m);

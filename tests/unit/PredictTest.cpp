@@ -118,7 +118,7 @@ TEST_CASE("matmul = tf32: f32 products at the device's TF32 peak where it has on
   CHECK(epl::ir::loadCluster("dgx-h100", error)->device.peakTf32 == 494.7e12);
 }
 
-TEST_CASE("ZeRO stages 1 and 2 gather the updated parameters after the optimizer; 3 does not") {
+TEST_CASE("ZeRO stages 1 and 2 gather the updated parameters after the optimizer, 3 does not") {
   Link link{1e6, 1e-3};
   Cluster c = computeBound(1e9, link); // memory so fast that only the gather takes time
   auto optimizer = [&](const char* zero) {
@@ -348,7 +348,7 @@ Cluster mixed(int first, double peak0, int second, double peak1, double memory1 
 
 } // namespace
 
-TEST_CASE("a mixed cluster: ranks fill its device groups in order; its file's mistakes") {
+TEST_CASE("a mixed cluster: ranks fill its device groups in order, and its file's mistakes") {
   Cluster c = mixed(8, 1e9, 8, 5e8);
   CHECK(c.deviceCount() == 16);
   CHECK(c.groupOf(0) == 0);

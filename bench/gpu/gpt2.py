@@ -13,37 +13,17 @@ or H200 SXM), the issue's measure whatever the precision.
 usage: gpt2.py EPL [--batch 8] [--steps 12] [--warmup 3] [--compile] [--skip-epl]
 """
 import argparse
-import json
-import math
 import os
-import statistics
-import subprocess
 import sys
-import tempfile
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from common import Block, epl_steps, torch_steps
+
 VOCAB, D, HEADS, LAYERS, SEQ = 50304, 768, 12, 12, 1024
 PEAK = 989e12
-
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.ln1, self.ln2 = nn.LayerNorm(D), nn.LayerNorm(D)
-        self.qkv, self.proj = nn.Linear(D, 3 * D), nn.Linear(D, D)
-        self.fc1, self.fc2 = nn.Linear(D, 4 * D), nn.Linear(4 * D, D)
-
-    def forward(self, x):
-        B, T, _ = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(D, dim=2)
-        q, k, v = (t.view(B, T, HEADS, D // HEADS).transpose(1, 2) for t in (q, k, v))
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(a.transpose(1, 2).reshape(B, T, D))
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
 
 
 class Gpt2(nn.Module):
@@ -51,7 +31,7 @@ class Gpt2(nn.Module):
         super().__init__()
         self.emb = nn.Embedding(VOCAB, D)
         self.pos = nn.Parameter(torch.randn(SEQ, D) * 0.01)
-        self.blocks = nn.ModuleList(Block() for _ in range(LAYERS))
+        self.blocks = nn.ModuleList(Block(D, HEADS) for _ in range(LAYERS))
         self.ln = nn.LayerNorm(D)
         nn.init.normal_(self.emb.weight, std=0.02)
 
@@ -88,10 +68,8 @@ def torch_run(batch, steps, warmup, tf32, bf16, compile_):
                             fused=True)
     fwd = torch.compile(model) if compile_ else model
     data = torch.randint(0, VOCAB, (batch, SEQ + 1), device="cuda")
-    times = []
-    for _ in range(warmup + steps):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
+
+    def step():
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
             loss = fwd(data)
         loss.backward()
@@ -99,32 +77,23 @@ def torch_run(batch, steps, warmup, tf32, bf16, compile_):
         opt.step()
         opt.zero_grad(set_to_none=True)
         loss.item()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t)
+
+    seconds = torch_steps(step, steps, warmup)
     del model, opt, fwd
     torch.cuda.empty_cache()
-    return statistics.median(times[warmup:])
+    return seconds
 
 
 def epl_run(epl, batch, steps, warmup, sets):
-    here = os.path.dirname(os.path.abspath(__file__))
-    with tempfile.TemporaryDirectory() as work:
-        metrics = os.path.join(work, "m.jsonl")
-        cmd = [epl, "run", os.path.join(here, "gpt2_124m.epl"), "--device", "cuda",
-               "--steps", str(warmup + steps), "--set", f"train.batch={batch}",
-               "--metrics", metrics]
-        for s in sets:
-            cmd += ["--set", f"policy.{s}"]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        print(r.stdout.splitlines()[0] if r.stdout else "", flush=True)
-        if r.returncode != 0:
-            print(f"EPL failed ({r.returncode}): {r.stderr[-2000:]}", flush=True)
-            return None
-        recs = [json.loads(l) for l in open(metrics)]
-        times = [x["step_seconds"] for x in recs if "step_seconds" in x]
-        losses = [x["loss"] for x in recs if "loss" in x]
-        print(f"EPL losses: {' '.join(f'{v:.4f}' for v in losses)}", flush=True)
-        return statistics.median(times[warmup:])
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpt2_124m.epl")
+    run = epl_steps(epl, script, steps, warmup,
+                    [f"train.batch={batch}"] + [f"policy.{s}" for s in sets])
+    if not run:
+        return None
+    seconds, first, losses = run
+    print(first, flush=True)
+    print(f"EPL losses: {' '.join(f'{v:.4f}' for v in losses)}", flush=True)
+    return seconds
 
 
 def main():

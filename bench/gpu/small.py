@@ -2,83 +2,47 @@
 """Small models on one GPU, where launches rather than arithmetic set the pace: EPL against
 PyTorch eager on the same model, batch and GPU, one run.
 
-The char GPT of bench/train_step.py (6 blocks, d 256, 8 heads, seq 128, batch 32, AdamW;
-the training text of the tests, or synthetic tokens where it is missing) and its MLP
-(784-256-256-10, batch 128, Adam, synthetic images). EPL runs each with --device cuda,
+The char GPT of bench/train_step.py (6 blocks, d 256, 8 heads, seq 128, batch 32, AdamW,
+on the tests' training text) and its MLP (784-256-256-10, batch 128, Adam, on synthetic
+images). EPL runs each with --device cuda,
 fp32 with exact products and with `matmul = tf32`; PyTorch runs the same models eager,
-fp32 with TF32 off and on (its attention through scaled_dot_product_attention). Prints the
+fp32 with TF32 off and on (its attention through scaled_dot_product_attention, its
+optimizers fused). Prints the
 median step time after the warm-up steps and the ratios.
 
 usage: small.py EPL [--steps 30] [--warmup 5]
 """
 import argparse
-import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-TEXT = "/usr/share/games/fortunes/cookie"
+from common import Block, epl_steps, torch_steps
 
+# The char GPT is bench/train_step.py's, on its training text (tools/gpu_check.sh puts the
+# bundle's copy there); the MLP reads synthetic images.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from train_step import SCRIPTS as CPU_SCRIPTS  # noqa: E402
 
-def scripts():
-    data = f'text("{TEXT}", seq = 128)' if os.path.exists(TEXT) else "synthetic(samples = 4096, classes = 256)"
-    return {
-        "gpt": f"""
-            import "std/nn.epl"
-            model gpt(tokens: i32[B, 128]) {{
-              x = embedding(tokens, 256, 256) + positions(128, 256)
-              x = repeat(6) transformer_block(x, 8)
-              return cross_entropy(linear(layer_norm(x), 256), next(tokens))
-            }}
-            train gpt {{
-              data = {data}
-              batch = 32
-              optimizer = adamw(lr = 3e-4)
-              log_every = 1
-              eval = none
-              checkpoint = none
-            }}
-            """,
-        "mlp": """
-            model net(images: f32[B, 1, 28, 28], labels: i32[B]) {
-              x = relu(linear(flatten(images), 256))
-              x = relu(linear(x, 256))
-              return cross_entropy(linear(x, 10), labels)
-            }
-            train net {
-              data = synthetic(samples = 60000)
-              batch = 128
-              optimizer = adam(lr = 1e-3)
-              log_every = 1
-              eval = none
-              checkpoint = none
-            }
-            """,
-    }
-
-
-class Block(nn.Module):
-    def __init__(self, d, heads):
-        super().__init__()
-        self.h = heads
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-
-    def forward(self, x):
-        B, T, D = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(D, dim=2)
-        q, k, v = (t.view(B, T, self.h, D // self.h).transpose(1, 2) for t in (q, k, v))
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(a.transpose(1, 2).reshape(B, T, D))
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
+SCRIPTS = {
+    "gpt": CPU_SCRIPTS["gpt"],
+    "mlp": """
+        model net(images: f32[B, 1, 28, 28], labels: i32[B]) {
+          x = relu(linear(flatten(images), 256))
+          x = relu(linear(x, 256))
+          return cross_entropy(linear(x, 10), labels)
+        }
+        train net {
+          data = synthetic(samples = 60000)
+          batch = 128
+          optimizer = adam(lr = 1e-3)
+        }
+        """,
+}
 
 
 class Gpt(nn.Module):
@@ -112,42 +76,33 @@ def torch_step_seconds(name, steps, warmup, tf32):
     torch.manual_seed(0)
     if name == "gpt":
         model = Gpt().cuda()
-        opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
         batch = torch.randint(0, 256, (32, 129), device="cuda")
     else:
         model = Mlp().cuda()
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)
         batch = (torch.randn(128, 1, 28, 28, device="cuda"),
                  torch.randint(0, 10, (128,), device="cuda"))
-    times = []
-    for _ in range(warmup + steps):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
+
+    def step():
         loss = model(batch)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
         loss.item()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times[warmup:])
+
+    return torch_steps(step, steps, warmup)
 
 
 def epl_step_seconds(epl, name, steps, warmup, matmul):
     with tempfile.TemporaryDirectory() as work:
         script = os.path.join(work, f"{name}.epl")
         with open(script, "w") as f:
-            f.write(scripts()[name])
-        metrics = os.path.join(work, "m.jsonl")
-        r = subprocess.run([epl, "run", script, "--device", "cuda", "--steps", str(warmup + steps),
-                            "--set", f"policy.matmul={matmul}", "--metrics", metrics],
-                           capture_output=True, text=True, cwd=work)
-        if r.returncode != 0:
-            print(f"EPL {name} failed ({r.returncode}): {r.stderr[-1500:]}", flush=True)
-            return None
-        times = [json.loads(l).get("step_seconds") for l in open(metrics)]
-        times = [t for t in times if t is not None]
-        return statistics.median(times[warmup:])
+            f.write(SCRIPTS[name])
+        run = epl_steps(epl, script, steps, warmup,
+                        ["train.log_every=1", "train.eval=none", "train.checkpoint=none",
+                         f"policy.matmul={matmul}"])
+        return run[0] if run else None
 
 
 def main():

@@ -354,6 +354,30 @@ void Elaborator::checkModelResult(const ast::Function& model, const Value& v, ir
     throw CompileAborted{};
   }
   m.outputs.push_back(v.tensor);
+  checkIgnoredClass(m);
+}
+
+// A cross-entropy with an ignored class averages over the global batch's kept targets,
+// which every rank counts from the data before its step (docs/architecture.md): so it must
+// be the loss, and its targets the data's.
+void Elaborator::checkIgnoredClass(const ir::Module& m) {
+  for (const ir::Op& op : m.ops) {
+    if (op.kind != ir::OpKind::CrossEntropy || ir::ignoredClass(&op.attrs) < 0) continue;
+    if (op.outputs[0] != m.outputs[0]) {
+      diags_.error(op.site, "`ignore_index` needs this `cross_entropy` to be the model's loss")
+          .length(static_cast<uint32_t>(op.name.size()))
+          .help("return it from the model as it is, or leave out `ignore_index`");
+      throw CompileAborted{};
+    }
+    if (m.dataSource(op.inputs[1]).input < 0) {
+      diags_
+          .error(op.site, "`ignore_index` needs targets that come from the data: a model "
+                          "input, or `next(…)` of one, at most reshaped or transposed")
+          .length(static_cast<uint32_t>(op.name.size()))
+          .help("pass the targets as the data gives them, or leave out `ignore_index`");
+      throw CompileAborted{};
+    }
+  }
 }
 
 // Runs statements in order; returns the value of `return`, or None when there is none.

@@ -59,6 +59,7 @@ private:
   void noteLayoutKnob(const ast::Expr& e, ir::LayoutKnob::Kind kind, const Frame& frame,
                       ir::Module& m);
   void checkModelResult(const ast::Function& model, const Value& v, ir::Module& m);
+  void checkIgnoredClass(const ir::Module& m);
   // Expressions.cpp: expressions and calls.
   Value eval(const ast::Expr& e, Frame& frame, Context* ctx);
   Value evalBinary(const ast::Expr& e, Frame& frame, Context* ctx);

@@ -213,6 +213,9 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
   EPL_ASSERT(staged * program_.microBatches == program_.inputBytes,
              "the host's input copies differ from the memory plan's");
   lossHost_.assign(program_.microBatches, 0.f);
+  lossWeight_.assign(program_.microBatches, 1.0);
+  if (const ir::Op& loss = m_.ops[lossOp()]; loss.kind == ir::OpKind::CrossEntropy)
+    ignored_ = std::max<int64_t>(ir::ignoredClass(&loss.attrs), -1);
   localBatch_ = bindings_.at(m_.batchSymbol);
   lossRanks_ = m_.lossRanks();
   for (const ir::GradBucket& b : m_.buckets) { // another stage's bucket: empty here
@@ -1151,7 +1154,11 @@ void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t see
     if (m_.tensors[m_.outputs[0]].layout.kind != ir::LayoutKind::DataParallel)
       shares /= program_.splitWidth;
     // amp = fp16: times the loss scale, so that small gradients stay above half's range.
-    lossSeed_ = static_cast<float>(lossScale_ / (program_.microBatches * shares));
+    // With an ignored class, the loss is the mean over the kept targets of the global
+    // batch: each micro-batch's mean weighs by its share of them.
+    if (ignored_ >= 0) lossWeight_[in.micro] = keptWeight(slot);
+    lossSeed_ =
+        static_cast<float>(lossScale_ * lossWeight_[in.micro] / (program_.microBatches * shares));
     dev_.copyToDevice(view(m_.lossGrad, slot).data, &lossSeed_, 4);
     return;
   }
@@ -1231,14 +1238,21 @@ void Executor::vocabCrossEntropy(const ir::Instr& in, size_t index, int64_t step
   int64_t v = logits.shape.back(), rows = logits.numel() / v, first = program_.splitRank * v;
   const float* x = static_cast<const float*>(logits.data);
   const int32_t* t = static_cast<const int32_t*>(targets.data);
+  int64_t ignored = ir::ignoredClass(&m_.ops[backward ? op.forward : in.op].attrs);
   if (backward) {
     if (op.outputs[0] < 0) return;
     bool add = op.accumulate[0];
     backend::TensorView grad = view(op.outputs[0], slot), grad32 = widened(grad, ampOut_, add);
     float* dx = grad32.f32();
     const float* lse = static_cast<const float*>(view(op.inputs[4], slot).data);
-    float g = *static_cast<const float*>(view(op.inputs[0], slot).data) / static_cast<float>(rows);
+    float g = *static_cast<const float*>(view(op.inputs[0], slot).data) /
+              static_cast<float>(std::max<int64_t>(ir::keptTargets(t, rows, ignored), 1));
     for (int64_t r = 0; r < rows; ++r) {
+      if (t[r] == ignored) {
+        for (int64_t j = 0; j < v; ++j)
+          dx[r * v + j] = add ? dx[r * v + j] : 0.f;
+        continue;
+      }
       for (int64_t j = 0; j < v; ++j) {
         float d = g * std::exp(x[r * v + j] - lse[r]);
         dx[r * v + j] = add ? dx[r * v + j] + d : d;
@@ -1266,10 +1280,11 @@ void Executor::vocabCrossEntropy(const ir::Instr& in, size_t index, int64_t step
       target += f[2];
     }
     lse[r] = top + std::log(sum);
-    total += static_cast<double>(lse[r] - target);
+    if (t[r] != ignored) total += static_cast<double>(lse[r] - target);
   }
+  int64_t kept = ir::keptTargets(t, rows, ignored);
   *static_cast<float*>(view(op.outputs[0], slot).data) =
-      static_cast<float>(total / static_cast<double>(rows));
+      kept == 0 ? 0.f : static_cast<float>(total / static_cast<double>(kept));
 }
 
 // A split region's communication op, forward or backward (its transpose): all-reduce
@@ -1747,8 +1762,8 @@ StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
   dev_.synchronize();
   if (traced) trace_->endStep();
   StepResult r;
-  for (float l : lossHost_)
-    r.loss += l;
+  for (size_t k = 0; k < lossHost_.size(); ++k)
+    r.loss += ignored_ >= 0 ? lossHost_[k] * lossWeight_[k] : lossHost_[k];
   r.loss /= static_cast<double>(lossHost_.size());
   // A pipeline's last stage alone has the loss: from its one rank, or gathered below.
   if (program_.stages > 1 && lossRanks_ == 1)
@@ -1808,6 +1823,21 @@ StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
     r.reduceBytes += (shardGrads_ ? program_.microBatches : 1) * (bucketEnd_[b] - bucketBegin_[b]) /
                      4 * (wire_ == backend::WireType::F32 ? 4 : 2);
   return r;
+}
+
+// A micro-batch's weight under an ignored class (lossWeight_): its kept share of the loss's
+// targets on this rank, over the global batch's kept share. 0 when the step keeps none.
+double Executor::keptWeight(int slot) {
+  const ir::Op& op = m_.ops[lossOp()];
+  backend::TensorView t = view(op.inputs[1], slot);
+  std::vector<int32_t> targets(static_cast<size_t>(t.numel()));
+  dev_.copyToHost(targets.data(), t.data, t.bytes());
+  dev_.synchronize();
+  EPL_ASSERT(targets_ > 0, "the step's count of kept targets was set");
+  if (kept_ == 0) return 0;
+  int64_t mine = ir::keptTargets(targets.data(), t.numel(), ignored_);
+  return static_cast<double>(mine) * static_cast<double>(targets_) /
+         (static_cast<double>(t.numel()) * static_cast<double>(kept_));
 }
 
 int Executor::lossOp() const {

@@ -127,6 +127,15 @@ public:
   // Forward only, for sampling: the logits that feed the loss (all rows).
   std::vector<float> forwardLogits();
   int64_t classes() const;
+  // A cross-entropy loss's `ignore_index` when it names a class that can occur (>= 0),
+  // else -1: its mean is over the targets kept, so the step's weights need the global
+  // batch's count of them (setKeptTargets) before the step runs.
+  int64_t ignoredClass() const { return ignored_; }
+  // Of the step's global batch, how many loss targets there are and how many are kept.
+  void setKeptTargets(int64_t kept, int64_t total) {
+    kept_ = kept;
+    targets_ = total;
+  }
   int64_t arenaBytes() const { return program_.arenaBytes; }
   // The runtime's account of activations: the most micro-batches whose slot of the arena
   // was held at once over the steps run so far (a micro-batch holds slot m % slots from its
@@ -260,6 +269,7 @@ private:
     return n;
   }
   int lossOp() const;
+  double keptWeight(int slot);
 
   const ir::Module& m_;
   const ir::Program& program_;
@@ -393,6 +403,11 @@ private:
   std::vector<int> nextOps_;
   std::map<std::string, int64_t> bindings_; // symbol values on this rank
   std::vector<float> lossHost_;
+  // A loss with an ignored class: each micro-batch's weight among the step's, the
+  // micro-batch's kept targets over its targets times the global batch's targets over its
+  // kept ones (1 when nothing is ignored).
+  std::vector<double> lossWeight_;
+  int64_t ignored_ = -1, kept_ = 0, targets_ = 0;
   int64_t localBatch_ = 0;
   int lossRanks_ = 0;              // ranks that compute the loss
   std::vector<int64_t> perSample_; // by op id: elements of a dropout's tensor per sample

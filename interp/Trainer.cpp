@@ -17,6 +17,7 @@
 #include "interp/data/Dataset.h"
 #include "ir/PipelineSchedule.h"
 #include "ir/Predict.h"
+#include "support/Assert.h"
 #include "support/Text.h"
 
 #include <algorithm>
@@ -170,6 +171,7 @@ Evaluation evaluate(Executor& ex, const data::Dataset& ds, int64_t limit,
     if (!ex.holdsLoss()) continue;
     int64_t rowsPerSample = static_cast<int64_t>(targets.size()) / batch;
     for (int64_t r = 0; r < valid * rowsPerSample; ++r) {
+      if (targets[r] == ex.ignoredClass()) continue; // counts nothing, as in training
       const float* row = logits.data() + r * classes;
       float top = row[0];
       int64_t arg = 0;
@@ -545,6 +547,29 @@ Start startOnRank0(Executor& ex, const ir::Module& m, const RunOptions& o, const
     report(mine, m, e);
   }
   return s;
+}
+
+// Of the global batch `ids`, how many targets the loss has and how many of them are not
+// `ignored` (Executor::setKeptTargets): read from the data, so that every rank knows the
+// whole batch's count before its step, without communication.
+std::pair<int64_t, int64_t> keptTargets(const ir::Module& m, const data::Dataset& ds,
+                                        const std::vector<int64_t>& ids, int64_t ignored) {
+  ir::Module::DataSource src = m.dataSource(m.ops[m.tensors[m.outputs[0]].producer].inputs[1]);
+  EPL_ASSERT(src.input >= 0, "an ignored class's targets come from the data (Elaborator)");
+  std::vector<std::vector<int32_t>> inputs;
+  std::vector<void*> ptrs;
+  for (const data::InputSpec& spec : inputSpecs(m)) {
+    int64_t n = static_cast<int64_t>(ids.size());
+    for (int64_t d : spec.sampleShape)
+      n *= d;
+    inputs.emplace_back(static_cast<size_t>(n)); // 4 bytes a value, f32 or i32
+    ptrs.push_back(inputs.back().data());
+  }
+  std::vector<int32_t> next(src.next ? inputs[src.input].size() : 0);
+  ds.read(data::Split::Train, ids, ptrs, src.next ? next.data() : nullptr);
+  const std::vector<int32_t>& t = src.next ? next : inputs[src.input];
+  int64_t total = static_cast<int64_t>(t.size());
+  return {ir::keptTargets(t.data(), total, ignored), total};
 }
 
 // Token ids and labels must fit the layers that read them, or kernels would read past
@@ -1007,6 +1032,10 @@ std::optional<int> TrainingRun::step(int64_t step) {
   for (int mb = 0; mb < ex.microBatches(); ++mb) {
     auto first = ids.begin() + ex.firstSample(mb);
     fill(ex, *ds_, data::Split::Train, {first, first + ex.localBatch()}, mb);
+  }
+  if (ex.ignoredClass() >= 0) {
+    auto [kept, total] = keptTargets(m, *ds_, ids, ex.ignoredClass());
+    ex.setKeptTargets(kept, total);
   }
   double lr = learningRate(m.train.lrSchedule, m.train.optimizer.numbers.at("lr"), step, steps_);
   StepResult r = ex.runStep(step, static_cast<float>(lr), static_cast<uint64_t>(m.train.seed));

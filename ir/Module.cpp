@@ -182,6 +182,27 @@ int Module::lossRanks() const {
   return n;
 }
 
+Module::DataSource Module::dataSource(int t) const {
+  DataSource s;
+  for (;;) {
+    auto at = std::find(inputs.begin(), inputs.end(), t);
+    if (at != inputs.end()) {
+      s.input = static_cast<int>(at - inputs.begin());
+      return s;
+    }
+    int producer = tensors[t].producer;
+    if (producer < 0) return {};
+    const Op& op = ops[producer];
+    bool moves = op.kind == OpKind::Reshape || op.kind == OpKind::Flatten ||
+                 op.kind == OpKind::Transpose || opInfo(op.kind).split == SplitRule::Communication;
+    if (op.kind == OpKind::Next && !s.next)
+      s.next = true;
+    else if (!moves)
+      return {};
+    t = op.inputs[0];
+  }
+}
+
 Module::SlotUse Module::slotUse(const Program& p) const {
   SlotUse u;
   u.first.assign(static_cast<size_t>(p.microBatches), -1);

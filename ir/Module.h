@@ -385,6 +385,15 @@ struct Module {
   std::string runRefusal() const;
   // How many ranks compute the loss (each program whose lossRank is its own rank).
   int lossRanks() const;
+  // Where integer tensor t comes from in the data: model input `input` (an index into
+  // `inputs`), or with `next` that input's next tokens, through ops that only move its
+  // elements (reshape, flatten, transpose, the compiler's bridges). input < 0: t is
+  // computed, or picked out of the data.
+  struct DataSource {
+    int input = -1;
+    bool next = false;
+  };
+  DataSource dataSource(int t) const;
   // Whether the runtime applies ZeRO stage 1: each program's optimizer states partitioned
   // over the ranks that sum their gradients (zeroSlices: every rank of a purely
   // data-parallel plan, a pipeline stage's ranks in every copy; for a split region's

@@ -83,6 +83,17 @@ int64_t intAttr(const Attrs& a, const std::string& key) {
   EPL_ASSERT(it != a.end() && std::holds_alternative<int64_t>(it->second), "missing int attribute");
   return std::get<int64_t>(it->second);
 }
+int64_t ignoredClass(const Attrs* a) {
+  if (!a) return kNoIgnoredClass;
+  auto it = a->find("ignore_index");
+  return it == a->end() ? kNoIgnoredClass : std::get<int64_t>(it->second);
+}
+int64_t keptTargets(const int32_t* t, int64_t n, int64_t ignored) {
+  int64_t kept = 0;
+  for (int64_t r = 0; r < n; ++r)
+    kept += t[r] != ignored;
+  return kept;
+}
 double floatAttr(const Attrs& a, const std::string& key) {
   auto it = a.find(key);
   EPL_ASSERT(it != a.end(), "missing float attribute");

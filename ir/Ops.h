@@ -242,6 +242,13 @@ Flops opFlops(OpKind kind, const std::vector<Sizes>& in, const std::vector<Sizes
 
 int64_t intAttr(const Attrs& a, const std::string& key);
 
+// cross_entropy's `ignore_index`: targets equal to it count nothing (PyTorch's -100 where
+// the op was built without attributes).
+constexpr int64_t kNoIgnoredClass = -100;
+int64_t ignoredClass(const Attrs* a);
+// How many of targets t[0, n) are not `ignored`.
+int64_t keptTargets(const int32_t* t, int64_t n, int64_t ignored);
+
 // conv2d runs im2col over groups of images: as many as keep one group's columns (C K K
 // rows of Ho Wo each per image) within kConvColBudget floats, at least one, at most the
 // batch. The kernels and the memory plan's workspace of a conv2d read this one rule.

@@ -680,11 +680,17 @@ std::string instrText(const Module& m, const Program& p, const Instr& in) {
     return "zero-grads";
   case InstrKind::Load:
     return fmt::format("load micro-batch {}", in.micro);
-  case InstrKind::SeedGrad:
+  case InstrKind::SeedGrad: {
+    // An ignored class: times the micro-batch's weight by kept targets (Executor).
+    const Op& loss = m.ops[m.tensors[m.outputs[0]].producer];
+    std::string kept = loss.kind == OpKind::CrossEntropy && ignoredClass(&loss.attrs) >= 0
+                           ? ", weighed by its kept targets"
+                           : "";
     return p.dataRanks == 1
-               ? fmt::format("seed-grad %{} = 1/micro_batches", m.tensors[m.lossGrad].name)
-               : fmt::format("seed-grad %{} = 1/(micro_batches x {} ranks)",
-                             m.tensors[m.lossGrad].name, p.dataRanks);
+               ? fmt::format("seed-grad %{} = 1/micro_batches{}", m.tensors[m.lossGrad].name, kept)
+               : fmt::format("seed-grad %{} = 1/(micro_batches x {} ranks){}",
+                             m.tensors[m.lossGrad].name, p.dataRanks, kept);
+  }
   case InstrKind::ReduceStart:
   case InstrKind::ReduceWait: {
     const GradBucket& b = m.buckets.at(in.bucket);

@@ -4,6 +4,7 @@
 // Shape legend: N rows (every dim of the logits but the last), V classes, n elements.
 #include "backend/cpu/KernelUtil.h"
 #include "backend/cpu/Kernels.h"
+#include "ir/Ops.h"
 
 #include <algorithm>
 
@@ -28,25 +29,29 @@ int32_t checkedTarget(const int32_t* t, int64_t r, int64_t v) {
   return k;
 }
 
-// in = [logits [N, V], targets i32 [N]], out = [loss f32[], lse [N]].
+// in = [logits [N, V], targets i32 [N]], out = [loss f32[], lse [N]]. The loss is the mean
+// over the rows whose target is not `ignore_index`; 0 when there are none (PyTorch: NaN).
 void crossEntropyForward(const KernelCall& c) {
   const TensorView& logits = c.in[0];
   int64_t v = lastDim(logits), n = rowsOf(logits);
   const float* x = logits.f32();
   const int32_t* t = c.in[1].i32();
+  int64_t ignored = ir::ignoredClass(c.attrs);
   float* lse = c.out[1].f32();
   float* rowLoss = scratch(0, n);
   parallelFor(n, rowGrain(v), [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
       lse[r] = rowLse(x + r * v, v);
-      rowLoss[r] = lse[r] - x[r * v + checkedTarget(t, r, v)];
+      rowLoss[r] = t[r] == ignored ? 0.f : lse[r] - x[r * v + checkedTarget(t, r, v)];
     }
   });
-  c.out[0].f32()[0] = static_cast<float>(sumDouble(rowLoss, n) / static_cast<double>(n));
+  int64_t kept = ir::keptTargets(t, n, ignored);
+  c.out[0].f32()[0] =
+      kept == 0 ? 0.f : static_cast<float>(sumDouble(rowLoss, n) / static_cast<double>(kept));
 }
 
 // in = [dloss f32[], logits, targets, loss, lse], out = [dlogits, dtargets (never)].
-// dlogits = dloss / N * (softmax(logits) - onehot(target)).
+// dlogits = dloss / kept * (softmax(logits) - onehot(target)), zero on ignored rows.
 void crossEntropyBackward(const KernelCall& c) {
   GradOut dx = gradOut(c, 0);
   if (!dx) return;
@@ -54,9 +59,16 @@ void crossEntropyBackward(const KernelCall& c) {
   int64_t v = lastDim(logits), n = rowsOf(logits);
   const float *x = logits.f32(), *lse = c.in[4].f32();
   const int32_t* t = c.in[2].i32();
-  float g = c.in[0].f32()[0] / static_cast<float>(n);
+  int64_t ignored = ir::ignoredClass(c.attrs);
+  float g =
+      c.in[0].f32()[0] / static_cast<float>(std::max<int64_t>(ir::keptTargets(t, n, ignored), 1));
   parallelFor(n, rowGrain(v), [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
+      if (t[r] == ignored) {
+        for (int64_t j = 0; j < v; ++j)
+          dx.put(r * v + j, 0.f);
+        continue;
+      }
       const float* xr = x + r * v;
       float l = lse[r];
       for (int64_t j = 0; j < v; ++j)

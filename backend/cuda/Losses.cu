@@ -5,6 +5,7 @@
 //
 // Shape legend: N rows (every dim of the logits but the last), V classes, n elements.
 #include "backend/cuda/Common.cuh"
+#include "ir/Ops.h"
 
 #include <cmath>
 #include <cstdio>
@@ -49,10 +50,28 @@ __global__ void meanOf(const T* part, int64_t parts, double divisor, float* out)
   if (threadIdx.x == 0) *out = static_cast<float>(s / divisor);
 }
 
+// *kept = how many of target[0, n) are not `ignored`, one block of kThreads.
+__global__ void countKept(const int32_t* target, int64_t n, int64_t ignored, double* kept) {
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < n; i += kThreads)
+    s += target[i] != ignored ? 1.0 : 0.0;
+  s = blockReduce(s, Sum{});
+  if (threadIdx.x == 0) *kept = s;
+}
+
+// *out = (sum of rowLoss[0, n)) / *kept, 0 when nothing was kept; one block of kThreads.
+__global__ void meanOfKept(const float* rowLoss, int64_t n, const double* kept, float* out) {
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < n; i += kThreads)
+    s += static_cast<double>(rowLoss[i]);
+  s = blockReduce(s, Sum{});
+  if (threadIdx.x == 0) *out = *kept == 0 ? 0.f : static_cast<float>(s / *kept);
+}
+
 // One block per row: lse[r] = log-sum-exp of the row (its exp sum in double, as the CPU's),
-// rowLoss[r] = lse[r] - x[r, target[r]].
+// rowLoss[r] = lse[r] - x[r, target[r]], 0 where the target is `ignored`.
 __global__ void crossEntropyRows(const float* x, const int32_t* target, int64_t n, int64_t v,
-                                 float* lse, float* rowLoss) {
+                                 int64_t ignored, float* lse, float* rowLoss) {
   for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
     const float* xr = x + r * v;
     float m = -INFINITY;
@@ -66,18 +85,23 @@ __global__ void crossEntropyRows(const float* x, const int32_t* target, int64_t 
     if (threadIdx.x == 0) {
       float l = m + static_cast<float>(log(s));
       lse[r] = l;
-      rowLoss[r] = l - xr[checkedTarget(target, r, v)];
+      rowLoss[r] = target[r] == ignored ? 0.f : l - xr[checkedTarget(target, r, v)];
     }
   }
 }
 
-// dx (+)= dloss / N * (softmax(x) - onehot(target)), the one-hot subtracted after the add as
-// on the CPU.
+// dx (+)= dloss / kept * (softmax(x) - onehot(target)), the one-hot subtracted after the add
+// as on the CPU; zero on the rows whose target is `ignored`.
 __global__ void crossEntropyGrad(const float* dloss, const float* x, const int32_t* target,
-                                 const float* lse, int64_t n, int64_t v, GradOut dx) {
-  float g = dloss[0] / static_cast<float>(n);
+                                 const float* lse, int64_t n, int64_t v, int64_t ignored,
+                                 const double* kept, GradOut dx) {
+  float g = dloss[0] / static_cast<float>(*kept > 0 ? *kept : 1.0);
   EPL_GRID_STRIDE(i, n * v) {
     int64_t r = i / v;
+    if (target[r] == ignored) {
+      dx.p[i] = dx.acc ? dx.p[i] : 0.f;
+      continue;
+    }
     float d = g * expf(x[i] - lse[r]);
     float out = dx.acc ? dx.p[i] + d : d;
     if (i - r * v == checkedTarget(target, r, v)) out -= g;
@@ -111,11 +135,18 @@ __global__ void squaredErrorGrad(const float* dloss, const float* p, const float
 void crossEntropyForward(const KernelCall& c, const Ctx& ctx) {
   const TensorView& logits = c.in[0];
   int64_t v = lastDim(logits), n = rowsOf(logits);
-  float* rowLoss = static_cast<float*>(ctx.scratch->get(std::max<int64_t>(n, 1) * 4));
+  int64_t ignored = ir::ignoredClass(c.attrs);
+  // The kept count (a double, 8-aligned) after the rows' losses.
+  int64_t at = (std::max<int64_t>(n, 1) * 4 + 7) / 8 * 8;
+  auto* work = static_cast<unsigned char*>(ctx.scratch->get(at + 8));
+  auto* rowLoss = reinterpret_cast<float*>(work);
+  auto* kept = reinterpret_cast<double*>(work + at);
   crossEntropyRows<<<blocksFor(n, 1), kThreads, 0, ctx.stream>>>(logits.f32(), c.in[1].i32(), n, v,
-                                                                 c.out[1].f32(), rowLoss);
+                                                                 ignored, c.out[1].f32(), rowLoss);
   checkLaunch("cross_entropy forward rows");
-  meanOf<<<1, kThreads, 0, ctx.stream>>>(rowLoss, n, static_cast<double>(n), c.out[0].f32());
+  countKept<<<1, kThreads, 0, ctx.stream>>>(c.in[1].i32(), n, ignored, kept);
+  checkLaunch("cross_entropy forward count");
+  meanOfKept<<<1, kThreads, 0, ctx.stream>>>(rowLoss, n, kept, c.out[0].f32());
   checkLaunch("cross_entropy forward mean");
 }
 
@@ -125,8 +156,12 @@ void crossEntropyBackward(const KernelCall& c, const Ctx& ctx) {
   if (!dx) return;
   const TensorView& logits = c.in[1];
   int64_t v = lastDim(logits), n = rowsOf(logits);
+  int64_t ignored = ir::ignoredClass(c.attrs);
+  auto* kept = static_cast<double*>(ctx.scratch->get(8));
+  countKept<<<1, kThreads, 0, ctx.stream>>>(c.in[2].i32(), n, ignored, kept);
+  checkLaunch("cross_entropy backward count");
   crossEntropyGrad<<<blocksFor(n * v), kThreads, 0, ctx.stream>>>(
-      c.in[0].f32(), logits.f32(), c.in[2].i32(), c.in[4].f32(), n, v, dx);
+      c.in[0].f32(), logits.f32(), c.in[2].i32(), c.in[4].f32(), n, v, ignored, kept, dx);
   checkLaunch("cross_entropy backward");
 }
 

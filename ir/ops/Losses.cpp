@@ -43,8 +43,11 @@ std::string inferMse(const OpInfo& op, const std::vector<TensorType>& in, const 
 
 void addLosses(Table& t) {
   OpInfo& ce = t.add(OpKind::CrossEntropy, "cross_entropy",
-                     {tensor("logits", "unnormalised scores"), tensor("targets", "class ids")},
-                     SplitRule::Vocab, "mean softmax cross-entropy (fused with log-softmax)",
+                     {tensor("logits", "unnormalised scores"), tensor("targets", "class ids"),
+                      optInt("ignore_index", kNoIgnoredClass,
+                             "targets of this class count nothing: not in the mean, no gradient")},
+                     SplitRule::Vocab,
+                     "mean softmax cross-entropy (fused with log-softmax) over the targets kept",
                      "logits: [..., V], targets: i32[...] -> f32[]");
   ce.infer = inferCrossEntropy;
   ce.saved = crossEntropySaved;

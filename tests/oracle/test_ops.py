@@ -923,6 +923,25 @@ def fam_losses(probe, rep):
     run_case(probe, rep, "cross_entropy[accumulate]", "cross_entropy", {},
              [rand(3, 4), torch.randint(0, 4, (3,), dtype=torch.int32)], [],
              lambda i, p: F.cross_entropy(i[0], i[1]), accumulate=True)
+    # ignore_index: rows whose target is that class count nothing, as PyTorch's ignore_index
+    # (the mean is over the rest); when every row is ignored the loss is 0 with no gradient,
+    # where PyTorch's mean is NaN.
+    ce = lambda k, V: lambda i, p: F.cross_entropy(i[0].reshape(-1, V), i[1].reshape(-1),
+                                                   ignore_index=k)
+    lse = lambda i, p: [(torch.logsumexp(i[0], -1), "f32")]
+    tgt = torch.tensor([[1, 3, 0, 3], [3, 2, 3, 4]], dtype=torch.int32)
+    run_case(probe, rep, "cross_entropy[ignore_index=3]", "cross_entropy", {"ignore_index": 3},
+             [rand(2, 4, 5) * 3, tgt], [], ce(3, 5), lse)
+    run_case(probe, rep, "cross_entropy[ignore_index=0,V=1000]", "cross_entropy",
+             {"ignore_index": 0}, [rand(3, 40, 1000) * 3,
+                                   torch.randint(0, 4, (3, 40), dtype=torch.int32)], [],
+             ce(0, 1000), lse)
+    run_case(probe, rep, "cross_entropy[ignore_index,accumulate]", "cross_entropy",
+             {"ignore_index": 2}, [rand(6, 4), torch.tensor([2, 0, 1, 2, 3, 2], dtype=torch.int32)],
+             [], ce(2, 4), accumulate=True)
+    run_case(probe, rep, "cross_entropy[every target ignored]", "cross_entropy",
+             {"ignore_index": 1}, [rand(3, 4), torch.ones(3, dtype=torch.int32)], [],
+             lambda i, p: (i[0] * 0).sum(), lse)
     for shape in [(5,), (3, 4), (2, 50, 300)]:
         run_case(probe, rep, "mse[%s]" % (shape,), "mse", {}, [rand(*shape), rand(*shape)], [],
                  lambda i, p: F.mse_loss(i[0], i[1]))

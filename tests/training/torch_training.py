@@ -8,8 +8,9 @@ torch.optim on the same samples, and compares the loss of every step with EPL's 
 file. Each step's batch is the whole (small) data set, so the sample order cannot differ.
 
 usage: torch_training.py EPL WORKDIR {mlp,gpt,gpt_tied,llama} [--micro-batches N]
-                         [--optimizer KIND] [--clip NORM]
-(gpt_tied: the head shares the embedding's matrix, `tie = embedding`)
+                         [--optimizer KIND] [--clip NORM] [--ignore-index K]
+(gpt_tied: the head shares the embedding's matrix, `tie = embedding`; --ignore-index: the
+gpt's loss leaves out the targets of class K, its mean over the batch's kept targets)
 """
 import argparse
 import gzip
@@ -136,10 +137,11 @@ train {name} {{
 def gpt_case(work, args, tied=False):
     head = ("linear(layer_norm(x), 256, bias = false, tie = embedding)" if tied
             else "linear(layer_norm(x), 256)")
+    ignore = "" if args.ignore_index is None else f", ignore_index = {args.ignore_index}"
     script, inp, tgt, mask = token_case(work, args, "gpt", f"""\
   x = embedding(tokens, 256, 32) + positions(16, 32)
   x = repeat(2) transformer_block(x, 4)
-  return cross_entropy({head}, next(tokens))""")
+  return cross_entropy({head}, next(tokens){ignore})""")
 
     def block(x, w, p):
         a = p + "/attention_block/"
@@ -160,8 +162,15 @@ def gpt_case(work, args, tied=False):
             logits = F.linear(x, w["embedding.weight"])
         else:
             logits = F.linear(x, w["linear.weight"], w["linear.bias"])
-        return F.cross_entropy(logits.reshape(-1, 256), tgt.reshape(-1))
+        if args.ignore_index is None:
+            return F.cross_entropy(logits.reshape(-1, 256), tgt.reshape(-1))
+        return F.cross_entropy(logits.reshape(-1, 256), tgt.reshape(-1),
+                               ignore_index=args.ignore_index)
 
+    if args.ignore_index is not None:
+        kept = [int((part != args.ignore_index).sum()) for part in tgt.chunk(args.micro_batches)]
+        print(f"targets kept per micro-batch: {kept}")
+        assert len(set(kept)) > 1, "the micro-batches must keep different numbers of targets"
     return script, loss_fn
 
 
@@ -239,6 +248,7 @@ def main():
     ap.add_argument("--micro-batches", type=int, default=1)
     ap.add_argument("--optimizer", default="adam", choices=OPTIMIZERS)
     ap.add_argument("--clip", type=float, default=0)
+    ap.add_argument("--ignore-index", type=int)
     args = ap.parse_args()
     work = os.path.abspath(args.work)
     os.makedirs(work, exist_ok=True)

@@ -29,12 +29,16 @@ const std::vector<CallSchema>& callSchemas() {
   static const std::vector<CallSchema> t = {
       {"data",
        "tokens",
-       {path("path"), count("seq", true, 1), fraction("val_fraction")},
-       "uint16 little-endian token file (nanoGPT .bin); windows of seq + 1 tokens"},
+       {path("path"), count("seq", true, 1), fraction("val_fraction"), count("separator", false, 0),
+        count("pad", false, 0)},
+       "uint16 little-endian token file (nanoGPT .bin); windows of seq + 1 tokens, or with "
+       "`separator` of each document, padded with `pad`"},
       {"data",
        "text",
-       {path("path"), count("seq", true, 1), fraction("val_fraction")},
-       "raw text read as bytes (vocab 256); windows of seq + 1 bytes"},
+       {path("path"), count("seq", true, 1), fraction("val_fraction"), count("separator", false, 0),
+        count("pad", false, 0)},
+       "raw text read as bytes (vocab 256); windows of seq + 1 bytes, or with `separator` of "
+       "each line or document, padded with `pad`"},
       {"data",
        "idx",
        {path("images"), path("labels"), path("test_images", false), path("test_labels", false)},

@@ -7,10 +7,11 @@ ships no python3-safetensors), builds the same model in plain PyTorch, trains it
 torch.optim on the same samples, and compares the loss of every step with EPL's metrics
 file. Each step's batch is the whole (small) data set, so the sample order cannot differ.
 
-usage: torch_training.py EPL WORKDIR {mlp,gpt,gpt_tied,llama} [--micro-batches N]
+usage: torch_training.py EPL WORKDIR {mlp,gpt,gpt_tied,llama,lines} [--micro-batches N]
                          [--optimizer KIND] [--clip NORM] [--ignore-index K]
 (gpt_tied: the head shares the embedding's matrix, `tie = embedding`; --ignore-index: the
-gpt's loss leaves out the targets of class K, its mean over the batch's kept targets)
+gpt's loss leaves out the targets of class K, its mean over the batch's kept targets;
+lines: the gpt on a text's lines, padded, with padding masks from the data)
 """
 import argparse
 import gzip
@@ -174,6 +175,83 @@ def gpt_case(work, args, tied=False):
     return script, loss_fn
 
 
+def document_windows(toks, seq, sep):
+    """EPL's `separator` cut: each document (ending with sep) in windows of at most seq + 1
+    tokens at its tokens 0, seq, 2 seq..., while two tokens are left."""
+    out, first = [], 0
+    for i, t in enumerate(toks):
+        if t != sep and i + 1 < len(toks):
+            continue
+        w, stop = first, i + 1
+        while stop - w >= 2:
+            out.append(toks[w : min(w + seq + 1, stop)])
+            w += seq
+        first = stop
+    return out
+
+
+def lines_case(work, args):
+    """The gpt on the lines of the fortunes (`text(…, separator = 10)`): each line's
+    windows padded with 0, the padding masked out of attention (the model's second input)
+    and out of the loss (`ignore_index = 0`)."""
+    seq = 16
+    text = open("/usr/share/games/fortunes/cookie", "rb").read()
+    end = 300
+    while True:  # whole lines, as many windows as the micro-batches divide
+        end = text.index(b"\n", end) + 1
+        windows = document_windows(list(text[:end]), seq, 10)
+        if len(windows) % (2 * args.micro_batches) == 0:
+            break
+    with open(f"{work}/corpus.txt", "wb") as f:
+        f.write(text[:end])
+    batch = len(windows)
+    script = f"""
+import "std/nn.epl"
+model gpt(tokens: i32[B, {seq}], mask: i32[B, {seq}]) {{
+  x = embedding(tokens, 256, 32) + positions({seq}, 32)
+  x = repeat(2) transformer_block(x, 4, mask = mask)
+  return cross_entropy(linear(layer_norm(x), 256), next(tokens), ignore_index = 0)
+}}
+policy {{ micro_batches = {args.micro_batches} }}
+train gpt {{
+  data = text("corpus.txt", seq = {seq}, val_fraction = 0, separator = 10)
+  batch = {batch}
+  optimizer = {OPTIMIZERS[args.optimizer][0]}
+  lr_schedule = cosine(warmup = 3)
+  steps = 10
+  clip_grad_norm = {args.clip}
+  checkpoint = {{ dir = "ckpt", every = 100 }}
+  seed = 5
+}}
+"""
+    pad = lambda w: w + [0] * (seq + 1 - len(w))
+    inp = torch.tensor([pad(w)[:seq] for w in windows], dtype=torch.long)
+    tgt = torch.tensor([pad(w)[1:] for w in windows], dtype=torch.long)
+    real = torch.tensor([[t < len(w) for t in range(seq)] for w in windows])
+    causal = torch.triu(torch.ones(seq, seq, dtype=torch.bool), 1)
+    mask = causal | ~real[:, None, None, :]  # [B, 1, T, T]: True where a key is masked
+    print(f"{batch} windows of {end} bytes, {int((tgt == 0).sum())} of {tgt.numel()} targets "
+          f"padding")
+
+    def loss_fn(w):
+        x = F.embedding(inp, w["embedding.weight"]) + w["positions.weight"]
+        for i in range(2):
+            p = f"transformer_block.{i}"
+            a = p + "/attention_block/"
+            h = F.layer_norm(x, (32,), w[a + "layer_norm.weight"], w[a + "layer_norm.bias"], 1e-5)
+            x = x + attention(h, w, a, mask)
+            m = p + "/mlp_block/"
+            h = F.layer_norm(x, (32,), w[m + "layer_norm.weight"], w[m + "layer_norm.bias"], 1e-5)
+            h = F.gelu(F.linear(h, w[m + "mlp.fc1_weight"], w[m + "mlp.fc1_bias"]),
+                       approximate="tanh")
+            x = x + F.linear(h, w[m + "mlp.fc2_weight"], w[m + "mlp.fc2_bias"])
+        x = F.layer_norm(x, (32,), w["layer_norm.weight"], w["layer_norm.bias"], 1e-5)
+        logits = F.linear(x, w["linear.weight"], w["linear.bias"])
+        return F.cross_entropy(logits.reshape(-1, 256), tgt.reshape(-1), ignore_index=0)
+
+    return script, loss_fn
+
+
 def attention(h, w, prefix, mask):
     """EPL's attention(h, 4) of width 32 (causal, fused qkv; biases where it has them)."""
     qkv = F.linear(h, w[prefix + "attention.qkv_weight"], w.get(prefix + "attention.qkv_bias"))
@@ -244,7 +322,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("epl")
     ap.add_argument("work")
-    ap.add_argument("case", choices=["mlp", "gpt", "gpt_tied", "llama"])
+    ap.add_argument("case", choices=["mlp", "gpt", "gpt_tied", "llama", "lines"])
     ap.add_argument("--micro-batches", type=int, default=1)
     ap.add_argument("--optimizer", default="adam", choices=OPTIMIZERS)
     ap.add_argument("--clip", type=float, default=0)
@@ -253,7 +331,7 @@ def main():
     work = os.path.abspath(args.work)
     os.makedirs(work, exist_ok=True)
     subprocess.run(["rm", "-rf", f"{work}/ckpt"], check=True)
-    cases = {"mlp": mlp_case, "gpt": gpt_case, "llama": llama_case,
+    cases = {"mlp": mlp_case, "gpt": gpt_case, "llama": llama_case, "lines": lines_case,
              "gpt_tied": lambda work, args: gpt_case(work, args, tied=True)}
     script, loss_fn = cases[args.case](work, args)
     with open(f"{work}/train.epl", "w") as f:

@@ -369,6 +369,52 @@ TEST_CASE("text reads bytes as tokens of vocab 256", "[data]") {
   CHECK(next == std::vector<int32_t>{' ', 255, 1, ' '});
 }
 
+TEST_CASE("text with a separator: a window of each line, padded, with its padding mask", "[data]") {
+  TempDir dir;
+  // Lines of 6, 1 (a lone separator: no window), 13 and 2 bytes, newlines included, then
+  // "zz": the last 2 bytes (10%), the validation part.
+  testing::writeBytes(dir.file("t.txt"), "hello\n\nthe long fox\nabzz");
+  std::vector<InputSpec> inputs = {tokenInput(4)[0], {"mask", ir::DType::I32, {4}}};
+  auto d =
+      openDataset(call("text", {{"path", "t.txt"}}, {{"seq", 4}, {"separator", 10}, {"pad", 0}}),
+                  inputs, 0, dir.path);
+  // "hello\n": windows at 0 ("hello") and 4 ("o\n"); "\n": none; "the long fox\n" (13):
+  // at 0, 4 and 8 (at 12 one token would be left); "ab" (the training part's end): 1.
+  REQUIRE(d->size(Split::Train) == 6);
+  CHECK(d->size(Split::Validation) == 1); // "zz"
+  CHECK(d->describe() == "text: 24 tokens in 4 documents ending with token 10, 6 train / 1 "
+                         "validation windows of at most seq 4 + 1, padded with token 0 (masks: "
+                         "the second input)");
+  std::vector<int32_t> in(4 * 6), mask(4 * 6), next(4 * 6);
+  d->read(Split::Train, {0, 1, 2, 3, 4, 5}, {in.data(), mask.data()}, next.data());
+  auto row = [](const std::vector<int32_t>& v, int r) {
+    return std::vector<int32_t>(v.begin() + 4 * r, v.begin() + 4 * r + 4);
+  };
+  using V = std::vector<int32_t>;
+  CHECK(row(in, 0) == V{'h', 'e', 'l', 'l'});
+  CHECK(row(next, 0) == V{'e', 'l', 'l', 'o'});
+  CHECK(row(mask, 0) == V{1, 1, 1, 1});
+  CHECK(row(in, 1) == V{'o', '\n', 0, 0}); // the line's end, padded
+  CHECK(row(next, 1) == V{'\n', 0, 0, 0});
+  CHECK(row(mask, 1) == V{1, 1, 0, 0});
+  CHECK(row(in, 4) == V{' ', 'f', 'o', 'x'});
+  CHECK(row(next, 4) == V{'f', 'o', 'x', '\n'});
+  CHECK(row(mask, 4) == V{1, 1, 1, 1});
+  CHECK(row(in, 5) == V{'a', 'b', 0, 0}); // the last line lacks its newline
+  CHECK(row(next, 5) == V{'b', 0, 0, 0});
+  CHECK(row(mask, 5) == V{1, 1, 0, 0});
+  d->read(Split::Validation, {0}, {in.data(), mask.data()}, next.data());
+  CHECK(row(in, 0) == V{'z', 'z', 0, 0});
+  CHECK(row(mask, 0) == V{1, 1, 0, 0});
+  CHECK(d->maxValue(1) == 1); // the masks
+  // Without a mask input, the same windows; pad 0 by default.
+  auto plain = openDataset(call("text", {{"path", "t.txt"}}, {{"seq", 4}, {"separator", 10}}),
+                           tokenInput(4), 0, dir.path);
+  CHECK(plain->size(Split::Train) == 6);
+  d->read(Split::Train, {1}, {in.data(), mask.data()}, nullptr);
+  CHECK(row(in, 0) == V{'o', '\n', 0, 0});
+}
+
 TEST_CASE("textToTokens writes one uint16 per byte", "[data]") {
   TempDir dir;
   testing::writeBytes(dir.file("t.txt"), std::string("ab\xff\0z", 5));
@@ -456,7 +502,34 @@ TEST_CASE("token data errors name the file and what is wrong", "[data]") {
   }
   SECTION("two inputs") {
     expectError(spec(8), {tokenInput(8)[0], {"labels", ir::DType::I32, {}}},
-                {"`tokens` data feeds one model input", "`tokens`, `labels`"});
+                {"`tokens` data feeds a second model input, the padding masks, only when cut "
+                 "into documents: give `separator`",
+                 "`tokens`, `labels`"});
+  }
+  SECTION("three inputs") {
+    expectError(call("tokens", {{"path", path}}, {{"seq", 8}, {"separator", 3}}),
+                {tokenInput(8)[0], tokenInput(8)[0], tokenInput(8)[0]},
+                {"`tokens` data feeds one model input, the token windows, and maybe their "
+                 "padding masks"});
+  }
+  SECTION("a mask of the wrong shape") {
+    expectError(call("tokens", {{"path", path}}, {{"seq", 8}, {"separator", 3}}),
+                {tokenInput(8)[0], {"mask", ir::DType::I32, {4}}},
+                {"model input `mask: i32[B, 4]` does not fit `tokens` data with seq = 8"});
+  }
+  SECTION("pad without separator, ids past the vocabulary") {
+    expectError(call("text", {{"path", path}}, {{"seq", 8}, {"pad", 1}}), tokenInput(8),
+                {"argument `pad` of `text` pads documents: give `separator` too"});
+    expectError(call("text", {{"path", path}}, {{"seq", 8}, {"separator", 256}}), tokenInput(8),
+                {"argument `separator` of `text` is a token id, below 256; got 256"});
+  }
+  SECTION("no document of two tokens") {
+    testing::writeBytes(dir.file("t.txt"), std::string(10, '\n')); // empty lines
+    expectError(call("text", {{"path", dir.file("t.txt")}}, {{"seq", 4}, {"separator", 10}}),
+                tokenInput(4),
+                {"`" + dir.file("t.txt") +
+                 "` holds no document of two tokens or more (documents end with token 10) "
+                 "before the last 10% kept for validation"});
   }
   SECTION("text too short") {
     testing::writeBytes(dir.file("t.txt"), "abc");

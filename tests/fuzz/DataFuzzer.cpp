@@ -1,5 +1,6 @@
 // The data readers on any bytes as a data file: the first byte picks the reader (IDX images,
-// IDX labels, uint16 tokens, text) and the second the window length of token and text data;
+// IDX labels, uint16 tokens, text) and the second the window length of token and text data
+// (and with its bits 5 and 6, documents ending with token 10 and their padding masks);
 // the rest is the file, plain or gzip. IDX files are paired with a fixed, valid companion of
 // 12 samples of 2 x 3. A malformed file must be a DataError; any other exception escapes and
 // is a finding. When the file opens, a few samples of each split are read.
@@ -83,6 +84,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     inputs = {{"images", ir::DType::F32, {1, 2, 3}}, {"labels", ir::DType::I32, {}}};
   } else {
     spec = {kind == 2 ? "tokens" : "text", {{"path", file.path()}}, {{"seq", double(seq)}}, {}};
+    // The second byte's higher bits: documents ending with token 10, and their masks.
+    if (data[1] & 32) spec.numbers["separator"] = 10;
+    if (data[1] & 64 && data[1] & 32) inputs.push_back({"mask", ir::DType::I32, {seq}});
   }
   try {
     readSome(*openDataset(spec, inputs, 0, ""), inputs);

@@ -8,6 +8,7 @@
 #include "ir/Ops.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -79,6 +80,10 @@ struct KernelCall {
   // adds on its own: moe_dispatch's backward adds aux_weight x this x d(aux)/d(gates) per
   // sample (its load-balancing loss).
   float sampleWeight = 0.f;
+  // batch_norm under data parallelism: sums values[0, n) (this rank's per-channel sums) in
+  // place over the ranks that share the micro-batch, so the statistics are the whole
+  // micro-batch's, as on one device. Called on the launching thread; empty: one rank.
+  std::function<void(double* values, int64_t n)> sumOverReaders;
   // The whole tensor's index of the call's element i.
   int64_t wholeIndex(int64_t i) const {
     if (cutPiece == 0) return i;

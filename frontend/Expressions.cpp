@@ -336,6 +336,7 @@ Value Elaborator::emitOp(ir::OpKind kind, const ast::Expr& at, std::vector<int> 
     p.init = spec.init;
     p.fanIn = spec.fanIn;
     p.initStd = spec.std;
+    p.trainable = spec.trainable;
     m.params.push_back(std::move(p));
     op.params.push_back(static_cast<int>(m.params.size()) - 1);
   }

@@ -551,6 +551,23 @@ void Executor::bindCall(int i, int slot) {
   c.kind = op.kind;
   c.attrs = &localAttrs_[i];
   const ir::Op& fwdOp = op.phase == ir::Phase::Backward ? m_.ops[op.forward] : op;
+  if (fwdOp.kind == ir::OpKind::BatchNorm && program_.dataRanks > 1) {
+    // The statistics of the whole micro-batch, which the stage's ranks share (the
+    // elaborator keeps batch_norm out of split regions).
+    EPL_ASSERT(reduceComm().size() == program_.dataRanks, "batch_norm's ranks share a micro-batch");
+    std::string what = fmt::format("the batch statistics of {}", fwdOp.name);
+    c.sumOverReaders = [this, what](double* values, int64_t n) {
+      backend::Comm& comm = reduceComm();
+      std::vector<double> all(static_cast<size_t>(n * comm.size()));
+      comm.allGather(values, all.data(), 8 * n, what);
+      for (int64_t k = 0; k < n; ++k) {
+        double s = 0; // in rank order: every rank the same sums
+        for (int r = 0; r < comm.size(); ++r)
+          s += all[static_cast<size_t>(r * n + k)];
+        values[k] = s;
+      }
+    };
+  }
   if (fwdOp.kind == ir::OpKind::Embedding && fwdOp.splitForm == ir::SplitForm::Vocab &&
       program_.splitWidth > 1) {
     c.vocabSlice = true;

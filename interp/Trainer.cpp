@@ -572,6 +572,23 @@ std::pair<int64_t, int64_t> keptTargets(const ir::Module& m, const data::Dataset
   return {ir::keptTargets(t.data(), total, ignored), total};
 }
 
+// ZeRO stage 3 gathers each parameter for its forward and drops the copy: batch_norm's
+// running statistics, which the forward updates, would be lost.
+bool checkBatchNorms(const ir::Module& m, Diagnostics& diags) {
+  if (!m.zeroShardsParams()) return true;
+  for (const ir::Op& op : m.ops) {
+    if (op.kind != ir::OpKind::BatchNorm || op.phase != ir::Phase::Forward) continue;
+    auto zero = m.policy.keyLocs.find("zero");
+    auto d = diags.error(op.site, "`batch_norm` keeps running statistics, which ZeRO stage 3 "
+                                  "does not keep yet");
+    d.length(static_cast<uint32_t>(op.name.size()));
+    if (zero != m.policy.keyLocs.end()) d.noteAt(zero->second, "ZeRO stage 3 is set here");
+    d.help("use `zero = 2` or less");
+    return false;
+  }
+  return true;
+}
+
 // Token ids and labels must fit the layers that read them, or kernels would read past
 // their tables.
 bool checkDataFitsModel(const ir::Module& m, const data::Dataset& ds, Diagnostics& diags) {
@@ -903,6 +920,7 @@ std::optional<int> TrainingRun::open() {
     mine_.error(keyLoc(m, "data"), e.what());
   }
   if (!agree(ds_ && checkDataFitsModel(m, *ds_, mine_), "opening the data")) return 1;
+  if (!agree(checkBatchNorms(m, mine_), "checking the model")) return 1;
   // Rank 0 writes the metrics; a path it cannot write is found now, not after the run.
   if (rank_ == 0 && !o_.metricsPath.empty())
     if (auto problem = metrics_.open(o_.metricsPath))

@@ -83,6 +83,7 @@ struct Param {
   // are summed over the ranks of every such stage (a `tied` GradBucket), and each stage's
   // optimizer updates its copy alike, as Megatron-LM does for the embedding and the head.
   std::vector<int> copies = {};
+  bool trainable = true; // false: its op's state (ParamSpec::trainable), no optimizer step
 };
 
 enum class ScopeKind { Model, Stage, Split };

@@ -21,6 +21,7 @@ enum class OpKind {
   Positions,
   LayerNorm,
   RmsNorm,
+  BatchNorm,
   Attention,
   Mlp,
   Moe, // the builtin; a call becomes the four ops below (frontend, emitMoe)
@@ -115,6 +116,9 @@ struct ParamSpec {
   ParamInit init = ParamInit::Uniform;
   int64_t fanIn = 1; // the weight's input width, for Uniform
   double std = 1;    // the standard deviation, for Normal
+  // false: state the forward keeps (batch_norm's running statistics), which no optimizer
+  // updates; it has a gradient tensor, always zero.
+  bool trainable = true;
 };
 
 // What an op's backward needs from its forward: the tensors the forward saves after its

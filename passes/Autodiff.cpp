@@ -175,7 +175,7 @@ private:
       m.ops.push_back(std::move(norm));
     }
     for (size_t p = 0; p < m.params.size(); ++p) {
-      if (m.params[p].grad < 0) continue;
+      if (m.params[p].grad < 0 || !m.params[p].trainable) continue;
       ir::Op step = trainingOp(ir::OpKind::OptimizerStep, m.train.optimizer.kind);
       step.inputs = {m.params[p].grad};
       if (m.gradNorm >= 0) step.inputs.push_back(m.gradNorm);

@@ -15,7 +15,8 @@
 //      only through the forward.
 //   4. A recomputed dropout draws the mask of the op it repeats (Executor: same seed key),
 //      so results are bit for bit those without recompute. Blocks with experts (moe's
-//      all-to-all keeps host state per micro-batch) are not recomputed.
+//      all-to-all keeps host state per micro-batch) or batch_norm (its forward updates
+//      the running statistics) are not recomputed.
 //   5. `recompute = auto` chooses among the model body's def calls (chooseBlocks).
 #include "ir/Rewrite.h"
 #include "passes/Passes.h"
@@ -286,7 +287,8 @@ private:
   static bool recomputable(ir::OpKind k) {
     return k != ir::OpKind::MoeRouter && k != ir::OpKind::MoeDispatch &&
            k != ir::OpKind::MoeExperts && k != ir::OpKind::MoeCombine &&
-           k != ir::OpKind::AllToAll && k != ir::OpKind::Next;
+           k != ir::OpKind::AllToAll && k != ir::OpKind::Next &&
+           k != ir::OpKind::BatchNorm; // its forward updates the running statistics
   }
 };
 

@@ -30,6 +30,8 @@ void dispatch(const KernelCall& c) {
     return layerNorm(c);
   case OpKind::RmsNorm:
     return rmsNorm(c);
+  case OpKind::BatchNorm:
+    return batchNorm(c);
   case OpKind::Attention:
     return attention(c);
   case OpKind::Mlp:

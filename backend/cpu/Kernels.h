@@ -15,6 +15,7 @@ void positions(const KernelCall& c);
 // Norms.cpp
 void layerNorm(const KernelCall& c);
 void rmsNorm(const KernelCall& c);
+void batchNorm(const KernelCall& c);
 // Attention.cpp
 void attention(const KernelCall& c);
 // Mlp.cpp

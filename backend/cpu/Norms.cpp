@@ -1,6 +1,7 @@
 // layer_norm and rms_norm over the last dim. Rows run in parallel; the weight and bias
 // gradients sum fixed blocks of rows into partials, then add the partials in block order,
-// so they do not depend on the thread count.
+// so they do not depend on the thread count. batch_norm: channels run in parallel, each
+// summed in one fixed order (in double).
 //
 // Shape legend: N rows (every dim but the last), D width, P row blocks.
 #include "backend/cpu/KernelUtil.h"
@@ -142,7 +143,121 @@ void rmsNormBackward(const KernelCall& c) {
   rowBlocks(rows, d, d, body, outs, 1);
 }
 
+// batch_norm's view of x [B, C, S...]: B samples, C channels, S elements of a channel in
+// a sample (the product of the dims after C).
+struct Channels {
+  int64_t b, c, s;
+  explicit Channels(const TensorView& x)
+      : b(x.shape[0]), c(x.shape[1]), s(x.numel() / std::max<int64_t>(x.shape[0] * x.shape[1], 1)) {
+  }
+  // f(k, j) for every element j of channel k, in one fixed order.
+  template <class F> void each(int64_t k, F f) const {
+    for (int64_t i = 0; i < b; ++i)
+      for (int64_t j = (i * c + k) * s, end = j + s; j < end; ++j)
+        f(j);
+  }
+};
+
+// in = [x [B, C, ...], w [C], b [C], running_mean [C], running_var [C]],
+// out = [y, mean [C], rstd [C]]. Training: the batch's statistics (over every rank sharing
+// the micro-batch, c.sumOverReaders), which the running ones then move towards by
+// `momentum` (the variance unbiased, as PyTorch); evaluation: the running ones.
+void batchNormForward(const KernelCall& c) {
+  const TensorView& x = c.in[0];
+  Channels ch(x);
+  const float *xp = x.f32(), *w = c.in[1].f32(), *bias = c.in[2].f32();
+  float *runMean = c.in[3].f32(), *runVar = c.in[4].f32();
+  float *y = c.out[0].f32(), *mean = c.out[1].f32(), *rstd = c.out[2].f32();
+  double eps = attrFloat(c, "eps"), momentum = attrFloat(c, "momentum");
+  if (c.training) {
+    // Per channel: the sum and the sum of squares; then the count.
+    std::vector<double> sums(static_cast<size_t>(2 * ch.c + 1));
+    parallelFor(ch.c, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t k = lo; k < hi; ++k) {
+        double s1 = 0, s2 = 0;
+        ch.each(k, [&](int64_t j) {
+          s1 += xp[j];
+          s2 += static_cast<double>(xp[j]) * xp[j];
+        });
+        sums[2 * k] = s1;
+        sums[2 * k + 1] = s2;
+      }
+    });
+    sums.back() = static_cast<double>(ch.b * ch.s);
+    if (c.sumOverReaders) c.sumOverReaders(sums.data(), static_cast<int64_t>(sums.size()));
+    double n = sums.back();
+    for (int64_t k = 0; k < ch.c; ++k) {
+      double m = sums[2 * k] / n, var = std::max(sums[2 * k + 1] / n - m * m, 0.0);
+      mean[k] = static_cast<float>(m);
+      rstd[k] = static_cast<float>(1 / std::sqrt(var + eps));
+      runMean[k] = static_cast<float>((1 - momentum) * runMean[k] + momentum * m);
+      double unbiased = n > 1 ? var * n / (n - 1) : var;
+      runVar[k] = static_cast<float>((1 - momentum) * runVar[k] + momentum * unbiased);
+    }
+  } else {
+    for (int64_t k = 0; k < ch.c; ++k) {
+      mean[k] = runMean[k];
+      rstd[k] = static_cast<float>(1 / std::sqrt(static_cast<double>(runVar[k]) + eps));
+    }
+  }
+  parallelFor(ch.c, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t k = lo; k < hi; ++k) {
+      float m = mean[k], scale = rstd[k] * w[k], shift = bias[k];
+      ch.each(k, [&](int64_t j) { y[j] = (xp[j] - m) * scale + shift; });
+    }
+  });
+}
+
+// in = [dy, x, w, b, running_mean, running_var, y, mean, rstd],
+// out = [dx, dw, db, d running_mean, d running_var (zero)].
+// dx = w rstd (dy - sum(dy) / n - xhat sum(dy xhat) / n), the sums over the whole
+// micro-batch; dw = sum(dy xhat) and db = sum(dy) over this rank's share (the gradients'
+// reduction adds the ranks').
+void batchNormBackward(const KernelCall& c) {
+  const TensorView& x = c.in[1];
+  Channels ch(x);
+  const float *dy = c.in[0].f32(), *xp = x.f32(), *w = c.in[2].f32();
+  const float *mean = c.in[7].f32(), *rstd = c.in[8].f32();
+  GradOut dx = gradOut(c, 0), dw = gradOut(c, 1), db = gradOut(c, 2);
+  std::vector<double> sums(static_cast<size_t>(2 * ch.c + 1));
+  parallelFor(ch.c, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t k = lo; k < hi; ++k) {
+      double g1 = 0, g2 = 0;
+      float m = mean[k], r = rstd[k];
+      ch.each(k, [&](int64_t j) {
+        g1 += dy[j];
+        g2 += static_cast<double>(dy[j]) * ((xp[j] - m) * r);
+      });
+      sums[2 * k] = g1;
+      sums[2 * k + 1] = g2;
+    }
+  });
+  for (int64_t k = 0; k < ch.c; ++k) {
+    if (dw) dw.put(k, static_cast<float>(sums[2 * k + 1]));
+    if (db) db.put(k, static_cast<float>(sums[2 * k]));
+  }
+  for (int o = 3; o < 5; ++o)
+    if (GradOut state = gradOut(c, o)) zeroUnlessAcc(state, ch.c);
+  if (!dx) return;
+  sums.back() = static_cast<double>(ch.b * ch.s);
+  if (c.sumOverReaders) c.sumOverReaders(sums.data(), static_cast<int64_t>(sums.size()));
+  double n = sums.back();
+  parallelFor(ch.c, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t k = lo; k < hi; ++k) {
+      float m = mean[k], r = rstd[k], scale = w[k] * r;
+      float mean1 = static_cast<float>(sums[2 * k] / n),
+            mean2 = static_cast<float>(sums[2 * k + 1] / n);
+      ch.each(k, [&](int64_t j) { dx.put(j, scale * (dy[j] - mean1 - (xp[j] - m) * r * mean2)); });
+    }
+  });
+}
+
 } // namespace
+
+void batchNorm(const KernelCall& c) {
+  if (!c.backward) return batchNormForward(c);
+  batchNormBackward(c);
+}
 
 void layerNorm(const KernelCall& c) {
   if (!c.backward) return layerNormForward(c);

@@ -1,5 +1,8 @@
-// layer_norm and rms_norm: normalisation over the last dim, rows = every other dim.
+// layer_norm and rms_norm: normalisation over the last dim, rows = every other dim;
+// batch_norm: over every dim but the channels (dim 1), with running statistics.
 #include "ir/ops/Family.h"
+
+#include <fmt/format.h>
 
 namespace epl::ir::ops {
 
@@ -35,6 +38,38 @@ std::vector<TensorType> rmsNormSaved(const std::vector<TensorType>& in, const At
   return {f32(allButLast(in[0].shape))};
 }
 
+// x: [B, C, ...] floating point, C known.
+std::string inferBatchNorm(const OpInfo& op, const std::vector<TensorType>& in, const Attrs&,
+                           std::vector<TensorType>& out) {
+  const TensorType& x = in[0];
+  std::string err = needFloat(op.name, x);
+  if (!err.empty()) return err;
+  if (x.shape.size() < 2 || !x.shape[1].isConstant())
+    return fmt::format("`batch_norm` needs an input `[B, C, ...]` with a known channel count C, "
+                       "got {}",
+                       tensorStr(x));
+  out.push_back(x);
+  return "";
+}
+
+int64_t channelsOf(const std::vector<TensorType>& in) {
+  return in.empty() || in[0].shape.size() < 2 ? 0 : in[0].shape[1].coef;
+}
+
+// weight and bias, then the running mean and variance: state, not trained (PyTorch's
+// buffers), which the training forward updates.
+std::vector<ParamSpec> batchNormParams(const std::vector<TensorType>& in, const Attrs&) {
+  Shape c = {constant(channelsOf(in))};
+  ParamSpec mean{"running_mean", c, ParamInit::Zero}, var{"running_var", c, ParamInit::One};
+  mean.trainable = var.trainable = false;
+  return {{"weight", c, ParamInit::One}, {"bias", c, ParamInit::Zero}, mean, var};
+}
+
+// Saved: the batch's mean f32[C] and rstd f32[C].
+std::vector<TensorType> batchNormSaved(const std::vector<TensorType>& in, const Attrs&) {
+  return {f32({constant(channelsOf(in))}), f32({constant(channelsOf(in))})};
+}
+
 } // namespace
 
 OpInfo::InferFn rowWiseRule() {
@@ -61,6 +96,20 @@ void addNorms(Table& t) {
   rms.saved = rmsNormSaved;
   rms.savedCount = 1;
   rms.needsInputs = true;
+
+  OpInfo& batch =
+      t.add(OpKind::BatchNorm, "batch_norm",
+            {x(), optFloat("eps", 1e-5, "added to the variance"),
+             optFloat("momentum", 0.1, "weight of each batch in the running statistics")},
+            SplitRule::Replicated,
+            "batch normalisation of each channel (dim 1) over the batch and the other dims, with "
+            "scale, shift and running statistics",
+            "x: [B, C, ...] -> [B, C, ...]");
+  batch.infer = inferBatchNorm;
+  batch.params = batchNormParams;
+  batch.saved = batchNormSaved;
+  batch.savedCount = 2;
+  batch.needsInputs = true;
 }
 
 } // namespace epl::ir::ops

@@ -319,11 +319,44 @@ def fam_norms(probe, rep):
              lambda i, p: F.layer_norm(i[0], (8,), p[0], p[1], 1e-5), accumulate=True)
     run_case(probe, rep, "rms_norm[accumulate]", "rms_norm", {}, [x], [w],
              lambda i, p: rms_ref(i[0], p[0], 1e-6), accumulate=True)
+    batch_norm_cases(probe, rep)
     x = rand(70, 8)  # three row blocks of partial sums
     split_cases(probe, rep, "layer_norm", "layer_norm", {}, [x], [w, b],
                 lambda i, p: F.layer_norm(i[0], (8,), p[0], p[1], 1e-5))
     split_cases(probe, rep, "rms_norm", "rms_norm", {}, [x], [w],
                 lambda i, p: rms_ref(i[0], p[0], 1e-6))
+
+
+def batch_norm_cases(probe, rep):
+    """batch_norm: each channel (dim 1) over the batch and the other dims. Training reads the
+    batch's statistics (saved: the mean and 1 / sqrt(biased variance + eps)) and passes no
+    gradient to the running ones; evaluation reads the running ones."""
+    if probe.device != "cpu":  # no CUDA kernel yet: interp/DeviceChoice keeps it on the CPU
+        return
+    def saved(i, p, eps):
+        dims = [0] + list(range(2, i[0].dim()))
+        return [(i[0].mean(dims), "f32"),
+                ((i[0].var(dims, unbiased=False) + eps).rsqrt(), "f32")]
+    def ref(eps, momentum):
+        return lambda i, p: F.batch_norm(i[0], p[2].detach().clone(), p[3].detach().clone(),
+                                         p[0], p[1], training=True, momentum=momentum, eps=eps)
+    for shape, eps in [((16, 6), 1e-5), ((4, 3, 5, 5), 1e-5), ((2, 8, 3, 7, 2), 1e-3),
+                       ((64, 2, 9, 9), 1e-5)]:
+        c = shape[1]
+        x = rand(*shape) * 2 + 0.5
+        params = [1 + 0.1 * rand(c), 0.1 * rand(c), 0.1 * rand(c), 1 + 0.1 * rand(c).abs()]
+        run_case(probe, rep, "batch_norm[%s]" % (shape,), "batch_norm",
+                 {"eps": eps, "momentum": 0.2}, [x], params, ref(eps, 0.2),
+                 lambda i, p, eps=eps: saved(i, p, eps))
+    x = rand(5, 4, 3)
+    params = [rand(4), rand(4), rand(4), 1 + rand(4).abs()]
+    run_case(probe, rep, "batch_norm[accumulate]", "batch_norm", {}, [x], params,
+             ref(1e-5, 0.1), accumulate=True)
+    o, _, _ = probe.op("batch_norm", {}, [x], params, tuple(x.shape), training=False,
+                       backward=False)
+    p64 = [t.double() for t in params]
+    rep.check("batch_norm[eval]", "out",
+              o, F.batch_norm(x.double(), p64[2], p64[3], p64[0], p64[1], training=False))
 
 
 def rotary_ref(t, base):

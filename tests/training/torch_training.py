@@ -71,15 +71,16 @@ OPTIMIZERS = {
 }
 
 
-def mlp_case(work, args):
+def fashion_case(work, args, body):
+    """A classifier `net` whose `body` (EPL, reading `images` and `labels`) trains 10 steps on
+    the first 256 Fashion-MNIST images as one batch; returns its script, the images
+    [256, 784] and the labels."""
     n = 256
     imgs = write_idx_subset(f"{FASHION}/train-images-idx3-ubyte.gz", f"{work}/img.idx", n)
     labs = write_idx_subset(f"{FASHION}/train-labels-idx1-ubyte.gz", f"{work}/lab.idx", n)
     script = f"""
 model net(images: f32[B, 1, 28, 28], labels: i32[B]) {{
-  x = relu(linear(flatten(images), 64))
-  x = relu(linear(x, 32))
-  return cross_entropy(linear(x, 10), labels)
+{body}
 }}
 policy {{ micro_batches = {args.micro_batches} }}
 train net {{
@@ -94,6 +95,14 @@ train net {{
 """
     x = torch.tensor(list(imgs), dtype=torch.float32).reshape(n, 784) / 255.0
     y = torch.tensor(list(labs), dtype=torch.long)
+    return script, x, y
+
+
+def mlp_case(work, args):
+    script, x, y = fashion_case(work, args, """\
+  x = relu(linear(flatten(images), 64))
+  x = relu(linear(x, 32))
+  return cross_entropy(linear(x, 10), labels)""")
 
     def loss_fn(w):
         h = F.relu(F.linear(x, w["linear.weight"], w["linear.bias"]))
@@ -105,33 +114,16 @@ train net {{
 
 def cnn_bn_case(work, args):
     """A CNN with batch_norm after its convolution and its hidden linear (no biases
-    before them), on 256 Fashion-MNIST images, and the running statistics after 10 steps
-    compared too (from EPL's last checkpoint). Each micro-batch is normalised with its own
-    statistics, as PyTorch with gradient accumulation does; but which samples share one is
-    the sampler's order, which this script does not follow: run it with one micro-batch
-    (the -np equivalence tests cover micro-batches and ranks)."""
-    n = 256
-    imgs = write_idx_subset(f"{FASHION}/train-images-idx3-ubyte.gz", f"{work}/img.idx", n)
-    labs = write_idx_subset(f"{FASHION}/train-labels-idx1-ubyte.gz", f"{work}/lab.idx", n)
-    script = f"""
-model net(images: f32[B, 1, 28, 28], labels: i32[B]) {{
+    before them), and the running statistics after 10 steps compared too (from EPL's last
+    checkpoint). Each micro-batch is normalised with its own statistics, as PyTorch with
+    gradient accumulation does; but which samples share one is the sampler's order, which
+    this script does not follow: run it with one micro-batch (the -np equivalence tests
+    cover micro-batches and ranks)."""
+    script, x, y = fashion_case(work, args, """\
   x = max_pool(relu(batch_norm(conv2d(images, 6, 3, padding = 1, bias = false))), 2)
   x = relu(batch_norm(linear(flatten(x), 32, bias = false), momentum = 0.2))
-  return cross_entropy(linear(x, 10), labels)
-}}
-policy {{ micro_batches = {args.micro_batches} }}
-train net {{
-  data = idx("img.idx", "lab.idx", test_images = "img.idx", test_labels = "lab.idx")
-  batch = {n}
-  optimizer = {OPTIMIZERS[args.optimizer][0]}
-  steps = 10
-  clip_grad_norm = {args.clip}
-  checkpoint = {{ dir = "ckpt", every = 100 }}
-  seed = 3
-}}
-"""
-    x = torch.tensor(list(imgs), dtype=torch.float32).reshape(n, 1, 28, 28) / 255.0
-    y = torch.tensor(list(labs), dtype=torch.long)
+  return cross_entropy(linear(x, 10), labels)""")
+    x = x.reshape(-1, 1, 28, 28)
     running = {}  # the buffers, updated in place by every micro-batch's forward
 
     def bn(h, w, name, momentum):

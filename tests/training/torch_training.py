@@ -157,22 +157,17 @@ def cnn_bn_case(work, args):
     return script, loss_fn
 
 
-def token_case(work, args, name, body):
-    """A byte-level model `name` whose `body` (EPL, reading `tokens`) trains 10 steps on the
-    start of the fortunes file; returns its script and, for PyTorch, the inputs, the targets
-    and the causal mask."""
-    seq, batch = 16, 24
-    text = open("/usr/share/games/fortunes/cookie", "rb").read()[: seq * batch + 1]
-    with open(f"{work}/corpus.txt", "wb") as f:
-        f.write(text)
-    script = f"""
+def text_script(args, name, inputs, body, data, batch):
+    """The script of a model `name` of these inputs and body trained 10 steps on `data`
+    (corpus.txt), a cosine schedule with 3 warm-up steps."""
+    return f"""
 import "std/nn.epl"
-model {name}(tokens: i32[B, {seq}]) {{
+model {name}({inputs}) {{
 {body}
 }}
 policy {{ micro_batches = {args.micro_batches} }}
 train {name} {{
-  data = text("corpus.txt", seq = {seq}, val_fraction = 0)
+  data = {data}
   batch = {batch}
   optimizer = {OPTIMIZERS[args.optimizer][0]}
   lr_schedule = cosine(warmup = 3)
@@ -182,6 +177,18 @@ train {name} {{
   seed = 5
 }}
 """
+
+
+def token_case(work, args, name, body):
+    """A byte-level model `name` whose `body` (EPL, reading `tokens`) trains 10 steps on the
+    start of the fortunes file; returns its script and, for PyTorch, the inputs, the targets
+    and the causal mask."""
+    seq, batch = 16, 24
+    text = open("/usr/share/games/fortunes/cookie", "rb").read()[: seq * batch + 1]
+    with open(f"{work}/corpus.txt", "wb") as f:
+        f.write(text)
+    script = text_script(args, name, f"tokens: i32[B, {seq}]", body,
+                         f'text("corpus.txt", seq = {seq}, val_fraction = 0)', batch)
     toks = torch.tensor(list(text), dtype=torch.long)
     inp = torch.stack([toks[i * seq : i * seq + seq] for i in range(batch)])
     tgt = torch.stack([toks[i * seq + 1 : i * seq + seq + 1] for i in range(batch)])
@@ -198,19 +205,10 @@ def gpt_case(work, args, tied=False):
   x = repeat(2) transformer_block(x, 4)
   return cross_entropy({head}, next(tokens){ignore})""")
 
-    def block(x, w, p):
-        a = p + "/attention_block/"
-        h = F.layer_norm(x, (32,), w[a + "layer_norm.weight"], w[a + "layer_norm.bias"], 1e-5)
-        x = x + attention(h, w, a, mask)
-        m = p + "/mlp_block/"
-        h = F.layer_norm(x, (32,), w[m + "layer_norm.weight"], w[m + "layer_norm.bias"], 1e-5)
-        h = F.gelu(F.linear(h, w[m + "mlp.fc1_weight"], w[m + "mlp.fc1_bias"]), approximate="tanh")
-        return x + F.linear(h, w[m + "mlp.fc2_weight"], w[m + "mlp.fc2_bias"])
-
     def loss_fn(w):
         x = F.embedding(inp, w["embedding.weight"]) + w["positions.weight"]
         for i in range(2):
-            x = block(x, w, f"transformer_block.{i}")
+            x = gpt_block(x, w, f"transformer_block.{i}", mask)
         x = F.layer_norm(x, (32,), w["layer_norm.weight"], w["layer_norm.bias"], 1e-5)
         if tied:  # the head reads the embedding's matrix: one tensor, two uses
             assert "linear.weight" not in w, "a tied head has no weight of its own"
@@ -259,25 +257,12 @@ def lines_case(work, args):
     with open(f"{work}/corpus.txt", "wb") as f:
         f.write(text[:end])
     batch = len(windows)
-    script = f"""
-import "std/nn.epl"
-model gpt(tokens: i32[B, {seq}], mask: i32[B, {seq}]) {{
+    script = text_script(args, "gpt", f"tokens: i32[B, {seq}], mask: i32[B, {seq}]", f"""\
   x = embedding(tokens, 256, 32) + positions({seq}, 32)
   x = repeat(2) transformer_block(x, 4, mask = mask)
-  return cross_entropy(linear(layer_norm(x), 256), next(tokens), ignore_index = 0)
-}}
-policy {{ micro_batches = {args.micro_batches} }}
-train gpt {{
-  data = text("corpus.txt", seq = {seq}, val_fraction = 0, separator = 10)
-  batch = {batch}
-  optimizer = {OPTIMIZERS[args.optimizer][0]}
-  lr_schedule = cosine(warmup = 3)
-  steps = 10
-  clip_grad_norm = {args.clip}
-  checkpoint = {{ dir = "ckpt", every = 100 }}
-  seed = 5
-}}
-"""
+  return cross_entropy(linear(layer_norm(x), 256), next(tokens), ignore_index = 0)""",
+                         f'text("corpus.txt", seq = {seq}, val_fraction = 0, separator = 10)',
+                         batch)
     pad = lambda w: w + [0] * (seq + 1 - len(w))
     inp = torch.tensor([pad(w)[:seq] for w in windows], dtype=torch.long)
     tgt = torch.tensor([pad(w)[1:] for w in windows], dtype=torch.long)
@@ -290,20 +275,23 @@ train gpt {{
     def loss_fn(w):
         x = F.embedding(inp, w["embedding.weight"]) + w["positions.weight"]
         for i in range(2):
-            p = f"transformer_block.{i}"
-            a = p + "/attention_block/"
-            h = F.layer_norm(x, (32,), w[a + "layer_norm.weight"], w[a + "layer_norm.bias"], 1e-5)
-            x = x + attention(h, w, a, mask)
-            m = p + "/mlp_block/"
-            h = F.layer_norm(x, (32,), w[m + "layer_norm.weight"], w[m + "layer_norm.bias"], 1e-5)
-            h = F.gelu(F.linear(h, w[m + "mlp.fc1_weight"], w[m + "mlp.fc1_bias"]),
-                       approximate="tanh")
-            x = x + F.linear(h, w[m + "mlp.fc2_weight"], w[m + "mlp.fc2_bias"])
+            x = gpt_block(x, w, f"transformer_block.{i}", mask)
         x = F.layer_norm(x, (32,), w["layer_norm.weight"], w["layer_norm.bias"], 1e-5)
         logits = F.linear(x, w["linear.weight"], w["linear.bias"])
         return F.cross_entropy(logits.reshape(-1, 256), tgt.reshape(-1), ignore_index=0)
 
     return script, loss_fn
+
+
+def gpt_block(x, w, p, mask):
+    """std/nn.epl's transformer_block(x, 4) of width 32 (`p`: its parameters' prefix)."""
+    a = p + "/attention_block/"
+    h = F.layer_norm(x, (32,), w[a + "layer_norm.weight"], w[a + "layer_norm.bias"], 1e-5)
+    x = x + attention(h, w, a, mask)
+    m = p + "/mlp_block/"
+    h = F.layer_norm(x, (32,), w[m + "layer_norm.weight"], w[m + "layer_norm.bias"], 1e-5)
+    h = F.gelu(F.linear(h, w[m + "mlp.fc1_weight"], w[m + "mlp.fc1_bias"]), approximate="tanh")
+    return x + F.linear(h, w[m + "mlp.fc2_weight"], w[m + "mlp.fc2_bias"])
 
 
 def attention(h, w, prefix, mask):

@@ -150,6 +150,8 @@ struct Channels {
   explicit Channels(const TensorView& x)
       : b(x.shape[0]), c(x.shape[1]), s(x.numel() / std::max<int64_t>(x.shape[0] * x.shape[1], 1)) {
   }
+  // Channels a thread takes at least: kParallelMin elements' work.
+  int64_t grain() const { return std::max<int64_t>(1, kParallelMin / std::max<int64_t>(b * s, 1)); }
   // f(k, j) for every element j of channel k, in one fixed order.
   template <class F> void each(int64_t k, F f) const {
     for (int64_t i = 0; i < b; ++i)
@@ -172,7 +174,7 @@ void batchNormForward(const KernelCall& c) {
   if (c.training) {
     // Per channel: the sum and the sum of squares; then the count.
     std::vector<double> sums(static_cast<size_t>(2 * ch.c + 1));
-    parallelFor(ch.c, 1, [&](int64_t lo, int64_t hi) {
+    parallelFor(ch.c, ch.grain(), [&](int64_t lo, int64_t hi) {
       for (int64_t k = lo; k < hi; ++k) {
         double s1 = 0, s2 = 0;
         ch.each(k, [&](int64_t j) {
@@ -200,7 +202,7 @@ void batchNormForward(const KernelCall& c) {
       rstd[k] = static_cast<float>(1 / std::sqrt(static_cast<double>(runVar[k]) + eps));
     }
   }
-  parallelFor(ch.c, 1, [&](int64_t lo, int64_t hi) {
+  parallelFor(ch.c, ch.grain(), [&](int64_t lo, int64_t hi) {
     for (int64_t k = lo; k < hi; ++k) {
       float m = mean[k], scale = rstd[k] * w[k], shift = bias[k];
       ch.each(k, [&](int64_t j) { y[j] = (xp[j] - m) * scale + shift; });
@@ -220,7 +222,7 @@ void batchNormBackward(const KernelCall& c) {
   const float *mean = c.in[7].f32(), *rstd = c.in[8].f32();
   GradOut dx = gradOut(c, 0), dw = gradOut(c, 1), db = gradOut(c, 2);
   std::vector<double> sums(static_cast<size_t>(2 * ch.c + 1));
-  parallelFor(ch.c, 1, [&](int64_t lo, int64_t hi) {
+  parallelFor(ch.c, ch.grain(), [&](int64_t lo, int64_t hi) {
     for (int64_t k = lo; k < hi; ++k) {
       double g1 = 0, g2 = 0;
       float m = mean[k], r = rstd[k];
@@ -242,7 +244,7 @@ void batchNormBackward(const KernelCall& c) {
   sums.back() = static_cast<double>(ch.b * ch.s);
   if (c.sumOverReaders) c.sumOverReaders(sums.data(), static_cast<int64_t>(sums.size()));
   double n = sums.back();
-  parallelFor(ch.c, 1, [&](int64_t lo, int64_t hi) {
+  parallelFor(ch.c, ch.grain(), [&](int64_t lo, int64_t hi) {
     for (int64_t k = lo; k < hi; ++k) {
       float m = mean[k], r = rstd[k], scale = w[k] * r;
       float mean1 = static_cast<float>(sums[2 * k] / n),

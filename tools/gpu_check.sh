@@ -44,18 +44,19 @@ done
 mkdir -p /usr/share/games/fortunes
 [ -f /usr/share/games/fortunes/cookie ] || cp .gpu/data/cookie /usr/share/games/fortunes/cookie
 # 20 training steps on the GPU against the CPU, as the `gpu` tests of tests/gpu/CMakeLists.txt
-# run them (the same tolerances): fp32, TF32 products, amp in bf16 and fp16.
-train() { # the run's name, then device_equivalence.py's options
-  local name=$1
-  shift
+# run them (the same tolerances): fp32, an ignored class, TF32 products, amp in bf16 and fp16.
+train() { # the run's name, its script in tests/parallel, then device_equivalence.py's options
+  local name=$1 script=$2
+  shift 2
   python3 tests/gpu/device_equivalence.py "$root/.gpu/bin/epl" "$out/$name" \
-    tests/parallel/gpt_dp.epl "$@" >"$out/$name.txt" 2>&1
+    "tests/parallel/$script" "$@" >"$out/$name.txt" 2>&1
   local rc=$?
   echo "$name: exit $rc; $(tail -1 "$out/$name.txt")"
   [ $rc = 0 ] || failed=1
 }
-train train_gpt
-train train_gpt_tf32 --tol 1e-3 --set policy.matmul=tf32
-train train_gpt_amp_bf16 --tol 1e-3 --set policy.amp=bf16
-train train_gpt_amp_fp16 --tol 1e-3 --set policy.amp=fp16
+train train_gpt gpt_dp.epl
+train train_gpt_ignore gpt_ignore.epl
+train train_gpt_tf32 gpt_dp.epl --tol 1e-3 --set policy.matmul=tf32
+train train_gpt_amp_bf16 gpt_dp.epl --tol 1e-3 --set policy.amp=bf16
+train train_gpt_amp_fp16 gpt_dp.epl --tol 1e-3 --set policy.amp=fp16
 exit $failed

@@ -79,6 +79,14 @@ int64_t accepted(const ir::Module& m, int t) {
   return n;
 }
 
+// Elements of one sample of model input t (its dims after the batch's).
+int64_t sampleElements(const ir::Module& m, int t) {
+  int64_t n = 1;
+  for (size_t d = 1; d < m.tensors[t].type.shape.size(); ++d)
+    n *= *m.tensors[t].type.shape[d].eval(m.bindings);
+  return n;
+}
+
 std::vector<data::InputSpec> inputSpecs(const ir::Module& m) {
   std::vector<data::InputSpec> out;
   for (int t : m.inputs) {
@@ -86,7 +94,7 @@ std::vector<data::InputSpec> inputSpecs(const ir::Module& m) {
     data::InputSpec s{x.name, x.type.dtype, {}, 0};
     for (size_t d = 1; d < x.type.shape.size(); ++d)
       s.sampleShape.push_back(*x.type.shape[d].eval(m.bindings));
-    if (ir::isIntegral(x.type.dtype)) s.accepts = accepted(m, t);
+    if (ir::isIntegral(x.type.dtype)) s.accepts = accepted(m, t); // a walk over the ops
     out.push_back(s);
   }
   return out;
@@ -558,11 +566,8 @@ std::pair<int64_t, int64_t> keptTargets(const ir::Module& m, const data::Dataset
   EPL_ASSERT(src.input >= 0, "an ignored class's targets come from the data (Elaborator)");
   std::vector<std::vector<int32_t>> inputs;
   std::vector<void*> ptrs;
-  for (const data::InputSpec& spec : inputSpecs(m)) {
-    int64_t n = static_cast<int64_t>(ids.size());
-    for (int64_t d : spec.sampleShape)
-      n *= d;
-    inputs.emplace_back(static_cast<size_t>(n)); // 4 bytes a value, f32 or i32
+  for (int in : m.inputs) { // every step: the sizes alone, not inputSpecs' walk over the ops
+    inputs.emplace_back(ids.size() * static_cast<size_t>(sampleElements(m, in))); // f32 or i32
     ptrs.push_back(inputs.back().data());
   }
   std::vector<int32_t> next(src.next ? inputs[src.input].size() : 0);

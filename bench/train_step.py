@@ -100,9 +100,9 @@ else:
         return images[idx].float() / 255, labels[idx]
     def loss_of(x, y): return F.cross_entropy(net(x), y)
 
-times = []
+times, cpu = [], []
 for i in range(steps):
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     x, y = batch(i)
     opt.zero_grad(set_to_none=True)
     loss = loss_of(x, y)
@@ -110,14 +110,17 @@ for i in range(steps):
     opt.step()
     loss.item()
     times.append(time.perf_counter() - t0)
+    cpu.append(time.process_time() - c0)
 params = sum(p.numel() for p in (model if case == "gpt" else net).parameters())
-print(json.dumps({"times": times, "rss_import": rss_import, "params": params,
+print(json.dumps({"times": times, "cpu": cpu, "rss_import": rss_import, "params": params,
                   "rss_peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
 """
 
 
 def peak_rss(cmd, env=None):
-    """Runs cmd and returns (stdout, peak resident bytes) via wait4's rusage."""
+    """Runs cmd and returns its peak resident bytes and the cores it kept busy on average (CPU
+    seconds over wall seconds, start-up included), from wait4's rusage."""
+    start = time.perf_counter()
     pid = os.fork()
     if pid == 0:
         fd = os.open(os.devnull, os.O_WRONLY)
@@ -127,7 +130,8 @@ def peak_rss(cmd, env=None):
     _, status, usage = os.wait4(pid, 0)
     if status != 0:
         sys.exit(f"{cmd} failed with status {status}")
-    return usage.ru_maxrss * 1024
+    cores = (usage.ru_utime + usage.ru_stime) / (time.perf_counter() - start)
+    return usage.ru_maxrss * 1024, cores
 
 
 def median_after_warmup(times, warmup):
@@ -135,7 +139,7 @@ def median_after_warmup(times, warmup):
 
 
 def epl_step(case, args, work, threads):
-    """EPL's median step seconds and peak resident bytes at `threads`."""
+    """EPL's median step seconds, peak resident bytes and busy cores at `threads`."""
     script = os.path.join(work, f"{case}.epl")
     with open(script, "w") as f:
         f.write(textwrap.dedent(SCRIPTS[case]))
@@ -143,9 +147,10 @@ def epl_step(case, args, work, threads):
     env = dict(os.environ, EPL_STDLIB=os.path.join(HERE, "..", "stdlib"))
     cmd = [args.epl, "run", script, "--steps", str(args.steps), "--threads", str(threads),
            "--metrics", metrics]
-    rss = peak_rss(cmd, env)
+    rss, cores = peak_rss(cmd, env)
     rows = [json.loads(l) for l in open(metrics)]
-    return median_after_warmup([r["step_seconds"] for r in rows if "step_seconds" in r], 2), rss
+    seconds = median_after_warmup([r["step_seconds"] for r in rows if "step_seconds" in r], 2)
+    return seconds, rss, cores
 
 
 def torch_step(case, args, work, threads, passive):
@@ -155,13 +160,17 @@ def torch_step(case, args, work, threads, passive):
         f.write(TORCH)
     extra = [TEXT, HERE] if case == "gpt" else [f"{FASHION}/train-images-idx3-ubyte.gz",
                                           f"{FASHION}/train-labels-idx1-ubyte.gz"]
-    env = dict(os.environ)
+    # torch.set_num_threads sets its OpenMP threads only: Debian's PyTorch reaches OpenBLAS
+    # through the generic BLAS interface, whose pthreads pool would take every core even in
+    # the 1-thread configuration (4.1 s of CPU in a 2.1 s step on 2 cores).
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
     env.pop("OMP_WAIT_POLICY", None)
     if passive:
         env["OMP_WAIT_POLICY"] = "PASSIVE"
     tcmd = ["/usr/bin/python3", torch_py, case, str(args.steps), str(threads)] + extra
     out = subprocess.run(tcmd, capture_output=True, text=True, check=True, env=env).stdout
     res = json.loads(out)
+    res["cores"] = sum(res["cpu"][2:]) / sum(res["times"][2:])
     return median_after_warmup(res["times"], 2), res
 
 
@@ -220,7 +229,7 @@ def main():
     args = ap.parse_args()
     counts = sorted({1, args.threads})
     print(f"one training step, fp32, median of {args.steps - 2} steps after 2 warm-up steps, "
-          f"{os.cpu_count()} cores")
+          f"{os.cpu_count()} cores; a configuration of t threads uses at most t cores")
     rates = {}
     for library in ("OpenBLAS", "oneDNN"):
         found = {t: sgemm_rate(t, library) for t in counts}
@@ -244,12 +253,16 @@ def main():
             print(f"\n{case}: {params:,} parameters, {flops / 1e9:.1f} GFLOP a step")
             print("  PyTorch: " + ", ".join(
                 f"{peers[k][0] * 1e3:.1f} ms at {k[0]} thread{'s' if k[0] > 1 else ''}"
-                f"{' passive' if k[1] else ''}" for k in peers))
+                f"{' passive' if k[1] else ''} ({peers[k][1]['cores']:.2f} cores busy)"
+                for k in peers))
+            print("  EPL: " + ", ".join(
+                f"{ours[t][2]:.2f} cores busy at {t} thread{'s' if t > 1 else ''} (the whole run)"
+                for t in counts))
             print(f"  {'threads':>7} {'epl ms':>9} {'BLAS limit ms':>13} {'of limit':>8} "
                   f"{'best torch ms':>13} {'(config)':>12} {'epl/torch':>9} "
                   f"{'epl RSS':>8} {'torch RSS':>9}")
             for t in counts:
-                seconds, rss = ours[t]
+                seconds, rss, _ = ours[t]
                 limit = flops / rates[t]
                 allowed = [k for k in peers if k[0] <= t]
                 best = min(allowed, key=lambda k: peers[k][0])

@@ -74,10 +74,13 @@ private:
   // A weight two layers share (linear's `tie`) in different stages: each of those stages
   // holds a copy (Param::copies), as Megatron-LM holds the embedding in the first stage and
   // the last. The copies' gradients are one all-reduce at the step's end, which ZeRO's
-  // gradient slices (stage 2 and 3) and interleaved model chunks do not fit yet.
+  // gradient slices (stage 2 and 3) do not fit yet, nor two copies on one rank: with
+  // interleaved chunks, two stages of one pipeline rank (stage s runs on rank s mod S / v).
   static void recordTiedCopies(ir::Module& m, PassContext& ctx) {
     for (ir::Param& p : m.params)
       p.copies.clear();
+    int stages = static_cast<int>(m.mesh.stages.size()), chunks = m.policy.chunks;
+    int pipelineRanks = chunks > 1 && stages % chunks == 0 ? stages / chunks : 0;
     for (const ir::Op& op : m.ops) {
       for (int q : op.params) {
         ir::Param& p = m.params[q];
@@ -85,22 +88,36 @@ private:
         if (owner.stage == op.stage ||
             std::find(p.copies.begin(), p.copies.end(), op.stage) != p.copies.end())
           continue;
+        // The stage already holding a copy on op's pipeline rank, if any.
+        int sharer = -1;
+        if (pipelineRanks > 1) {
+          if (owner.stage % pipelineRanks == op.stage % pipelineRanks) sharer = owner.stage;
+          for (int c : p.copies)
+            if (c % pipelineRanks == op.stage % pipelineRanks) sharer = c;
+        }
         p.copies.push_back(op.stage);
         std::string unfit = m.policy.zero >= ir::ZeroStage::Gradients ? "zero"
-                            : m.policy.chunks > 1                     ? "chunks"
+                            : sharer >= 0                             ? "chunks"
                                                                       : "";
         if (unfit.empty()) continue;
         auto d = ctx.diags.error(
             op.site,
-            fmt::format("`{}` (stage {}) ties its weight to `{}` (stage {}): a weight tied "
-                        "across pipeline stages runs {} so far",
-                        op.name, op.stage, owner.name, owner.stage,
-                        unfit == "zero" ? "with `zero = 0` or `1`" : "with `chunks = 1`"));
+            unfit == "zero"
+                ? fmt::format("`{}` (stage {}) ties its weight to `{}` (stage {}): a weight tied "
+                              "across pipeline stages runs with `zero = 0` or `1` so far",
+                              op.name, op.stage, owner.name, owner.stage)
+                : fmt::format("`{}` (stage {}) ties its weight to `{}`, and stage {} holds it "
+                              "on the same pipeline rank ({} of {}): a rank holds one copy of "
+                              "a tied weight so far",
+                              op.name, op.stage, owner.name, sharer, op.stage % pipelineRanks,
+                              pipelineRanks));
         if (op.site.line == op.loc.line && op.site.file == op.loc.file)
           d.length(static_cast<uint32_t>(ir::opInfo(op.kind).name.size()));
         if (m.policy.keyLocs.count(unfit)) d.noteAt(m.policy.keyLocs.at(unfit), "set here");
-        d.help("or keep both layers in one stage (one `replicate` block, or both outside "
-               "every block)");
+        d.help(unfit == "zero" ? "or keep both layers in one stage (one `replicate` block, or "
+                                 "both outside every block)"
+                               : "use `chunks = 1`, tie layers of stages on different pipeline "
+                                 "ranks, or keep both layers in one stage");
         return;
       }
     }

@@ -75,7 +75,8 @@ private:
   // holds a copy (Param::copies), as Megatron-LM holds the embedding in the first stage and
   // the last. The copies' gradients are one all-reduce at the step's end, which ZeRO's
   // gradient slices (stage 2 and 3) do not fit yet, nor two copies on one rank: with
-  // interleaved chunks, two stages of one pipeline rank (stage s runs on rank s mod S / v).
+  // interleaved chunks, two stages of one pipeline rank (stage s of S runs on pipeline rank
+  // s mod (S / chunks)).
   static void recordTiedCopies(ir::Module& m, PassContext& ctx) {
     for (ir::Param& p : m.params)
       p.copies.clear();

@@ -118,7 +118,7 @@ print(json.dumps({"times": times, "cpu": cpu, "rss_import": rss_import, "params"
 """
 
 
-def peak_rss(cmd, env=None):
+def peak_rss_and_cores(cmd, env=None):
     """Runs cmd and returns its peak resident bytes and the cores it kept busy on average (CPU
     seconds over wall seconds, start-up included), from wait4's rusage."""
     start = time.perf_counter()
@@ -154,7 +154,7 @@ def epl_step(case, args, work, threads):
     env = dict(os.environ, EPL_STDLIB=os.path.join(HERE, "..", "stdlib"))
     cmd = [args.epl, "run", script, "--steps", str(steps_of(case, args)), "--threads", str(threads),
            "--metrics", metrics]
-    rss, cores = peak_rss(cmd, env)
+    rss, cores = peak_rss_and_cores(cmd, env)
     rows = [json.loads(l) for l in open(metrics)]
     seconds = median_after_warmup([r["step_seconds"] for r in rows if "step_seconds" in r], 2)
     return seconds, rss, cores

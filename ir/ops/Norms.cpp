@@ -76,26 +76,33 @@ OpInfo::InferFn rowWiseRule() {
   return inferRowWise;
 }
 
+namespace {
+
+// A normalisation's entry: its rules, and the `saved` statistics its backward reads with
+// its inputs.
+void normalisation(OpInfo& info, OpInfo::InferFn infer, decltype(OpInfo::params) params,
+                   decltype(OpInfo::saved) saved, int savedCount) {
+  info.infer = infer;
+  info.params = params;
+  info.saved = saved;
+  info.savedCount = savedCount;
+  info.needsInputs = true;
+}
+
+} // namespace
+
 void addNorms(Table& t) {
   OpInfo& layer =
       t.add(OpKind::LayerNorm, "layer_norm", {x(), optFloat("eps", 1e-5, "added to the variance")},
             SplitRule::RowWise, "layer normalisation over the last dim, with scale and shift",
             "x: [..., D] -> [..., D]");
-  layer.infer = inferRowWise;
-  layer.params = layerNormParams;
-  layer.saved = layerNormSaved;
-  layer.savedCount = 2;
-  layer.needsInputs = true;
+  normalisation(layer, inferRowWise, layerNormParams, layerNormSaved, 2);
 
   OpInfo& rms =
       t.add(OpKind::RmsNorm, "rms_norm", {x(), optFloat("eps", 1e-6, "added to the mean square")},
             SplitRule::RowWise, "root-mean-square normalisation over the last dim, with scale",
             "x: [..., D] -> [..., D]");
-  rms.infer = inferRowWise;
-  rms.params = rmsNormParams;
-  rms.saved = rmsNormSaved;
-  rms.savedCount = 1;
-  rms.needsInputs = true;
+  normalisation(rms, inferRowWise, rmsNormParams, rmsNormSaved, 1);
 
   OpInfo& batch =
       t.add(OpKind::BatchNorm, "batch_norm",
@@ -105,11 +112,7 @@ void addNorms(Table& t) {
             "batch normalisation of each channel (dim 1) over the batch and the other dims, with "
             "scale, shift and running statistics",
             "x: [B, C, ...] -> [B, C, ...]");
-  batch.infer = inferBatchNorm;
-  batch.params = batchNormParams;
-  batch.saved = batchNormSaved;
-  batch.savedCount = 2;
-  batch.needsInputs = true;
+  normalisation(batch, inferBatchNorm, batchNormParams, batchNormSaved, 2);
 }
 
 } // namespace epl::ir::ops

@@ -1228,12 +1228,33 @@ void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t see
     c.cutIndex = program_.splitRank;
   }
   dev_.launch(c);
+  if (training && shardParams_ && op.kind == ir::OpKind::BatchNorm &&
+      op.phase == ir::Phase::Forward)
+    keepRunningStats(op, slotOf(in.micro));
   if (training && op.kind == ir::OpKind::MoeDispatch && op.phase == ir::Phase::Forward) {
     float stats[4];
     dev_.copyToHost(stats, c.out[2].data, sizeof stats);
     dev_.synchronize();
     for (int k = 0; k < 4; ++k)
       moeStats_[k] += stats[k];
+  }
+}
+
+// ZeRO stage 3: a training batch_norm updated its running statistics in the gathered copy
+// of their bucket, which is dropped after its last reader. Every rank of the stage computed
+// the same update (from the whole micro-batch's statistics), so each copies its slice's
+// part of them back, before any later gather reads the slices.
+void Executor::keepRunningStats(const ir::Op& op, int slot) {
+  EPL_ASSERT(!paramsOnDisk_, "batch_norm's running statistics are kept in memory");
+  for (int q : op.params) {
+    if (m_.params[q].trainable) continue;
+    int64_t begin = paramOffset_[q], end = begin + 4 * paramElems_[q];
+    const ZeroDomain* d = findDomain(begin);
+    if (!d) continue;
+    int64_t from = std::max(begin, d->slice.begin()), to = std::min(end, d->slice.end());
+    const auto* gathered =
+        static_cast<const unsigned char*>(paramView(q, gatherUse(q, op.phase), slot).data);
+    if (from < to) dev_.copyOnDevice(paramAt(from), gathered + (from - begin), to - from);
   }
 }
 

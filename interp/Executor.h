@@ -201,6 +201,7 @@ private:
                 const backend::TensorView& dst, bool add, const std::function<std::string()>& what);
   void moeExchange(const ir::Instr& in, size_t index, int64_t step);
   void vocabCrossEntropy(const ir::Instr& in, size_t index, int64_t step);
+  void keepRunningStats(const ir::Op& op, int slot);
   void gatherVocabLogits(const ir::Op& op, std::vector<float>* logits,
                          std::vector<int32_t>* targets);
   // Forward op `op` is a cross-entropy over a vocabulary split on this rank.

@@ -577,18 +577,19 @@ std::pair<int64_t, int64_t> keptTargets(const ir::Module& m, const data::Dataset
   return {ir::keptTargets(t.data(), total, ignored), total};
 }
 
-// ZeRO stage 3 gathers each parameter for its forward and drops the copy: batch_norm's
-// running statistics, which the forward updates, would be lost.
+// ZeRO stage 3 with `offload = params` reads each gather's part of the parameters from disk
+// ahead of it: a batch_norm's running statistics, which its forward updates, would be read
+// before they were written back (Executor::keepRunningStats keeps them in memory alone).
 bool checkBatchNorms(const ir::Module& m, Diagnostics& diags) {
-  if (!m.zeroShardsParams()) return true;
+  if (!m.zeroShardsParams() || !m.offloadsParams()) return true;
   for (const ir::Op& op : m.ops) {
     if (op.kind != ir::OpKind::BatchNorm || op.phase != ir::Phase::Forward) continue;
-    auto zero = m.policy.keyLocs.find("zero");
+    auto offload = m.policy.keyLocs.find("offload");
     auto d = diags.error(op.site, "`batch_norm` keeps running statistics, which ZeRO stage 3 "
-                                  "does not keep yet");
+                                  "with `offload = params` does not keep yet");
     d.length(static_cast<uint32_t>(op.name.size()));
-    if (zero != m.policy.keyLocs.end()) d.noteAt(zero->second, "ZeRO stage 3 is set here");
-    d.help("use `zero = 2` or less");
+    if (offload != m.policy.keyLocs.end()) d.noteAt(offload->second, "offloaded here");
+    d.help("use `offload = optimizer`, or `zero = 2` or less");
     return false;
   }
   return true;

@@ -77,6 +77,18 @@ rc=0
 grep -q -- "--> missing.epl:" missing.out || { echo "FAIL: no location"; cat missing.out; exit 1; }
 echo "missing data: one error, exit 1"
 
+# 3b. A refusal every rank meets at the start (batch_norm under ZeRO stage 3 with its
+# parameters on disk): rank 0 alone reports it, at the layer, with the setting's place.
+rc=0
+"$epl" run "$(dirname "$0")/cnn_bn.epl" -np 2 --steps 1 --set policy.zero=3 \
+  --set policy.offload=params --set policy.offload_to=disk > bn.out 2>&1 || rc=$?
+[ "$rc" = 1 ] || { echo "FAIL: batch_norm offloaded: exit $rc"; cat bn.out; exit 1; }
+[ "$(grep -c "^error" bn.out)" = 1 ] || { echo "FAIL: not reported once"; cat bn.out; exit 1; }
+grep -q 'with `offload = params` does not keep yet' bn.out &&
+  grep -q -- "--> .*cnn_bn.epl:13:23" bn.out && grep -q "note: offloaded here" bn.out ||
+  { echo "FAIL: batch_norm offloaded: no such error"; cat bn.out; exit 1; }
+echo "batch_norm offloaded: one error, exit 1"
+
 # 4. A pipeline of stage groups 1 + 2 (-np 3): SIGKILL rank 2, one of stage 1's two ranks.
 sed '0,/replicate {/s//replicate(1) {/; 0,/  replicate {/s//  replicate(2) {/' "$pipeline" \
   > groups.epl

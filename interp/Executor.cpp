@@ -224,6 +224,7 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
     bucketEnd_.push_back(mine ? layout.spanEnd(b.endParam) : 0);
   }
   pending_.resize(m_.buckets.size());
+  pendingOn_.assign(m_.buckets.size(), nullptr);
   if (shardGrads_) planShardedBuckets();
   if (paramsOnDisk_) planGatherReads();
   if (shardParams_) gathering_.resize(2 * m_.buckets.size());
@@ -297,7 +298,7 @@ Executor::~Executor() {
   // Every transfer that may still be in flight, with the communicator it runs on.
   auto inFlight = [&](const std::function<void(backend::Request&, backend::Comm&)>& f) {
     for (size_t b = 0; b < pending_.size(); ++b)
-      f(pending_[b], bucketComm(static_cast<int>(b)));
+      if (pendingOn_[b]) f(pending_[b], *pendingOn_[b]);
     for (auto* list : {&stepRecv_, &evalRecv_})
       for (Receive& r : *list)
         f(r.request, comm_);
@@ -342,7 +343,7 @@ void Executor::allocateBuffers() {
     // with stage 3 the rank holds its own slice alone.
     // (none, with the slice in the offloaded states' file).
     if (!paramsOnDisk_) params_ = allocate(shardParams_ ? sliceBytes_ : zeroStatesBytes());
-    grads_ = allocate(shardGrads_ ? sliceBytes_ : gradBytes_);
+    grads_ = allocate(shardGrads_ ? sliceBytes_ + m_.tieBytes(program_) : gradBytes_);
     if (program_.offloadedBytes > 0)
       stagingMem_ = allocate(program_.stagingBytes);
     else
@@ -1019,11 +1020,12 @@ void Executor::startReduce(int b, int micro) {
   dev_.synchronize();
   // fp16 carries each rank's share times the rank count, so small gradients stay normal.
   // (Every rank of a collective scales alike: a tied weight's, by the ranks summing it.)
-  int ranks = m_.buckets[b].tied ? m_.buckets[b].ranks : program_.dataRanks;
+  int ranks = m_.buckets[b].tied && !shardGrads_ ? m_.buckets[b].ranks : program_.dataRanks;
   float scale = wire_ == backend::WireType::F16 ? static_cast<float>(ranks) : 1.f;
   if (b == firstStarted_) reduceBegan_ = monotonicSeconds();
   if (!shardGrads_) {
     float* data = reinterpret_cast<float*>(grads_ + bucketBegin_[b]);
+    pendingOn_[b] = &bucketComm(b);
     pending_[b] =
         bucketComm(b).iallReduce(data, (bucketEnd_[b] - bucketBegin_[b]) / 4, wire_, scale);
     return;
@@ -1032,8 +1034,34 @@ void Executor::startReduce(int b, int micro) {
   float* data = reinterpret_cast<float*>(bucketMem(b, slotOf(micro)));
   const ZeroDomain& d = bucketDomain(b);
   int64_t mine = std::clamp(d.slice.begin(), bucketBegin_[b], bucketEnd_[b]) - bucketBegin_[b];
+  pendingOn_[b] = d.comm;
   pending_[b] =
       d.comm->ireduceScatterBlocks(data, data + mine / 4, scatterCounts_[b], wire_, scale);
+}
+
+std::pair<int64_t, int64_t> Executor::slicePart(int b) const {
+  const ZeroDomain& d = bucketDomain(b);
+  return {std::max(d.slice.begin(), bucketBegin_[b]), std::min(d.slice.end(), bucketEnd_[b])};
+}
+
+// Each stage's slices cover the tied weight once, so the sum over every stage's ranks of
+// the blocks (each rank's part placed, the rest zero) is the weight's summed gradient; each
+// rank then keeps its part. In f32: one sum a step, of sums already.
+void Executor::startTieSum(int b) {
+  unsigned char* whole = grads_ + tieAt_[b];
+  int64_t bytes = bucketEnd_[b] - bucketBegin_[b];
+  auto [begin, end] = slicePart(b);
+  dev_.fillZero(whole, bytes);
+  if (begin < end) dev_.copyOnDevice(whole + (begin - bucketBegin_[b]), gradAt(begin), end - begin);
+  dev_.synchronize(); // the collective reads the block from the host side
+  pendingOn_[b] = &bucketComm(b);
+  pending_[b] = bucketComm(b).iallReduce(reinterpret_cast<float*>(whole), bytes / 4);
+}
+
+void Executor::endTieSum(int b) {
+  auto [begin, end] = slicePart(b);
+  if (begin < end)
+    dev_.copyOnDevice(gradAt(begin), grads_ + tieAt_[b] + (begin - bucketBegin_[b]), end - begin);
 }
 
 // ZeRO stage 2, once: each parameter's bucket; where each bucket is cut between the ranks'
@@ -1053,16 +1081,32 @@ void Executor::planShardedBuckets() {
   }
   // The runs of the slice memory the gradient norm sums: all of it, but for a whole
   // parameter inside a split region, which every rank of its split group holds alike
-  // (the first counts it).
-  int64_t from = 0;
+  // (the first counts it), and a tied weight's copy (its maker's stage counts it).
+  std::vector<std::pair<int64_t, int64_t>> skipped;
   for (int q : program_.params) {
-    if (program_.splitRank == 0 || !m_.reducedOverPieces(q) || sharded(q)) continue;
+    bool twice = m_.holdsCopy(program_, q) ||
+                 (program_.splitRank != 0 && m_.reducedOverPieces(q) && !sharded(q));
     auto [begin, end] = updatedBytes(q);
-    if (begin >= end) continue;
-    if (from < stateOffset(begin)) normRuns_.push_back({from, stateOffset(begin)});
-    from = stateOffset(begin) + (end - begin);
+    if (twice && begin < end)
+      skipped.push_back({stateOffset(begin), stateOffset(begin) + end - begin});
+  }
+  std::sort(skipped.begin(), skipped.end());
+  int64_t from = 0;
+  for (auto [begin, end] : skipped) {
+    if (from < begin) normRuns_.push_back({from, begin});
+    from = end;
   }
   if (from < sliceBytes_) normRuns_.push_back({from, sliceBytes_});
+  // A tied weight's whole bucket for its sum over the stages, after the slice.
+  tieAt_.assign(m_.buckets.size(), -1);
+  int64_t tie = sliceBytes_;
+  for (size_t b = 0; b < m_.buckets.size(); ++b)
+    if (m_.buckets[b].tied && m_.buckets[b].stage % m_.mesh.depth() == program_.stage) {
+      tieAt_[b] = tie;
+      tie += bucketEnd_[b] - bucketBegin_[b];
+    }
+  EPL_ASSERT(tie - sliceBytes_ == m_.tieBytes(program_),
+             "the tied weights' blocks differ from the memory plan's");
   clearBuckets_.assign(program_.step.size(), {});
   std::set<std::pair<int, int>> written; // (micro-batch, bucket)
   for (size_t i = 0; i < program_.step.size(); ++i) {
@@ -1131,9 +1175,7 @@ void Executor::waitGather(const ir::Instr& in, size_t index, int64_t step) {
 // ZeRO stage 2: this rank's sum of bucket b, reduced in the slot `slot`, added into its
 // gradient slice (zero-grads cleared it, so the first micro-batch's lands as it is).
 void Executor::foldSlice(int b, int slot) {
-  const ZeroDomain& d = bucketDomain(b);
-  int64_t begin = std::max(d.slice.begin(), bucketBegin_[b]);
-  int64_t end = std::min(d.slice.end(), bucketEnd_[b]);
+  auto [begin, end] = slicePart(b);
   if (begin >= end) return;
   unsigned char* sum = bucketMem(b, slot) + (begin - bucketBegin_[b]);
   backend::KernelCall add;
@@ -1180,12 +1222,13 @@ void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t see
     return;
   }
   case ir::InstrKind::ReduceStart:
+    if (in.tie) return startTieSum(in.bucket);
     startReduce(in.bucket, in.micro);
     return;
   case ir::InstrKind::ReduceWait: {
     const ir::GradBucket& b = m_.buckets[in.bucket];
     auto began = std::chrono::steady_clock::now();
-    bucketComm(in.bucket).wait(
+    pendingOn_[in.bucket]->wait(
         pending_[in.bucket],
         fmt::format("instruction {} of step {}: reduce-wait bucket {} ({} gradients "
                     "from {}, {} bytes)",
@@ -1194,7 +1237,10 @@ void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t see
     reduceWaitSeconds_ +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
     reduceEnded_ = monotonicSeconds();
-    if (shardGrads_) foldSlice(in.bucket, slotOf(in.micro));
+    if (in.tie)
+      endTieSum(in.bucket);
+    else if (shardGrads_)
+      foldSlice(in.bucket, slotOf(in.micro));
     return;
   }
   case ir::InstrKind::GatherStart:
@@ -1730,9 +1776,9 @@ std::string Executor::traceName(const ir::Instr& in) const {
   case ir::InstrKind::SeedGrad:
     return "seed-grad";
   case ir::InstrKind::ReduceStart:
-    return fmt::format("reduce-start bucket {}", in.bucket);
+    return fmt::format("reduce-start bucket {}{}", in.bucket, in.tie ? " tied" : "");
   case ir::InstrKind::ReduceWait:
-    return fmt::format("reduce-wait bucket {}", in.bucket);
+    return fmt::format("reduce-wait bucket {}{}", in.bucket, in.tie ? " tied" : "");
   case ir::InstrKind::GatherStart:
     return fmt::format("gather-start bucket {} {}", in.bucket, in.use == 0 ? "fwd" : "bwd");
   case ir::InstrKind::GatherWait:

@@ -372,6 +372,13 @@ private:
   unsigned char* gradAt(int64_t b) const { return grads_ + (shardGrads_ ? stateOffset(b) : b); }
   void planShardedBuckets();
   void foldSlice(int bucket, int slot);
+  // ZeRO stage 2: bucket b's bytes in this rank's gradient slice, [first, second).
+  std::pair<int64_t, int64_t> slicePart(int b) const;
+  // A tied weight's bucket (Instr::tie): its slices summed over every stage holding it, in
+  // its whole block after the gradient slice (tieAt_, by bucket; Module::tieBytes).
+  void startTieSum(int b);
+  void endTieSum(int b);
+  std::vector<int64_t> tieAt_;
   // Optimizer states offloaded to disk (Program::offloadedBytes > 0; stateMem_ is then
   // null): the file, the staging buffers' memory, and the step's chunks: by optimizer op id
   // its first chunk and their number; by chunk, where it starts in the parameter memory.
@@ -417,6 +424,7 @@ private:
   // reduction while in flight.
   std::vector<int64_t> bucketBegin_, bucketEnd_;
   std::vector<backend::Request> pending_;
+  std::vector<backend::Comm*> pendingOn_; // the communicator each ran on
   unsigned char* recvMem_ = nullptr;
   std::vector<Receive> stepRecv_, evalRecv_;              // by instruction index
   std::vector<Receive>* receiving_ = nullptr;             // the list runStep or runEval posted

@@ -464,8 +464,11 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
   for (int q : tied) {
     std::vector<int> stages = m.stagesHolding(q);
     out << fmt::format("tied weight @{}: a copy in stages {}, its gradients summed over their {} "
-                       "ranks after the backward\n",
-                       m.params[q].name, fmt::join(stages, " and "), m.tiedRanks(q).size());
+                       "ranks after the backward{}\n",
+                       m.params[q].name, fmt::join(stages, " and "), m.tiedRanks(q).size(),
+                       m.zeroShardsGradients()
+                           ? " (of the slices each stage reduce-scattered in every micro-batch)"
+                           : "");
   }
   if (plain.empty()) return;
   bool alike = std::all_of(plain.begin(), plain.end(),

@@ -212,12 +212,12 @@ Module::SlotUse Module::slotUse(const Program& p) const {
     const Instr& in = p.step[i];
     // ZeRO stage 2: a bucket in flight reads the micro-batch's slot; stage 3: so does a
     // gather of parameters.
-    bool uses =
-        in.kind == InstrKind::Load || in.kind == InstrKind::SeedGrad ||
-        in.kind == InstrKind::Send || in.kind == InstrKind::Recv ||
-        (in.kind == InstrKind::Run && ops[in.op].phase != Phase::Optimizer) ||
-        (scatters && (in.kind == InstrKind::ReduceStart || in.kind == InstrKind::ReduceWait)) ||
-        in.kind == InstrKind::GatherStart || in.kind == InstrKind::GatherWait;
+    bool uses = in.kind == InstrKind::Load || in.kind == InstrKind::SeedGrad ||
+                in.kind == InstrKind::Send || in.kind == InstrKind::Recv ||
+                (in.kind == InstrKind::Run && ops[in.op].phase != Phase::Optimizer) ||
+                (scatters && !in.tie &&
+                 (in.kind == InstrKind::ReduceStart || in.kind == InstrKind::ReduceWait)) ||
+                in.kind == InstrKind::GatherStart || in.kind == InstrKind::GatherWait;
     if (!uses) continue;
     if (u.first[in.micro] < 0) u.first[in.micro] = static_cast<int>(i);
     u.last[in.micro] = static_cast<int>(i);
@@ -507,8 +507,8 @@ bool Module::zeroShardsGradients() const {
     // pass: a bucket per stage at least).
     if (mesh.np <= mesh.depth() || !mesh.pipelineRefusal().empty()) return false;
     std::vector<bool> reduced(mesh.stages.size(), false);
-    for (const GradBucket& b : buckets)
-      reduced[b.stage] = true;
+    for (const GradBucket& b : buckets) // a tied weight's is summed over other stages' too
+      if (!b.tied || mesh.stageRanks(b.stage).size() > 1) reduced[b.stage] = true;
     return std::all_of(reduced.begin(), reduced.end(), [](bool r) { return r; });
   }
   // Some parameter has a gradient (each is in a bucket then, in one domain's block).
@@ -629,6 +629,16 @@ std::vector<std::vector<Module::SlicePiece>> Module::bucketPieces(const Program&
     }
   }
   return out;
+}
+
+int64_t Module::tieBytes(const Program& p) const {
+  if (!zeroShardsGradients()) return 0;
+  ParamLayout at = paramLayout(p);
+  int64_t bytes = 0;
+  for (const GradBucket& b : buckets)
+    if (b.tied && b.stage % mesh.depth() == p.stage) // each stage holding it has such a bucket
+      bytes += at.spanEnd(b.endParam) - at.spanBegin(b.firstParam);
+  return bytes;
 }
 
 std::vector<int> Module::paramBuckets() const {

@@ -472,6 +472,10 @@ struct Module {
     int64_t begin = 0, end = 0;
   };
   std::vector<std::vector<SlicePiece>> bucketPieces(const Program& p) const;
+  // ZeRO stage 2: the bytes of the tied weights' buckets p's rank holds, each whole, side
+  // by side after its gradient slice: where their slices are summed over the stages
+  // holding them (Instr::tie). 0 without ZeRO stage 2.
+  int64_t tieBytes(const Program& p) const;
   // By parameter, the gradient bucket it is in (-1: none).
   std::vector<int> paramBuckets() const;
   // The bytes bucket b's reduction sends from each rank: its gradients in `comm_dtype`.

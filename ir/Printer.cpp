@@ -571,14 +571,18 @@ void printPlan(const Module& m, std::ostream& out) {
     std::vector<std::string> ranks;
     for (int s : stages)
       ranks.push_back(stageRankRanges(mesh, s));
-    bool pieces = m.reducedOverPieces(q);
+    bool pieces = m.reducedOverPieces(q), scatter = m.zeroShardsGradients();
     out << fmt::format("{}tied weight @{}: one copy in each of stages {}, its gradients ({}{} in "
-                       "{}) summed over {} ranks {} after each stage's backward\n",
+                       "{}) {}summed over {} ranks {} {}\n",
                        plain.empty() ? "\n" : "  ", m.params[q].name, fmt::join(stages, " and "),
                        formatBytes(static_cast<double>(tiedBytes.at(q))), pieces ? " a piece" : "",
                        wireName(m.policy.commDtype),
+                       scatter ? "reduce-scattered over each stage's ranks in every micro-batch, "
+                                 "then the slices (fp32) "
+                               : "",
                        pieces ? "the ones holding the same piece among their" : "their",
-                       fmt::join(ranks, "; "));
+                       fmt::join(ranks, "; "),
+                       scatter ? "once a step" : "after each stage's backward");
   }
   out << "\nparameters per rank:\n";
   for (size_t s = 0; s < mesh.stages.size(); ++s) {
@@ -694,16 +698,27 @@ std::string instrText(const Module& m, const Program& p, const Instr& in) {
   case InstrKind::ReduceStart:
   case InstrKind::ReduceWait: {
     const GradBucket& b = m.buckets.at(in.bucket);
-    if (in.kind == InstrKind::ReduceWait) return fmt::format("reduce-wait bucket {}", in.bucket);
+    if (in.kind == InstrKind::ReduceWait)
+      return fmt::format("reduce-wait bucket {}{}", in.bucket, in.tie ? " (tied)" : "");
     std::string params =
         b.endParam - b.firstParam == 1
             ? "@" + m.params[b.firstParam].name
             : fmt::format("@{} … @{}", m.params[b.firstParam].name, m.params[b.endParam - 1].name);
+    if (in.tie)
+      return fmt::format("reduce-start bucket {} (tied): the gradient slices of {} ({} f32), "
+                         "summed over the {} ranks of the stages holding it",
+                         in.bucket, params, formatBytes(static_cast<double>(b.bytes)), b.ranks);
+    // Under ZeRO stage 2 a tied weight's bucket too is reduce-scattered over its domain's
+    // ranks in each micro-batch (its stages' sum comes once, `tie`).
+    int ranks = b.ranks;
+    if (b.tied && m.zeroShardsGradients())
+      for (const Module::ZeroSlice& z : m.zeroSlices(p))
+        if (z.pieces == b.pieces) ranks = z.ranks;
     return fmt::format(
         "reduce-start bucket {}: {} gradient{}, {} ({} {}), {} over {} ranks", in.bucket,
         b.endParam - b.firstParam, b.endParam - b.firstParam == 1 ? "" : "s", params,
         formatBytes(static_cast<double>(m.wireBytes(b))), wireName(m.policy.commDtype),
-        m.zeroShardsGradients() ? "reduce-scattered" : "summed", b.ranks);
+        m.zeroShardsGradients() ? "reduce-scattered" : "summed", ranks);
   }
   case InstrKind::GatherStart:
   case InstrKind::GatherWait: {

@@ -63,6 +63,10 @@ struct Instr {
   int64_t firstRow = 0, rows = -1;
   BackwardPart part = BackwardPart::Whole; // Run of a backward op: the gradients it writes
   int use = 0; // GatherStart, GatherWait: 0 the forward's copy of the bucket, 1 the backward's
+  // ReduceStart, ReduceWait of a tied weight's bucket under ZeRO stage 2: not a micro-batch's
+  // reduce-scatter but the step's one sum of the slices over every stage holding the weight
+  // (each rank's part of it placed in the whole bucket, the rest zero, then summed).
+  bool tie = false;
 };
 
 struct Program {

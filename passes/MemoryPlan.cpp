@@ -320,14 +320,25 @@ private:
       }
       return ring::scratchBytes(g.ranks, n, largest, wire, f32);
     };
-    std::vector<int64_t> scratch;
-    for (size_t b = 0; b < m.buckets.size(); ++b)
+    // A tied weight's sum over its stages (Instr::tie): the whole bucket in f32, in place.
+    auto tieScratchOf = [&](size_t b) {
+      const ir::GradBucket& g = m.buckets[b];
+      int64_t n = (at.spanEnd(g.endParam) - at.spanBegin(g.firstParam)) / 4;
+      return ring::scratchBytes(g.ranks, n, (n + g.ranks - 1) / g.ranks, 4, true);
+    };
+    std::vector<int64_t> scratch, tieScratch;
+    for (size_t b = 0; b < m.buckets.size(); ++b) {
       scratch.push_back(scratchOf(b));
+      tieScratch.push_back(!pieces.empty() && m.buckets[b].tied && at.holds(m.buckets[b].firstParam)
+                               ? tieScratchOf(b)
+                               : 0);
+    }
     int64_t now = 0, most = 0, split = 0;
     std::vector<char> seen(p.splitWidth > 1 ? m.ops.size() : 0, 0); // every micro-batch alike
     for (const ir::Instr& in : p.step) {
-      if (in.kind == ir::InstrKind::ReduceStart) now += scratch[in.bucket];
-      if (in.kind == ir::InstrKind::ReduceWait) now -= scratch[in.bucket];
+      const std::vector<int64_t>& by = in.tie ? tieScratch : scratch;
+      if (in.kind == ir::InstrKind::ReduceStart) now += by[in.bucket];
+      if (in.kind == ir::InstrKind::ReduceWait) now -= by[in.bucket];
       most = std::max(most, now);
       if (in.kind != ir::InstrKind::Run || seen.empty() || seen[in.op]) continue;
       seen[in.op] = 1;
@@ -456,7 +467,7 @@ private:
         else if (buckets && bucketOf[t] >= 0)
           f(static_cast<int>(tensors) + bucketOf[t]);
       };
-      if (buckets &&
+      if (buckets && !in.tie && // a tie's sum is in the gradients' memory (countStates)
           (in.kind == ir::InstrKind::ReduceStart || in.kind == ir::InstrKind::ReduceWait))
         f(static_cast<int>(tensors) + in.bucket);
       if (in.kind == ir::InstrKind::GatherStart || in.kind == ir::InstrKind::GatherWait)
@@ -624,8 +635,9 @@ private:
         perState += z.bytes;
     }
     p.optimizerBytes = states * perState;
-    if (m.zeroShardsGradients()) p.gradBytes = perState; // the slice; the buckets are in the arena
-    if (m.zeroShardsParams()) p.paramBytes = perState;   // and the gathered parameters
+    // The slice (the buckets are in the arena), and a tied weight's bucket whole for its sum.
+    if (m.zeroShardsGradients()) p.gradBytes = perState + m.tieBytes(p);
+    if (m.zeroShardsParams()) p.paramBytes = perState; // and the gathered parameters
     p.offloadedBytes = p.stagingBytes = p.partStagingBytes = 0;
     if (!m.offloadApplies() || p.params.empty()) return;
     // Offloaded to disk: a chunk of at most kOffloadChunk bytes of each state per staging

@@ -318,6 +318,26 @@ void addGradientReductions(const ir::Module& m, int position, std::vector<ir::In
     }
     EPL_ASSERT(started.size() == static_cast<size_t>(last + 1) * perChunk.size(),
                "every micro-batch reduces its gradient buckets");
+    // A tied weight's slices: summed over the stages holding it once every micro-batch's
+    // reduce-scatter is done, before the gradient norm and the optimizer read them. Every
+    // such stage starts its sums in the weights' order, so the collectives meet.
+    std::vector<int> tied;
+    for (const std::vector<int>& ready : readyAfter)
+      for (int b : ready)
+        if (m.buckets[b].tied) tied.push_back(b);
+    std::sort(tied.begin(), tied.end(),
+              [&](int a, int b) { return m.buckets[a].firstParam < m.buckets[b].firstParam; });
+    auto optimizer = std::find_if(out.begin(), out.end(), [&](const ir::Instr& in) {
+      return in.kind == ir::InstrKind::Run && m.ops[in.op].phase == ir::Phase::Optimizer;
+    });
+    std::vector<ir::Instr> sums;
+    for (ir::InstrKind kind : {ir::InstrKind::ReduceStart, ir::InstrKind::ReduceWait})
+      for (int b : tied) {
+        ir::Instr in{kind, -1, last, b};
+        in.tie = true;
+        sums.push_back(in);
+      }
+    out.insert(optimizer, sums.begin(), sums.end());
     step = std::move(out);
     return;
   }
@@ -709,22 +729,26 @@ ir::CommStreams programStreams(const ir::Module& m, bool eval, bool oneReplica) 
           post(it->second);
         break;
       }
-      case ir::InstrKind::ReduceStart:
-        reduces[in.bucket] = add(
-            ir::CommEvent::icollective(
-                m.zeroShardsGradients() ? ir::CollectiveKind::ReduceScatter
-                                        : ir::CollectiveKind::AllReduce,
-                m.buckets.at(in.bucket).tied ? tiedGroupOf(m.buckets.at(in.bucket).firstParam, rank)
-                : m.buckets.at(in.bucket).pieces ? piecesGroupOf(rank)
-                : grouped                        ? stageGroup.at(p.stage)
-                                                 : world,
-                m.buckets.at(in.bucket).bytes, ir::DType::F32,
-                m.buckets.at(in.bucket).tied
-                    ? fmt::format("reduce-start tied @{}",
-                                  m.params[m.buckets.at(in.bucket).firstParam].name)
-                    : fmt::format("reduce-start bucket {}", in.bucket)),
-            i);
+      case ir::InstrKind::ReduceStart: {
+        // A tied weight's bucket is summed over every stage holding it: once a step, of
+        // the whole bucket (zero 0 and 1) or of its slices (zero 2: `tie`, after each
+        // micro-batch's reduce-scatter over the stage's ranks).
+        const ir::GradBucket& b = m.buckets.at(in.bucket);
+        bool scatter = m.zeroShardsGradients() && !in.tie;
+        bool tie = b.tied && !scatter;
+        reduces[in.bucket] =
+            add(ir::CommEvent::icollective(
+                    scatter ? ir::CollectiveKind::ReduceScatter : ir::CollectiveKind::AllReduce,
+                    tie        ? tiedGroupOf(b.firstParam, rank)
+                    : b.pieces ? piecesGroupOf(rank)
+                    : grouped  ? stageGroup.at(p.stage)
+                               : world,
+                    b.bytes, ir::DType::F32,
+                    tie ? fmt::format("reduce-start tied @{}", m.params[b.firstParam].name)
+                        : fmt::format("reduce-start bucket {}", in.bucket)),
+                i);
         break;
+      }
       case ir::InstrKind::ReduceWait:
         add(ir::CommEvent::wait(reduces.at(in.bucket)), i);
         break;

@@ -73,10 +73,10 @@ public:
 private:
   // A weight two layers share (linear's `tie`) in different stages: each of those stages
   // holds a copy (Param::copies), as Megatron-LM holds the embedding in the first stage and
-  // the last. The copies' gradients are one all-reduce at the step's end, which ZeRO's
-  // gradient slices (stage 2 and 3) do not fit yet, nor two copies on one rank: with
-  // interleaved chunks, two stages of one pipeline rank (stage s of S runs on pipeline rank
-  // s mod (S / chunks)).
+  // the last. The copies' gradients are summed over the ranks of those stages once a step
+  // (under ZeRO stage 2 and 3, of the slices each stage reduce-scattered: Instr::tie). Two
+  // copies on one rank are refused: with interleaved chunks, two stages of one pipeline
+  // rank (stage s of S runs on pipeline rank s mod (S / chunks)).
   static void recordTiedCopies(ir::Module& m, PassContext& ctx) {
     for (ir::Param& p : m.params)
       p.copies.clear();
@@ -97,28 +97,19 @@ private:
             if (c % pipelineRanks == op.stage % pipelineRanks) sharer = c;
         }
         p.copies.push_back(op.stage);
-        std::string unfit = m.policy.zero >= ir::ZeroStage::Gradients ? "zero"
-                            : sharer >= 0                             ? "chunks"
-                                                                      : "";
-        if (unfit.empty()) continue;
+        if (sharer < 0) continue;
         auto d = ctx.diags.error(
             op.site,
-            unfit == "zero"
-                ? fmt::format("`{}` (stage {}) ties its weight to `{}` (stage {}): a weight tied "
-                              "across pipeline stages runs with `zero = 0` or `1` so far",
-                              op.name, op.stage, owner.name, owner.stage)
-                : fmt::format("`{}` (stage {}) ties its weight to `{}`, and stage {} holds it "
-                              "on the same pipeline rank ({} of {}): a rank holds one copy of "
-                              "a tied weight so far",
-                              op.name, op.stage, owner.name, sharer, op.stage % pipelineRanks,
-                              pipelineRanks));
+            fmt::format("`{}` (stage {}) ties its weight to `{}`, and stage {} holds it on the "
+                        "same pipeline rank ({} of {}): a rank holds one copy of a tied weight "
+                        "so far",
+                        op.name, op.stage, owner.name, sharer, op.stage % pipelineRanks,
+                        pipelineRanks));
         if (op.site.line == op.loc.line && op.site.file == op.loc.file)
           d.length(static_cast<uint32_t>(ir::opInfo(op.kind).name.size()));
-        if (m.policy.keyLocs.count(unfit)) d.noteAt(m.policy.keyLocs.at(unfit), "set here");
-        d.help(unfit == "zero" ? "or keep both layers in one stage (one `replicate` block, or "
-                                 "both outside every block)"
-                               : "use `chunks = 1`, tie layers of stages on different pipeline "
-                                 "ranks, or keep both layers in one stage");
+        if (m.policy.keyLocs.count("chunks")) d.noteAt(m.policy.keyLocs.at("chunks"), "set here");
+        d.help("use `chunks = 1`, tie layers of stages on different pipeline ranks, or keep "
+               "both layers in one stage");
         return;
       }
     }

@@ -355,23 +355,6 @@ void Elaborator::checkModelResult(const ast::Function& model, const Value& v, ir
   }
   m.outputs.push_back(v.tensor);
   checkIgnoredClass(m);
-  checkBatchNorms(m);
-}
-
-// batch_norm's statistics are a whole micro-batch's, summed over the ranks that share it:
-// a split block, which cuts its tensors over devices, does not keep them yet.
-void Elaborator::checkBatchNorms(const ir::Module& m) {
-  for (const ir::Op& op : m.ops) {
-    if (op.kind != ir::OpKind::BatchNorm) continue;
-    for (int s = op.scope; s >= 0; s = m.scopes[s].parent) {
-      if (m.scopes[s].kind != ir::ScopeKind::Split && !m.scopes[s].isSplitStage) continue;
-      diags_.error(op.site, "`batch_norm` inside a `split` block is not supported yet")
-          .length(static_cast<uint32_t>(op.name.size()))
-          .help("move it to a `replicate` block: data parallelism and pipelines keep its "
-                "statistics those of the whole micro-batch");
-      throw CompileAborted{};
-    }
-  }
 }
 
 // A cross-entropy with an ignored class averages over the global batch's kept targets,

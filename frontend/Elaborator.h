@@ -60,7 +60,6 @@ private:
                       ir::Module& m);
   void checkModelResult(const ast::Function& model, const Value& v, ir::Module& m);
   void checkIgnoredClass(const ir::Module& m);
-  void checkBatchNorms(const ir::Module& m);
   // Expressions.cpp: expressions and calls.
   Value eval(const ast::Expr& e, Frame& frame, Context* ctx);
   Value evalBinary(const ast::Expr& e, Frame& frame, Context* ctx);

@@ -552,13 +552,17 @@ void Executor::bindCall(int i, int slot) {
   c.kind = op.kind;
   c.attrs = &localAttrs_[i];
   const ir::Op& fwdOp = op.phase == ir::Phase::Backward ? m_.ops[op.forward] : op;
-  if (fwdOp.kind == ir::OpKind::BatchNorm && program_.dataRanks > 1) {
-    // The statistics of the whole micro-batch, which the stage's ranks share (the
-    // elaborator keeps batch_norm out of split regions).
-    EPL_ASSERT(reduceComm().size() == program_.dataRanks, "batch_norm's ranks share a micro-batch");
+  // The statistics of the whole micro-batch, which the stage's ranks share; inside a split
+  // region each rank of a split group holds its copy's samples whole (batch_norm is
+  // replicated there), and the ranks of the same split rank in every copy share them.
+  bool inRegion = m_.splitScopeOf(fwdOp.scope) >= 0 && program_.splitWidth > 1;
+  backend::Comm* readers = inRegion ? pieces_.get() : &reduceComm();
+  if (fwdOp.kind == ir::OpKind::BatchNorm && readers && readers->size() > 1) {
+    EPL_ASSERT(inRegion || readers->size() == program_.dataRanks,
+               "batch_norm's ranks share a micro-batch");
     std::string what = fmt::format("the batch statistics of {}", fwdOp.name);
-    c.sumOverReaders = [this, what](double* values, int64_t n) {
-      backend::Comm& comm = reduceComm();
+    c.sumOverReaders = [readers, what](double* values, int64_t n) {
+      backend::Comm& comm = *readers;
       std::vector<double> all(static_cast<size_t>(n * comm.size()));
       comm.allGather(values, all.data(), 8 * n, what);
       for (int64_t k = 0; k < n; ++k) {

@@ -631,6 +631,13 @@ std::vector<std::vector<Module::SlicePiece>> Module::bucketPieces(const Program&
   return out;
 }
 
+int Module::reductionRanks(const Program& p, const GradBucket& b, bool tie) const {
+  if (!b.tied || tie || !zeroShardsGradients()) return b.ranks;
+  for (const ZeroSlice& z : zeroSlices(p))
+    if (z.pieces == b.pieces) return z.ranks;
+  return b.ranks;
+}
+
 int64_t Module::tieBytes(const Program& p) const {
   if (!zeroShardsGradients()) return 0;
   ParamLayout at = paramLayout(p);

@@ -472,6 +472,10 @@ struct Module {
     int64_t begin = 0, end = 0;
   };
   std::vector<std::vector<SlicePiece>> bucketPieces(const Program& p) const;
+  // The ranks a reduction of bucket b on p's rank runs over: b.ranks, but for a tied
+  // weight's bucket under ZeRO stage 2 in a micro-batch (not its stages' sum, `tie`), its
+  // ZeRO domain's.
+  int reductionRanks(const Program& p, const GradBucket& b, bool tie) const;
   // ZeRO stage 2: the bytes of the tied weights' buckets p's rank holds, each whole, side
   // by side after its gradient slice: where their slices are summed over the stages
   // holding them (Instr::tie). 0 without ZeRO stage 2.

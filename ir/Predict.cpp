@@ -118,11 +118,13 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c, const Clu
       r.flops += flops;
       if (o.phase != Phase::Forward) r.backward += t;
     } else if (in.kind == InstrKind::ReduceStart) {
+      // A tied weight's sum over its stages (`tie`): the whole bucket in f32.
       const GradBucket& b = m.buckets[in.bucket];
-      const Link& link = spreadLink(c, np, b.ranks);
-      double bytes = static_cast<double>(m.wireBytes(b));
-      r.reduction += scatter ? ringHalfSeconds(bytes, b.ranks, link)
-                             : ringAllReduceSeconds(bytes, b.ranks, link);
+      int ranks = m.reductionRanks(p, b, in.tie);
+      const Link& link = spreadLink(c, np, ranks);
+      double bytes = static_cast<double>(in.tie ? b.bytes : m.wireBytes(b));
+      r.reduction += scatter && !in.tie ? ringHalfSeconds(bytes, ranks, link)
+                                        : ringAllReduceSeconds(bytes, ranks, link);
     } else if (in.kind == InstrKind::GatherStart) {
       const GradBucket& b = m.buckets[in.bucket];
       (in.use == 0 ? r.forwardGathers : r.reduction) +=

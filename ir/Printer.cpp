@@ -708,12 +708,7 @@ std::string instrText(const Module& m, const Program& p, const Instr& in) {
       return fmt::format("reduce-start bucket {} (tied): the gradient slices of {} ({} f32), "
                          "summed over the {} ranks of the stages holding it",
                          in.bucket, params, formatBytes(static_cast<double>(b.bytes)), b.ranks);
-    // Under ZeRO stage 2 a tied weight's bucket too is reduce-scattered over its domain's
-    // ranks in each micro-batch (its stages' sum comes once, `tie`).
-    int ranks = b.ranks;
-    if (b.tied && m.zeroShardsGradients())
-      for (const Module::ZeroSlice& z : m.zeroSlices(p))
-        if (z.pieces == b.pieces) ranks = z.ranks;
+    int ranks = m.reductionRanks(p, b, false);
     return fmt::format(
         "reduce-start bucket {}: {} gradient{}, {} ({} {}), {} over {} ranks", in.bucket,
         b.endParam - b.firstParam, b.endParam - b.firstParam == 1 ? "" : "s", params,

@@ -1298,13 +1298,10 @@ void Executor::keepRunningStats(const ir::Op& op, int slot) {
   EPL_ASSERT(!paramsOnDisk_, "batch_norm's running statistics are kept in memory");
   for (int q : op.params) {
     if (m_.params[q].trainable) continue;
-    int64_t begin = paramOffset_[q], end = begin + 4 * paramElems_[q];
-    const ZeroDomain* d = findDomain(begin);
-    if (!d) continue;
-    int64_t from = std::max(begin, d->slice.begin()), to = std::min(end, d->slice.end());
+    auto [from, to] = updatedBytes(q); // in its bucket, as every parameter under ZeRO stage 3
     const auto* gathered =
         static_cast<const unsigned char*>(paramView(q, gatherUse(q, op.phase), slot).data);
-    if (from < to) dev_.copyOnDevice(paramAt(from), gathered + (from - begin), to - from);
+    if (from < to) dev_.copyOnDevice(paramAt(from), gathered + (from - paramOffset_[q]), to - from);
   }
 }
 

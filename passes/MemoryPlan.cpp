@@ -309,9 +309,12 @@ private:
     ir::Module::ParamLayout at = m.paramLayout(p);
     std::vector<std::vector<ir::Module::SlicePiece>> pieces;
     if (m.zeroShardsGradients()) pieces = m.bucketPieces(p);
+    auto floats = [&](const ir::GradBucket& g) {
+      return (at.spanEnd(g.endParam) - at.spanBegin(g.firstParam)) / 4;
+    };
     auto scratchOf = [&](size_t b) {
       const ir::GradBucket& g = m.buckets[b];
-      int64_t n = (at.spanEnd(g.endParam) - at.spanBegin(g.firstParam)) / 4, largest = 0;
+      int64_t n = floats(g), largest = 0;
       if (!pieces.empty()) { // reduce-scattered where the slices cut it, in place
         for (const ir::Module::SlicePiece& piece : pieces[b])
           largest = std::max(largest, (piece.end - piece.begin) / 4);
@@ -323,7 +326,7 @@ private:
     // A tied weight's sum over its stages (Instr::tie): the whole bucket in f32, in place.
     auto tieScratchOf = [&](size_t b) {
       const ir::GradBucket& g = m.buckets[b];
-      int64_t n = (at.spanEnd(g.endParam) - at.spanBegin(g.firstParam)) / 4;
+      int64_t n = floats(g);
       return ring::scratchBytes(g.ranks, n, (n + g.ranks - 1) / g.ranks, 4, true);
     };
     std::vector<int64_t> scratch, tieScratch;

@@ -287,10 +287,12 @@ void checkTensors(const Manifest& man, const std::map<std::string, std::string>&
                             fmt::format("the file is damaged: {}", setAsideHelp(folder)));
   }
   if (records.size() != man.crc32.size())
-    for (const auto& [name, crc] : man.crc32)
+    for (const auto& entry : man.crc32) {
+      const std::string& name = entry.first;
       if (std::none_of(records.begin(), records.end(),
                        [&](const TensorRecord& r) { return r.name == name; }))
         fail(fmt::format("lacks tensor `{}`, which its manifest lists", name));
+    }
 }
 
 // Copies the model's parameters (and optimizer states) out of `records` into `ex`, checking

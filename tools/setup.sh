@@ -30,5 +30,8 @@ fi
 
 build=${1:-build}
 shift || true
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+# -g1: line tables and function names, enough for profiles and backtraces; full -g (local
+# variables' types and places) took 40% more compile time for nothing the build uses.
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" "$@" >/dev/null
 cmake --build "$build"

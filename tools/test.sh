@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds EPL and runs every test: the normal build, then the suite again under
-# AddressSanitizer + UndefinedBehaviorSanitizer (of the mpirun runs, one of each kind), then
-# each fuzz harness for a short while (docs/fuzzing.md). Installs missing Debian packages
-# first.
+# AddressSanitizer + UndefinedBehaviorSanitizer (clang at -O1, in build-san/; of the mpirun
+# runs, one of each kind), then each fuzz harness of that build for a short while
+# (docs/fuzzing.md). Installs missing Debian packages first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -14,25 +14,26 @@ bash tools/setup.sh build
 (cd build && ctest --output-on-failure -j "$jobs")
 
 if [ "${EPL_SKIP_SANITIZERS:-0}" != 1 ]; then
-  # The CUDA device is built and tested by the normal build; the sanitizers see host code.
-  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DEPL_SANITIZE=ON -DEPL_CUDA=OFF >/dev/null
-  cmake --build build-asan
+  # One clang build serves the sanitizers' tests and the fuzz harnesses (tools/fuzz.sh
+  # configures it); it sees host code: the CUDA device is the normal build's.
+  bash tools/fuzz.sh --configure
+  cmake --build build-san
   # Every test but the mpirun runs, then the mpirun runs of one plan of each kind (data
   # parallel with ZeRO-3, pipelines with split regions, interleaved, ZeRO-3 over a pipeline,
   # experts, a tied weight, masks), a sharded checkpoint, a dead rank and an interrupt:
-  # under the sanitizers each rank plans with exact malloc stacks, and all 70 take about
-  # 40 minutes on a slow 2-core machine (20 to 150 s each), too much of CI's 90 minutes
-  # there. The normal build above runs them all; EPL_ASAN_ALL=1 runs them all here.
+  # under the sanitizers each rank plans with exact malloc stacks, and all 70 would take
+  # about half an hour on a 2-core machine (10 to 70 s each). The normal build above runs
+  # them all; EPL_ASAN_ALL=1 runs them all here.
   mpirun_tests='^parallel/'
   some='^parallel/(failures|interrupt|split_zero3_checkpoint|equivalence_(gpt_zero3|pipeline2x2_zero3|pipeline_interleaved_zero|pipeline_split_tied|encoder_mask_pipeline_split|moe_split|pipeline_split))$'
   [ "${EPL_ASAN_ALL:-0}" = 1 ] && mpirun_tests='^$' && some='^parallel/'
-  (cd build-asan && export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 &&
+  (cd build-san && export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 &&
      ctest --output-on-failure -j "$jobs" -E "$mpirun_tests" &&
      ctest --output-on-failure -j "$jobs" -R "$some")
 fi
 
 # Each libFuzzer harness for EPL_FUZZ_SECONDS (20) from its seeds and the corpus kept in
-# build-fuzz/; a finding fails the run.
+# build-san/; a finding fails the run.
 if [ "${EPL_SKIP_FUZZ:-0}" != 1 ]; then
   bash tools/fuzz.sh --time "${EPL_FUZZ_SECONDS:-20}" --jobs "$jobs"
 fi

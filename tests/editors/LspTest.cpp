@@ -1,6 +1,5 @@
 // The language server's parts: message framing, positions in UTF-16, and a whole session
 // in-process (so the sanitizer build checks the server's memory use too).
-#define CATCH_CONFIG_MAIN
 #include "lsp/Server.h"
 #include "lsp/TextPositions.h"
 #include "lsp/Transport.h"

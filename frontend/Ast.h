@@ -46,7 +46,11 @@ enum class ExprKind {
 struct Expr {
   ExprKind kind = ExprKind::Int;
   SourceLoc loc;
-  uint32_t length = 1;   // characters the node's first token spans, for carets
+  uint32_t length = 1; // characters the node's first token spans, for carets
+  // The whole expression's text: where it begins and its characters, when it is on one
+  // line (span 0: across lines). A Binary's `loc` is its operator; its `begin`, its left.
+  SourceLoc begin;
+  uint32_t span = 0;
   int64_t intValue = 0;  // Int, Size (bytes), Bool
   double floatValue = 0; // Float
   std::string text;      // Name, String (unquoted), Word, callee of Call/Repeat, op of Binary

@@ -429,7 +429,15 @@ Value Elaborator::callDef(const ast::Function& def, const ast::Expr& call, std::
 
 // repeat(k) f(x, …): f applied k times, each output fed back as the first argument.
 Value Elaborator::evalRepeat(const ast::Expr& e, Frame& frame, Context* ctx) {
-  int64_t k = expectInt(*e.operands[0], frame, ctx, "a repeat count");
+  const ast::Expr& count = *e.operands[0];
+  // The count may be read as another value (the search's layouts, LayoutKnob::Kind::Layers),
+  // keyed by where its text begins.
+  int64_t k = 0;
+  auto chosen = options_.literalValues.find({count.begin.line, count.begin.col});
+  if (count.span > 0 && count.begin.file == mainFile_ && chosen != options_.literalValues.end())
+    k = chosen->second;
+  else
+    k = expectInt(count, frame, ctx, "a repeat count");
   if (k <= 0 || k > 100000)
     fail(*e.operands[0], fmt::format("a repeat count must be between 1 and 100000, got {}", k));
   if (e.args.empty() || !e.args[0].keyword.empty())
@@ -447,25 +455,27 @@ Value Elaborator::evalRepeat(const ast::Expr& e, Frame& frame, Context* ctx) {
     v = evalCall(e, local, ctx, true);
     local.vars[first.text] = v;
   }
-  noteLayers(e, *ctx, firstOp);
+  noteLayers(e, *ctx, firstOp, k);
   return v;
 }
 
-// A count written as a literal of the main script, directly in a top-level block that
-// runs once (ir::LayoutKnob::Kind::Layers): the search may move layers between stages.
-void Elaborator::noteLayers(const ast::Expr& e, Context& ctx, size_t firstOp) {
-  const ast::Expr& count = *e.operands[0];
-  if (count.kind != ast::ExprKind::Int || count.loc.file != mainFile_ || ctx.onceBlock < 0 ||
+// A count of the main script (a literal, or an expression on one line such as
+// `layers / 2`, which a layout replaces whole), directly in a top-level block that runs
+// once (ir::LayoutKnob::Kind::Layers): the search may move layers between stages.
+void Elaborator::noteLayers(const ast::Expr& e, Context& ctx, size_t firstOp, int64_t count) {
+  const ast::Expr& written = *e.operands[0];
+  if (written.span == 0 || written.begin.file != mainFile_ || ctx.onceBlock < 0 ||
       ctx.scope != ctx.onceBlock || !ctx.callStack.empty())
     return;
+  SourceLoc at = written.begin;
   ir::Module& m = *ctx.module;
   for (const ir::LayoutKnob& k : m.layoutKnobs)
-    if (k.loc.line == count.loc.line && k.loc.col == count.loc.col) return;
+    if (k.loc.line == at.line && k.loc.col == at.col) return;
   ir::LayoutKnob k;
   k.kind = ir::LayoutKnob::Kind::Layers;
-  k.loc = count.loc;
-  k.length = count.length;
-  k.value = eval(count, globals_, nullptr).i;
+  k.loc = at;
+  k.length = written.span;
+  k.value = count;
   k.def = e.text;
   k.block = ctx.onceBlock;
   k.firstOp = firstOp;

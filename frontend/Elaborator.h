@@ -67,7 +67,7 @@ private:
   Value evalNumbers(const ast::Expr& e, double x, double y);
   Value evalCall(const ast::Expr& e, Frame& frame, Context* ctx, bool inRepeat);
   Value evalRepeat(const ast::Expr& e, Frame& frame, Context* ctx);
-  void noteLayers(const ast::Expr& e, Context& ctx, size_t firstOp);
+  void noteLayers(const ast::Expr& e, Context& ctx, size_t firstOp, int64_t count);
   void chainLayers(ir::Module& m);
   Value callBuiltin(const ir::OpInfo& info, const ast::Expr& call, std::vector<Value> args,
                     Context& ctx, bool inRepeat);

@@ -170,6 +170,13 @@ private:
     }
     ast::ExprPtr e = exprBody(c);
     --exprDepth_;
+    const antlr4::Token *first = c->getStart(), *last = c->getStop();
+    e->begin = loc(first);
+    if (last && last->getLine() == first->getLine() &&
+        last->getCharPositionInLine() >= first->getCharPositionInLine())
+      e->span =
+          static_cast<uint32_t>(last->getCharPositionInLine() - first->getCharPositionInLine()) +
+          lengthOf(last);
     return e;
   }
 

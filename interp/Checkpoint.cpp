@@ -53,7 +53,8 @@ TensorRecord record(std::string name, std::vector<int64_t> shape, const std::vec
   return r;
 }
 
-// Every parameter, each followed by its optimizer states.
+// Every parameter, each trainable one followed by its optimizer states (a running
+// statistic has none: no optimizer step reads or writes them, and PyTorch saves none).
 std::vector<TensorRecord> tensorsOf(const Executor& ex) {
   const ir::Module& m = ex.module();
   std::vector<TensorRecord> tensors;
@@ -61,7 +62,7 @@ std::vector<TensorRecord> tensorsOf(const Executor& ex) {
     std::vector<float> v(ex.paramElements(static_cast<int>(p)));
     ex.readParam(static_cast<int>(p), v.data());
     tensors.push_back(record(m.params[p].name, dims(m.params[p].type.shape), v));
-    for (int k = 0; k < ex.statesPerParam(); ++k) {
+    for (int k = 0; m.params[p].trainable && k < ex.statesPerParam(); ++k) {
       ex.readState(static_cast<int>(p), k, v.data());
       tensors.push_back(record(fmt::format("optimizer/{}/{}", stateName(ex, k), m.params[p].name),
                                dims(m.params[p].type.shape), v));
@@ -319,7 +320,8 @@ void install(Executor& ex, const std::vector<TensorRecord>& records, const std::
   for (size_t p = 0; p < m.params.size(); ++p) {
     auto shape = dims(m.params[p].type.shape);
     params.push_back({static_cast<int>(p), fetch(m.params[p].name, shape)});
-    for (int k = 0; withOptimizer && k < ex.statesPerParam(); ++k)
+    // Checkpoints before running statistics lost their states hold zeros for them: ignored.
+    for (int k = 0; withOptimizer && m.params[p].trainable && k < ex.statesPerParam(); ++k)
       states.push_back(
           {static_cast<int>(p), k,
            fetch(fmt::format("optimizer/{}/{}", stateName(ex, k), m.params[p].name), shape)});

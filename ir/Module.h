@@ -208,7 +208,8 @@ struct GradBucket {
 // (frontend::FrontendOptions::literalValues) and edits the winner's into the script.
 struct LayoutKnob {
   // Stages: a top-level block's `repeat`; SplitWidth: a `split` width; Layers: the count
-  // of a `repeat(k) f(x)` written directly in a top-level block that is not repeated, so
+  // of a `repeat(k) f(x)` (a literal or an expression on one line, `loc` and `length` its
+  // whole text) written directly in a top-level block that is not repeated, so
   // the search may move layers of f between neighbouring stages (the model stays the same
   // where such repeats follow each other in op order: ops [firstOp, endOp) each); Groups:
   // a top-level `replicate(n)`'s n, where every stage is such a block, so the search may

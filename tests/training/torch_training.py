@@ -145,6 +145,10 @@ def cnn_bn_case(work, args):
         return total / args.micro_batches
 
     def check_state(ours):
+        # Optimizer states for the trainable parameters only, as PyTorch saves them.
+        states = [k for k in ours if k.startswith("optimizer/")]
+        if not states or any(".running_" in k for k in states):
+            sys.exit(f"FAIL: optimizer states in the checkpoint: {states}")
         worst = 0.0
         for name, (mean, var) in running.items():
             for key, theirs in ((".running_mean", mean), (".running_var", var)):

@@ -119,7 +119,7 @@ train net {
   CHECK(widths(*other) == std::vector<int>{2, 1});
 }
 
-// A def's layers written as literal repeats in neighbouring stages are one chain of knobs
+// A def's layers written as repeats in neighbouring stages are one chain of knobs
 // (the search deals the layers over those stages); anything between them, a repeated
 // stage or another def breaks the chain, and lone repeats are no knobs.
 TEST_CASE("a layout's numbers: a def's layers repeated in neighbouring stages") {
@@ -175,6 +175,25 @@ train net {
   CHECK(moved->mesh.stages[0].paramCount == chained->mesh.stages[0].paramCount + 3 * 64 * 65);
   CHECK(moved->mesh.stages[1].paramCount == chained->mesh.stages[1].paramCount - 3 * 64 * 65);
   CHECK(moved->params.size() == chained->params.size());
+
+  // Counts written as expressions are knobs too: their whole text, which a layout's value
+  // replaces (`(8 / 2)` read as 6 leaves `8` and `2` alone).
+  auto written = epl::testing::planned(
+      "chain.epl", script("repeat(8 / 2) layer(h)", "", "repeat((2 * 2)) layer(h)"), 2);
+  REQUIRE(written);
+  auto exprKnobs = layers(*written);
+  REQUIRE(exprKnobs.size() == 2);
+  CHECK(exprKnobs[0]->value == 4);
+  CHECK(exprKnobs[0]->loc.col == 16);
+  CHECK(exprKnobs[0]->length == 5);
+  CHECK(exprKnobs[1]->length == 7);
+  CHECK(exprKnobs[0]->chain == exprKnobs[1]->chain);
+  options.literalValues = {{{6, 16}, 6}, {{10, 16}, 2}};
+  auto movedExpr = epl::testing::planned(
+      "chain.epl", script("repeat(8 / 2) layer(h)", "", "repeat((2 * 2)) layer(h)"), options);
+  REQUIRE(movedExpr);
+  CHECK(movedExpr->mesh.stages[0].paramCount == written->mesh.stages[0].paramCount + 2 * 64 * 65);
+  CHECK(movedExpr->mesh.stages[1].paramCount == written->mesh.stages[1].paramCount - 2 * 64 * 65);
 
   // No chain: an op between the repeats, another def, or one repeat alone.
   for (const auto& [first, between, second] :

@@ -23,7 +23,7 @@ while [ $# -gt 0 ]; do
   --runs) limit=(-runs="$2"); shift 2 ;;
   --jobs) jobs=$2; shift 2 ;;
   --configure) configure_only=1; shift ;;
-  -h | --help) sed -n '2,15p' "$0"; exit 0 ;;
+  -h | --help) sed -n '2,13p' "$0"; exit 0 ;;
   *) harnesses+=("$1"); shift ;;
   esac
 done

@@ -56,8 +56,9 @@ searched=$(mktemp -d)
 cp "$src/examples/gpt_char.epl" "$searched/"
 found=$(cd "$searched" && "$epl" plan gpt_char.epl -np 8 --cluster dgx-a100 --search)
 best=$(grep -o '^  1\. step [^,]*' <<<"$found" | sed 's/^  1\. step //')
-# The layout is searched too: gpt_char's one layout number is its head's split width.
-if ! grep -q "4 layouts of split width (line 14)" <<<"$found"; then
+# The layout is searched too: the layers dealt over the two stages (the repeat counts,
+# written `layers / 2`) and the head's split width.
+if ! grep -q "20 layouts of transformer_block repeat (line 10) x transformer_block repeat (line 13) x split width (line 14)" <<<"$found"; then
   echo "FAIL: epl plan --search did not try the split widths:"
   echo "$found" | head -5
   failures=$((failures + 1))
@@ -77,7 +78,7 @@ rm -rf "$searched"
 searched=$(mktemp -d)
 sed '14s/split(2)/split(auto)/' "$src/examples/gpt_char.epl" >"$searched/gpt_char.epl"
 found=$(cd "$searched" && "$epl" plan gpt_char.epl -np 8 --cluster dgx-a100 --search)
-if grep -q "5 layouts of split width (line 14)" <<<"$found" &&
+if grep -q "25 layouts of .* x split width (line 14)" <<<"$found" &&
   grep -q "^-    split(auto) {" <<<"$found" && grep -q "^+    split([0-9]*) {" <<<"$found"; then
   passed=$((passed + 1))
 else

@@ -22,11 +22,6 @@ namespace epl::interp {
 
 namespace {
 
-std::string lowerFirst(std::string s) {
-  if (!s.empty() && s[0] >= 'A' && s[0] <= 'Z') s[0] = static_cast<char>(s[0] - 'A' + 'a');
-  return s;
-}
-
 int64_t statusField(const char* key) {
   std::ifstream in("/proc/self/status");
   std::string line;
@@ -169,7 +164,7 @@ std::optional<MetricsFile::Problem> MetricsFile::open(const std::string& path) {
   int err = errno;
   std::string what = fmt::format("cannot write the metrics file `{}`", path);
   if (err == EISDIR) return Problem{what + ": it is a folder", "pass --metrics a file's path"};
-  return Problem{fmt::format("{}: {}", what, lowerFirst(std::strerror(err))),
+  return Problem{fmt::format("{}: {}", what, errorText(err)),
                  err == ENOENT ? "create its folder, or pass --metrics another path"
                                : "pass --metrics another path"};
 }
@@ -203,8 +198,7 @@ void MetricsFile::write(const std::string& text) {
 }
 
 void MetricsFile::fail(int err) {
-  failure_ =
-      fmt::format("cannot write the metrics file `{}`: {}", path_, lowerFirst(std::strerror(err)));
+  failure_ = fmt::format("cannot write the metrics file `{}`: {}", path_, errorText(err));
   ::close(fd_);
   fd_ = -1;
 }

@@ -19,7 +19,7 @@ namespace epl::interp {
 namespace {
 
 // Wall-clock seconds since the epoch, to the microsecond, as TensorBoard's wall_time.
-double unixSeconds() {
+double eventWallTime() {
   using namespace std::chrono;
   return static_cast<double>(
              duration_cast<microseconds>(system_clock::now().time_since_epoch()).count()) /
@@ -77,7 +77,7 @@ std::optional<TensorBoardLog::Problem> TensorBoardLog::open(const std::string& f
   // Another run's file of the same second and machine is never overwritten: a suffix
   // keeps the name's order, which is the order TensorBoard reads the folder in.
   std::string name =
-      fmt::format("events.out.tfevents.{}.{}", static_cast<int64_t>(unixSeconds()), hostName());
+      fmt::format("events.out.tfevents.{}.{}", static_cast<int64_t>(eventWallTime()), hostName());
   for (int n = 0; fd_ < 0; ++n) {
     path_ = (std::filesystem::path(folder) / name).string() + (n ? fmt::format(".{}", n) : "");
     fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
@@ -88,12 +88,12 @@ std::optional<TensorBoardLog::Problem> TensorBoardLog::open(const std::string& f
 }
 
 void TensorBoardLog::start(int64_t firstStep) {
-  double now = unixSeconds();
+  double now = eventWallTime();
   write(tfRecord(fileVersionEvent(now)) + tfRecord(sessionStartEvent(now, firstStep)));
 }
 
 void TensorBoardLog::step(const StepReport& r) {
-  if (fd_ >= 0) write(tfRecord(scalarsEvent(unixSeconds(), r.step, stepScalars(r))));
+  if (fd_ >= 0) write(tfRecord(scalarsEvent(eventWallTime(), r.step, stepScalars(r))));
 }
 
 void TensorBoardLog::eval(int64_t step, double loss, double accuracy, bool final) {
@@ -101,7 +101,7 @@ void TensorBoardLog::eval(int64_t step, double loss, double accuracy, bool final
   std::string group = final ? "eval_final" : "eval";
   std::vector<Scalar> s{{group + "/loss", static_cast<float>(loss)}};
   if (accuracy >= 0) s.push_back({group + "/accuracy", static_cast<float>(accuracy)});
-  write(tfRecord(scalarsEvent(unixSeconds(), step, s)));
+  write(tfRecord(scalarsEvent(eventWallTime(), step, s)));
 }
 
 // One write(2) a step: the step's events reach the file, and a reader, together.

@@ -14,7 +14,7 @@ namespace epl::ir {
 
 namespace {
 
-using json = nlohmann::ordered_json;
+using OrderedJson = nlohmann::ordered_json; // keys in the order written
 
 const char* ampName(Amp a) {
   switch (a) {
@@ -66,9 +66,9 @@ const char* offloadName(Offload o) {
   return "?";
 }
 
-json policyJson(const Module& m) {
+OrderedJson policyJson(const Module& m) {
   const Policy& p = m.policy;
-  json recompute = recomputeName(p.recompute);
+  OrderedJson recompute = recomputeName(p.recompute);
   if (p.recompute == Recompute::Listed) recompute = p.recomputeBlocks;
   return {{"zero", static_cast<int>(p.zero)},
           {"amp", ampName(p.amp)},
@@ -85,26 +85,26 @@ json policyJson(const Module& m) {
           {"device_memory", p.deviceMemoryBytes}};
 }
 
-json layersJson(const Module& m, int s) {
-  json out = json::array();
+OrderedJson layersJson(const Module& m, int s) {
+  OrderedJson out = OrderedJson::array();
   for (const auto& [layer, params] : stageLayerParams(m, s))
     out.push_back({{"name", layer}, {"params", params}, {"bytes", 4 * params}});
   return out;
 }
 
-json stageJson(const Module& m, int s) {
+OrderedJson stageJson(const Module& m, int s) {
   const StagePlan& st = m.mesh.stages[s];
   const char* kind = st.scope < 0                      ? "whole model"
                      : m.scopes[st.scope].isSplitStage ? "split"
                                                        : "replicate";
-  json ranks = json::array();
+  OrderedJson ranks = OrderedJson::array();
   for (int r = 0; r < m.mesh.dataParallel; ++r) {
-    json group = json::array();
+    OrderedJson group = OrderedJson::array();
     for (int k = 0; k < st.group; ++k)
       group.push_back(m.mesh.rank(r, s, k));
     ranks.push_back(group);
   }
-  json splitOps = json::array();
+  OrderedJson splitOps = OrderedJson::array();
   for (const Op& op : m.ops)
     if (op.stage == s && op.phase == Phase::Forward && op.splitForm != SplitForm::None)
       splitOps.push_back({{"op", op.name},
@@ -130,7 +130,7 @@ json stageJson(const Module& m, int s) {
             {"offloaded", st.offloadedBytes}}}};
 }
 
-json bridgeJson(const Module& m, const Bridge& b) {
+OrderedJson bridgeJson(const Module& m, const Bridge& b) {
   const Op& op = m.ops[b.op];
   int t = op.inputs.empty() ? op.outputs[0] : op.inputs[0];
   if (op.kind == OpKind::CrossEntropy) t = op.inputs[1];
@@ -139,13 +139,13 @@ json bridgeJson(const Module& m, const Bridge& b) {
           {"what", b.what},
           {"tensor", m.tensors[t].name},
           {"type", m.tensors[t].type.str()},
-          {"bytes", b.bytes < 0 ? json() : json(b.bytes)},
+          {"bytes", b.bytes < 0 ? OrderedJson() : OrderedJson(b.bytes)},
           {"line", op.site.line}};
 }
 
 // What each rank's program allocates: the figures `epl run` checks against the machine
 // and compares with what it measures.
-json rankJson(const Module& m, const Program& p) {
+OrderedJson rankJson(const Module& m, const Program& p) {
   Module::StepFlops f = m.stepFlops(p);
   return {{"rank", p.rank},
           {"stage", p.stage},
@@ -164,13 +164,13 @@ json rankJson(const Module& m, const Program& p) {
             {"host_inputs", p.inputBytes}}}};
 }
 
-json scheduleJson(const Module& m) {
+OrderedJson scheduleJson(const Module& m) {
   if (m.mesh.stages.size() < 2) return nullptr;
   PipelineShape shape{m.mesh.depth(), static_cast<int>(m.policy.microBatches), m.mesh.chunks};
-  json out = {{"name", scheduleName(m.policy.schedule)},
-              {"stages", shape.stages},
-              {"micro_batches", shape.micros},
-              {"chunks", shape.chunks}};
+  OrderedJson out = {{"name", scheduleName(m.policy.schedule)},
+                     {"stages", shape.stages},
+                     {"micro_batches", shape.micros},
+                     {"chunks", shape.chunks}};
   std::string refusal = scheduleRequirement(m.policy.schedule, shape);
   if (!refusal.empty()) {
     out["refused"] = refusal;
@@ -185,7 +185,7 @@ json scheduleJson(const Module& m) {
   return out;
 }
 
-json predictionJson(const Prediction* p) {
+OrderedJson predictionJson(const Prediction* p) {
   if (!p) return nullptr;
   return {{"cluster", p->cluster},
           {"device", p->device},
@@ -217,8 +217,8 @@ nlohmann::ordered_json planJson(const Module& m, const Prediction* predicted) {
     total += st.paramCount;
     split = std::max(split, st.splitWidth);
   }
-  json stages = json::array(), bridges = json::array(), buckets = json::array(),
-       ranks = json::array();
+  OrderedJson stages = OrderedJson::array(), bridges = OrderedJson::array(),
+              buckets = OrderedJson::array(), ranks = OrderedJson::array();
   for (size_t s = 0; s < mesh.stages.size(); ++s)
     stages.push_back(stageJson(m, static_cast<int>(s)));
   for (const Bridge& b : m.bridges)
@@ -233,7 +233,7 @@ nlohmann::ordered_json planJson(const Module& m, const Prediction* predicted) {
                        {"tied", b.tied}});
   for (const Program& p : m.programs)
     ranks.push_back(rankJson(m, p));
-  json batch = nullptr, flops = nullptr;
+  OrderedJson batch = nullptr, flops = nullptr;
   if (double sample = m.forwardFlopsPerSample(); sample > 0 && m.train.batch > 0)
     flops = {{"forward_per_sample", sample},
              {"step", 3 * sample * static_cast<double>(m.train.batch)}};

@@ -2,6 +2,8 @@
 // would only turn bad, or read a file such as /proc/self/mem as empty.
 #include "support/Files.h"
 
+#include "support/Text.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -12,9 +14,7 @@
 namespace epl {
 
 std::string errorText(int err) {
-  std::string s = std::strerror(err);
-  if (!s.empty() && s[0] >= 'A' && s[0] <= 'Z') s[0] = static_cast<char>(s[0] - 'A' + 'a');
-  return s;
+  return lowerFirst(std::strerror(err));
 }
 
 namespace {

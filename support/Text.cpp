@@ -73,6 +73,11 @@ std::string formatFlops(double flops) {
   return threeDigits(flops, units, 7, 1000.0);
 }
 
+std::string lowerFirst(std::string s) {
+  if (!s.empty() && s[0] >= 'A' && s[0] <= 'Z') s[0] = static_cast<char>(s[0] - 'A' + 'a');
+  return s;
+}
+
 std::string formatSeconds(double s) {
   if (s >= 1) return fmt::format("{:.3g} s", s);
   if (s >= 1e-3) return fmt::format("{:.3g} ms", s * 1e3);

@@ -22,6 +22,9 @@ std::string formatFlops(double flops);
 // A time to three significant digits in s, ms or us: "3.31 ms".
 std::string formatSeconds(double seconds);
 
+// `s` with its first letter lower case, as diagnostics quote a library's message.
+std::string lowerFirst(std::string s);
+
 // The lines of `text`, without their line ends (a last line without one counts).
 std::vector<std::string> splitLines(const std::string& text);
 

@@ -1,6 +1,8 @@
 // Atomic file replacement with POSIX calls: mkstemp, write, fsync, rename, fsync the folder.
 #include "interp/checkpoint/AtomicFile.h"
 
+#include "support/Files.h"
+
 #include <fmt/format.h>
 
 #include <cerrno>
@@ -13,11 +15,6 @@
 namespace epl::checkpoint {
 
 namespace {
-
-std::string lowerFirst(std::string s) {
-  if (!s.empty() && s[0] >= 'A' && s[0] <= 'Z') s[0] = static_cast<char>(s[0] - 'A' + 'a');
-  return s;
-}
 
 std::string folderOf(const std::string& path) {
   size_t slash = path.rfind('/');
@@ -55,8 +52,7 @@ void AtomicFileWriter::fail(const char* what, int err) {
   fd_ = -1;
   if (!tempPath_.empty()) ::unlink(tempPath_.c_str());
   tempPath_.clear();
-  throw CheckpointError(
-      fmt::format("cannot {} `{}`: {}", what, path_, lowerFirst(std::strerror(err))));
+  throw CheckpointError(fmt::format("cannot {} `{}`: {}", what, path_, errorText(err)));
 }
 
 void AtomicFileWriter::write(const void* data, size_t bytes) {

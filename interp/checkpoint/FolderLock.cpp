@@ -3,6 +3,8 @@
 #include "interp/checkpoint/FolderLock.h"
 
 #include "interp/checkpoint/AtomicFile.h"
+#include "support/Files.h"
+#include "support/Text.h"
 
 #include <fmt/format.h>
 
@@ -18,11 +20,6 @@
 namespace epl::checkpoint {
 
 namespace {
-
-std::string lowerFirst(std::string s) {
-  if (!s.empty() && s[0] >= 'A' && s[0] <= 'Z') s[0] = static_cast<char>(s[0] - 'A' + 'a');
-  return s;
-}
 
 [[noreturn]] void unwritable(const std::string& dir, const std::string& why) {
   throw CheckpointError(fmt::format("cannot write checkpoints into `{}`: {}", dir, lowerFirst(why)),
@@ -70,8 +67,7 @@ FolderLock::FolderLock(const std::string& dir) {
     ::close(fd_);
     fd_ = -1;
     if (err != EWOULDBLOCK)
-      throw CheckpointError(
-          fmt::format("cannot lock `{}`: {}", path, lowerFirst(std::strerror(err))));
+      throw CheckpointError(fmt::format("cannot lock `{}`: {}", path, errorText(err)));
     throw CheckpointError(fmt::format("`{}` is in use by another run ({})", dir, holder),
                           "wait for that run to end, or choose another checkpoint `dir`");
   }

@@ -1,6 +1,7 @@
 // Writing and reading safetensors files, with nlohmann-json for the header.
 #include "interp/checkpoint/Safetensors.h"
 
+#include "support/Files.h"
 #include "support/Text.h"
 
 #include <fmt/format.h>
@@ -23,11 +24,6 @@ namespace {
 constexpr const char* kMetadataKey = "__metadata__";
 // The reference implementation refuses headers over 100 MB; so does this reader.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
-
-std::string lowerFirst(std::string s) {
-  if (!s.empty() && s[0] >= 'A' && s[0] <= 'Z') s[0] = static_cast<char>(s[0] - 'A' + 'a');
-  return s;
-}
 
 std::string shapeStr(const std::vector<int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
@@ -167,8 +163,7 @@ public:
     throw CheckpointError(fmt::format("`{}` is not a valid safetensors file: {}", path_, what));
   }
   [[noreturn]] void failErrno() const {
-    throw CheckpointError(
-        fmt::format("cannot read `{}`: {}", path_, lowerFirst(std::strerror(errno))));
+    throw CheckpointError(fmt::format("cannot read `{}`: {}", path_, errorText(errno)));
   }
 
 private:

@@ -3,6 +3,7 @@
 #include "interp/data/FileBytes.h"
 
 #include "interp/data/Dataset.h"
+#include "support/Files.h"
 #include "support/Text.h"
 
 #include <fmt/format.h>
@@ -20,14 +21,9 @@ namespace epl::data {
 
 namespace {
 
-std::string lowerFirst(std::string s) {
-  if (!s.empty() && s[0] >= 'A' && s[0] <= 'Z') s[0] = static_cast<char>(s[0] - 'A' + 'a');
-  return s;
-}
-
 [[noreturn]] void failOpen(const std::string& path, int err) {
   if (err == ENOENT) throw DataError(fmt::format("`{}` does not exist", path));
-  throw DataError(fmt::format("cannot read `{}`: {}", path, lowerFirst(std::strerror(err))));
+  throw DataError(fmt::format("cannot read `{}`: {}", path, errorText(err)));
 }
 
 bool startsWithGzipMagic(const unsigned char* p, size_t n) {

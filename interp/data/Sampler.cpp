@@ -15,10 +15,6 @@ namespace epl::data {
 
 namespace {
 
-uint64_t mix(uint64_t x) {
-  return splitmix64(x);
-}
-
 constexpr int kRounds = 4;
 
 } // namespace
@@ -31,12 +27,13 @@ Sampler::Sampler(int64_t size, uint64_t seed) : size_(size), seed_(seed), halfBi
 
 uint64_t Sampler::permute(uint64_t index, uint64_t epoch) const {
   const uint64_t mask = (uint64_t{1} << halfBits_) - 1;
-  const uint64_t key = mix(mix(seed_) ^ epoch);
+  const uint64_t key = splitmix64(splitmix64(seed_) ^ epoch);
   uint64_t x = index;
   do {
     uint64_t left = x >> halfBits_, right = x & mask;
     for (int r = 0; r < kRounds; ++r) {
-      uint64_t f = mix(key ^ mix(right + static_cast<uint64_t>(r) * 0x100000001b3ull)) & mask;
+      uint64_t f =
+          splitmix64(key ^ splitmix64(right + static_cast<uint64_t>(r) * 0x100000001b3ull)) & mask;
       uint64_t next = left ^ f;
       left = right;
       right = next;

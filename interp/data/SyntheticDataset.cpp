@@ -15,10 +15,6 @@ namespace epl::data {
 
 namespace {
 
-uint64_t mix(uint64_t x) {
-  return splitmix64(x);
-}
-
 class SyntheticDataset final : public Dataset {
 public:
   SyntheticDataset(std::vector<InputSpec> inputs, int64_t samples, int64_t classes, uint64_t seed)
@@ -87,7 +83,7 @@ private:
     return static_cast<uint64_t>(s == Split::Train ? id : samples_ + id);
   }
   uint64_t hash(uint64_t sample, uint64_t input, uint64_t element) const {
-    return mix(mix(mix(mix(seed_) ^ sample) ^ input) ^ element);
+    return splitmix64(splitmix64(splitmix64(splitmix64(seed_) ^ sample) ^ input) ^ element);
   }
   static int32_t integer(uint64_t h, int64_t range) {
     return static_cast<int32_t>(((h >> 32) * static_cast<uint64_t>(range)) >> 32);
@@ -95,7 +91,7 @@ private:
   // Box-Muller from two 53-bit uniforms; u1 in (0, 1] keeps the log finite.
   static float normal(uint64_t h) {
     double u1 = static_cast<double>((h >> 11) + 1) * 0x1p-53;
-    double u2 = static_cast<double>(mix(h) >> 11) * 0x1p-53;
+    double u2 = static_cast<double>(splitmix64(h) >> 11) * 0x1p-53;
     return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2 * M_PI * u2));
   }
 

@@ -29,7 +29,7 @@ train lm {
 }
 )";
 
-std::optional<epl::ir::Module> plan(const std::string& policy, int np = 1) {
+std::optional<epl::ir::Module> planAmp(const std::string& policy, int np = 1) {
   std::string text = kGpt;
   text.replace(text.find("%s"), 2, policy);
   return epl::testing::planned("amp.epl", text, np);
@@ -46,7 +46,7 @@ int opOf(const epl::ir::Module& m, epl::ir::OpKind kind) {
 } // namespace
 
 TEST_CASE("amp stores activations and their gradients in half precision, the rest in f32") {
-  auto m = plan("amp = bf16");
+  auto m = planAmp("amp = bf16");
   REQUIRE(m);
   REQUIRE(m->ampApplies());
   const auto& ops = m->ops;
@@ -74,7 +74,7 @@ TEST_CASE("amp stores activations and their gradients in half precision, the res
   CHECK(halfGrads > 0);
   // The activations in the arena take about half the bytes (the same tensors, planned
   // alike); model states do not change.
-  auto f32 = plan("amp = none");
+  auto f32 = planAmp("amp = none");
   REQUIRE(f32);
   REQUIRE(f32->tensors.size() == m->tensors.size());
   const epl::ir::Program &h = m->programs.at(0), &f = f32->programs.at(0);
@@ -101,7 +101,7 @@ TEST_CASE("amp stores activations and their gradients in half precision, the res
 }
 
 TEST_CASE("amp follows recomputation") {
-  auto m = plan("amp = fp16 recompute = every");
+  auto m = planAmp("amp = fp16 recompute = every");
   REQUIRE(m);
   for (const epl::ir::Op& op : m->ops)
     if (op.phase == epl::ir::Phase::Recompute)

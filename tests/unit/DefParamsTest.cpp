@@ -6,7 +6,7 @@
 
 namespace {
 
-const char* kScript = R"(
+const char* kDefScript = R"(
 def block(x: f32[B, T, D], heads: int, causal: bool = true, mask: i32[B, T] = none)
     -> f32[B, T, D] {
   return x + attention(layer_norm(x), heads, causal = causal, mask = mask)
@@ -27,7 +27,7 @@ train net {
 } // namespace
 
 TEST_CASE("a def's optional tensor parameter is left out, given, or given as none") {
-  auto m = epl::testing::planned("optional.epl", kScript, 1);
+  auto m = epl::testing::planned("optional.epl", kDefScript, 1);
   REQUIRE(m);
   std::vector<std::pair<size_t, bool>> attention; // inputs, causal
   for (const epl::ir::Op& op : m->ops)

@@ -15,7 +15,7 @@ struct Outcome {
   std::string errors;
 };
 
-Outcome plan(const std::string& text, int np = 0) {
+Outcome planHostile(const std::string& text, int np = 0) {
   epl::Session session;
   epl::PlanOptions options;
   options.np = np;
@@ -41,7 +41,7 @@ const std::string kTail = "  return cross_entropy(linear(x, 3), y)\n}\n";
 } // namespace
 
 TEST_CASE("an empty file reports that there is no model") {
-  auto r = plan("");
+  auto r = planHostile("");
   CHECK_FALSE(r.planned);
   CHECK(r.errors == "no `model` in this script\n");
 }
@@ -52,7 +52,7 @@ TEST_CASE("binary junk is a syntax error, never a crash") {
     std::string junk(1 + rng() % 4096, '\0');
     for (char& c : junk)
       c = static_cast<char>(rng() & 0xff);
-    auto r = plan(junk);
+    auto r = planHostile(junk);
     CHECK_FALSE(r.planned);
     CHECK_FALSE(r.errors.empty());
   }
@@ -60,7 +60,7 @@ TEST_CASE("binary junk is a syntax error, never a crash") {
 
 TEST_CASE("10000 nested blocks stop at the nesting limit") {
   std::string text = kHead + repeatText("split {\n", 10000) + repeatText("}\n", 10000) + kTail;
-  auto r = plan(text);
+  auto r = planHostile(text);
   CHECK_FALSE(r.planned);
   CHECK(r.errors == "nesting deeper than 256 levels\n");
 }
@@ -68,45 +68,45 @@ TEST_CASE("10000 nested blocks stop at the nesting limit") {
 TEST_CASE("10000 nested parentheses stop at the nesting limit") {
   std::string text =
       "let a = " + repeatText("(", 10000) + "1" + repeatText(")", 10000) + "\n" + kHead + kTail;
-  auto r = plan(text);
+  auto r = planHostile(text);
   CHECK_FALSE(r.planned);
   CHECK(r.errors == "nesting deeper than 256 levels\n");
 }
 
 TEST_CASE("expressions deeper than the limit are an error, never a stack overflow") {
   // `1 + 1 + …` nests one level per operator; 256 levels is the limit.
-  CHECK(plan("let a = 1" + repeatText(" + 1", 255) + "\n" + kHead + kTail).planned);
-  auto sum = plan("let a = 1" + repeatText(" + 1", 100000) + "\n" + kHead + kTail);
+  CHECK(planHostile("let a = 1" + repeatText(" + 1", 255) + "\n" + kHead + kTail).planned);
+  auto sum = planHostile("let a = 1" + repeatText(" + 1", 100000) + "\n" + kHead + kTail);
   CHECK_FALSE(sum.planned);
   CHECK(sum.errors == "expression nested deeper than 256 levels\n");
-  CHECK(plan("let a = " + repeatText("-", 200) + "1\n" + kHead + kTail).planned);
-  auto neg = plan("let a = " + repeatText("-", 100000) + "1\n" + kHead + kTail);
+  CHECK(planHostile("let a = " + repeatText("-", 200) + "1\n" + kHead + kTail).planned);
+  auto neg = planHostile("let a = " + repeatText("-", 100000) + "1\n" + kHead + kTail);
   CHECK_FALSE(neg.planned);
   CHECK(neg.errors == "nesting deeper than 256 levels\n");
 }
 
 TEST_CASE("an integer past 2^63 is an error") {
-  auto r = plan("let big = 9223372036854775808\n" + kHead + kTail);
+  auto r = planHostile("let big = 9223372036854775808\n" + kHead + kTail);
   CHECK_FALSE(r.planned);
   CHECK(r.errors == "integer `9223372036854775808` is too large\n");
-  auto ok = plan("let big = 9223372036854775807\n" + kHead + kTail);
+  auto ok = planHostile("let big = 9223372036854775807\n" + kHead + kTail);
   CHECK(ok.planned);
 }
 
 TEST_CASE("integer overflow in arithmetic is an error") {
-  auto r = plan("let big = 9223372036854775807 * 2\n" + kHead + kTail);
+  auto r = planHostile("let big = 9223372036854775807 * 2\n" + kHead + kTail);
   CHECK_FALSE(r.planned);
   CHECK(r.errors.find("integer overflow") != std::string::npos);
 }
 
 TEST_CASE("an unterminated string is an error") {
-  auto r = plan("import \"std/nn.epl\n" + kHead + kTail);
+  auto r = planHostile("import \"std/nn.epl\n" + kHead + kTail);
   CHECK_FALSE(r.planned);
   CHECK(r.errors == "unterminated string\n");
 }
 
 TEST_CASE("a missing import is an error") {
-  auto r = plan("import \"no/such/file.epl\"\n" + kHead + kTail);
+  auto r = planHostile("import \"no/such/file.epl\"\n" + kHead + kTail);
   CHECK_FALSE(r.planned);
   CHECK(r.errors == "cannot find import `no/such/file.epl`\n");
 }
@@ -139,7 +139,7 @@ TEST_CASE("a very long line renders a shortened caret line") {
 }
 
 TEST_CASE("huge repeat counts are bounded") {
-  auto r = plan(kHead + "  x = repeat(1000000) relu(x)\n" + kTail);
+  auto r = planHostile(kHead + "  x = repeat(1000000) relu(x)\n" + kTail);
   CHECK_FALSE(r.planned);
   CHECK(r.errors.find("repeat count must be between 1 and 100000") != std::string::npos);
 }
@@ -147,7 +147,7 @@ TEST_CASE("huge repeat counts are bounded") {
 TEST_CASE("many stages plan in linear time") {
   std::string text =
       "model m(x: f32[B, 4], y: i32[B]) {\n  repeat(20000) replicate { x = relu(x) }\n" + kTail;
-  auto r = plan(text, 20000);
+  auto r = planHostile(text, 20000);
   CHECK(r.planned);
 }
 
@@ -160,17 +160,17 @@ TEST_CASE("many micro-batches plan in linear time and memory") {
                      "policy {\n  micro_batches = 100000\n  schedule = 1f1b\n}\n"
                      "train m {\n  data = synthetic(samples = 200000)\n  batch = 100000\n"
                      "  optimizer = sgd(lr = 0.1)\n  steps = 1\n}\n";
-  auto r = plan(text, 2);
+  auto r = planHostile(text, 2);
   CHECK(r.planned);
 }
 
 TEST_CASE("invalid UTF-8 is an error with its location, and NUL bytes in comments are fine") {
-  auto bad = plan("let s = \"\xc3\x28\"\n" + kHead + kTail);
+  auto bad = planHostile("let s = \"\xc3\x28\"\n" + kHead + kTail);
   CHECK_FALSE(bad.planned);
   CHECK(bad.errors == "this file is not valid UTF-8\n");
   std::string text = "# a comment with a NUL: ?\n" + kHead + kTail;
   text[text.find('?')] = '\0';
-  CHECK(plan(text).planned);
+  CHECK(planHostile(text).planned);
 }
 
 TEST_CASE("every kind of malformed UTF-8 is an error at its byte, never a crash") {
@@ -200,18 +200,18 @@ TEST_CASE("every kind of malformed UTF-8 is an error at its byte, never a crash"
 }
 
 TEST_CASE("a sequence cut off at the end of the file is an error") {
-  auto r = plan(kHead + kTail + "# \xf0\x9f\x98");
+  auto r = planHostile(kHead + kTail + "# \xf0\x9f\x98");
   CHECK_FALSE(r.planned);
   CHECK(r.errors == "this file is not valid UTF-8\n");
 }
 
 TEST_CASE("number literals out of range are errors, never an abort") {
   for (const char* lit : {"1e309", "1e-400", "4e-320"}) {
-    auto r = plan(std::string("let v = ") + lit + "\n" + kHead + kTail);
+    auto r = planHostile(std::string("let v = ") + lit + "\n" + kHead + kTail);
     CHECK_FALSE(r.planned);
     CHECK(r.errors.find(std::string("number `") + lit + "` is too") == 0);
   }
-  auto size = plan("let v = 25" + std::string(398, '0') + "MB\n" + kHead + kTail);
+  auto size = planHostile("let v = 25" + std::string(398, '0') + "MB\n" + kHead + kTail);
   CHECK_FALSE(size.planned);
   CHECK(size.errors.find("is too large") != std::string::npos);
 }
@@ -251,7 +251,7 @@ TEST_CASE("an import of a large stream stops at the size limit") {
 
 TEST_CASE("a file over 1 MiB is refused before parsing") {
   std::string text = kHead + kTail + repeatText("# padding padding padding padding\n", 40000);
-  auto r = plan(text);
+  auto r = planHostile(text);
   CHECK_FALSE(r.planned);
   CHECK(r.errors == "this file is larger than 1048576 bytes\n");
 }

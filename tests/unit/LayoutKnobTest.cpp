@@ -7,7 +7,7 @@
 
 namespace {
 
-const char* kScript = R"(let layers = 4, stages = 2
+const char* kTwoStages = R"(let layers = 4, stages = 2
 def layer(x: f32[B, 64]) -> f32[B, 64] { return relu(linear(x, 64)) }
 model net(x: f32[B, 64], y: i32[B]) {
   h = x
@@ -24,12 +24,12 @@ train net {
 }
 )";
 
-std::optional<epl::ir::Module> plan(std::map<std::pair<uint32_t, uint32_t>, int64_t> values,
-                                    int np) {
+std::optional<epl::ir::Module> planDealt(std::map<std::pair<uint32_t, uint32_t>, int64_t> values,
+                                         int np) {
   epl::PlanOptions options;
   options.np = np;
   options.literalValues = std::move(values);
-  return epl::testing::planned("knobs.epl", kScript, options);
+  return epl::testing::planned("knobs.epl", kTwoStages, options);
 }
 
 // The module's knobs of one kind, in order.
@@ -44,7 +44,7 @@ std::vector<const epl::ir::LayoutKnob*> knobsOf(const epl::ir::Module& m,
 } // namespace
 
 TEST_CASE("a layout's numbers: the let a stage repeat names, a split width written in place") {
-  auto m = plan({}, 6);
+  auto m = planDealt({}, 6);
   REQUIRE(m);
   REQUIRE(m->layoutKnobs.size() == 2);
   const epl::ir::LayoutKnob& stages = m->layoutKnobs[0];
@@ -63,7 +63,7 @@ TEST_CASE("a layout's numbers: the let a stage repeat names, a split width writt
   CHECK(m->mesh.stages[2].splitWidth == 2);
 
   // Other values: the let's every use follows (the inner repeat too), the width changes.
-  auto other = plan({{{1, 26}, 4}, {{8, 9}, 1}}, 10);
+  auto other = planDealt({{{1, 26}, 4}, {{8, 9}, 1}}, 10);
   REQUIRE(other);
   CHECK(other->mesh.stages.size() == 5);
   CHECK(other->mesh.stages[4].splitWidth == 1);

@@ -10,26 +10,26 @@ using namespace epl::frontend;
 
 namespace {
 
-std::string problem(const std::optional<LiteralProblem>& p) {
+std::string literalProblem(const std::optional<LiteralProblem>& p) {
   return p ? p->message : "";
 }
 
 int64_t size(const std::string& text) {
   int64_t v = -1;
   auto p = parseSizeLiteral(text, v);
-  INFO(text << ": " << problem(p));
+  INFO(text << ": " << literalProblem(p));
   REQUIRE_FALSE(p.has_value());
   return v;
 }
 
 std::string sizeProblem(const std::string& text) {
   int64_t v = 0;
-  return problem(parseSizeLiteral(text, v));
+  return literalProblem(parseSizeLiteral(text, v));
 }
 
 std::string floatProblem(const std::string& text) {
   double v = 0;
-  return problem(parseFloatLiteral(text, v));
+  return literalProblem(parseFloatLiteral(text, v));
 }
 
 } // namespace
@@ -40,9 +40,9 @@ TEST_CASE("integer literals stop at 2^63 - 1") {
   CHECK(v == INT64_MAX);
   CHECK_FALSE(parseIntLiteral("000000000000000000000000000042", v).has_value());
   CHECK(v == 42);
-  CHECK(problem(parseIntLiteral("9223372036854775808", v)) ==
+  CHECK(literalProblem(parseIntLiteral("9223372036854775808", v)) ==
         "integer `9223372036854775808` is too large");
-  CHECK(problem(parseIntLiteral(std::string(400, '9'), v)).find("is too large") !=
+  CHECK(literalProblem(parseIntLiteral(std::string(400, '9'), v)).find("is too large") !=
         std::string::npos);
 }
 

@@ -18,8 +18,8 @@ namespace {
 
 // A linear layer per stage; the last stage also holds the loss.
 // `copies` data-parallel copies of the pipeline: -np stages x copies.
-std::optional<epl::ir::Module> plan(int stages, int micros, const char* schedule, int copies = 1,
-                                    int chunks = 1) {
+std::optional<epl::ir::Module> planPipeline(int stages, int micros, const char* schedule,
+                                            int copies = 1, int chunks = 1) {
   std::string blocks = "  replicate { h = relu(linear(x, 16)) }\n";
   for (int s = 1; s + 1 < stages; ++s)
     blocks += "  replicate { h = relu(linear(h, 16)) }\n";
@@ -91,7 +91,7 @@ TEST_CASE("pipeline programs fit together for gpipe and 1f1b") {
     for (int p : {2, 3, 4})
       for (int micros : {1, 2, 4, 8}) {
         INFO(schedule << ", " << p << " stages, " << micros << " micro-batches");
-        auto m = plan(p, micros, schedule);
+        auto m = planPipeline(p, micros, schedule);
         REQUIRE(m);
         REQUIRE(static_cast<int>(m->programs.size()) == p);
         checkStreamsFit(*m);
@@ -139,7 +139,7 @@ TEST_CASE("zb programs split every backward into B and W, and fit together") {
   for (int p : {2, 3, 4})
     for (int micros : {1, 2, 4, 8}) {
       INFO(p << " stages, " << micros << " micro-batches");
-      auto m = plan(p, micros, "zb");
+      auto m = planPipeline(p, micros, "zb");
       REQUIRE(m);
       checkStreamsFit(*m);
       for (int s = 0; s < p; ++s) {
@@ -178,7 +178,7 @@ TEST_CASE("zb programs split every backward into B and W, and fit together") {
 }
 
 TEST_CASE("zb holds activations until W: p slots on every stage, where 1f1b has p - s") {
-  auto zb = plan(4, 8, "zb"), oneF = plan(4, 8, "1f1b");
+  auto zb = planPipeline(4, 8, "zb"), oneF = planPipeline(4, 8, "1f1b");
   REQUIRE(zb);
   REQUIRE(oneF);
   for (int s = 0; s < 4; ++s) {
@@ -199,7 +199,7 @@ TEST_CASE("a step's receives share a ring of buffers: as many micro-batches' as 
   // micro-batches; gpipe keeps every micro-batch, so every receive has a buffer.
   for (int micros : {8, 16, 64}) {
     INFO(micros << " micro-batches");
-    auto oneF = plan(4, micros, "1f1b"), gpipe = plan(4, micros, "gpipe");
+    auto oneF = planPipeline(4, micros, "1f1b"), gpipe = planPipeline(4, micros, "gpipe");
     REQUIRE(oneF);
     REQUIRE(gpipe);
     for (int s = 1; s < 3; ++s) {
@@ -219,7 +219,7 @@ TEST_CASE("a step's receives share a ring of buffers: as many micro-batches' as 
 }
 
 TEST_CASE("backward send/recv ops move gradients back to the stage that sent") {
-  auto m = plan(2, 2, "1f1b");
+  auto m = planPipeline(2, 2, "1f1b");
   REQUIRE(m);
   int forward = 0, backward = 0;
   for (const epl::ir::Op& op : m->ops) {
@@ -244,7 +244,7 @@ TEST_CASE("backward send/recv ops move gradients back to the stage that sent") {
 }
 
 TEST_CASE("the check catches a receive with another micro-batch's tag") {
-  auto m = plan(3, 4, "1f1b");
+  auto m = planPipeline(3, 4, "1f1b");
   REQUIRE(m);
   for (epl::ir::Instr& in : m->programs[1].step)
     if (in.kind == InstrKind::Recv && in.micro == 0) {
@@ -263,7 +263,7 @@ TEST_CASE("copies of a pipeline: each replica's own transfers, each stage's buck
       for (int micros : {1, 4}) {
         INFO(schedule << ", " << p << " stages x " << copies << " copies, " << micros
                       << " micro-batches");
-        auto m = plan(p, micros, schedule, copies);
+        auto m = planPipeline(p, micros, schedule, copies);
         REQUIRE(m);
         REQUIRE(static_cast<int>(m->programs.size()) == p * copies);
         CHECK(m->reduceRanks == copies);
@@ -296,7 +296,7 @@ TEST_CASE("copies of a pipeline: each replica's own transfers, each stage's buck
 }
 
 TEST_CASE("the check catches a replica that leaves out a gradient reduction") {
-  auto m = plan(2, 4, "1f1b", 2);
+  auto m = planPipeline(2, 4, "1f1b", 2);
   REQUIRE(m);
   auto& step = m->programs[3].step;
   int bucket = -1;
@@ -322,8 +322,8 @@ TEST_CASE("replicas run replica 0's programs on their own ranks, and replica 0's
            (a.peer < 0 ? b.peer == a.peer : b.peer == a.peer + shift);
   };
   std::vector<std::optional<epl::ir::Module>> plans;
-  plans.push_back(plan(2, 4, "1f1b", 3));
-  plans.push_back(plan(4, 4, "zb", 2));
+  plans.push_back(planPipeline(2, 4, "1f1b", 3));
+  plans.push_back(planPipeline(4, 4, "zb", 2));
   plans.push_back(planGroups({1, 2, 4}, 2, 4, "1f1b", 2));
   for (auto& m : plans) {
     REQUIRE(m);
@@ -421,7 +421,7 @@ TEST_CASE("interleaved chunks: each rank runs its stage blocks round-robin, one 
         if (micros % depth != 0) continue;
         INFO(blocks << " blocks, " << chunks << " chunks, " << copies << " copies, " << micros
                     << " micro-batches");
-        auto m = plan(blocks, micros, "interleaved", copies, chunks);
+        auto m = planPipeline(blocks, micros, "interleaved", copies, chunks);
         REQUIRE(m);
         REQUIRE(m->mesh.chunks == chunks);
         REQUIRE(static_cast<int>(m->programs.size()) == depth * copies);

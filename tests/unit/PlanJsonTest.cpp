@@ -12,7 +12,7 @@
 
 namespace {
 
-const char* kScript = R"(
+const char* kPlanScript = R"(
 model net(x: f32[B, 64], y: i32[B]) {
   replicate {
     h = relu(linear(x, 128))
@@ -48,7 +48,7 @@ void collectKeys(const nlohmann::json& j, std::set<std::string>& keys) {
 } // namespace
 
 TEST_CASE("docs/plan-json.md describes every field of the plan's JSON") {
-  auto m = epl::testing::planned("net.epl", kScript, 8);
+  auto m = epl::testing::planned("net.epl", kPlanScript, 8);
   REQUIRE(m);
   std::set<std::string> keys;
   collectKeys(nlohmann::json::parse(epl::ir::planJson(*m).dump()), keys);
@@ -65,7 +65,7 @@ TEST_CASE("docs/plan-json.md describes every field of the plan's JSON") {
 }
 
 TEST_CASE("the plan as JSON carries the module's figures") {
-  auto m = epl::testing::planned("net.epl", kScript, 8);
+  auto m = epl::testing::planned("net.epl", kPlanScript, 8);
   REQUIRE(m);
   // Printed and read back: what `epl plan --json` writes is JSON.
   std::ostringstream text;

@@ -14,7 +14,7 @@ using epl::ir::Phase;
 
 // Two blocks of a small decoder, each an attention and an mlp block (nested defs), and a
 // head outside them; `recompute` as given.
-std::optional<epl::ir::Module> planned(const std::string& recompute, int np = 1) {
+std::optional<epl::ir::Module> plannedRecompute(const std::string& recompute, int np = 1) {
   std::string text = fmt::format(R"(
 def attn(x: f32[B, T, D]) -> f32[B, T, D] {{
   return x + dropout(attention(layer_norm(x), 2), 0.1)
@@ -48,7 +48,7 @@ std::vector<const epl::ir::Op*> opsOf(const epl::ir::Module& m, Phase p,
 } // namespace
 
 TEST_CASE("recompute = every runs each block's forward again before its backward") {
-  auto none = planned("none"), every = planned("every");
+  auto none = plannedRecompute("none"), every = plannedRecompute("every");
   REQUIRE(none);
   REQUIRE(every);
   CHECK(opsOf(*none, Phase::Recompute, "").empty());
@@ -92,16 +92,16 @@ TEST_CASE("recompute = every runs each block's forward again before its backward
 }
 
 TEST_CASE("recompute lists defs: each call of one, at any depth") {
-  auto ff = planned("[ff]");
+  auto ff = plannedRecompute("[ff]");
   REQUIRE(ff);
   CHECK_FALSE(opsOf(*ff, Phase::Recompute, "block.0/ff/").empty());
   CHECK_FALSE(opsOf(*ff, Phase::Recompute, "block.1/ff/").empty());
   CHECK(opsOf(*ff, Phase::Recompute, "block.0/attn/").empty());
   // A listed def inside a listed def is part of the outer one's block.
-  auto both = planned("[block, ff]");
+  auto both = plannedRecompute("[block, ff]");
   REQUIRE(both);
   CHECK(opsOf(*both, Phase::Recompute, "block.0/").size() ==
-        opsOf(*planned("every"), Phase::Recompute, "block.0/").size());
+        opsOf(*plannedRecompute("every"), Phase::Recompute, "block.0/").size());
 }
 
 TEST_CASE("recompute = auto recomputes the fewest blocks that fit device_memory") {
@@ -111,24 +111,24 @@ TEST_CASE("recompute = auto recomputes the fewest blocks that fit device_memory"
       most = std::max(most, p.peakBytes());
     return most;
   };
-  auto none = planned("none"), every = planned("every");
+  auto none = plannedRecompute("none"), every = plannedRecompute("every");
   REQUIRE(none);
   REQUIRE(every);
   int64_t keep = peak(*none), all = peak(*every);
   REQUIRE(all < keep);
   // No budget: nothing to fit, nothing recomputed.
-  auto free = planned("auto");
+  auto free = plannedRecompute("auto");
   REQUIRE(free);
   CHECK(free->autoRecompute.ran);
   CHECK(free->autoRecompute.chosen == 0);
   CHECK(opsOf(*free, Phase::Recompute, "").empty());
   // A budget every plan fits: nothing.
-  auto roomy = planned(fmt::format("auto device_memory = {}KB", keep / 1000 + 1));
+  auto roomy = plannedRecompute(fmt::format("auto device_memory = {}KB", keep / 1000 + 1));
   REQUIRE(roomy);
   CHECK(roomy->autoRecompute.chosen == 0);
   CHECK(peak(*roomy) == keep);
   // Between the two: one of the two blocks fits, with the plan it predicted.
-  auto tight = planned(fmt::format("auto device_memory = {}KB", (keep + all) / 2000));
+  auto tight = plannedRecompute(fmt::format("auto device_memory = {}KB", (keep + all) / 2000));
   REQUIRE(tight);
   const epl::ir::Module::AutoRecompute& a = tight->autoRecompute;
   CHECK(a.blocks == 2);
@@ -140,7 +140,7 @@ TEST_CASE("recompute = auto recomputes the fewest blocks that fit device_memory"
   // recompute leaves alone, set the peak of both).
   CHECK(peak(*tight) >= all);
   // Less than even every block recomputed needs: all of them, as close as it gets.
-  auto small = planned(fmt::format("auto device_memory = {}KB", all / 1000 - 1));
+  auto small = plannedRecompute(fmt::format("auto device_memory = {}KB", all / 1000 - 1));
   REQUIRE(small);
   CHECK(small->autoRecompute.chosen == 2);
   CHECK(peak(*small) == all);

@@ -13,13 +13,13 @@
 
 namespace {
 
-std::optional<epl::ir::Module> planned(const std::string& text, int np) {
+std::optional<epl::ir::Module> plannedSplit(const std::string& text, int np) {
   return epl::testing::planned("split.epl", text, np);
 }
 
 // Data-parallel linear layers around a split mlp and a column-then-row linear pair (split
 // attention: tests/parallel/gpt_split.epl).
-std::optional<epl::ir::Module> plan(int width, int np) {
+std::optional<epl::ir::Module> planSplit(int width, int np) {
   std::string text = fmt::format(R"(
 model net(x: f32[B, 16], y: i32[B]) {{
   replicate {{
@@ -40,7 +40,7 @@ train net {{
 }}
 )",
                                  width);
-  return planned(text, np);
+  return plannedSplit(text, np);
 }
 
 int opNamed(const epl::ir::Module& m, const std::string& name, epl::ir::Phase phase) {
@@ -61,7 +61,7 @@ int paramNamed(const epl::ir::Module& m, const std::string& name) {
 
 TEST_CASE("a split stage's ranks hold their batch share outside regions, pieces inside") {
   using epl::ir::Phase;
-  auto m = plan(2, 2);
+  auto m = planSplit(2, 2);
   REQUIRE(m);
   REQUIRE(m->runRefusal().empty());
   REQUIRE(m->programs.size() == 2);
@@ -85,7 +85,7 @@ TEST_CASE("a split stage's ranks hold their batch share outside regions, pieces 
 
 TEST_CASE("split communication: all-reduce <-> identity, all-gather <-> slice") {
   using epl::ir::Phase;
-  auto m = plan(2, 2);
+  auto m = planSplit(2, 2);
   REQUIRE(m);
   const epl::ir::Program& p = m->programs[0];
   int moves = 0, allReduces = 0;
@@ -113,7 +113,7 @@ TEST_CASE("split communication: all-reduce <-> identity, all-gather <-> slice") 
 }
 
 TEST_CASE("copies of a split group sum their pieces' gradients over the same split rank") {
-  auto m = plan(2, 4);
+  auto m = planSplit(2, 4);
   REQUIRE(m);
   REQUIRE(m->programs.size() == 4);
   CHECK(m->programs[3].splitRank == 1);
@@ -143,7 +143,7 @@ model net(x: f32[B, 64], y: i32[B]) {
 }
 train net { data = synthetic(samples = 60) batch = 6 }
 )";
-  auto m = planned(text, 6);
+  auto m = plannedSplit(text, 6);
   REQUIRE(m);
   REQUIRE(m->programs.size() == 6);
   for (int r : {0, 1}) {
@@ -167,7 +167,7 @@ TEST_CASE("model chunks on the same devices need one split width") {
   std::ifstream in(std::string(EPL_SOURCE_DIR) + "/tests/parallel/chunk_widths.epl");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   REQUIRE_FALSE(text.empty());
-  auto m = planned(text, 4);
+  auto m = plannedSplit(text, 4);
   REQUIRE(m);
   CHECK(m->programs.empty());
   CHECK(m->runRefusal() == "4 pipeline stages and model chunks of split widths 2 (stage 0) and 1 "
@@ -188,7 +188,7 @@ model net(x: f32[B, 8, 16]) {
 }
 train net { data = synthetic(samples = 64) batch = 8 }
 )";
-  auto m = planned(text, 2);
+  auto m = plannedSplit(text, 2);
   REQUIRE(m);
   REQUIRE(m->programs.size() == 2);
   const epl::ir::Program& p = m->programs[1];
@@ -228,7 +228,7 @@ model net(x: f32[B, 8, 16]) {
 }
 train net { data = synthetic(samples = 64) batch = 8 }
 )";
-    auto m = planned(text, t);
+    auto m = plannedSplit(text, t);
     REQUIRE(m);
     REQUIRE(m->programs.size() == static_cast<size_t>(t));
     epl::ir::Module::SplitTraffic traffic = m->splitTraffic(m->programs[0]);
@@ -267,7 +267,7 @@ policy {{ sequence_parallel = {} }}
 train net {{ data = synthetic(samples = 64) batch = 8 }}
 )",
                                  t, layers, sequenceParallel ? "true" : "false");
-  auto m = planned(text, t);
+  auto m = plannedSplit(text, t);
   REQUIRE(m);
   REQUIRE(m->programs.size() == static_cast<size_t>(t));
   return m->splitTraffic(m->programs[0]);

@@ -11,13 +11,12 @@ using epl::ir::CommOp;
 using epl::ir::CommStreams;
 using epl::ir::DType;
 using epl::testing::PipelineSchedule;
-using epl::testing::PipelineShape;
 using epl::testing::pipelineStreams;
 
 namespace {
 
 // The whole report, "" when the streams fit together.
-std::string problem(const CommStreams& s) {
+std::string streamProblem(const CommStreams& s) {
   auto e = epl::ir::checkStreams(s);
   return e ? e->str() : "";
 }
@@ -55,25 +54,25 @@ TEST_CASE("streams of working pipelines fit together") {
   for (auto schedule : {PipelineSchedule::GPipe, PipelineSchedule::OneFOneB})
     for (auto [stages, replicas] : {std::pair{2, 1}, {4, 1}, {2, 2}, {4, 2}, {1, 4}})
       for (int micro : {1, 3, 8}) {
-        PipelineShape p;
+        epl::testing::PipelineShape p;
         p.stages = stages;
         p.replicas = replicas;
         p.microBatches = micro;
         p.schedule = schedule;
         INFO(stages << " stages, " << replicas << " replicas, " << micro << " micro-batches, "
                     << (schedule == PipelineSchedule::GPipe ? "gpipe" : "1f1b"));
-        CHECK(problem(pipelineStreams(p)) == "");
+        CHECK(streamProblem(pipelineStreams(p)) == "");
       }
 }
 
 TEST_CASE("a long pipeline fits together") {
-  PipelineShape p;
+  epl::testing::PipelineShape p;
   p.stages = 8;
   p.microBatches = 1250; // about 10,000 events on a middle stage
   p.schedule = PipelineSchedule::OneFOneB;
   auto s = pipelineStreams(p);
   CHECK(s.ranks[3].size() > 9000);
-  CHECK(problem(s) == "");
+  CHECK(streamProblem(s) == "");
 }
 
 TEST_CASE("receives posted together may complete in any order") {
@@ -84,7 +83,7 @@ TEST_CASE("receives posted together may complete in any order") {
   int x = s.add(1, CommEvent::irecv(0, 0, 64, DType::F32, "irecv x from rank 0"));
   s.add(1, CommEvent::wait(y));
   s.add(1, CommEvent::wait(x));
-  CHECK(problem(s) == "");
+  CHECK(streamProblem(s) == "");
 }
 
 TEST_CASE("swapped receives of different sizes disagree on the size") {
@@ -94,7 +93,7 @@ TEST_CASE("swapped receives of different sizes disagree on the size") {
   s.add(0, CommEvent::send(1, 0, 1024, DType::F32, "send attention mask to rank 1"));
   s.add(1, CommEvent::recv(0, 0, 1024, DType::F32, "recv attention mask from rank 0"));
   s.add(1, CommEvent::recv(0, 0, 4096, DType::F32, "recv hidden states from rank 0"));
-  CHECK(problem(s) ==
+  CHECK(streamProblem(s) ==
         "send and receive disagree: rank 0 at instruction 0 (send hidden states to rank 1) sends "
         "4,096 bytes of f32, rank 1 at instruction 0 (recv attention mask from rank 0) receives "
         "1,024 bytes of f32\n"
@@ -103,11 +102,11 @@ TEST_CASE("swapped receives of different sizes disagree on the size") {
 }
 
 TEST_CASE("swapped blocking receives of equal sizes wait for each other's tag") {
-  PipelineShape p; // 2 stages, GPipe
+  epl::testing::PipelineShape p; // 2 stages, GPipe
   auto s = pipelineStreams(p);
   swapEvents(s, 1, "recv activation of micro-batch 0 from rank 0",
              "recv activation of micro-batch 1 from rank 0");
-  CHECK(problem(s) ==
+  CHECK(streamProblem(s) ==
         "deadlock: rank 0 waits at instruction 2 (send activation of micro-batch 0 to rank 1) "
         "while rank 1 waits at instruction 1 (recv activation of micro-batch 1 from rank 0)\n"
         "  = note: rank 0 needs rank 1 to receive from it with tag 0\n"
@@ -117,7 +116,7 @@ TEST_CASE("swapped blocking receives of equal sizes wait for each other's tag") 
 }
 
 TEST_CASE("a send with the wrong byte count is named with its receive") {
-  PipelineShape p;
+  epl::testing::PipelineShape p;
   p.stages = 4;
   auto s = pipelineStreams(p);
   s.ranks[2][indexOf(s, 2, "send activation of micro-batch 1 to rank 3")].bytes = 2048;
@@ -139,10 +138,11 @@ TEST_CASE("a send in another element type disagrees") {
 TEST_CASE("a receive nobody sends is named") {
   auto s = withRanks(2);
   s.add(0, CommEvent::recv(1, 3, 64, DType::F32, "recv loss from rank 1"));
-  CHECK(problem(s) == "rank 0 waits at instruction 0 (recv loss from rank 1), but rank 1 never "
-                      "sends it\n"
-                      "  = note: rank 1 finished its stream without another send to rank 0 with "
-                      "tag 3");
+  CHECK(streamProblem(s) ==
+        "rank 0 waits at instruction 0 (recv loss from rank 1), but rank 1 never "
+        "sends it\n"
+        "  = note: rank 1 finished its stream without another send to rank 0 with "
+        "tag 3");
 }
 
 TEST_CASE("a send nobody receives is named") {
@@ -152,9 +152,10 @@ TEST_CASE("a send nobody receives is named") {
   CHECK(message(s) == "rank 0 waits at instruction 1 for instruction 0 (isend loss to rank 1), "
                       "but rank 1 never receives it");
   s.ranks[0].pop_back(); // and without its wait
-  CHECK(problem(s) == "rank 0 at instruction 0 (isend loss to rank 1) sends a message that rank "
-                      "1 never receives\n"
-                      "  = note: no receive from rank 0 with tag 3 is left");
+  CHECK(streamProblem(s) ==
+        "rank 0 at instruction 0 (isend loss to rank 1) sends a message that rank "
+        "1 never receives\n"
+        "  = note: no receive from rank 0 with tag 3 is left");
 }
 
 TEST_CASE("a collective missing on one rank is named") {
@@ -166,13 +167,14 @@ TEST_CASE("a collective missing on one rank is named") {
                                    "all-reduce gradient bucket 1"));
   s.add(1, CommEvent::collectiveOp(CollectiveKind::AllReduce, g, 4096, DType::F32,
                                    "all-reduce gradient bucket 0"));
-  CHECK(problem(s) == "rank 0 waits at instruction 1 (all-reduce gradient bucket 1), the 2nd "
-                      "collective of group [0, 1], but rank 1 never starts it\n"
-                      "  = note: rank 1 finished its stream after 1 collective of that group");
+  CHECK(streamProblem(s) ==
+        "rank 0 waits at instruction 1 (all-reduce gradient bucket 1), the 2nd "
+        "collective of group [0, 1], but rank 1 never starts it\n"
+        "  = note: rank 1 finished its stream after 1 collective of that group");
 }
 
 TEST_CASE("a pipeline whose replica skips its gradient all-reduce deadlocks at the barrier") {
-  PipelineShape p;
+  epl::testing::PipelineShape p;
   p.replicas = 2;
   p.schedule = PipelineSchedule::OneFOneB;
   auto s = pipelineStreams(p);
@@ -181,12 +183,13 @@ TEST_CASE("a pipeline whose replica skips its gradient all-reduce deadlocks at t
   int start = indexOf(s, 3, "all-reduce gradients of stage 1");
   REQUIRE(events[start + 1].op == CommOp::Wait);
   events.erase(events.begin() + start, events.begin() + start + 2);
-  CHECK(problem(s) == "deadlock: rank 1 waits at instruction 25 for instruction 23 (all-reduce "
-                      "gradients of stage 1) while rank 3 waits at instruction 26 (barrier at "
-                      "the end of the step)\n"
-                      "  = note: rank 1 needs rank 3 to start the 1st collective of group [1, 3]\n"
-                      "  = note: rank 3 needs rank 1 to start the 1st collective of group "
-                      "[0, 1, 2, 3]");
+  CHECK(streamProblem(s) ==
+        "deadlock: rank 1 waits at instruction 25 for instruction 23 (all-reduce "
+        "gradients of stage 1) while rank 3 waits at instruction 26 (barrier at "
+        "the end of the step)\n"
+        "  = note: rank 1 needs rank 3 to start the 1st collective of group [1, 3]\n"
+        "  = note: rank 3 needs rank 1 to start the 1st collective of group "
+        "[0, 1, 2, 3]");
 }
 
 TEST_CASE("collectives of one group in different orders disagree") {
@@ -199,12 +202,13 @@ TEST_CASE("collectives of one group in different orders disagree") {
   bucket(0, 1024, "all-reduce gradients of layer 0");
   bucket(1, 1024, "all-reduce gradients of layer 0");
   bucket(1, 4096, "all-reduce gradients of layer 1");
-  CHECK(problem(s) == "ranks 0 and 1 disagree on the 1st collective of group [0, 1]: rank 0 at "
-                      "instruction 0 (all-reduce gradients of layer 1) starts all-reduce of 4,096 "
-                      "bytes of f32, rank 1 at instruction 0 (all-reduce gradients of layer 0) "
-                      "starts all-reduce of 1,024 bytes of f32\n"
-                      "  = note: every rank of a group starts the group's collectives in the same "
-                      "order, with the same kind, size, element type and root");
+  CHECK(streamProblem(s) ==
+        "ranks 0 and 1 disagree on the 1st collective of group [0, 1]: rank 0 at "
+        "instruction 0 (all-reduce gradients of layer 1) starts all-reduce of 4,096 "
+        "bytes of f32, rank 1 at instruction 0 (all-reduce gradients of layer 0) "
+        "starts all-reduce of 1,024 bytes of f32\n"
+        "  = note: every rank of a group starts the group's collectives in the same "
+        "order, with the same kind, size, element type and root");
 }
 
 TEST_CASE("collectives of different groups in crossed orders deadlock") {
@@ -243,12 +247,13 @@ TEST_CASE("a cycle of blocking receives deadlocks") {
           CommEvent::recv(from, 0, 64, DType::F32, fmt::format("recv token from rank {}", from)));
     s.add(r, CommEvent::send(to, 0, 64, DType::F32, fmt::format("send token to rank {}", to)));
   }
-  CHECK(problem(s) == "deadlock: rank 0 waits at instruction 0 (recv token from rank 1) while "
-                      "rank 1 waits at instruction 0 (recv token from rank 2) while rank 2 waits "
-                      "at instruction 0 (recv token from rank 0)\n"
-                      "  = note: rank 0 needs rank 1 to send to it with tag 0\n"
-                      "  = note: rank 1 needs rank 2 to send to it with tag 0\n"
-                      "  = note: rank 2 needs rank 0 to send to it with tag 0");
+  CHECK(streamProblem(s) ==
+        "deadlock: rank 0 waits at instruction 0 (recv token from rank 1) while "
+        "rank 1 waits at instruction 0 (recv token from rank 2) while rank 2 waits "
+        "at instruction 0 (recv token from rank 0)\n"
+        "  = note: rank 0 needs rank 1 to send to it with tag 0\n"
+        "  = note: rank 1 needs rank 2 to send to it with tag 0\n"
+        "  = note: rank 2 needs rank 0 to send to it with tag 0");
 }
 
 TEST_CASE("blocking sends both ways work only with eager buffering") {
@@ -259,17 +264,18 @@ TEST_CASE("blocking sends both ways work only with eager buffering") {
     s.add(r, CommEvent::recv(1 - r, 0, 1 << 20, DType::F32,
                              fmt::format("recv halo from rank {}", 1 - r)));
   }
-  CHECK(problem(s) == "deadlock: rank 0 waits at instruction 0 (send halo to rank 1) while rank "
-                      "1 waits at instruction 0 (send halo to rank 0)\n"
-                      "  = note: rank 0 needs rank 1 to receive from it with tag 0\n"
-                      "  = note: rank 1 needs rank 0 to receive from it with tag 0\n"
-                      "  = help: a blocking send waits until its receive is posted (no eager "
-                      "buffering is assumed): post the receive first, or start the send with "
-                      "isend and wait for it later");
+  CHECK(streamProblem(s) ==
+        "deadlock: rank 0 waits at instruction 0 (send halo to rank 1) while rank "
+        "1 waits at instruction 0 (send halo to rank 0)\n"
+        "  = note: rank 0 needs rank 1 to receive from it with tag 0\n"
+        "  = note: rank 1 needs rank 0 to receive from it with tag 0\n"
+        "  = help: a blocking send waits until its receive is posted (no eager "
+        "buffering is assumed): post the receive first, or start the send with "
+        "isend and wait for it later");
 }
 
 TEST_CASE("1F1B with blocking sends in the steady state deadlocks") {
-  PipelineShape p;
+  epl::testing::PipelineShape p;
   p.schedule = PipelineSchedule::NaiveOneFOneB;
   CHECK(message(pipelineStreams(p)) ==
         "deadlock: rank 0 waits at instruction 4 (send activation of micro-batch 1 to rank 1) "
@@ -280,10 +286,11 @@ TEST_CASE("a request never waited is named") {
   auto s = withRanks(2);
   s.add(0, CommEvent::isend(1, 0, 64, DType::F32, "isend loss to rank 1"));
   s.add(1, CommEvent::recv(0, 0, 64, DType::F32, "recv loss from rank 0"));
-  CHECK(problem(s) == "rank 0 at instruction 0 (isend loss to rank 1) starts an operation that "
-                      "is never waited for\n"
-                      "  = note: each started operation is waited exactly once: its buffer stays "
-                      "in use until then");
+  CHECK(streamProblem(s) ==
+        "rank 0 at instruction 0 (isend loss to rank 1) starts an operation that "
+        "is never waited for\n"
+        "  = note: each started operation is waited exactly once: its buffer stays "
+        "in use until then");
 }
 
 TEST_CASE("malformed events are named") {

@@ -9,7 +9,7 @@
 
 namespace {
 
-epl::ir::Module planned(const std::string& text, int np = 0) {
+epl::ir::Module verifiedPlan(const std::string& text, int np = 0) {
   epl::Session session;
   epl::PlanOptions options;
   options.np = np;
@@ -45,30 +45,30 @@ bool mentions(const std::vector<std::string>& problems, const std::string& what)
 } // namespace
 
 TEST_CASE("a planned module verifies") {
-  auto m = planned(kNet, 4);
+  auto m = verifiedPlan(kNet, 4);
   CHECK(epl::ir::verify(m).empty());
 }
 
 TEST_CASE("the verifier catches a use before definition") {
-  auto m = planned(kNet, 4);
+  auto m = verifiedPlan(kNet, 4);
   std::swap(m.ops[0], m.ops[1]);
   CHECK(mentions(epl::ir::verify(m), "before it is defined"));
 }
 
 TEST_CASE("the verifier catches a type that disagrees with the op table") {
-  auto m = planned(kNet, 4);
+  auto m = verifiedPlan(kNet, 4);
   m.tensors[m.ops[0].outputs[0]].type.shape.back() = epl::ir::Dim::constant(65);
   CHECK(mentions(epl::ir::verify(m), "differs from inferred"));
 }
 
 TEST_CASE("the verifier catches a mesh that does not cover -np") {
-  auto m = planned(kNet, 4);
+  auto m = verifiedPlan(kNet, 4);
   m.mesh.dataParallel = 3;
   CHECK(mentions(epl::ir::verify(m), "mesh does not cover -np"));
 }
 
 TEST_CASE("the verifier catches an op with no stage after planning") {
-  auto m = planned(kNet, 4);
+  auto m = verifiedPlan(kNet, 4);
   m.ops.back().stage = 7;
   CHECK(mentions(epl::ir::verify(m), "no stage after planning"));
 }
@@ -80,5 +80,5 @@ TEST_CASE("the same script plans to the same bytes") {
     epl::ir::printPlan(m, s);
     return s.str();
   };
-  CHECK(text(planned(kNet, 8)) == text(planned(kNet, 8)));
+  CHECK(text(verifiedPlan(kNet, 8)) == text(verifiedPlan(kNet, 8)));
 }

@@ -42,7 +42,7 @@ max_len() {
 # -O1 without NDEBUG: fast enough to fuzz and to run the tests under the sanitizers, with
 # every assertion on; line tables are all a sanitizer's report needs of the debug
 # information, and a sixth of the compile time less than full -g. A unity build (16 sources
-# a compile) halves the instrumented build's time; docs/fuzzing.md says what it asks of the
+# a compile) builds it in about 60% of the time; docs/fuzzing.md says what it asks of the
 # sources.
 CC=clang CXX=clang++ cmake -S . -B build-san -G Ninja -DEPL_FUZZ=ON \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \

@@ -9,7 +9,11 @@ char-GPT as a 2-stage pipeline (bench/pipeline_gpt2.epl) and split 2 ways
 data-parallel char-GPT, a 4-stage pipeline (bench/pipeline_gpt4.epl) and split 2 ways
 with 2 data-parallel copies. Target (issue figure): within 15% of the measured median.
 
-usage: bench/predict.py [--epl build/epl] [--steps 12] [--calibration FILE]
+A shared machine's speed drifts by tens of percent from minute to minute, so each case runs
+--repeats times (3), the cases taking turns, and its measured figure is the median of its
+runs' medians; the spread of those runs is printed beside it.
+
+usage: bench/predict.py [--epl build/epl] [--steps 12] [--repeats 3] [--calibration FILE]
 """
 import argparse
 import json
@@ -35,10 +39,24 @@ CASES_4 = [("examples/gpt_char_dp.epl", 4), ("bench/pipeline_gpt4.epl", 4),
 SETTINGS = ["--set", "train.eval=none", "--set", "train.checkpoint=none"]
 
 
+def measure(args, env, work, script, np):
+    """The median step of one `epl run` after the warm-up steps, in seconds."""
+    path = os.path.join(ROOT, script)
+    metrics = os.path.join(work, f"{os.path.basename(script)}.{np}.jsonl")
+    run = subprocess.run([args.epl, "run", path, "-np", str(np), "--steps", str(args.steps),
+                          "--metrics", metrics] + SETTINGS, env=env, capture_output=True,
+                         text=True)
+    if run.returncode != 0:
+        sys.exit(f"epl run {script} -np {np} failed:\n{run.stdout}{run.stderr}")
+    steps = [r["step_seconds"] for r in map(json.loads, open(metrics)) if "step_seconds" in r]
+    return statistics.median(steps[WARMUP:])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--epl", default=os.path.join(ROOT, "build", "epl"))
     ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--calibration", help="use this cluster file instead of calibrating")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as work:
@@ -49,28 +67,29 @@ def main():
             if r.returncode != 0:
                 sys.exit(f"epl calibrate failed:\n{r.stdout}{r.stderr}")
             print(r.stderr.strip())
-        print(f"\n{'case':34} {'np':>3} {'predicted':>10} {'measured':>10} {'pred/meas':>9}")
-        ratios = []
         cores = os.cpu_count() or 1
         cases = CASES + (CASES_4 if cores >= 4 else [])
+        predicted = {}
         for script, np in cases:
             path = os.path.join(ROOT, script)
             plan = subprocess.run([args.epl, "plan", path, "-np", str(np), "--cluster", "here",
                                    "--json"] + SETTINGS, env=env, capture_output=True, text=True)
             if plan.returncode != 0:
                 sys.exit(f"epl plan {script} -np {np} failed:\n{plan.stderr}")
-            predicted = json.loads(plan.stdout)["predicted"]["step_seconds"]
-            metrics = os.path.join(work, f"{os.path.basename(script)}.{np}.jsonl")
-            run = subprocess.run([args.epl, "run", path, "-np", str(np), "--steps",
-                                  str(args.steps), "--metrics", metrics] + SETTINGS, env=env,
-                                 capture_output=True, text=True)
-            if run.returncode != 0:
-                sys.exit(f"epl run {script} -np {np} failed:\n{run.stdout}{run.stderr}")
-            steps = [r["step_seconds"] for r in map(json.loads, open(metrics))
-                     if "step_seconds" in r]
-            measured = statistics.median(steps[WARMUP:])
-            ratios.append(predicted / measured)
-            print(f"{script:34} {np:>3} {predicted:>9.4f}s {measured:>9.4f}s {ratios[-1]:>9.2f}")
+            predicted[script, np] = json.loads(plan.stdout)["predicted"]["step_seconds"]
+        runs = {case: [] for case in cases}
+        for _ in range(args.repeats):
+            for script, np in cases:
+                runs[script, np].append(measure(args, env, work, script, np))
+        print(f"\n{'case':34} {'np':>3} {'predicted':>10} {'measured':>10} {'pred/meas':>9}"
+              f"  runs' medians")
+        ratios = []
+        for script, np in cases:
+            measured = statistics.median(runs[script, np])
+            ratios.append(predicted[script, np] / measured)
+            spread = " ".join(f"{r:.4f}" for r in runs[script, np])
+            print(f"{script:34} {np:>3} {predicted[script, np]:>9.4f}s {measured:>9.4f}s "
+                  f"{ratios[-1]:>9.2f}  {spread}")
         within = sum(abs(r - 1) <= 0.15 for r in ratios)
         print(f"\n{within} of {len(ratios)} within 15% of the measured median "
               f"(pred/meas {min(ratios):.2f} to {max(ratios):.2f}); target: all")

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds EPL and runs every test: the normal build, then the suite again under
 # AddressSanitizer + UndefinedBehaviorSanitizer (clang at -O1, in build-san/; of the mpirun
-# runs, one of each kind), then each fuzz harness of that build for a short while
-# (docs/fuzzing.md). Installs missing Debian packages first.
+# runs, one of each kind, and without the planner's runs at scale), then each fuzz harness
+# of that build for a short while (docs/fuzzing.md). Installs missing Debian packages first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)

@@ -165,16 +165,20 @@ train net {
   CHECK(knobs[0]->chain == knobs[1]->chain);
   CHECK(knobs[0]->chain >= 0);
 
-  // Other values move layers between the stages; the model keeps its parameters.
-  epl::PlanOptions options;
-  options.np = 2;
-  options.literalValues = {{{6, 16}, 6}, {{10, 16}, 2}};
-  auto moved = epl::testing::planned(
-      "chain.epl", script("repeat(3) layer(h)", "", "repeat(5) layer(h)"), options);
-  REQUIRE(moved);
-  CHECK(moved->mesh.stages[0].paramCount == chained->mesh.stages[0].paramCount + 3 * 64 * 65);
-  CHECK(moved->mesh.stages[1].paramCount == chained->mesh.stages[1].paramCount - 3 * 64 * 65);
-  CHECK(moved->params.size() == chained->params.size());
+  // Other values move layers between the stages (6 and 2 where the script says `first`
+  // and `second`): `layers` of them, each 64 x 65 parameters, from stage 1 to stage 0.
+  auto checkMoved = [&](const std::string& first, const std::string& second,
+                        const epl::ir::Module& before, int64_t layers) {
+    epl::PlanOptions options;
+    options.np = 2;
+    options.literalValues = {{{6, 16}, 6}, {{10, 16}, 2}};
+    auto moved = epl::testing::planned("chain.epl", script(first, "", second), options);
+    REQUIRE(moved);
+    CHECK(moved->mesh.stages[0].paramCount == before.mesh.stages[0].paramCount + layers * 64 * 65);
+    CHECK(moved->mesh.stages[1].paramCount == before.mesh.stages[1].paramCount - layers * 64 * 65);
+    CHECK(moved->params.size() == before.params.size()); // the model keeps its parameters
+  };
+  checkMoved("repeat(3) layer(h)", "repeat(5) layer(h)", *chained, 3);
 
   // Counts written as expressions are knobs too: their whole text, which a layout's value
   // replaces (`(8 / 2)` read as 6 leaves `8` and `2` alone).
@@ -188,12 +192,7 @@ train net {
   CHECK(exprKnobs[0]->length == 5);
   CHECK(exprKnobs[1]->length == 7);
   CHECK(exprKnobs[0]->chain == exprKnobs[1]->chain);
-  options.literalValues = {{{6, 16}, 6}, {{10, 16}, 2}};
-  auto movedExpr = epl::testing::planned(
-      "chain.epl", script("repeat(8 / 2) layer(h)", "", "repeat((2 * 2)) layer(h)"), options);
-  REQUIRE(movedExpr);
-  CHECK(movedExpr->mesh.stages[0].paramCount == written->mesh.stages[0].paramCount + 2 * 64 * 65);
-  CHECK(movedExpr->mesh.stages[1].paramCount == written->mesh.stages[1].paramCount - 2 * 64 * 65);
+  checkMoved("repeat(8 / 2) layer(h)", "repeat((2 * 2)) layer(h)", *written, 2);
 
   // No chain: an op between the repeats, another def, or one repeat alone.
   for (const auto& [first, between, second] :

@@ -231,7 +231,7 @@ int runScript(Common args, epl::interp::RunOptions o, const epl::driver::LaunchO
 
 // `epl calibrate`: this process measures the compute and writes the cluster file, then
 // starts two ranks of itself under mpirun, whose rank 0 adds the link they measured.
-int calibrate(const std::string& out, int argc, char** argv) {
+int calibrate(const std::string& out, int rounds, int argc, char** argv) {
   namespace fs = std::filesystem;
   auto write = [&](const nlohmann::json& j) {
     std::error_code ec;
@@ -260,7 +260,7 @@ int calibrate(const std::string& out, int argc, char** argv) {
     return write(j) ? 0 : 1;
   }
   std::cerr << "measuring this machine for `--cluster here`:\n";
-  nlohmann::json j = epl::interp::measureCompute(std::cerr);
+  nlohmann::json j = epl::interp::measureCompute(std::cerr, rounds);
   // Until the ranks measure it: a link as fast as the memory, so the file is whole.
   j["intra_node"] = {{"bandwidth", j["device"]["memory_bandwidth"]}, {"latency", 1e-6}};
   if (!write(j)) return 1;
@@ -465,6 +465,12 @@ int main(int argc, char** argv) {
   calibrateCmd->add_option("--out", calibrateOut,
                            "the cluster file to write (default: $EPL_CLUSTER_HERE, else "
                            "~/.config/epl/here.json)");
+  int calibrateRounds = 3;
+  calibrateCmd
+      ->add_option("--rounds", calibrateRounds,
+                   "measure everything this many times and keep the medians (steadier on a "
+                   "shared machine)")
+      ->check(CLI::Range(1, 100));
   epl::lsp::Command lsp(app); // `epl lsp`: the language server (lsp/)
 
   // An unknown command is named as such (CLI11 would only say one is required).
@@ -497,7 +503,7 @@ int main(int argc, char** argv) {
     return epl::driver::runRepl({replArgs.script, planOptions(replArgs), replCommands}, std::cin,
                                 std::cout, std::cerr);
   if (*dataCmd) return convertText(textIn, tokensOut);
-  if (*calibrateCmd) return calibrate(calibrateOut, argc, argv);
+  if (*calibrateCmd) return calibrate(calibrateOut, calibrateRounds, argc, argv);
   epl::Session session;
   std::optional<epl::ir::Cluster> machines;
   if (!cluster.empty()) {

@@ -22,12 +22,13 @@ double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Repeats `run` (after one warm-up) until it has taken `seconds`; the seconds a run.
-template <class F> double timed(F run, double seconds = 0.25) {
+// Repeats `run` (after one warm-up) until it has taken `seconds`, at least `minReps` times;
+// the seconds a run.
+template <class F> double timed(F run, double seconds = 0.25, int minReps = 3) {
   run();
   int reps = 0;
   double start = now(), end = start;
-  while (end - start < seconds || reps < 3) {
+  while (end - start < seconds || reps < minReps) {
     run();
     ++reps;
     end = now();
@@ -35,27 +36,34 @@ template <class F> double timed(F run, double seconds = 0.25) {
   return (end - start) / reps;
 }
 
-// FLOP/s of one GEMM shape on the pool's threads: [m, k] by [k, n] (the second operand
-// stored [n, k], as a linear's weights), timed for at least `seconds`.
-double gemmShapeRate(int64_t m, int64_t n, int64_t k, double seconds) {
+// FLOP/s of one GEMM shape on the pool's threads: [m, k] by [k, n] with the operands laid
+// out as `layout` says (A B^T by default: the second stored [n, k], as a linear's weights),
+// timed for at least `seconds`.
+double gemmShapeRate(int64_t m, int64_t n, int64_t k, double seconds,
+                     ir::GemmLayout layout = ir::GemmLayout::ABt, int minReps = 3) {
   std::vector<float> a(static_cast<size_t>(m * k), 0.5f), b(static_cast<size_t>(k * n), 0.25f),
       c(static_cast<size_t>(m * n));
+  bool transA = layout == ir::GemmLayout::AtB, transB = layout == ir::GemmLayout::ABt;
   double t = timed(
       [&] {
-        backend::cpu::gemm(false, true, m, n, k, 1.f, a.data(), k, b.data(), k, 0.f, c.data(), n);
+        backend::cpu::gemm(transA, transB, m, n, k, 1.f, a.data(), transA ? m : k, b.data(),
+                           transB ? k : n, 0.f, c.data(), n);
       },
-      seconds);
+      seconds, minReps);
   return 2.0 * static_cast<double>(m * n * k) / t;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2;
 }
 
 // The GEMM rate of large products: the median over a transformer's (rows x width by width
 // x 3 width, rows x 4 width by 4 width x width) and a cube's.
 double gemmRate() {
-  std::vector<double> rates{gemmShapeRate(4096, 768, 256, 0.25),
-                            gemmShapeRate(4096, 256, 1024, 0.25),
-                            gemmShapeRate(1024, 1024, 1024, 0.25)};
-  std::sort(rates.begin(), rates.end());
-  return rates[1];
+  return median({gemmShapeRate(4096, 768, 256, 0.25), gemmShapeRate(4096, 256, 1024, 0.25),
+                 gemmShapeRate(1024, 1024, 1024, 0.25)});
 }
 
 // The last-level cache's bytes, from sysfs (the highest level cpu0 reports); 0 unknown.
@@ -85,20 +93,54 @@ double memoryRate(int64_t n = int64_t{1} << 24) { // 64 MiB an array
   return 12.0 * static_cast<double>(n) / t;
 }
 
-// The GEMM rate over a grid of shapes, each timed briefly: rows [m, n, k, FLOP/s] for
-// ClusterDevice::matmulRate.
-nlohmann::json gemmGrid() {
-  nlohmann::json rows = nlohmann::json::array();
-  for (int64_t m : {32, 256, 4096})
-    for (int64_t n : {32, 256, 1024})
-      for (int64_t k : {32, 256, 1024})
-        rows.push_back({m, n, k, gemmShapeRate(m, n, k, 0.03)});
-  return rows;
+// The shapes of the GEMM grid in each layout: rows [m, n, k, FLOP/s, layout] for
+// ClusterDevice::matmulRate. m and k reach 4096, the rows of a batch and a weight
+// gradient's sum over them; the largest products (over 2^32 multiply-adds) are left out,
+// their neighbours standing in.
+struct GridShape {
+  int64_t m, n, k;
+  ir::GemmLayout layout;
+};
+std::vector<GridShape> gemmGridShapes() {
+  std::vector<GridShape> shapes;
+  for (ir::GemmLayout layout : {ir::GemmLayout::ABt, ir::GemmLayout::AB, ir::GemmLayout::AtB})
+    for (int64_t m : {32, 256, 1024, 4096})
+      for (int64_t n : {32, 256, 1024})
+        for (int64_t k : {32, 256, 1024, 4096})
+          if (m * n * k <= int64_t{1} << 32) shapes.push_back({m, n, k, layout});
+  return shapes;
+}
+
+// One thread count's figures: each the median of its rounds, the rounds taking turns so that
+// a slow moment of a shared machine moves one round of each, not all of one.
+struct ThreadRates {
+  double gemm = 0, memory = 0, cache = 0;
+  nlohmann::json grid = nlohmann::json::array();
+};
+ThreadRates measureAt(int rounds, int64_t cacheFloats) {
+  std::vector<GridShape> shapes = gemmGridShapes();
+  std::vector<double> gemm, memory, cache;
+  std::vector<std::vector<double>> grid(shapes.size());
+  for (int r = 0; r < rounds; ++r) {
+    gemm.push_back(gemmRate());
+    memory.push_back(memoryRate());
+    if (cacheFloats >= 1024) cache.push_back(memoryRate(cacheFloats));
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const GridShape& g = shapes[i];
+      grid[i].push_back(gemmShapeRate(g.m, g.n, g.k, 0.02, g.layout, 1));
+    }
+  }
+  ThreadRates t{median(gemm), median(memory), cache.empty() ? 0 : median(cache)};
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const GridShape& g = shapes[i];
+    t.grid.push_back({g.m, g.n, g.k, median(grid[i]), ir::gemmLayoutName(g.layout)});
+  }
+  return t;
 }
 
 } // namespace
 
-nlohmann::json measureCompute(std::ostream& log) {
+nlohmann::json measureCompute(std::ostream& log, int rounds) {
   int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<int> counts;
   for (int t = 1; t < cores; t *= 2)
@@ -112,16 +154,16 @@ nlohmann::json measureCompute(std::ostream& log) {
   double lastGemm = 0, lastMemory = 0;
   for (int t : counts) {
     backend::cpu::initThreads(t);
-    lastGemm = gemmRate();
-    lastMemory = memoryRate();
+    ThreadRates rates = measureAt(rounds, cacheFloats);
+    lastGemm = rates.gemm;
+    lastMemory = rates.memory;
     gemm[std::to_string(t)] = lastGemm;
     memory[std::to_string(t)] = lastMemory;
-    shapes[std::to_string(t)] = gemmGrid();
+    shapes[std::to_string(t)] = std::move(rates.grid);
     std::string inCache;
     if (cacheFloats >= 1024) {
-      double rate = memoryRate(cacheFloats);
-      cache[std::to_string(t)] = rate;
-      inCache = fmt::format(" ({:.1f} GB/s inside the cache)", rate / 1e9);
+      cache[std::to_string(t)] = rates.cache;
+      inCache = fmt::format(" ({:.1f} GB/s inside the cache)", rates.cache / 1e9);
     }
     log << fmt::format("  {} thread{}: GEMM {:.1f} GFLOP/s, memory {:.1f} GB/s{}\n", t,
                        t == 1 ? "" : "s", lastGemm / 1e9, lastMemory / 1e9, inCache);

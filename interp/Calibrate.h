@@ -11,8 +11,9 @@
 namespace epl::interp {
 
 // This machine's cluster file without its link: the device, and the rates by threads a
-// rank (1, 2, 4, … and all cores) under `calibration`. Says what it measures on `log`.
-nlohmann::json measureCompute(std::ostream& log);
+// rank (1, 2, 4, … and all cores) under `calibration`, each the median of `rounds`
+// measurements. Says what it measures on `log`.
+nlohmann::json measureCompute(std::ostream& log, int rounds);
 
 // The all-reduce over `comm` (two ranks or more): its latency a hop from a 4-byte sum, and
 // its bus bandwidth from a 16 MiB one, each averaged over a fixed count. Collective: every

@@ -182,26 +182,37 @@ bool rates(const json& obj, const std::string& where, std::map<int, double>& out
 }
 
 // The grid `epl calibrate` measured at each thread count: {"1": [[m, n, k, FLOP/s], …]}.
+std::optional<GemmLayout> parseGemmLayout(const std::string& name) {
+  for (GemmLayout l : {GemmLayout::ABt, GemmLayout::AB, GemmLayout::AtB})
+    if (name == gemmLayoutName(l)) return l;
+  return std::nullopt;
+}
+
 bool shapeRates(const json& obj, const std::string& where,
                 std::map<int, std::vector<ClusterDevice::ShapeRate>>& out, std::string& error) {
   if (!obj.is_object()) {
-    error = fmt::format("{}: must map thread counts to [m, n, k, FLOP/s] rows", where);
+    error = fmt::format("{}: must map thread counts to [m, n, k, FLOP/s, layout] rows", where);
     return false;
   }
   for (const auto& [key, rows] : obj.items()) {
     int threads = std::atoi(key.c_str());
     bool ok = threads > 0 && std::to_string(threads) == key && rows.is_array();
     for (const json& r : ok ? rows : json::array()) {
-      ok = ok && r.is_array() && r.size() == 4;
+      // The layout is optional (files of earlier versions timed A B^T alone).
+      ok = ok && r.is_array() && (r.size() == 4 || r.size() == 5);
       for (size_t i = 0; ok && i < 4; ++i)
         ok = r[i].is_number() && r[i].get<double>() > 0;
+      std::optional<GemmLayout> layout = GemmLayout::ABt;
+      if (ok && r.size() == 5)
+        layout = r[4].is_string() ? parseGemmLayout(r[4].get<std::string>()) : std::nullopt;
+      ok = ok && layout;
       if (ok)
-        out[threads].push_back(
-            {r[0].get<double>(), r[1].get<double>(), r[2].get<double>(), r[3].get<double>()});
+        out[threads].push_back({r[0].get<double>(), r[1].get<double>(), r[2].get<double>(),
+                                r[3].get<double>(), *layout});
     }
     if (!ok) {
-      error = fmt::format("{}: `{}`: not a thread count and [m, n, k, FLOP/s] rows of positive "
-                          "numbers",
+      error = fmt::format("{}: `{}`: not a thread count and [m, n, k, FLOP/s, layout] rows of "
+                          "positive numbers and \"ABt\", \"AB\" or \"AtB\"",
                           where, key);
       return false;
     }
@@ -229,22 +240,26 @@ Bracket bracket(const std::vector<double>& axis, double v) {
 } // namespace
 
 void ClusterDevice::setGemmRates(const std::vector<ShapeRate>& rows) {
-  GemmGrid g;
+  std::array<GemmGrid, 3> grids;
   for (const ShapeRate& s : rows) {
+    GemmGrid& g = grids[static_cast<size_t>(s.layout)];
     g.m.push_back(s.m), g.n.push_back(s.n), g.k.push_back(s.k);
     g.rate[{s.m, s.n, s.k}] = s.rate;
   }
-  for (std::vector<double>* axis : {&g.m, &g.n, &g.k}) {
-    std::sort(axis->begin(), axis->end());
-    axis->erase(std::unique(axis->begin(), axis->end()), axis->end());
-  }
-  gemmByShape = std::move(g);
+  for (GemmGrid& g : grids)
+    for (std::vector<double>* axis : {&g.m, &g.n, &g.k}) {
+      std::sort(axis->begin(), axis->end());
+      axis->erase(std::unique(axis->begin(), axis->end()), axis->end());
+    }
+  gemmGrids = std::move(grids);
 }
 
 double ClusterDevice::matmulRate(const Product& p, DType compute, bool tf32) const {
-  if (gemmByShape.empty()) return peak(compute, tf32) * matmulEfficiency;
-  const std::vector<double>&ms = gemmByShape.m, &ns = gemmByShape.n, &ks = gemmByShape.k;
-  const auto& rate = gemmByShape.rate;
+  const GemmGrid* grid = &gemmGrids[static_cast<size_t>(p.layout)];
+  if (grid->empty()) grid = &gemmGrids[static_cast<size_t>(GemmLayout::ABt)];
+  if (grid->empty()) return peak(compute, tf32) * matmulEfficiency;
+  const std::vector<double>&ms = grid->m, &ns = grid->n, &ks = grid->k;
+  const auto& rate = grid->rate;
   Bracket bm = bracket(ms, p.m), bn = bracket(ns, p.n), bk = bracket(ks, p.k);
   // Trilinear in the logarithms; a corner the grid lacks gives the others its weight.
   double sum = 0, weights = 0;

@@ -34,18 +34,19 @@ struct ClusterDevice {
     if (compute == DType::F32 && tf32 && peakTf32 > 0) return peakTf32;
     return compute == DType::BF16 ? peakBf16 : compute == DType::F16 ? peakF16 : peakF32;
   }
-  // GEMM FLOP/s measured by shape at one rank's threads (`epl calibrate`): a grid of m, n
-  // and k values and the rate at each point; empty: every product at peak x
-  // matmulEfficiency.
+  // GEMM FLOP/s measured by shape at one rank's threads (`epl calibrate`): for each layout
+  // of the operands, a grid of m, n and k values and the rate at each point. A layout
+  // without a grid takes A B^T's; none at all: every product at peak x matmulEfficiency.
   struct ShapeRate {
     double m = 0, n = 0, k = 0, rate = 0;
+    GemmLayout layout = GemmLayout::ABt;
   };
   struct GemmGrid {
     std::vector<double> m, n, k; // each axis's values, ascending
     std::map<std::array<double, 3>, double> rate;
     bool empty() const { return rate.empty(); }
   };
-  GemmGrid gemmByShape;
+  std::array<GemmGrid, 3> gemmGrids; // by GemmLayout
   void setGemmRates(const std::vector<ShapeRate>& rows);
   // How attention's kernel treats each head's T x T scores. Scores: they go through the
   // device's memory, written and read back in the compute type (EPL's CUDA kernel, and the

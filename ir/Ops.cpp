@@ -191,12 +191,24 @@ std::vector<Product> opProducts(OpKind kind, const std::vector<Sizes>& in,
   if (!op.products) return {};
   std::vector<Product> forward = op.products(in, params, out, attrs);
   if (!backward) return forward;
+  // C = A op(B) gives dA = dC op(B)^T and, for B, a sum over C's rows: dB = dC^T A when B
+  // is [n, k] (A B^T), A^T dC when it is [k, n] (A B). Each as the kernels call it.
   std::vector<Product> b;
   for (const Product& p : forward) {
-    b.push_back({p.m, p.k, p.n, p.count});
-    b.push_back({p.k, p.n, p.m, p.count});
+    EPL_ASSERT(p.layout != GemmLayout::AtB, "a forward product is A B^T or A B");
+    if (p.layout == GemmLayout::ABt) {
+      b.push_back({p.m, p.k, p.n, p.count, GemmLayout::AB});
+      b.push_back({p.n, p.k, p.m, p.count, GemmLayout::AtB});
+    } else {
+      b.push_back({p.m, p.k, p.n, p.count, GemmLayout::ABt});
+      b.push_back({p.k, p.n, p.m, p.count, GemmLayout::AtB});
+    }
   }
   return b;
+}
+
+const char* gemmLayoutName(GemmLayout l) {
+  return l == GemmLayout::AB ? "AB" : l == GemmLayout::AtB ? "AtB" : "ABt";
 }
 
 Flops opFlops(OpKind kind, const std::vector<Sizes>& in, const std::vector<Sizes>& params,

@@ -134,11 +134,19 @@ struct GradInfo {
 // Concrete sizes of a tensor, as a rank holds it.
 using Sizes = std::vector<int64_t>;
 
+// How a product's operands lie in memory (row-major), as the kernel passes them to its GEMM:
+// A B^T (a layer's forward, x W^T with W [out, in]), A B, or A^T B (a weight gradient, a sum
+// over the rows of both). Libraries reach different rates on each (`epl calibrate` times
+// them apart).
+enum class GemmLayout : uint8_t { ABt, AB, AtB };
+
 // One matrix product of a kernel, `count` times: [m, k] by [k, n].
 struct Product {
   double m = 0, n = 0, k = 0, count = 1;
+  GemmLayout layout = GemmLayout::ABt;
   double flops() const { return 2 * m * n * k * count; } // a multiply-add counts 2
 };
+const char* gemmLayoutName(GemmLayout l); // "ABt", "AB", "AtB"
 
 struct OpInfo {
   OpKind kind;

@@ -117,8 +117,8 @@ expect 2 "this machine is not calibrated: \`epl calibrate\` measures it" -- plan
 # Under the sanitizers, the calibration's MPI ranks run with exact malloc stacks, which the
 # leak suppressions of Open MPI need (tests/CMakeLists.txt sets EPL_MPI_ASAN_OPTIONS).
 calibrate() { ASAN_OPTIONS=${EPL_MPI_ASAN_OPTIONS:-${ASAN_OPTIONS:-}} expect "$@"; }
-calibrate 0 "wrote $here/here.json" -- calibrate
-calibrate 0 "all-reduce between 2 ranks:" -- calibrate --out "$here/again.json"
+calibrate 0 "wrote $here/here.json" -- calibrate --rounds 1
+calibrate 0 "all-reduce between 2 ranks:" -- calibrate --rounds 1 --out "$here/again.json"
 expect 0 "predicted on here (cpu (" -- plan "$src/examples/mlp_fashion.epl" -np 2 --cluster here
 expect 0 "predicted on here" -- plan "$src/examples/mlp_fashion.epl" --cluster "$here/again.json"
 expect 0 "(median of steps 2 to 4), predicted" -- run "$src/examples/mlp_fashion.epl" --steps 4 --set train.eval=none --set train.checkpoint=none --metrics "$here/m.jsonl"

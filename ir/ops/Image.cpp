@@ -70,13 +70,15 @@ std::vector<ParamSpec> convParams(const std::vector<TensorType>& in, const Attrs
   return p;
 }
 
-// For each image, the kernels by its im2col columns: [Co, C K K] by [C K K, Ho Wo];
-// w [Co, C, K, K], out [B, Co, Ho, Wo].
+// For each group of G images (convGroup), the kernels by the group's im2col columns:
+// [Co, C K K] by [C K K, G Ho Wo]; w [Co, C, K, K], out [B, Co, Ho, Wo].
 std::vector<Product> convProducts(const std::vector<Sizes>&, const std::vector<Sizes>& params,
                                   const Sizes& out, const Attrs&) {
   const Sizes& w = params[0];
-  return {{static_cast<double>(w[0]), static_cast<double>(out[2] * out[3]),
-           static_cast<double>(w[1] * w[2] * w[3]), static_cast<double>(out[0])}};
+  int64_t ckk = w[1] * w[2] * w[3], plane = out[2] * out[3];
+  double group = static_cast<double>(convGroup(ckk, plane, out[0]));
+  return {{static_cast<double>(w[0]), group * static_cast<double>(plane), static_cast<double>(ckk),
+           static_cast<double>(out[0]) / group, GemmLayout::AB}};
 }
 
 std::string inferPool(const OpInfo& op, const std::vector<TensorType>& in, const Attrs& attrs,

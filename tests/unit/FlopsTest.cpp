@@ -101,14 +101,47 @@ TEST_CASE("a backward's products are each forward product's two transposes") {
   for (const auto& p : backward)
     b += p.flops();
   CHECK(b == 2 * f);
-  // The qkv projection, x [16, 16] by [16, 48]: the input's gradient [16, 48] by [48, 16],
-  // the weights' x^T [16, 16] by [16, 48].
+  // Each in the layout its kernel calls it with. The qkv projection, x [16, 16] by W^T
+  // (W [48, 16]): the input's gradient dY [16, 48] by W [48, 16], the weights' dY^T [48, 16]
+  // by x [16, 16], a sum over the rows.
+  using epl::ir::GemmLayout;
+  CHECK(forward[0].layout == GemmLayout::ABt);
   CHECK(backward[0].m == 16);
   CHECK(backward[0].n == 16);
   CHECK(backward[0].k == 48);
-  CHECK(backward[1].m == 16);
-  CHECK(backward[1].n == 48);
+  CHECK(backward[0].layout == GemmLayout::AB);
+  CHECK(backward[1].m == 48);
+  CHECK(backward[1].n == 16);
   CHECK(backward[1].k == 16);
+  CHECK(backward[1].layout == GemmLayout::AtB);
+  // P V, P [8, 8] by V [8, 4] (V not transposed): dP = dO V^T, [8, 4] by [4, 8]; dV = P^T dO,
+  // [8, 8] by [8, 4].
+  CHECK(forward[3].layout == GemmLayout::AB);
+  CHECK((backward[6].m == 8 && backward[6].n == 8 && backward[6].k == 4));
+  CHECK(backward[6].layout == GemmLayout::ABt);
+  CHECK((backward[7].m == 8 && backward[7].n == 4 && backward[7].k == 8));
+  CHECK(backward[7].layout == GemmLayout::AtB);
+}
+
+TEST_CASE("conv2d's products are those of its kernel's groups of images") {
+  // 6 images of 3 x 10 x 10 through 8 kernels of 3 x 3 (padding 1): each group's columns
+  // [27, G 100] under W [8, 27]. 27 x 100 floats an image: all 6 fit one group.
+  auto p = epl::ir::opProducts(OpKind::Conv2d, {{6, 3, 10, 10}}, {{8, 3, 3, 3}, {8}},
+                               {6, 8, 10, 10}, {}, false);
+  REQUIRE(p.size() == 1);
+  CHECK(p[0].m == 8);
+  CHECK(p[0].n == 600);
+  CHECK(p[0].k == 27);
+  CHECK(p[0].count == 1);
+  CHECK(p[0].layout == epl::ir::GemmLayout::AB);
+  // Larger images: convGroup's budget of columns cuts the batch (and the count is a share).
+  int64_t g = epl::ir::convGroup(27, 128 * 128, 600);
+  REQUIRE(g < 600);
+  auto big = epl::ir::opProducts(OpKind::Conv2d, {{600, 3, 128, 128}}, {{8, 3, 3, 3}, {8}},
+                                 {600, 8, 128, 128}, {}, false);
+  CHECK(big[0].n == static_cast<double>(g * 128 * 128));
+  CHECK(big[0].count == Approx(600.0 / static_cast<double>(g)));
+  CHECK(big[0].flops() == Approx(2.0 * 8 * 27 * 128 * 128 * 600));
 }
 
 TEST_CASE("a first layer that reads the data computes its weight gradient alone") {

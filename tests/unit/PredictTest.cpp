@@ -252,7 +252,7 @@ TEST_CASE("a calibrated GEMM rate: the grid's at its points, between them in log
   // Two ranks on two cores: a thread each, the grid of one thread.
   epl::ir::Cluster two = c->forRanks(2);
   const epl::ir::ClusterDevice& d = two.device;
-  REQUIRE(d.gemmByShape.rate.size() == 8);
+  REQUIRE(d.gemmGrids[0].rate.size() == 8); // rows without a layout are A B^T's
   auto rate = [&](double m, double n, double k) {
     return d.matmulRate({m, n, k, 1}, epl::ir::DType::F32);
   };
@@ -273,7 +273,38 @@ TEST_CASE("a calibrated GEMM rate: the grid's at its points, between them in log
             "gemm_by_shape": {"1": [[16, 16, 16]]}}})",
       "here.json", error));
   CHECK(error == "here.json: calibration.gemm_by_shape: `1`: not a thread count and [m, n, k, "
-                 "FLOP/s] rows of positive numbers");
+                 "FLOP/s, layout] rows of positive numbers and \"ABt\", \"AB\" or \"AtB\"");
+}
+
+TEST_CASE("a calibrated GEMM rate comes from its layout's grid, else from A B^T's") {
+  std::string error;
+  auto c = epl::ir::parseCluster(
+      R"({"devices_per_node": 1, "device": {"memory_bytes": 1e9, "memory_bandwidth": 1e10,
+          "peak_flops": {"f32": 1e11}}, "intra_node": {"bandwidth": 1e9, "latency": 1e-6},
+          "calibration": {"cores": 1, "gemm_flops": {"1": 5e10}, "memory_bandwidth": {"1": 1e10},
+            "gemm_by_shape": {"1": [[16, 16, 16, 1e9], [64, 64, 64, 4e9, "ABt"],
+                                    [16, 16, 16, 2e9, "AtB"], [64, 64, 64, 8e9, "AtB"]]}}})",
+      "here.json", error);
+  INFO(error);
+  REQUIRE(c);
+  const epl::ir::ClusterDevice& d = c->forRanks(1).device;
+  using epl::ir::GemmLayout;
+  auto rate = [&](double x, GemmLayout l) {
+    return d.matmulRate({x, x, x, 1, l}, epl::ir::DType::F32);
+  };
+  CHECK(rate(16, GemmLayout::ABt) == Approx(1e9));
+  CHECK(rate(64, GemmLayout::ABt) == Approx(4e9));
+  CHECK(rate(16, GemmLayout::AtB) == Approx(2e9));
+  CHECK(rate(32, GemmLayout::AtB) == Approx(4e9)); // between its own grid's points
+  CHECK(rate(64, GemmLayout::AB) == Approx(4e9));  // no grid of its own
+  CHECK_FALSE(epl::ir::parseCluster(
+      R"({"devices_per_node": 1, "device": {"memory_bytes": 1, "memory_bandwidth": 1,
+          "peak_flops": {"f32": 1}}, "intra_node": {"bandwidth": 1, "latency": 1},
+          "calibration": {"cores": 1, "gemm_flops": {"1": 1}, "memory_bandwidth": {"1": 1},
+            "gemm_by_shape": {"1": [[16, 16, 16, 1e9, "BtA"]]}}})",
+      "here.json", error));
+  CHECK(error == "here.json: calibration.gemm_by_shape: `1`: not a thread count and [m, n, k, "
+                 "FLOP/s, layout] rows of positive numbers and \"ABt\", \"AB\" or \"AtB\"");
 }
 
 TEST_CASE("a cost-only plan predicts what the plan of every rank predicts") {

@@ -13,7 +13,13 @@ A shared machine's speed drifts by tens of percent from minute to minute, so eac
 --repeats times (3), the cases taking turns, and its measured figure is the median of its
 runs' medians; the spread of those runs is printed beside it.
 
+With --ops, each case also runs once with `--trace`, and each op's predicted seconds a step
+(`predicted.ops` of `epl plan --json`: the busiest rank's) are printed beside its median in
+the trace (the rank `ops_rank`, the steps after the warm-up), the ops that take longest
+first: where the model misses.
+
 usage: bench/predict.py [--epl build/epl] [--steps 12] [--repeats 3] [--calibration FILE]
+                        [--ops [N]]
 """
 import argparse
 import json
@@ -52,12 +58,57 @@ def measure(args, env, work, script, np):
     return statistics.median(steps[WARMUP:])
 
 
+def traced_ops(args, env, work, script, np, rank):
+    """Each Run instruction's seconds a step on `rank` in one traced `epl run`, by the
+    trace's name: the median over the steps after the warm-up of each step's sum."""
+    path = os.path.join(ROOT, script)
+    trace = os.path.join(work, f"{os.path.basename(script)}.{np}.trace.json")
+    run = subprocess.run([args.epl, "run", path, "-np", str(np), "--steps", str(args.steps),
+                          "--trace", trace, "--metrics", os.path.join(work, "traced.jsonl")]
+                         + SETTINGS, env=env, capture_output=True, text=True)
+    if run.returncode != 0:
+        sys.exit(f"epl run --trace {script} -np {np} failed:\n{run.stdout}{run.stderr}")
+    events = json.load(open(trace))
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    by_step = {}
+    for e in events:
+        step = e.get("args", {}).get("step")
+        if e.get("ph") != "X" or e.get("pid") != rank or step is None or step <= WARMUP:
+            continue
+        names = by_step.setdefault(step, {})
+        names[e["name"]] = names.get(e["name"], 0) + e["dur"] / 1e6
+    names = {n for step in by_step.values() for n in step}
+    return {n: statistics.median(step.get(n, 0) for step in by_step.values()) for n in names}
+
+
+def print_ops(script, np, plan, traced, top):
+    """The case's ops, predicted against traced, the longest traced first."""
+    ops = {o["name"]: o["seconds"] for o in plan["ops"]}
+    print(f"\n{script} -np {np}, rank {plan['ops_rank']}: the {top} ops that take longest "
+          f"(seconds a step)")
+    print(f"  {'op':44} {'predicted':>10} {'traced':>10} {'pred/traced':>11}")
+    shown = sorted((n for n in ops if n in traced), key=lambda n: -traced[n])[:top]
+    for n in shown:
+        print(f"  {n[:44]:44} {ops[n]:>10.4g} {traced[n]:>10.4g} {ops[n] / traced[n]:>11.2f}")
+    total_p = sum(ops[n] for n in ops if n in traced)
+    total_t = sum(traced[n] for n in ops if n in traced)
+    other = sorted(n for n in traced if n not in ops)
+    print(f"  {'all the compute ops':44} {total_p:>10.4g} {total_t:>10.4g} "
+          f"{total_p / total_t:>11.2f}")
+    if other:
+        print(f"  traced but not compute ops: " + ", ".join(
+            f"{n} {traced[n]:.3g}" for n in sorted(other, key=lambda n: -traced[n])[:6]))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--epl", default=os.path.join(ROOT, "build", "epl"))
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--calibration", help="use this cluster file instead of calibrating")
+    ap.add_argument("--ops", type=int, nargs="?", const=12, default=0,
+                    help="also trace each case and print its N longest ops, predicted "
+                    "against traced (12)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as work:
         here = args.calibration or os.path.join(work, "here.json")
@@ -69,14 +120,15 @@ def main():
             print(r.stderr.strip())
         cores = os.cpu_count() or 1
         cases = CASES + (CASES_4 if cores >= 4 else [])
-        predicted = {}
+        predicted, plans = {}, {}
         for script, np in cases:
             path = os.path.join(ROOT, script)
             plan = subprocess.run([args.epl, "plan", path, "-np", str(np), "--cluster", "here",
                                    "--json"] + SETTINGS, env=env, capture_output=True, text=True)
             if plan.returncode != 0:
                 sys.exit(f"epl plan {script} -np {np} failed:\n{plan.stderr}")
-            predicted[script, np] = json.loads(plan.stdout)["predicted"]["step_seconds"]
+            plans[script, np] = json.loads(plan.stdout)["predicted"]
+            predicted[script, np] = plans[script, np]["step_seconds"]
         runs = {case: [] for case in cases}
         for _ in range(args.repeats):
             for script, np in cases:
@@ -95,6 +147,9 @@ def main():
               f"(pred/meas {min(ratios):.2f} to {max(ratios):.2f}); target: all")
         if cores < 4:
             print(f"the -np 4 cases left out: this machine has {cores} cores")
+        for script, np in cases if args.ops else []:
+            traced = traced_ops(args, env, work, script, np, plans[script, np]["ops_rank"])
+            print_ops(script, np, plans[script, np], traced, args.ops)
 
 
 if __name__ == "__main__":

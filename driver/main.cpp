@@ -530,7 +530,7 @@ int main(int argc, char** argv) {
     std::cerr << "error: --cluster: " << machines->tooFew(m->mesh.np) << "\n";
     return 2;
   }
-  if (machines) predicted = epl::ir::predict(*m, machines->forRanks(m->mesh.np));
+  if (machines) predicted = epl::ir::predict(*m, machines->forRanks(m->mesh.np), printJson);
   if (printJson) {
     epl::ir::printPlanJson(*m, std::cout, predicted ? &*predicted : nullptr);
     return 0;

@@ -1791,14 +1791,7 @@ std::string Executor::traceName(const ir::Instr& in) const {
   case ir::InstrKind::Run:
     break;
   }
-  const ir::Op& op = m_.ops[in.op];
-  if (op.phase == ir::Phase::Forward) return "fwd " + op.name;
-  if (op.phase == ir::Phase::Recompute) return "recompute " + op.name;
-  if (op.phase == ir::Phase::Optimizer) return "optimizer " + op.name;
-  const char* part = in.part == ir::BackwardPart::Inputs   ? "bwd-inputs"
-                     : in.part == ir::BackwardPart::Params ? "bwd-params"
-                                                           : "bwd";
-  return fmt::format("{} {}", part, m_.ops[op.forward].name);
+  return m_.runName(in);
 }
 
 // An instruction of a traced step. The device is synchronized after it, so a queued

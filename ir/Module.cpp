@@ -436,6 +436,17 @@ std::vector<Product> Module::runProducts(const Program& p, int op, bool backward
   return opProducts(o.kind, inputs, weights, localShape(p, o.outputs[0]), o.attrs, backward);
 }
 
+std::string Module::runName(const Instr& in) const {
+  const Op& op = ops[in.op];
+  if (op.phase == Phase::Forward) return "fwd " + op.name;
+  if (op.phase == Phase::Recompute) return "recompute " + op.name;
+  if (op.phase == Phase::Optimizer) return "optimizer " + op.name;
+  const char* part = in.part == BackwardPart::Inputs   ? "bwd-inputs"
+                     : in.part == BackwardPart::Params ? "bwd-params"
+                                                       : "bwd";
+  return std::string(part) + " " + ops[op.forward].name;
+}
+
 Flops Module::runFlops(const Program& p, int op) const {
   double forward = 0;
   for (const Product& x : runProducts(p, op, false))

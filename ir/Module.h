@@ -329,6 +329,10 @@ struct Module {
   // first layer that reads the data computes its weight gradient alone).
   std::vector<Product> backwardProducts(const Program& p, int op) const;
   Flops runFlops(const Program& p, int op) const;
+  // What the trace and the predicted ops call a Run instruction: "fwd NAME", "recompute
+  // NAME", "optimizer NAME", or "bwd NAME" (of its forward op; "bwd-inputs", "bwd-params"
+  // for a split backward's parts).
+  std::string runName(const Instr& in) const;
   // The program of the first rank of a stage, or nullptr (a plan without programs).
   const Program* firstProgramOf(int stage) const;
   // The model's matrix-product FLOPs of one sample's forward (whole sizes, no split or

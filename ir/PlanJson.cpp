@@ -187,6 +187,9 @@ OrderedJson scheduleJson(const Module& m) {
 
 OrderedJson predictionJson(const Prediction* p) {
   if (!p) return nullptr;
+  OrderedJson ops = OrderedJson::array();
+  for (const Prediction::OpCost& o : p->ops)
+    ops.push_back({{"name", o.name}, {"seconds", o.seconds}, {"flops", o.flops}, {"runs", o.runs}});
   return {{"cluster", p->cluster},
           {"device", p->device},
           {"step_seconds", p->stepSeconds},
@@ -204,7 +207,9 @@ OrderedJson predictionJson(const Prediction* p) {
             {"stage_transfers", p->stageTransfers},
             {"optimizer", p->optimizer}}},
           {"peak_bytes", p->peakBytes},
-          {"device_bytes", p->deviceBytes}};
+          {"device_bytes", p->deviceBytes},
+          {"ops_rank", p->opsRank},
+          {"ops", ops}};
 }
 
 } // namespace

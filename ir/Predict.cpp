@@ -34,6 +34,13 @@ struct RankCost {
   double optimizer = 0;
   double backward = 0; // the part of `compute` the reduction can overlap
   double flops = 0;
+  // Each compute op's (op, part) cost a run and its runs in the step: seconds, FLOPs, runs.
+  struct Run {
+    double seconds = 0, flops = 0;
+    int runs = 0;
+  };
+  std::map<std::pair<int, BackwardPart>, Run> byRun;
+  std::vector<const Instr*> firstRuns; // each (op, part)'s first instruction, in step order
 };
 
 // The link of a group of n ranks spread evenly over the plan's np (data-parallel groups
@@ -75,7 +82,7 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c, const Clu
   int np = m.mesh.np;
   bool scatter = m.zeroShardsGradients();
   // An op runs once a micro-batch, alike each time: its seconds and FLOPs by (op, part).
-  std::map<std::pair<int, BackwardPart>, std::pair<double, double>> byRun;
+  auto& byRun = r.byRun;
   for (const Instr& in : p.step) {
     if (in.kind == InstrKind::Run) {
       const Op& o = m.ops[in.op];
@@ -83,9 +90,10 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c, const Clu
       if (opInfo(o.kind).split == SplitRule::Communication) continue; // below, by traffic
       auto cached = byRun.find({in.op, in.part});
       if (cached != byRun.end()) {
-        r.compute += cached->second.first;
-        r.flops += cached->second.second;
-        if (o.phase != Phase::Forward) r.backward += cached->second.first;
+        r.compute += cached->second.seconds;
+        r.flops += cached->second.flops;
+        if (o.phase != Phase::Forward) r.backward += cached->second.seconds;
+        ++cached->second.runs;
         continue;
       }
       // Its products at the device's rates plus its bytes at the memory's (a sum: the
@@ -113,7 +121,8 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c, const Clu
       }
       if (backward && in.part != BackwardPart::Whole) flops /= 2, products /= 2;
       double t = products + bytes / memory;
-      byRun[{in.op, in.part}] = {t, flops};
+      byRun[{in.op, in.part}] = {t, flops, 1};
+      r.firstRuns.push_back(&in);
       r.compute += t;
       r.flops += flops;
       if (o.phase != Phase::Forward) r.backward += t;
@@ -163,7 +172,7 @@ std::vector<int> ranksOf(const Module& m, const Program& p) {
 
 } // namespace
 
-Prediction predict(const Module& m, const Cluster& c) {
+Prediction predict(const Module& m, const Cluster& c, bool ops) {
   Prediction out;
   out.cluster = c.name;
   out.device = c.devicesName();
@@ -226,6 +235,12 @@ Prediction predict(const Module& m, const Cluster& c) {
     pipeline = span;
   }
   out.compute = busiest->compute;
+  out.opsRank = ranksOf(m, m.programs[programOf[static_cast<size_t>(busiest - ranks.data())]])[0];
+  if (ops)
+    for (const Instr* in : busiest->firstRuns) {
+      const RankCost::Run& run = busiest->byRun.at({in->op, in->part});
+      out.ops.push_back({m.runName(*in), run.seconds * run.runs, run.flops * run.runs, run.runs});
+    }
   // The gradient reduction: overlapped with the backward (each bucket as soon as its
   // gradients are final), or after it.
   // ZeRO-3's gathers for the forward start a block ahead, so the forward hides what it can

@@ -34,10 +34,21 @@ struct Prediction {
   // device's memory (on one kind of device: the largest rank's plan).
   double peakBytes = 0, deviceBytes = 0;
   std::string memoryDevice; // that device's name
+  // The busiest rank's compute ops (the `compute` part), each named as `epl run --trace`
+  // names its instructions (Module::runName), in the order of their first run: the step's
+  // seconds, hardware FLOPs and runs of each. opsRank: the first rank of that program.
+  struct OpCost {
+    std::string name;
+    double seconds = 0, flops = 0;
+    int runs = 0;
+  };
+  std::vector<OpCost> ops;
+  int opsRank = 0;
 };
 
-// Requires a plan with rank programs (Module::programs) and a train block.
-Prediction predict(const Module& m, const Cluster& c);
+// Requires a plan with rank programs (Module::programs) and a train block. `ops`: fill
+// Prediction::ops too (the search, which predicts hundreds of plans, leaves them out).
+Prediction predict(const Module& m, const Cluster& c, bool ops = false);
 
 // The predicted section of `epl plan --cluster`.
 void printPrediction(const Module& m, const Prediction& p, std::ostream& out);

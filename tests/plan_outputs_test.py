@@ -94,6 +94,15 @@ with tempfile.TemporaryDirectory() as tmp:
                 total = inline + parts.get("exposed_gradient_reduction", 0) + parts.get("optimizer", 0)
                 check(abs(total - p.get("step_seconds", 0)) <= 1e-9 + 1e-6 * total,
                       f"{name} --cluster: the parts add up to the step ({total} vs {p})")
+                # The busiest rank's ops are its compute, named as the trace names them.
+                ops = p.get("ops", [])
+                compute = sum(o["seconds"] for o in ops)
+                check(ops and abs(compute - parts.get("compute", 0)) <= 1e-9 + 1e-6 * compute,
+                      f"{name} --cluster: the ops add up to the compute ({compute} vs {parts})")
+                check(all(o["name"].split(" ")[0] in ("fwd", "bwd", "bwd-inputs", "bwd-params",
+                                                       "recompute") for o in ops),
+                      f"{name} --cluster: ops named as the trace names them")
+                check(0 <= p.get("ops_rank", -1) < np, f"{name} --cluster: ops_rank is a rank")
 
         pictures = os.path.join(tmp, script.replace("/", "_"))
         svg = subprocess.run([EPL, "plan", os.path.join(SRC, script), "-np", str(np), "--svg",

@@ -93,6 +93,28 @@ TEST_CASE("a data-parallel step: each rank's products at its rate, the all-reduc
   CHECK(p.mfu == Approx(3 * m->forwardFlopsPerSample() * 8 / p.stepSeconds / (2 * 1e9)));
 }
 
+TEST_CASE("the predicted ops: the busiest rank's compute, op by op, named as the trace names "
+          "them") {
+  // Two stages of 4 micro-batches on 2 ranks: the second stage (linear 128 -> 10 and the
+  // loss) does less than the first (64 -> 128 and relu), so the first is the busiest.
+  Cluster c = computeBound(1e9, {1e9, 1e-6});
+  auto m = epl::testing::planned("two.epl", epl::testing::kTwoStages, 2);
+  REQUIRE(m);
+  CHECK(epl::ir::predict(*m, c).ops.empty()); // only when asked for
+  epl::ir::Prediction p = epl::ir::predict(*m, c, true);
+  CHECK(p.opsRank == 0);
+  std::vector<std::string> names;
+  double seconds = 0;
+  for (const auto& o : p.ops) {
+    names.push_back(o.name);
+    seconds += o.seconds;
+    CHECK(o.runs == 4); // once a micro-batch
+  }
+  CHECK(names == std::vector<std::string>{"fwd linear", "fwd relu", "bwd relu", "bwd linear"});
+  CHECK(seconds == Approx(p.compute));
+  CHECK(p.ops[0].flops == Approx(2.0 * 64 * 128 * 16)); // 4 runs of 4 rows each
+}
+
 TEST_CASE("matmul = tf32: f32 products at the device's TF32 peak where it has one, else at "
           "its f32 peak") {
   auto m = epl::testing::planned("one.epl", epl::testing::kOneStage, 1);

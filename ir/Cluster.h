@@ -103,9 +103,14 @@ struct Cluster {
   std::string tooFew(int np) const;
   Link intraNode, interNode;
   std::optional<Calibration> calibration;
+  // Whether collectives run beside the compute (a network card or NVLink moves the bytes)
+  // and so can hide behind the backward. Not on a calibrated machine: its ranks' threads
+  // take every core, and over shared memory the copies are CPU work (docs/comm.md).
+  bool overlapsCompute = true;
   // The cluster as np ranks of one plan see it: a calibrated machine's ranks share its
   // cores (threads a rank as `epl run` gives them) and its memory bandwidth, each
-  // reaching the measured rates in full (efficiencies 1). Others are as they are.
+  // reaching the measured rates in full (efficiencies 1), and no collective hides behind
+  // compute. Others are as they are.
   Cluster forRanks(int np) const;
   // The link a group of ranks uses: between nodes when its ranks (consecutive ones, a
   // node's devicesPerNode at a time) span more than one node.

@@ -244,14 +244,16 @@ Prediction predict(const Module& m, const Cluster& c, bool ops) {
   // The gradient reduction: overlapped with the backward (each bucket as soon as its
   // gradients are final), or after it.
   // ZeRO-3's gathers for the forward start a block ahead, so the forward hides what it can
-  // of them.
+  // of them. Neither hides where collectives take the compute's cores (overlapsCompute).
   double reduction = 0, hidden = 0, gathers = 0, forward = 0;
   for (const RankCost& k : ranks) {
     reduction = std::max(reduction, k.reduction);
+    if (!c.overlapsCompute) continue;
     hidden = std::max(hidden, m.policy.overlapComm ? k.backward : 0.0);
-    gathers = std::max(gathers, k.forwardGathers);
     forward = std::max(forward, k.compute - k.backward);
   }
+  for (const RankCost& k : ranks)
+    gathers = std::max(gathers, k.forwardGathers);
   out.gradientReduction = reduction + gathers;
   out.exposedReduction = std::max(0.0, reduction - hidden) + std::max(0.0, gathers - forward);
   out.stepSeconds = pipeline + out.exposedReduction + out.optimizer;

@@ -219,6 +219,30 @@ train net {
   CHECK(error == R"(a.json: device: `attention` is "scores" or "tiles", got "flash")");
 }
 
+TEST_CASE("on a calibrated machine no gradient reduction hides behind the backward") {
+  // Its ranks' threads take every core, and over shared memory the copies are CPU work.
+  std::string error;
+  auto c = epl::ir::parseCluster(
+      R"({"devices_per_node": 2, "device": {"memory_bytes": 1e12, "memory_bandwidth": 1e9,
+          "peak_flops": {"f32": 1e9}}, "intra_node": {"bandwidth": 1e6, "latency": 1e-3},
+          "calibration": {"cores": 2, "gemm_flops": {"1": 1e9}, "memory_bandwidth": {"1": 1e9}}})",
+      "here.json", error);
+  INFO(error);
+  REQUIRE(c);
+  auto m = epl::testing::planned("one.epl", epl::testing::kOneStage, 2);
+  REQUIRE(m);
+  CHECK(c->overlapsCompute);
+  Cluster two = c->forRanks(2);
+  CHECK_FALSE(two.overlapsCompute);
+  epl::ir::Prediction p = epl::ir::predict(*m, two);
+  CHECK(p.gradientReduction > 0);
+  CHECK(p.exposedReduction == Approx(p.gradientReduction));
+  CHECK(p.stepSeconds == Approx(p.compute + p.gradientReduction + p.optimizer));
+  // The same devices with collectives beside the compute hide some of it.
+  two.overlapsCompute = true;
+  CHECK(epl::ir::predict(*m, two).exposedReduction < p.gradientReduction);
+}
+
 TEST_CASE("a rank whose memory plan fits its share of the cache moves its bytes at the "
           "cache's rate") {
   // Products all but free; memory at 1 GB/s, the cache at 4 GB/s.

@@ -181,13 +181,14 @@ bool rates(const json& obj, const std::string& where, std::map<int, double>& out
   return true;
 }
 
-// The grid `epl calibrate` measured at each thread count: {"1": [[m, n, k, FLOP/s], …]}.
 std::optional<GemmLayout> parseGemmLayout(const std::string& name) {
   for (GemmLayout l : {GemmLayout::ABt, GemmLayout::AB, GemmLayout::AtB})
     if (name == gemmLayoutName(l)) return l;
   return std::nullopt;
 }
 
+// The grid `epl calibrate` measured at each thread count:
+// {"1": [[m, n, k, FLOP/s, layout], …]}.
 bool shapeRates(const json& obj, const std::string& where,
                 std::map<int, std::vector<ClusterDevice::ShapeRate>>& out, std::string& error) {
   if (!obj.is_object()) {

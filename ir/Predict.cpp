@@ -248,12 +248,11 @@ Prediction predict(const Module& m, const Cluster& c, bool ops) {
   double reduction = 0, hidden = 0, gathers = 0, forward = 0;
   for (const RankCost& k : ranks) {
     reduction = std::max(reduction, k.reduction);
+    gathers = std::max(gathers, k.forwardGathers);
     if (!c.overlapsCompute) continue;
     hidden = std::max(hidden, m.policy.overlapComm ? k.backward : 0.0);
     forward = std::max(forward, k.compute - k.backward);
   }
-  for (const RankCost& k : ranks)
-    gathers = std::max(gathers, k.forwardGathers);
   out.gradientReduction = reduction + gathers;
   out.exposedReduction = std::max(0.0, reduction - hidden) + std::max(0.0, gathers - forward);
   out.stepSeconds = pipeline + out.exposedReduction + out.optimizer;

@@ -333,7 +333,8 @@ TEST_CASE("a calibrated GEMM rate comes from its layout's grid, else from A B^T'
       "here.json", error);
   INFO(error);
   REQUIRE(c);
-  const epl::ir::ClusterDevice& d = c->forRanks(1).device;
+  Cluster one = c->forRanks(1);
+  const epl::ir::ClusterDevice& d = one.device;
   using epl::ir::GemmLayout;
   auto rate = [&](double x, GemmLayout l) {
     return d.matmulRate({x, x, x, 1, l}, epl::ir::DType::F32);

@@ -4,6 +4,7 @@
 // failed kernel.
 #include "backend/cuda/CudaDevice.h"
 #include "backend/HalfStaging.h"
+#include "backend/cuda/Cublas.h"
 #include "backend/cuda/Kernels.h"
 
 #include <fmt/format.h>
@@ -20,7 +21,7 @@ void check(cudaError_t e, const char* what) {
 
 void check(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS)
-    throw std::runtime_error(fmt::format("cuBLAS error in {}: {}", what, cublasGetStatusString(s)));
+    throw std::runtime_error(fmt::format("cuBLAS error in {}: {}", what, cublas().statusString(s)));
 }
 
 void checkLaunch(const char* what) {
@@ -131,12 +132,13 @@ std::string versionText(int v) { // CUDA's 1000 * major + 10 * minor
 class CudaDevice final : public Device {
 public:
   CudaDevice(int ordinal, ir::Matmul matmul) : ordinal_(ordinal) {
+    const CublasApi& blasApi = cublas(); // first: nothing to release if it is missing
     check(cudaSetDevice(ordinal_), "selecting the GPU");
     for (cudaStream_t& s : streams_)
       check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "creating a stream");
-    check(cublasCreate(&blas_), "creating the cuBLAS handle");
-    check(cublasSetStream(blas_, streams_[0]), "binding cuBLAS to the compute stream");
-    check(cublasSetMathMode(blas_, CUBLAS_PEDANTIC_MATH), "setting cuBLAS to fp32 math");
+    check(blasApi.create(&blas_), "creating the cuBLAS handle");
+    check(blasApi.setStream(blas_, streams_[0]), "binding cuBLAS to the compute stream");
+    check(blasApi.setMathMode(blas_, CUBLAS_PEDANTIC_MATH), "setting cuBLAS to fp32 math");
     scratch_.stream = streams_[0];
     staging_.stream = streams_[0];
     ctx_ = Ctx{streams_[0], blas_, computeType(matmul), &scratch_};
@@ -147,7 +149,7 @@ public:
     cudaDriverGetVersion(&driver);
     cudaRuntimeGetVersion(&runtime);
     int blas = 0;
-    cublasGetVersion(blas_, &blas);
+    blasApi.getVersion(blas_, &blas);
     name_ = fmt::format("cuda:{} ({}, {:.0f} GiB; driver {}, runtime {}, cuBLAS {}.{}.{}{})",
                         ordinal_, prop.name, static_cast<double>(prop.totalGlobalMem) / (1u << 30),
                         versionText(driver), versionText(runtime), blas / 10000, (blas / 100) % 100,
@@ -158,7 +160,7 @@ public:
     cudaDeviceSynchronize();
     for (cudaEvent_t e : events_)
       cudaEventDestroy(e);
-    cublasDestroy(blas_);
+    if (blas_) cublas().destroy(blas_);
     for (cudaStream_t s : streams_)
       cudaStreamDestroy(s);
   }

@@ -8,6 +8,7 @@
 //
 // Shape legend: M, N, K as in C[M, N] = op(A)[M, K] op(B)[K, N]; R rows, C columns.
 #include "backend/cuda/Common.cuh"
+#include "backend/cuda/Cublas.h"
 
 namespace epl::backend::cuda {
 
@@ -50,7 +51,7 @@ void gemm(const Ctx& ctx, bool transA, bool transB, int64_t m, int64_t n, int64_
           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
           int64_t ldc) {
   if (m == 0 || n == 0) return;
-  check(cublasGemmEx_64(ctx.blas, opOf(transB), opOf(transA), n, m, k, &alpha, b, CUDA_R_32F, ldb,
+  check(cublas().gemmEx(ctx.blas, opOf(transB), opOf(transA), n, m, k, &alpha, b, CUDA_R_32F, ldb,
                         a, CUDA_R_32F, lda, &beta, c, CUDA_R_32F, ldc, ctx.compute,
                         CUBLAS_GEMM_DEFAULT),
         "gemm");
@@ -61,9 +62,9 @@ void gemmBatched(const Ctx& ctx, bool transA, bool transB, int64_t m, int64_t n,
                  int64_t ldb, int64_t strideB, float beta, float* c, int64_t ldc, int64_t strideC,
                  int64_t batch) {
   if (m == 0 || n == 0 || batch == 0) return;
-  check(cublasGemmStridedBatchedEx_64(ctx.blas, opOf(transB), opOf(transA), n, m, k, &alpha, b,
-                                      CUDA_R_32F, ldb, strideB, a, CUDA_R_32F, lda, strideA, &beta,
-                                      c, CUDA_R_32F, ldc, strideC, batch, ctx.compute,
+  check(cublas().gemmStridedBatchedEx(ctx.blas, opOf(transB), opOf(transA), n, m, k, &alpha, b,
+                                      CUDA_R_32F, ldb, strideB, a, CUDA_R_32F, lda, strideA,
+                                      &beta, c, CUDA_R_32F, ldc, strideC, batch, ctx.compute,
                                       CUBLAS_GEMM_DEFAULT),
         "gemmBatched");
 }

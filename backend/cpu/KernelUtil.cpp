@@ -41,22 +41,26 @@ void keepOneDnnSingleThreaded() {
   if (setNumThreads) setNumThreads(1);
 }
 
-// oneDNN runs the products of A B^T (a layer's forward, x W^T) of at least this many
-// multiply-adds (m n k); OpenBLAS runs the rest. Smaller ones cost less to set up through
-// OpenBLAS: the MLP's pieces (64 x 256 x 784) step ~20% faster there, the char-GPT's
-// (512 x 768 x 256) ~8% faster through oneDNN. oneDNN 2.6's other layouts run at half
-// OpenBLAS's rate on many shapes (one thread, AMD EPYC: A^T B at 256 x 1024 x 512, a weight
-// gradient's piece, 40 against 84 GFLOP/s; A B at 256 x 1024 x 512, 35 against 69), and
-// nowhere more than a few percent faster. The choice depends on the call alone, so results
-// still do not depend on the threads.
+// oneDNN runs the products of A B^T (a layer's forward, x W^T) of at least kOneDnnMin
+// multiply-adds (m n k), and every product of fewer than kOneDnnSmallMax; OpenBLAS runs the
+// rest. Between the two, products cost less to set up through OpenBLAS: the MLP's pieces
+// (64 x 256 x 784) step ~20% faster there, the char-GPT's (512 x 768 x 256) ~8% faster
+// through oneDNN. oneDNN 2.6's other layouts run at half OpenBLAS's rate on many of those
+// shapes (one thread, AMD EPYC: A^T B at 256 x 1024 x 512, a weight gradient's piece, 40
+// against 84 GFLOP/s; A B at 256 x 1024 x 512, 35 against 69). Below 2^18 oneDNN is the
+// faster in every layout: attention's tiles (64 x 64 x 32 and 64 x 32 x 64 on heads of 32)
+// ran at 1.3 to 1.6 times OpenBLAS's rate, and the char GPT's attention took 10-12% less
+// time. The choice depends on the call alone, so results still do not depend on the threads.
 constexpr int64_t kOneDnnMin = int64_t{1} << EPL_ONEDNN_MIN_LOG2;
+constexpr int64_t kOneDnnSmallMax = int64_t{1} << 18;
 
 // oneDNN 2.6's JIT kernels (Debian 12's) point the stack pointer into their heap workspace,
 // and a signal handler's frame is pushed just below it: no thread that calls this may
 // handle a signal (the pool's workers block them, interp/StopSignals.cpp the stop signals).
 void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (transA || !transB || m * n * k < kOneDnnMin)
+  int64_t volume = m * n * k;
+  if (volume >= kOneDnnSmallMax && (transA || !transB || volume < kOneDnnMin))
     return openBlasSgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   keepOneDnnSingleThreaded();
   dnnl_status_t status = dnnl_sgemm(transA ? 'T' : 'N', transB ? 'T' : 'N', m, n, k, alpha, a, lda,

@@ -12,8 +12,9 @@
 // reads them crashes here. Optional keys: "sample_weight" (KernelCall::sampleWeight),
 // "param_pieces" (the params are a split rank's pieces, as the experts of a split
 // moe_experts: their shapes come from the case, not from the op table). With "repeat", the
-// case runs again, and once more on one thread, and must give identical bits each time. Two
-// other modes test the optimizer ("mode": "optimizer") and sumSquares/scale ("mode": "reduce").
+// case runs again, and once more on one thread, and must give identical bits each time. Other
+// modes test the optimizer ("mode": "optimizer") and sumSquares/scale ("mode": "reduce"), or
+// only make the device ("mode": "device"; as in every mode, exit 77 where it cannot be made).
 #include "backend/Device.h"
 #include "ir/Ops.h"
 
@@ -326,6 +327,7 @@ int main(int argc, char** argv) {
     return 77; // test_ops.py skips the family
   }
   std::string mode = j.value("mode", "op");
+  if (mode == "device") return 0; // only whether the device can be made
   if (mode == "optimizer") {
     runOptimizer(*dev, j);
     return 0;

@@ -60,7 +60,8 @@ constexpr int64_t kOneDnnSmallMax = int64_t{1} << 18;
 void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   int64_t volume = m * n * k;
-  if (volume >= kOneDnnSmallMax && (transA || !transB || volume < kOneDnnMin))
+  bool viaOneDnn = volume < kOneDnnSmallMax || (!transA && transB && volume >= kOneDnnMin);
+  if (!viaOneDnn)
     return openBlasSgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   keepOneDnnSingleThreaded();
   dnnl_status_t status = dnnl_sgemm(transA ? 'T' : 'N', transB ? 'T' : 'N', m, n, k, alpha, a, lda,

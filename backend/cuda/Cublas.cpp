@@ -9,11 +9,12 @@ namespace epl::backend::cuda {
 
 namespace {
 
-template <typename Fn> bool resolve(void* lib, const char* symbol, Fn& fn, std::string& error) {
-  if (!error.empty()) return false;
+// fn = the library's `symbol`; `error` names the first one missing (later ones are not
+// looked up).
+template <typename Fn> void resolve(void* lib, const char* symbol, Fn& fn, std::string& error) {
+  if (!error.empty()) return;
   fn = reinterpret_cast<Fn>(::dlsym(lib, symbol));
   if (!fn) error = fmt::format("it has no `{}`", symbol);
-  return fn != nullptr;
 }
 
 } // namespace

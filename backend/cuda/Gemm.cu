@@ -63,8 +63,8 @@ void gemmBatched(const Ctx& ctx, bool transA, bool transB, int64_t m, int64_t n,
                  int64_t batch) {
   if (m == 0 || n == 0 || batch == 0) return;
   check(cublas().gemmStridedBatchedEx(ctx.blas, opOf(transB), opOf(transA), n, m, k, &alpha, b,
-                                      CUDA_R_32F, ldb, strideB, a, CUDA_R_32F, lda, strideA,
-                                      &beta, c, CUDA_R_32F, ldc, strideC, batch, ctx.compute,
+                                      CUDA_R_32F, ldb, strideB, a, CUDA_R_32F, lda, strideA, &beta,
+                                      c, CUDA_R_32F, ldc, strideC, batch, ctx.compute,
                                       CUBLAS_GEMM_DEFAULT),
         "gemmBatched");
 }

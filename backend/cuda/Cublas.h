@@ -1,5 +1,5 @@
 // cuBLAS, opened on first use rather than linked: loading it (with cuBLASLt, which it
-// pulls in) costs every process about 0.2 s and 200 MB of resident memory before main,
+// pulls in) costs every process about 0.2 s and 215 MB of resident memory before main,
 // GPU or not, and a linked binary would not start where the library is missing. The CUDA
 // device opens it when it is made (docs/gpu.md, "Building").
 #pragma once

@@ -47,10 +47,11 @@ void keepOneDnnSingleThreaded() {
 // (64 x 256 x 784) step ~20% faster there, the char-GPT's (512 x 768 x 256) ~8% faster
 // through oneDNN. oneDNN 2.6's other layouts run at half OpenBLAS's rate on many of those
 // shapes (one thread, AMD EPYC: A^T B at 256 x 1024 x 512, a weight gradient's piece, 40
-// against 84 GFLOP/s; A B at 256 x 1024 x 512, 35 against 69). Below 2^18 oneDNN is the
-// faster in every layout: attention's tiles (64 x 64 x 32 and 64 x 32 x 64 on heads of 32)
-// ran at 1.3 to 1.6 times OpenBLAS's rate, and the char GPT's attention took 10-12% less
-// time. The choice depends on the call alone, so results still do not depend on the threads.
+// against 84 GFLOP/s; A B at 256 x 1024 x 512, 35 against 69). Below 2^18 oneDNN was the
+// faster on every shape measured, in each layout (1.14 to 1.63 times OpenBLAS's rate):
+// attention's tiles (64 x 64 x 32 and 64 x 32 x 64 on heads of 32) at 1.3 to 1.6, and the
+// char GPT's attention took 10-12% less time. The choice depends on the call alone, so
+// results still do not depend on the threads.
 constexpr int64_t kOneDnnMin = int64_t{1} << EPL_ONEDNN_MIN_LOG2;
 constexpr int64_t kOneDnnSmallMax = int64_t{1} << 18;
 

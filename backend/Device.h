@@ -16,6 +16,8 @@
 
 namespace epl::backend {
 
+class Comm;
+
 // A tensor in device memory with a concrete shape. `data` is null for a tensor a kernel
 // does not read or write (its shape is still set, e.g. for broadcasting in backward).
 struct TensorView {
@@ -160,6 +162,11 @@ struct DeviceOptions {
 std::unique_ptr<Device> makeDevice(const std::string& name, const DeviceOptions& options);
 // Whether this build has the CUDA device and this machine a GPU it can use.
 bool cudaAvailable();
+// The communicator for collectives on `device`'s memory between the ranks of `world`
+// (every rank calls it, with its device made): null where `world` serves (the host
+// addresses the device's memory, or one rank); on GPUs, NCCL, else `world` staged through
+// host memory. `note` says which. It must be destroyed before `world` and `device`.
+std::unique_ptr<Comm> makeDeviceComm(Comm& world, Device& device, std::string* note);
 // Whether the named device has a kernel for `kind` (every device has every kernel of the
 // CPU device once the GPU path is complete; until then the driver picks the CPU for a plan
 // the GPU cannot run).

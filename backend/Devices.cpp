@@ -3,7 +3,13 @@
 
 #if EPL_HAVE_CUDA
 #include "backend/cuda/CudaDevice.h"
+#include "backend/cuda/Nccl.h"
 #endif
+#include "backend/comm/StagedComm.h"
+
+#include <cstdlib>
+#include <fmt/format.h>
+#include <string>
 
 namespace epl::backend {
 
@@ -25,6 +31,25 @@ bool cudaAvailable() {
   return cuda::gpuCount() > 0;
 #else
   return false;
+#endif
+}
+
+std::unique_ptr<Comm> makeDeviceComm(Comm& world, Device& device, std::string* note) {
+  if (world.size() == 1) return nullptr;
+  auto staged = [&](const char* why) {
+    *note = fmt::format("note: {}: the ranks' collectives go through {}, staged through host "
+                        "memory",
+                        why, world.name());
+    return makeStagedComm(world, device);
+  };
+  // The path of ranks that share a GPU, on any device: for tests on machines without one.
+  const char* force = std::getenv("EPL_STAGED_COMM");
+  if (force && *force && std::string(force) != "0") return staged("EPL_STAGED_COMM is set");
+  if (device.hostAddressable()) return nullptr;
+#if EPL_HAVE_CUDA
+  return cuda::makeGpuComm(world, device, note);
+#else
+  return staged("this device's memory is not the host's");
 #endif
 }
 

@@ -34,8 +34,13 @@ const ir::Op* attentionBeyondCuda(const ir::Module& m) {
 
 // Why the CUDA device cannot run this plan, or "" when it can.
 std::string cudaRefusal(const ir::Module& m, int ranks, const ir::Op** op) {
+  // Several ranks on GPUs run data parallelism (NCCL, docs/gpu.md); a pipeline's transfers
+  // and a split region's pieces are not run there yet.
   if (ranks > 1)
-    return "several ranks on GPUs need the NCCL communicator, which EPL does not have yet";
+    for (const ir::Program& p : m.programs) {
+      if (p.stages > 1) return "pipeline stages on several GPUs do not run yet";
+      if (p.splitWidth > 1) return "split regions on several GPUs do not run yet";
+    }
   if (m.offloadApplies())
     return "optimizer states offloaded to disk (`offload_to = disk`) run on the CPU device so "
            "far";

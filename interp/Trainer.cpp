@@ -871,9 +871,10 @@ private:
   TensorBoardLog events_;
   std::string ckptDir_;
   std::unique_ptr<backend::Device> device_;
-  int64_t baseline_ = 0;     // resident bytes before the run's buffers
-  int64_t baselineFile_ = 0; // of which pages of files
-  int64_t earlierPeak_ = 0;  // the process's peak before them (reading the data set)
+  std::unique_ptr<backend::Comm> deviceComm_; // on GPUs: the executor's communicator
+  int64_t baseline_ = 0;                      // resident bytes before the run's buffers
+  int64_t baselineFile_ = 0;                  // of which pages of files
+  int64_t earlierPeak_ = 0; // the process's peak before them (reading the data set)
   std::unique_ptr<Executor> ex_;
   std::unique_ptr<checkpoint::FolderLock> lock_;
   std::unique_ptr<data::Sampler> sampler_;
@@ -960,6 +961,15 @@ std::optional<int> TrainingRun::open() {
         .help("pass --device cpu");
   if (!agree(!mine_.hasErrors(), "opening the device")) return 1;
   if (!deviceNote.empty()) out_ << deviceNote << "\n";
+  // Collectives on GPU memory: NCCL, or MPI staged through the host (docs/gpu.md).
+  std::string commNote;
+  try {
+    deviceComm_ = backend::makeDeviceComm(comm_, *device_, &commNote);
+  } catch (const backend::CommError& e) {
+    mine_.error(SourceLoc{}, e.what()).help("pass --device cpu");
+  }
+  if (!agree(!mine_.hasErrors(), "starting the GPUs' communicator")) return 1;
+  if (!commNote.empty()) out_ << commNote << "\n";
   // What the process holds before the run's buffers exist (code, libraries, the data
   // set): the measured memory of the step is the peak above it. The peak restarts here:
   // reading the data set may have peaked higher (a gzip file inflates into a buffer that
@@ -971,7 +981,7 @@ std::optional<int> TrainingRun::open() {
   OptimizerSettings settings = optimizerSettings(m.train);
   settings.offloadDir = o_.offloadDir;
   try {
-    ex_ = std::make_unique<Executor>(m, *device_, comm_, settings);
+    ex_ = std::make_unique<Executor>(m, *device_, deviceComm_ ? *deviceComm_ : comm_, settings);
   } catch (const OffloadError& e) {
     auto at = m.policy.keyLocs.find("offload_to");
     mine_.error(at == m.policy.keyLocs.end() ? m.loc : at->second, e.what())
@@ -1000,7 +1010,7 @@ std::optional<int> TrainingRun::open() {
     out_ << fmt::format("nothing to train: {} is at step {} of {}\n", from.folder, start_, steps_);
     return 0;
   }
-  describeRun(out_, m, *ex_, device_->name(), comm_, *ds_, m.programs[rank_]);
+  describeRun(out_, m, *ex_, device_->name(), ex_->comm(), *ds_, m.programs[rank_]);
   sampler_ = std::make_unique<data::Sampler>(ds_->size(data::Split::Train),
                                              static_cast<uint64_t>(m.train.seed));
   progress_ = std::make_unique<Progress>(out_, rank_ == 0 && o_.terminal, m.train.logEvery);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs a build of EPL for a GPU machine that has CUDA but not EPL's Debian libraries
-# (fmt, ANTLR, oneDNN, OpenBLAS, Open MPI): a portable build (no -march=native) of `epl`
-# and the kernel probe, the shared libraries they load apart from the C/C++ runtime and
+# (fmt, ANTLR, oneDNN, OpenBLAS, Open MPI): a portable build (no -march=native) of `epl`,
+# the kernel probe and the communicators' test, the shared libraries they load apart from the C/C++ runtime and
 # CUDA's (as ldd lists them, so oneDNN's OpenMP runtime too), and the text the GPU tests
 # train on, into .gpu/ and .gpu.tar.xz (ignored by git). tools/gpu_check.sh runs the GPU tests from it, on
 # that machine, from a copy of this repository.
@@ -10,11 +10,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-gpu}
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DEPL_NATIVE=OFF >/dev/null
-cmake --build "$build" --target epl epl_kernel_probe
+cmake --build "$build" --target epl epl_kernel_probe epl_gpu_comm_test
 
 rm -rf .gpu
 mkdir -p .gpu/bin .gpu/lib .gpu/data
-for exe in "$build/epl" "$build/tests/oracle/epl_kernel_probe"; do
+for exe in "$build/epl" "$build/tests/oracle/epl_kernel_probe" \
+           "$build/tests/gpu/epl_gpu_comm_test"; do
   strip -o ".gpu/bin/$(basename "$exe")" "$exe"
 done
 # What the GPU machine has already: the C and C++ runtime, and CUDA's own libraries.

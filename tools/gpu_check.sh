@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs the GPU tests on a machine with an NVIDIA GPU from the bundle tools/gpu_bundle.sh
 # made (.gpu/): every kernel family against the CPU's and PyTorch (the tests labelled `gpu`
-# in CTest), then 20 training steps of a char GPT on the GPU against the CPU (fp32, TF32
-# products, amp in bf16 and fp16). Needs python3 with torch and CUDA's cuBLAS 13 (found in
-# python3's nvidia packages if not on the library path). Writes each part's output into DIR
+# in CTest), the communicators (NCCL on one rank; two ranks sharing the GPU), then 20
+# training steps of a char GPT on the GPU against the CPU (fp32, TF32 products, amp in bf16
+# and fp16). Needs python3 with torch, and CUDA's cuBLAS 13 and NCCL 2 (found in python3's
+# nvidia packages if not on the library path). Writes each part's output into DIR
 # (default: gpu-check/).
 # Usage: tools/gpu_check.sh [DIR] [FAMILY...]
 set -uo pipefail
@@ -39,6 +40,12 @@ for i in "${!families[@]}"; do
   echo "oracle $f: exit $rc; $(grep -E 'failure|max error of' "$out/oracle_$f.txt" | head -2 | tr '\n' ' ')"
   [ $rc = 0 ] || failed=1
 done
+
+# The communicators: NCCL on one rank, two ranks sharing the GPU staged through the host.
+.gpu/bin/epl_gpu_comm_test >"$out/communicators.txt" 2>&1
+rc=$?
+echo "communicators: exit $rc; $(tail -1 "$out/communicators.txt")"
+[ $rc = 0 ] || failed=1
 
 # The training text where the script expects it.
 mkdir -p /usr/share/games/fortunes

@@ -4,6 +4,7 @@
 #include "support/Text.h"
 
 #include <chrono>
+#include <cmath>
 #include <fmt/format.h>
 
 namespace epl::backend {
@@ -122,6 +123,11 @@ void checkPeer(const Comm& comm, int peer, const char* role) {
 
 void checkSize(const Comm& comm, int64_t n, const char* what) {
   if (n < 0) misuse(comm, fmt::format("negative {} ({})", what, n));
+}
+
+void checkScale(const Comm& comm, WireType wire, float scale) {
+  if (wire == WireType::F16 && !(std::isfinite(scale) && scale > 0))
+    misuse(comm, fmt::format("f16 reduction with scale {}: it must be positive and finite", scale));
 }
 
 int64_t checkBlocks(const Comm& comm, const std::vector<int64_t>& counts) {

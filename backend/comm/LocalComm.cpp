@@ -241,12 +241,7 @@ public:
   }
 
 private:
-  void checkScale(WireType wire, float scale) const {
-    if (wire == WireType::F16 && !(std::isfinite(scale) && scale > 0))
-      detail::misuse(*this, fmt::format("f16 reduction with scale {}: it must be positive and "
-                                        "finite",
-                                        scale));
-  }
+  void checkScale(WireType wire, float scale) const { detail::checkScale(*this, wire, scale); }
 
   Request collective(const Signature& s, const void* send, void* recv, std::string description);
   Request pointToPoint(bool isSend, void* data, int64_t bytes, int peer, int tag);

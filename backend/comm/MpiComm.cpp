@@ -304,9 +304,7 @@ bool Engine::stop() {
 
 void MpiComm::checkReduction(int64_t count, WireType wire, float scale) const {
   detail::checkSize(*this, count, "count");
-  if (wire == WireType::F16 && !(std::isfinite(scale) && scale > 0))
-    detail::misuse(
-        *this, fmt::format("f16 reduction with scale {}: it must be positive and finite", scale));
+  detail::checkScale(*this, wire, scale);
 }
 
 void MpiComm::checkPointToPoint(int64_t bytes, int peer, int tag, const char* role) const {

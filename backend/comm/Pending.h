@@ -55,6 +55,8 @@ std::string describeBytes(const char* kind, int64_t bytes);
 [[noreturn]] void misuse(const Comm& comm, const std::string& message);
 void checkPeer(const Comm& comm, int peer, const char* role);
 void checkSize(const Comm& comm, int64_t n, const char* what);
+// An f16 reduction's scale must be positive and finite.
+void checkScale(const Comm& comm, WireType wire, float scale);
 // A reduce-scatter's block sizes: one per rank, none negative. Returns their sum.
 int64_t checkBlocks(const Comm& comm, const std::vector<int64_t>& counts);
 

@@ -1,31 +1,16 @@
 // See Cublas.h.
 #include "backend/cuda/Cublas.h"
 #include "backend/Device.h"
+#include "backend/cuda/Library.h"
 
-#include <dlfcn.h>
 #include <fmt/format.h>
 
 namespace epl::backend::cuda {
 
-namespace {
-
-// fn = the library's `symbol`; `error` names the first one missing (later ones are not
-// looked up).
-template <typename Fn> void resolve(void* lib, const char* symbol, Fn& fn, std::string& error) {
-  if (!error.empty()) return;
-  fn = reinterpret_cast<Fn>(::dlsym(lib, symbol));
-  if (!fn) error = fmt::format("it has no `{}`", symbol);
-}
-
-} // namespace
-
 std::string openCublas(const std::string& library, CublasApi& api) {
-  void* lib = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!lib) {
-    const char* why = ::dlerror();
-    return why ? why : "the dynamic loader gave no reason";
-  }
   std::string error;
+  void* lib = openLibrary(library, error);
+  if (!lib) return error;
   resolve(lib, "cublasCreate_v2", api.create, error);
   resolve(lib, "cublasDestroy_v2", api.destroy, error);
   resolve(lib, "cublasSetStream_v2", api.setStream, error);

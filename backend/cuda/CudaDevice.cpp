@@ -182,11 +182,13 @@ public:
   void release(void* p) override {
     if (p) check(cudaFree(p), "freeing device memory");
   }
+  // The direction from the addresses (unified addressing), so host memory on both sides
+  // works too: the host-staged communicator copies host buffers the same way.
   void copyToDevice(void* dst, const void* src, int64_t bytes, StreamId s) override {
-    copy(dst, src, bytes, cudaMemcpyHostToDevice, s);
+    copy(dst, src, bytes, cudaMemcpyDefault, s);
   }
   void copyToHost(void* dst, const void* src, int64_t bytes, StreamId s) override {
-    copy(dst, src, bytes, cudaMemcpyDeviceToHost, s);
+    copy(dst, src, bytes, cudaMemcpyDefault, s);
   }
   void copyOnDevice(void* dst, const void* src, int64_t bytes, StreamId s) override {
     copy(dst, src, bytes, cudaMemcpyDeviceToDevice, s);

@@ -77,7 +77,33 @@ void round(const Ctx& ctx, ir::DType t, const float* src, float* dst, int64_t n)
   checkLaunch("amp: rounding weights to half precision");
 }
 
+__global__ void wireEncodeKernel(const float* f, uint16_t* h, int64_t n, bool bf16, float scale) {
+  EPL_GRID_STRIDE(i, n) {
+    h[i] = bf16 ? toBf16(f[i] * scale) : toF16(f[i] * scale);
+  }
+}
+
+__global__ void wireDecodeKernel(const uint16_t* h, float* f, int64_t n, bool bf16, float scale) {
+  EPL_GRID_STRIDE(i, n) {
+    f[i] = (bf16 ? fromBf16(h[i]) : fromF16(h[i])) / scale;
+  }
+}
+
 } // namespace
+
+void wireEncode(cudaStream_t stream, bool bf16, const float* src, uint16_t* dst, int64_t n,
+                float scale) {
+  if (n == 0) return;
+  wireEncodeKernel<<<blocksFor(n), kThreads, 0, stream>>>(src, dst, n, bf16, scale);
+  checkLaunch("rounding a reduction's values to its wire type");
+}
+
+void wireDecode(cudaStream_t stream, bool bf16, const uint16_t* src, float* dst, int64_t n,
+                float scale) {
+  if (n == 0) return;
+  wireDecodeKernel<<<blocksFor(n), kThreads, 0, stream>>>(src, dst, n, bf16, scale);
+  checkLaunch("widening a reduction's result from its wire type");
+}
 
 void launchStaged(const KernelCall& c, const Ctx& ctx, Scratch& staging,
                   void (*run)(const KernelCall&, const Ctx&)) {

@@ -50,6 +50,13 @@ void checkLaunch(const char* what);
 // the call's staging workspace, else in `staging`), its half outputs rounded back.
 void launchStaged(const KernelCall& c, const Ctx& ctx, Scratch& staging,
                   void (*run)(const KernelCall&, const Ctx&));
+// HalfStorage.cu, for the NCCL communicator: Wire.cpp's encode and decode of a reduction's
+// bf16 (bf16 true) or f16 values, the same bits; f16 multiplies by `scale` first and
+// divides after.
+void wireEncode(cudaStream_t stream, bool bf16, const float* src, uint16_t* dst, int64_t n,
+                float scale);
+void wireDecode(cudaStream_t stream, bool bf16, const uint16_t* src, float* dst, int64_t n,
+                float scale);
 
 // Gemm.cu: row-major C[M, N] = alpha op(A)[M, K] op(B)[K, N] + beta C, fp32 accumulate.
 void gemm(const Ctx& ctx, bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,

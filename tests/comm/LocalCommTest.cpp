@@ -4,6 +4,7 @@
 // process, the one-rank communicator's identities. Each rank runs on its own thread;
 // Catch2's checks run on the test's thread only.
 #include "Conformance.h"
+#include "OnRanks.h"
 #include "Reference.h"
 #include "backend/comm/Comm.h"
 #include "backend/comm/Wire.h"
@@ -16,29 +17,6 @@
 
 using namespace epl::backend;
 using namespace epl::commtest;
-
-namespace {
-
-// Runs body(comm) for each rank of `comms` on its own thread, then rethrows the first
-// exception a rank threw.
-void onRanks(std::vector<std::unique_ptr<Comm>>& comms, const std::function<void(Comm&)>& body) {
-  std::vector<std::exception_ptr> errors(comms.size());
-  std::vector<std::thread> threads;
-  for (size_t r = 0; r < comms.size(); ++r)
-    threads.emplace_back([&, r] {
-      try {
-        body(*comms[r]);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  for (auto& t : threads)
-    t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
-
-} // namespace
 
 // Each check of the suite on every rank of 1 to 4 in-process ranks (as many as it needs),
 // and on the one-rank communicator.

@@ -6,7 +6,11 @@ The two devices sum in different orders, so the losses agree to fp32 rounding gr
 the steps, not bit for bit: the tolerance is relative, 1e-4 by default. Without a GPU the
 test is skipped (exit 77).
 
-usage: device_equivalence.py EPL WORKDIR SCRIPT [--steps 20] [--tol 1e-4] [--set KEY=VALUE ...]
+With --np N the GPU run has N ranks (mpirun; data parallelism over NCCL, or over MPI
+staged through the host where ranks share a GPU) and the CPU run one.
+
+usage: device_equivalence.py EPL WORKDIR SCRIPT [--steps 20] [--tol 1e-4] [--np 1]
+                             [--set KEY=VALUE ...]
 """
 import argparse
 import os
@@ -27,11 +31,16 @@ def main():
     ap.add_argument("script")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--np", type=int, default=1)
     ap.add_argument("--set", dest="sets", action="append", default=[])
     a = ap.parse_args()
+    if a.np > 1:  # mpirun as root, with more ranks than cores
+        for k in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
+                  "OMPI_MCA_rmaps_base_oversubscribe"):
+            os.environ.setdefault(k, "1")
     os.makedirs(a.work, exist_ok=True)
     script = os.path.abspath(a.script)
-    gpu, gpu_eval, out, _ = run(a.epl, a.work, script, "cuda", ["--device", "cuda"], a.steps,
+    gpu, gpu_eval, out, _ = run(a.epl, a.work, script, "cuda", ["--device", "cuda", "-np", str(a.np)], a.steps,
                                 a.sets, skip=no_gpu)
     print(out.splitlines()[0] if out else "")
     cpu, cpu_eval, _, _ = run(a.epl, a.work, script, "cpu", ["--device", "cpu"], a.steps, a.sets)

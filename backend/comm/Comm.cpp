@@ -82,9 +82,10 @@ void waitRequest(const Comm& comm, Request& r, const std::string& what,
   if (r.empty()) return;
   Pending* p = r.get();
   if (p->owner != &comm) {
+    std::string description = p->description; // the request may hold the last reference
     r.reset();
     misuse(comm,
-           fmt::format("`{}` waits on a {} started by another communicator", what, p->description));
+           fmt::format("`{}` waits on a {} started by another communicator", what, description));
   }
   bool done = p->waitFor(comm.timeout());
   if (!done && giveUp(*p)) {

@@ -8,19 +8,35 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fmt/format.h>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 namespace epl::backend {
 
 namespace {
 
+// Requests dropped before their wait (a caller's error path), with the host copies their
+// inner operations may still read or write: kept until those finish.
+struct Orphans {
+  std::mutex m;
+  std::vector<std::pair<Request, std::vector<unsigned char>>> held;
+};
+
 // One started operation: the inner communicator's request on the host copies, and what to
 // copy back to the device once it finished. Its description is the inner request's.
 struct StagedPending final : detail::Pending {
-  explicit StagedPending(const Comm* owner) : Pending(owner, "") {}
+  StagedPending(const Comm* owner, std::shared_ptr<Orphans> orphans)
+      : Pending(owner, ""), orphans(std::move(orphans)) {}
+  ~StagedPending() override {
+    if (inner.empty()) return; // waited
+    std::lock_guard<std::mutex> lock(orphans->m);
+    orphans->held.emplace_back(std::move(inner), std::move(host));
+  }
   std::string describe() const {
     return inner.empty() ? "finished operation" : inner.get()->description;
   }
+  std::shared_ptr<Orphans> orphans;
   Request inner;
   std::vector<unsigned char> host; // the host copy of the operation's buffers
   // Device ranges to write back from `host`: (device address, offset in host, bytes).
@@ -35,6 +51,16 @@ class StagedComm final : public Comm {
 public:
   StagedComm(Comm& inner, Device& device, std::unique_ptr<Comm> owned = nullptr)
       : inner_(inner), device_(device), owned_(std::move(owned)) {}
+
+  ~StagedComm() override {
+    reap();
+    // What has not finished may still touch its host copy: leaked rather than freed under
+    // it (only after a caller dropped a request, on its way out).
+    std::lock_guard<std::mutex> lock(orphans_->m);
+    for (auto& [request, host] : orphans_->held)
+      new std::vector<unsigned char>(std::move(host));
+    orphans_->held.clear();
+  }
 
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
@@ -92,7 +118,7 @@ public:
 
   Request irecv(void* data, int64_t bytes, int peer, int tag) override {
     detail::checkSize(*this, bytes, "byte count");
-    auto p = std::make_shared<StagedPending>(this);
+    auto p = started();
     p->host.resize(static_cast<size_t>(bytes));
     p->inner = inner_.irecv(p->host.data(), bytes, peer, tag);
     writeBack(*p, 0, data, bytes);
@@ -100,7 +126,7 @@ public:
   }
 
   Request ibarrier() override {
-    auto p = std::make_shared<StagedPending>(this);
+    auto p = started();
     p->inner = inner_.ibarrier();
     return Request(std::move(p));
   }
@@ -148,6 +174,28 @@ public:
   }
 
 private:
+  // A new operation's state; first, the dropped requests that finished are let go.
+  std::shared_ptr<StagedPending> started() {
+    reap();
+    return std::make_shared<StagedPending>(this, orphans_);
+  }
+
+  void reap() {
+    std::lock_guard<std::mutex> lock(orphans_->m);
+    auto& held = orphans_->held;
+    for (size_t i = 0; i < held.size();) {
+      if (!inner_.test(held[i].first)) {
+        ++i;
+        continue;
+      }
+      try {
+        inner_.wait(held[i].first, "a request dropped before its wait");
+      } catch (const CommError&) { // its failure was the dropped caller's
+      }
+      held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+
   struct Range {
     const void* device;
     int64_t bytes;
@@ -155,7 +203,7 @@ private:
 
   // A request whose host copy holds `ranges` side by side, copied from the device.
   std::shared_ptr<StagedPending> stage(const std::vector<Range>& ranges) {
-    auto p = std::make_shared<StagedPending>(this);
+    auto p = started();
     int64_t total = 0;
     for (const Range& r : ranges)
       total += std::max<int64_t>(r.bytes, 0);
@@ -193,6 +241,7 @@ private:
 
   Comm& inner_;
   Device& device_;
+  std::shared_ptr<Orphans> orphans_ = std::make_shared<Orphans>();
   std::unique_ptr<Comm> owned_; // a sub-communicator's inner communicator
 };
 

@@ -3,9 +3,12 @@
 // rank checks its own results and prints what failed; the job fails when any rank does.
 // With --abort, rank 1 ends the job with Comm::abort while the others are blocked in a wait
 // (abort_test.sh checks that mpirun ends, with an error); with --abandon, rank 0 frees the
-// buffer of an all-reduce it gave up on (abandon_test.sh).
+// buffer of an all-reduce it gave up on (abandon_test.sh); with --staged, the suite runs
+// through the host-staged communicator over MPI.
 #include "Conformance.h"
+#include "CopyingDevice.h"
 #include "backend/comm/Comm.h"
+#include "backend/comm/StagedComm.h"
 
 #include <chrono>
 #include <cmath>
@@ -95,12 +98,21 @@ int main(int argc, char** argv) {
   comm->setTimeout(30); // a hang fails the test with a message, not only CTest's timeout
   if (argc > 1 && std::string(argv[1]) == "--abort") return abortJob(*comm);
   if (argc > 1 && std::string(argv[1]) == "--abandon") return abandonCollective(*comm);
+  // --staged: the suite through the host-staged communicator over MPI, as ranks sharing a
+  // GPU run (backend/comm/StagedComm.h), with a device whose memory is the host's.
+  CopyingDevice device;
+  std::unique_ptr<Comm> staged;
+  Comm* tested = comm.get();
+  if (argc > 1 && std::string(argv[1]) == "--staged") {
+    staged = makeStagedComm(*comm, device);
+    tested = staged.get();
+  }
   auto start = Clock::now();
   for (const Conformance& check : conformanceSuite()) {
     if (comm->size() < check.minRanks) continue;
     Checks results;
     try {
-      check.run(*comm, results);
+      check.run(*tested, results);
     } catch (const std::exception& e) {
       results.failed.push_back(std::string("unexpected error: ") + e.what());
     }
@@ -117,7 +129,7 @@ int main(int argc, char** argv) {
   float failed = static_cast<float>(failures);
   comm->allReduce(&failed, 1, "count failures");
   if (rank == 0)
-    std::printf("%d ranks: %s (%.1f s)\n", comm->size(),
+    std::printf("%d ranks, %s: %s (%.1f s)\n", comm->size(), tested->name().c_str(),
                 failed == 0 ? "every check passed" : "some checks failed",
                 std::chrono::duration<double>(Clock::now() - start).count());
   return failures == 0 && failed == 0 ? 0 : 1;

@@ -2,50 +2,15 @@
 // whose copies are counted: the conformance suite on 1 to 4 ranks, and what it copies.
 #include "backend/comm/StagedComm.h"
 #include "Conformance.h"
+#include "CopyingDevice.h"
 #include "OnRanks.h"
-#include "backend/Device.h"
 
-#include <atomic>
 #include <catch2/catch.hpp>
-#include <cstring>
-#include <stdexcept>
 
 using namespace epl::backend;
 using namespace epl::commtest;
 
 namespace {
-
-// Memory the host can read, as a device's would be after its copies; only copies and
-// synchronisation are used by a communicator, so kernels are refused.
-class CopyingDevice final : public Device {
-public:
-  std::string name() const override { return "copying"; }
-  bool hostAddressable() const override { return false; }
-  void* allocate(int64_t bytes) override { return ::operator new(static_cast<size_t>(bytes)); }
-  void release(void* p) override { ::operator delete(p); }
-  void copyToDevice(void* dst, const void* src, int64_t bytes, StreamId) override {
-    toDevice += bytes;
-    std::memcpy(dst, src, static_cast<size_t>(bytes));
-  }
-  void copyToHost(void* dst, const void* src, int64_t bytes, StreamId) override {
-    toHost += bytes;
-    std::memcpy(dst, src, static_cast<size_t>(bytes));
-  }
-  void copyOnDevice(void*, const void*, int64_t, StreamId) override { refuse(); }
-  void fillZero(void*, int64_t, StreamId) override { refuse(); }
-  void launch(const KernelCall&, StreamId) override { refuse(); }
-  void optimizerStep(const OptimizerCall&, StreamId) override { refuse(); }
-  void sumSquares(const TensorView&, float*, bool, StreamId) override { refuse(); }
-  void scale(const TensorView&, float, StreamId) override { refuse(); }
-  EventId record(StreamId) override { return 0; }
-  void wait(StreamId, EventId) override {}
-  void synchronize() override { ++synchronized; }
-
-  std::atomic<int64_t> toDevice{0}, toHost{0}, synchronized{0};
-
-private:
-  [[noreturn]] static void refuse() { throw std::logic_error("a communicator ran a kernel"); }
-};
 
 // n staged communicators over n in-process ones, each rank with its own device.
 struct StagedRanks {

@@ -871,10 +871,11 @@ private:
   TensorBoardLog events_;
   std::string ckptDir_;
   std::unique_ptr<backend::Device> device_;
-  std::unique_ptr<backend::Comm> deviceComm_; // on GPUs: the executor's communicator
-  int64_t baseline_ = 0;                      // resident bytes before the run's buffers
-  int64_t baselineFile_ = 0;                  // of which pages of files
-  int64_t earlierPeak_ = 0; // the process's peak before them (reading the data set)
+  // On GPUs, the executor's communicator (backend::makeDeviceComm); else it uses comm_.
+  std::unique_ptr<backend::Comm> deviceComm_;
+  int64_t baseline_ = 0;     // resident bytes before the run's buffers
+  int64_t baselineFile_ = 0; // of which pages of files
+  int64_t earlierPeak_ = 0;  // the process's peak before them (reading the data set)
   std::unique_ptr<Executor> ex_;
   std::unique_ptr<checkpoint::FolderLock> lock_;
   std::unique_ptr<data::Sampler> sampler_;

@@ -1,11 +1,14 @@
 // Which device a run takes (interp/DeviceChoice, docs/gpu.md): what `--device cuda` refuses
-// before looking for a GPU, and `cpu` and `auto` where there is none.
+// before looking for a GPU, and `cpu` and `auto` where there is none; and which communicator
+// the ranks' collectives on its memory take (backend::makeDeviceComm).
 #include "Planned.h"
 
 #include "backend/Device.h"
+#include "backend/comm/Comm.h"
 #include "interp/DeviceChoice.h"
 
 #include <catch2/catch.hpp>
+#include <cstdlib>
 
 namespace {
 
@@ -69,4 +72,25 @@ TEST_CASE("device choice: cpu is the CPU, and auto the GPU only where one runs t
   REQUIRE(chosen);
   CHECK(chosen->hostAddressable() == !epl::backend::cudaAvailable());
   CHECK(note.empty());
+}
+
+TEST_CASE("device choice: the ranks' communicator on a device whose memory is the host's") {
+  auto world = epl::backend::makeLocalComms(2);
+  auto cpu = epl::backend::makeCpuDevice(1);
+  std::string note;
+  // The CPU's memory is the host's: the world's communicator serves, nothing is wrapped.
+  CHECK(epl::backend::makeDeviceComm(*world[0], *cpu, &note) == nullptr);
+  CHECK(note.empty());
+  // One rank needs none either.
+  auto self = epl::backend::makeSelfComm();
+  CHECK(epl::backend::makeDeviceComm(*self, *cpu, &note) == nullptr);
+  // EPL_STAGED_COMM takes the path of ranks sharing a GPU, and says so.
+  setenv("EPL_STAGED_COMM", "1", 1);
+  auto staged = epl::backend::makeDeviceComm(*world[0], *cpu, &note);
+  unsetenv("EPL_STAGED_COMM");
+  REQUIRE(staged);
+  CHECK(staged->name() == "local (host-staged)");
+  CHECK(staged->size() == 2);
+  CHECK(note == "note: EPL_STAGED_COMM is set: the ranks' collectives go through local, staged "
+                "through host memory");
 }

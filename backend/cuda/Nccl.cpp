@@ -300,8 +300,8 @@ public:
                                         "timeout cancelled",
                                         what, description));
     }
-    std::string error = poll(*p);
-    if (error == kTimedOut) {
+    auto [timedOut, error] = poll(*p);
+    if (timedOut) {
       // NCCL cannot withdraw a collective: the communicator is aborted, and stays unusable.
       broken_ = true;
       api_.commAbort(comm_);
@@ -339,8 +339,6 @@ public:
   }
 
 private:
-  static constexpr const char* kTimedOut = "\x01timed out";
-
   std::shared_ptr<NcclPending> start(std::string description) {
     if (broken_)
       detail::misuse(*this, "the NCCL communicator was aborted after a timeout and cannot be used");
@@ -405,23 +403,29 @@ private:
                 "a copy");
   }
 
-  // Waits for p's event, at most timeout() seconds; "" when it finished, kTimedOut, or the
-  // error of CUDA or NCCL. Sleeps between polls, longer as the wait goes on, so a waiting
-  // rank leaves the CPU to others.
-  std::string poll(NcclPending& p) {
+  // How a wait on an event ended: finished (no error), failed (the error of CUDA or NCCL),
+  // or out of time.
+  struct Polled {
+    bool timedOut = false;
+    std::string error;
+  };
+
+  // Waits for p's event, at most timeout() seconds. Sleeps between polls, longer as the wait
+  // goes on, so a waiting rank leaves the CPU to others.
+  Polled poll(NcclPending& p) {
     using Clock = std::chrono::steady_clock;
     auto began = Clock::now();
     auto nap = std::chrono::microseconds(5);
     for (;;) {
       cudaError_t e = cudaEventQuery(p.done);
-      if (e == cudaSuccess) return "";
-      if (e != cudaErrorNotReady) return cudaGetErrorString(e);
+      if (e == cudaSuccess) return {};
+      if (e != cudaErrorNotReady) return {false, cudaGetErrorString(e)};
       ncclResult_t async = ncclSuccess;
       api_.commGetAsyncError(comm_, &async);
       if (async != ncclSuccess && async != ncclInProgress)
-        return fmt::format("NCCL: {}", api_.errorString(async));
+        return {false, fmt::format("NCCL: {}", api_.errorString(async))};
       double waited = std::chrono::duration<double>(Clock::now() - began).count();
-      if (timeout() > 0 && waited > timeout()) return kTimedOut;
+      if (timeout() > 0 && waited > timeout()) return {true, ""};
       std::this_thread::sleep_for(nap);
       nap = std::min(nap * 2, std::chrono::microseconds(1000));
     }

@@ -109,6 +109,16 @@ public:
         staged_(makeStagedComm(bootstrap, device)) {
     setTimeout(bootstrap.timeout());
     cudaCheck(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a stream");
+    // The collectives' scratch (host buffers' device copies, half-precision wires) comes from
+    // the device's stream-ordered pool; kept there once freed rather than handed back to the
+    // driver at every synchronisation, so a step's buckets do not map memory anew.
+    int ordinal = 0;
+    cudaMemPool_t pool = nullptr;
+    uint64_t keep = UINT64_MAX;
+    if (cudaGetDevice(&ordinal) == cudaSuccess &&
+        cudaDeviceGetDefaultMemPool(&pool, ordinal) == cudaSuccess)
+      cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+    (void)cudaGetLastError(); // a device without pools keeps the default
     // Rank 0's id, or its failure to make one: every rank learns which.
     struct {
       ncclUniqueId id;

@@ -9,7 +9,8 @@
 //   - every rank starts the same collectives in the same order;
 //   - a buffer passed to an operation stays valid and untouched until its wait returns;
 //   - requests may be waited in any order; each is waited exactly once.
-// Buffers are host memory (or device memory the host can address).
+// Buffers are host memory (or device memory the host can address); the communicators of a
+// GPU's ranks (makeDeviceComm in backend/Device.h) take its device memory too.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -55,6 +55,15 @@ std::string describeBytes(const char* kind, int64_t bytes);
 [[noreturn]] void misuse(const Comm& comm, const std::string& message);
 void checkPeer(const Comm& comm, int peer, const char* role);
 void checkSize(const Comm& comm, int64_t n, const char* what);
+// Whether [inner, inner + innerBytes) lies inside [outer, outer + outerBytes): a buffer of an
+// operation in place, which a communicator that copies buffers keeps in one copy.
+inline bool liesWithin(const void* inner, int64_t innerBytes, const void* outer,
+                       int64_t outerBytes) {
+  auto i = reinterpret_cast<uintptr_t>(inner), o = reinterpret_cast<uintptr_t>(outer);
+  return inner && outer && i >= o &&
+         i + static_cast<uintptr_t>(innerBytes) <= o + static_cast<uintptr_t>(outerBytes);
+}
+
 // An f16 reduction's scale must be positive and finite.
 void checkScale(const Comm& comm, WireType wire, float scale);
 // A reduce-scatter's block sizes: one per rank, none negative. Returns their sum.

@@ -222,9 +222,9 @@ private:
   // only it is copied. Returns the request and the second's offset in its host copy.
   std::pair<std::shared_ptr<StagedPending>, int64_t>
   stageTwo(const void* first, int64_t firstBytes, const void* second, int64_t secondBytes) {
-    auto a = reinterpret_cast<uintptr_t>(first), b = reinterpret_cast<uintptr_t>(second);
-    if (first && second && b >= a && b + secondBytes <= a + firstBytes)
-      return {stage({{first, firstBytes}}), static_cast<int64_t>(b - a)};
+    if (detail::liesWithin(second, secondBytes, first, firstBytes))
+      return {stage({{first, firstBytes}}),
+              static_cast<const char*>(second) - static_cast<const char*>(first)};
     auto p = stage({{first, firstBytes}});
     int64_t at = static_cast<int64_t>(p->host.size());
     p->host.resize(p->host.size() + static_cast<size_t>(std::max<int64_t>(secondBytes, 0)));

@@ -243,7 +243,7 @@ public:
     uintptr_t span = static_cast<uintptr_t>(bytes * n);
     if (n > 1 && bytes > 0 && a < b + span && b < a + span)
       detail::misuse(*this, "all-to-all needs separate send and recv buffers");
-    auto p = start(detail::describeBytes("all-to-all", bytes));
+    auto p = start(detail::describeBytes("all-to-all", bytes * n));
     const void* s = mapped(*p, send, bytes * n, true, false);
     void* r = mapped(*p, recv, bytes * n, false, true);
     if (n == 1) {
@@ -386,12 +386,10 @@ private:
   // An input and an output that may lie inside it (in place): one device copy where they do.
   std::pair<void*, void*> mappedTwo(NcclPending& p, const void* in, int64_t inBytes, void* out,
                                     int64_t outBytes) {
-    auto a = reinterpret_cast<uintptr_t>(in), b = reinterpret_cast<uintptr_t>(out);
-    bool inside = in && out && b >= a && b + outBytes <= a + inBytes;
-    if (!inside || onDevice(in))
+    if (!detail::liesWithin(out, outBytes, in, inBytes) || onDevice(in))
       return {mapped(p, in, inBytes, true, false), mapped(p, out, outBytes, false, true)};
     char* d = static_cast<char*>(mapped(p, in, inBytes, true, false));
-    char* o = d + (b - a);
+    char* o = d + (static_cast<const char*>(out) - static_cast<const char*>(in));
     if (outBytes > 0) p.back.push_back({out, o, outBytes});
     return {d, o};
   }
@@ -399,12 +397,10 @@ private:
   // An output and an input that may lie inside it (an all-gather in place).
   std::pair<void*, const void*> mappedTwoReversed(NcclPending& p, void* out, int64_t outBytes,
                                                   const void* in, int64_t inBytes) {
-    auto a = reinterpret_cast<uintptr_t>(out), b = reinterpret_cast<uintptr_t>(in);
-    bool inside = in && out && b >= a && b + inBytes <= a + outBytes;
-    if (!inside || onDevice(out))
+    if (!detail::liesWithin(in, inBytes, out, outBytes) || onDevice(out))
       return {mapped(p, out, outBytes, false, true), mapped(p, in, inBytes, true, false)};
     char* d = static_cast<char*>(mapped(p, out, outBytes, true, true));
-    return {d, d + (b - a)};
+    return {d, d + (static_cast<const char*>(in) - static_cast<const char*>(out))};
   }
 
   void copy(void* dst, const void* src, int64_t bytes) {

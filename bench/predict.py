@@ -19,7 +19,7 @@ the trace (the rank `ops_rank`, the steps after the warm-up), the ops that take 
 first: where the model misses.
 
 usage: bench/predict.py [--epl build/epl] [--steps 12] [--repeats 3] [--calibration FILE]
-                        [--ops [N]]
+                        [--ops [N]] [--only TEXT]
 """
 import argparse
 import json
@@ -109,6 +109,8 @@ def main():
     ap.add_argument("--ops", type=int, nargs="?", const=12, default=0,
                     help="also trace each case and print its N longest ops, predicted "
                     "against traced (12)")
+    ap.add_argument("--only", metavar="TEXT",
+                    help="only the cases whose script's path contains TEXT")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as work:
         here = args.calibration or os.path.join(work, "here.json")
@@ -120,6 +122,7 @@ def main():
             print(r.stderr.strip())
         cores = os.cpu_count() or 1
         cases = CASES + (CASES_4 if cores >= 4 else [])
+        cases = [c for c in cases if not args.only or args.only in c[0]]
         predicted, plans = {}, {}
         for script, np in cases:
             path = os.path.join(ROOT, script)

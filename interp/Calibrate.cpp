@@ -79,18 +79,29 @@ double lastLevelCacheBytes() {
   return bytes;
 }
 
-// Bytes a second of y = a + b over arrays of n floats each, on the pool's threads: larger
-// than any cache by default; inside the cache when the three fit in it.
-double memoryRate(int64_t n = int64_t{1} << 24) { // 64 MiB an array
+// Bytes a second of y = a + b over arrays of n floats each, on the pool's threads, split as
+// the CPU kernels split elementwise work: larger than any cache by default.
+double memoryRate(int64_t n = int64_t{1} << 24, double seconds = 0.25) { // 64 MiB an array
   std::vector<float> a(static_cast<size_t>(n), 1.f), b(static_cast<size_t>(n), 2.f),
       y(static_cast<size_t>(n));
-  double t = timed([&] {
-    backend::cpu::parallelFor(n, backend::cpu::kParallelMin, [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i)
-        y[static_cast<size_t>(i)] = a[static_cast<size_t>(i)] + b[static_cast<size_t>(i)];
-    });
-  });
+  double t = timed(
+      [&] {
+        backend::cpu::parallelFor(n, backend::cpu::kParallelMin, [&](int64_t lo, int64_t hi) {
+          for (int64_t i = lo; i < hi; ++i)
+            y[static_cast<size_t>(i)] = a[static_cast<size_t>(i)] + b[static_cast<size_t>(i)];
+        });
+      },
+      seconds);
   return 12.0 * static_cast<double>(n) / t;
+}
+
+// The working sets of the bandwidth curve, as floats an array: 24 KiB to 96 MiB over the
+// three arrays, by fours; memoryRate()'s 192 MiB ends the curve.
+std::vector<int64_t> curveFloats() {
+  std::vector<int64_t> n;
+  for (int64_t f = int64_t{1} << 11; f <= int64_t{1} << 23; f *= 4)
+    n.push_back(f);
+  return n;
 }
 
 // The shapes of the GEMM grid in each layout: rows [m, n, k, FLOP/s, layout] for
@@ -116,21 +127,29 @@ std::vector<GridShape> gemmGridShapes() {
 struct ThreadRates {
   double gemm = 0, memory = 0, cache = 0;
   nlohmann::json grid = nlohmann::json::array();
+  nlohmann::json curve = nlohmann::json::array(); // [bytes, bytes/s] by working set
 };
 ThreadRates measureAt(int rounds, int64_t cacheFloats) {
   std::vector<GridShape> shapes = gemmGridShapes();
   std::vector<double> gemm, memory, cache;
   std::vector<std::vector<double>> grid(shapes.size());
+  std::vector<int64_t> sizes = curveFloats();
+  std::vector<std::vector<double>> curve(sizes.size());
   for (int r = 0; r < rounds; ++r) {
     gemm.push_back(gemmRate());
     memory.push_back(memoryRate());
     if (cacheFloats >= 1024) cache.push_back(memoryRate(cacheFloats));
+    for (size_t i = 0; i < sizes.size(); ++i)
+      curve[i].push_back(memoryRate(sizes[i], 0.05));
     for (size_t i = 0; i < shapes.size(); ++i) {
       const GridShape& g = shapes[i];
       grid[i].push_back(gemmShapeRate(g.m, g.n, g.k, 0.02, g.layout, 1));
     }
   }
   ThreadRates t{median(gemm), median(memory), cache.empty() ? 0 : median(cache)};
+  for (size_t i = 0; i < sizes.size(); ++i)
+    t.curve.push_back({12.0 * static_cast<double>(sizes[i]), median(curve[i])});
+  t.curve.push_back({12.0 * static_cast<double>(int64_t{1} << 24), t.memory});
   for (size_t i = 0; i < shapes.size(); ++i) {
     const GridShape& g = shapes[i];
     t.grid.push_back({g.m, g.n, g.k, median(grid[i]), ir::gemmLayoutName(g.layout)});
@@ -147,7 +166,8 @@ nlohmann::json measureCompute(std::ostream& log, int rounds) {
     counts.push_back(t);
   counts.push_back(cores);
   nlohmann::json gemm = nlohmann::json::object(), memory = nlohmann::json::object(),
-                 shapes = nlohmann::json::object(), cache = nlohmann::json::object();
+                 shapes = nlohmann::json::object(), cache = nlohmann::json::object(),
+                 curves = nlohmann::json::object();
   // The cache's rate over three arrays that fill a quarter of it.
   double cacheBytes = lastLevelCacheBytes();
   int64_t cacheFloats = static_cast<int64_t>(cacheBytes / 4 / 3 / 4);
@@ -160,6 +180,7 @@ nlohmann::json measureCompute(std::ostream& log, int rounds) {
     gemm[std::to_string(t)] = lastGemm;
     memory[std::to_string(t)] = lastMemory;
     shapes[std::to_string(t)] = std::move(rates.grid);
+    curves[std::to_string(t)] = std::move(rates.curve);
     std::string inCache;
     if (cacheFloats >= 1024) {
       cache[std::to_string(t)] = rates.cache;
@@ -171,7 +192,8 @@ nlohmann::json measureCompute(std::ostream& log, int rounds) {
   nlohmann::json calibration = {{"cores", cores},
                                 {"gemm_flops", gemm},
                                 {"memory_bandwidth", memory},
-                                {"gemm_by_shape", shapes}};
+                                {"gemm_by_shape", shapes},
+                                {"bandwidth_by_size", curves}};
   if (!cache.empty()) {
     calibration["cache_bytes"] = cacheBytes;
     calibration["cache_bandwidth"] = cache;

@@ -238,7 +238,56 @@ Bracket bracket(const std::vector<double>& axis, double v) {
   return b;
 }
 
+// The rate of a [bytes, rate] curve at `bytes`: interpolated in logarithms, clamped at its
+// ends.
+double curveAt(const std::vector<std::pair<double, double>>& curve, double bytes) {
+  if (bytes <= curve.front().first) return curve.front().second;
+  if (bytes >= curve.back().first) return curve.back().second;
+  size_t hi = 1;
+  while (curve[hi].first < bytes)
+    ++hi;
+  const auto& [x0, y0] = curve[hi - 1];
+  const auto& [x1, y1] = curve[hi];
+  double w = std::log(bytes / x0) / std::log(x1 / x0);
+  return std::exp((1 - w) * std::log(y0) + w * std::log(y1));
+}
+
+// The entry of a by-threads map for `threads`: the most threads measured up to it, else the
+// fewest measured.
+template <class T> const T& atThreads(const std::map<int, T>& byThreads, int threads) {
+  const T* found = &byThreads.begin()->second;
+  for (const auto& [t, value] : byThreads)
+    if (t <= threads) found = &value;
+  return *found;
+}
+
+// The curves `epl calibrate` measured: {"1": [[bytes, bytes/s], …]}, ascending in bytes.
+bool sizeRates(const json& obj, const std::string& where,
+               std::map<int, std::vector<std::pair<double, double>>>& out, std::string& error) {
+  bool ok = obj.is_object() && !obj.empty();
+  for (const auto& [key, rows] : obj.items()) {
+    if (!ok) break;
+    int threads = std::atoi(key.c_str());
+    ok = threads > 0 && std::to_string(threads) == key && rows.is_array() && !rows.empty();
+    for (const json& r : ok ? rows : json::array()) {
+      ok = ok && r.is_array() && r.size() == 2 && r[0].is_number() && r[1].is_number() &&
+           r[0].get<double>() > 0 && r[1].get<double>() > 0 &&
+           (out[threads].empty() || out[threads].back().first < r[0].get<double>());
+      if (ok) out[threads].push_back({r[0].get<double>(), r[1].get<double>()});
+    }
+  }
+  if (!ok)
+    error = fmt::format("{}: must map thread counts to [bytes, bytes/s] rows of positive "
+                        "numbers, ascending in bytes",
+                        where);
+  return ok;
+}
+
 } // namespace
+
+double ClusterDevice::bandwidthFor(double bytes) const {
+  return bandwidthBySize.empty() ? memoryBandwidth : curveAt(bandwidthBySize, bytes);
+}
 
 void ClusterDevice::setGemmRates(const std::vector<ShapeRate>& rows) {
   std::array<GemmGrid, 3> grids;
@@ -299,6 +348,15 @@ Cluster Cluster::forRanks(int np) const {
   if (k.cacheBytes > 0 && !k.cacheBandwidth.empty()) {
     c.device.cacheBytes = k.cacheBytes / std::min(np, k.cores);
     c.device.cacheBandwidth = rateAt(k.cacheBandwidth, threads) * share;
+  }
+  // The ranks together move n sets at once: each at most 1/n of the rate all the cores reach
+  // over n times its set.
+  if (!k.bandwidthBySize.empty()) {
+    int n = std::min(np, k.cores);
+    const auto& all = atThreads(k.bandwidthBySize, k.cores);
+    for (const auto& [bytes, rate] : atThreads(k.bandwidthBySize, threads))
+      c.device.bandwidthBySize.push_back(
+          {bytes, std::min(rate * share, curveAt(all, bytes * n) / n)});
   }
   c.device.matmulEfficiency = c.device.memoryEfficiency = 1;
   c.overlapsCompute = false;
@@ -413,7 +471,7 @@ std::optional<Cluster> parseCluster(const std::string& text, const std::string& 
     double cores = 0;
     if (!checkKeys(k, at,
                    {"cores", "gemm_flops", "memory_bandwidth", "gemm_by_shape", "cache_bytes",
-                    "cache_bandwidth"},
+                    "cache_bandwidth", "bandwidth_by_size"},
                    error) ||
         !number(k, at, "cores", true, cores, error) ||
         !number(k, at, "cache_bytes", false, cal.cacheBytes, error) ||
@@ -426,6 +484,9 @@ std::optional<Cluster> parseCluster(const std::string& text, const std::string& 
       return std::nullopt;
     if (k.contains("cache_bandwidth") &&
         !rates(k["cache_bandwidth"], at + ".cache_bandwidth", cal.cacheBandwidth, error))
+      return std::nullopt;
+    if (k.contains("bandwidth_by_size") &&
+        !sizeRates(k["bandwidth_by_size"], at + ".bandwidth_by_size", cal.bandwidthBySize, error))
       return std::nullopt;
     cal.cores = static_cast<int>(cores);
     c.calibration = cal;

@@ -59,6 +59,15 @@ struct ClusterDevice {
   // the bandwidth elementwise work reaches inside it. A rank whose whole memory plan fits
   // moves its bytes at that rate. 0: no cache modelled (every byte at memoryBandwidth).
   double cacheBytes = 0, cacheBandwidth = 0;
+  // A calibrated machine's memory rate by working set, as one rank sees it while the others
+  // run: [bytes, bytes/s] ascending, y = a + b over arrays that together take that many
+  // bytes, interpolated in logarithms between points and clamped at the ends. The
+  // optimizer's update, a kernel that only streams, moves its bytes at its working set's
+  // rate. (The ops' kernels also compute: GELU's tanh, softmax's exp, im2col's indices. Their
+  // bytes keep the rule above, standing for both; docs/cluster.md has the figures.) Empty:
+  // memoryBandwidth.
+  std::vector<std::pair<double, double>> bandwidthBySize{};
+  double bandwidthFor(double bytes) const;
   // The rate of one product: interpolated over the grid in the logarithms of m, n and k
   // (clamped at its edges), or the peak's share.
   double matmulRate(const Product& p, DType compute, bool tf32 = false) const;
@@ -74,6 +83,8 @@ struct Calibration {
   std::map<int, double> gemmFlops, memoryBandwidth; // threads -> FLOP/s, bytes/s
   double cacheBytes = 0;                // the last-level cache, shared by every core; 0: unknown
   std::map<int, double> cacheBandwidth; // threads -> bytes/s of y = a + b inside it
+  // threads -> [working-set bytes, bytes/s of y = a + b over them], ascending
+  std::map<int, std::vector<std::pair<double, double>>> bandwidthBySize;
   std::map<int, std::vector<ClusterDevice::ShapeRate>> gemmByShape; // threads -> the grid
 };
 

@@ -152,8 +152,12 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c, const Clu
     r.split = p.microBatches * (static_cast<double>(t.ringSendBytes) / link.bandwidth +
                                 collectives * 2.0 * (p.splitWidth - 1) * link.latency);
   }
-  // The optimizer reads and writes each parameter, its gradient and its states once.
-  r.optimizer = 2.0 * static_cast<double>(p.paramBytes + p.gradBytes + p.optimizerBytes) / memory;
+  // The optimizer reads and writes each parameter, its gradient and its states once. Its
+  // kernel streams (a few FLOPs a byte), so on a calibrated machine its bytes move at the
+  // rate of a working set their size, which stays in cache from step to step where it fits.
+  double updated = static_cast<double>(p.paramBytes + p.gradBytes + p.optimizerBytes);
+  double rate = d.bandwidthBySize.empty() ? memory : d.bandwidthFor(updated) * d.memoryEfficiency;
+  r.optimizer = 2.0 * updated / rate;
   // ZeRO stages 1 and 2: then every rank's updated slice of the parameters goes to every
   // rank of its domain (Executor::gatherParams), an all-gather in f32 after the update.
   if (m.zeroApplies() && !m.zeroShardsParams())

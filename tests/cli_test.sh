@@ -123,6 +123,10 @@ if ! grep -q '"AtB"' "$here/here.json"; then
   echo "FAIL: epl calibrate timed no A^T B products"
   failures=$((failures + 1))
 fi
+if ! grep -q '"bandwidth_by_size"' "$here/here.json"; then
+  echo "FAIL: epl calibrate measured no bandwidth by working set"
+  failures=$((failures + 1))
+fi
 expect 0 "predicted on here (cpu (" -- plan "$src/examples/mlp_fashion.epl" -np 2 --cluster here
 expect 0 "predicted on here" -- plan "$src/examples/mlp_fashion.epl" --cluster "$here/here.json"
 expect 0 "(median of steps 2 to 4), predicted" -- run "$src/examples/mlp_fashion.epl" --steps 4 --set train.eval=none --set train.checkpoint=none --metrics "$here/m.jsonl"

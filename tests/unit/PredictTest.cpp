@@ -7,6 +7,7 @@
 #include "ir/Predict.h"
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <fmt/format.h>
 #include <fstream>
 #include <iterator>
@@ -280,6 +281,65 @@ TEST_CASE("a rank whose memory plan fits its share of the cache moves its bytes 
           "calibration": {"cores": 1, "cache_bytes": -1}})",
       "c.json", error));
   CHECK(error == "c.json: calibration: `cache_bytes` must be a positive number, got -1");
+}
+
+TEST_CASE("a calibrated optimizer moves its bytes at the rate of a working set their size, "
+          "the ranks sharing what all cores reach") {
+  // y = a + b at 1 thread: 40 GB/s over 1 MB, 10 GB/s from 100 MB; at 2 threads twice that
+  // up to 1 MB, 30 GB/s from 100 MB.
+  auto cluster = [](const char* curve) {
+    std::string error;
+    auto c = epl::ir::parseCluster(
+        fmt::format(R"({{"devices_per_node": 1, "device": {{"memory_bytes": 1e12,
+            "memory_bandwidth": 1e9, "peak_flops": {{"f32": 1e30}}}},
+            "intra_node": {{"bandwidth": 1e9, "latency": 1e-6}},
+            "calibration": {{"cores": 2, "gemm_flops": {{"1": 1e30}},
+              "memory_bandwidth": {{"1": 1e10, "2": 3e10}}, "bandwidth_by_size": {}}}}})",
+                    curve),
+        "c.json", error);
+    INFO(error);
+    REQUIRE(c);
+    return *c;
+  };
+  Cluster c = cluster(R"({"1": [[1e6, 4e10], [1e8, 1e10]], "2": [[1e6, 8e10], [1e8, 3e10]]})");
+  const epl::ir::ClusterDevice& one = c.forRanks(1).device;
+  CHECK(one.bandwidthFor(1e3) == Approx(8e10)); // clamped at the ends
+  CHECK(one.bandwidthFor(1e9) == Approx(3e10));
+  CHECK(one.bandwidthFor(1e7) == Approx(std::sqrt(8e10 * 3e10))); // halfway in logarithms
+  // Two ranks: a core's curve, but no more than half of what both cores reach over twice
+  // the set: at 1 MB half the 2-thread rate at 2 MB (below a core's 40 GB/s), at 100 MB a
+  // core's 10 GB/s (both cores' 30 over 200 MB, halved, is 15).
+  const epl::ir::ClusterDevice& two = c.forRanks(2).device;
+  REQUIRE(two.bandwidthBySize.size() == 2);
+  double w = std::log(2.0) / std::log(100.0);
+  CHECK(two.bandwidthFor(1e6) == Approx(std::pow(8e10, 1 - w) * std::pow(3e10, w) / 2));
+  CHECK(two.bandwidthFor(1e8) == Approx(1e10));
+  Cluster slow = cluster(R"({"1": [[1e6, 1e10]], "2": [[1e6, 3e10]]})");
+  CHECK(slow.forRanks(2).device.bandwidthFor(1e6) == Approx(1e10));
+  // The optimizer's bytes at their set's rate; the ops' bytes keep the memory's.
+  auto m = epl::testing::planned("one.epl", epl::testing::kOneStage, 1);
+  REQUIRE(m);
+  const epl::ir::Program& p = m->programs[0];
+  double updated = static_cast<double>(p.paramBytes + p.gradBytes + p.optimizerBytes);
+  epl::ir::Prediction fast = epl::ir::predict(*m, c.forRanks(1));
+  CHECK(fast.optimizer == Approx(2 * updated / one.bandwidthFor(updated)));
+  epl::ir::Prediction flat = epl::ir::predict(*m, slow.forRanks(1));
+  CHECK(flat.compute == Approx(fast.compute));
+  CHECK(flat.optimizer == Approx(2 * updated / 3e10));
+  std::string error;
+  for (const char* bad : {R"({"1": [[2e6, 1e9], [1e6, 2e9]]})", R"({"1": [[1e6]]})",
+                          R"({"x": [[1e6, 1e9]]})", R"({"1": []})", "[]"}) {
+    INFO(bad);
+    CHECK_FALSE(
+        epl::ir::parseCluster(fmt::format(R"({{"devices_per_node": 1, "device": {{"memory_bytes": 1,
+            "memory_bandwidth": 1, "peak_flops": {{"f32": 1}}}}, "intra_node": {{"bandwidth": 1,
+            "latency": 1}}, "calibration": {{"cores": 1, "gemm_flops": {{"1": 1}},
+            "memory_bandwidth": {{"1": 1}}, "bandwidth_by_size": {}}}}})",
+                                          bad),
+                              "c.json", error));
+    CHECK(error == "c.json: calibration.bandwidth_by_size: must map thread counts to [bytes, "
+                   "bytes/s] rows of positive numbers, ascending in bytes");
+  }
 }
 
 TEST_CASE("a calibrated GEMM rate: the grid's at its points, between them in logarithms") {

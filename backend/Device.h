@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -138,6 +139,12 @@ public:
   virtual EventId record(StreamId s) = 0;
   virtual void wait(StreamId s, EventId e) = 0;
   virtual void synchronize() = 0;
+
+  // The most device memory the run's buffers held at once since the device was made: what
+  // allocate() handed out at its peak, plus what the device's kernels and communicators
+  // took for scratch at theirs. Nothing for a device whose memory is the host's: the
+  // process's resident set measures that.
+  virtual std::optional<int64_t> peakBytes() const { return std::nullopt; }
 };
 
 // The CPU device: OpenBLAS for GEMMs, `threads` worker threads for the rest (0: all cores).

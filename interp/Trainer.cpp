@@ -751,18 +751,18 @@ void finishTrace(const TraceRecorder& trace, const ir::Module& m, const ir::Prog
                      steps, steps == 1 ? "" : "s", theoreticalBubble(m));
 }
 
-// After the first step, every rank's measured memory (its process's peak above what it held
-// before the run's buffers, less the pages of files it read in) beside its plan: one
-// figure, or per pipeline stage the range over its ranks. Collective; rank 0 prints.
-std::string memoryReport(const ir::Module& m, int64_t measured, backend::Comm& comm) {
+// After the first step, every rank's measured memory beside its plan: one figure, or per
+// pipeline stage the range over its ranks. `what` says what was measured: on the host, the
+// process's peak above what it held before the run's buffers, less the pages of files it
+// read in; on a GPU, the device's peak (Device::peakBytes). Collective; rank 0 prints.
+std::string memoryReport(const ir::Module& m, int64_t measured, const char* what,
+                         backend::Comm& comm) {
   std::vector<int64_t> all(m.programs.size());
   comm.allGather(&measured, all.data(), sizeof measured, "the memory measured after step 1");
   auto percent = [](int64_t measured, int64_t planned) {
     return 100.0 * static_cast<double>(measured - planned) /
            static_cast<double>(std::max<int64_t>(planned, 1));
   };
-  const char* what =
-      "the process's peak above what it held before the run's buffers, less the code it paged in";
   if (all.size() == 1) {
     int64_t planned = m.programs[0].peakBytes();
     return fmt::format("memory after the first step: planned {}, measured {} ({:+.1f}%; {})",
@@ -1110,7 +1110,16 @@ std::optional<int> TrainingRun::step(int64_t step) {
     // buffer of the plan: the file pages that came in since the baseline do not count. They
     // are still resident at the end of the step, which is the peak's or after it.
     int64_t files = fileResidentBytes() - baselineFile_;
-    std::string memory = memoryReport(m, peakResidentBytes() - baseline_ - files, comm_);
+    std::optional<int64_t> onDevice = device_->peakBytes();
+    std::string memory =
+        onDevice ? memoryReport(m, *onDevice,
+                                "the device memory the run's buffers and scratch held at "
+                                "their peak",
+                                comm_)
+                 : memoryReport(m, peakResidentBytes() - baseline_ - files,
+                                "the process's peak above what it held before the run's "
+                                "buffers, less the code it paged in",
+                                comm_);
     if (rank_ == 0) progress.line(memory);
   }
   if (evaluatesAfter(step)) {
@@ -1178,9 +1187,12 @@ int TrainingRun::finish() {
     events_.eval(steps_, e.loss, e.accuracy, true);
     checkMetrics();
   }
+  std::optional<int64_t> onDevice = device_->peakBytes();
   out_ << fmt::format(
-      "memory: planned {} for tensors; peak resident {}{}\n", formatBytes(prog.peakBytes()),
-      formatBytes(std::max(earlierPeak_, peakResidentBytes())), ranks_ > 1 ? " (rank 0)" : "");
+      "memory: planned {} for tensors; {} {}{}\n", formatBytes(prog.peakBytes()),
+      onDevice ? "peak on the device" : "peak resident",
+      formatBytes(onDevice ? *onDevice : std::max(earlierPeak_, peakResidentBytes())),
+      ranks_ > 1 ? " (rank 0)" : "");
   drawLossCurves();
   return 0;
 }

@@ -7,8 +7,10 @@
 #include "backend/cuda/Cublas.h"
 #include "backend/cuda/Kernels.h"
 
+#include <algorithm>
 #include <fmt/format.h>
 #include <new>
+#include <unordered_map>
 #include <vector>
 
 namespace epl::backend::cuda {
@@ -177,10 +179,18 @@ public:
       throw std::bad_alloc(); // the GPU's limit: the caller reports the plan against it
     }
     check(e, "allocating device memory");
+    sizes_[p] = static_cast<int64_t>(rounded);
+    held_ += static_cast<int64_t>(rounded);
+    peakHeld_ = std::max(peakHeld_, held_);
     return p;
   }
   void release(void* p) override {
-    if (p) check(cudaFree(p), "freeing device memory");
+    if (!p) return;
+    check(cudaFree(p), "freeing device memory");
+    auto it = sizes_.find(p);
+    if (it == sizes_.end()) return;
+    held_ -= it->second;
+    sizes_.erase(it);
   }
   // The direction from the addresses (unified addressing), so host memory on both sides
   // works too: the host-staged communicator copies host buffers the same way.
@@ -228,6 +238,21 @@ public:
     check(cudaStreamWaitEvent(stream(s), events_.at(static_cast<size_t>(e)), 0),
           "waiting on an event");
   }
+  // The buffers' peak, and each kind of scratch at its own: kernel scratch and amp's
+  // staging only grow; the stream-ordered pool (the communicators' scratch) reports its
+  // high-water mark. An upper bound where those peaks fell at different times. cuBLAS's own
+  // workspace is not counted.
+  std::optional<int64_t> peakBytes() const override {
+    int64_t pool = 0;
+    cudaMemPool_t p = nullptr;
+    uint64_t high = 0; // the attribute is a 64-bit unsigned count
+    if (cudaDeviceGetDefaultMemPool(&p, ordinal_) == cudaSuccess &&
+        cudaMemPoolGetAttribute(p, cudaMemPoolAttrUsedMemHigh, &high) == cudaSuccess)
+      pool = static_cast<int64_t>(high);
+    (void)cudaGetLastError(); // a device without pools has none to count
+    return peakHeld_ + scratch_.size() + staging_.size() + pool;
+  }
+
   void synchronize() override {
     for (cudaStream_t s : streams_)
       check(cudaStreamSynchronize(s), "a kernel or copy on the GPU");
@@ -261,6 +286,8 @@ private:
   Scratch staging_; // amp's f32 copies for calls without a planned workspace
   Ctx ctx_;
   std::vector<cudaEvent_t> events_;
+  std::unordered_map<void*, int64_t> sizes_; // allocate()'s buffers and their rounded sizes
+  int64_t held_ = 0, peakHeld_ = 0;
 };
 
 } // namespace

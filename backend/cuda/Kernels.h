@@ -24,6 +24,7 @@ class Scratch {
 public:
   // At least `bytes` of device memory, 256-byte aligned. Growing synchronises the stream.
   void* get(int64_t bytes);
+  int64_t size() const { return size_; }
   ~Scratch();
   cudaStream_t stream = nullptr;
 

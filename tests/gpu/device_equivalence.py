@@ -9,6 +9,9 @@ test is skipped (exit 77).
 With --np N the GPU run has N ranks (mpirun; data parallelism over NCCL, or over MPI
 staged through the host where ranks share a GPU) and the CPU run one.
 
+The GPU run's memory after the first step must be the device's (planned against measured
+on the GPU), and is printed for the record.
+
 usage: device_equivalence.py EPL WORKDIR SCRIPT [--steps 20] [--tol 1e-4] [--np 1]
                              [--set KEY=VALUE ...]
 """
@@ -43,6 +46,11 @@ def main():
     gpu, gpu_eval, out, _ = run(a.epl, a.work, script, "cuda", ["--device", "cuda", "-np", str(a.np)], a.steps,
                                 a.sets, skip=no_gpu)
     print(out.splitlines()[0] if out else "")
+    # The device's own memory beside the plan (Device::peakBytes), not the host's.
+    memory = [line for line in out.splitlines() if line.startswith("memory after the first step")]
+    print(memory[0] if memory else "no memory line after the first step")
+    if not memory or "the device memory" not in memory[0]:
+        sys.exit("FAIL: the GPU run did not measure its device's memory after the first step")
     cpu, cpu_eval, _, _ = run(a.epl, a.work, script, "cpu", ["--device", "cpu"], a.steps, a.sets)
     worst = compare(cpu, cpu_eval, gpu, gpu_eval, "cpu", "cuda")
     print(f"worst relative difference {worst:.2e} (tolerance {a.tol:g})")

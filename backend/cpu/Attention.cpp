@@ -33,6 +33,7 @@
 // heads per k/v head, LD = D + 2 KV E a row of qkv, Q query rows and K key rows of a tile.
 #include "backend/KernelShapes.h"
 #include "backend/cpu/KernelUtil.h"
+#include "backend/cpu/Lanes.h"
 #include "backend/cpu/Kernels.h"
 
 #include <algorithm>
@@ -56,7 +57,6 @@ inline int64_t visibleKeys(const Dims& s, int64_t row, int64_t k0, int64_t kn) {
 // The largest of x[0..n): in 16 lanes, so that it vectorises (the max of floats does not
 // depend on the order).
 inline float rowMax(const float* x, int64_t n) {
-  constexpr int kLanes = 16;
   float lane[kLanes];
   std::fill(lane, lane + kLanes, -std::numeric_limits<float>::infinity());
   int64_t j = 0;
@@ -87,22 +87,9 @@ inline void zeroDropped(float* x, const uint8_t* kept, int64_t n) {
     if (!kept[j]) x[j] = 0.f;
 }
 
-// The sum of x[0..n) in 16 lanes, then the lanes in a fixed tree: one order for a given n,
-// whatever the threads, and a loop that vectorises.
+// The sum of x[0..n) in a fixed order that vectorises (KernelUtil.h).
 inline float laneSum(const float* x, int64_t n) {
-  constexpr int kLanes = 16;
-  float lane[kLanes] = {};
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes)
-#pragma omp simd
-    for (int u = 0; u < kLanes; ++u)
-      lane[u] += x[j + u];
-  for (int64_t u = 0; j < n; ++j, ++u)
-    lane[u] += x[j];
-  for (int width = kLanes / 2; width > 0; width /= 2)
-    for (int u = 0; u < width; ++u)
-      lane[u] += lane[u + width];
-  return lane[0];
+  return cpu::laneSum(n, [x](int64_t j) { return x[j]; });
 }
 
 // Online-softmax update of one tile row: turns scores into probabilities relative to the new

@@ -56,17 +56,16 @@ float* workspace(const KernelCall& c, int slot, int64_t at, int64_t n);
 // Sum with a fixed blocked order in double: reductions to a scalar (losses, norms).
 double sumDouble(const float* x, int64_t n);
 
-// exp(x) within ~2 ulp, written so loops over it vectorise (no libm call, no float to int
-// conversion). Below -103.9 (and for -inf) it returns exactly 0; NaN stays NaN.
-inline float expf32(float x) {
+// e^xc = p 2^ni, p from a polynomial of xc - ni ln2: the part both exponentials below
+// share, for xc already clamped to their range.
+inline float expReduced(float xc, int32_t& ni) {
   constexpr float kShifter = 12582912.f; // 1.5 * 2^23: adding it rounds to an integer
-  float xc = x < -103.9f ? -103.9f : (x > 88.7f ? 88.7f : x);
   float t = xc * 1.44269504088896341f + kShifter;
   float n = t - kShifter;
   int32_t tb, sb;
   std::memcpy(&tb, &t, 4);
   std::memcpy(&sb, &kShifter, 4);
-  int32_t ni = tb - sb;
+  ni = tb - sb;
   float r = xc - n * 0.693145751953125f; // ln2 split in two, the first part exact in n * it
   r = r - n * 1.428606765330187e-06f;
   float p = 1.9875691500e-4f;
@@ -75,7 +74,14 @@ inline float expf32(float x) {
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.f;
+  return p * r * r + r + 1.f;
+}
+
+// exp(x) within ~2 ulp, written so loops over it vectorise (no libm call, no float to int
+// conversion). Below -103.9 (and for -inf) it returns exactly 0; NaN stays NaN.
+inline float expf32(float x) {
+  int32_t ni = 0;
+  float p = expReduced(x < -103.9f ? -103.9f : (x > 88.7f ? 88.7f : x), ni);
   // 2^n in two halves, so n down to -150 stays a normal power of two.
   int32_t n1 = ni >> 1, n2 = ni - n1;
   // Unsigned: for a NaN input ni is garbage, and a signed shift of it would be undefined
@@ -86,6 +92,18 @@ inline float expf32(float x) {
   std::memcpy(&s2, &b2, 4);
   float e = p * s1 * s2;
   return x < -103.9f ? 0.f : e;
+}
+
+// exp(x) for x clamped to [-87, 87], where it is a normal float (one power of two, no
+// select): for 1 / (1 + e^x), which is 1 or 0 to a float's precision past those ends
+// (within 1.7e-38 of 0). NaN stays NaN.
+inline float expf32Clamped(float x) {
+  int32_t ni = 0;
+  float p = expReduced(x < -87.f ? -87.f : (x > 87.f ? 87.f : x), ni);
+  uint32_t b = static_cast<uint32_t>(ni + 127) << 23; // unsigned: ni of a NaN is garbage
+  float s;
+  std::memcpy(&s, &b, 4);
+  return p * s;
 }
 
 inline float sigmoidf32(float x) {

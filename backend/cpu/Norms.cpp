@@ -5,6 +5,7 @@
 //
 // Shape legend: N rows (every dim but the last), D width, P row blocks.
 #include "backend/cpu/KernelUtil.h"
+#include "backend/cpu/Lanes.h"
 #include "backend/cpu/Kernels.h"
 
 #include <algorithm>
@@ -48,17 +49,15 @@ void layerNormForward(const KernelCall& c) {
   parallelFor(rows, rowGrain(d), [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
       const float* xr = xp + r * d;
-      float s = 0, v = 0;
-      for (int64_t j = 0; j < d; ++j)
-        s += xr[j];
-      float m = s / static_cast<float>(d);
-      for (int64_t j = 0; j < d; ++j)
-        v += (xr[j] - m) * (xr[j] - m);
+      float m = laneSum(d, [xr](int64_t j) { return xr[j]; }) / static_cast<float>(d);
+      float v = laneSum(d, [xr, m](int64_t j) { return (xr[j] - m) * (xr[j] - m); });
       float rs = 1.f / std::sqrt(v / static_cast<float>(d) + eps);
       mean[r] = m;
       rstd[r] = rs;
+      float* yr = y + r * d;
+#pragma omp simd
       for (int64_t j = 0; j < d; ++j)
-        y[r * d + j] = (xr[j] - m) * rs * w[j] + b[j];
+        yr[j] = (xr[j] - m) * rs * w[j] + b[j];
     }
   });
 }
@@ -77,16 +76,27 @@ void layerNormBackward(const KernelCall& c) {
     std::fill(part, part + 2 * d, 0.f);
     for (int64_t r = r0; r < r1; ++r) {
       const float *xr = xp + r * d, *gr = dy + r * d;
-      float m = mean[r], rs = rstd[r], sg = 0, sgx = 0;
-      for (int64_t j = 0; j < d; ++j) {
+      float m = mean[r], rs = rstd[r];
+      // The row's two sums in lanes (KernelUtil.h's order), the weight's and bias's partials
+      // in the same pass.
+      float lg[kLanes] = {}, lgx[kLanes] = {};
+      auto step = [&](int64_t j, int u) {
         float xh = (xr[j] - m) * rs, g = gr[j] * w[j];
-        sg += g;
-        sgx += g * xh;
+        lg[u] += g;
+        lgx[u] += g * xh;
         pw[j] += gr[j] * xh;
         pb[j] += gr[j];
-      }
+      };
+      int64_t j = 0;
+      for (; j + kLanes <= d; j += kLanes)
+#pragma omp simd
+        for (int u = 0; u < kLanes; ++u)
+          step(j + u, u);
+      for (int u = 0; j < d; ++j, ++u)
+        step(j, u);
       if (!dx) continue;
-      float mg = sg / static_cast<float>(d), mgx = sgx / static_cast<float>(d);
+      float mg = foldLanes(lg) / static_cast<float>(d),
+            mgx = foldLanes(lgx) / static_cast<float>(d);
       for (int64_t j = 0; j < d; ++j) {
         float xh = (xr[j] - m) * rs;
         dx.put(r * d + j, rs * (gr[j] * w[j] - mg - xh * mgx));
@@ -106,9 +116,7 @@ void rmsNormForward(const KernelCall& c) {
   parallelFor(rows, rowGrain(d), [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
       const float* xr = xp + r * d;
-      float s = 0;
-      for (int64_t j = 0; j < d; ++j)
-        s += xr[j] * xr[j];
+      float s = laneSum(d, [xr](int64_t j) { return xr[j] * xr[j]; });
       float rs = 1.f / std::sqrt(s / static_cast<float>(d) + eps);
       rstd[r] = rs;
       for (int64_t j = 0; j < d; ++j)
@@ -128,14 +136,22 @@ void rmsNormBackward(const KernelCall& c) {
     std::fill(pw, pw + d, 0.f);
     for (int64_t r = r0; r < r1; ++r) {
       const float *xr = xp + r * d, *gr = dy + r * d;
-      float rs = rstd[r], sgx = 0;
-      for (int64_t j = 0; j < d; ++j) {
+      float rs = rstd[r];
+      float lgx[kLanes] = {};
+      auto step = [&](int64_t j, int u) {
         float xh = xr[j] * rs;
-        sgx += gr[j] * w[j] * xh;
+        lgx[u] += gr[j] * w[j] * xh;
         pw[j] += gr[j] * xh;
-      }
+      };
+      int64_t j = 0;
+      for (; j + kLanes <= d; j += kLanes)
+#pragma omp simd
+        for (int u = 0; u < kLanes; ++u)
+          step(j + u, u);
+      for (int u = 0; j < d; ++j, ++u)
+        step(j, u);
       if (!dx) continue;
-      float mgx = sgx / static_cast<float>(d);
+      float mgx = foldLanes(lgx) / static_cast<float>(d);
       for (int64_t j = 0; j < d; ++j)
         dx.put(r * d + j, rs * (gr[j] * w[j] - xr[j] * rs * mgx));
     }

@@ -176,27 +176,44 @@ void broadcastRows(float* y, const float* b, int64_t rows, int64_t cols) {
   });
 }
 
+// Each column sums its rows in blocks of 64 (from 0, down the block), then the blocks' sums
+// from 0 in block order. The blocks run a whole row at a time into a row of partial sums
+// (reading x in order, the loops over the columns long and vectorised); the columns then
+// add their partials. The order is the shapes', whatever the threads.
 void columnSum(const float* x, int64_t rows, int64_t cols, GradOut out) {
-  constexpr int64_t kCols = 64, kRows = 64;
-  int64_t chunks = (cols + kCols - 1) / kCols;
-  parallelFor(chunks, rows * cols > kParallelMin ? 1 : chunks, [&](int64_t lo, int64_t hi) {
-    for (int64_t ch = lo; ch < hi; ++ch) {
-      int64_t c0 = ch * kCols, w = std::min(kCols, cols - c0);
-      float total[kCols] = {}, part[kCols];
-      for (int64_t r0 = 0; r0 < rows; r0 += kRows) {
-        std::fill(part, part + w, 0.f);
-        for (int64_t r = r0; r < std::min(rows, r0 + kRows); ++r) {
-          const float* row = x + r * cols + c0;
-          for (int64_t j = 0; j < w; ++j)
-            part[j] += row[j];
-        }
-        for (int64_t j = 0; j < w; ++j)
-          total[j] += part[j];
+  constexpr int64_t kRows = 64;
+  int64_t blocks = (rows + kRows - 1) / kRows;
+  float* part = scratch(10, std::max<int64_t>(blocks, 1) * cols);
+  if (blocks == 0) std::fill(part, part + cols, 0.f); // no rows: sums of 0
+  parallelFor(blocks, std::max<int64_t>(1, rowGrain(cols) / kRows), [&](int64_t lo, int64_t hi) {
+    for (int64_t b = lo; b < hi; ++b) {
+      float* sum = part + b * cols;
+      std::fill(sum, sum + cols, 0.f);
+      for (int64_t r = b * kRows; r < std::min(rows, (b + 1) * kRows); ++r) {
+        const float* row = x + r * cols;
+#pragma omp simd
+        for (int64_t j = 0; j < cols; ++j)
+          sum[j] += row[j];
       }
-      for (int64_t j = 0; j < w; ++j)
-        out.put(c0 + j, total[j]);
     }
   });
+  // The totals in the first block's row, each column's own: 0 + its first block's sum (as a
+  // sum from 0 would make a -0 +0), then the other blocks in order.
+  parallelFor(cols, std::max<int64_t>(1, kParallelMin / std::max<int64_t>(blocks, 1)),
+              [&](int64_t lo, int64_t hi) {
+                float* total = part;
+#pragma omp simd
+                for (int64_t j = lo; j < hi; ++j)
+                  total[j] = 0.f + total[j];
+                for (int64_t b = 1; b < blocks; ++b) {
+                  const float* sum = part + b * cols;
+#pragma omp simd
+                  for (int64_t j = lo; j < hi; ++j)
+                    total[j] += sum[j];
+                }
+                for (int64_t j = lo; j < hi; ++j)
+                  out.put(j, total[j]);
+              });
 }
 
 void writeOrAdd(const GradOut& dst, const float* src, int64_t n) {
@@ -234,7 +251,7 @@ struct ScratchSlot {
   int64_t capacity = 0;
 };
 
-constexpr int kScratchSlots = 10;
+constexpr int kScratchSlots = 11;
 
 } // namespace
 

@@ -47,7 +47,7 @@ void zeroUnlessAcc(const GradOut& dst, int64_t n);
 
 // A grow-only buffer per slot and thread, so hot kernels do not page-fault fresh memory on
 // every call. Slots keep buffers that are live at the same time apart: kernels use 0 to 6,
-// sumDouble uses 7 and gemm 8 and 9.
+// sumDouble uses 7, gemm 8 and 9, columnSum 10.
 float* scratch(int slot, int64_t n);
 // Floats [at, at + n) of the call's workspace (its layout is Module::workspaceBytes'), or
 // scratch slot `slot` when the call has none.

@@ -33,8 +33,8 @@
 // heads per k/v head, LD = D + 2 KV E a row of qkv, Q query rows and K key rows of a tile.
 #include "backend/KernelShapes.h"
 #include "backend/cpu/KernelUtil.h"
-#include "backend/cpu/Lanes.h"
 #include "backend/cpu/Kernels.h"
+#include "backend/cpu/Lanes.h"
 
 #include <algorithm>
 #include <cmath>
@@ -215,9 +215,8 @@ void attentionForward(const KernelCall& c, const AttentionSlots& a) {
   Dims s = attentionDims(c, x, c.in[a.wqkv]);
   int64_t n = s.b * s.t;
   float *y = c.out[0].f32(), *qkv = c.out[1].f32(), *ctx = c.out[2].f32(), *lse = c.out[3].f32();
-  if (a.bqkv >= 0) broadcastRows(qkv, c.in[a.bqkv].f32(), n, s.ld);
-  gemm(false, true, n, s.ld, s.m, 1.f, x.f32(), s.m, c.in[a.wqkv].f32(), s.m,
-       a.bqkv >= 0 ? 1.f : 0.f, qkv, s.ld);
+  linearRows(x.f32(), c.in[a.wqkv].f32(), a.bqkv >= 0 ? c.in[a.bqkv].f32() : nullptr, n, s.ld, s.m,
+             qkv);
   if (s.rotary) rotate(s, RotaryTable(s), qkv, false);
   std::vector<uint8_t> kept = keptKeys(c, a.mask);
   const uint8_t* keys = kept.empty() ? nullptr : kept.data();
@@ -230,9 +229,7 @@ void attentionForward(const KernelCall& c, const AttentionSlots& a) {
                    ml + kBlockQ);
     }
   });
-  if (a.bp >= 0) broadcastRows(y, c.in[a.bp].f32(), n, s.m);
-  gemm(false, true, n, s.m, s.d, 1.f, ctx, s.d, c.in[a.wp].f32(), s.d, a.bp >= 0 ? 1.f : 0.f, y,
-       s.m);
+  linearRows(ctx, c.in[a.wp].f32(), a.bp >= 0 ? c.in[a.bp].f32() : nullptr, n, s.m, s.d, y);
 }
 
 // Per-thread tiles of the backward, and the mask's bytes (null without one).

@@ -136,16 +136,27 @@ void gemmSplitK(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float
 // Big GEMMs are cut into up to 8 pieces that threads of the pool claim, each through one
 // single-threaded sgemm: pieces of K when K dominates (weight gradients), else slices of
 // the rows of C (or of its columns, when there are fewer rows). The cut depends on the
-// shapes only, never on the thread count, so neither does the result.
-void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+// shapes only, never on the thread count, so neither does the result. `then`, when given,
+// runs on each slice of rows right after its sgemm, else on the whole product's rows in
+// parallel.
+void gemmImpl(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,
+              const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+              int64_t ldc, const RowsThen* then) {
   constexpr int64_t kMaxPieces = 8;
-  if (m == 0 || n == 0) return;
-  if (m * n * k < (int64_t{1} << 18))
-    return sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  if (k >= 4 * std::max(m, n) && k >= 1024)
-    return gemmSplitK(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
-                      std::clamp<int64_t>(k / 512, 2, kMaxPieces));
+  if (m == 0) return;
+  auto afterAll = [&] {
+    if (then) parallelFor(m, rowGrain(n), *then);
+  };
+  if (n == 0) return afterAll();
+  if (m * n * k < (int64_t{1} << 18)) {
+    sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return afterAll();
+  }
+  if (k >= 4 * std::max(m, n) && k >= 1024) {
+    gemmSplitK(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+               std::clamp<int64_t>(k / 512, 2, kMaxPieces));
+    return afterAll();
+  }
   bool byRows = m >= n;
   int64_t len = byRows ? m : n;
   int64_t parts = std::clamp<int64_t>(len / 64, 1, kMaxPieces);
@@ -154,14 +165,44 @@ void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha
   parallelFor(parts, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t part = p0; part < p1; ++part) {
       int64_t lo = part * chunk, cnt = std::min(chunk, len - lo);
-      if (byRows)
+      if (byRows) {
         sgemm(transA, transB, cnt, n, k, alpha, transA ? a + lo : a + lo * lda, lda, b, ldb, beta,
               c + lo * ldc, ldc);
-      else
+        if (then) (*then)(lo, lo + cnt); // while the slice is in this thread's cache
+      } else {
         sgemm(transA, transB, m, cnt, k, alpha, a, lda, transB ? b + lo * ldb : b + lo, ldb, beta,
               c + lo, ldc);
+      }
     }
   });
+  if (!byRows) afterAll();
+}
+
+void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  gemmImpl(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, nullptr);
+}
+
+void gemmThen(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,
+              const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+              int64_t ldc, const RowsThen& then) {
+  gemmImpl(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, &then);
+}
+
+void linearRows(const float* x, const float* w, const float* b, int64_t n, int64_t o, int64_t d,
+                float* y) {
+  if (!b) return gemm(false, true, n, o, d, 1.f, x, d, w, d, 0.f, y, o);
+  gemmThen(false, true, n, o, d, 1.f, x, d, w, d, 0.f, y, o,
+           [&](int64_t r0, int64_t r1) { addRows(y, b, r0, r1, o); });
+}
+
+void addRows(float* y, const float* b, int64_t r0, int64_t r1, int64_t cols) {
+  for (int64_t r = r0; r < r1; ++r) {
+    float* row = y + r * cols;
+#pragma omp simd
+    for (int64_t j = 0; j < cols; ++j)
+      row[j] += b[j];
+  }
 }
 
 void initThreads(int threads) {

@@ -21,6 +21,20 @@ namespace epl::backend::cpu {
 // ones and in a build without oneDNN.
 void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+// gemm, then then(r0, r1) over rows [r0, r1) of C, for disjoint ranges that cover [0, M),
+// on several threads: where gemm cuts C by rows, each slice right after its product, by the
+// thread that wrote it and while it is in that thread's cache (a bias, an activation). An
+// elementwise `then` gives the same bits whatever the ranges.
+using RowsThen = std::function<void(int64_t, int64_t)>;
+void gemmThen(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,
+              const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+              int64_t ldc, const RowsThen& then);
+// y[r, :] += b for rows [r0, r1) of `cols` columns.
+void addRows(float* y, const float* b, int64_t r0, int64_t r1, int64_t cols);
+// y[N, O] = x[N, D] W[O, D]^T, plus b[O] on every row unless b is null (added to each slice
+// of rows right after its product).
+void linearRows(const float* x, const float* w, const float* b, int64_t n, int64_t o, int64_t d,
+                float* y);
 
 // Sizes the thread pool for a device using `threads` threads (0: all cores). The sgemm
 // stays single-threaded: GEMMs are sliced over the pool instead (gemm above).
@@ -33,7 +47,7 @@ inline int64_t rowGrain(int64_t cols) {
   return std::max<int64_t>(1, kParallelMin / std::max<int64_t>(cols, 1));
 }
 
-// y[n, :] = b for every row (before a gemm with beta 1 adds x W^T).
+// y[n, :] = b for every row.
 void broadcastRows(float* y, const float* b, int64_t rows, int64_t cols);
 // out[c] (+)= sum over rows of x[r, c]. Columns are split among threads and each column is
 // summed in a fixed blocked order, so the result does not depend on the thread count.

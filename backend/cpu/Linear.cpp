@@ -1,4 +1,4 @@
-// linear: y = x W^T + b, and its backward, as three sgemm calls and a column sum.
+// linear: y = x W^T + b (linearRows), and its backward, as two sgemm calls and a column sum.
 //
 // Shape legend: N rows (every dim of x but the last), D input width, O output width.
 #include "backend/cpu/KernelUtil.h"
@@ -12,9 +12,7 @@ namespace {
 void linearForward(const KernelCall& c, bool hasBias) {
   const TensorView &x = c.in[0], &w = c.in[1];
   int64_t d = lastDim(x), n = rowsOf(x), o = w.shape[0];
-  float* y = c.out[0].f32();
-  if (hasBias) broadcastRows(y, c.in[2].f32(), n, o);
-  gemm(false, true, n, o, d, 1.f, x.f32(), d, w.f32(), d, hasBias ? 1.f : 0.f, y, o);
+  linearRows(x.f32(), w.f32(), hasBias ? c.in[2].f32() : nullptr, n, o, d, c.out[0].f32());
 }
 
 // in = [dy [N, O], x, W, b?, y], out = [dx [N, D], dW [O, D], db [O]?].

@@ -15,11 +15,15 @@ void mlpForward(const KernelCall& c) {
   int64_t d = lastDim(x), n = rowsOf(x), f = c.in[1].shape[0];
   Act act = parseAct(attrWord(c, "act"));
   float *y = c.out[0].f32(), *h = c.out[1].f32(), *a = workspace(c, 0, 0, n * f);
-  broadcastRows(h, c.in[2].f32(), n, f);
-  gemm(false, true, n, f, d, 1.f, x.f32(), d, c.in[1].f32(), d, 1.f, h, f);
-  actForward(act, h, a, n * f);
-  broadcastRows(y, c.in[4].f32(), n, d);
-  gemm(false, true, n, d, f, 1.f, a, f, c.in[3].f32(), f, 1.f, y, d);
+  const float *b1 = c.in[2].f32(), *b2 = c.in[4].f32();
+  // Each slice of rows takes its bias and activation while the product has it in cache.
+  gemmThen(false, true, n, f, d, 1.f, x.f32(), d, c.in[1].f32(), d, 0.f, h, f,
+           [&](int64_t r0, int64_t r1) {
+             addRows(h, b1, r0, r1, f);
+             actForward(act, h + r0 * f, a + r0 * f, (r1 - r0) * f);
+           });
+  gemmThen(false, true, n, d, f, 1.f, a, f, c.in[3].f32(), f, 0.f, y, d,
+           [&](int64_t r0, int64_t r1) { addRows(y, b2, r0, r1, d); });
 }
 
 // in = [dy, x, W1, b1, W2, b2, y, h], out = [dx, dW1, db1, dW2, db2].

@@ -5,8 +5,8 @@
 //
 // Shape legend: N rows (every dim but the last), D width, P row blocks.
 #include "backend/cpu/KernelUtil.h"
-#include "backend/cpu/Lanes.h"
 #include "backend/cpu/Kernels.h"
+#include "backend/cpu/Lanes.h"
 
 #include <algorithm>
 

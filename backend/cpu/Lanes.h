@@ -16,16 +16,21 @@ inline float foldLanes(float* lane) {
       lane[u] += lane[u + width];
   return lane[0];
 }
-// The sum of term(j) for j < n.
-template <class Term> float laneSum(int64_t n, Term term) {
-  float lane[kLanes] = {};
+// step(j, j mod kLanes) for j < n, kLanes at a time in a vectorised loop: for steps that add
+// into lane arrays (and write anything else by j).
+template <class Step> void inLanes(int64_t n, Step step) {
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes)
 #pragma omp simd
     for (int u = 0; u < kLanes; ++u)
-      lane[u] += term(j + u);
+      step(j + u, u);
   for (int u = 0; j < n; ++j, ++u)
-    lane[u] += term(j);
+    step(j, u);
+}
+// The sum of term(j) for j < n.
+template <class Term> float laneSum(int64_t n, Term term) {
+  float lane[kLanes] = {};
+  inLanes(n, [&](int64_t j, int u) { lane[u] += term(j); });
   return foldLanes(lane);
 }
 

@@ -80,20 +80,13 @@ void layerNormBackward(const KernelCall& c) {
       // The row's two sums in lanes (KernelUtil.h's order), the weight's and bias's partials
       // in the same pass.
       float lg[kLanes] = {}, lgx[kLanes] = {};
-      auto step = [&](int64_t j, int u) {
+      inLanes(d, [&](int64_t j, int u) {
         float xh = (xr[j] - m) * rs, g = gr[j] * w[j];
         lg[u] += g;
         lgx[u] += g * xh;
         pw[j] += gr[j] * xh;
         pb[j] += gr[j];
-      };
-      int64_t j = 0;
-      for (; j + kLanes <= d; j += kLanes)
-#pragma omp simd
-        for (int u = 0; u < kLanes; ++u)
-          step(j + u, u);
-      for (int u = 0; j < d; ++j, ++u)
-        step(j, u);
+      });
       if (!dx) continue;
       float mg = foldLanes(lg) / static_cast<float>(d),
             mgx = foldLanes(lgx) / static_cast<float>(d);
@@ -138,18 +131,11 @@ void rmsNormBackward(const KernelCall& c) {
       const float *xr = xp + r * d, *gr = dy + r * d;
       float rs = rstd[r];
       float lgx[kLanes] = {};
-      auto step = [&](int64_t j, int u) {
+      inLanes(d, [&](int64_t j, int u) {
         float xh = xr[j] * rs;
         lgx[u] += gr[j] * w[j] * xh;
         pw[j] += gr[j] * xh;
-      };
-      int64_t j = 0;
-      for (; j + kLanes <= d; j += kLanes)
-#pragma omp simd
-        for (int u = 0; u < kLanes; ++u)
-          step(j + u, u);
-      for (int u = 0; j < d; ++j, ++u)
-        step(j, u);
+      });
       if (!dx) continue;
       float mgx = foldLanes(lgx) / static_cast<float>(d);
       for (int64_t j = 0; j < d; ++j)

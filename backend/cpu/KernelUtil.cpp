@@ -131,8 +131,6 @@ void gemmSplitK(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float
   });
 }
 
-} // namespace
-
 // Big GEMMs are cut into up to 8 pieces that threads of the pool claim, each through one
 // single-threaded sgemm: pieces of K when K dominates (weight gradients), else slices of
 // the rows of C (or of its columns, when there are fewer rows). The cut depends on the
@@ -177,6 +175,8 @@ void gemmImpl(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float a
   });
   if (!byRows) afterAll();
 }
+
+} // namespace
 
 void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {

@@ -360,6 +360,7 @@ Cluster Cluster::forRanks(int np) const {
   }
   c.device.matmulEfficiency = c.device.memoryEfficiency = 1;
   c.overlapsCompute = false;
+  c.coreShare = share;
   c.device.name =
       fmt::format("{} ({} thread{} a rank)", device.name, threads, threads == 1 ? "" : "s");
   c.devicesPerNode = std::max(np, c.devicesPerNode); // every rank on this machine

@@ -118,6 +118,10 @@ struct Cluster {
   // and so can hide behind the backward. Not on a calibrated machine: its ranks' threads
   // take every core, and over shared memory the copies are CPU work (docs/comm.md).
   bool overlapsCompute = true;
+  // More ranks than cores on a calibrated machine: each rank's rates are its share of a core
+  // (cores / np); where a pipeline's schedule leaves ranks waiting, the others run at a
+  // whole core. 1: a device each.
+  double coreShare = 1;
   // The cluster as np ranks of one plan see it: a calibrated machine's ranks share its
   // cores (threads a rank as `epl run` gives them) and its memory bandwidth, each
   // reaching the measured rates in full (efficiencies 1), and no collective hides behind

@@ -235,7 +235,14 @@ Prediction predict(const Module& m, const Cluster& c, bool ops) {
       if (!sim.deadlocked) idle = sim.bubble;
     }
     double span = pipeline / std::max(1 - idle, 1e-9);
-    out.bubble = span - pipeline;
+    if (c.coreShare < 1 && span > pipeline) {
+      // Ranks sharing cores: in the warm-up and cool-down, where the schedule leaves ranks
+      // waiting (its bubble), fewer compete for the cores and those that run get a whole
+      // core, not their share: the bubble shrinks by the share.
+      span = pipeline + (span - pipeline) * c.coreShare;
+      out.sharedCores = true;
+    }
+    out.bubble = std::max(0.0, span - pipeline);
     pipeline = span;
   }
   out.compute = busiest->compute;
@@ -301,6 +308,9 @@ void printPrediction(const Module& m, const Prediction& p, std::ostream& out) {
     parts.push_back(fmt::format("stages a micro-batch {} x {} micro-batches",
                                 fmt::join(stages, " / "), m.policy.microBatches));
     parts.push_back(fmt::format("bubble {}", formatSeconds(p.bubble)));
+    if (p.sharedCores)
+      parts.push_back("the ranks share the cores: a shorter bubble, the ranks that run in its "
+                      "warm-up and cool-down competing with fewer");
   }
   if (p.splitCommunication > 0)
     parts.push_back(fmt::format("split collectives {}", formatSeconds(p.splitCommunication)));

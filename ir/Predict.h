@@ -22,6 +22,10 @@ struct Prediction {
   double compute = 0;
   std::vector<double> stageCompute; // a pipeline's stages, a micro-batch each
   double bubble = 0;
+  // A pipeline whose ranks share a calibrated machine's cores (Cluster::coreShare): its
+  // bubble shrinks by the share, the ranks that run in the warm-up and cool-down getting a
+  // whole core.
+  bool sharedCores = false;
   double gradientReduction = 0, exposedReduction = 0;
   double splitCommunication = 0;
   double stageTransfers = 0;

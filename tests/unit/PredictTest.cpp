@@ -178,6 +178,44 @@ TEST_CASE("a pipeline's step is its slowest stage's micro-batches over the sched
   CHECK(p.stepSeconds == Approx(4 * slowest / busy + p.exposedReduction + p.optimizer));
 }
 
+TEST_CASE("a pipeline whose ranks share a calibrated machine's cores: its bubble shrinks by "
+          "the share") {
+  // Products at 1 GFLOP/s a core, memory all but free. One core: at -np 2 each rank runs
+  // at half its rates, and the ranks running in the warm-up and cool-down at a whole core.
+  auto cluster = [](int cores) {
+    std::string error;
+    auto c = epl::ir::parseCluster(
+        fmt::format(R"({{"devices_per_node": 1, "device": {{"memory_bytes": 1e12,
+            "memory_bandwidth": 1e9, "peak_flops": {{"f32": 1e9}}}},
+            "intra_node": {{"bandwidth": 1e12, "latency": 1e-12}},
+            "calibration": {{"cores": {}, "gemm_flops": {{"1": 1e9}},
+              "memory_bandwidth": {{"1": 1e30}}}}}})",
+                    cores),
+        "c.json", error);
+    INFO(error);
+    REQUIRE(c);
+    return c->forRanks(2);
+  };
+  auto m = epl::testing::planned("two.epl", epl::testing::kTwoStages, 2);
+  REQUIRE(m);
+  Cluster own = cluster(2), shared = cluster(1);
+  CHECK(own.coreShare == 1);
+  CHECK(shared.coreShare == Approx(0.5));
+  epl::ir::Prediction a = epl::ir::predict(*m, own), b = epl::ir::predict(*m, shared);
+  CHECK_FALSE(a.sharedCores);
+  CHECK(b.sharedCores);
+  // Half the rates: twice the stages' time; the bubble at a whole core, as long as with a
+  // core each.
+  REQUIRE(b.stageCompute.size() == 2);
+  for (int s = 0; s < 2; ++s) // (its transfers, which no core runs, all but free)
+    CHECK(b.stageCompute[s] == Approx(2 * a.stageCompute[s]).epsilon(1e-3));
+  CHECK(b.bubble == Approx(a.bubble).epsilon(1e-3));
+  // A pipeline of one rank a stage on a core each, or data parallelism, shrinks nothing.
+  auto one = epl::testing::planned("one.epl", epl::testing::kOneStage, 2);
+  REQUIRE(one);
+  CHECK_FALSE(epl::ir::predict(*one, shared).sharedCores);
+}
+
 TEST_CASE("attention's scores cost their memory traffic on a device whose kernel keeps them "
           "there") {
   // Products all but free; memory at 1 GB/s x 0.8, so the bytes decide.

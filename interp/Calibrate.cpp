@@ -4,6 +4,7 @@
 #include "backend/cpu/KernelUtil.h"
 #include "backend/cpu/Parallel.h"
 #include "interp/MemoryFit.h"
+#include "support/Text.h"
 
 #include <algorithm>
 #include <chrono>
@@ -180,14 +181,20 @@ nlohmann::json measureCompute(std::ostream& log, int rounds) {
     gemm[std::to_string(t)] = lastGemm;
     memory[std::to_string(t)] = lastMemory;
     shapes[std::to_string(t)] = std::move(rates.grid);
+    std::vector<std::string> bySize; // every other point of the curve, for the log
+    for (size_t i = 0; i < rates.curve.size(); i += 2)
+      bySize.push_back(fmt::format("{:.1f} at {}", rates.curve[i][1].get<double>() / 1e9,
+                                   formatBytes(rates.curve[i][0].get<double>())));
     curves[std::to_string(t)] = std::move(rates.curve);
     std::string inCache;
     if (cacheFloats >= 1024) {
       cache[std::to_string(t)] = rates.cache;
       inCache = fmt::format(" ({:.1f} GB/s inside the cache)", rates.cache / 1e9);
     }
-    log << fmt::format("  {} thread{}: GEMM {:.1f} GFLOP/s, memory {:.1f} GB/s{}\n", t,
-                       t == 1 ? "" : "s", lastGemm / 1e9, lastMemory / 1e9, inCache);
+    log << fmt::format("  {} thread{}: GEMM {:.1f} GFLOP/s, memory {:.1f} GB/s{}; GB/s by "
+                       "working set: {}\n",
+                       t, t == 1 ? "" : "s", lastGemm / 1e9, lastMemory / 1e9, inCache,
+                       fmt::join(bySize, ", "));
   }
   nlohmann::json calibration = {{"cores", cores},
                                 {"gemm_flops", gemm},

@@ -121,9 +121,7 @@ public:
   void copyOnDevice(void* dst, const void* src, int64_t bytes, StreamId) override {
     copy(dst, src, bytes);
   }
-  void fillZero(void* dst, int64_t bytes, StreamId) override {
-    if (bytes > 0) std::memset(dst, 0, static_cast<size_t>(bytes));
-  }
+  void fillZero(void* dst, int64_t bytes, StreamId) override { cpu::zeroBytes(dst, bytes); }
 
   void launch(const KernelCall& call, StreamId) override {
     if (needsStaging(call)) return cpu::launchStaged(call, dispatch);
@@ -140,9 +138,7 @@ public:
   void synchronize() override {}
 
 private:
-  static void copy(void* dst, const void* src, int64_t bytes) {
-    if (bytes > 0 && dst != src) std::memmove(dst, src, static_cast<size_t>(bytes));
-  }
+  static void copy(void* dst, const void* src, int64_t bytes) { cpu::copyBytes(dst, src, bytes); }
 
   int threads_ = 1;
   EventId nextEvent_ = 0;

@@ -257,11 +257,35 @@ void columnSum(const float* x, int64_t rows, int64_t cols, GradOut out) {
               });
 }
 
+namespace {
+constexpr int64_t kBytePiece = int64_t{1} << 18; // 256 KiB
+}
+
+void copyBytes(void* dst, const void* src, int64_t bytes) {
+  if (bytes <= 0 || dst == src) return;
+  auto* d = static_cast<char*>(dst);
+  const auto* s = static_cast<const char*>(src);
+  if ((d < s + bytes && s < d + bytes) || bytes < 4 * kBytePiece)
+    return static_cast<void>(std::memmove(d, s, static_cast<size_t>(bytes)));
+  parallelFor((bytes + kBytePiece - 1) / kBytePiece, 1, [&](int64_t lo, int64_t hi) {
+    int64_t from = lo * kBytePiece, to = std::min(bytes, hi * kBytePiece);
+    std::memcpy(d + from, s + from, static_cast<size_t>(to - from));
+  });
+}
+
+void zeroBytes(void* dst, int64_t bytes) {
+  if (bytes <= 0) return;
+  auto* d = static_cast<char*>(dst);
+  if (bytes < 4 * kBytePiece)
+    return static_cast<void>(std::memset(d, 0, static_cast<size_t>(bytes)));
+  parallelFor((bytes + kBytePiece - 1) / kBytePiece, 1, [&](int64_t lo, int64_t hi) {
+    int64_t from = lo * kBytePiece, to = std::min(bytes, hi * kBytePiece);
+    std::memset(d + from, 0, static_cast<size_t>(to - from));
+  });
+}
+
 void writeOrAdd(const GradOut& dst, const float* src, int64_t n) {
-  if (!dst.acc) {
-    if (dst.p != src) std::memcpy(dst.p, src, sizeof(float) * n);
-    return;
-  }
+  if (!dst.acc) return copyBytes(dst.p, src, static_cast<int64_t>(sizeof(float)) * n);
   parallelFor(n, kParallelMin, [&](int64_t lo, int64_t hi) {
 #pragma omp simd
     for (int64_t i = lo; i < hi; ++i)
@@ -278,7 +302,7 @@ void multiplyInto(float* dst, const float* src, int64_t n) {
 }
 
 void zeroUnlessAcc(const GradOut& dst, int64_t n) {
-  if (!dst.acc) std::memset(dst.p, 0, sizeof(float) * n);
+  if (!dst.acc) zeroBytes(dst.p, static_cast<int64_t>(sizeof(float)) * n);
 }
 
 namespace {

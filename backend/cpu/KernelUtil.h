@@ -52,6 +52,10 @@ void broadcastRows(float* y, const float* b, int64_t rows, int64_t cols);
 // out[c] (+)= sum over rows of x[r, c]. Columns are split among threads and each column is
 // summed in a fixed blocked order, so the result does not depend on the thread count.
 void columnSum(const float* x, int64_t rows, int64_t cols, GradOut out);
+// memmove and memset, in pieces over the pool where they are large (and, for a copy, the
+// two do not overlap): one thread leaves a large copy at one core's bandwidth.
+void copyBytes(void* dst, const void* src, int64_t bytes);
+void zeroBytes(void* dst, int64_t bytes);
 // dst (+)= src, elementwise.
 void writeOrAdd(const GradOut& dst, const float* src, int64_t n);
 // dst[i] *= src[i], n elements.

@@ -149,6 +149,11 @@ public:
 
 // The CPU device: OpenBLAS for GEMMs, `threads` worker threads for the rest (0: all cores).
 std::unique_ptr<Device> makeCpuDevice(int threads = 0);
+// The CPU device on memory the host may touch only inside the device's calls, as a GPU's
+// (hostAddressable() is false; any other access is a segmentation fault): the GPU paths of
+// the executor and the communicators, checked without a GPU. `--device cpu` opens it when
+// the environment sets EPL_GUARD_DEVICE (a testing hook, as EPL_STAGED_COMM).
+std::unique_ptr<Device> makeGuardedCpuDevice(int threads = 0);
 
 // A device that cannot be made here: a build without CUDA, no GPU, a GPU the runtime
 // refuses. The message is for the user and says what to do instead.

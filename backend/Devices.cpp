@@ -14,7 +14,11 @@
 namespace epl::backend {
 
 std::unique_ptr<Device> makeDevice(const std::string& name, const DeviceOptions& options) {
-  if (name == "cpu") return makeCpuDevice(options.threads);
+  if (name == "cpu") {
+    const char* guard = std::getenv("EPL_GUARD_DEVICE");
+    if (guard && *guard && std::string(guard) != "0") return makeGuardedCpuDevice(options.threads);
+    return makeCpuDevice(options.threads);
+  }
   if (name == "cuda") {
 #if EPL_HAVE_CUDA
     return cuda::makeCudaDevice(options.ordinal, options.matmul);
@@ -47,10 +51,9 @@ std::unique_ptr<Comm> makeDeviceComm(Comm& world, Device& device, std::string* n
   if (force && *force && std::string(force) != "0") return staged("EPL_STAGED_COMM is set");
   if (device.hostAddressable()) return nullptr;
 #if EPL_HAVE_CUDA
-  return cuda::makeGpuComm(world, device, note);
-#else
-  return staged("this device's memory is not the host's");
+  if (device.name().rfind("cuda", 0) == 0) return cuda::makeGpuComm(world, device, note);
 #endif
+  return staged("this device's memory is not the host's");
 }
 
 bool deviceSupports(const std::string& name, ir::OpKind kind) {

@@ -13,6 +13,7 @@ const ir::Op* opWithoutCudaKernel(const ir::Module& m) {
   for (const ir::Op& op : m.ops) {
     if (op.phase == ir::Phase::Optimizer) continue;
     if (op.kind == ir::OpKind::Next) continue; // the interpreter computes it
+    if (op.kind == ir::OpKind::SendRecv) continue; // the executor's transfers between stages
     if (!backend::deviceSupports("cuda", op.kind)) return &op;
   }
   return nullptr;
@@ -34,13 +35,12 @@ const ir::Op* attentionBeyondCuda(const ir::Module& m) {
 
 // Why the CUDA device cannot run this plan, or "" when it can.
 std::string cudaRefusal(const ir::Module& m, int ranks, const ir::Op** op) {
-  // Several ranks on GPUs run data parallelism (NCCL, docs/gpu.md); a pipeline's transfers
-  // and a split region's pieces are not run there yet.
+  // Several ranks on GPUs run data parallelism (NCCL) and pipelines (their transfers staged
+  // through host memory; docs/gpu.md); a split region's pieces are read and written by the
+  // host, which a GPU's memory does not allow.
   if (ranks > 1)
-    for (const ir::Program& p : m.programs) {
-      if (p.stages > 1) return "pipeline stages on several GPUs do not run yet";
+    for (const ir::Program& p : m.programs)
       if (p.splitWidth > 1) return "split regions on several GPUs do not run yet";
-    }
   if (m.offloadApplies())
     return "optimizer states offloaded to disk (`offload_to = disk`) run on the CPU device so "
            "far";

@@ -35,15 +35,31 @@ TEST_CASE("device choice: cuda is refused with the reason before a GPU is looked
   REQUIRE(two);
   auto pipeline = epl::testing::planned("two.epl", epl::testing::kTwoStages, 2);
   REQUIRE(pipeline);
-  CHECK(refusal(*pipeline, "cuda", 2) ==
-        "--device cuda: pipeline stages on several GPUs do not run yet");
-  // Data parallelism over GPUs runs (NCCL): without a GPU here (or CUDA in this build) it
-  // is refused for that, never for its ranks.
-  if (!epl::backend::cudaAvailable()) {
-    std::string why = refusal(*two, "cuda", 2);
-    CHECK(!why.empty());
-    CHECK(why.find("several GPUs") == std::string::npos);
+  std::string split = R"(
+model net(x: f32[B, 64], y: i32[B]) {
+  split(2) {
+    loss = cross_entropy(linear(relu(linear(x, 128)), 10), y)
   }
+  return loss
+}
+train net {
+  data = synthetic(samples = 64)
+  batch = 16
+}
+)";
+  auto splitPlan = epl::testing::planned("split.epl", split, 2);
+  REQUIRE(splitPlan);
+  CHECK(refusal(*splitPlan, "cuda", 2) ==
+        "--device cuda: split regions on several GPUs do not run yet");
+  // Data parallelism and pipelines over GPUs run: without a GPU here (or CUDA in this
+  // build) they are refused for that, never for their ranks.
+  if (!epl::backend::cudaAvailable())
+    for (const epl::ir::Module* m : {&*two, &*pipeline}) {
+      std::string why = refusal(*m, "cuda", 2);
+      CHECK(!why.empty());
+      CHECK(why.find("several GPUs") == std::string::npos);
+      CHECK(why.find("CUDA kernel") == std::string::npos); // a pipeline's send_recv is none
+    }
   std::string disk =
       std::string(epl::testing::kOneStage) + "policy { offload = optimizer\n offload_to = disk }\n";
   auto offloaded = epl::testing::planned("disk.epl", disk, 1);

@@ -13,7 +13,8 @@ const ir::Op* opWithoutCudaKernel(const ir::Module& m) {
   for (const ir::Op& op : m.ops) {
     if (op.phase == ir::Phase::Optimizer) continue;
     if (op.kind == ir::OpKind::Next) continue; // the interpreter computes it
-    if (op.kind == ir::OpKind::SendRecv) continue; // the executor's transfers between stages
+    // The executor's transfers (between stages, and a split region's collectives).
+    if (ir::opInfo(op.kind).split == ir::SplitRule::Communication) continue;
     if (!backend::deviceSupports("cuda", op.kind)) return &op;
   }
   return nullptr;
@@ -34,13 +35,9 @@ const ir::Op* attentionBeyondCuda(const ir::Module& m) {
 }
 
 // Why the CUDA device cannot run this plan, or "" when it can.
-std::string cudaRefusal(const ir::Module& m, int ranks, const ir::Op** op) {
-  // Several ranks on GPUs run data parallelism (NCCL) and pipelines (their transfers staged
-  // through host memory; docs/gpu.md); a split region's pieces are read and written by the
-  // host, which a GPU's memory does not allow.
-  if (ranks > 1)
-    for (const ir::Program& p : m.programs)
-      if (p.splitWidth > 1) return "split regions on several GPUs do not run yet";
+std::string cudaRefusal(const ir::Module& m, const ir::Op** op) {
+  // Several ranks on GPUs run data parallelism (NCCL), pipelines and split regions (their
+  // transfers staged through host memory; docs/gpu.md): nothing refuses them.
   if (m.offloadApplies())
     return "optimizer states offloaded to disk (`offload_to = disk`) run on the CPU device so "
            "far";
@@ -74,14 +71,14 @@ std::unique_ptr<backend::Device> openDevice(const ir::Module& m, const DeviceReq
     // run the whole plan; else the CPU, saying why where a GPU is here (docs/gpu.md).
     name = "cpu";
     if (backend::cudaAvailable()) {
-      std::string why = cudaRefusal(m, r.ranks, &op);
+      std::string why = cudaRefusal(m, &op);
       if (why.empty())
         name = "cuda";
       else
         *note = fmt::format("note: a GPU is here, but {}: running on the CPU", why);
     }
   } else if (name == "cuda") {
-    std::string why = cudaRefusal(m, r.ranks, &op);
+    std::string why = cudaRefusal(m, &op);
     if (!why.empty()) {
       diags.error(op ? op->loc : m.loc, fmt::format("--device cuda: {}", why))
           .help("run it with --device cpu");

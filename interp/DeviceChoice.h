@@ -14,7 +14,6 @@ namespace epl::interp {
 
 struct DeviceRequest {
   std::string name = "auto"; // auto, cpu or cuda
-  int ranks = 1;             // ranks of the job
   int localRank = 0;         // this rank among those on its machine: its GPU
   int threads = 0;           // CPU threads (0: every core)
 };

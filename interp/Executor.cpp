@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fmt/format.h>
 #include <functional>
+#include <list>
 #include <malloc.h>
 #include <new>
 #include <set>
@@ -118,6 +119,51 @@ void narrowed(const backend::TensorView& f, const backend::TensorView& dst) {
   if (!isHalf(dst.dtype) || !dst.data) return;
   backend::wire::encode(wireOf(dst.dtype), f.f32(), dst.data, dst.numel(), 1.f);
 }
+
+// The device's views an op the executor runs on the host reads and writes (split regions'
+// transfers, the vocabulary-parallel loss, the experts' exchange), in host memory: the
+// views themselves where the device's memory is the host's; else host copies, those it
+// reads filled by the device's copies, those it writes copied back by finish().
+class HostSide {
+public:
+  explicit HostSide(backend::Device& dev) : dev_(dev), mirror_(!dev.hostAddressable()) {}
+  // v with its values, to read.
+  backend::TensorView in(const backend::TensorView& v) { return mirrored(v, true, false); }
+  // v to write (with its values first when `values`: a result added into).
+  backend::TensorView out(const backend::TensorView& v, bool values) {
+    return mirrored(v, values, true);
+  }
+  // The written views to the device.
+  void finish() {
+    for (const Back& b : back_)
+      dev_.copyToDevice(b.device, b.host, b.bytes);
+    back_.clear();
+  }
+
+private:
+  backend::TensorView mirrored(const backend::TensorView& v, bool values, bool written) {
+    if (!mirror_ || !v.data) return v;
+    int64_t bytes = v.bytes();
+    buffers_.emplace_back(static_cast<size_t>(bytes));
+    backend::TensorView h = v;
+    h.data = buffers_.back().data();
+    if (values) {
+      dev_.copyToHost(h.data, v.data, bytes);
+      dev_.synchronize();
+    }
+    if (written) back_.push_back({v.data, h.data, bytes});
+    return h;
+  }
+  struct Back {
+    void* device;
+    const void* host;
+    int64_t bytes;
+  };
+  backend::Device& dev_;
+  bool mirror_;
+  std::list<std::vector<unsigned char>> buffers_; // stable addresses
+  std::vector<Back> back_;
+};
 
 // Per-row figures of a slice of logits [rows, V]: its max, the sum of exp(x - max), and the
 // target's logit where the slice holds the target's column (first <= target < first + V),
@@ -1318,8 +1364,9 @@ void Executor::vocabCrossEntropy(const ir::Instr& in, size_t index, int64_t step
   int logitsT = backward ? op.inputs[1] : op.inputs[0];
   int targetsT = backward ? op.inputs[2] : op.inputs[1];
   dev_.synchronize();
-  backend::TensorView logits = widened(view(logitsT, slot), ampIn_, true);
-  backend::TensorView targets = view(targetsT, slot);
+  HostSide host(dev_);
+  backend::TensorView logits = widened(host.in(view(logitsT, slot)), ampIn_, true);
+  backend::TensorView targets = host.in(view(targetsT, slot));
   int64_t v = logits.shape.back(), rows = logits.numel() / v, first = program_.splitRank * v;
   const float* x = static_cast<const float*>(logits.data);
   const int32_t* t = static_cast<const int32_t*>(targets.data);
@@ -1327,10 +1374,11 @@ void Executor::vocabCrossEntropy(const ir::Instr& in, size_t index, int64_t step
   if (backward) {
     if (op.outputs[0] < 0) return;
     bool add = op.accumulate[0];
-    backend::TensorView grad = view(op.outputs[0], slot), grad32 = widened(grad, ampOut_, add);
+    backend::TensorView grad = host.out(view(op.outputs[0], slot), add),
+                        grad32 = widened(grad, ampOut_, add);
     float* dx = grad32.f32();
-    const float* lse = static_cast<const float*>(view(op.inputs[4], slot).data);
-    float g = *static_cast<const float*>(view(op.inputs[0], slot).data) /
+    const float* lse = static_cast<const float*>(host.in(view(op.inputs[4], slot)).data);
+    float g = *static_cast<const float*>(host.in(view(op.inputs[0], slot)).data) /
               static_cast<float>(std::max<int64_t>(ir::keptTargets(t, rows, ignored), 1));
     for (int64_t r = 0; r < rows; ++r) {
       if (t[r] == ignored) {
@@ -1346,13 +1394,14 @@ void Executor::vocabCrossEntropy(const ir::Instr& in, size_t index, int64_t step
       if (k >= 0 && k < v) dx[r * v + k] -= g;
     }
     narrowed(grad32, grad);
+    host.finish();
     return;
   }
   std::vector<float> mine(static_cast<size_t>(3 * rows)), all(static_cast<size_t>(3 * rows * w));
   sliceFigures(x, t, rows, v, first, mine.data());
   splitComm().allGather(mine.data(), all.data(), 12 * rows,
                         fmt::format("instruction {} of step {}: {}", index, step + 1, op.name));
-  float* lse = static_cast<float*>(view(op.outputs[1], slot).data);
+  float* lse = static_cast<float*>(host.out(view(op.outputs[1], slot), false).data);
   double total = 0;
   for (int64_t r = 0; r < rows; ++r) {
     float top = all[3 * r];
@@ -1368,8 +1417,9 @@ void Executor::vocabCrossEntropy(const ir::Instr& in, size_t index, int64_t step
     if (t[r] != ignored) total += static_cast<double>(lse[r] - target);
   }
   int64_t kept = ir::keptTargets(t, rows, ignored);
-  *static_cast<float*>(view(op.outputs[0], slot).data) =
+  *static_cast<float*>(host.out(view(op.outputs[0], slot), false).data) =
       kept == 0 ? 0.f : static_cast<float>(total / static_cast<double>(kept));
+  host.finish();
 }
 
 // A split region's communication op, forward or backward (its transpose): all-reduce
@@ -1386,14 +1436,16 @@ void Executor::splitTransfer(const ir::Instr& in, size_t index, int64_t step) {
   bool add = backward && op.accumulate[0];
   dev_.synchronize();
   // amp: the collective runs on f32 copies of half tensors, its result rounded back.
-  backend::TensorView stored = view(to, slot);
-  backend::TensorView src = widened(view(from, slot), ampIn_, true);
+  HostSide host(dev_);
+  backend::TensorView stored = host.out(view(to, slot), add);
+  backend::TensorView src = widened(host.in(view(from, slot)), ampIn_, true);
   backend::TensorView dst = widened(stored, ampOut_, add);
   transfer(op, fwd, src, dst, add, [&] {
     return fmt::format("instruction {} of step {}: {} {}", index, step + 1,
                        backward ? "backward of" : "", op.name);
   });
   narrowed(dst, stored);
+  host.finish();
 }
 
 // splitTransfer's collective on f32 views: src to dst (added into it with `add`).
@@ -1485,9 +1537,10 @@ void Executor::moeExchange(const ir::Instr& in, size_t index, int64_t step) {
                        backward ? "backward of " : "", op.name);
   };
   dev_.synchronize();
+  HostSide host(dev_);
   MoeTraffic& tr = moeTraffic_[{countsT, slot}];
   if (dispatch && !backward) { // the counts: of each rank's experts, and of this rank's
-    backend::TensorView counts = view(countsT, slot);
+    backend::TensorView counts = host.in(view(countsT, slot));
     const int32_t* c = static_cast<const int32_t*>(counts.data);
     int64_t experts = counts.numel(), el = experts / w;
     std::vector<int32_t> got(static_cast<size_t>(experts));
@@ -1497,7 +1550,7 @@ void Executor::moeExchange(const ir::Instr& in, size_t index, int64_t step) {
     for (int64_t e = 0; e < experts; ++e)
       tr.sent[e / el] += c[e];
     tr.got.assign(got.begin(), got.end());
-    int32_t* mine = static_cast<int32_t*>(view(op.outputs[1], slot).data);
+    int32_t* mine = static_cast<int32_t*>(host.out(view(op.outputs[1], slot), false).data);
     for (int64_t x = 0; x < el; ++x) {
       int64_t n = 0;
       for (int i = 0; i < w; ++i)
@@ -1506,7 +1559,8 @@ void Executor::moeExchange(const ir::Instr& in, size_t index, int64_t step) {
     }
   }
   EPL_ASSERT(static_cast<int>(tr.sent.size()) == w, "a moe exchange before its dispatch");
-  backend::TensorView src = view(op.inputs[0], slot), dst = view(to, slot);
+  bool add = backward && op.accumulate[0];
+  backend::TensorView src = host.in(view(op.inputs[0], slot)), dst = host.out(view(to, slot), add);
   int64_t d = src.shape.back(), el = static_cast<int64_t>(tr.got.size()) / w;
   // Where each rank's block starts in the local layout, and each (expert, rank) run in the
   // experts' layout.
@@ -1551,7 +1605,6 @@ void Executor::moeExchange(const ir::Instr& in, size_t index, int64_t step) {
   for (backend::Request& r : requests)
     comm.wait(r, what());
   float* t = static_cast<float*>(dst.data);
-  bool add = backward && op.accumulate[0];
   std::vector<float> whole(add ? static_cast<size_t>(dst.numel()) : 0);
   float* into = add ? whole.data() : t;
   int64_t used = 0;
@@ -1573,6 +1626,7 @@ void Executor::moeExchange(const ir::Instr& in, size_t index, int64_t step) {
   if (add)
     for (int64_t k = 0; k < dst.numel(); ++k)
       t[k] += whole[k];
+  host.finish();
 }
 
 // The clip factor is needed on the host before any update: wait for the norm here. Each
@@ -1970,7 +2024,9 @@ void Executor::gatherVocabLogits(const ir::Op& op, std::vector<float>* logits,
                                  std::vector<int32_t>* targets) {
   int w = program_.splitWidth;
   dev_.synchronize();
-  backend::TensorView l = widened(view(op.inputs[0]), ampIn_, true), t = view(op.inputs[1]);
+  HostSide host(dev_);
+  backend::TensorView l = widened(host.in(view(op.inputs[0])), ampIn_, true),
+                      t = host.in(view(op.inputs[1]));
   std::vector<float> pieces(static_cast<size_t>(l.numel() * w));
   splitComm().allGather(l.data, pieces.data(), l.bytes(), "gathering the evaluation's logits");
   if (!logits || !targets) return;

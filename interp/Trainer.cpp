@@ -952,16 +952,14 @@ std::optional<int> TrainingRun::open() {
   if (!agree(!mine_.hasErrors(), "opening the trace file")) return 1;
   ckptDir_ = resolve(o_.baseDir, m.train.checkpointDir);
   std::string deviceNote;
-  device_ = openDevice(m, {o_.device, ranks_, localRank(), o_.threads}, &deviceNote, mine_);
+  device_ = openDevice(m, {o_.device, localRank(), o_.threads}, &deviceNote, mine_);
   if (!agree(device_ != nullptr, "opening the device")) return 1;
-  // The split regions' transfers read and write the device's memory from the host.
-  if (m.programs[rank_].splitWidth > 1 && device_->name().rfind("cpu", 0) != 0)
-    mine_
-        .error(m.loc, fmt::format("split regions run on the cpu device so far, not on {}",
-                                  device_->name()))
-        .help("pass --device cpu");
-  if (!agree(!mine_.hasErrors(), "opening the device")) return 1;
   if (!deviceNote.empty()) out_ << deviceNote << "\n";
+  // The split regions' transfers run on the host: on a device whose memory is not the
+  // host's, each copies its pieces there and back (Executor's HostSide).
+  if (m.programs[rank_].splitWidth > 1 && !device_->hostAddressable() && rank_ == 0)
+    out_ << "note: the split regions' transfers go through host memory on this device, a "
+            "copy each way for each\n";
   // Collectives on GPU memory: NCCL, or MPI staged through the host (docs/gpu.md).
   std::string commNote;
   try {
@@ -1243,7 +1241,7 @@ int sample(const ir::Module& m, const SampleOptions& o, Diagnostics& diags) {
     return 1;
   }
   std::string deviceNote;
-  auto device = openDevice(m, {o.device, 1, localRank(), o.threads}, &deviceNote, diags);
+  auto device = openDevice(m, {o.device, localRank(), o.threads}, &deviceNote, diags);
   if (!device) return 1;
   auto comm = backend::makeSelfComm();
   Executor ex(m, *device, *comm, optimizerSettings(m.train));

@@ -2,7 +2,7 @@
 // memory the host may touch only inside the device's own calls, as a GPU's. Its buffers are
 // mapped with no access and opened for the length of each call (a kernel, a copy, an
 // optimizer step); a read or write of them from anywhere else is a segmentation fault, and
-// the handler below says what it most likely was. With it the executor's GPU paths
+// the handler below says what it most likely was, and where. With it the executor's GPU paths
 // (copies instead of host pointers, communicators staged through host memory) run and are
 // checked on a machine without a GPU.
 #include "backend/Device.h"
@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdlib>
+#include <execinfo.h>
 #include <map>
 #include <new>
 #include <sys/mman.h>
@@ -29,6 +30,8 @@ void onFault(int sig) {
       "there)\n";
   ssize_t ignored = ::write(STDERR_FILENO, message, sizeof message - 1);
   (void)ignored;
+  void* frames[48]; // where: the faulting code's callers
+  backtrace_symbols_fd(frames, backtrace(frames, 48), STDERR_FILENO);
   std::signal(sig, SIG_DFL);
   std::raise(sig);
 }
@@ -37,6 +40,8 @@ void installFaultMessage() {
   static bool done = false;
   if (done) return;
   done = true;
+  void* frame = nullptr;
+  backtrace(&frame, 1); // loads what backtrace needs now, not inside the handler
   static char stack[64 * 1024];
   stack_t ss{};
   ss.ss_sp = stack;

@@ -13,12 +13,11 @@
 namespace {
 
 // openDevice's error for `name`, or "" when it gave a device.
-std::string refusal(const epl::ir::Module& m, const std::string& name, int ranks) {
+std::string refusal(const epl::ir::Module& m, const std::string& name) {
   epl::Session session;
   epl::Diagnostics& diags = session.diags;
   epl::interp::DeviceRequest r;
   r.name = name;
-  r.ranks = ranks;
   std::string note;
   auto dev = epl::interp::openDevice(m, r, &note, diags);
   if (dev) return "";
@@ -49,16 +48,15 @@ train net {
 )";
   auto splitPlan = epl::testing::planned("split.epl", split, 2);
   REQUIRE(splitPlan);
-  CHECK(refusal(*splitPlan, "cuda", 2) ==
-        "--device cuda: split regions on several GPUs do not run yet");
-  // Data parallelism and pipelines over GPUs run: without a GPU here (or CUDA in this
-  // build) they are refused for that, never for their ranks.
+  // Data parallelism, pipelines and split regions over GPUs run: without a GPU here (or
+  // CUDA in this build) they are refused for that, never for their ranks.
   if (!epl::backend::cudaAvailable())
-    for (const epl::ir::Module* m : {&*two, &*pipeline}) {
-      std::string why = refusal(*m, "cuda", 2);
+    for (const epl::ir::Module* m : {&*two, &*pipeline, &*splitPlan}) {
+      std::string why = refusal(*m, "cuda");
       CHECK(!why.empty());
       CHECK(why.find("several GPUs") == std::string::npos);
-      // A pipeline's send_recv is the executor's, no kernel (a build without CUDA has none).
+      // A pipeline's send_recv and a split region's collectives are the executor's, no
+      // kernels (a build without CUDA has none).
       if (epl::backend::deviceSupports("cuda", epl::ir::OpKind::Linear))
         CHECK(why.find("CUDA kernel") == std::string::npos);
     }
@@ -66,11 +64,11 @@ train net {
       std::string(epl::testing::kOneStage) + "policy { offload = optimizer\n offload_to = disk }\n";
   auto offloaded = epl::testing::planned("disk.epl", disk, 1);
   REQUIRE(offloaded);
-  CHECK(refusal(*offloaded, "cuda", 1) ==
+  CHECK(refusal(*offloaded, "cuda") ==
         "--device cuda: optimizer states offloaded to disk (`offload_to = disk`) run on the CPU "
         "device so far");
   // Without a GPU (as on CI), a plan the GPU path runs is refused for want of the GPU.
-  if (!epl::backend::cudaAvailable()) CHECK(refusal(*one, "cuda", 1).find("--device cuda: ") == 0);
+  if (!epl::backend::cudaAvailable()) CHECK(refusal(*one, "cuda").find("--device cuda: ") == 0);
 }
 
 TEST_CASE("device choice: cpu is the CPU, and auto the GPU only where one runs the plan") {

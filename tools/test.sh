@@ -32,12 +32,13 @@ if [ "${EPL_SKIP_SANITIZERS:-0}" != 1 ]; then
   # ranks, every output of many plans: their code is the unit tests' and the CLI's, at a
   # size that only takes time here), then the mpirun runs of one plan of each kind (ZeRO-3
   # over a 2 x 2 pipeline, interleaved stages with ZeRO, a pipeline with a split region and
-  # masks, experts in a split region, ZeRO-2 staged through host copies), a dead rank and an
+  # masks, experts in a split region, ZeRO-2 staged through host copies, split regions on the
+  # guarded device, whose memory the host reaches only by copies), a dead rank and an
   # interrupt: under the sanitizers each rank plans with exact malloc stacks, and all 80
   # would take about half an hour on a 2-core machine (10 to 70 s each). The normal build above runs them all; EPL_ASAN_ALL=1
   # runs them all here.
   left_out='^(parallel/.*|plan_outputs|golden/(deep_repeat_train|gpt3_np1024))$'
-  some='^parallel/(failures|interrupt|equivalence_(pipeline2x2_zero3|pipeline_interleaved_zero|encoder_mask_pipeline_split|moe_split|staged_zero2))$'
+  some='^parallel/(failures|interrupt|equivalence_(pipeline2x2_zero3|pipeline_interleaved_zero|encoder_mask_pipeline_split|moe_split|staged_zero2)|guarded_split2x2_zero2)$'
   [ "${EPL_ASAN_ALL:-0}" = 1 ] && left_out='^$' && some='^parallel/'
   (cd build-san && export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 &&
      ctest --output-on-failure -j "$jobs" -E "$left_out" &&

@@ -154,12 +154,18 @@ bool deviceGroups(const json& list, const std::string& where, ClusterDevice::Att
   return true;
 }
 
-// The measured rate at the most threads measured up to `threads`.
+// The entry of a non-empty by-threads map for `threads`: the most threads measured up to
+// it, else the fewest measured.
+template <class T> const T& atThreads(const std::map<int, T>& byThreads, int threads) {
+  const T* found = &byThreads.begin()->second;
+  for (const auto& [t, value] : byThreads)
+    if (t <= threads) found = &value;
+  return *found;
+}
+
+// The measured rate at the most threads measured up to `threads` (0 when none was).
 double rateAt(const std::map<int, double>& rates, int threads) {
-  double rate = rates.empty() ? 0 : rates.begin()->second;
-  for (const auto& [t, r] : rates)
-    if (t <= threads) rate = r;
-  return rate;
+  return rates.empty() ? 0 : atThreads(rates, threads);
 }
 
 bool rates(const json& obj, const std::string& where, std::map<int, double>& out,
@@ -252,14 +258,6 @@ double curveAt(const std::vector<std::pair<double, double>>& curve, double bytes
   return std::exp((1 - w) * std::log(y0) + w * std::log(y1));
 }
 
-// The entry of a by-threads map for `threads`: the most threads measured up to it, else the
-// fewest measured.
-template <class T> const T& atThreads(const std::map<int, T>& byThreads, int threads) {
-  const T* found = &byThreads.begin()->second;
-  for (const auto& [t, value] : byThreads)
-    if (t <= threads) found = &value;
-  return *found;
-}
 
 // The curves `epl calibrate` measured: {"1": [[bytes, bytes/s], …]}, ascending in bytes.
 bool sizeRates(const json& obj, const std::string& where,
@@ -336,10 +334,8 @@ Cluster Cluster::forRanks(int np) const {
   double memory = std::min(rateAt(k.memoryBandwidth, threads) * share,
                            rateAt(k.memoryBandwidth, k.cores) / std::min(np, k.cores));
   c.device.peakF32 = c.device.peakBf16 = c.device.peakF16 = gemm;
-  // The grid of the most threads measured up to `threads` (else the fewest measured).
   std::vector<ClusterDevice::ShapeRate> rows;
-  for (auto it = k.gemmByShape.begin(); it != k.gemmByShape.end(); ++it)
-    if (it->first <= threads || rows.empty()) rows = it->second;
+  if (!k.gemmByShape.empty()) rows = atThreads(k.gemmByShape, threads);
   for (ClusterDevice::ShapeRate& s : rows)
     s.rate *= share;
   c.device.setGemmRates(rows);

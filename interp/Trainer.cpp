@@ -957,7 +957,9 @@ std::optional<int> TrainingRun::open() {
   if (!deviceNote.empty()) out_ << deviceNote << "\n";
   // The split regions' transfers run on the host: on a device whose memory is not the
   // host's, each copies its pieces there and back (Executor's HostSide).
-  if (m.programs[rank_].splitWidth > 1 && !device_->hostAddressable() && rank_ == 0)
+  bool split = std::any_of(m.programs.begin(), m.programs.end(),
+                           [](const ir::Program& p) { return p.splitWidth > 1; });
+  if (split && !device_->hostAddressable() && rank_ == 0)
     out_ << "note: the split regions' transfers go through host memory on this device, a "
             "copy each way for each\n";
   // Collectives on GPU memory: NCCL, or MPI staged through the host (docs/gpu.md).

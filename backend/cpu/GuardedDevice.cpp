@@ -117,7 +117,6 @@ public:
   EventId record(StreamId s) override { return inner_->record(s); }
   void wait(StreamId s, EventId e) override { inner_->wait(s, e); }
   void synchronize() override { inner_->synchronize(); }
-  std::optional<int64_t> peakBytes() const override { return std::nullopt; }
 
 private:
   // Every buffer readable and writable for the length of one call (calls do not nest, but

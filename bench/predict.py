@@ -7,7 +7,9 @@ Cases: the Fashion-MNIST MLP and CNN and the data-parallel char-GPT at -np 1 and
 char-GPT as a 2-stage pipeline (bench/pipeline_gpt2.epl) and split 2 ways
 (bench/split_gpt.epl) at -np 2; on a machine of at least 4 cores also at -np 4: the
 data-parallel char-GPT, a 4-stage pipeline (bench/pipeline_gpt4.epl) and split 2 ways
-with 2 data-parallel copies. Target (issue figure): within 15% of the measured median.
+with 2 data-parallel copies (with --shared on fewer cores too: the ranks share them, as
+the cost model's core share says). --only TEXT keeps the cases whose script path contains
+TEXT. Target (issue figure): within 15% of the measured median.
 
 A shared machine's speed drifts by tens of percent from minute to minute, so each case runs
 --repeats times (3), the cases taking turns, and its measured figure is the median of its
@@ -19,7 +21,7 @@ the trace (the rank `ops_rank`, the steps after the warm-up), the ops that take 
 first: where the model misses.
 
 usage: bench/predict.py [--epl build/epl] [--steps 12] [--repeats 3] [--calibration FILE]
-                        [--ops [N]] [--only TEXT]
+                        [--ops [N]] [--shared] [--only TEXT]
 """
 import argparse
 import json

@@ -258,7 +258,6 @@ double curveAt(const std::vector<std::pair<double, double>>& curve, double bytes
   return std::exp((1 - w) * std::log(y0) + w * std::log(y1));
 }
 
-
 // The curves `epl calibrate` measured: {"1": [[bytes, bytes/s], …]}, ascending in bytes.
 bool sizeRates(const json& obj, const std::string& where,
                std::map<int, std::vector<std::pair<double, double>>>& out, std::string& error) {

@@ -17,21 +17,25 @@ using epl::ir::Link;
 
 namespace {
 
-// A device whose memory is so fast that every op costs its products alone, and whose links
-// are as given.
-Cluster computeBound(double peak, Link link) {
+// The cluster file `text` says (the test stops with the parser's error when it is none).
+Cluster parsed(const std::string& text) {
   std::string error;
-  auto c = epl::ir::parseCluster(
-      R"({"name": "test", "devices_per_node": 8, "device": {"memory_bytes": 1e12,
-          "memory_bandwidth": 1e30, "peak_flops": {"f32": )" +
-          fmt::format("{}", peak) + R"(}, "matmul_efficiency": 0.5},
-          "intra_node": {"bandwidth": )" +
-          fmt::format("{}", link.bandwidth) + R"(, "latency": )" + fmt::format("{}", link.latency) +
-          "}}",
-      "test.json", error);
+  auto c = epl::ir::parseCluster(text, "c.json", error);
   INFO(error);
   REQUIRE(c);
   return *c;
+}
+
+// A device whose memory is so fast that every op costs its products alone, and whose links
+// are as given.
+Cluster computeBound(double peak, Link link) {
+  return parsed(
+      R"({"name": "test", "devices_per_node": 8, "device": {"memory_bytes": 1e12,
+          "memory_bandwidth": 1e30, "peak_flops": {"f32": )" +
+      fmt::format("{}", peak) + R"(}, "matmul_efficiency": 0.5},
+          "intra_node": {"bandwidth": )" +
+      fmt::format("{}", link.bandwidth) + R"(, "latency": )" + fmt::format("{}", link.latency) +
+      "}}");
 }
 
 } // namespace
@@ -183,18 +187,13 @@ TEST_CASE("a pipeline whose ranks share a calibrated machine's cores: its bubble
   // Products at 1 GFLOP/s a core, memory all but free. One core: at -np 2 each rank runs
   // at half its rates, and the ranks running in the warm-up and cool-down at a whole core.
   auto cluster = [](int cores) {
-    std::string error;
-    auto c = epl::ir::parseCluster(
-        fmt::format(R"({{"devices_per_node": 1, "device": {{"memory_bytes": 1e12,
+    return parsed(fmt::format(R"({{"devices_per_node": 1, "device": {{"memory_bytes": 1e12,
             "memory_bandwidth": 1e9, "peak_flops": {{"f32": 1e9}}}},
             "intra_node": {{"bandwidth": 1e12, "latency": 1e-12}},
             "calibration": {{"cores": {}, "gemm_flops": {{"1": 1e9}},
               "memory_bandwidth": {{"1": 1e30}}}}}})",
-                    cores),
-        "c.json", error);
-    INFO(error);
-    REQUIRE(c);
-    return c->forRanks(2);
+                              cores))
+        .forRanks(2);
   };
   auto m = epl::testing::planned("two.epl", epl::testing::kTwoStages, 2);
   REQUIRE(m);
@@ -220,16 +219,10 @@ TEST_CASE("attention's scores cost their memory traffic on a device whose kernel
           "there") {
   // Products all but free; memory at 1 GB/s x 0.8, so the bytes decide.
   auto cluster = [](const char* attention) {
-    std::string error;
-    auto c = epl::ir::parseCluster(
-        fmt::format(R"({{"devices_per_node": 1, "device": {{"memory_bytes": 1e12,
+    return parsed(fmt::format(R"({{"devices_per_node": 1, "device": {{"memory_bytes": 1e12,
             "memory_bandwidth": 1e9, "peak_flops": {{"f32": 1e30}}, "attention": "{}"}},
             "intra_node": {{"bandwidth": 1e9, "latency": 1e-6}}}})",
-                    attention),
-        "a.json", error);
-    INFO(error);
-    REQUIRE(c);
-    return *c;
+                              attention));
   };
   const char* script = R"(
 model net(x: f32[B, 16, 8], y: f32[B, 16, 8]) {
@@ -286,19 +279,13 @@ TEST_CASE("a rank whose memory plan fits its share of the cache moves its bytes 
           "cache's rate") {
   // Products all but free; memory at 1 GB/s, the cache at 4 GB/s.
   auto cluster = [](double cacheBytes) {
-    std::string error;
-    auto c = epl::ir::parseCluster(
-        fmt::format(R"({{"devices_per_node": 1, "device": {{"memory_bytes": 1e12,
+    return parsed(fmt::format(R"({{"devices_per_node": 1, "device": {{"memory_bytes": 1e12,
             "memory_bandwidth": 1e9, "peak_flops": {{"f32": 1e30}}}},
             "intra_node": {{"bandwidth": 1e9, "latency": 1e-6}},
             "calibration": {{"cores": 2, "gemm_flops": {{"1": 1e30}},
               "memory_bandwidth": {{"1": 1e9, "2": 2e9}}, "cache_bytes": {},
               "cache_bandwidth": {{"1": 4e9, "2": 8e9}}}}}})",
-                    cacheBytes),
-        "c.json", error);
-    INFO(error);
-    REQUIRE(c);
-    return *c;
+                              cacheBytes));
   };
   auto m = epl::testing::planned("one.epl", epl::testing::kOneStage, 1);
   REQUIRE(m);
@@ -326,18 +313,12 @@ TEST_CASE("a calibrated optimizer moves its bytes at the rate of a working set t
   // y = a + b at 1 thread: 40 GB/s over 1 MB, 10 GB/s from 100 MB; at 2 threads twice that
   // up to 1 MB, 30 GB/s from 100 MB.
   auto cluster = [](const char* curve) {
-    std::string error;
-    auto c = epl::ir::parseCluster(
-        fmt::format(R"({{"devices_per_node": 1, "device": {{"memory_bytes": 1e12,
+    return parsed(fmt::format(R"({{"devices_per_node": 1, "device": {{"memory_bytes": 1e12,
             "memory_bandwidth": 1e9, "peak_flops": {{"f32": 1e30}}}},
             "intra_node": {{"bandwidth": 1e9, "latency": 1e-6}},
             "calibration": {{"cores": 2, "gemm_flops": {{"1": 1e30}},
               "memory_bandwidth": {{"1": 1e10, "2": 3e10}}, "bandwidth_by_size": {}}}}})",
-                    curve),
-        "c.json", error);
-    INFO(error);
-    REQUIRE(c);
-    return *c;
+                              curve));
   };
   Cluster c = cluster(R"({"1": [[1e6, 4e10], [1e8, 1e10]], "2": [[1e6, 8e10], [1e8, 3e10]]})");
   const epl::ir::ClusterDevice& one = c.forRanks(1).device;

@@ -127,6 +127,15 @@ public:
   virtual void copyToHost(void* dst, const void* src, int64_t bytes, StreamId s = 0) = 0;
   virtual void copyOnDevice(void* dst, const void* src, int64_t bytes, StreamId s = 0) = 0;
   virtual void fillZero(void* dst, int64_t bytes, StreamId s = 0) = 0;
+  // `rows` runs of rowBytes, from every srcPitch bytes of src to every dstPitch bytes of dst
+  // (both device memory): a piece of each row of a tensor cut along a dim, or the pieces
+  // joined back. By default one copyOnDevice a row.
+  virtual void copyRows(void* dst, int64_t dstPitch, const void* src, int64_t srcPitch,
+                        int64_t rowBytes, int64_t rows, StreamId s = 0) {
+    for (int64_t r = 0; r < rows; ++r)
+      copyOnDevice(static_cast<char*>(dst) + r * dstPitch,
+                   static_cast<const char*>(src) + r * srcPitch, rowBytes, s);
+  }
 
   // Kernels.
   virtual void launch(const KernelCall& call, StreamId s = 0) = 0;

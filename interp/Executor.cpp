@@ -434,6 +434,46 @@ void Executor::releaseBuffers() {
     if (*b) dev_.release(*b);
     *b = nullptr;
   }
+  for (DeviceScratch* s : {&zeroBias_, &cutScratch_, &gathered_, &transferIn_, &transferOut_}) {
+    if (s->data) dev_.release(s->data);
+    *s = DeviceScratch{};
+  }
+}
+
+// `floats` of device memory in `s`, kept across calls: reallocated (its values lost) when
+// it holds fewer.
+float* Executor::scratch(DeviceScratch& s, int64_t floats) {
+  if (s.bytes < 4 * floats) {
+    if (s.data) dev_.release(s.data);
+    s.data = nullptr; // a failed allocation leaves none
+    s.data = static_cast<unsigned char*>(dev_.allocate(4 * floats));
+    s.bytes = 4 * floats;
+  }
+  return reinterpret_cast<float*>(s.data);
+}
+
+// The view as f32 in device memory: itself, or (half) an f32 copy in `s`, widened on the
+// device when `values` (amp: the regions' collectives sum in f32).
+backend::TensorView Executor::asF32(const backend::TensorView& v, DeviceScratch& s, bool values) {
+  if (!isHalf(v.dtype) || !v.data) return v;
+  backend::TensorView f = v;
+  f.dtype = ir::DType::F32;
+  f.data = scratch(s, v.numel());
+  if (values) castInto(v, f);
+  return f;
+}
+
+// `to` = `from`, converted to its dtype on the device: a reshape's copy, whose kernel widens
+// and rounds half views as any kernel does (HalfStaging.h).
+void Executor::castInto(const backend::TensorView& from, const backend::TensorView& to) {
+  if (from.data == to.data) return;
+  static const ir::Attrs none;
+  backend::KernelCall c;
+  c.kind = ir::OpKind::Reshape;
+  c.attrs = &none;
+  c.in = {from};
+  c.out = {to};
+  dev_.launch(c);
 }
 
 backend::TensorView Executor::shapeOnly(int t) const {
@@ -528,7 +568,7 @@ void Executor::bindCalls() {
   int64_t widest = 0;
   for (size_t q = 0; q < paramShape_.size(); ++q)
     if (paramShape_[q].size() == 1) widest = std::max(widest, paramElems_[q]);
-  if (program_.splitWidth > 1) zeroBias_.assign(static_cast<size_t>(widest), 0.f);
+  if (program_.splitWidth > 1 && widest > 0) dev_.fillZero(scratch(zeroBias_, widest), 4 * widest);
   std::vector<bool> runs(m_.ops.size(), false);
   for (const ir::Instr& in : program_.step)
     if (in.kind == ir::InstrKind::Run) runs[in.op] = true;
@@ -645,9 +685,9 @@ void Executor::bindCall(int i, int slot) {
     int bias = partial ? ir::outputBiasIndex(op.kind, op.attrs) : -1;
     if (bias >= 0 && program_.splitRank != 0) {
       backend::TensorView& b = c.in[op.inputs.size() + static_cast<size_t>(bias)];
-      EPL_ASSERT(zeroBias_.size() >= static_cast<size_t>(b.numel()),
+      EPL_ASSERT(zeroBias_.bytes >= 4 * b.numel(),
                  "the zero bias is sized for every bias before the calls are bound");
-      b.data = zeroBias_.data();
+      b.data = zeroBias_.data;
     }
   } else if (op.phase == ir::Phase::Backward) {
     const ir::Op& fwd = m_.ops[op.forward];
@@ -1424,7 +1464,8 @@ void Executor::vocabCrossEntropy(const ir::Instr& in, size_t index, int64_t step
 
 // A split region's communication op, forward or backward (its transpose): all-reduce
 // <-> identity, all-gather <-> slice, reduce-scatter <-> all-gather (sequence
-// parallelism). Runs on the host side of the device's memory.
+// parallelism). On the device's memory: its copies, kernels and the split group's
+// communicator (NCCL on GPUs).
 void Executor::splitTransfer(const ir::Instr& in, size_t index, int64_t step) {
   const ir::Op& op = m_.ops[in.op];
   bool backward = op.phase == ir::Phase::Backward;
@@ -1434,34 +1475,48 @@ void Executor::splitTransfer(const ir::Instr& in, size_t index, int64_t step) {
   int from = op.inputs[0], to = op.outputs[0];
   if (to < 0) return; // no gradient flows back through it
   bool add = backward && op.accumulate[0];
-  dev_.synchronize();
   // amp: the collective runs on f32 copies of half tensors, its result rounded back.
-  HostSide host(dev_);
-  backend::TensorView stored = host.out(view(to, slot), add);
-  backend::TensorView src = widened(host.in(view(from, slot)), ampIn_, true);
-  backend::TensorView dst = widened(stored, ampOut_, add);
+  backend::TensorView stored = view(to, slot);
+  backend::TensorView src = asF32(view(from, slot), transferIn_, true);
+  backend::TensorView dst = asF32(stored, transferOut_, add);
   transfer(op, fwd, src, dst, add, [&] {
     return fmt::format("instruction {} of step {}: {} {}", index, step + 1,
                        backward ? "backward of" : "", op.name);
   });
-  narrowed(dst, stored);
-  host.finish();
+  castInto(dst, stored);
 }
 
-// splitTransfer's collective on f32 views: src to dst (added into it with `add`).
+// splitTransfer's collective on f32 views in device memory: src to dst (added into it with
+// `add`). The pieces are cut and joined by the device's copies of rows; a collective first
+// waits for what the device queued before it, and what the device queues after it runs
+// once it finished (the communicator's wait).
 void Executor::transfer(const ir::Op& op, const ir::Op& fwd, const backend::TensorView& src,
                         const backend::TensorView& dst, bool add,
                         const std::function<std::string()>& what) {
   bool backward = op.phase == ir::Phase::Backward;
-  auto put = [&](const float* values) { // dst = values, or += with `add`
-    float* d = static_cast<float*>(dst.data);
-    int64_t n = dst.numel();
+  auto put = [&](float* values) { // dst = values, or += with `add`
     if (!add) {
-      if (values != d) std::memcpy(d, values, 4 * n);
+      if (values != dst.data) dev_.copyOnDevice(dst.data, values, dst.bytes());
       return;
     }
-    for (int64_t i = 0; i < n; ++i)
-      d[i] += values[i];
+    static const ir::Attrs none;
+    backend::KernelCall c;
+    c.kind = ir::OpKind::Add;
+    c.attrs = &none;
+    backend::TensorView v = dst;
+    v.data = values;
+    c.in = {dst, v};
+    c.out = {dst};
+    dev_.launch(c);
+  };
+  // Piece k of each of a cut's rows, between a whole tensor and its piece (rows side by
+  // side), either way.
+  auto piece = [&](float* whole, float* part, Cut c, int k, bool toPiece) {
+    int64_t row = 4 * c.piece, pitch = row * program_.splitWidth;
+    if (toPiece)
+      dev_.copyRows(part, row, whole + k * c.piece, pitch, row, c.rows);
+    else
+      dev_.copyRows(whole + k * c.piece, pitch, part, row, row, c.rows);
   };
   int w = program_.splitWidth, k = program_.splitRank;
   ir::OpKind kind = fwd.kind;
@@ -1477,17 +1532,19 @@ void Executor::transfer(const ir::Op& op, const ir::Op& fwd, const backend::Tens
     // The whole partial tensor laid out as w pieces one after another, then each rank
     // receives the sum of its piece.
     Cut c = cutOf(src.shape, bridgeDim(fwd), w);
-    scratch_.resize(static_cast<size_t>(src.numel() + dst.numel()));
-    float *send = scratch_.data(), *sum = send + src.numel();
+    float* send = scratch(cutScratch_, src.numel() + dst.numel());
+    float* sum = send + src.numel();
     for (int j = 0; j < w; ++j)
-      copyPiece(static_cast<float*>(src.data), send + j * c.rows * c.piece, c, w, j, true);
+      piece(src.f32(), send + j * c.rows * c.piece, c, j, true);
+    dev_.synchronize();
     splitComm().reduceScatter(send, sum, dst.numel(), what());
     put(sum);
   } else if (reduce) {
     // Sums in place in the source when the result is added: the source (a partial sum, or
     // the identity's gradient) has no other reader.
-    float* buf = static_cast<float*>(add ? src.data : dst.data);
-    if (!add) std::memcpy(buf, src.data, static_cast<size_t>(src.bytes()));
+    float* buf = add ? src.f32() : dst.f32();
+    if (!add) dev_.copyOnDevice(buf, src.data, src.bytes());
+    dev_.synchronize();
     splitComm().allReduce(buf, src.numel(), what());
     if (add) put(buf);
   } else if (gather) {
@@ -1496,20 +1553,21 @@ void Executor::transfer(const ir::Op& op, const ir::Op& fwd, const backend::Tens
     // they go to a buffer kept across calls (no fresh pages a call), then are joined.
     Cut c = cutOf(dst.shape, bridgeDim(fwd), w);
     EPL_ASSERT(src.numel() * w == dst.numel(), "an all-gather's result holds its pieces");
+    dev_.synchronize();
     if (!add && c.rows == 1) return splitComm().allGather(src.data, dst.data, src.bytes(), what());
-    gathered_.resize(static_cast<size_t>(dst.numel()));
-    splitComm().allGather(src.data, gathered_.data(), src.bytes(), what());
-    if (!add) return joinPieces(gathered_.data(), static_cast<float*>(dst.data), c, w);
-    scratch_.resize(static_cast<size_t>(dst.numel()));
-    joinPieces(gathered_.data(), scratch_.data(), c, w);
-    put(scratch_.data());
+    float* pieces = scratch(gathered_, dst.numel());
+    splitComm().allGather(src.data, pieces, src.bytes(), what());
+    float* whole = add ? scratch(cutScratch_, dst.numel()) : dst.f32();
+    for (int j = 0; j < w; ++j)
+      piece(whole, pieces + j * c.rows * c.piece, c, j, false);
+    if (add) put(whole);
   } else if (slice) {
     Cut c = cutOf(src.shape, bridgeDim(fwd), w);
-    scratch_.resize(static_cast<size_t>(dst.numel()));
-    copyPiece(static_cast<float*>(src.data), scratch_.data(), c, w, k, true);
-    put(scratch_.data());
+    float* mine = add ? scratch(cutScratch_, dst.numel()) : dst.f32();
+    piece(src.f32(), mine, c, k, true);
+    if (add) put(mine);
   } else { // a forward identity, or the backward of an all-reduce: the values pass as they are
-    put(static_cast<float*>(src.data));
+    put(src.f32());
   }
 }
 

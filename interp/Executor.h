@@ -292,13 +292,21 @@ private:
   // Parameters cut over the split group, and those this rank does not hold, with their
   // optimizer states, as whole host arrays: between rank 0's writes and broadcastState, or
   // gatherShards (gatherStages) and rank 0's reads; whether rank 0 wrote states (a
-  // checkpoint's; they start at zero otherwise); a zero bias for
-  // the ranks that must not add one to their partial sums; scratch for the regions'
-  // collectives.
+  // checkpoint's; they start at zero otherwise).
   std::map<int, std::vector<float>> wholeParam_;
   std::map<std::pair<int, int>, std::vector<float>> wholeState_;
   bool statesWritten_ = false;
-  std::vector<float> zeroBias_, scratch_, gathered_;
+  // In device memory: a zero bias for the split ranks that must not add one to their
+  // partial sums (bindCall); scratch for the regions' transfers, kept across calls and
+  // grown to the largest (transfer; with amp, the f32 copies of half tensors).
+  struct DeviceScratch {
+    unsigned char* data = nullptr;
+    int64_t bytes = 0;
+  };
+  DeviceScratch zeroBias_, cutScratch_, gathered_, transferIn_, transferOut_;
+  float* scratch(DeviceScratch& s, int64_t floats);
+  backend::TensorView asF32(const backend::TensorView& v, DeviceScratch& s, bool values);
+  void castInto(const backend::TensorView& from, const backend::TensorView& to);
   std::vector<float> ampIn_, ampOut_; // amp: f32 copies of half tensors for host-side ops
   // ZeRO stage 1 (Module::zeroApplies) over the ranks that share this rank's parameters,
   // in each domain (Module::zeroSlices: those summed over the stage's ranks, and a split

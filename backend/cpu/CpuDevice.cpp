@@ -122,6 +122,14 @@ public:
     copy(dst, src, bytes);
   }
   void fillZero(void* dst, int64_t bytes, StreamId) override { cpu::zeroBytes(dst, bytes); }
+  void copyRows(void* dst, int64_t dstPitch, const void* src, int64_t srcPitch, int64_t rowBytes,
+                int64_t rows, StreamId) override {
+    if (rows == 1 || (dstPitch == rowBytes && srcPitch == rowBytes))
+      return copy(dst, src, rows * rowBytes);
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(static_cast<char*>(dst) + r * dstPitch,
+                  static_cast<const char*>(src) + r * srcPitch, static_cast<size_t>(rowBytes));
+  }
 
   void launch(const KernelCall& call, StreamId) override {
     if (needsStaging(call)) return cpu::launchStaged(call, dispatch);

@@ -2,17 +2,21 @@
 // memory the host may touch only inside the device's own calls, as a GPU's. Its buffers are
 // mapped with no access and opened for the length of each call (a kernel, a copy, an
 // optimizer step); a read or write of them from anywhere else is a segmentation fault, and
-// the handler below says what it most likely was, and where. With it the executor's GPU paths
-// (copies instead of host pointers, communicators staged through host memory) run and are
-// checked on a machine without a GPU.
+// the handler below says what it most likely was, and where. And every address a kernel or a
+// copy within the device takes must lie in one of its buffers: host memory handed to one
+// (which a GPU's could not read) stops the process, naming the call. With it the
+// executor's GPU paths (copies instead of host pointers, communicators staged through host
+// memory) run and are checked on a machine without a GPU.
 #include "backend/Device.h"
 
 #include <algorithm>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <execinfo.h>
 #include <map>
 #include <new>
+#include <string>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -82,6 +86,8 @@ public:
     munmap(it->first, it->second);
     regions_.erase(it);
   }
+  // Host <-> device copies take any address, as the CUDA device's (cudaMemcpyDefault): the
+  // communicators stage host and device buffers alike through them.
   void copyToDevice(void* dst, const void* src, int64_t bytes, StreamId s) override {
     Open o(*this);
     inner_->copyToDevice(dst, src, bytes, s);
@@ -91,26 +97,56 @@ public:
     inner_->copyToHost(dst, src, bytes, s);
   }
   void copyOnDevice(void* dst, const void* src, int64_t bytes, StreamId s) override {
+    mine(dst, bytes, "copyOnDevice's destination");
+    mine(src, bytes, "copyOnDevice's source");
     Open o(*this);
     inner_->copyOnDevice(dst, src, bytes, s);
   }
   void fillZero(void* dst, int64_t bytes, StreamId s) override {
+    mine(dst, bytes, "fillZero's destination");
     Open o(*this);
     inner_->fillZero(dst, bytes, s);
   }
+  void copyRows(void* dst, int64_t dstPitch, const void* src, int64_t srcPitch, int64_t rowBytes,
+                int64_t rows, StreamId s) override {
+    if (rows > 0) {
+      mine(dst, (rows - 1) * dstPitch + rowBytes, "copyRows's destination");
+      mine(src, (rows - 1) * srcPitch + rowBytes, "copyRows's source");
+    }
+    Open o(*this);
+    inner_->copyRows(dst, dstPitch, src, srcPitch, rowBytes, rows, s);
+  }
   void launch(const KernelCall& call, StreamId s) override {
+    auto what = [&](const std::string& part) {
+      return std::string(ir::opInfo(call.kind).name) + (call.backward ? "'s backward " : " ") +
+             part;
+    };
+    for (const auto* views : {&call.in, &call.out})
+      for (size_t i = 0; i < views->size(); ++i) {
+        const TensorView& v = (*views)[i];
+        if (!inside(v.data, v.bytes()))
+          refuse(what((views == &call.in ? "input " : "output ") + std::to_string(i)), v.data,
+                 v.bytes());
+      }
+    if (!inside(call.workspace, 4 * call.workspaceFloats))
+      refuse(what("workspace"), call.workspace, 4 * call.workspaceFloats);
     Open o(*this);
     inner_->launch(call, s);
   }
   void optimizerStep(const OptimizerCall& call, StreamId s) override {
+    for (const TensorView* v : {&call.param, &call.grad, &call.state1, &call.state2})
+      mine(v->data, v->bytes(), "an optimizer step's tensor");
     Open o(*this);
     inner_->optimizerStep(call, s);
   }
   void sumSquares(const TensorView& x, float* result, bool accumulate, StreamId s) override {
+    mine(x.data, x.bytes(), "sumSquares's input");
+    mine(result, 4, "sumSquares's result");
     Open o(*this);
     inner_->sumSquares(x, result, accumulate, s);
   }
   void scale(const TensorView& x, float factor, StreamId s) override {
+    mine(x.data, x.bytes(), "scale's tensor");
     Open o(*this);
     inner_->scale(x, factor, s);
   }
@@ -138,6 +174,29 @@ private:
         (void)ignored;
         std::abort();
       }
+  }
+
+  // `bytes` at p (null: a view the call does not touch) inside one of the device's buffers,
+  // else the process stops: a GPU's kernel or copy could not reach host memory.
+  void mine(const void* p, int64_t bytes, const char* what) const {
+    if (!inside(p, bytes)) refuse(what, p, bytes);
+  }
+  bool inside(const void* p, int64_t bytes) const {
+    if (!p || bytes <= 0) return true;
+    auto it = regions_.upper_bound(const_cast<void*>(p));
+    if (it == regions_.begin()) return false;
+    --it;
+    auto at = static_cast<const char*>(p), first = static_cast<const char*>(it->first);
+    return at >= first && at + bytes <= first + it->second;
+  }
+  [[noreturn]] static void refuse(const std::string& what, const void* p, int64_t bytes) {
+    std::fprintf(stderr,
+                 "\nEPL_GUARD_DEVICE: %s (%lld bytes at %p) is not in the device's memory: a "
+                 "GPU could not reach it\n",
+                 what.c_str(), static_cast<long long>(bytes), p);
+    void* frames[48];
+    backtrace_symbols_fd(frames, backtrace(frames, 48), STDERR_FILENO);
+    std::abort();
   }
 
   std::unique_ptr<Device> inner_;

@@ -203,6 +203,14 @@ public:
   void copyOnDevice(void* dst, const void* src, int64_t bytes, StreamId s) override {
     copy(dst, src, bytes, cudaMemcpyDeviceToDevice, s);
   }
+  void copyRows(void* dst, int64_t dstPitch, const void* src, int64_t srcPitch, int64_t rowBytes,
+                int64_t rows, StreamId s) override {
+    if (rowBytes <= 0 || rows <= 0) return;
+    check(cudaMemcpy2DAsync(dst, static_cast<size_t>(dstPitch), src, static_cast<size_t>(srcPitch),
+                            static_cast<size_t>(rowBytes), static_cast<size_t>(rows),
+                            cudaMemcpyDeviceToDevice, stream(s)),
+          "a copy of rows");
+  }
   void fillZero(void* dst, int64_t bytes, StreamId s) override {
     if (bytes > 0)
       check(cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), stream(s)), "fillZero");

@@ -2,6 +2,7 @@
 // instruction's device work. Subtle orderings are noted where they happen.
 #include "interp/Executor.h"
 
+#include "backend/HalfStaging.h"
 #include "backend/comm/Wire.h"
 #include "interp/MemoryFit.h"
 
@@ -180,14 +181,6 @@ void sliceFigures(const float* x, const int32_t* targets, int64_t rows, int64_t 
     out[3 * r + 1] = sum;
     out[3 * r + 2] = k >= 0 && k < v ? row[k] : 0.f;
   }
-}
-
-// The dim a bridge op cuts: its `dim` attribute ("batch" is dim 0, "dim k" dim k).
-int bridgeDim(const ir::Op& op) {
-  auto it = op.attrs.find("dim");
-  if (it == op.attrs.end()) return 0;
-  const std::string& s = std::get<std::string>(it->second);
-  return s == "batch" ? 0 : std::stoi(s.substr(4));
 }
 
 } // namespace
@@ -434,33 +427,8 @@ void Executor::releaseBuffers() {
     if (*b) dev_.release(*b);
     *b = nullptr;
   }
-  for (DeviceScratch* s : {&zeroBias_, &cutScratch_, &gathered_, &transferIn_, &transferOut_}) {
-    if (s->data) dev_.release(s->data);
-    *s = DeviceScratch{};
-  }
-}
-
-// `floats` of device memory in `s`, kept across calls: reallocated (its values lost) when
-// it holds fewer.
-float* Executor::scratch(DeviceScratch& s, int64_t floats) {
-  if (s.bytes < 4 * floats) {
-    if (s.data) dev_.release(s.data);
-    s.data = nullptr; // a failed allocation leaves none
-    s.data = static_cast<unsigned char*>(dev_.allocate(4 * floats));
-    s.bytes = 4 * floats;
-  }
-  return reinterpret_cast<float*>(s.data);
-}
-
-// The view as f32 in device memory: itself, or (half) an f32 copy in `s`, widened on the
-// device when `values` (amp: the regions' collectives sum in f32).
-backend::TensorView Executor::asF32(const backend::TensorView& v, DeviceScratch& s, bool values) {
-  if (!isHalf(v.dtype) || !v.data) return v;
-  backend::TensorView f = v;
-  f.dtype = ir::DType::F32;
-  f.data = scratch(s, v.numel());
-  if (values) castInto(v, f);
-  return f;
+  if (zeroBias_) dev_.release(zeroBias_);
+  zeroBias_ = nullptr;
 }
 
 // `to` = `from`, converted to its dtype on the device: a reshape's copy, whose kernel widens
@@ -568,7 +536,11 @@ void Executor::bindCalls() {
   int64_t widest = 0;
   for (size_t q = 0; q < paramShape_.size(); ++q)
     if (paramShape_[q].size() == 1) widest = std::max(widest, paramElems_[q]);
-  if (program_.splitWidth > 1 && widest > 0) dev_.fillZero(scratch(zeroBias_, widest), 4 * widest);
+  if (program_.splitWidth > 1 && widest > 0) {
+    zeroBias_ = static_cast<float*>(dev_.allocate(4 * widest));
+    zeroBiasFloats_ = widest;
+    dev_.fillZero(zeroBias_, 4 * widest);
+  }
   std::vector<bool> runs(m_.ops.size(), false);
   for (const ir::Instr& in : program_.step)
     if (in.kind == ir::InstrKind::Run) runs[in.op] = true;
@@ -685,9 +657,9 @@ void Executor::bindCall(int i, int slot) {
     int bias = partial ? ir::outputBiasIndex(op.kind, op.attrs) : -1;
     if (bias >= 0 && program_.splitRank != 0) {
       backend::TensorView& b = c.in[op.inputs.size() + static_cast<size_t>(bias)];
-      EPL_ASSERT(zeroBias_.bytes >= 4 * b.numel(),
+      EPL_ASSERT(zeroBiasFloats_ >= b.numel(),
                  "the zero bias is sized for every bias before the calls are bound");
-      b.data = zeroBias_.data;
+      b.data = zeroBias_;
     }
   } else if (op.phase == ir::Phase::Backward) {
     const ir::Op& fwd = m_.ops[op.forward];
@@ -1475,11 +1447,30 @@ void Executor::splitTransfer(const ir::Instr& in, size_t index, int64_t step) {
   int from = op.inputs[0], to = op.outputs[0];
   if (to < 0) return; // no gradient flows back through it
   bool add = backward && op.accumulate[0];
-  // amp: the collective runs on f32 copies of half tensors, its result rounded back.
+  // Its workspace in the arena (Module::workspaceBytes): with amp, f32 copies of its half
+  // tensors first (Module::ampStagingBytes), on which the collective runs, its result
+  // rounded back; then the pieces it cuts or joins.
+  const backend::KernelCall& call = callOf(in);
+  float* at = call.workspace;
+  auto asF32 = [&](const backend::TensorView& v, bool values) {
+    if (!isHalf(v.dtype) || !v.data) return v;
+    EPL_ASSERT(at && at + backend::stagingPadded(v.numel()) <= call.workspace + call.stagingFloats,
+               "the memory plan holds a transfer's f32 copies");
+    backend::TensorView f = v;
+    f.dtype = ir::DType::F32;
+    f.data = at;
+    at += backend::stagingPadded(v.numel());
+    if (values) castInto(v, f);
+    return f;
+  };
   backend::TensorView stored = view(to, slot);
-  backend::TensorView src = asF32(view(from, slot), transferIn_, true);
-  backend::TensorView dst = asF32(stored, transferOut_, add);
-  transfer(op, fwd, src, dst, add, [&] {
+  backend::TensorView src = asF32(view(from, slot), true);
+  backend::TensorView dst = asF32(stored, add);
+  float* scratch = call.workspace ? call.workspace + call.stagingFloats : nullptr;
+  EPL_ASSERT(4 * (call.workspaceFloats - call.stagingFloats) >=
+                 m_.transferScratchBytes(program_, op, fwd),
+             "the memory plan holds a transfer's pieces");
+  transfer(op, fwd, src, dst, add, scratch, [&] {
     return fmt::format("instruction {} of step {}: {} {}", index, step + 1,
                        backward ? "backward of" : "", op.name);
   });
@@ -1487,13 +1478,13 @@ void Executor::splitTransfer(const ir::Instr& in, size_t index, int64_t step) {
 }
 
 // splitTransfer's collective on f32 views in device memory: src to dst (added into it with
-// `add`). The pieces are cut and joined by the device's copies of rows; a collective first
-// waits for what the device queued before it, and what the device queues after it runs
-// once it finished (the communicator's wait).
+// `add`), with `scratch` as Module::transferScratchBytes lays it out. The pieces are cut
+// and joined by the device's copies of rows; a collective first waits for what the device
+// queued before it, and what the device queues after it runs once it finished (the
+// communicator's wait).
 void Executor::transfer(const ir::Op& op, const ir::Op& fwd, const backend::TensorView& src,
-                        const backend::TensorView& dst, bool add,
+                        const backend::TensorView& dst, bool add, float* scratch,
                         const std::function<std::string()>& what) {
-  bool backward = op.phase == ir::Phase::Backward;
   auto put = [&](float* values) { // dst = values, or += with `add`
     if (!add) {
       if (values != dst.data) dev_.copyOnDevice(dst.data, values, dst.bytes());
@@ -1519,27 +1510,21 @@ void Executor::transfer(const ir::Op& op, const ir::Op& fwd, const backend::Tens
       dev_.copyRows(whole + k * c.piece, pitch, part, row, row, c.rows);
   };
   int w = program_.splitWidth, k = program_.splitRank;
-  ir::OpKind kind = fwd.kind;
-  bool reduce =
-      (!backward && kind == ir::OpKind::AllReduce) || (backward && kind == ir::OpKind::Identity);
-  bool scatter = (!backward && kind == ir::OpKind::ReduceScatter) ||
-                 (backward && ir::reduceScattersBackward(fwd));
-  bool gather = (!backward && kind == ir::OpKind::AllGather) ||
-                (backward && (kind == ir::OpKind::Slice || kind == ir::OpKind::ReduceScatter));
-  bool slice = (!backward && kind == ir::OpKind::Slice) ||
-               (backward && kind == ir::OpKind::AllGather && !scatter);
-  if (scatter) {
+  int dim = ir::transferDim(fwd);
+  switch (ir::transferForm(op, fwd)) {
+  case ir::TransferForm::Scatter: {
     // The whole partial tensor laid out as w pieces one after another, then each rank
     // receives the sum of its piece.
-    Cut c = cutOf(src.shape, bridgeDim(fwd), w);
-    float* send = scratch(cutScratch_, src.numel() + dst.numel());
+    Cut c = cutOf(src.shape, dim, w);
+    float* send = scratch;
     float* sum = send + src.numel();
     for (int j = 0; j < w; ++j)
       piece(src.f32(), send + j * c.rows * c.piece, c, j, true);
     dev_.synchronize();
     splitComm().reduceScatter(send, sum, dst.numel(), what());
-    put(sum);
-  } else if (reduce) {
+    return put(sum);
+  }
+  case ir::TransferForm::Reduce: {
     // Sums in place in the source when the result is added: the source (a partial sum, or
     // the identity's gradient) has no other reader.
     float* buf = add ? src.f32() : dst.f32();
@@ -1547,27 +1532,32 @@ void Executor::transfer(const ir::Op& op, const ir::Op& fwd, const backend::Tens
     dev_.synchronize();
     splitComm().allReduce(buf, src.numel(), what());
     if (add) put(buf);
-  } else if (gather) {
-    // The pieces go to scratch, then joined into the result, or beside it to be added.
-    // A cut of dim 0 lays the pieces one after another: they land in place. Otherwise
-    // they go to a buffer kept across calls (no fresh pages a call), then are joined.
-    Cut c = cutOf(dst.shape, bridgeDim(fwd), w);
+    return;
+  }
+  case ir::TransferForm::Gather: {
+    // The pieces, then joined into the result, or beside it to be added. A cut of dim 0
+    // lays the pieces one after another: they land joined.
+    Cut c = cutOf(dst.shape, dim, w);
     EPL_ASSERT(src.numel() * w == dst.numel(), "an all-gather's result holds its pieces");
+    float* pieces = c.rows == 1 && !add ? dst.f32() : scratch;
+    float* whole = c.rows == 1 ? pieces : add ? scratch + dst.numel() : dst.f32();
     dev_.synchronize();
-    if (!add && c.rows == 1) return splitComm().allGather(src.data, dst.data, src.bytes(), what());
-    float* pieces = scratch(gathered_, dst.numel());
     splitComm().allGather(src.data, pieces, src.bytes(), what());
-    float* whole = add ? scratch(cutScratch_, dst.numel()) : dst.f32();
-    for (int j = 0; j < w; ++j)
-      piece(whole, pieces + j * c.rows * c.piece, c, j, false);
+    if (c.rows > 1)
+      for (int j = 0; j < w; ++j)
+        piece(whole, pieces + j * c.rows * c.piece, c, j, false);
     if (add) put(whole);
-  } else if (slice) {
-    Cut c = cutOf(src.shape, bridgeDim(fwd), w);
-    float* mine = add ? scratch(cutScratch_, dst.numel()) : dst.f32();
+    return;
+  }
+  case ir::TransferForm::Slice: {
+    Cut c = cutOf(src.shape, dim, w);
+    float* mine = add ? scratch : dst.f32();
     piece(src.f32(), mine, c, k, true);
     if (add) put(mine);
-  } else { // a forward identity, or the backward of an all-reduce: the values pass as they are
-    put(src.f32());
+    return;
+  }
+  case ir::TransferForm::Pass: // the values as they are
+    return put(src.f32());
   }
 }
 

@@ -198,7 +198,8 @@ private:
   void clip(float* acc, float sq);
   void splitTransfer(const ir::Instr& in, size_t index, int64_t step);
   void transfer(const ir::Op& op, const ir::Op& fwd, const backend::TensorView& src,
-                const backend::TensorView& dst, bool add, const std::function<std::string()>& what);
+                const backend::TensorView& dst, bool add, float* scratch,
+                const std::function<std::string()>& what);
   void moeExchange(const ir::Instr& in, size_t index, int64_t step);
   void vocabCrossEntropy(const ir::Instr& in, size_t index, int64_t step);
   void keepRunningStats(const ir::Op& op, int slot);
@@ -297,15 +298,9 @@ private:
   std::map<std::pair<int, int>, std::vector<float>> wholeState_;
   bool statesWritten_ = false;
   // In device memory: a zero bias for the split ranks that must not add one to their
-  // partial sums (bindCall); scratch for the regions' transfers, kept across calls and
-  // grown to the largest (transfer; with amp, the f32 copies of half tensors).
-  struct DeviceScratch {
-    unsigned char* data = nullptr;
-    int64_t bytes = 0;
-  };
-  DeviceScratch zeroBias_, cutScratch_, gathered_, transferIn_, transferOut_;
-  float* scratch(DeviceScratch& s, int64_t floats);
-  backend::TensorView asF32(const backend::TensorView& v, DeviceScratch& s, bool values);
+  // partial sums (bindCall).
+  float* zeroBias_ = nullptr;
+  int64_t zeroBiasFloats_ = 0;
   void castInto(const backend::TensorView& from, const backend::TensorView& to);
   std::vector<float> ampIn_, ampOut_; // amp: f32 copies of half tensors for host-side ops
   // ZeRO stage 1 (Module::zeroApplies) over the ranks that share this rank's parameters,

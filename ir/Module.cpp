@@ -29,6 +29,28 @@ bool reduceScattersBackward(const Op& op) {
          std::get<std::string>(it->second) == "reduce-scatter";
 }
 
+TransferForm transferForm(const Op& op, const Op& fwd) {
+  bool backward = op.phase == Phase::Backward;
+  OpKind kind = fwd.kind;
+  if ((!backward && kind == OpKind::ReduceScatter) || (backward && reduceScattersBackward(fwd)))
+    return TransferForm::Scatter;
+  if ((!backward && kind == OpKind::AllReduce) || (backward && kind == OpKind::Identity))
+    return TransferForm::Reduce;
+  if ((!backward && kind == OpKind::AllGather) ||
+      (backward && (kind == OpKind::Slice || kind == OpKind::ReduceScatter)))
+    return TransferForm::Gather;
+  if ((!backward && kind == OpKind::Slice) || (backward && kind == OpKind::AllGather))
+    return TransferForm::Slice;
+  return TransferForm::Pass; // a forward identity, or the backward of an all-reduce
+}
+
+int transferDim(const Op& op) {
+  auto it = op.attrs.find("dim");
+  if (it == op.attrs.end()) return 0;
+  const std::string& s = std::get<std::string>(it->second);
+  return s == "batch" ? 0 : std::stoi(s.substr(4));
+}
+
 const char* splitFormName(SplitForm f) {
   switch (f) {
   case SplitForm::None:
@@ -362,6 +384,8 @@ int64_t Module::workspaceBytes(const Program& p, int op) const {
   if (o.phase == Phase::Optimizer) return 0;
   const Op& fwd = o.phase == Phase::Backward ? ops[o.forward] : o;
   bool backward = o.phase == Phase::Backward;
+  if (opInfo(fwd.kind).split == SplitRule::Communication && fwd.kind != OpKind::AllToAll)
+    return transferScratchBytes(p, o, fwd);
   bool kind =
       fwd.kind == OpKind::Mlp || fwd.kind == OpKind::Attention || fwd.kind == OpKind::Conv2d;
   if (!kind || fwd.inputs.empty() || fwd.params.empty()) return 0;
@@ -385,6 +409,36 @@ int64_t Module::workspaceBytes(const Program& p, int op) const {
   // dctx [rows, d] and dqkv [rows, d + 2 kvd]; d from Wp [D, d].
   int64_t d = localParamShape(p, fwd.params[fwd.params.size() == 4 ? 2 : 1]).at(1);
   return 4 * rows * (d + first);
+}
+
+// A split region's transfer on a device (Executor::transfer), in f32: a reduce-scatter's
+// whole partial tensor laid out piece after piece and its result; an all-gather's pieces
+// side by side, unless they land joined (a cut of dim 0), and the joined tensor where it
+// is added into the result; a slice added into, its piece.
+int64_t Module::transferScratchBytes(const Program& p, const Op& o, const Op& fwd) const {
+  bool backward = o.phase == Phase::Backward;
+  if (o.inputs.empty() || o.outputs.empty() || o.outputs[0] < 0) return 0;
+  bool add = backward && !o.accumulate.empty() && o.accumulate[0];
+  std::vector<int64_t> to = localShape(p, o.outputs[0]);
+  int64_t src = 1, dst = 1, rows = 1;
+  for (int64_t d : localShape(p, o.inputs[0]))
+    src *= d;
+  for (int64_t d : to)
+    dst *= d;
+  for (int d = 0; d < transferDim(fwd) && d < static_cast<int>(to.size()); ++d)
+    rows *= to[d];
+  switch (transferForm(o, fwd)) {
+  case TransferForm::Scatter:
+    return 4 * (src + dst);
+  case TransferForm::Gather:
+    return 4 * dst * ((add ? 1 : 0) + (rows == 1 ? 0 : 1));
+  case TransferForm::Slice:
+    return add ? 4 * dst : 0;
+  case TransferForm::Reduce:
+  case TransferForm::Pass:
+    return 0;
+  }
+  return 0;
 }
 
 Module::StepFlops Module::stepFlops(const Program& p) const {

@@ -122,6 +122,15 @@ struct Op {
 // its backward reduce-scatters (an ordinary all-gather's backward keeps a slice).
 bool reduceScattersBackward(const Op& op);
 
+// What a split region's transfer op (forward, or a backward `op` of forward `fwd`) does to
+// its tensor on a device of the split group: reduce-scatters partial sums, all-reduces
+// them, all-gathers the pieces, keeps this device's piece, or passes the values on.
+enum class TransferForm { Scatter, Reduce, Gather, Slice, Pass };
+TransferForm transferForm(const Op& op, const Op& fwd);
+// The dim a split region's transfer op cuts its tensor along: its `dim` attribute (`batch`
+// is dim 0, `dim k` dim k).
+int transferDim(const Op& op);
+
 // One pipeline stage of a model replica and the devices it owns.
 struct StagePlan {
   int scope = -1;
@@ -310,8 +319,10 @@ struct Module {
   // (KernelCall::workspace), 0 for none: the fused mlp's activation (and in its backward
   // the activation's gradient), attention's backward dctx and dqkv, conv2d's im2col
   // columns and output rows of a group of images (convGroup; its backward's columns
-  // twice). The CPU kernels' layout, floats side by side in that order.
+  // twice). The CPU kernels' layout, floats side by side in that order. A split region's
+  // transfer: the pieces it cuts or joins (transferScratchBytes).
   int64_t workspaceBytes(const Program& p, int op) const;
+  int64_t transferScratchBytes(const Program& p, const Op& o, const Op& fwd) const;
   // The matrix-product FLOPs (ir::opFlops) of p's step on its rank, from its local sizes:
   // its forward runs, the recomputations before their backward, and its backward runs (a
   // split backward's input and parameter parts half each).

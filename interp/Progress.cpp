@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
@@ -76,8 +77,20 @@ std::string writeLossCurves(const std::string& metricsPath) {
   return path;
 }
 
+// From /proc/self/statm (its second field, in pages): the same figure as VmRSS, which a
+// step reads for its metrics; /proc/self/status takes the kernel tens of microseconds to
+// write, a tenth of a small model's step.
 int64_t residentBytes() {
-  return statusField("VmRSS:");
+  int fd = ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return statusField("VmRSS:");
+  char buf[128];
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  long long size = 0, pages = 0;
+  if (n <= 0) return statusField("VmRSS:");
+  buf[n] = 0;
+  if (std::sscanf(buf, "%lld %lld", &size, &pages) != 2) return statusField("VmRSS:");
+  return static_cast<int64_t>(pages) * ::sysconf(_SC_PAGESIZE);
 }
 int64_t peakResidentBytes() {
   return statusField("VmHWM:");

@@ -220,8 +220,10 @@ public:
     for (size_t i = 0; i < ids.size(); ++i) {
       int64_t id = ids[i] + offset;
       const unsigned char* px = pair.images.elements + id * n;
+      float* row = images + static_cast<int64_t>(i) * n;
+#pragma omp simd
       for (int64_t j = 0; j < n; ++j)
-        images[static_cast<int64_t>(i) * n + j] = static_cast<float>(px[j]) / 255.0f;
+        row[j] = static_cast<float>(px[j]) / 255.0f;
       labels[i] = pair.labels[static_cast<size_t>(id)];
     }
   }

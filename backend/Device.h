@@ -62,6 +62,9 @@ struct KernelCall {
   int cutPieces = 1, cutIndex = 0;
   // embedding over a vocabulary split: the call holds rows [vocabFirst, vocabFirst + V) of
   // the table; other tokens give zero rows (another device adds theirs) and no gradient.
+  // cross_entropy over one: the call holds those columns of the logits; its forward gives
+  // the slice's log-sum-exp and mean target logit, and its backward the one-hot where the
+  // slice holds the target (backend/cpu/Losses.cpp).
   int64_t vocabFirst = 0;
   bool vocabSlice = false;
   // Memory for the kernel's temporaries, from the rank's arena (Module::workspaceBytes

@@ -96,15 +96,14 @@ void copyParamPiece(float* whole, float* piece, const std::vector<int64_t>& shap
 
 using ir::isHalf;
 
-// amp: the ops the executor runs on the host (split collectives, the vocabulary-parallel
-// loss) work on f32. A half view's values widened into `buf` (when `values`: else only
-// sized, for a result), as an f32 view; an f32 view as it is.
-// The 16-bit wire format of a half type: its decode and encode (scale 1) are the
-// conversions.
+// The 16-bit wire format of a half type: its decode (scale 1) is the conversion.
 backend::WireType wireOf(ir::DType t) {
   return t == ir::DType::BF16 ? backend::WireType::BF16 : backend::WireType::F16;
 }
 
+// amp: what the executor reads on the host (the evaluation's logits) it reads in f32. A half
+// view's values widened into `buf` (when `values`: else only sized, for a result), as an f32
+// view; an f32 view as it is.
 backend::TensorView widened(const backend::TensorView& v, std::vector<float>& buf, bool values) {
   if (!isHalf(v.dtype) || !v.data) return v;
   buf.resize(static_cast<size_t>(v.numel()));
@@ -115,16 +114,11 @@ backend::TensorView widened(const backend::TensorView& v, std::vector<float>& bu
   return f;
 }
 
-// The f32 result `f` rounded into the half view `dst` (nothing when dst is f32: f is dst).
-void narrowed(const backend::TensorView& f, const backend::TensorView& dst) {
-  if (!isHalf(dst.dtype) || !dst.data) return;
-  backend::wire::encode(wireOf(dst.dtype), f.f32(), dst.data, dst.numel(), 1.f);
-}
-
-// The device's views an op the executor runs on the host reads and writes (split regions'
-// transfers, the vocabulary-parallel loss, the experts' exchange), in host memory: the
-// views themselves where the device's memory is the host's; else host copies, those it
-// reads filled by the device's copies, those it writes copied back by finish().
+// The device's views an op the executor runs on the host reads and writes (the experts'
+// exchange, the vocabulary-parallel loss's per-row figures, the evaluation's logits), in
+// host memory: the views themselves where the device's memory is the host's; else host
+// copies, those it reads filled by the device's copies, those it writes copied back by
+// finish().
 class HostSide {
 public:
   explicit HostSide(backend::Device& dev) : dev_(dev), mirror_(!dev.hostAddressable()) {}
@@ -165,23 +159,6 @@ private:
   std::list<std::vector<unsigned char>> buffers_; // stable addresses
   std::vector<Back> back_;
 };
-
-// Per-row figures of a slice of logits [rows, V]: its max, the sum of exp(x - max), and the
-// target's logit where the slice holds the target's column (first <= target < first + V),
-// else 0.
-void sliceFigures(const float* x, const int32_t* targets, int64_t rows, int64_t v, int64_t first,
-                  float* out) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = x + r * v;
-    float top = *std::max_element(row, row + v), sum = 0;
-    for (int64_t j = 0; j < v; ++j)
-      sum += std::exp(row[j] - top);
-    int64_t k = targets[r] - first;
-    out[3 * r] = top;
-    out[3 * r + 1] = sum;
-    out[3 * r + 2] = k >= 0 && k < v ? row[k] : 0.f;
-  }
-}
 
 } // namespace
 
@@ -1363,74 +1340,55 @@ void Executor::keepRunningStats(const ir::Op& op, int slot) {
   }
 }
 
-// A vocabulary-parallel cross-entropy: each rank holds a slice of the logits' columns.
-// Forward: each rank's per-row max, sum of exponentials and target logit (sliceFigures)
-// are all-gathered; every rank combines them into the row's log-sum-exp (saved for the
-// backward) and the mean loss. Backward: softmax minus one-hot on its own columns, with
-// the saved log-sum-exp; no communication. The logits are never gathered.
+// A vocabulary-parallel cross-entropy: each rank holds a slice of the logits' columns, and
+// the kernel runs on it (KernelCall::vocabSlice). Forward: each rank's per-row log-sum-exp
+// of its slice and its mean target logit (of the rows whose target it holds) are
+// all-gathered; every rank combines them into the row's log-sum-exp (saved for the
+// backward) and the mean loss, on the host: a float a row each way. Backward: softmax
+// minus one-hot on its own columns, with the saved log-sum-exp; no communication. The
+// logits are never gathered.
 void Executor::vocabCrossEntropy(const ir::Instr& in, size_t index, int64_t step) {
   const ir::Op& op = m_.ops[in.op];
-  int slot = slotOf(in.micro);
-  int w = program_.splitWidth;
   bool backward = op.phase == ir::Phase::Backward;
-  int logitsT = backward ? op.inputs[1] : op.inputs[0];
-  int targetsT = backward ? op.inputs[2] : op.inputs[1];
+  if (backward && op.outputs[0] < 0) return;
+  int w = program_.splitWidth;
+  backend::KernelCall c = callOf(in);
+  c.vocabSlice = true;
+  c.vocabFirst =
+      program_.splitRank * shapeOnly(backward ? op.inputs[1] : op.inputs[0]).shape.back();
+  dev_.launch(c);
+  if (backward) return;
   dev_.synchronize();
   HostSide host(dev_);
-  backend::TensorView logits = widened(host.in(view(logitsT, slot)), ampIn_, true);
-  backend::TensorView targets = host.in(view(targetsT, slot));
-  int64_t v = logits.shape.back(), rows = logits.numel() / v, first = program_.splitRank * v;
-  const float* x = static_cast<const float*>(logits.data);
+  int targetsT = op.inputs[1];
+  backend::TensorView targets = host.in(view(targetsT, slotOf(in.micro)));
   const int32_t* t = static_cast<const int32_t*>(targets.data);
-  int64_t ignored = ir::ignoredClass(&m_.ops[backward ? op.forward : in.op].attrs);
-  if (backward) {
-    if (op.outputs[0] < 0) return;
-    bool add = op.accumulate[0];
-    backend::TensorView grad = host.out(view(op.outputs[0], slot), add),
-                        grad32 = widened(grad, ampOut_, add);
-    float* dx = grad32.f32();
-    const float* lse = static_cast<const float*>(host.in(view(op.inputs[4], slot)).data);
-    float g = *static_cast<const float*>(host.in(view(op.inputs[0], slot)).data) /
-              static_cast<float>(std::max<int64_t>(ir::keptTargets(t, rows, ignored), 1));
-    for (int64_t r = 0; r < rows; ++r) {
-      if (t[r] == ignored) {
-        for (int64_t j = 0; j < v; ++j)
-          dx[r * v + j] = add ? dx[r * v + j] : 0.f;
-        continue;
-      }
-      for (int64_t j = 0; j < v; ++j) {
-        float d = g * std::exp(x[r * v + j] - lse[r]);
-        dx[r * v + j] = add ? dx[r * v + j] + d : d;
-      }
-      int64_t k = t[r] - first;
-      if (k >= 0 && k < v) dx[r * v + k] -= g;
-    }
-    narrowed(grad32, grad);
-    host.finish();
-    return;
-  }
-  std::vector<float> mine(static_cast<size_t>(3 * rows)), all(static_cast<size_t>(3 * rows * w));
-  sliceFigures(x, t, rows, v, first, mine.data());
-  splitComm().allGather(mine.data(), all.data(), 12 * rows,
+  int64_t rows = targets.numel(), ignored = ir::ignoredClass(&op.attrs);
+  // Mine: the slice's log-sum-exp of each row, then its mean target logit.
+  std::vector<float> mine(static_cast<size_t>(rows + 1)), all(static_cast<size_t>((rows + 1) * w));
+  const auto* lseSlice =
+      static_cast<const float*>(host.in(view(op.outputs[1], slotOf(in.micro))).data);
+  std::copy(lseSlice, lseSlice + rows, mine.begin());
+  mine[rows] = *static_cast<const float*>(host.in(view(op.outputs[0], slotOf(in.micro))).data);
+  splitComm().allGather(mine.data(), all.data(), 4 * (rows + 1),
                         fmt::format("instruction {} of step {}: {}", index, step + 1, op.name));
-  float* lse = static_cast<float*>(host.out(view(op.outputs[1], slot), false).data);
-  double total = 0;
+  float* lse = static_cast<float*>(host.out(view(op.outputs[1], slotOf(in.micro)), false).data);
+  double total = 0, targetMean = 0;
   for (int64_t r = 0; r < rows; ++r) {
-    float top = all[3 * r];
+    float top = all[r];
     for (int k = 1; k < w; ++k)
-      top = std::max(top, all[(k * rows + r) * 3]);
-    float sum = 0, target = 0;
-    for (int k = 0; k < w; ++k) {
-      const float* f = &all[(k * rows + r) * 3];
-      sum += f[1] * std::exp(f[0] - top);
-      target += f[2];
-    }
-    lse[r] = top + std::log(sum);
-    if (t[r] != ignored) total += static_cast<double>(lse[r] - target);
+      top = std::max(top, all[k * (rows + 1) + r]);
+    double sum = 0;
+    for (int k = 0; k < w; ++k)
+      sum += std::exp(static_cast<double>(all[k * (rows + 1) + r] - top));
+    lse[r] = top + static_cast<float>(std::log(sum));
+    if (t[r] != ignored) total += static_cast<double>(lse[r]);
   }
+  for (int k = 0; k < w; ++k)
+    targetMean += static_cast<double>(all[k * (rows + 1) + rows]);
   int64_t kept = ir::keptTargets(t, rows, ignored);
-  *static_cast<float*>(host.out(view(op.outputs[0], slot), false).data) =
-      kept == 0 ? 0.f : static_cast<float>(total / static_cast<double>(kept));
+  *static_cast<float*>(host.out(view(op.outputs[0], slotOf(in.micro)), false).data) =
+      kept == 0 ? 0.f : static_cast<float>(total / static_cast<double>(kept) - targetMean);
   host.finish();
 }
 

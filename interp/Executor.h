@@ -302,7 +302,7 @@ private:
   float* zeroBias_ = nullptr;
   int64_t zeroBiasFloats_ = 0;
   void castInto(const backend::TensorView& from, const backend::TensorView& to);
-  std::vector<float> ampIn_, ampOut_; // amp: f32 copies of half tensors for host-side ops
+  std::vector<float> ampIn_; // amp: the f32 copy of the evaluation's gathered logits
   // ZeRO stage 1 (Module::zeroApplies) over the ranks that share this rank's parameters,
   // in each domain (Module::zeroSlices: those summed over the stage's ranks, and a split
   // region's pieces, summed over the ranks holding the same ones) with the communicator of

@@ -29,8 +29,19 @@ int32_t checkedTarget(const int32_t* t, int64_t r, int64_t v) {
   return k;
 }
 
+// The target's column in a call's logits: over a vocabulary split (KernelCall::vocabSlice)
+// the call holds columns [vocabFirst, vocabFirst + V), and -1 says the target is elsewhere.
+int64_t targetColumn(const KernelCall& c, const int32_t* t, int64_t r, int64_t v) {
+  if (!c.vocabSlice) return checkedTarget(t, r, v);
+  int64_t k = t[r] - c.vocabFirst;
+  return k >= 0 && k < v ? k : -1;
+}
+
 // in = [logits [N, V], targets i32 [N]], out = [loss f32[], lse [N]]. The loss is the mean
 // over the rows whose target is not `ignore_index`; 0 when there are none (PyTorch: NaN).
+// Over a vocabulary split, lse is the slice's, and out[0] the mean over the kept rows of
+// the target's logit where the slice holds it (0 elsewhere): the executor combines the
+// slices' (Executor::vocabCrossEntropy).
 void crossEntropyForward(const KernelCall& c) {
   const TensorView& logits = c.in[0];
   int64_t v = lastDim(logits), n = rowsOf(logits);
@@ -42,7 +53,11 @@ void crossEntropyForward(const KernelCall& c) {
   parallelFor(n, rowGrain(v), [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
       lse[r] = rowLse(x + r * v, v);
-      rowLoss[r] = t[r] == ignored ? 0.f : lse[r] - x[r * v + checkedTarget(t, r, v)];
+      int64_t k = t[r] == ignored ? -1 : targetColumn(c, t, r, v);
+      if (c.vocabSlice)
+        rowLoss[r] = k < 0 ? 0.f : x[r * v + k];
+      else
+        rowLoss[r] = k < 0 ? 0.f : lse[r] - x[r * v + k];
     }
   });
   int64_t kept = ir::keptTargets(t, n, ignored);
@@ -51,7 +66,8 @@ void crossEntropyForward(const KernelCall& c) {
 }
 
 // in = [dloss f32[], logits, targets, loss, lse], out = [dlogits, dtargets (never)].
-// dlogits = dloss / kept * (softmax(logits) - onehot(target)), zero on ignored rows.
+// dlogits = dloss / kept * (softmax(logits) - onehot(target)), zero on ignored rows. Over a
+// vocabulary split, lse is the whole row's and the one-hot is where the slice holds it.
 void crossEntropyBackward(const KernelCall& c) {
   GradOut dx = gradOut(c, 0);
   if (!dx) return;
@@ -73,8 +89,8 @@ void crossEntropyBackward(const KernelCall& c) {
       float l = lse[r];
       for (int64_t j = 0; j < v; ++j)
         dx.put(r * v + j, g * expf32(xr[j] - l));
-      int32_t k = checkedTarget(t, r, v);
-      dx.p[r * v + k] -= g;
+      int64_t k = targetColumn(c, t, r, v);
+      if (k >= 0) dx.p[r * v + k] -= g;
     }
   });
 }

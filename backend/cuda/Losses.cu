@@ -40,6 +40,15 @@ __device__ int32_t checkedTarget(const int32_t* t, int64_t r, int64_t v) {
   return k;
 }
 
+// The target's column in the logits, as the CPU's targetColumn: over a vocabulary split
+// (`first` >= 0) the logits hold columns [first, first + v), and -1 says the target is
+// elsewhere.
+__device__ int64_t targetColumn(const int32_t* t, int64_t r, int64_t v, int64_t first) {
+  if (first < 0) return checkedTarget(t, r, v);
+  int64_t k = t[r] - first;
+  return k >= 0 && k < v ? k : -1;
+}
+
 // *out = (sum of part[0, parts)) / divisor, one block of kThreads.
 template <typename T>
 __global__ void meanOf(const T* part, int64_t parts, double divisor, float* out) {
@@ -69,9 +78,10 @@ __global__ void meanOfKept(const float* rowLoss, int64_t n, const double* kept, 
 }
 
 // One block per row: lse[r] = log-sum-exp of the row (its exp sum in double, as the CPU's),
-// rowLoss[r] = lse[r] - x[r, target[r]], 0 where the target is `ignored`.
+// rowLoss[r] = lse[r] - x[r, target[r]], 0 where the target is `ignored`. Over a vocabulary
+// split (first >= 0): rowLoss[r] = x[r, target[r] - first] where the slice holds it, else 0.
 __global__ void crossEntropyRows(const float* x, const int32_t* target, int64_t n, int64_t v,
-                                 int64_t ignored, float* lse, float* rowLoss) {
+                                 int64_t ignored, int64_t first, float* lse, float* rowLoss) {
   for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
     const float* xr = x + r * v;
     float m = -INFINITY;
@@ -85,7 +95,8 @@ __global__ void crossEntropyRows(const float* x, const int32_t* target, int64_t 
     if (threadIdx.x == 0) {
       float l = m + static_cast<float>(log(s));
       lse[r] = l;
-      rowLoss[r] = target[r] == ignored ? 0.f : l - xr[checkedTarget(target, r, v)];
+      int64_t k = target[r] == ignored ? -1 : targetColumn(target, r, v, first);
+      rowLoss[r] = k < 0 ? 0.f : first >= 0 ? xr[k] : l - xr[k];
     }
   }
 }
@@ -94,7 +105,7 @@ __global__ void crossEntropyRows(const float* x, const int32_t* target, int64_t 
 // as on the CPU; zero on the rows whose target is `ignored`.
 __global__ void crossEntropyGrad(const float* dloss, const float* x, const int32_t* target,
                                  const float* lse, int64_t n, int64_t v, int64_t ignored,
-                                 const double* kept, GradOut dx) {
+                                 int64_t first, const double* kept, GradOut dx) {
   float g = dloss[0] / static_cast<float>(*kept > 0 ? *kept : 1.0);
   EPL_GRID_STRIDE(i, n * v) {
     int64_t r = i / v;
@@ -104,7 +115,7 @@ __global__ void crossEntropyGrad(const float* dloss, const float* x, const int32
     }
     float d = g * expf(x[i] - lse[r]);
     float out = dx.acc ? dx.p[i] + d : d;
-    if (i - r * v == checkedTarget(target, r, v)) out -= g;
+    if (i - r * v == targetColumn(target, r, v, first)) out -= g;
     dx.p[i] = out;
   }
 }
@@ -131,7 +142,8 @@ __global__ void squaredErrorGrad(const float* dloss, const float* p, const float
   }
 }
 
-// in = [logits [N, V], targets i32 [N]], out = [loss f32[], lse [N]].
+// in = [logits [N, V], targets i32 [N]], out = [loss f32[], lse [N]]; over a vocabulary
+// split, the slice's lse and the mean target logit where it holds it (the CPU's contract).
 void crossEntropyForward(const KernelCall& c, const Ctx& ctx) {
   const TensorView& logits = c.in[0];
   int64_t v = lastDim(logits), n = rowsOf(logits);
@@ -141,8 +153,9 @@ void crossEntropyForward(const KernelCall& c, const Ctx& ctx) {
   auto* work = static_cast<unsigned char*>(ctx.scratch->get(at + 8));
   auto* rowLoss = reinterpret_cast<float*>(work);
   auto* kept = reinterpret_cast<double*>(work + at);
-  crossEntropyRows<<<blocksFor(n, 1), kThreads, 0, ctx.stream>>>(logits.f32(), c.in[1].i32(), n, v,
-                                                                 ignored, c.out[1].f32(), rowLoss);
+  crossEntropyRows<<<blocksFor(n, 1), kThreads, 0, ctx.stream>>>(
+      logits.f32(), c.in[1].i32(), n, v, ignored, c.vocabSlice ? c.vocabFirst : -1, c.out[1].f32(),
+      rowLoss);
   checkLaunch("cross_entropy forward rows");
   countKept<<<1, kThreads, 0, ctx.stream>>>(c.in[1].i32(), n, ignored, kept);
   checkLaunch("cross_entropy forward count");
@@ -161,7 +174,8 @@ void crossEntropyBackward(const KernelCall& c, const Ctx& ctx) {
   countKept<<<1, kThreads, 0, ctx.stream>>>(c.in[2].i32(), n, ignored, kept);
   checkLaunch("cross_entropy backward count");
   crossEntropyGrad<<<blocksFor(n * v), kThreads, 0, ctx.stream>>>(
-      c.in[0].f32(), logits.f32(), c.in[2].i32(), c.in[4].f32(), n, v, ignored, kept, dx);
+      c.in[0].f32(), logits.f32(), c.in[2].i32(), c.in[4].f32(), n, v, ignored,
+      c.vocabSlice ? c.vocabFirst : -1, kept, dx);
   checkLaunch("cross_entropy backward");
 }
 

@@ -115,7 +115,7 @@ backend::TensorView widened(const backend::TensorView& v, std::vector<float>& bu
 }
 
 // The device's views an op the executor runs on the host reads and writes (the experts'
-// exchange, the vocabulary-parallel loss's per-row figures, the evaluation's logits), in
+// counts, the vocabulary-parallel loss's per-row figures, the evaluation's logits), in
 // host memory: the views themselves where the device's memory is the host's; else host
 // copies, those it reads filled by the device's copies, those it writes copied back by
 // finish().
@@ -1564,9 +1564,10 @@ void Executor::moeExchange(const ir::Instr& in, size_t index, int64_t step) {
       mine[x] = static_cast<int32_t>(n);
     }
   }
+  host.finish();
   EPL_ASSERT(static_cast<int>(tr.sent.size()) == w, "a moe exchange before its dispatch");
   bool add = backward && op.accumulate[0];
-  backend::TensorView src = host.in(view(op.inputs[0], slot)), dst = host.out(view(to, slot), add);
+  backend::TensorView src = view(op.inputs[0], slot), dst = view(to, slot);
   int64_t d = src.shape.back(), el = static_cast<int64_t>(tr.got.size()) / w;
   // Where each rank's block starts in the local layout, and each (expert, rank) run in the
   // experts' layout.
@@ -1577,62 +1578,94 @@ void Executor::moeExchange(const ir::Instr& in, size_t index, int64_t step) {
     for (int i = 0; i < w; ++i)
       expertAt[x * w + i + 1] = expertAt[x * w + i] + tr.got[i * el + x];
   bool toExperts = dispatch != backward;
-  const float* s = static_cast<const float*>(src.data);
-  // Blocks to send and to receive, per peer, in the order the peer holds them.
-  std::vector<std::vector<float>> out(w), back(w);
-  for (int i = 0; i < w; ++i) {
-    if (toExperts) {
-      out[i].assign(s + localAt[i] * d, s + localAt[i + 1] * d);
-      int64_t n = 0;
-      for (int64_t x = 0; x < el; ++x)
-        n += tr.got[i * el + x];
-      back[i].resize(n * d);
-    } else {
-      for (int64_t x = 0; x < el; ++x)
-        out[i].insert(out[i].end(), s + expertAt[x * w + i] * d, s + expertAt[x * w + i + 1] * d);
-      back[i].resize(tr.sent[i] * d);
-    }
-  }
-  std::vector<backend::Request> requests;
-  constexpr int kTag = 0x4d4f; // the split communicator carries nothing else point to point
+  // On the device, in the op's planned workspace (Module::transferScratchBytes): the blocks
+  // to send that are not one run of the source, the blocks received that are not one run
+  // of the result, and the result to add. Toward the experts a peer's block is one run of
+  // the local layout and lands as one run of each expert; back, the other way.
+  const backend::KernelCall& call = callOf(in);
+  float* sendBuf = call.workspace + call.stagingFloats;
+  float* recvBuf = sendBuf + src.numel();
+  float* into = add ? recvBuf + dst.numel() : dst.f32();
+  EPL_ASSERT(call.workspace && 4 * (call.workspaceFloats - call.stagingFloats) >=
+                                   m_.transferScratchBytes(program_, op, fwd),
+             "the memory plan holds an exchange's blocks");
+  const float* s = src.f32();
+  auto rows = [&](float* to, const float* from, int64_t n) {
+    dev_.copyOnDevice(to, from, 4 * n * d);
+  };
+  // Per peer: where its block to send and its block received lie.
+  std::vector<const float*> out(w);
+  std::vector<float*> back(w);
+  std::vector<int64_t> outRows(w), backRows(w);
+  float* packed = sendBuf;
+  float* received = recvBuf;
   int me = program_.splitRank;
   for (int i = 0; i < w; ++i) {
-    if (i == me) {
-      back[i] = out[i];
-      continue;
+    int64_t toExpertsRows = 0;
+    for (int64_t x = 0; x < el; ++x)
+      toExpertsRows += tr.got[i * el + x];
+    if (toExperts) {
+      out[i] = s + localAt[i] * d;
+      outRows[i] = tr.sent[i];
+      backRows[i] = toExpertsRows;
+      back[i] = received;
+      received += toExpertsRows * d;
+    } else {
+      outRows[i] = toExpertsRows;
+      backRows[i] = tr.sent[i];
+      back[i] = into + localAt[i] * d;
+      if (i == me) continue; // copied straight into place below
+      out[i] = packed;
+      for (int64_t x = 0; x < el; ++x) {
+        int64_t n = expertAt[x * w + i + 1] - expertAt[x * w + i];
+        rows(packed, s + expertAt[x * w + i] * d, n);
+        packed += n * d;
+      }
     }
-    if (!back[i].empty())
-      requests.push_back(
-          comm.irecv(back[i].data(), 4 * static_cast<int64_t>(back[i].size()), i, kTag));
-    if (!out[i].empty())
-      requests.push_back(
-          comm.isend(out[i].data(), 4 * static_cast<int64_t>(out[i].size()), i, kTag));
+  }
+  // This rank's own rows, without the communicator.
+  if (toExperts) {
+    back[me] = const_cast<float*>(out[me]);
+  } else {
+    float* at = back[me];
+    for (int64_t x = 0; x < el; ++x) {
+      int64_t n = expertAt[x * w + me + 1] - expertAt[x * w + me];
+      rows(at, s + expertAt[x * w + me] * d, n);
+      at += n * d;
+    }
+  }
+  dev_.synchronize(); // the sources and packed blocks are written before they leave
+  std::vector<backend::Request> requests;
+  constexpr int kTag = 0x4d4f; // the split communicator carries nothing else point to point
+  for (int i = 0; i < w; ++i) {
+    if (i == me) continue;
+    if (backRows[i] > 0) requests.push_back(comm.irecv(back[i], 4 * backRows[i] * d, i, kTag));
+    if (outRows[i] > 0) requests.push_back(comm.isend(out[i], 4 * outRows[i] * d, i, kTag));
   }
   for (backend::Request& r : requests)
     comm.wait(r, what());
-  float* t = static_cast<float*>(dst.data);
-  std::vector<float> whole(add ? static_cast<size_t>(dst.numel()) : 0);
-  float* into = add ? whole.data() : t;
-  int64_t used = 0;
-  for (int i = 0; i < w; ++i) {
-    if (toExperts) {
-      int64_t from = 0;
+  int64_t used = toExperts ? expertAt[el * w] : localAt[w];
+  if (toExperts) // each peer's block, run by run, into its experts' places
+    for (int i = 0; i < w; ++i) {
+      const float* from = back[i];
       for (int64_t x = 0; x < el; ++x) {
         int64_t n = tr.got[i * el + x];
-        std::memcpy(into + expertAt[x * w + i] * d, back[i].data() + from * d, 4 * n * d);
-        from += n;
+        rows(into + expertAt[x * w + i] * d, from, n);
+        from += n * d;
       }
-      used = expertAt[el * w];
-    } else {
-      std::memcpy(into + localAt[i] * d, back[i].data(), 4 * tr.sent[i] * d);
-      used = localAt[w];
     }
+  if (used * d < dst.numel()) dev_.fillZero(into + used * d, 4 * (dst.numel() - used * d));
+  if (add) {
+    static const ir::Attrs none;
+    backend::KernelCall sum;
+    sum.kind = ir::OpKind::Add;
+    sum.attrs = &none;
+    backend::TensorView joined = dst;
+    joined.data = into;
+    sum.in = {dst, joined};
+    sum.out = {dst};
+    dev_.launch(sum);
   }
-  std::fill(into + used * d, into + dst.numel(), 0.f);
-  if (add)
-    for (int64_t k = 0; k < dst.numel(); ++k)
-      t[k] += whole[k];
-  host.finish();
 }
 
 // The clip factor is needed on the host before any update: wait for the norm here. Each

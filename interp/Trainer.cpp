@@ -955,15 +955,6 @@ std::optional<int> TrainingRun::open() {
   device_ = openDevice(m, {o_.device, localRank(), o_.threads}, &deviceNote, mine_);
   if (!agree(device_ != nullptr, "opening the device")) return 1;
   if (!deviceNote.empty()) out_ << deviceNote << "\n";
-  // The experts' exchange runs on the host: on a device whose memory is not the host's, it
-  // copies its tensors there and back (Executor's HostSide).
-  bool split = std::any_of(m.programs.begin(), m.programs.end(),
-                           [](const ir::Program& p) { return p.splitWidth > 1; });
-  bool onHost = std::any_of(m.ops.begin(), m.ops.end(),
-                            [](const ir::Op& op) { return op.kind == ir::OpKind::AllToAll; });
-  if (split && onHost && !device_->hostAddressable() && rank_ == 0)
-    out_ << "note: the experts' all-to-all runs on host copies of its tensors on this device, a "
-            "copy each way\n";
   // Collectives on GPU memory: NCCL, or MPI staged through the host (docs/gpu.md).
   std::string commNote;
   try {

@@ -384,8 +384,7 @@ int64_t Module::workspaceBytes(const Program& p, int op) const {
   if (o.phase == Phase::Optimizer) return 0;
   const Op& fwd = o.phase == Phase::Backward ? ops[o.forward] : o;
   bool backward = o.phase == Phase::Backward;
-  if (opInfo(fwd.kind).split == SplitRule::Communication && fwd.kind != OpKind::AllToAll)
-    return transferScratchBytes(p, o, fwd);
+  if (opInfo(fwd.kind).split == SplitRule::Communication) return transferScratchBytes(p, o, fwd);
   bool kind =
       fwd.kind == OpKind::Mlp || fwd.kind == OpKind::Attention || fwd.kind == OpKind::Conv2d;
   if (!kind || fwd.inputs.empty() || fwd.params.empty()) return 0;
@@ -414,7 +413,9 @@ int64_t Module::workspaceBytes(const Program& p, int op) const {
 // A split region's transfer on a device (Executor::transfer), in f32: a reduce-scatter's
 // whole partial tensor laid out piece after piece and its result; an all-gather's pieces
 // side by side, unless they land joined (a cut of dim 0), and the joined tensor where it
-// is added into the result; a slice added into, its piece.
+// is added into the result; a slice added into, its piece. The experts' exchange: the rows
+// it packs to send (at most the source's), those it receives (at most the result's), and
+// the result to add.
 int64_t Module::transferScratchBytes(const Program& p, const Op& o, const Op& fwd) const {
   bool backward = o.phase == Phase::Backward;
   if (o.inputs.empty() || o.outputs.empty() || o.outputs[0] < 0) return 0;
@@ -425,6 +426,7 @@ int64_t Module::transferScratchBytes(const Program& p, const Op& o, const Op& fw
     src *= d;
   for (int64_t d : to)
     dst *= d;
+  if (fwd.kind == OpKind::AllToAll) return 4 * (src + dst + (add ? dst : 0));
   for (int d = 0; d < transferDim(fwd) && d < static_cast<int>(to.size()); ++d)
     rows *= to[d];
   switch (transferForm(o, fwd)) {

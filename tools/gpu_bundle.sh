@@ -2,7 +2,9 @@
 # Packs a build of EPL for a GPU machine that has CUDA but not EPL's Debian libraries
 # (fmt, ANTLR, oneDNN, OpenBLAS, Open MPI): a portable build (no -march=native) of `epl`,
 # the kernel probe and the communicators' test, the shared libraries they load apart from the C/C++ runtime and
-# CUDA's (as ldd lists them, so oneDNN's OpenMP runtime too), and the text the GPU tests
+# CUDA's (as ldd lists them, so oneDNN's OpenMP runtime too), Debian's Open MPI (mpirun,
+# its components and PMIx, under .gpu/mpi with the paths it was built for, relocated by
+# OPAL_PREFIX in tools/gpu_env.sh: the runs of several ranks), and the text the GPU tests
 # train on, into .gpu/ and .gpu.tar.xz (ignored by git). tools/gpu_check.sh runs the GPU tests from it, on
 # that machine, from a copy of this repository.
 # Usage: tools/gpu_bundle.sh [build-dir]
@@ -18,9 +20,16 @@ for exe in "$build/epl" "$build/tests/oracle/epl_kernel_probe" \
            "$build/tests/gpu/epl_gpu_comm_test"; do
   strip -o ".gpu/bin/$(basename "$exe")" "$exe"
 done
+# Open MPI as Debian installs it, under a prefix of its own (OPAL_PREFIX moves it there).
+multiarch=/usr/lib/x86_64-linux-gnu
+mkdir -p .gpu/mpi/usr/bin ".gpu/mpi$multiarch" .gpu/mpi/usr/share
+cp -L "$(readlink -f /usr/bin/mpirun)" .gpu/mpi/usr/bin/mpirun
+cp -a "$multiarch/openmpi" "$multiarch/pmix2" ".gpu/mpi$multiarch/"
+rm -rf ".gpu/mpi$multiarch/openmpi/include" ".gpu/mpi$multiarch/pmix2/include"
+cp -a /usr/share/openmpi .gpu/mpi/usr/share/
 # What the GPU machine has already: the C and C++ runtime, and CUDA's own libraries.
 keep_out='^(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|ld-linux.*|linux-vdso|libcuda|libcublas.*|libcudart|libcudnn.*|libnccl)\.so'
-for exe in .gpu/bin/*; do
+for exe in .gpu/bin/* .gpu/mpi/usr/bin/mpirun ".gpu/mpi$multiarch"/pmix2/lib/libpmix.so.2; do
   ldd "$exe" | awk '/=> \//{print $1, $3}'
 done | sort -u | while read -r name path; do
   if ! [[ $name =~ $keep_out ]]; then cp -L "$path" ".gpu/lib/$name"; fi

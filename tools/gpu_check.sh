@@ -3,7 +3,8 @@
 # made (.gpu/): every kernel family against the CPU's and PyTorch (the tests labelled `gpu`
 # in CTest), the communicators (NCCL on one rank; two ranks sharing the GPU), then 20
 # training steps of a char GPT on the GPU against the CPU (fp32, TF32 products, amp in bf16
-# and fp16). Needs python3 with torch, and CUDA's cuBLAS 13 and NCCL 2 (found in python3's
+# and fp16), and of two ranks sharing the GPU (data parallel, pipeline, split regions, a
+# vocabulary-parallel loss). Needs python3 with torch, and CUDA's cuBLAS 13 and NCCL 2 (found in python3's
 # nvidia packages if not on the library path). Writes each part's output into DIR
 # (default: gpu-check/).
 # Usage: tools/gpu_check.sh [DIR] [FAMILY...]
@@ -66,4 +67,11 @@ train train_gpt_ignore gpt_ignore.epl
 train train_gpt_tf32 gpt_dp.epl --tol 1e-3 --set policy.matmul=tf32
 train train_gpt_amp_bf16 gpt_dp.epl --tol 1e-3 --set policy.amp=bf16
 train train_gpt_amp_fp16 gpt_dp.epl --tol 1e-3 --set policy.amp=fp16
+# Two ranks on the one GPU (the bundle's mpirun; NCCL refuses ranks sharing a GPU, so the
+# collectives go through MPI staged by the host): data parallel, a 2-stage pipeline, split
+# regions, a vocabulary-parallel head and loss; as tests/gpu/CMakeLists.txt runs them.
+train train_gpt_np2 gpt_dp.epl --np 2
+train train_pipeline_np2 gpt_pipeline.epl --np 2
+train train_split_np2 gpt_split.epl --np 2
+train train_vocab_np2 cnn_vocab_head.epl --np 2
 exit $failed

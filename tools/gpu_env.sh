@@ -11,5 +11,16 @@ for base in site.getsitepackages():
             print(os.path.dirname(lib))
 PY
 ); do libs=$libs:$dir; done
+# The bundle's Open MPI, relocated: mpirun on the path, its components found under
+# OPAL_PREFIX, PMIx's under its own prefix; as root, and over shared memory and TCP only.
+mpi=$root/.gpu/mpi/usr
+if [ -d "$mpi" ]; then
+  pmix=$mpi/lib/x86_64-linux-gnu/pmix2
+  libs=$libs:$mpi/lib/x86_64-linux-gnu/openmpi/lib:$pmix/lib
+  export PATH=$mpi/bin:$PATH OPAL_PREFIX=$mpi PMIX_INSTALL_PREFIX=$pmix
+  export PMIX_MCA_mca_base_component_path=$pmix/lib/pmix
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader,tcp
+fi
 export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export EPL_STDLIB=$root/stdlib

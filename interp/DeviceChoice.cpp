@@ -36,11 +36,8 @@ const ir::Op* attentionBeyondCuda(const ir::Module& m) {
 
 // Why the CUDA device cannot run this plan, or "" when it can.
 std::string cudaRefusal(const ir::Module& m, const ir::Op** op) {
-  // Several ranks on GPUs run data parallelism (NCCL), pipelines and split regions (their
-  // transfers staged through host memory; docs/gpu.md): nothing refuses them.
-  if (m.offloadApplies())
-    return "optimizer states offloaded to disk (`offload_to = disk`) run on the CPU device so "
-           "far";
+  // Several ranks on GPUs run data parallelism (NCCL), pipelines, split regions and states
+  // offloaded to disk (docs/gpu.md): nothing refuses them.
   *op = opWithoutCudaKernel(m);
   if (*op) return fmt::format("`{}` has no CUDA kernel yet", ir::opInfo((*op)->kind).name);
   *op = attentionBeyondCuda(m);

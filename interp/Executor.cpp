@@ -373,20 +373,19 @@ void Executor::allocateBuffers() {
   }
   if (program_.offloadedBytes == 0) return;
   // Offloaded to disk: the staging buffers, each a chunk of every state, as the plan sized
-  // them; the file's worker thread reads and writes them from the host.
+  // them; the file's worker thread reads and writes them from the host. On a device whose
+  // memory is not the host's, the worker's are host memory of the same layout, and each
+  // chunk is copied to the device's buffers for its update and back (optimizerStep).
   int64_t buffer =
       (program_.stagingBytes - program_.partStagingBytes) / ir::Program::kStagingBuffers;
   try {
-    if (!dev_.hostAddressable())
-      throw OffloadError(fmt::format("optimizer states offloaded to disk run on the cpu device "
-                                     "so far, not on {}",
-                                     dev_.name()));
     int blocks = states_ + (paramsOnDisk_ ? 1 : 0); // the parameters' slice last
     EPL_ASSERT(states_ > 0 && buffer % (4 * blocks) == 0,
                "a staging buffer holds a whole chunk of every state");
+    if (!dev_.hostAddressable()) hostStaging_.resize(static_cast<size_t>(program_.stagingBytes));
     std::vector<unsigned char*> staging;
     for (int b = 0; b < ir::Program::kStagingBuffers; ++b)
-      staging.push_back(stagingMem_ + b * buffer);
+      staging.push_back(workerStaging() + b * buffer);
     std::string dir =
         opt_.offloadDir.empty() ? std::filesystem::temp_directory_path().string() : opt_.offloadDir;
     disk_ = std::make_unique<OffloadedStates>(dir, blocks, stateBytes(), std::move(staging),
@@ -1179,13 +1178,16 @@ void Executor::startGather(const ir::Instr& in, int part) {
   backend::Comm& comm = *bucketDomain(in.bucket).comm;
   for (const ir::Module::SlicePiece& piece : gatherPieces_[in.bucket]) {
     if (piece.rank != comm.rank()) continue;
-    if (paramsOnDisk_ && part >= 0) { // host memory on this device
-      std::memcpy(block + (piece.begin - first), disk_->acquirePart(static_cast<size_t>(part)),
-                  static_cast<size_t>(piece.end - piece.begin));
+    if (paramsOnDisk_ && part >= 0) { // read ahead into host memory
+      dev_.copyToDevice(block + (piece.begin - first),
+                        disk_->acquirePart(static_cast<size_t>(part)), piece.end - piece.begin);
+      dev_.synchronize(); // done with the read-ahead buffer before it takes the next part
       disk_->releasePart(static_cast<size_t>(part));
     } else if (paramsOnDisk_) {
-      disk_->read(states_, stateOffset(piece.begin), piece.end - piece.begin,
-                  block + (piece.begin - first));
+      std::vector<unsigned char> read(static_cast<size_t>(piece.end - piece.begin));
+      disk_->read(states_, stateOffset(piece.begin), piece.end - piece.begin, read.data());
+      dev_.copyToDevice(block + (piece.begin - first), read.data(), piece.end - piece.begin);
+      dev_.synchronize();
     } else {
       dev_.copyOnDevice(block + (piece.begin - first), paramAt(piece.begin),
                         piece.end - piece.begin);
@@ -1764,7 +1766,7 @@ void Executor::planGatherReads() {
     EPL_ASSERT(part.bytes <= program_.partStagingBytes,
                "a gather's part fits the memory plan's read-ahead buffer");
   disk_->setParts(states_, std::move(parts),
-                  stagingMem_ + (program_.stagingBytes - program_.partStagingBytes));
+                  workerStaging() + (program_.stagingBytes - program_.partStagingBytes));
 }
 
 // Offloaded states: the chunks of the step's optimizer ops, in the order the step runs
@@ -1826,13 +1828,24 @@ void Executor::optimizerStep(int id, int64_t step) {
     return update(begin, end, paramAt(begin), stateMem_[0] + at,
                   states_ > 1 ? stateMem_[1] + at : nullptr);
   }
-  // On disk: chunk by chunk, as the file's worker reads them in.
+  // On disk: chunk by chunk, as the file's worker reads them in. Where the worker's buffers
+  // are host memory apart from the device's, each chunk's blocks go to the device's
+  // buffer of the same place for the update and come back.
   auto [first, count] = opChunks_[id];
+  int blocks = states_ + (paramsOnDisk_ ? 1 : 0);
   for (size_t i = first; i < first + count; ++i) {
     disk_->acquire(i);
-    int64_t at = chunkParamAt_[i];
-    update(at, at + disk_->chunk(i).bytes, paramsOnDisk_ ? disk_->stateOf(i, states_) : paramAt(at),
-           disk_->stateOf(i, 0), states_ > 1 ? disk_->stateOf(i, 1) : nullptr);
+    int64_t at = chunkParamAt_[i], bytes = disk_->chunk(i).bytes;
+    auto onDevice = [&](int k) { return stagingMem_ + (disk_->stateOf(i, k) - workerStaging()); };
+    bool mirror = workerStaging() != stagingMem_;
+    if (mirror)
+      for (int k = 0; k < blocks; ++k)
+        dev_.copyToDevice(onDevice(k), disk_->stateOf(i, k), bytes);
+    update(at, at + bytes, paramsOnDisk_ ? onDevice(states_) : paramAt(at), onDevice(0),
+           states_ > 1 ? onDevice(1) : nullptr);
+    if (mirror)
+      for (int k = 0; k < blocks; ++k)
+        dev_.copyToHost(disk_->stateOf(i, k), onDevice(k), bytes);
     dev_.synchronize(); // the update is done with the buffer before it is written back
     disk_->release(i);
   }

@@ -387,6 +387,12 @@ private:
   // its first chunk and their number; by chunk, where it starts in the parameter memory.
   std::unique_ptr<OffloadedStates> disk_;
   unsigned char* stagingMem_ = nullptr;
+  // Offloaded to disk on a device whose memory is not the host's: the file worker's
+  // staging buffers, host memory laid out as stagingMem_ (else empty: it uses stagingMem_).
+  std::vector<unsigned char> hostStaging_;
+  unsigned char* workerStaging() {
+    return hostStaging_.empty() ? stagingMem_ : hostStaging_.data();
+  }
   std::vector<std::pair<size_t, size_t>> opChunks_;
   std::vector<int64_t> chunkParamAt_;
   // With `offload = params`, by step instruction: the read of the file its gather takes

@@ -151,6 +151,10 @@ public:
   virtual EventId record(StreamId s) = 0;
   virtual void wait(StreamId s, EventId e) = 0;
   virtual void synchronize() = 0;
+  // The native handle of stream s (a cudaStream_t), for a communicator on this device to
+  // order its work after the stream's (Comm.h); null for a device that runs each call to
+  // its end before returning.
+  virtual void* streamHandle(StreamId) const { return nullptr; }
 
   // The most device memory the run's buffers held at once since the device was made: what
   // allocate() handed out at its peak, plus what the device's kernels and communicators

@@ -1053,9 +1053,8 @@ void Executor::splitCommunicators() {
 // Sums bucket b's gradients over the data-parallel ranks, in the background. Gradients sit
 // in parameter order, so a bucket is one block; the padding between parameters is zero.
 void Executor::startReduce(int b, int micro) {
-  // The collective reads the gradients from the host side: they must be written. (A
-  // queued device would record an event for the communication to wait on instead.)
-  dev_.synchronize();
+  // The collective reads the gradients as the device's queued work leaves them (Comm.h):
+  // no synchronisation here, so the host goes on queueing the backward.
   // fp16 carries each rank's share times the rank count, so small gradients stay normal.
   // (Every rank of a collective scales alike: a tied weight's, by the ranks summing it.)
   int ranks = m_.buckets[b].tied && !shardGrads_ ? m_.buckets[b].ranks : program_.dataRanks;
@@ -1091,7 +1090,6 @@ void Executor::startTieSum(int b) {
   auto [begin, end] = slicePart(b);
   dev_.fillZero(whole, bytes);
   if (begin < end) dev_.copyOnDevice(whole + (begin - bucketBegin_[b]), gradAt(begin), end - begin);
-  dev_.synchronize(); // the collective reads the block from the host side
   pendingOn_[b] = &bucketComm(b);
   pending_[b] = bucketComm(b).iallReduce(reinterpret_cast<float*>(whole), bytes / 4);
 }
@@ -1193,8 +1191,7 @@ void Executor::startGather(const ir::Instr& in, int part) {
                         piece.end - piece.begin);
     }
   }
-  // The broadcasts read the block from the host side: the copy must be done.
-  dev_.synchronize();
+  // The broadcasts read the block after the copies queued into it (Comm.h).
   for (const ir::Module::SlicePiece& piece : gatherPieces_[in.bucket])
     started.push_back(
         comm.ibroadcast(block + (piece.begin - first), piece.end - piece.begin, piece.rank));
@@ -1480,7 +1477,6 @@ void Executor::transfer(const ir::Op& op, const ir::Op& fwd, const backend::Tens
     float* sum = send + src.numel();
     for (int j = 0; j < w; ++j)
       piece(src.f32(), send + j * c.rows * c.piece, c, j, true);
-    dev_.synchronize();
     splitComm().reduceScatter(send, sum, dst.numel(), what());
     return put(sum);
   }
@@ -1489,7 +1485,6 @@ void Executor::transfer(const ir::Op& op, const ir::Op& fwd, const backend::Tens
     // the identity's gradient) has no other reader.
     float* buf = add ? src.f32() : dst.f32();
     if (!add) dev_.copyOnDevice(buf, src.data, src.bytes());
-    dev_.synchronize();
     splitComm().allReduce(buf, src.numel(), what());
     if (add) put(buf);
     return;
@@ -1501,7 +1496,6 @@ void Executor::transfer(const ir::Op& op, const ir::Op& fwd, const backend::Tens
     EPL_ASSERT(src.numel() * w == dst.numel(), "an all-gather's result holds its pieces");
     float* pieces = c.rows == 1 && !add ? dst.f32() : scratch;
     float* whole = c.rows == 1 ? pieces : add ? scratch + dst.numel() : dst.f32();
-    dev_.synchronize();
     splitComm().allGather(src.data, pieces, src.bytes(), what());
     if (c.rows > 1)
       for (int j = 0; j < w; ++j)
@@ -1636,7 +1630,7 @@ void Executor::moeExchange(const ir::Instr& in, size_t index, int64_t step) {
       at += n * d;
     }
   }
-  dev_.synchronize(); // the sources and packed blocks are written before they leave
+  // The sends read the sources and packed blocks as the device's copies leave them (Comm.h).
   std::vector<backend::Request> requests;
   constexpr int kTag = 0x4d4f; // the split communicator carries nothing else point to point
   for (int i = 0; i < w; ++i) {

@@ -10,7 +10,10 @@
 //   - a buffer passed to an operation stays valid and untouched until its wait returns;
 //   - requests may be waited in any order; each is waited exactly once.
 // Buffers are host memory (or device memory the host can address); the communicators of a
-// GPU's ranks (makeDeviceComm in backend/Device.h) take its device memory too.
+// GPU's ranks (makeDeviceComm in backend/Device.h) take its device memory too, and an
+// operation they start on it reads it as the device's work queued before the start left
+// it (ordered after the device's compute stream, not after a host synchronisation); what
+// the device queues after the wait sees what the operation wrote.
 #pragma once
 #include <cstdint>
 #include <memory>

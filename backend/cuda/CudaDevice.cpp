@@ -242,6 +242,7 @@ public:
     events_.push_back(e);
     return static_cast<EventId>(events_.size() - 1);
   }
+  void* streamHandle(StreamId s) const override { return stream(s); }
   void wait(StreamId s, EventId e) override {
     check(cudaStreamWaitEvent(stream(s), events_.at(static_cast<size_t>(e)), 0),
           "waiting on an event");

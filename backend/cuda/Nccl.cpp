@@ -140,6 +140,7 @@ public:
         api_.commDestroy(comm_);
       }
     }
+    if (ready_) cudaEventDestroy(ready_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -352,8 +353,14 @@ private:
   std::shared_ptr<NcclPending> start(std::string description) {
     if (broken_)
       detail::misuse(*this, "the NCCL communicator was aborted after a timeout and cannot be used");
-    // The caller finished writing the buffers (Comm.h); the executor synchronises its device
-    // before every collective.
+    // The device's buffers as its compute stream leaves them (Comm.h): the communicator's
+    // stream waits for what was queued there so far, and the host does not.
+    if (auto* compute = static_cast<cudaStream_t>(device_.streamHandle(0))) {
+      if (!ready_)
+        cudaCheck(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "creating an event");
+      cudaCheck(cudaEventRecord(ready_, compute), "recording an event");
+      cudaCheck(cudaStreamWaitEvent(stream_, ready_, 0), "waiting on the compute stream");
+    }
     return std::make_shared<NcclPending>(this, std::move(description));
   }
 
@@ -460,6 +467,7 @@ private:
   std::unique_ptr<Comm> owned_;  // a sub-communicator's bootstrap
   std::unique_ptr<Comm> staged_; // point to point
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t ready_ = nullptr; // recorded on the compute stream as an operation starts
   ncclComm_t comm_ = nullptr;
   bool broken_ = false;
 };

@@ -407,17 +407,29 @@ void Executor::releaseBuffers() {
   zeroBias_ = nullptr;
 }
 
+// One forward kernel of no attributes on the device: `in` to `out`.
+void Executor::launchPlain(ir::OpKind kind, std::vector<backend::TensorView> in,
+                           const backend::TensorView& out) {
+  static const ir::Attrs none;
+  backend::KernelCall c;
+  c.kind = kind;
+  c.attrs = &none;
+  c.in = std::move(in);
+  c.out = {out};
+  dev_.launch(c);
+}
+
 // `to` = `from`, converted to its dtype on the device: a reshape's copy, whose kernel widens
 // and rounds half views as any kernel does (HalfStaging.h).
 void Executor::castInto(const backend::TensorView& from, const backend::TensorView& to) {
-  if (from.data == to.data) return;
-  static const ir::Attrs none;
-  backend::KernelCall c;
-  c.kind = ir::OpKind::Reshape;
-  c.attrs = &none;
-  c.in = {from};
-  c.out = {to};
-  dev_.launch(c);
+  if (from.data != to.data) launchPlain(ir::OpKind::Reshape, {from}, to);
+}
+
+// dst += the f32 values of dst's shape at `values`, on the device (its add kernel).
+void Executor::addInto(const backend::TensorView& dst, void* values) {
+  backend::TensorView v = dst;
+  v.data = values;
+  launchPlain(ir::OpKind::Add, {dst, v}, dst);
 }
 
 backend::TensorView Executor::shapeOnly(int t) const {
@@ -1350,28 +1362,26 @@ void Executor::vocabCrossEntropy(const ir::Instr& in, size_t index, int64_t step
   const ir::Op& op = m_.ops[in.op];
   bool backward = op.phase == ir::Phase::Backward;
   if (backward && op.outputs[0] < 0) return;
-  int w = program_.splitWidth;
+  int w = program_.splitWidth, slot = slotOf(in.micro);
   backend::KernelCall c = callOf(in);
   c.vocabSlice = true;
   c.vocabFirst =
       program_.splitRank * shapeOnly(backward ? op.inputs[1] : op.inputs[0]).shape.back();
   dev_.launch(c);
   if (backward) return;
-  dev_.synchronize();
-  HostSide host(dev_);
+  HostSide host(dev_); // its copies wait for the kernel
   int targetsT = op.inputs[1];
-  backend::TensorView targets = host.in(view(targetsT, slotOf(in.micro)));
+  backend::TensorView targets = host.in(view(targetsT, slot));
   const int32_t* t = static_cast<const int32_t*>(targets.data);
   int64_t rows = targets.numel(), ignored = ir::ignoredClass(&op.attrs);
   // Mine: the slice's log-sum-exp of each row, then its mean target logit.
   std::vector<float> mine(static_cast<size_t>(rows + 1)), all(static_cast<size_t>((rows + 1) * w));
-  const auto* lseSlice =
-      static_cast<const float*>(host.in(view(op.outputs[1], slotOf(in.micro))).data);
+  const auto* lseSlice = static_cast<const float*>(host.in(view(op.outputs[1], slot)).data);
   std::copy(lseSlice, lseSlice + rows, mine.begin());
-  mine[rows] = *static_cast<const float*>(host.in(view(op.outputs[0], slotOf(in.micro))).data);
+  mine[rows] = *static_cast<const float*>(host.in(view(op.outputs[0], slot)).data);
   splitComm().allGather(mine.data(), all.data(), 4 * (rows + 1),
                         fmt::format("instruction {} of step {}: {}", index, step + 1, op.name));
-  float* lse = static_cast<float*>(host.out(view(op.outputs[1], slotOf(in.micro)), false).data);
+  float* lse = static_cast<float*>(host.out(view(op.outputs[1], slot), false).data);
   double total = 0, targetMean = 0;
   for (int64_t r = 0; r < rows; ++r) {
     float top = all[r];
@@ -1386,7 +1396,7 @@ void Executor::vocabCrossEntropy(const ir::Instr& in, size_t index, int64_t step
   for (int k = 0; k < w; ++k)
     targetMean += static_cast<double>(all[k * (rows + 1) + rows]);
   int64_t kept = ir::keptTargets(t, rows, ignored);
-  *static_cast<float*>(host.out(view(op.outputs[0], slotOf(in.micro)), false).data) =
+  *static_cast<float*>(host.out(view(op.outputs[0], slot), false).data) =
       kept == 0 ? 0.f : static_cast<float>(total / static_cast<double>(kept) - targetMean);
   host.finish();
 }
@@ -1447,15 +1457,7 @@ void Executor::transfer(const ir::Op& op, const ir::Op& fwd, const backend::Tens
       if (values != dst.data) dev_.copyOnDevice(dst.data, values, dst.bytes());
       return;
     }
-    static const ir::Attrs none;
-    backend::KernelCall c;
-    c.kind = ir::OpKind::Add;
-    c.attrs = &none;
-    backend::TensorView v = dst;
-    v.data = values;
-    c.in = {dst, v};
-    c.out = {dst};
-    dev_.launch(c);
+    addInto(dst, values);
   };
   // Piece k of each of a cut's rows, between a whole tensor and its piece (rows side by
   // side), either way.
@@ -1651,17 +1653,7 @@ void Executor::moeExchange(const ir::Instr& in, size_t index, int64_t step) {
       }
     }
   if (used * d < dst.numel()) dev_.fillZero(into + used * d, 4 * (dst.numel() - used * d));
-  if (add) {
-    static const ir::Attrs none;
-    backend::KernelCall sum;
-    sum.kind = ir::OpKind::Add;
-    sum.attrs = &none;
-    backend::TensorView joined = dst;
-    joined.data = into;
-    sum.in = {dst, joined};
-    sum.out = {dst};
-    dev_.launch(sum);
-  }
+  if (add) addInto(dst, into);
 }
 
 // The clip factor is needed on the host before any update: wait for the norm here. Each

@@ -301,7 +301,10 @@ private:
   // partial sums (bindCall).
   float* zeroBias_ = nullptr;
   int64_t zeroBiasFloats_ = 0;
+  void launchPlain(ir::OpKind kind, std::vector<backend::TensorView> in,
+                   const backend::TensorView& out);
   void castInto(const backend::TensorView& from, const backend::TensorView& to);
+  void addInto(const backend::TensorView& dst, void* values);
   std::vector<float> ampIn_; // amp: the f32 copy of the evaluation's gathered logits
   // ZeRO stage 1 (Module::zeroApplies) over the ranks that share this rank's parameters,
   // in each domain (Module::zeroSlices: those summed over the stage's ranks, and a split

@@ -1606,30 +1606,22 @@ void Executor::moeExchange(const ir::Instr& in, size_t index, int64_t step) {
       out[i] = s + localAt[i] * d;
       outRows[i] = tr.sent[i];
       backRows[i] = toExpertsRows;
-      back[i] = received;
-      received += toExpertsRows * d;
+      // This rank's own block is read where it lies; a peer's lands in the buffer.
+      back[i] = i == me ? const_cast<float*>(out[i]) : received;
+      if (i != me) received += toExpertsRows * d;
     } else {
       outRows[i] = toExpertsRows;
       backRows[i] = tr.sent[i];
       back[i] = into + localAt[i] * d;
-      if (i == me) continue; // copied straight into place below
-      out[i] = packed;
+      // This rank's own runs go straight into place; a peer's are packed to send.
+      float* at = i == me ? back[i] : packed;
+      out[i] = at;
       for (int64_t x = 0; x < el; ++x) {
         int64_t n = expertAt[x * w + i + 1] - expertAt[x * w + i];
-        rows(packed, s + expertAt[x * w + i] * d, n);
-        packed += n * d;
+        rows(at, s + expertAt[x * w + i] * d, n);
+        at += n * d;
       }
-    }
-  }
-  // This rank's own rows, without the communicator.
-  if (toExperts) {
-    back[me] = const_cast<float*>(out[me]);
-  } else {
-    float* at = back[me];
-    for (int64_t x = 0; x < el; ++x) {
-      int64_t n = expertAt[x * w + me + 1] - expertAt[x * w + me];
-      rows(at, s + expertAt[x * w + me] * d, n);
-      at += n * d;
+      if (i != me) packed = at;
     }
   }
   // The sends read the sources and packed blocks as the device's copies leave them (Comm.h).

@@ -7,10 +7,41 @@
 
 #include <algorithm>
 #include <cmath>
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
 
 namespace epl::backend::cpu {
 
 namespace {
+
+// Subnormal floats read as zero and results that would be subnormal written as zero, for
+// one thread's part of an update (x86's MXCSR: DAZ and FTZ), the previous mode restored
+// after. A moment whose gradient stays zero (a pixel that is always black, an embedding
+// row no batch reads) decays by beta each step into the subnormal range, where every
+// multiply takes a microcode assist. Flushed, such a moment is zero: it moved its parameter
+// by less than a subnormal, which rounding drops anyway. docs/architecture.md (the CPU
+// backend: "Optimizer updates flush subnormals") has the figures; other architectures
+// keep subnormals.
+class FlushSubnormals {
+public:
+#if defined(__SSE__)
+  FlushSubnormals() : saved_(_mm_getcsr()) {
+    _mm_setcsr(saved_ | kDaz | kFtz);
+  }
+  ~FlushSubnormals() {
+    _mm_setcsr(saved_);
+  }
+
+private:
+  static constexpr unsigned kDaz = 1u << 6, kFtz = 1u << 15;
+  unsigned saved_;
+#else
+  FlushSubnormals() = default;
+#endif
+  FlushSubnormals(const FlushSubnormals&) = delete;
+  FlushSubnormals& operator=(const FlushSubnormals&) = delete;
+};
 
 // torch.optim.SGD (dampening 0, no Nesterov): d = g + wd p; buf = d on the first step, else
 // momentum * buf + d; p -= lr * buf.
@@ -22,6 +53,7 @@ void sgd(const OptimizerCall& c, int64_t n) {
   EPL_ASSERT(!useBuf || buf, "sgd with momentum needs a momentum buffer");
   bool first = c.step <= 1;
   parallelFor(n, kParallelMin, [&](int64_t lo, int64_t hi) {
+    FlushSubnormals flush;
 #pragma omp simd
     for (int64_t i = lo; i < hi; ++i) {
       float d = g[i] * gs;
@@ -52,6 +84,7 @@ void adam(const OptimizerCall& c, int64_t n, bool decoupled) {
   float wd = decoupled ? 0.f : c.weightDecay;
   float decay = decoupled ? static_cast<float>(1.0 - double(c.lr) * c.weightDecay) : 1.f;
   parallelFor(n, kParallelMin, [&](int64_t lo, int64_t hi) {
+    FlushSubnormals flush;
 #pragma omp simd
     for (int64_t i = lo; i < hi; ++i) {
       float pi = p[i] * decay;

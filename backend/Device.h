@@ -7,12 +7,17 @@
 #include "ir/Config.h"
 #include "ir/Ops.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <memory>
+#include <new>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace epl::backend {
@@ -126,6 +131,18 @@ public:
   // release(nullptr) does nothing.
   virtual void* allocate(int64_t bytes) = 0;
   virtual void release(void* p) = 0;
+  // Host memory the device copies from and to without the host waiting: page-locked on a
+  // GPU, where a copy from or to pageable memory may wait for the work queued before it.
+  // The executor's buffers that cross every step (the batch, each micro-batch's loss and
+  // its seed) and the offloaded states' host buffers. 64-byte aligned; throws
+  // std::bad_alloc. By default ordinary host memory.
+  virtual void* allocateHost(int64_t bytes) {
+    size_t rounded = (static_cast<size_t>(std::max<int64_t>(bytes, 1)) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  virtual void releaseHost(void* p) { std::free(p); }
   virtual void copyToDevice(void* dst, const void* src, int64_t bytes, StreamId s = 0) = 0;
   virtual void copyToHost(void* dst, const void* src, int64_t bytes, StreamId s = 0) = 0;
   virtual void copyOnDevice(void* dst, const void* src, int64_t bytes, StreamId s = 0) = 0;
@@ -161,6 +178,43 @@ public:
   // took for scratch at theirs. Nothing for a device whose memory is the host's: the
   // process's resident set measures that.
   virtual std::optional<int64_t> peakBytes() const { return std::nullopt; }
+};
+
+// Bytes of Device::allocateHost, zeroed, released with the buffer (the device must outlive
+// it).
+class HostBuffer {
+public:
+  HostBuffer() = default;
+  HostBuffer(Device& dev, int64_t bytes)
+      : dev_(&dev), p_(bytes > 0 ? dev.allocateHost(bytes) : nullptr),
+        bytes_(std::max<int64_t>(bytes, 0)) {
+    if (p_) std::memset(p_, 0, static_cast<size_t>(bytes_));
+  }
+  ~HostBuffer() {
+    if (p_) dev_->releaseHost(p_);
+  }
+  HostBuffer(HostBuffer&& other) noexcept { swap(other); }
+  HostBuffer& operator=(HostBuffer&& other) noexcept {
+    HostBuffer gone(std::move(*this));
+    swap(other);
+    return *this;
+  }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+
+  template <class T = unsigned char> T* data() const { return static_cast<T*>(p_); }
+  int64_t bytes() const { return bytes_; }
+  bool empty() const { return bytes_ == 0; }
+
+private:
+  void swap(HostBuffer& other) noexcept {
+    std::swap(dev_, other.dev_);
+    std::swap(p_, other.p_);
+    std::swap(bytes_, other.bytes_);
+  }
+  Device* dev_ = nullptr;
+  void* p_ = nullptr;
+  int64_t bytes_ = 0;
 };
 
 // The CPU device: OpenBLAS for GEMMs, `threads` worker threads for the rest (0: all cores).

@@ -220,15 +220,17 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
   staging_.resize(program_.microBatches);
   for (HostBatch& b : staging_) {
     for (int t : m_.inputs)
-      b.inputs.emplace_back(m_.bytesOn(program_, t));
-    if (!nextOps_.empty()) b.next.resize(m_.bytesOn(program_, m_.ops[nextOps_[0]].outputs[0]) / 4);
+      b.inputs.emplace_back(dev_, m_.bytesOn(program_, t));
+    if (!nextOps_.empty())
+      b.next = backend::HostBuffer(dev_, m_.bytesOn(program_, m_.ops[nextOps_[0]].outputs[0]));
   }
-  int64_t staged = 4 * static_cast<int64_t>(staging_.front().next.size());
-  for (const std::vector<unsigned char>& input : staging_.front().inputs)
-    staged += static_cast<int64_t>(input.size());
+  int64_t staged = staging_.front().next.bytes();
+  for (const backend::HostBuffer& input : staging_.front().inputs)
+    staged += input.bytes();
   EPL_ASSERT(staged * program_.microBatches == program_.inputBytes,
              "the host's input copies differ from the memory plan's");
-  lossHost_.assign(program_.microBatches, 0.f);
+  lossHost_ = backend::HostBuffer(dev_, 4 * program_.microBatches);
+  seeds_ = backend::HostBuffer(dev_, 4 * program_.microBatches);
   lossWeight_.assign(program_.microBatches, 1.0);
   if (const ir::Op& loss = m_.ops[lossOp()]; loss.kind == ir::OpKind::CrossEntropy)
     ignored_ = std::max<int64_t>(ir::ignoredClass(&loss.attrs), -1);
@@ -382,7 +384,7 @@ void Executor::allocateBuffers() {
     int blocks = states_ + (paramsOnDisk_ ? 1 : 0); // the parameters' slice last
     EPL_ASSERT(states_ > 0 && buffer % (4 * blocks) == 0,
                "a staging buffer holds a whole chunk of every state");
-    if (!dev_.hostAddressable()) hostStaging_.resize(static_cast<size_t>(program_.stagingBytes));
+    if (!dev_.hostAddressable()) hostStaging_ = backend::HostBuffer(dev_, program_.stagingBytes);
     std::vector<unsigned char*> staging;
     for (int b = 0; b < ir::Program::kStagingBuffers; ++b)
       staging.push_back(workerStaging() + b * buffer);
@@ -922,12 +924,10 @@ void Executor::load(int micro) {
   int slot = slotOf(micro);
   for (size_t i = 0; i < m_.inputs.size(); ++i)
     if (program_.offset[m_.inputs[i]] >= 0)
-      dev_.copyToDevice(view(m_.inputs[i], slot).data, b.inputs[i].data(),
-                        static_cast<int64_t>(b.inputs[i].size()));
+      dev_.copyToDevice(view(m_.inputs[i], slot).data, b.inputs[i].data(), b.inputs[i].bytes());
   for (int op : nextOps_)
     if (program_.offset[m_.ops[op].outputs[0]] >= 0)
-      dev_.copyToDevice(view(m_.ops[op].outputs[0], slot).data, b.next.data(),
-                        static_cast<int64_t>(4 * b.next.size()));
+      dev_.copyToDevice(view(m_.ops[op].outputs[0], slot).data, b.next.data(), b.next.bytes());
 }
 
 // The Recvs of a program get buffers outside the arena (ir::Module::receivePlan): a step's
@@ -1256,8 +1256,7 @@ void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t see
     // host now (read after the step's synchronize), then seed d loss = 1 / (micro_batches x
     // data-parallel ranks): the ranks' summed gradients are the global batch's mean.
     int slot = slotOf(in.micro);
-    dev_.copyToHost(&lossHost_[in.micro], view(m_.outputs[0], slot).data, 4);
-    // The source must outlive the copy on a queued device: a member, not a local.
+    dev_.copyToHost(lossHost_.data<float>() + in.micro, view(m_.outputs[0], slot).data, 4);
     // Inside a split region a split group computes one loss over its copy's samples.
     int shares = program_.dataRanks;
     if (m_.tensors[m_.outputs[0]].layout.kind != ir::LayoutKind::DataParallel)
@@ -1266,9 +1265,12 @@ void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t see
     // With an ignored class, the loss is the mean over the kept targets of the global
     // batch: each micro-batch's mean weighs by its share of them.
     if (ignored_ >= 0) lossWeight_[in.micro] = keptWeight(slot);
-    lossSeed_ =
+    // Each micro-batch's seed has its own place: the copy may still be queued when the
+    // next one's is written (the step's synchronize frees them all).
+    float* seed = seeds_.data<float>() + in.micro;
+    *seed =
         static_cast<float>(lossScale_ * lossWeight_[in.micro] / (program_.microBatches * shares));
-    dev_.copyToDevice(view(m_.lossGrad, slot).data, &lossSeed_, 4);
+    dev_.copyToDevice(view(m_.lossGrad, slot).data, seed, 4);
     return;
   }
   case ir::InstrKind::ReduceStart:
@@ -1924,9 +1926,10 @@ StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
   dev_.synchronize();
   if (traced) trace_->endStep();
   StepResult r;
-  for (size_t k = 0; k < lossHost_.size(); ++k)
-    r.loss += ignored_ >= 0 ? lossHost_[k] * lossWeight_[k] : lossHost_[k];
-  r.loss /= static_cast<double>(lossHost_.size());
+  const float* losses = lossHost_.data<float>();
+  for (int k = 0; k < program_.microBatches; ++k)
+    r.loss += ignored_ >= 0 ? losses[k] * lossWeight_[static_cast<size_t>(k)] : losses[k];
+  r.loss /= program_.microBatches;
   // A pipeline's last stage alone has the loss: from its one rank, or gathered below.
   if (program_.stages > 1 && lossRanks_ == 1)
     comm_.broadcast(&r.loss, sizeof r.loss, program_.lossRank,

@@ -18,8 +18,10 @@ namespace epl::interp {
 
 // One micro-batch on the host, in the model's input order.
 struct HostBatch {
-  std::vector<std::vector<unsigned char>> inputs;
-  std::vector<int32_t> next; // `next(tokens)` targets, when the model reads them
+  std::vector<backend::HostBuffer> inputs; // one per model input, as the device stores it
+  backend::HostBuffer next; // `next(tokens)` targets (int32), when the model reads them
+  int32_t* nextTargets() const { return next.data<int32_t>(); }
+  int64_t nextCount() const { return next.bytes() / 4; }
 };
 
 // Optimizer hyper-parameters of the run, with the current learning rate.
@@ -392,7 +394,7 @@ private:
   unsigned char* stagingMem_ = nullptr;
   // Offloaded to disk on a device whose memory is not the host's: the file worker's
   // staging buffers, host memory laid out as stagingMem_ (else empty: it uses stagingMem_).
-  std::vector<unsigned char> hostStaging_;
+  backend::HostBuffer hostStaging_;
   unsigned char* workerStaging() {
     return hostStaging_.empty() ? stagingMem_ : hostStaging_.data();
   }
@@ -422,7 +424,10 @@ private:
   std::vector<HostBatch> staging_;
   std::vector<int> nextOps_;
   std::map<std::string, int64_t> bindings_; // symbol values on this rank
-  std::vector<float> lossHost_;
+  // Each micro-batch's loss, copied from the device as its forward ends, and the seed of
+  // its backward (d loss / d loss), copied to it: host buffers the copies leave queued,
+  // read (the losses) after the step's synchronize.
+  backend::HostBuffer lossHost_, seeds_;
   // A loss with an ignored class: each micro-batch's weight among the step's, the
   // micro-batch's kept targets over its targets times the global batch's targets over its
   // kept ones (1 when nothing is ignored).
@@ -443,7 +448,7 @@ private:
   const std::vector<ir::Instr>* receivingList_ = nullptr; // and their instructions
   ir::Attrs noAttrs_;
   backend::WireType wire_ = backend::WireType::F32;
-  float lr_ = 0, clipScale_ = 1, lossSeed_ = 1;
+  float lr_ = 0, clipScale_ = 1;
   // amp = fp16 (Module::scalesLoss): the loss scale, the steps since it last changed, and
   // whether this step's gradients overflowed. 1 and never otherwise.
   double lossScale_ = 1;

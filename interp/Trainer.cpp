@@ -133,7 +133,7 @@ void fill(Executor& ex, const data::Dataset& ds, data::Split split, const std::v
   std::vector<void*> ptrs;
   for (auto& in : b.inputs)
     ptrs.push_back(in.data());
-  ds.read(split, ids, ptrs, ex.readsNextTokens() ? b.next.data() : nullptr);
+  ds.read(split, ids, ptrs, ex.readsNextTokens() ? b.nextTargets() : nullptr);
 }
 
 struct Evaluation {
@@ -1272,7 +1272,7 @@ int sample(const ir::Module& m, const SampleOptions& o, Diagnostics& diags) {
     std::vector<int32_t> window(seq, 0);
     std::copy(ctx.end() - len, ctx.end(), window.begin());
     std::memcpy(b.inputs[0].data(), window.data(), 4 * seq);
-    std::fill(b.next.begin(), b.next.end(), 0);
+    std::fill(b.nextTargets(), b.nextTargets() + b.nextCount(), 0);
     std::vector<float> logits = ex.forwardLogits();
     const float* row = logits.data() + (len - 1) * vocab;
     float top = *std::max_element(row, row + vocab);

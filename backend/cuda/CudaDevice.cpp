@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <new>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace epl::backend::cuda {
@@ -192,6 +193,22 @@ public:
     held_ -= it->second;
     sizes_.erase(it);
   }
+  // Page-locked, so that copies to and from it are queued like the rest (from pageable
+  // memory CUDA may first wait for the stream); pageable where the driver refuses to lock
+  // more, which is slower but still right.
+  void* allocateHost(int64_t bytes) override {
+    void* p = nullptr;
+    if (cudaMallocHost(&p, static_cast<size_t>(std::max<int64_t>(bytes, 1))) == cudaSuccess) {
+      pinned_.insert(p);
+      return p;
+    }
+    (void)cudaGetLastError();
+    return Device::allocateHost(bytes);
+  }
+  void releaseHost(void* p) override {
+    if (pinned_.erase(p) == 0) return Device::releaseHost(p);
+    check(cudaFreeHost(p), "freeing page-locked host memory");
+  }
   // The direction from the addresses (unified addressing), so host memory on both sides
   // works too: the host-staged communicator copies host buffers the same way.
   void copyToDevice(void* dst, const void* src, int64_t bytes, StreamId s) override {
@@ -296,6 +313,7 @@ private:
   Ctx ctx_;
   std::vector<cudaEvent_t> events_;
   std::unordered_map<void*, int64_t> sizes_; // allocate()'s buffers and their rounded sizes
+  std::unordered_set<void*> pinned_;         // allocateHost()'s page-locked buffers
   int64_t held_ = 0, peakHeld_ = 0;
 };
 

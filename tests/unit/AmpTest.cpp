@@ -209,7 +209,8 @@ train net {
   for (size_t i = 0; i < x.size(); ++i)
     x[i] = std::sin(static_cast<float>(i));
   auto& input = ex.staging(0).inputs;
-  input.assign(1, std::vector<unsigned char>(x.size() * 4));
+  REQUIRE(input.size() == 1);
+  REQUIRE(input[0].bytes() == static_cast<int64_t>(x.size() * 4));
   std::memcpy(input[0].data(), x.data(), x.size() * 4);
   auto weights = [&] {
     std::vector<float> w(static_cast<size_t>(ex.paramElements(0)));

@@ -664,8 +664,9 @@ void warnUnappliedPolicies(const ir::Module& m, Diagnostics& diags) {
         .warning(to->second,
                  m.optimizerStates() == 0
                      ? "`offload = optimizer` moves nothing: this optimizer keeps no states"
-                     : "`offload_to = cpu` moves nothing on the cpu device, whose memory is the "
-                       "host's")
+                     : "`offload_to = cpu` moves nothing: on the cpu device the states are in "
+                       "the host's memory already, and on a GPU this version keeps them in the "
+                       "GPU's")
         .length(static_cast<uint32_t>(to->first.size()))
         .note("the optimizer states stay in memory")
         .help("`offload_to = disk` keeps them in a file (--offload-dir chooses its folder)");

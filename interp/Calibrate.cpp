@@ -4,11 +4,13 @@
 #include "backend/cpu/KernelUtil.h"
 #include "backend/cpu/Parallel.h"
 #include "interp/MemoryFit.h"
+#include "interp/OffloadedStates.h"
 #include "support/Text.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fmt/format.h>
 #include <fstream>
 #include <string>
@@ -158,6 +160,28 @@ ThreadRates measureAt(int rounds, int64_t cacheFloats) {
   return t;
 }
 
+// Bytes a second each way through the file that states offloaded to disk live in
+// (OffloadedStates, in the folder runs use by default): 64 MiB written and read back in
+// chunks of 1 MiB, as the update streams them, each the median of `rounds`. Through the
+// page cache, as the runs' reads and writes go: states that fit in memory move at its pace.
+double diskRate(int rounds) {
+  constexpr int64_t kChunk = int64_t{1} << 20, kBytes = int64_t{64} << 20;
+  std::vector<unsigned char> chunk(static_cast<size_t>(kChunk), 1), staging(3 * 4096);
+  OffloadedStates file(std::filesystem::temp_directory_path().string(), 1, kBytes,
+                       {staging.data(), staging.data() + 4096, staging.data() + 8192}, 4096);
+  auto pass = [&](bool write) {
+    double start = now();
+    for (int64_t at = 0; at < kBytes; at += kChunk)
+      write ? file.write(0, at, kChunk, chunk.data()) : file.read(0, at, kChunk, chunk.data());
+    return static_cast<double>(kBytes) / (now() - start);
+  };
+  pass(true); // the file's blocks exist from here on, as a run's do after its first step
+  std::vector<double> rates;
+  for (int r = 0; r < std::max(rounds, 1); ++r)
+    rates.push_back(2 / (1 / pass(true) + 1 / pass(false)));
+  return median(rates);
+}
+
 } // namespace
 
 nlohmann::json measureCompute(std::ostream& log, int rounds) {
@@ -205,17 +229,27 @@ nlohmann::json measureCompute(std::ostream& log, int rounds) {
     calibration["cache_bytes"] = cacheBytes;
     calibration["cache_bandwidth"] = cache;
   }
+  double disk = 0;
+  try {
+    disk = diskRate(rounds);
+    log << fmt::format("  the offloaded states' file in {}: {:.2f} GB/s each way\n",
+                       std::filesystem::temp_directory_path().string(), disk / 1e9);
+  } catch (const OffloadError& e) {
+    log << fmt::format("  the offloaded states' file: not measured ({})\n", e.what());
+  }
   std::optional<int64_t> bytes = availableMemory();
-  return {{"name", "here"},
-          {"devices_per_node", cores},
-          {"device",
-           {{"name", fmt::format("cpu ({} cores)", cores)},
-            {"memory_bytes", bytes ? static_cast<double>(*bytes) : 1e9},
-            {"memory_bandwidth", lastMemory},
-            {"peak_flops", {{"f32", lastGemm}}},
-            {"matmul_efficiency", 1},
-            {"memory_efficiency", 1}}},
-          {"calibration", calibration}};
+  nlohmann::json cluster = {{"name", "here"},
+                            {"devices_per_node", cores},
+                            {"device",
+                             {{"name", fmt::format("cpu ({} cores)", cores)},
+                              {"memory_bytes", bytes ? static_cast<double>(*bytes) : 1e9},
+                              {"memory_bandwidth", lastMemory},
+                              {"peak_flops", {{"f32", lastGemm}}},
+                              {"matmul_efficiency", 1},
+                              {"memory_efficiency", 1}}},
+                            {"calibration", calibration}};
+  if (disk > 0) cluster["disk_bandwidth"] = disk;
+  return cluster;
 }
 
 ir::Link measureLink(backend::Comm& comm) {

@@ -24,6 +24,7 @@ Cluster dgxA100() {
   c.device.peakTf32 = 156e12;
   c.intraNode = {300e9, 5e-6};
   c.interNode = {25e9, 10e-6};
+  c.hostLink = {32e9, 10e-6}; // PCIe 4.0 x16
   return c;
 }
 
@@ -35,6 +36,7 @@ Cluster dgxH100() {
   c.device.peakTf32 = 494.7e12;
   c.intraNode = {450e9, 5e-6};
   c.interNode = {50e9, 10e-6};
+  c.hostLink = {64e9, 10e-6}; // PCIe 5.0 x16
   return c;
 }
 
@@ -414,7 +416,7 @@ std::optional<Cluster> parseCluster(const std::string& text, const std::string& 
   Cluster c;
   if (!checkKeys(j, source,
                  {"name", "devices_per_node", "nodes", "device", "device_groups", "intra_node",
-                  "inter_node", "calibration"},
+                  "inter_node", "host_link", "disk_bandwidth", "calibration"},
                  error))
     return std::nullopt;
   c.name = j.value("name", source);
@@ -460,6 +462,16 @@ std::optional<Cluster> parseCluster(const std::string& text, const std::string& 
   if (j.contains("inter_node") &&
       !link(j["inter_node"], source + ": inter_node", c.interNode, error))
     return std::nullopt;
+  if ((j.contains("host_link") &&
+       !link(j["host_link"], source + ": host_link", c.hostLink, error)) ||
+      !number(j, source, "disk_bandwidth", false, c.diskBandwidth, error))
+    return std::nullopt;
+  if (j.contains("host_link") && j.contains("calibration")) {
+    error = fmt::format("{}: a calibrated machine's device is its CPU, whose memory is the "
+                        "host's: it has no `host_link`",
+                        source);
+    return std::nullopt;
+  }
   if (j.contains("calibration")) {
     const json& k = j["calibration"];
     std::string at = source + ": calibration";

@@ -113,6 +113,13 @@ struct Cluster {
   // Why a plan of np ranks does not fit on the cluster's devices, or "".
   std::string tooFew(int np) const;
   Link intraNode, interNode;
+  // Between a device and its host's memory (PCIe), each way, per device: what offloaded
+  // states cross each step on a device whose memory is not the host's. Bandwidth 0: no such
+  // link (a calibrated CPU, whose memory is the host's).
+  Link hostLink;
+  // A node's disks, bytes/s each way, shared by the node's ranks: what states offloaded to
+  // disk are read and written at. 0: not given, and that traffic is not costed.
+  double diskBandwidth = 0;
   std::optional<Calibration> calibration;
   // Whether collectives run beside the compute (a network card or NVLink moves the bytes)
   // and so can hide behind the backward. Not on a calibrated machine: its ranks' threads

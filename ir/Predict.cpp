@@ -32,6 +32,10 @@ struct RankCost {
   double split = 0;          // split regions' collectives
   double transfers = 0;      // sends to other stages
   double optimizer = 0;
+  // Offloaded states (Prediction::offload): the optimizer's stream and the gathers' parts,
+  // in bytes read and written, then their seconds and what is not hidden.
+  double offloadStream = 0, offloadGathers = 0;
+  double offload = 0, exposedOffload = 0;
   double backward = 0; // the part of `compute` the reduction can overlap
   double flops = 0;
   // Each compute op's (op, part) cost a run and its runs in the step: seconds, FLOPs, runs.
@@ -138,6 +142,8 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c, const Clu
       const GradBucket& b = m.buckets[in.bucket];
       (in.use == 0 ? r.forwardGathers : r.reduction) +=
           ringHalfSeconds(static_cast<double>(b.bytes), b.ranks, spreadLink(c, np, b.ranks));
+      // With the parameters on disk, the rank's part of the bucket is read first.
+      if (m.offloadsParams()) r.offloadGathers += static_cast<double>(b.bytes) / b.ranks;
     } else if (in.kind == InstrKind::Send) {
       const Link& link = m.mesh.replicaSize > c.devicesPerNode ? c.interNode : c.intraNode;
       r.transfers += static_cast<double>(m.transferBytes(p, in)) / link.bandwidth + link.latency;
@@ -164,6 +170,24 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c, const Clu
     for (const Module::ZeroSlice& z : m.zeroSlices(p))
       r.optimizer += ringHalfSeconds(static_cast<double>(z.bytes) * z.ranks, z.ranks,
                                      spreadLink(c, np, z.ranks));
+  // Offloaded to disk: the update reads each chunk of the file and writes it back, one
+  // chunk read ahead and one written behind the one it updates, so the update hides the
+  // traffic up to its own time; each gather's part is read a gather ahead, behind the
+  // compute. Over the rank's share of the node's disks, or over the host link where that
+  // is slower.
+  if (p.offloadedBytes > 0) {
+    r.offloadStream = 2.0 * static_cast<double>(p.offloadedBytes);
+    int sharing = std::max(1, std::min(np, c.devicesPerNode));
+    double disk = c.diskBandwidth / sharing;
+    auto seconds = [&](double bytes) {
+      double t = disk > 0 ? bytes / disk : 0;
+      if (c.hostLink.bandwidth > 0) t = std::max(t, bytes / c.hostLink.bandwidth);
+      return t;
+    };
+    double stream = seconds(r.offloadStream), gathers = seconds(r.offloadGathers);
+    r.offload = stream + gathers;
+    r.exposedOffload = std::max(0.0, stream - r.optimizer) + std::max(0.0, gathers - r.compute);
+  }
   return r;
 }
 
@@ -222,7 +246,11 @@ Prediction predict(const Module& m, const Cluster& c, bool ops) {
     out.splitCommunication = std::max(out.splitCommunication, k.split);
     out.stageTransfers = std::max(out.stageTransfers, k.transfers);
     out.optimizer = std::max(out.optimizer, k.optimizer);
+    out.offload = std::max(out.offload, k.offload);
+    out.exposedOffload = std::max(out.exposedOffload, k.exposedOffload);
+    out.offloadBytes = std::max(out.offloadBytes, k.offloadStream + k.offloadGathers);
   }
+  out.diskCosted = out.offloadBytes == 0 || c.diskBandwidth > 0;
   double slowest = *std::max_element(perMicro.begin(), perMicro.end());
   double pipeline = micros * slowest;
   if (stages > 1) {
@@ -266,7 +294,7 @@ Prediction predict(const Module& m, const Cluster& c, bool ops) {
   }
   out.gradientReduction = reduction + gathers;
   out.exposedReduction = std::max(0.0, reduction - hidden) + std::max(0.0, gathers - forward);
-  out.stepSeconds = pipeline + out.exposedReduction + out.optimizer;
+  out.stepSeconds = pipeline + out.exposedReduction + out.optimizer + out.exposedOffload;
   double batch = static_cast<double>(m.train.batch);
   out.samplesPerSecond = batch / out.stepSeconds;
   out.tokensPerSecond = out.samplesPerSecond * static_cast<double>(m.tokensPerSample());
@@ -321,6 +349,18 @@ void printPrediction(const Module& m, const Prediction& p, std::ostream& out) {
                                 formatSeconds(p.gradientReduction),
                                 formatSeconds(p.exposedReduction)));
   parts.push_back(fmt::format("optimizer {}", formatSeconds(p.optimizer)));
+  if (p.offloadBytes > 0)
+    parts.push_back(
+        p.diskCosted || p.offload > 0
+            ? fmt::format("offload traffic {} a rank ({}, {} not hidden by the update{})",
+                          formatBytes(p.offloadBytes), formatSeconds(p.offload),
+                          formatSeconds(p.exposedOffload),
+                          p.diskCosted ? ""
+                                       : "; the host link alone: the cluster gives no "
+                                         "`disk_bandwidth`")
+            : fmt::format("offload traffic {} a rank, not costed: the cluster gives no "
+                          "`disk_bandwidth`",
+                          formatBytes(p.offloadBytes)));
   out << fmt::format("  parts: {}\n", fmt::join(parts, "; "));
   if (p.peakBytes > p.deviceBytes && p.device == p.memoryDevice)
     out << fmt::format(

@@ -30,6 +30,16 @@ struct Prediction {
   double splitCommunication = 0;
   double stageTransfers = 0;
   double optimizer = 0;
+  // States offloaded to disk (Program::offloadedBytes): the bytes a rank reads and writes a
+  // step (the optimizer's stream of its states, and with `offload = params` its gathers'
+  // parts of the parameters), their seconds over its share of the node's disks or, on a
+  // device whose memory is not the host's, over the host link where that is slower (the
+  // staging buffers pipeline the two), and what the update (for the stream) and the
+  // compute (for the gathers' read-ahead) do not hide. The rank that exposes the most.
+  // diskCosted: false where the cluster gives no disk bandwidth (the disks' part is then
+  // left out of the seconds).
+  double offloadBytes = 0, offload = 0, exposedOffload = 0;
+  bool diskCosted = true;
   double samplesPerSecond = 0, tokensPerSecond = 0;
   // Hardware FLOP/s per device (every rank's matrix products, recomputation included,
   // over np devices) and MFU (the model's FLOPs only, over np peaks).

@@ -127,7 +127,13 @@ if ! grep -q '"bandwidth_by_size"' "$here/here.json"; then
   echo "FAIL: epl calibrate measured no bandwidth by working set"
   failures=$((failures + 1))
 fi
+if ! grep -q '"disk_bandwidth"' "$here/here.json"; then
+  echo "FAIL: epl calibrate measured no disk bandwidth for offloaded states"
+  failures=$((failures + 1))
+fi
 expect 0 "predicted on here (cpu (" -- plan "$src/examples/mlp_fashion.epl" -np 2 --cluster here
+# States on disk: their traffic a step is a part of the prediction.
+expect 0 "offload traffic 4.31 MB a rank (" -- plan "$src/examples/mlp_fashion.epl" --cluster here --set policy.offload=optimizer --set policy.offload_to=disk
 expect 0 "predicted on here" -- plan "$src/examples/mlp_fashion.epl" --cluster "$here/here.json"
 expect 0 "(median of steps 2 to 4), predicted" -- run "$src/examples/mlp_fashion.epl" --steps 4 --set train.eval=none --set train.checkpoint=none --metrics "$here/m.jsonl"
 unset EPL_CLUSTER_HERE

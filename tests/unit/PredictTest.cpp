@@ -601,3 +601,84 @@ TEST_CASE("a mixed cluster: a cost-only plan predicts what the plan of every ran
     CHECK(b.memoryDevice == a.memoryDevice);
   }
 }
+
+TEST_CASE("states offloaded to disk: their traffic over the node's disks or the host link, what "
+          "the update does not hide") {
+  const char* text = R"(
+model net(x: f32[B, 64], y: i32[B]) {
+  return cross_entropy(linear(relu(linear(x, 256)), 10), y)
+}
+policy { offload = optimizer offload_to = disk }
+train net {
+  data = synthetic(samples = 16)
+  batch = 16
+  optimizer = adam(lr = 1e-3)
+}
+)";
+  auto m = epl::testing::planned("offload.epl", text, 1);
+  REQUIRE(m);
+  const epl::ir::Program& p = m->programs[0];
+  REQUIRE(p.offloadedBytes > 0);
+  double bytes = 2.0 * static_cast<double>(p.offloadedBytes); // read and written once a step
+  auto cluster = [](const std::string& extra) {
+    return parsed(R"({"devices_per_node": 8, "device": {"memory_bytes": 1e12,
+        "memory_bandwidth": 1e9, "peak_flops": {"f32": 1e12}},
+        "intra_node": {"bandwidth": 1e9, "latency": 1e-6})" +
+                  extra + "}");
+  };
+  SECTION("a slow disk: all but the update's time exposed") {
+    epl::ir::Prediction out = epl::ir::predict(*m, cluster(R"(, "disk_bandwidth": 1e6)"));
+    CHECK(out.offloadBytes == bytes);
+    CHECK(out.diskCosted);
+    CHECK(out.offload == Approx(bytes / 1e6));
+    CHECK(out.exposedOffload == Approx(bytes / 1e6 - out.optimizer));
+    CHECK(out.stepSeconds == Approx(out.compute + out.optimizer + out.exposedOffload));
+  }
+  SECTION("a fast disk: the update hides it") {
+    epl::ir::Prediction out = epl::ir::predict(*m, cluster(R"(, "disk_bandwidth": 1e15)"));
+    CHECK(out.offload == Approx(bytes / 1e15));
+    CHECK(out.exposedOffload == 0);
+    CHECK(out.stepSeconds == Approx(out.compute + out.optimizer));
+  }
+  SECTION("the host link where it is slower than the disk") {
+    epl::ir::Prediction out = epl::ir::predict(
+        *m,
+        cluster(R"(, "disk_bandwidth": 1e9, "host_link": {"bandwidth": 1e7, "latency": 1e-6})"));
+    CHECK(out.offload == Approx(bytes / 1e7));
+  }
+  SECTION("no disk bandwidth: the traffic's bytes, not its time") {
+    epl::ir::Prediction out = epl::ir::predict(*m, cluster(""));
+    CHECK(out.offloadBytes == bytes);
+    CHECK_FALSE(out.diskCosted);
+    CHECK(out.offload == 0);
+    CHECK(out.stepSeconds == Approx(out.compute + out.optimizer));
+  }
+  SECTION("the node's ranks share its disks") {
+    auto two = epl::testing::planned("offload.epl", text, 2);
+    REQUIRE(two);
+    double mine = 2.0 * static_cast<double>(two->programs[0].offloadedBytes);
+    epl::ir::Prediction out = epl::ir::predict(*two, cluster(R"(, "disk_bandwidth": 1e6)"));
+    CHECK(out.offload == Approx(mine / (1e6 / 2)));
+  }
+}
+
+TEST_CASE("a calibrated machine has no host link, and the built-in clusters have PCIe's") {
+  std::string error;
+  CHECK_FALSE(epl::ir::parseCluster(
+      R"({"devices_per_node": 2, "device": {"memory_bytes": 1e12, "memory_bandwidth": 1e9,
+          "peak_flops": {"f32": 1e9}}, "intra_node": {"bandwidth": 1e6, "latency": 1e-3},
+          "host_link": {"bandwidth": 1e9, "latency": 1e-6},
+          "calibration": {"cores": 2, "gemm_flops": {"1": 1e9}, "memory_bandwidth": {"1": 1e9}}})",
+      "here.json", error));
+  CHECK_THAT(error, Catch::Contains("has no `host_link`"));
+  CHECK_FALSE(epl::ir::parseCluster(
+      R"({"devices_per_node": 2, "device": {"memory_bytes": 1e12, "memory_bandwidth": 1e9,
+          "peak_flops": {"f32": 1e9}}, "intra_node": {"bandwidth": 1e6, "latency": 1e-3},
+          "disk_bandwidth": -1})",
+      "c.json", error));
+  CHECK_THAT(error, Catch::Contains("`disk_bandwidth` must be a positive number"));
+  auto a100 = epl::ir::loadCluster("dgx-a100", error);
+  REQUIRE(a100);
+  CHECK(a100->hostLink.bandwidth == 32e9);
+  CHECK(a100->diskBandwidth == 0);
+}

@@ -130,6 +130,23 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c, const Clu
       r.compute += t;
       r.flops += flops;
       if (o.phase != Phase::Forward) r.backward += t;
+    } else if (in.kind == InstrKind::ZeroGrads || in.kind == InstrKind::Load) {
+      // Not ops, but the step's work all the same, in line with them: clearing the rank's
+      // gradients (their bytes written), and copying a micro-batch from the host's staging
+      // into the model's inputs (read and written).
+      std::pair<int, BackwardPart> key{-1 - static_cast<int>(in.kind), BackwardPart::Whole};
+      auto cached = byRun.find(key);
+      if (cached != byRun.end()) {
+        r.compute += cached->second.seconds;
+        ++cached->second.runs;
+        continue;
+      }
+      double bytes = in.kind == InstrKind::ZeroGrads
+                         ? static_cast<double>(p.gradBytes)
+                         : 2.0 * static_cast<double>(p.inputBytes) / std::max(p.microBatches, 1);
+      byRun[key] = {bytes / memory, 0, 1};
+      r.firstRuns.push_back(&in);
+      r.compute += bytes / memory;
     } else if (in.kind == InstrKind::ReduceStart) {
       // A tied weight's sum over its stages (`tie`): the whole bucket in f32.
       const GradBucket& b = m.buckets[in.bucket];
@@ -277,8 +294,11 @@ Prediction predict(const Module& m, const Cluster& c, bool ops) {
   out.opsRank = ranksOf(m, m.programs[programOf[static_cast<size_t>(busiest - ranks.data())]])[0];
   if (ops)
     for (const Instr* in : busiest->firstRuns) {
-      const RankCost::Run& run = busiest->byRun.at({in->op, in->part});
-      out.ops.push_back({m.runName(*in), run.seconds * run.runs, run.flops * run.runs, run.runs});
+      bool op = in->kind == InstrKind::Run;
+      const RankCost::Run& run = busiest->byRun.at(
+          {op ? in->op : -1 - static_cast<int>(in->kind), op ? in->part : BackwardPart::Whole});
+      std::string name = op ? m.runName(*in) : in->kind == InstrKind::Load ? "load" : "zero-grads";
+      out.ops.push_back({name, run.seconds * run.runs, run.flops * run.runs, run.runs});
     }
   // The gradient reduction: overlapped with the backward (each bucket as soon as its
   // gradients are final), or after it.

@@ -91,7 +91,8 @@ with tempfile.TemporaryDirectory() as tmp:
                             max(parts["stage_compute_per_micro_batch"]) *
                             plan["policy"]["micro_batches"] + parts["bubble"])
                 inline = pipeline or parts.get("compute", 0) + parts.get("split_communication", 0)
-                total = inline + parts.get("exposed_gradient_reduction", 0) + parts.get("optimizer", 0)
+                total = (inline + parts.get("exposed_gradient_reduction", 0) +
+                         parts.get("optimizer", 0) + parts.get("exposed_offload", 0))
                 check(abs(total - p.get("step_seconds", 0)) <= 1e-9 + 1e-6 * total,
                       f"{name} --cluster: the parts add up to the step ({total} vs {p})")
                 # The busiest rank's ops are its compute, named as the trace names them.
@@ -100,7 +101,8 @@ with tempfile.TemporaryDirectory() as tmp:
                 check(ops and abs(compute - parts.get("compute", 0)) <= 1e-9 + 1e-6 * compute,
                       f"{name} --cluster: the ops add up to the compute ({compute} vs {parts})")
                 check(all(o["name"].split(" ")[0] in ("fwd", "bwd", "bwd-inputs", "bwd-params",
-                                                       "recompute") for o in ops),
+                                                       "recompute", "load", "zero-grads")
+                          for o in ops),
                       f"{name} --cluster: ops named as the trace names them")
                 check(0 <= p.get("ops_rank", -1) < np, f"{name} --cluster: ops_rank is a rank")
 

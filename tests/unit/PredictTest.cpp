@@ -113,11 +113,13 @@ TEST_CASE("the predicted ops: the busiest rank's compute, op by op, named as the
   for (const auto& o : p.ops) {
     names.push_back(o.name);
     seconds += o.seconds;
-    CHECK(o.runs == 4); // once a micro-batch
+    CHECK(o.runs == (o.name == "zero-grads" ? 1 : 4)); // once a step, else a micro-batch
   }
-  CHECK(names == std::vector<std::string>{"fwd linear", "fwd relu", "bwd relu", "bwd linear"});
+  // The gradients' clearing and the micro-batches' loads are the step's work too.
+  CHECK(names == std::vector<std::string>{"zero-grads", "load", "fwd linear", "fwd relu",
+                                          "bwd relu", "bwd linear"});
   CHECK(seconds == Approx(p.compute));
-  CHECK(p.ops[0].flops == Approx(2.0 * 64 * 128 * 16)); // 4 runs of 4 rows each
+  CHECK(p.ops[2].flops == Approx(2.0 * 64 * 128 * 16)); // 4 runs of 4 rows each
 }
 
 TEST_CASE("matmul = tf32: f32 products at the device's TF32 peak where it has one, else at "
@@ -681,4 +683,23 @@ TEST_CASE("a calibrated machine has no host link, and the built-in clusters have
   REQUIRE(a100);
   CHECK(a100->hostLink.bandwidth == 32e9);
   CHECK(a100->diskBandwidth == 0);
+}
+
+TEST_CASE("the step's clearing of gradients and loads of micro-batches cost their bytes") {
+  // Products free; memory at 1 GB/s (efficiency 0.5).
+  Cluster c = parsed(R"({"devices_per_node": 8, "device": {"memory_bytes": 1e12,
+      "memory_bandwidth": 2e9, "memory_efficiency": 0.5, "peak_flops": {"f32": 1e30}},
+      "intra_node": {"bandwidth": 1e9, "latency": 1e-6}})");
+  auto m = epl::testing::planned("two.epl", epl::testing::kTwoStages, 2);
+  REQUIRE(m);
+  const epl::ir::Program& first = m->programs[0];
+  REQUIRE(first.inputBytes > 0);
+  epl::ir::Prediction p = epl::ir::predict(*m, c, true);
+  REQUIRE(p.ops.size() >= 2);
+  CHECK(p.ops[0].name == "zero-grads");
+  CHECK(p.ops[0].seconds == Approx(static_cast<double>(first.gradBytes) / 1e9));
+  CHECK(p.ops[1].name == "load");
+  CHECK(p.ops[1].runs == 4);
+  // Each micro-batch's inputs read from the host's copy and written into the arena.
+  CHECK(p.ops[1].seconds == Approx(2.0 * static_cast<double>(first.inputBytes) / 1e9));
 }

@@ -4,10 +4,12 @@
 // reads device memory from the host without `copyToHost` followed by `synchronize` (or
 // waiting on an event), and the same interpreter drives both.
 #pragma once
+#include "backend/HostDevice.h"
 #include "ir/Config.h"
 #include "ir/Ops.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -104,15 +106,27 @@ struct KernelCall {
 
 enum class OptimizerKind { Sgd, Adam, AdamW };
 
+// The factor clip_grad_norm scales the gradients by, from their global squared norm:
+// maxNorm / (norm + 1e-6) where that is below 1, else 1 (torch.nn.utils.clip_grad_norm_), in
+// double. The same bits on the host and in a CUDA kernel (IEEE square root and division).
+EPL_HOST_DEVICE inline float clipFactor(float squaredNorm, double maxNorm) {
+  double coef = maxNorm / (::sqrt(static_cast<double>(squaredNorm)) + 1e-6);
+  return coef < 1 ? static_cast<float>(coef) : 1.f;
+}
+
 // One optimizer update of one parameter, PyTorch's formulas (torch.optim.SGD / Adam /
-// AdamW). The gradient is first multiplied by gradScale (1/micro_batches, clipping).
-// Sgd uses state1 as the momentum buffer (null data without momentum); Adam and AdamW use
-// state1 = exp_avg, state2 = exp_avg_sq.
+// AdamW). The gradient is first multiplied by gradScale (clipping, a loss scale's inverse)
+// and, where squaredNorm is set, by clipFactor(*squaredNorm, maxNorm): clipping read on the
+// device, its squared norm (device memory) final in the order of the device's work, so the
+// host need not wait for it. Sgd uses state1 as the momentum buffer (null data without
+// momentum); Adam and AdamW use state1 = exp_avg, state2 = exp_avg_sq.
 struct OptimizerCall {
   OptimizerKind kind = OptimizerKind::AdamW;
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weightDecay = 0.f, momentum = 0.f;
   int64_t step = 1; // 1-based, for bias correction and the first momentum step
   float gradScale = 1.f;
+  const float* squaredNorm = nullptr;
+  double maxNorm = 0;
   TensorView param, grad, state1, state2;
 };
 

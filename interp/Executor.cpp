@@ -230,6 +230,7 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
   EPL_ASSERT(staged * program_.microBatches == program_.inputBytes,
              "the host's input copies differ from the memory plan's");
   lossHost_ = backend::HostBuffer(dev_, 4 * program_.microBatches);
+  normHost_ = backend::HostBuffer(dev_, 4);
   seeds_ = backend::HostBuffer(dev_, 4 * program_.microBatches);
   lossWeight_.assign(program_.microBatches, 1.0);
   if (const ir::Op& loss = m_.ops[lossOp()]; loss.kind == ir::OpKind::CrossEntropy)
@@ -357,6 +358,7 @@ void Executor::allocateBuffers() {
   try {
     arena_ = allocate(std::max<int64_t>(program_.activationBytes(), kAlign));
     if (program_.recvBytes > 0) recvMem_ = allocate(program_.recvBytes);
+    if (m_.gradNorm >= 0) normPieces_ = reinterpret_cast<float*>(allocate(4));
     // With ZeRO the slices of every rank, side by side, may reach past the parameters;
     // with stage 3 the rank holds its own slice alone.
     // (none, with the slice in the offloaded states' file).
@@ -407,6 +409,8 @@ void Executor::releaseBuffers() {
   }
   if (zeroBias_) dev_.release(zeroBias_);
   zeroBias_ = nullptr;
+  if (normPieces_) dev_.release(normPieces_);
+  normPieces_ = nullptr;
 }
 
 // One forward kernel of no attributes on the device: `in` to `out`.
@@ -1650,11 +1654,14 @@ void Executor::moeExchange(const ir::Instr& in, size_t index, int64_t step) {
   if (add) addInto(dst, into);
 }
 
-// The clip factor is needed on the host before any update: wait for the norm here. Each
-// pipeline stage sums the squares of its own gradients; the ranks' sums add up to the
-// global norm.
+// Each pipeline stage sums the squares of its own gradients; the ranks' sums add up to the
+// global norm. Clipping without a loss scale leaves it on the device, where the updates
+// read their clip factor (OptimizerCall::squaredNorm) and the host never waits for it; with
+// a loss scale the host needs the norm before any update (an overflow skips the step), and
+// waits for it here.
 void Executor::gradNorm(const ir::Op& op) {
   float* acc = static_cast<float*>(view(m_.gradNorm).data);
+  normOnDevice_ = !m_.scalesLoss();
   if (shardGrads_) { // ZeRO stage 2: each rank's slices (zero between parameters)
     bool first = true;
     for (auto [begin, end] : normRuns_) {
@@ -1663,10 +1670,11 @@ void Executor::gradNorm(const ir::Op& op) {
       first = false;
     }
     if (first) dev_.fillZero(acc, 4);
+    // Every gradient is in one rank's slice: in a pipeline, of its stage's ranks.
+    if (normOnDevice_) return sumNormOnDevice(acc, &comm_);
     float sq = 0;
     dev_.copyToHost(&sq, acc, 4);
     dev_.synchronize();
-    // Every gradient is in one rank's slice: in a pipeline, of its stage's ranks.
     comm_.allReduce(&sq, 1, "the squared gradient norm");
     return clip(acc, sq);
   }
@@ -1674,34 +1682,55 @@ void Executor::gradNorm(const ir::Op& op) {
   std::vector<bool> mine(m_.tensors.size(), false);
   for (int p : program_.params) // a tied weight's copy counts at its maker's stage
     mine[m_.params[p].grad] = !m_.holdsCopy(program_, p);
-  auto sumSquares = [&](bool pieces) {
+  // The sum of squares of the whole gradients or of the pieces into `into`: 0 where none.
+  auto sumSquares = [&](bool pieces, float* into) {
     bool first = true;
     for (int g : op.inputs)
       if (mine[g] && sharded(gradParam_[g]) == pieces) {
-        dev_.sumSquares(view(g), acc, !first);
+        dev_.sumSquares(view(g), into, !first);
         first = false;
       }
-    float sq = 0;
-    if (!first) dev_.copyToHost(&sq, acc, 4);
-    dev_.synchronize();
-    return sq;
+    if (first) dev_.fillZero(into, 4);
   };
-  float whole = sumSquares(false), cut = sumSquares(true);
   // Each gradient is counted once: the ranks of a stage group hold the same summed
   // gradients (its first rank counts the whole ones, its first split group the pieces),
   // and a pipeline's stages add theirs up. A stage of split regions alone: every copy of
   // the split group sums its own, the whole ones from its first rank.
-  float sq = 0;
-  if (program_.stages > 1) {
-    sq = (program_.local == 0 ? whole : 0.f) + (program_.local < program_.splitWidth ? cut : 0.f);
-    normComm().allReduce(&sq, 1, "the squared gradient norm");
-  } else if (program_.splitWidth > 1) {
-    sq = (program_.splitRank == 0 ? whole : 0.f) + cut;
-    splitComm().allReduce(&sq, 1, "the squared gradient norm");
-  } else {
-    sq = program_.local == 0 ? whole : 0.f;
+  bool whole = program_.stages > 1 || program_.splitWidth == 1 ? program_.local == 0
+                                                               : program_.splitRank == 0;
+  bool cut = program_.stages > 1 ? program_.local < program_.splitWidth : program_.splitWidth > 1;
+  backend::Comm* across = program_.stages > 1       ? &normComm()
+                          : program_.splitWidth > 1 ? &splitComm()
+                                                    : nullptr;
+  if (normOnDevice_) {
+    // acc = (the whole ones' sum or 0) + (the pieces' sum or 0), as the host adds them.
+    if (whole)
+      sumSquares(false, acc);
+    else
+      dev_.fillZero(acc, 4);
+    if (cut) {
+      sumSquares(true, normPieces_);
+      addInto(backend::TensorView{acc, ir::DType::F32, {1}}, normPieces_);
+    }
+    return sumNormOnDevice(acc, across);
   }
+  float sums[2] = {0, 0};
+  for (int k = 0; k < 2; ++k) {
+    sumSquares(k == 1, acc);
+    dev_.copyToHost(&sums[k], acc, 4);
+    dev_.synchronize();
+  }
+  float sq = (whole ? sums[0] : 0.f) + (cut ? sums[1] : 0.f);
+  if (across) across->allReduce(&sq, 1, "the squared gradient norm");
   clip(acc, sq);
+}
+
+// The squared norm at acc (device memory), summed over `across` where the ranks hold parts
+// of it, stays there for the updates; its copy for the step's figures comes to the host
+// behind it and is read after the step (runStep).
+void Executor::sumNormOnDevice(float* acc, backend::Comm* across) {
+  if (across) across->allReduce(acc, 1, "the squared gradient norm");
+  dev_.copyToHost(normHost_.data<float>(), acc, 4);
 }
 
 // The global squared norm `sq` (of the scaled gradients, with a loss scale) to the grad-norm
@@ -1784,6 +1813,10 @@ void Executor::optimizerStep(int id, int64_t step) {
   c.momentum = opt_.momentum;
   c.step = step + 1;
   c.gradScale = static_cast<float>(clipScale_ / lossScale_);
+  if (normOnDevice_ && opt_.clipGradNorm > 0) {
+    c.squaredNorm = static_cast<const float*>(view(m_.gradNorm).data);
+    c.maxNorm = opt_.clipGradNorm;
+  }
   c.param = paramView(p);
   c.grad = view(op.inputs[0]);
   c.state1 = stateView(p, 0);
@@ -1899,6 +1932,7 @@ StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
   clipScale_ = 1.f;
   std::fill(std::begin(moeStats_), std::end(moeStats_), 0.0);
   gradNorm_ = -1; // measured by the grad-norm op: when clipping, or scaling the loss
+  normOnDevice_ = false;
   overflow_ = false;
   reduceWaitSeconds_ = 0;
   postReceives(program_.step, stepRecv_);
@@ -1925,6 +1959,7 @@ StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
   if (!zero_.empty() && !shardParams_) gatherParams(step);
   dev_.synchronize();
   if (traced) trace_->endStep();
+  if (normOnDevice_) gradNorm_ = std::sqrt(static_cast<double>(*normHost_.data<float>()));
   StepResult r;
   const float* losses = lossHost_.data<float>();
   for (int k = 0; k < program_.microBatches; ++k)

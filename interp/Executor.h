@@ -197,6 +197,7 @@ private:
   void finishSends(int slot);
   void receive(const ir::Instr& in, size_t index, int64_t step, Receive& r);
   void gradNorm(const ir::Op& op);
+  void sumNormOnDevice(float* acc, backend::Comm* across);
   void clip(float* acc, float sq);
   void splitTransfer(const ir::Instr& in, size_t index, int64_t step);
   void transfer(const ir::Op& op, const ir::Op& fwd, const backend::TensorView& src,
@@ -428,6 +429,12 @@ private:
   // its backward (d loss / d loss), copied to it: host buffers the copies leave queued,
   // read (the losses) after the step's synchronize.
   backend::HostBuffer lossHost_, seeds_;
+  // Clipping without a loss scale (gradNorm): the squared norm stays on the device for the
+  // updates; the pieces' sum beside it while the whole ones' is in the grad-norm tensor, and
+  // the norm's copy for the step's figures.
+  bool normOnDevice_ = false;
+  float* normPieces_ = nullptr;
+  backend::HostBuffer normHost_;
   // A loss with an ignored class: each micro-batch's weight among the step's, the
   // micro-batch's kept targets over its targets times the global batch's targets over its
   // kept ones (1 when nothing is ignored).

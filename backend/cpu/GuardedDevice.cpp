@@ -136,6 +136,7 @@ public:
   void optimizerStep(const OptimizerCall& call, StreamId s) override {
     for (const TensorView* v : {&call.param, &call.grad, &call.state1, &call.state2})
       mine(v->data, v->bytes(), "an optimizer step's tensor");
+    if (call.squaredNorm) mine(call.squaredNorm, 4, "an optimizer step's squared norm");
     Open o(*this);
     inner_->optimizerStep(call, s);
   }

@@ -43,12 +43,17 @@ private:
   FlushSubnormals& operator=(const FlushSubnormals&) = delete;
 };
 
+// What the gradient is multiplied by: gradScale, and the clip factor where it is read here.
+float gradScale(const OptimizerCall& c) {
+  return c.squaredNorm ? c.gradScale * clipFactor(*c.squaredNorm, c.maxNorm) : c.gradScale;
+}
+
 // torch.optim.SGD (dampening 0, no Nesterov): d = g + wd p; buf = d on the first step, else
 // momentum * buf + d; p -= lr * buf.
 void sgd(const OptimizerCall& c, int64_t n) {
   float *p = c.param.f32(), *buf = c.state1.f32();
   const float* g = c.grad.f32();
-  float gs = c.gradScale, wd = c.weightDecay, mom = c.momentum, negLr = -c.lr;
+  float gs = gradScale(c), wd = c.weightDecay, mom = c.momentum, negLr = -c.lr;
   bool useBuf = mom != 0.f;
   EPL_ASSERT(!useBuf || buf, "sgd with momentum needs a momentum buffer");
   bool first = c.step <= 1;
@@ -80,7 +85,7 @@ void adam(const OptimizerCall& c, int64_t n, bool decoupled) {
   float negStep = static_cast<float>(-(static_cast<double>(c.lr) / bc1));
   float bc2Sqrt = static_cast<float>(std::sqrt(bc2));
   float b1 = c.beta1, b2 = c.beta2, a1 = static_cast<float>(1.0 - c.beta1),
-        a2 = static_cast<float>(1.0 - c.beta2), eps = c.eps, gs = c.gradScale;
+        a2 = static_cast<float>(1.0 - c.beta2), eps = c.eps, gs = gradScale(c);
   float wd = decoupled ? 0.f : c.weightDecay;
   float decay = decoupled ? static_cast<float>(1.0 - double(c.lr) * c.weightDecay) : 1.f;
   parallelFor(n, kParallelMin, [&](int64_t lo, int64_t hi) {

@@ -1,6 +1,7 @@
 // Optimizer updates on the GPU with torch.optim's formulas and operation order (SGD with
 // momentum, Adam, AdamW), as backend/cpu/Optimizers.cpp computes them: one elementwise kernel
-// per parameter, its scalars (bias corrections in double) worked out on the host. Plus the
+// per parameter, its scalars (bias corrections in double) worked out on the host, the clip
+// factor read on the device where the call says so. Plus the
 // sum of squares, in two fixed-order passes, and the in-place scale used for clipping.
 //
 // Shape legend: n elements of one parameter.
@@ -17,12 +18,20 @@ namespace {
 struct SgdScalars {
   float gradScale, weightDecay, momentum, negLr;
   bool useBuf, first;
+  const float* squaredNorm; // clipping read on the device (OptimizerCall), or null
+  double maxNorm;
 };
+
+// gradScale, times the clip factor where the squared norm is on the device.
+__device__ float gradScale(float scale, const float* squaredNorm, double maxNorm) {
+  return squaredNorm ? scale * clipFactor(*squaredNorm, maxNorm) : scale;
+}
 
 // d = g + wd p; buf = d on the first step, else momentum * buf + d; p -= lr * buf.
 __global__ void sgdStep(float* p, const float* g, float* buf, int64_t n, SgdScalars s) {
+  float gs = gradScale(s.gradScale, s.squaredNorm, s.maxNorm);
   EPL_GRID_STRIDE(i, n) {
-    float d = g[i] * s.gradScale;
+    float d = g[i] * gs;
     if (s.weightDecay != 0.f) d = d + s.weightDecay * p[i];
     if (s.useBuf) {
       buf[i] = s.first ? d : buf[i] * s.momentum + d;
@@ -35,15 +44,18 @@ __global__ void sgdStep(float* p, const float* g, float* buf, int64_t n, SgdScal
 // torch.optim.Adam / AdamW (no amsgrad), the bias corrections folded in on the host.
 struct AdamScalars {
   float negStep, bc2Sqrt, b1, b2, a1, a2, eps, gradScale, weightDecay, decay;
+  const float* squaredNorm;
+  double maxNorm;
 };
 
 // AdamW first decays p by (1 - lr wd); Adam adds wd p to the gradient.
 // m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
 // p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
 __global__ void adamStep(float* p, const float* g, float* m, float* v, int64_t n, AdamScalars s) {
+  float gs = gradScale(s.gradScale, s.squaredNorm, s.maxNorm);
   EPL_GRID_STRIDE(i, n) {
     float pi = p[i] * s.decay;
-    float d = g[i] * s.gradScale;
+    float d = g[i] * gs;
     if (s.weightDecay != 0.f) d = d + s.weightDecay * pi;
     m[i] = m[i] * s.b1 + s.a1 * d;
     v[i] = v[i] * s.b2 + s.a2 * (d * d);
@@ -53,7 +65,8 @@ __global__ void adamStep(float* p, const float* g, float* m, float* v, int64_t n
 }
 
 void sgd(const OptimizerCall& c, const Ctx& ctx, int64_t n) {
-  SgdScalars s{c.gradScale, c.weightDecay, c.momentum, -c.lr, c.momentum != 0.f, c.step <= 1};
+  SgdScalars s{c.gradScale,       c.weightDecay, c.momentum,    -c.lr,
+               c.momentum != 0.f, c.step <= 1,   c.squaredNorm, c.maxNorm};
   EPL_ASSERT(!s.useBuf || c.state1.data, "sgd with momentum needs a momentum buffer");
   sgdStep<<<blocksFor(n), kThreads, 0, ctx.stream>>>(c.param.f32(), c.grad.f32(), c.state1.f32(), n,
                                                      s);
@@ -74,7 +87,9 @@ void adam(const OptimizerCall& c, const Ctx& ctx, int64_t n, bool decoupled) {
                 c.eps,
                 c.gradScale,
                 decoupled ? 0.f : c.weightDecay,
-                decoupled ? static_cast<float>(1.0 - double(c.lr) * c.weightDecay) : 1.f};
+                decoupled ? static_cast<float>(1.0 - double(c.lr) * c.weightDecay) : 1.f,
+                c.squaredNorm,
+                c.maxNorm};
   adamStep<<<blocksFor(n), kThreads, 0, ctx.stream>>>(c.param.f32(), c.grad.f32(), c.state1.f32(),
                                                       c.state2.f32(), n, s);
   checkLaunch(decoupled ? "adamw step" : "adam step");

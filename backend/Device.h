@@ -258,6 +258,10 @@ struct DeviceOptions {
 std::unique_ptr<Device> makeDevice(const std::string& name, const DeviceOptions& options);
 // Whether this build has the CUDA device and this machine a GPU it can use.
 bool cudaAvailable();
+// Whether the device `--device request` (auto, cpu or cuda) takes uses the host's memory:
+// the CPU device's does; a GPU's, and the guarded CPU device's (EPL_GUARD_DEVICE), do not.
+// `auto` is taken for the GPU wherever there is one.
+bool deviceMemoryIsHost(const std::string& request);
 // The communicator for collectives on `device`'s memory between the ranks of `world`
 // (every rank calls it, with its device made): null where `world` serves (the host
 // addresses the device's memory, or one rank); on GPUs, NCCL, else `world` staged through

@@ -13,10 +13,18 @@
 
 namespace epl::backend {
 
+namespace {
+
+bool guarded() {
+  const char* guard = std::getenv("EPL_GUARD_DEVICE");
+  return guard && *guard && std::string(guard) != "0";
+}
+
+} // namespace
+
 std::unique_ptr<Device> makeDevice(const std::string& name, const DeviceOptions& options) {
   if (name == "cpu") {
-    const char* guard = std::getenv("EPL_GUARD_DEVICE");
-    if (guard && *guard && std::string(guard) != "0") return makeGuardedCpuDevice(options.threads);
+    if (guarded()) return makeGuardedCpuDevice(options.threads);
     return makeCpuDevice(options.threads);
   }
   if (name == "cuda") {
@@ -28,6 +36,11 @@ std::unique_ptr<Device> makeDevice(const std::string& name, const DeviceOptions&
 #endif
   }
   throw DeviceUnavailable("unknown device `" + name + "`; expected cpu or cuda");
+}
+
+bool deviceMemoryIsHost(const std::string& request) {
+  if (request == "cuda" || (request == "auto" && cudaAvailable())) return false;
+  return !guarded();
 }
 
 bool cudaAvailable() {

@@ -1,4 +1,5 @@
 // The `epl` command line: check, plan, run, sample, data.
+#include "backend/Device.h"
 #include "backend/comm/Comm.h"
 #include "driver/Launch.h"
 #include "driver/NumericOptions.h"
@@ -98,8 +99,13 @@ epl::PlanOptions planOptions(const Common& c) {
   return o;
 }
 
-std::optional<epl::ir::Module> plan(const Common& c, epl::Session& session) {
-  std::optional<epl::ir::Module> m = epl::planFile(c.script, session, planOptions(c));
+// deviceMemoryIsHost: the plan is for devices that use the host's memory (the CPU's), or for
+// devices with memory of their own (PlanOptions::deviceMemoryIsHost).
+std::optional<epl::ir::Module> plan(const Common& c, epl::Session& session,
+                                    bool deviceMemoryIsHost = true) {
+  epl::PlanOptions options = planOptions(c);
+  options.deviceMemoryIsHost = deviceMemoryIsHost;
+  std::optional<epl::ir::Module> m = epl::planFile(c.script, session, options);
   session.diags.print(std::cerr, isatty(2));
   return m;
 }
@@ -150,6 +156,7 @@ int runRank(Common args, epl::interp::RunOptions o, epl::backend::Comm* comm) {
   {
     std::ostringstream quiet;
     epl::PlanOptions po = planOptions(args);
+    po.deviceMemoryIsHost = epl::backend::deviceMemoryIsHost(o.device);
     if (rank != 0) po.passOutput = &quiet;
     m = epl::planFile(args.script, session, po);
   }
@@ -212,7 +219,7 @@ int runScript(Common args, epl::interp::RunOptions o, const epl::driver::LaunchO
   // Plan here first: a script's errors are reported once, before any rank starts.
   {
     epl::Session session;
-    auto m = plan(args, session);
+    auto m = plan(args, session, epl::backend::deviceMemoryIsHost(o.device));
     if (!m) return 1;
     if (!epl::interp::checkRunnable(*m, session.diags)) {
       session.diags.print(std::cerr, isatty(2));
@@ -519,9 +526,14 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (search)
-    return epl::driver::searchPolicy(planArgs.script, planOptions(planArgs), *machines, std::cout);
-  auto m = plan(planArgs, session);
+  // A cluster's devices have memory of their own, unless it is a calibrated CPU (`here`).
+  bool hostMemory = !machines || machines->calibration.has_value();
+  if (search) {
+    epl::PlanOptions options = planOptions(planArgs);
+    options.deviceMemoryIsHost = hostMemory;
+    return epl::driver::searchPolicy(planArgs.script, options, *machines, std::cout);
+  }
+  auto m = plan(planArgs, session, hostMemory);
   if (!m) return 1;
   if (!svgDir.empty() && !writeSvgs(*m, svgDir)) return 1;
   if (rank >= 0) return printRank(*m, rank);

@@ -390,10 +390,18 @@ void Executor::allocateBuffers() {
     std::vector<unsigned char*> staging;
     for (int b = 0; b < ir::Program::kStagingBuffers; ++b)
       staging.push_back(workerStaging() + b * buffer);
-    std::string dir =
-        opt_.offloadDir.empty() ? std::filesystem::temp_directory_path().string() : opt_.offloadDir;
-    disk_ = std::make_unique<OffloadedStates>(dir, blocks, stateBytes(), std::move(staging),
-                                              buffer / blocks);
+    if (m_.offloadsToHostMemory()) {
+      // `offload_to = cpu`: the states (and the parameters' slice) in page-locked host
+      // memory, streamed as a file's would be.
+      hostStates_ = backend::HostBuffer(dev_, blocks * stateBytes());
+      disk_ = std::make_unique<OffloadedStates>(hostStates_.data(), blocks, stateBytes(),
+                                                std::move(staging), buffer / blocks);
+    } else {
+      std::string dir = opt_.offloadDir.empty() ? std::filesystem::temp_directory_path().string()
+                                                : opt_.offloadDir;
+      disk_ = std::make_unique<OffloadedStates>(dir, blocks, stateBytes(), std::move(staging),
+                                                buffer / blocks);
+    }
   } catch (...) {
     releaseBuffers();
     throw;

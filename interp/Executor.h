@@ -396,6 +396,7 @@ private:
   // Offloaded to disk on a device whose memory is not the host's: the file worker's
   // staging buffers, host memory laid out as stagingMem_ (else empty: it uses stagingMem_).
   backend::HostBuffer hostStaging_;
+  backend::HostBuffer hostStates_; // `offload_to = cpu`: what the file would hold
   unsigned char* workerStaging() {
     return hostStaging_.empty() ? stagingMem_ : hostStaging_.data();
   }

@@ -81,9 +81,9 @@ void memoryError(const ir::Module& m, int ranks, std::optional<int64_t> availabl
           "the step's inputs {}",
           formatBytes(r.plan.arenaBytes), formatBytes(r.plan.paramBytes),
           formatBytes(r.plan.gradBytes), formatBytes(r.plan.optimizerBytes),
-          r.plan.stagingBytes > 0
-              ? fmt::format(" (on disk) + staging {}", formatBytes(r.plan.stagingBytes))
-              : "",
+          r.plan.stagingBytes > 0 ? fmt::format(" ({}) + staging {}", m.offloadPlace(),
+                                                formatBytes(r.plan.stagingBytes))
+                                  : "",
           r.plan.commBytes > 0 ? fmt::format(" + comm buffers {}", formatBytes(r.plan.commBytes))
                                : "",
           formatBytes(r.plan.inputBytes)));

@@ -45,6 +45,17 @@ OffloadedStates::OffloadedStates(const std::string& dir, int states, int64_t byt
   worker_ = std::thread([this] { work(); });
 }
 
+OffloadedStates::OffloadedStates(unsigned char* memory, int states, int64_t bytesPerState,
+                                 std::vector<unsigned char*> staging, int64_t chunkBytes)
+    : dir_("host memory"), memory_(memory), states_(states), bytesPerState_(bytesPerState),
+      staging_(std::move(staging)), chunkBytes_(chunkBytes) {
+  EPL_ASSERT(memory_ && states_ > 0 && chunkBytes_ > 0 && chunkBytes_ % 4 == 0 &&
+                 staging_.size() >= 3,
+             "offloaded states need their memory and a chunk of each state in each of three "
+             "staging buffers");
+  worker_ = std::thread([this] { work(); });
+}
+
 OffloadedStates::~OffloadedStates() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -60,6 +71,10 @@ void OffloadedStates::read(int k, int64_t offset, int64_t bytes, void* to) const
              "a read inside one offloaded state");
   auto* out = static_cast<unsigned char*>(to);
   int64_t at = k * bytesPerState_ + offset;
+  if (memory_) {
+    std::memcpy(out, memory_ + at, static_cast<size_t>(bytes));
+    return;
+  }
   while (bytes > 0) {
     ssize_t n = pread(fd_, out, static_cast<size_t>(bytes), at);
     if (n < 0 && errno == EINTR) continue;
@@ -77,6 +92,10 @@ void OffloadedStates::write(int k, int64_t offset, int64_t bytes, const void* fr
              "a write inside one offloaded state");
   auto* in = static_cast<const unsigned char*>(from);
   int64_t at = k * bytesPerState_ + offset;
+  if (memory_) {
+    std::memcpy(memory_ + at, in, static_cast<size_t>(bytes));
+    return;
+  }
   while (bytes > 0) {
     ssize_t n = pwrite(fd_, in, static_cast<size_t>(bytes), at);
     if (n < 0 && errno == EINTR) continue;

@@ -1,7 +1,8 @@
 // Optimizer states that live in a file (`offload = optimizer`, `offload_to = disk`): one
 // file per rank, removed from its directory as soon as it is open, so that nothing is left
-// behind however the run ends. Each state k is one block of `bytesPerState` bytes, laid out
-// as the in-memory states would be (starting at zero, like fresh states).
+// behind however the run ends. Or in host memory (`offload_to = cpu`, on a device whose
+// memory is not the host's), streamed the same way. Each state k is one block of `bytesPerState`
+// bytes, laid out as the in-memory states would be (starting at zero, like fresh states).
 //
 // The optimizer step streams them: the executor names the step's chunks in the order its
 // optimizer ops update them, and a background thread reads each chunk into a staging
@@ -36,6 +37,10 @@ public:
   // cannot). `staging[b]` are the kBuffers staging buffers (host-addressable memory), each
   // `states` blocks of `chunkBytes`.
   OffloadedStates(const std::string& dir, int states, int64_t bytesPerState,
+                  std::vector<unsigned char*> staging, int64_t chunkBytes);
+  // The states in host memory instead of a file (`offload_to = cpu` on a device whose memory
+  // is not the host's): `memory`, states x bytesPerState bytes, zeroed, outliving this.
+  OffloadedStates(unsigned char* memory, int states, int64_t bytesPerState,
                   std::vector<unsigned char*> staging, int64_t chunkBytes);
   ~OffloadedStates();
   OffloadedStates(const OffloadedStates&) = delete;
@@ -92,6 +97,7 @@ private:
 
   std::string dir_;
   int fd_ = -1;
+  unsigned char* memory_ = nullptr; // the states in host memory, else in the file
   int states_ = 0;
   int64_t bytesPerState_ = 0;
   std::vector<unsigned char*> staging_;

@@ -438,14 +438,15 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
                        m.scalesLoss() ? fmt::format("; loss scale {:g}, dynamic", ex.lossScale())
                                       : "");
   if (!ex.offloadDir().empty())
-    out << fmt::format("{}: in a file in {} ({}{}), streamed through {} of "
-                       "staging buffers in each step\n",
-                       m.offloadsParams()
-                           ? "the parameters' ZeRO slice and the optimizer states (each gather's "
+    out << fmt::format(
+        "{}: in {} ({}{}), streamed through {} of "
+        "staging buffers in each step\n",
+        m.offloadsParams() ? "the parameters' ZeRO slice and the optimizer states (each gather's "
                              "part of the parameters read from it ahead of the gather)"
                            : "optimizer states",
-                       ex.offloadDir(), formatBytes(prog.offloadedBytes),
-                       ranks > 1 ? " on rank 0" : "", formatBytes(prog.stagingBytes));
+        m.offloadsToHostMemory() ? "the host's page-locked memory" : "a file in " + ex.offloadDir(),
+        formatBytes(prog.offloadedBytes), ranks > 1 ? " on rank 0" : "",
+        formatBytes(prog.stagingBytes));
   if (stages > 1) {
     std::vector<std::string> slots;
     for (const ir::Program& p : m.programs)
@@ -652,7 +653,8 @@ void warnUnappliedPolicies(const ir::Module& m, Diagnostics& diags) {
   };
   bool params = p.offload == ir::Offload::Params;
   bool cpu = p.offloadTo == ir::OffloadTarget::Cpu;
-  warn("offload", params && !cpu && m.optimizerStates() > 0 && !m.offloadsParams(),
+  warn("offload",
+       params && (!cpu || !m.deviceMemoryIsHost) && m.optimizerStates() > 0 && !m.offloadsParams(),
        "the parameters and optimizer states stay in memory: offloading the parameters needs "
        "ZeRO stage 3 to apply to the plan (over data-parallel ranks or a pipeline's copies, "
        "without split regions), so that each rank holds a slice of them");
@@ -664,9 +666,8 @@ void warnUnappliedPolicies(const ir::Module& m, Diagnostics& diags) {
         .warning(to->second,
                  m.optimizerStates() == 0
                      ? "`offload = optimizer` moves nothing: this optimizer keeps no states"
-                     : "`offload_to = cpu` moves nothing: on the cpu device the states are in "
-                       "the host's memory already, and on a GPU this version keeps them in the "
-                       "GPU's")
+                     : "`offload_to = cpu` moves nothing on the cpu device, whose memory is the "
+                       "host's")
         .length(static_cast<uint32_t>(to->first.size()))
         .note("the optimizer states stay in memory")
         .help("`offload_to = disk` keeps them in a file (--offload-dir chooses its folder)");

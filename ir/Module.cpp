@@ -343,9 +343,10 @@ int Module::optimizerStates() const {
 }
 
 bool Module::offloadApplies() const {
-  bool disk = policy.offloadTo == OffloadTarget::Disk && optimizerStates() > 0;
-  return disk && (policy.offload == Offload::Optimizer ||
-                  (policy.offload == Offload::Params && zeroShardsParams()));
+  bool off =
+      (policy.offloadTo == OffloadTarget::Disk || !deviceMemoryIsHost) && optimizerStates() > 0;
+  return off && (policy.offload == Offload::Optimizer ||
+                 (policy.offload == Offload::Params && zeroShardsParams()));
 }
 
 bool Module::offloadsParams() const {

@@ -280,6 +280,10 @@ struct Module {
   // rank of its stage in every replica (they run the same ops on as many samples). Such a
   // plan is predicted (ir/Predict.h), never run or printed rank by rank.
   bool costOnly = false;
+  // Whether the devices the plan is for use the host's memory (the CPU device), as
+  // PlanOptions::deviceMemoryIsHost says: `offload_to = cpu` moves the optimizer states off
+  // the device only where they do not.
+  bool deviceMemoryIsHost = true;
   // The ranks `p` stands for: 1, or its stage's ranks in every replica in a cost-only plan.
   int ranksLike(const Program& p) const;
 
@@ -504,12 +508,18 @@ struct Module {
   }
   // The optimizer states each parameter has (adam/adamw 2, sgd with momentum 1, else 0).
   int optimizerStates() const;
-  // Whether the runtime keeps the optimizer states in a file (`offload = optimizer`,
-  // `offload_to = disk`, an optimizer with states). `offload_to = cpu` is for devices with
-  // memory of their own: the CPU backend's device memory is the host's already.
+  // Whether the runtime keeps the optimizer states off the device (`offload = optimizer`,
+  // an optimizer with states): in a file (`offload_to = disk`), or in host memory
+  // (`offload_to = cpu`) on devices with memory of their own (!deviceMemoryIsHost; the CPU
+  // device's memory is the host's already). Either way streamed through staging buffers.
   bool offloadApplies() const;
-  // Whether the parameters' slices go in that file too (`offload = params`, `offload_to =
-  // disk`, where ZeRO stage 3 applies: each rank's slice is then all it holds of them).
+  bool offloadsToHostMemory() const {
+    return offloadApplies() && policy.offloadTo == OffloadTarget::Cpu;
+  }
+  // Where offloaded states are, for the reports: "on disk" or "in host memory".
+  const char* offloadPlace() const { return offloadsToHostMemory() ? "in host memory" : "on disk"; }
+  // Whether the parameters' slices go with them (`offload = params`, where ZeRO stage 3
+  // applies: each rank's slice is then all it holds of them).
   // Each gather reads the rank's part of a bucket from the file, and the optimizer ops
   // stream the slice with the states.
   bool offloadsParams() const;

@@ -195,7 +195,7 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c, const Clu
   if (p.offloadedBytes > 0) {
     r.offloadStream = 2.0 * static_cast<double>(p.offloadedBytes);
     int sharing = std::max(1, std::min(np, c.devicesPerNode));
-    double disk = c.diskBandwidth / sharing;
+    double disk = m.offloadsToHostMemory() ? 0 : c.diskBandwidth / sharing; // in host memory
     auto seconds = [&](double bytes) {
       double t = disk > 0 ? bytes / disk : 0;
       if (c.hostLink.bandwidth > 0) t = std::max(t, bytes / c.hostLink.bandwidth);
@@ -267,7 +267,7 @@ Prediction predict(const Module& m, const Cluster& c, bool ops) {
     out.exposedOffload = std::max(out.exposedOffload, k.exposedOffload);
     out.offloadBytes = std::max(out.offloadBytes, k.offloadStream + k.offloadGathers);
   }
-  out.diskCosted = out.offloadBytes == 0 || c.diskBandwidth > 0;
+  out.diskCosted = out.offloadBytes == 0 || c.diskBandwidth > 0 || m.offloadsToHostMemory();
   double slowest = *std::max_element(perMicro.begin(), perMicro.end());
   double pipeline = micros * slowest;
   if (stages > 1) {

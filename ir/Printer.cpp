@@ -648,8 +648,8 @@ void printRankMemory(const Module& m, std::ostream& out) {
             : "",
         formatBytes(p.paramBytes), formatBytes(p.gradBytes), formatBytes(p.optimizerBytes));
     if (p.stagingBytes > 0)
-      text += fmt::format(" + staging {} ({} on disk)", formatBytes(p.stagingBytes),
-                          formatBytes(p.offloadedBytes));
+      text += fmt::format(" + staging {} ({} {})", formatBytes(p.stagingBytes),
+                          formatBytes(p.offloadedBytes), m.offloadPlace());
     if (p.commBytes > 0) text += fmt::format(" + comm buffers {}", formatBytes(p.commBytes));
     if (p.inputBytes > 0) text += fmt::format(" + host inputs {}", formatBytes(p.inputBytes));
     return text;
@@ -783,9 +783,10 @@ void printProgram(const Module& m, int rank, std::ostream& out) {
   if (p.recvBytes > 0)
     activations += fmt::format(" + receive buffers {}", formatBytes(p.recvBytes));
   std::string offload =
-      p.stagingBytes > 0 ? fmt::format(" + staging {} (optimizer states on disk: {})",
-                                       formatBytes(p.stagingBytes), formatBytes(p.offloadedBytes))
-                         : "";
+      p.stagingBytes > 0
+          ? fmt::format(" + staging {} (optimizer states {}: {})", formatBytes(p.stagingBytes),
+                        m.offloadPlace(), formatBytes(p.offloadedBytes))
+          : "";
   auto buckets = std::count_if(p.bucketOffset.begin(), p.bucketOffset.end(),
                                [](int64_t at) { return at >= 0; });
   std::vector<std::string> within;

@@ -37,6 +37,7 @@ namespace {
 std::optional<ir::Module> runPasses(std::optional<ir::Module> m, Session& session,
                                     const PlanOptions& options) {
   if (!m) return std::nullopt;
+  m->deviceMemoryIsHost = options.deviceMemoryIsHost;
   passes::PassManagerOptions pmOptions;
   pmOptions.printAfter = options.printAfter;
   pmOptions.timePasses = options.timePasses;

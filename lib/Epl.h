@@ -31,6 +31,10 @@ struct PlanOptions {
   // Plan for a prediction only (Module::costOnly): one rank program per stage, so a plan
   // for thousands of devices costs what one replica's stages cost (`epl plan --search`).
   bool costOnly = false;
+  // Whether the devices use the host's memory (the CPU device: true), or memory of their
+  // own (GPUs, a cluster file's devices, the guarded CPU device): `offload_to = cpu` applies
+  // only then (Module::deviceMemoryIsHost).
+  bool deviceMemoryIsHost = true;
   // Integer literals of the main script read as other values, by (line, col)
   // (ir::LayoutKnob): how the search tries another layout.
   std::map<std::pair<uint32_t, uint32_t>, int64_t> literalValues;

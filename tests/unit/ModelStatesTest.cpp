@@ -23,7 +23,7 @@ constexpr int64_t kPsi = 1024 * 1024; // one 1024x1024 linear without bias
 
 // The one-linear model under `policy` and `optimizer`, planned at -np `np`.
 std::optional<epl::ir::Module> planNet(const std::string& policy, const std::string& optimizer,
-                                       int np) {
+                                       int np, bool deviceMemoryIsHost = true) {
   std::string text = fmt::format(R"(
 model net(x: f32[B, 1024], y: i32[B]) {{
   return mse(linear(x, 1024, bias = false), x)
@@ -39,6 +39,7 @@ train net {{
   epl::Session session;
   epl::PlanOptions options;
   options.np = np;
+  options.deviceMemoryIsHost = deviceMemoryIsHost;
   auto m = epl::planText("states.epl", text, session, options);
   if (!m)
     for (const auto& d : session.diags.all())
@@ -120,6 +121,15 @@ TEST_CASE("offloading the optimizer to disk leaves staging buffers in the rank's
   CHECK(cpu.optimizerBytes == 8 * kPsi);
   CHECK(cpu.offloadedBytes == 0);
   CHECK(cpu.stagingBytes == 0);
+  // On devices with memory of their own (a GPU), `offload_to = cpu` moves them to the
+  // host's memory, streamed through the same staging buffers as a file's.
+  auto gpu = planNet("offload = optimizer offload_to = cpu", "adam(lr = 1e-3)", 1, false);
+  REQUIRE(gpu);
+  CHECK(gpu->offloadsToHostMemory());
+  CHECK(gpu->programs[0].optimizerBytes == 0);
+  CHECK(gpu->programs[0].offloadedBytes == 8 * kPsi);
+  CHECK(gpu->programs[0].stagingBytes == disk.stagingBytes);
+  CHECK(std::string(gpu->offloadPlace()) == "in host memory");
   // Nothing to offload: SGD without momentum keeps no states.
   CHECK(program("offload = optimizer offload_to = disk", "sgd(lr = 0.1)", 1).stagingBytes == 0);
 }

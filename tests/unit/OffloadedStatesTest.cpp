@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <numeric>
 #include <vector>
@@ -57,12 +58,11 @@ TEST_CASE("offloaded states start at zero and read back what was written and lea
   CHECK(back == std::vector<float>(100, 0.f));
 }
 
-TEST_CASE("a step streams its chunks in order through three staging buffers") {
-  Folder dir;
-  const int64_t chunk = 256; // bytes of each state
-  Staging staging(2, chunk);
-  const int64_t bytes = 10 * chunk + 128;
-  OffloadedStates states(dir.path.string(), 2, bytes, staging.pointers, chunk);
+namespace {
+
+// Three steps of an update that adds k + 1 to each element of state k, streamed in chunks of
+// uneven sizes (at most `chunk`) over `bytes` of each of two states.
+void streamSteps(OffloadedStates& states, int64_t chunk, int64_t bytes) {
   // Chunks of uneven sizes that cover the states once, as an optimizer's parameters do.
   std::vector<OffloadedStates::Chunk> chunks;
   for (int64_t at = 0; at < bytes;) {
@@ -92,6 +92,30 @@ TEST_CASE("a step streams its chunks in order through three staging buffers") {
   std::vector<float> all(static_cast<size_t>(bytes / 4));
   states.read(1, 0, bytes, all.data());
   CHECK(std::all_of(all.begin(), all.end(), [](float v) { return v == 6.f; }));
+}
+
+} // namespace
+
+TEST_CASE("a step streams its chunks in order through three staging buffers") {
+  Folder dir;
+  const int64_t chunk = 256; // bytes of each state
+  Staging staging(2, chunk);
+  const int64_t bytes = 10 * chunk + 128;
+  OffloadedStates states(dir.path.string(), 2, bytes, staging.pointers, chunk);
+  streamSteps(states, chunk, bytes);
+}
+
+TEST_CASE("states in host memory (offload_to = cpu) stream as a file's do") {
+  const int64_t chunk = 256, bytes = 10 * chunk + 128;
+  Staging staging(2, chunk);
+  std::vector<unsigned char> memory(static_cast<size_t>(2 * bytes), 0);
+  OffloadedStates states(memory.data(), 2, bytes, staging.pointers, chunk);
+  CHECK(states.dir() == "host memory");
+  streamSteps(states, chunk, bytes);
+  // What the stream wrote back is in that memory: state 1 at its block, 2 a step.
+  float v = 0;
+  std::memcpy(&v, memory.data() + bytes + 4, 4);
+  CHECK(v == 6.f);
 }
 
 // offload = params: the gathers' parts of the parameters' block are read ahead, one at a

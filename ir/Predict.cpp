@@ -187,11 +187,11 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c, const Clu
     for (const Module::ZeroSlice& z : m.zeroSlices(p))
       r.optimizer += ringHalfSeconds(static_cast<double>(z.bytes) * z.ranks, z.ranks,
                                      spreadLink(c, np, z.ranks));
-  // Offloaded to disk: the update reads each chunk of the file and writes it back, one
-  // chunk read ahead and one written behind the one it updates, so the update hides the
-  // traffic up to its own time; each gather's part is read a gather ahead, behind the
-  // compute. Over the rank's share of the node's disks, or over the host link where that
-  // is slower.
+  // Offloaded states: the update reads each chunk of the file (or of host memory) and
+  // writes it back, one chunk read ahead and one written behind the one it updates, so the
+  // update hides the traffic up to its own time; each gather's part is read a gather ahead,
+  // behind the compute. Over the rank's share of the node's disks, or over the host link
+  // where that is slower (states in host memory: the host link alone).
   if (p.offloadedBytes > 0) {
     r.offloadStream = 2.0 * static_cast<double>(p.offloadedBytes);
     int sharing = std::max(1, std::min(np, c.devicesPerNode));

@@ -30,12 +30,13 @@ struct Prediction {
   double splitCommunication = 0;
   double stageTransfers = 0;
   double optimizer = 0;
-  // States offloaded to disk (Program::offloadedBytes): the bytes a rank reads and writes a
-  // step (the optimizer's stream of its states, and with `offload = params` its gathers'
-  // parts of the parameters), their seconds over its share of the node's disks or, on a
-  // device whose memory is not the host's, over the host link where that is slower (the
-  // staging buffers pipeline the two), and what the update (for the stream) and the
-  // compute (for the gathers' read-ahead) do not hide. The rank that exposes the most.
+  // Offloaded states (Program::offloadedBytes; on disk, or in host memory): the bytes a rank
+  // reads and writes a step (the optimizer's stream of its states, and with `offload =
+  // params` its gathers' parts of the parameters), their seconds over its share of the
+  // node's disks or, on a device whose memory is not the host's, over the host link where
+  // that is slower (the staging buffers pipeline the two; in host memory the link alone),
+  // and what the update (for the stream) and the compute (for the gathers' read-ahead) do
+  // not hide. The rank that exposes the most.
   // diskCosted: false where the cluster gives no disk bandwidth (the disks' part is then
   // left out of the seconds).
   double offloadBytes = 0, offload = 0, exposedOffload = 0;

@@ -1724,6 +1724,7 @@ void Executor::gradNorm(const ir::Op& op) {
   }
   float sums[2] = {0, 0};
   for (int k = 0; k < 2; ++k) {
+    if (!(k == 0 ? whole : cut)) continue; // a sum this rank does not count
     sumSquares(k == 1, acc);
     dev_.copyToHost(&sums[k], acc, 4);
     dev_.synchronize();
@@ -1821,7 +1822,7 @@ void Executor::optimizerStep(int id, int64_t step) {
   c.momentum = opt_.momentum;
   c.step = step + 1;
   c.gradScale = static_cast<float>(clipScale_ / lossScale_);
-  if (normOnDevice_ && opt_.clipGradNorm > 0) {
+  if (normOnDevice_) { // the grad-norm op ran without a loss scale: for clipping
     c.squaredNorm = static_cast<const float*>(view(m_.gradNorm).data);
     c.maxNorm = opt_.clipGradNorm;
   }

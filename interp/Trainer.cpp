@@ -438,15 +438,16 @@ void describeRun(std::ostream& out, const ir::Module& m, const Executor& ex,
                        m.scalesLoss() ? fmt::format("; loss scale {:g}, dynamic", ex.lossScale())
                                       : "");
   if (!ex.offloadDir().empty())
-    out << fmt::format(
-        "{}: in {} ({}{}), streamed through {} of "
-        "staging buffers in each step\n",
-        m.offloadsParams() ? "the parameters' ZeRO slice and the optimizer states (each gather's "
+    out << fmt::format("{}: in {} ({}{}), streamed through {} of "
+                       "staging buffers in each step\n",
+                       m.offloadsParams()
+                           ? "the parameters' ZeRO slice and the optimizer states (each gather's "
                              "part of the parameters read from it ahead of the gather)"
                            : "optimizer states",
-        m.offloadsToHostMemory() ? "the host's page-locked memory" : "a file in " + ex.offloadDir(),
-        formatBytes(prog.offloadedBytes), ranks > 1 ? " on rank 0" : "",
-        formatBytes(prog.stagingBytes));
+                       m.offloadsToHostMemory() ? "host memory (page-locked on a GPU)"
+                                                : "a file in " + ex.offloadDir(),
+                       formatBytes(prog.offloadedBytes), ranks > 1 ? " on rank 0" : "",
+                       formatBytes(prog.stagingBytes));
   if (stages > 1) {
     std::vector<std::string> slots;
     for (const ir::Program& p : m.programs)

@@ -203,7 +203,11 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c, const Clu
     };
     double stream = seconds(r.offloadStream), gathers = seconds(r.offloadGathers);
     r.offload = stream + gathers;
-    r.exposedOffload = std::max(0.0, stream - r.optimizer) + std::max(0.0, gathers - r.compute);
+    // On a calibrated machine the file's worker copies on the cores the update and the
+    // compute use (Cluster::overlapsCompute): nothing hides it.
+    r.exposedOffload = !c.overlapsCompute ? r.offload
+                                          : std::max(0.0, stream - r.optimizer) +
+                                                std::max(0.0, gathers - r.compute);
   }
   return r;
 }

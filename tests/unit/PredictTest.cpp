@@ -636,6 +636,12 @@ train net {
     CHECK(out.exposedOffload == Approx(bytes / 1e6 - out.optimizer));
     CHECK(out.stepSeconds == Approx(out.compute + out.optimizer + out.exposedOffload));
   }
+  SECTION("on a calibrated machine nothing hides it: the file's worker copies on its cores") {
+    Cluster calibrated = cluster(R"(, "disk_bandwidth": 1e15)");
+    calibrated.overlapsCompute = false;
+    epl::ir::Prediction out = epl::ir::predict(*m, calibrated);
+    CHECK(out.exposedOffload == Approx(bytes / 1e15));
+  }
   SECTION("a fast disk: the update hides it") {
     epl::ir::Prediction out = epl::ir::predict(*m, cluster(R"(, "disk_bandwidth": 1e15)"));
     CHECK(out.offload == Approx(bytes / 1e15));

@@ -210,6 +210,7 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
   gradParam_.assign(m_.tensors.size(), -1);
   for (size_t p = 0; p < m_.params.size(); ++p)
     if (m_.params[p].grad >= 0) gradParam_[m_.params[p].grad] = static_cast<int>(p);
+  planFusedUpdates();
   for (size_t i = 0; i < m_.ops.size(); ++i) {
     if (m_.ops[i].phase != ir::Phase::Forward) continue;
     if (m_.ops[i].kind == ir::OpKind::Next) nextOps_.push_back(static_cast<int>(i));
@@ -1317,7 +1318,10 @@ void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t see
     break;
   }
   const ir::Op& op = m_.ops[in.op];
-  if (op.phase == ir::Phase::Optimizer) return optimizerStep(in.op, step);
+  if (op.phase == ir::Phase::Optimizer) {
+    EPL_ASSERT(training && index < joinedElems_.size(), "optimizer ops run in the step");
+    return optimizerStep(in.op, step, joinedElems_[index]);
+  }
   if (op.kind == ir::OpKind::Next) return; // the load wrote its targets
   int fwd = op.phase == ir::Phase::Backward ? op.forward : in.op;
   if (m_.ops[fwd].kind == ir::OpKind::AllToAll) return moeExchange(in, index, step);
@@ -1808,9 +1812,46 @@ void Executor::planOffloadChunks() {
   disk_->setChunks(std::move(chunks));
 }
 
-void Executor::optimizerStep(int id, int64_t step) {
+// Consecutive optimizer ops of the step whose parameters lie end to end run as one update
+// (docs/architecture.md, "One update for adjacent parameters"): one device call over their
+// joined bytes, which on a GPU is one launch instead of one a parameter. The parameters,
+// their gradients and their states share the layout (Module::paramLayout), so parameters
+// end to end in one memory are in all. The update is elementwise with the same settings
+// for every parameter, so each element gets the same arithmetic either way. Not with ZeRO
+// or offloaded states, whose updates take slices or chunks of their own.
+void Executor::planFusedUpdates() {
+  joinedElems_.assign(program_.step.size(), -1);
+  if (!zero_.empty() || disk_) return;
+  auto updated = [&](size_t i) { // the parameter instruction i updates, or -1
+    const ir::Instr& in = program_.step[i];
+    if (in.kind != ir::InstrKind::Run) return -1;
+    const ir::Op& op = m_.ops[in.op];
+    if (op.phase != ir::Phase::Optimizer || op.kind == ir::OpKind::GradNorm) return -1;
+    EPL_ASSERT(gradParam_[op.inputs[0]] == op.params.at(0),
+               "an optimizer op reads its parameter's gradient");
+    return op.params.at(0);
+  };
+  for (size_t i = 0; i < program_.step.size();) {
+    size_t end = i + 1;
+    int first = updated(i), last = first;
+    if (first >= 0)
+      for (int q; end < program_.step.size() && (q = updated(end)) >= 0 &&
+                  paramOffset_[q] == paramOffset_[last] + 4 * paramElems_[last];
+           ++end)
+        last = q;
+    if (end - i > 1) {
+      joinedElems_[i] = (paramOffset_[last] - paramOffset_[first]) / 4 + paramElems_[last];
+      for (size_t k = i + 1; k < end; ++k)
+        joinedElems_[k] = 0;
+    }
+    i = end;
+  }
+}
+
+void Executor::optimizerStep(int id, int64_t step, int64_t joined) {
   const ir::Op& op = m_.ops[id];
   if (op.kind == ir::OpKind::GradNorm) return gradNorm(op);
+  if (joined == 0) return; // an earlier op of the step updated it with its own
   int p = op.params.at(0);
   backend::OptimizerCall c;
   c.kind = opt_.kind;
@@ -1830,6 +1871,9 @@ void Executor::optimizerStep(int id, int64_t step) {
   c.grad = view(op.inputs[0]);
   c.state1 = stateView(p, 0);
   c.state2 = stateView(p, 1);
+  if (joined > 0) // this op's parameter and the next ones', end to end
+    for (backend::TensorView* v : {&c.param, &c.grad, &c.state1, &c.state2})
+      v->shape = {joined};
   if (zero_.empty() && !disk_) return overflow_ ? void() : dev_.optimizerStep(c);
   // A run of the parameter's bytes [from, to), with its states at s1 and s2.
   EPL_ASSERT(gradParam_[op.inputs[0]] == p, "an optimizer op reads its parameter's gradient");
@@ -1925,6 +1969,7 @@ std::string Executor::traceName(const ir::Instr& in) const {
 // An instruction of a traced step. The device is synchronized after it, so a queued
 // device's work is counted in the instruction that queued it.
 void Executor::runTraced(const ir::Instr& in, size_t index, int64_t step, uint64_t seed) {
+  if (joinedElems_[index] == 0) return; // an earlier update's, traced there
   double began = trace_->nowUs();
   run(in, index, step, seed, true);
   dev_.synchronize();

@@ -236,7 +236,9 @@ private:
     if (m_.buckets[b].tied) return *tied_.at(m_.buckets[b].firstParam);
     return m_.buckets[b].pieces && pieces_ ? *pieces_ : reduceComm();
   }
-  void optimizerStep(int op, int64_t step);
+  // joined: the elements of the update (joinedElems_), -1 its own parameter's.
+  void optimizerStep(int op, int64_t step, int64_t joined);
+  void planFusedUpdates();
   std::pair<int64_t, int64_t> updatedBytes(int p) const;
   // Where parameter byte b's optimizer states are in each state's memory (or file): with
   // ZeRO, in the rank's slices side by side (b in one of them).
@@ -292,6 +294,10 @@ private:
   unsigned char* stateMem_[2] = {nullptr, nullptr};
   int64_t gradBytes_ = 0;
   std::vector<int64_t> paramOffset_, paramElems_, wholeElems_;
+  // By instruction of the step, an optimizer op's update (planFusedUpdates): -1 its own
+  // parameter, n elements of its parameter and the next ones' end to end, 0 updated by an
+  // earlier instruction's.
+  std::vector<int64_t> joinedElems_;
   std::vector<std::vector<int64_t>> paramShape_; // this rank's piece of each parameter
   // Parameters cut over the split group, and those this rank does not hold, with their
   // optimizer states, as whole host arrays: between rank 0's writes and broadcastState, or

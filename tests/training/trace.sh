@@ -33,6 +33,9 @@ assert {e["args"]["step"] for e in x} == {1, 2, 3}, "events of every step"
 names = {e["name"].split(" ")[0] for e in x}
 assert {"load", "fwd", "bwd", "optimizer"} <= names, names
 assert all(e["dur"] >= 0 and e["tid"] == 0 for e in x)
+# The six parameters lie end to end: one update a step covers them all.
+updates = [e for e in x if e["name"] == "optimizer adamw"]
+assert len(updates) == 3, f"{len(updates)} updates in 3 steps"
 PY
 # A folder that does not exist: refused before the first step.
 if "$epl" run lm.epl --steps 3 --metrics m.jsonl --trace nowhere/t.json > bad.out 2> bad.err; then

@@ -1,10 +1,11 @@
 // Optimizer updates on the GPU with torch.optim's formulas and operation order (SGD with
 // momentum, Adam, AdamW), as backend/cpu/Optimizers.cpp computes them: one elementwise kernel
-// per parameter, its scalars (bias corrections in double) worked out on the host, the clip
+// a call (a parameter, or several end to end: docs/architecture.md, "One update for adjacent
+// parameters"), its scalars (bias corrections in double) worked out on the host, the clip
 // factor read on the device where the call says so. Plus the
 // sum of squares, in two fixed-order passes, and the in-place scale used for clipping.
 //
-// Shape legend: n elements of one parameter.
+// Shape legend: n elements of the call's parameters.
 #include "backend/cuda/Common.cuh"
 #include "support/Assert.h"
 

@@ -142,7 +142,8 @@ public:
   virtual bool hostAddressable() const = 0;
 
   // Device memory, 64-byte aligned; throws std::bad_alloc when there is not enough.
-  // release(nullptr) does nothing.
+  // release(nullptr) does nothing. release and releaseHost never throw: they run in
+  // destructors, also while an error from the device unwinds.
   virtual void* allocate(int64_t bytes) = 0;
   virtual void release(void* p) = 0;
   // Host memory the device copies from and to without the host waiting: page-locked on a

@@ -348,7 +348,12 @@ Executor::~Executor() {
       // The error that ended the step is the one reported.
     }
   });
-  dev_.synchronize();
+  try {
+    dev_.synchronize();
+  } catch (const std::exception&) {
+    // A device that failed in the step fails here again (a GPU's errors stick): the error
+    // that ended the step is the one reported, and throwing here would end the process.
+  }
   releaseBuffers();
 }
 

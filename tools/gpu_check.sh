@@ -52,7 +52,8 @@ echo "communicators: exit $rc; $(tail -1 "$out/communicators.txt")"
 mkdir -p /usr/share/games/fortunes
 [ -f /usr/share/games/fortunes/cookie ] || cp .gpu/data/cookie /usr/share/games/fortunes/cookie
 # 20 training steps on the GPU against the CPU, as the `gpu` tests of tests/gpu/CMakeLists.txt
-# run them (the same tolerances): fp32, an ignored class, TF32 products, amp in bf16 and fp16.
+# run them (the same tolerances): fp32, an ignored class, TF32 products, amp in bf16 and fp16,
+# optimizer states offloaded.
 train() { # the run's name, its script in tests/parallel, then device_equivalence.py's options
   local name=$1 script=$2
   shift 2
@@ -67,6 +68,10 @@ train train_gpt_ignore gpt_ignore.epl
 train train_gpt_tf32 gpt_dp.epl --tol 1e-3 --set policy.matmul=tf32
 train train_gpt_amp_bf16 gpt_dp.epl --tol 1e-3 --set policy.amp=bf16
 train train_gpt_amp_fp16 gpt_dp.epl --tol 1e-3 --set policy.amp=fp16
+# Optimizer states offloaded: to page-locked host memory and to disk, each chunk copied to
+# the GPU for its update and back (the CPU run keeps them in place: the same arithmetic).
+train train_gpt_offload_cpu gpt_dp.epl --set policy.offload=optimizer --set policy.offload_to=cpu
+train train_gpt_offload_disk gpt_dp.epl --set policy.offload=optimizer --set policy.offload_to=disk
 # Two ranks on the one GPU (the bundle's mpirun; NCCL refuses ranks sharing a GPU, so the
 # collectives go through MPI staged by the host): data parallel, a 2-stage pipeline, split
 # regions, a vocabulary-parallel head and loss; as tests/gpu/CMakeLists.txt runs them.

@@ -2,19 +2,26 @@
 // projection (the CUDA twin of backend/cpu/Attention.cpp; same saved tensors qkv, ctx, lse).
 //
 // Unlike the CPU's flash-style tiles, the scores of a group of G heads of one batch element
-// are held in scratch as [G, T, T], so each step is one strided-batched GEMM over the
-// group's heads (a head's q, k, v are columns of qkv: row stride 3D, head stride E).
-// Forward, for each batch element and group of heads:
+// are held in scratch as [G, R, K] (R queries against K keys), so each step is one
+// strided-batched GEMM over the group's heads (a head's q, k, v are columns of qkv: row
+// stride 3D, head stride E). Causal attention takes its queries in chunks, each against the
+// keys up to its last query, which skips most of the scores above the diagonal (a quarter
+// of them with two chunks); otherwise one chunk, R = K = T.
+// Forward, for each batch element, group of heads and chunk of queries:
 //   1. S = scale q k^T;
 //   2. P = softmax(S) over the keys a query sees (0 for the masked ones), lse = log-sum-exp;
 //   3. ctx = P v.
-// Backward: Dvec = rowsum(dctx * ctx) for every head, then for each batch element and group:
-//   P = exp(scale q k^T - lse) (0 where masked); dv = P^T dctx; dP = dctx v^T;
-//   dS = P (dP - Dvec); dq = scale dS k; dk = scale dS^T q.
+// Backward: Dvec = rowsum(dctx * ctx) for every head, then for each batch element and group,
+// the chunks last to first:
+//   P = exp(scale q k^T - lse) (0 where masked); dv += P^T dctx; dP = dctx v^T;
+//   dS = P (dP - Dvec); dq = scale dS k; dk += scale dS^T q.
+// The last chunk sees every key and writes dk and dv; the earlier ones, whose keys are a
+// prefix of its, add into them.
 // A group holds as many heads as fit in kScoreFloats (at least one), which bounds scratch.
 // Every reduction runs in a fixed order, so results do not change from run to run.
 //
-// Shape legend: B batch, T time, D width, H heads, E head width (D / H), G heads in a group.
+// Shape legend: B batch, T time, D width, H heads, E head width (D / H), G heads in a group,
+// R queries of a chunk (from Q0), K keys it sees.
 #include "backend/KernelShapes.h"
 #include "backend/cuda/Common.cuh"
 #include "support/Assert.h"
@@ -58,12 +65,34 @@ __device__ int64_t visibleKeys(int64_t query, int64_t t, bool causal) {
   return causal ? query + 1 : t;
 }
 
-// One block per score row (G T rows of T): softmax over the visible keys in place, 0 for
-// the masked ones, and the row's log-sum-exp into lse[row].
-__global__ void softmaxScoresKernel(float* scores, float* lse, int64_t t, bool causal) {
+// A chunk of queries: [q0, q0 + rows), each against keys [0, keys).
+struct Chunk {
+  int64_t q0, rows, keys;
+  int64_t area() const { return rows * keys; }
+};
+
+// Causal attention's chunks of queries; one chunk of every query otherwise. Two chunks
+// compute 3/4 of the scores (four would compute 5/8, but double the launches again).
+int64_t chunkCount(const Dims& s) {
+  return s.causal && s.t >= 256 ? 2 : 1;
+}
+Chunk chunkOf(const Dims& s, int64_t c, int64_t chunks) {
+  int64_t q0 = c * s.t / chunks, rows = (c + 1) * s.t / chunks - q0;
+  return {q0, rows, s.causal ? q0 + rows : s.t};
+}
+
+// Row `row` of a chunk's scores [G, R, K]: its head's place in the group times T plus its
+// query, which indexes the group's rows of lse and Dvec ([G, T]).
+__device__ int64_t groupRow(int64_t row, Chunk c, int64_t t) {
+  return row / c.rows * t + c.q0 + row % c.rows;
+}
+
+// One block per score row of a chunk (G R rows of K): softmax over the visible keys in
+// place, 0 for the masked ones, and the row's log-sum-exp into the group's lse.
+__global__ void softmaxScoresKernel(float* scores, float* lse, Chunk c, int64_t t, bool causal) {
   __shared__ float shared[kThreads];
-  int64_t row = blockIdx.x, visible = visibleKeys(row % t, t, causal);
-  float* r = scores + row * t;
+  int64_t row = blockIdx.x, visible = visibleKeys(c.q0 + row % c.rows, c.keys, causal);
+  float* r = scores + row * c.keys;
   float mx = -INFINITY;
   for (int64_t j = threadIdx.x; j < visible; j += kThreads)
     mx = fmaxf(mx, r[j]);
@@ -75,24 +104,28 @@ __global__ void softmaxScoresKernel(float* scores, float* lse, int64_t t, bool c
   }
   sum = blockReduce(sum, Sum{}, shared);
   float inv = 1.f / sum;
-  for (int64_t j = threadIdx.x; j < t; j += kThreads)
+  for (int64_t j = threadIdx.x; j < c.keys; j += kThreads)
     r[j] = j < visible ? r[j] * inv : 0.f;
-  if (threadIdx.x == 0) lse[row] = mx + logf(sum);
+  if (threadIdx.x == 0) lse[groupRow(row, c, t)] = mx + logf(sum);
 }
 
-// Scores [G, T, T] to probabilities through the saved lse of each row: P = exp(S - lse).
-__global__ void probsFromLseKernel(float* p, const float* lse, int64_t t, bool causal, int64_t n) {
+// A chunk's scores [G, R, K] to probabilities through the saved lse of each row:
+// P = exp(S - lse).
+__global__ void probsFromLseKernel(float* p, const float* lse, Chunk c, int64_t t, bool causal,
+                                   int64_t n) {
   EPL_GRID_STRIDE(i, n) {
-    int64_t row = i / t, key = i % t;
-    p[i] = key < visibleKeys(row % t, t, causal) ? expf(p[i] - lse[row]) : 0.f;
+    int64_t row = i / c.keys, key = i % c.keys;
+    p[i] = key < visibleKeys(c.q0 + row % c.rows, c.keys, causal)
+               ? expf(p[i] - lse[groupRow(row, c, t)])
+               : 0.f;
   }
 }
 
-// dS = P (dP - Dvec[row]) in place of dP, over [G, T, T].
-__global__ void scoreGradKernel(float* dp, const float* p, const float* dvec, int64_t t,
+// dS = P (dP - Dvec[row]) in place of dP, over a chunk's [G, R, K].
+__global__ void scoreGradKernel(float* dp, const float* p, const float* dvec, Chunk c, int64_t t,
                                 int64_t n) {
   EPL_GRID_STRIDE(i, n) {
-    dp[i] = p[i] * (dp[i] - dvec[i / t]);
+    dp[i] = p[i] * (dp[i] - dvec[groupRow(i / c.keys, c, t)]);
   }
 }
 
@@ -111,16 +144,21 @@ __global__ void dvecKernel(const float* dctx, const float* ctx, float* dvec, Dim
 // Forward attention of heads [h0, h0 + g) of batch element bi: ctx columns and lse rows.
 void forwardGroup(const Ctx& ctx, const Dims& s, const float* qkv, int64_t bi, int64_t h0,
                   int64_t g, float* scores, float* ctxOut, float* lse) {
-  const int64_t ld = 3 * s.d, tt = s.t * s.t;
+  const int64_t ld = 3 * s.d;
   const float* q = qkv + bi * s.t * ld + h0 * s.e;
   const float *k = q + s.d, *v = q + 2 * s.d;
-  gemmBatched(ctx, false, true, s.t, s.t, s.e, s.scale, q, ld, s.e, k, ld, s.e, 0.f, scores, s.t,
-              tt, g);
-  softmaxScoresKernel<<<static_cast<unsigned>(g * s.t), kThreads, 0, ctx.stream>>>(
-      scores, lse + (bi * s.h + h0) * s.t, s.t, s.causal);
-  checkLaunch("attention softmax");
-  gemmBatched(ctx, false, false, s.t, s.e, s.t, 1.f, scores, s.t, tt, v, ld, s.e, 0.f,
-              ctxOut + bi * s.t * s.d + h0 * s.e, s.d, s.e, g);
+  float* out = ctxOut + bi * s.t * s.d + h0 * s.e;
+  float* groupLse = lse + (bi * s.h + h0) * s.t;
+  for (int64_t chunks = chunkCount(s), i = 0; i < chunks; ++i) {
+    Chunk c = chunkOf(s, i, chunks);
+    gemmBatched(ctx, false, true, c.rows, c.keys, s.e, s.scale, q + c.q0 * ld, ld, s.e, k, ld, s.e,
+                0.f, scores, c.keys, c.area(), g);
+    softmaxScoresKernel<<<static_cast<unsigned>(g * c.rows), kThreads, 0, ctx.stream>>>(
+        scores, groupLse, c, s.t, s.causal);
+    checkLaunch("attention softmax");
+    gemmBatched(ctx, false, false, c.rows, s.e, c.keys, 1.f, scores, c.keys, c.area(), v, ld, s.e,
+                0.f, out + c.q0 * s.d, s.d, s.e, g);
+  }
 }
 
 // in = [x, Wqkv [3D, D], bqkv [3D], Wp [D, D], bp [D]] (no biases with `bias = false`),
@@ -170,27 +208,33 @@ BackwardScratch backwardScratch(const Ctx& ctx, const Dims& s, int64_t g) {
 // of dqkv (every column of dqkv is written by exactly one group).
 void backwardGroup(const Ctx& ctx, const Dims& s, const float* qkv, const float* lse, int64_t bi,
                    int64_t h0, int64_t g, const BackwardScratch& w) {
-  const int64_t ld = 3 * s.d, tt = s.t * s.t, off = bi * s.t * ld + h0 * s.e;
+  const int64_t ld = 3 * s.d, off = bi * s.t * ld + h0 * s.e;
   const float *q = qkv + off, *k = q + s.d, *v = q + 2 * s.d;
   float *dq = w.dqkv + off, *dk = dq + s.d, *dv = dq + 2 * s.d;
   const float* dO = w.dctx + bi * s.t * s.d + h0 * s.e;
   const int64_t rows = (bi * s.h + h0) * s.t; // the group's first row of lse and Dvec
-  gemmBatched(ctx, false, true, s.t, s.t, s.e, s.scale, q, ld, s.e, k, ld, s.e, 0.f, w.p, s.t, tt,
-              g);
-  probsFromLseKernel<<<blocksFor(g * tt), kThreads, 0, ctx.stream>>>(w.p, lse + rows, s.t, s.causal,
-                                                                     g * tt);
-  checkLaunch("attention backward probabilities");
-  gemmBatched(ctx, true, false, s.t, s.e, s.t, 1.f, w.p, s.t, tt, dO, s.d, s.e, 0.f, dv, ld, s.e,
-              g);
-  gemmBatched(ctx, false, true, s.t, s.t, s.e, 1.f, dO, s.d, s.e, v, ld, s.e, 0.f, w.dp, s.t, tt,
-              g);
-  scoreGradKernel<<<blocksFor(g * tt), kThreads, 0, ctx.stream>>>(w.dp, w.p, w.dvec + rows, s.t,
-                                                                  g * tt);
-  checkLaunch("attention backward score gradient");
-  gemmBatched(ctx, false, false, s.t, s.e, s.t, s.scale, w.dp, s.t, tt, k, ld, s.e, 0.f, dq, ld,
-              s.e, g);
-  gemmBatched(ctx, true, false, s.t, s.e, s.t, s.scale, w.dp, s.t, tt, q, ld, s.e, 0.f, dk, ld, s.e,
-              g);
+  const int64_t chunks = chunkCount(s);
+  for (int64_t i = chunks - 1; i >= 0; --i) { // the last chunk sees every key: it writes dk, dv
+    Chunk c = chunkOf(s, i, chunks);
+    const float *qc = q + c.q0 * ld, *dOc = dO + c.q0 * s.d;
+    float keysBeta = i == chunks - 1 ? 0.f : 1.f;
+    int64_t n = g * c.area();
+    gemmBatched(ctx, false, true, c.rows, c.keys, s.e, s.scale, qc, ld, s.e, k, ld, s.e, 0.f, w.p,
+                c.keys, c.area(), g);
+    probsFromLseKernel<<<blocksFor(n), kThreads, 0, ctx.stream>>>(w.p, lse + rows, c, s.t, s.causal,
+                                                                  n);
+    checkLaunch("attention backward probabilities");
+    gemmBatched(ctx, true, false, c.keys, s.e, c.rows, 1.f, w.p, c.keys, c.area(), dOc, s.d, s.e,
+                keysBeta, dv, ld, s.e, g);
+    gemmBatched(ctx, false, true, c.rows, c.keys, s.e, 1.f, dOc, s.d, s.e, v, ld, s.e, 0.f, w.dp,
+                c.keys, c.area(), g);
+    scoreGradKernel<<<blocksFor(n), kThreads, 0, ctx.stream>>>(w.dp, w.p, w.dvec + rows, c, s.t, n);
+    checkLaunch("attention backward score gradient");
+    gemmBatched(ctx, false, false, c.rows, s.e, c.keys, s.scale, w.dp, c.keys, c.area(), k, ld, s.e,
+                0.f, dq + c.q0 * ld, ld, s.e, g);
+    gemmBatched(ctx, true, false, c.keys, s.e, c.rows, s.scale, w.dp, c.keys, c.area(), qc, ld, s.e,
+                keysBeta, dk, ld, s.e, g);
+  }
 }
 
 // in = [dy, x, Wqkv, bqkv, Wp, bp, y, qkv, ctx, lse], out = [dx, dWqkv, dbqkv, dWp, dbp]

@@ -516,7 +516,9 @@ def attention_masks(probe, rep):
 def fam_attention(probe, rep):
     cases = [(1, 5, 8, 2, True), (2, 7, 12, 3, False), (2, 64, 32, 4, True),
              (1, 100, 16, 2, True), (2, 130, 24, 3, False), (1, 130, 24, 1, True),
-             (3, 128, 64, 8, True), (1, 1, 4, 1, True), (1, 200, 32, 2, False)]
+             (3, 128, 64, 8, True), (1, 1, 4, 1, True), (1, 200, 32, 2, False),
+             # From T = 256 the CUDA kernel takes causal queries in two chunks (128 and 129).
+             (1, 257, 16, 2, True), (2, 300, 24, 3, True)]
     for B, T, D, H, causal in cases:
         x = rand(B, T, D)
         params = [rand(3 * D, D, scale=D ** -0.5), 0.1 * rand(3 * D), rand(D, D, scale=D ** -0.5),

@@ -1767,7 +1767,10 @@ void Executor::clip(float* acc, float sq) {
 // The bytes of parameter p's memory this rank updates: all of them, or those in its ZeRO
 // slice (the update is elementwise).
 std::pair<int64_t, int64_t> Executor::updatedBytes(int p) const {
-  int64_t begin = paramOffset_[p], end = paramOffset_[p] + 4 * paramElems_[p];
+  return updatedBytes(paramOffset_[p], paramOffset_[p] + 4 * paramElems_[p]);
+}
+
+std::pair<int64_t, int64_t> Executor::updatedBytes(int64_t begin, int64_t end) const {
   if (zero_.empty()) return {begin, end};
   const ZeroDomain& d = domainOf(begin);
   return {std::max(begin, d.slice.begin()), std::min(end, d.slice.end())};
@@ -1822,11 +1825,16 @@ void Executor::planOffloadChunks() {
 // joined bytes, which on a GPU is one launch instead of one a parameter. The parameters,
 // their gradients and their states share the layout (Module::paramLayout), so parameters
 // end to end in one memory are in all. The update is elementwise with the same settings
-// for every parameter, so each element gets the same arithmetic either way. Not with ZeRO
-// or offloaded states, whose updates take slices or chunks of their own.
+// for every parameter, so each element gets the same arithmetic either way. Under ZeRO the
+// parameters of a run lie in one domain, whose slice on this rank cuts one range of the run.
+// Not with offloaded states, whose updates take chunks of their own.
 void Executor::planFusedUpdates() {
   joinedElems_.assign(program_.step.size(), -1);
-  if (!zero_.empty() || disk_) return;
+  if (disk_) return;
+  auto sameDomain = [&](int q, int first) {
+    return zero_.empty() || (findDomain(paramOffset_[q]) != nullptr &&
+                             findDomain(paramOffset_[q]) == findDomain(paramOffset_[first]));
+  };
   auto updated = [&](size_t i) { // the parameter instruction i updates, or -1
     const ir::Instr& in = program_.step[i];
     if (in.kind != ir::InstrKind::Run) return -1;
@@ -1840,8 +1848,9 @@ void Executor::planFusedUpdates() {
     size_t end = i + 1;
     int first = updated(i), last = first;
     if (first >= 0)
-      for (int q; end < program_.step.size() && (q = updated(end)) >= 0 &&
-                  paramOffset_[q] == paramOffset_[last] + 4 * paramElems_[last];
+      for (int q;
+           end < program_.step.size() && (q = updated(end)) >= 0 &&
+           paramOffset_[q] == paramOffset_[last] + 4 * paramElems_[last] && sameDomain(q, first);
            ++end)
         last = q;
     if (end - i > 1) {
@@ -1893,7 +1902,8 @@ void Executor::optimizerStep(int id, int64_t step, int64_t joined) {
     if (!overflow_) dev_.optimizerStep(c); // a skipped step leaves everything as it was
   };
   if (!disk_) {
-    auto [begin, end] = updatedBytes(p);
+    auto [begin, end] =
+        joined > 0 ? updatedBytes(paramOffset_[p], paramOffset_[p] + 4 * joined) : updatedBytes(p);
     if (begin >= end) return;
     int64_t at = stateOffset(begin);
     return update(begin, end, paramAt(begin), stateMem_[0] + at,

@@ -240,6 +240,8 @@ private:
   void optimizerStep(int op, int64_t step, int64_t joined);
   void planFusedUpdates();
   std::pair<int64_t, int64_t> updatedBytes(int p) const;
+  // The same for parameter bytes [begin, end) of one ZeRO domain (or none).
+  std::pair<int64_t, int64_t> updatedBytes(int64_t begin, int64_t end) const;
   // Where parameter byte b's optimizer states are in each state's memory (or file): with
   // ZeRO, in the rank's slices side by side (b in one of them).
   int64_t stateOffset(int64_t b) const {

@@ -1758,6 +1758,8 @@ void Executor::clip(float* acc, float sq) {
   overflow_ = m_.scalesLoss() && !std::isfinite(sq);
   double norm = std::sqrt(static_cast<double>(sq)) / lossScale_;
   float unscaled = lossScale_ == 1 ? sq : static_cast<float>(norm * norm);
+  // From pageable memory: a GPU stages the value before copyToDevice returns (unlike a copy
+  // from a HostBuffer, which stays queued), so the local may go out of scope.
   dev_.copyToDevice(acc, &unscaled, 4);
   gradNorm_ = norm;
   double coef = opt_.clipGradNorm / (gradNorm_ + 1e-6);

@@ -1834,8 +1834,9 @@ void Executor::planFusedUpdates() {
   joinedElems_.assign(program_.step.size(), -1);
   if (disk_) return;
   auto sameDomain = [&](int q, int first) {
-    return zero_.empty() || (findDomain(paramOffset_[q]) != nullptr &&
-                             findDomain(paramOffset_[q]) == findDomain(paramOffset_[first]));
+    if (zero_.empty()) return true;
+    const ZeroDomain* d = findDomain(paramOffset_[q]);
+    return d && d == findDomain(paramOffset_[first]);
   };
   auto updated = [&](size_t i) { // the parameter instruction i updates, or -1
     const ir::Instr& in = program_.step[i];
@@ -1887,10 +1888,12 @@ void Executor::optimizerStep(int id, int64_t step, int64_t joined) {
   c.grad = view(op.inputs[0]);
   c.state1 = stateView(p, 0);
   c.state2 = stateView(p, 1);
-  if (joined > 0) // this op's parameter and the next ones', end to end
-    for (backend::TensorView* v : {&c.param, &c.grad, &c.state1, &c.state2})
-      v->shape = {joined};
-  if (zero_.empty() && !disk_) return overflow_ ? void() : dev_.optimizerStep(c);
+  if (zero_.empty() && !disk_) {
+    if (joined > 0) // this op's parameter and the next ones', end to end
+      for (backend::TensorView* v : {&c.param, &c.grad, &c.state1, &c.state2})
+        v->shape = {joined};
+    return overflow_ ? void() : dev_.optimizerStep(c);
+  }
   // A run of the parameter's bytes [from, to), with its states at s1 and s2.
   EPL_ASSERT(gradParam_[op.inputs[0]] == p, "an optimizer op reads its parameter's gradient");
   auto update = [&](int64_t from, int64_t to, unsigned char* param, unsigned char* s1,

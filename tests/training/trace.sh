@@ -37,6 +37,16 @@ assert all(e["dur"] >= 0 and e["tid"] == 0 for e in x)
 updates = [e for e in x if e["name"] == "optimizer adamw"]
 assert len(updates) == 3, f"{len(updates)} updates in 3 steps"
 PY
+# Under ZeRO stage 1 on two ranks: each rank's one update covers its slice of them all.
+"$epl" run lm.epl -np 2 --steps 2 --set policy.zero=1 --trace z.json > zero.out 2>&1 ||
+  { cat zero.out; exit 1; }
+/usr/bin/python3 - <<'PY'
+import json
+x = [e for e in json.load(open("z.json"))["traceEvents"] if e["ph"] == "X"]
+for pid in (0, 1):
+    updates = [e for e in x if e["pid"] == pid and e["name"] == "optimizer adamw"]
+    assert len(updates) == 2, f"rank {pid}: {len(updates)} updates in 2 steps"
+PY
 # A folder that does not exist: refused before the first step.
 if "$epl" run lm.epl --steps 3 --metrics m.jsonl --trace nowhere/t.json > bad.out 2> bad.err; then
   echo "a trace into a missing folder was accepted" >&2

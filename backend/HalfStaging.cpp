@@ -1,5 +1,6 @@
 // amp's staging, the same on every device (HalfStaging.h).
 #include "backend/HalfStaging.h"
+#include "backend/KernelShapes.h"
 
 namespace epl::backend {
 
@@ -9,6 +10,22 @@ bool needsStaging(const KernelCall& c) {
     for (const TensorView& v : *views)
       if (v.data && ir::isHalf(v.dtype)) return true;
   return false;
+}
+
+uint64_t productInputs(const KernelCall& c) {
+  switch (c.kind) {
+  case ir::OpKind::Linear: // [x, W, b?] / [dy, x, W, b?, y]
+    return c.backward ? 0b111 : 0b11;
+  case ir::OpKind::Mlp: // [x, W1, b1, W2, b2] / [dy, x, W1, b1, W2, b2, y, h]
+    return c.backward ? 0b10111 : 0b1011;
+  case ir::OpKind::Attention: { // KernelShapes.h: the projections' operands, the saved context
+    AttentionSlots a = attentionSlots(c);
+    uint64_t mask = uint64_t{1} | uint64_t{1} << a.wqkv | uint64_t{1} << a.wp;
+    return c.backward ? mask | uint64_t{1} << 1 | uint64_t{1} << a.ctx : mask;
+  }
+  default:
+    return 0;
+  }
 }
 
 int64_t stagingFloats(const KernelCall& c) {

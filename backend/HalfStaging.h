@@ -24,12 +24,32 @@ inline int64_t stagingPadded(int64_t floats) {
 // The floats of the call's f32 copies.
 int64_t stagingFloats(const KernelCall& c);
 
+// The inputs (bit i: in[i]) that the call's kernel reads only as operands of its products
+// (and of column sums): where the device multiplies half precision as it is stored, these
+// need no f32 copy. Linear and mlp; 0 for the other kinds.
+uint64_t productInputs(const KernelCall& c);
+
+// productInputs(c) where the call computes under amp (its weights cast to a half type t),
+// each of those inputs is a view of type t or a weight cast to t, and canRead(t) says the
+// device's products read t; else 0.
+template <class CanRead> uint64_t directInputs(const KernelCall& c, CanRead&& canRead) {
+  ir::DType t = c.castParams;
+  uint64_t mask = productInputs(c);
+  if (mask == 0 || !ir::isHalf(t) || !canRead(t)) return 0;
+  for (size_t i = 0; i < c.in.size(); ++i)
+    if ((mask >> i & 1) && c.in[i].data && c.in[i].dtype != t && !castsInput(c, i)) return 0;
+  return mask;
+}
+
 // The call with each half view (and each cast weight) replaced by an f32 copy at `at`
 // (stagingFloats(c) floats): widen(dtype, half, f32, n) fills an input's copy, and an
 // output added into; round(dtype, f32, f32, n) a cast weight's. The planned staging is
-// taken off the workspace the kernel sees. After the kernel, narrowOutputs.
-template <class Widen, class Round>
-KernelCall stagedCall(const KernelCall& c, float* at, Widen&& widen, Round&& round) {
+// taken off the workspace the kernel sees. After the kernel, narrowOutputs. The inputs of
+// `direct` (directInputs) stay as they are, and their cast weights are rounded to the half
+// type itself (narrow(dtype, f32, half, n)) in their copy's place.
+template <class Widen, class Round, class Narrow>
+KernelCall stagedCall(const KernelCall& c, float* at, Widen&& widen, Round&& round, Narrow&& narrow,
+                      uint64_t direct) {
   KernelCall f = c;
   if (c.workspace && c.stagingFloats > 0) {
     f.workspace = c.workspaceFloats > c.stagingFloats ? c.workspace + c.stagingFloats : nullptr;
@@ -39,13 +59,17 @@ KernelCall stagedCall(const KernelCall& c, float* at, Widen&& widen, Round&& rou
   for (size_t i = 0; i < c.in.size(); ++i) {
     const TensorView& v = c.in[i];
     if (!v.data || !(ir::isHalf(v.dtype) || castsInput(c, i))) continue;
+    bool asIs = direct >> i & 1;
+    if (asIs && ir::isHalf(v.dtype)) continue;
     int64_t n = v.numel();
-    if (ir::isHalf(v.dtype))
+    if (asIs)
+      narrow(c.castParams, v.f32(), static_cast<void*>(at), n);
+    else if (ir::isHalf(v.dtype))
       widen(v.dtype, v.data, at, n);
     else
       round(c.castParams, v.f32(), at, n);
     f.in[i].data = at;
-    f.in[i].dtype = ir::DType::F32;
+    f.in[i].dtype = asIs ? c.castParams : ir::DType::F32;
     at += stagingPadded(n);
   }
   for (size_t i = 0; i < c.out.size(); ++i) {

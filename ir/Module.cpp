@@ -405,10 +405,14 @@ int64_t Module::workspaceBytes(const Program& p, int op) const {
     rows *= x[k];
   int64_t first = localParamShape(p, fwd.params[0]).at(0); // W1 [F, D] or Wqkv [d + 2 kvd, D]
   if (fwd.kind == OpKind::Mlp) return 4 * rows * first * (backward ? 2 : 1);
-  if (!backward) return 0;
-  // dctx [rows, d] and dqkv [rows, d + 2 kvd]; d from Wp [D, d].
+  // d from Wp [D, d]. Under amp, the products that read half precision as it is take the
+  // context (forward) and dqkv (backward) rounded to it, in an array of half values after
+  // the rest (backend/cpu/Attention.cpp).
   int64_t d = localParamShape(p, fwd.params[fwd.params.size() == 4 ? 2 : 1]).at(1);
-  return 4 * rows * (d + first);
+  auto halves = [&](int64_t n) { return stored.empty() ? 0 : 4 * ((n + 1) / 2); };
+  if (!backward) return halves(rows * d);
+  // dctx [rows, d] and dqkv [rows, d + 2 kvd].
+  return 4 * rows * (d + first) + halves(rows * first);
 }
 
 // A split region's transfer on a device (Executor::transfer), in f32: a reduce-scatter's

@@ -32,6 +32,7 @@
 // Shape legend: B batch, T time, D width, H heads, E head width (D / H), KV k/v heads, G query
 // heads per k/v head, LD = D + 2 KV E a row of qkv, Q query rows and K key rows of a tile.
 #include "backend/KernelShapes.h"
+#include "backend/comm/Wire.h"
 #include "backend/cpu/KernelUtil.h"
 #include "backend/cpu/Kernels.h"
 #include "backend/cpu/Lanes.h"
@@ -215,8 +216,8 @@ void attentionForward(const KernelCall& c, const AttentionSlots& a) {
   Dims s = attentionDims(c, x, c.in[a.wqkv]);
   int64_t n = s.b * s.t;
   float *y = c.out[0].f32(), *qkv = c.out[1].f32(), *ctx = c.out[2].f32(), *lse = c.out[3].f32();
-  linearRows(x.f32(), c.in[a.wqkv].f32(), a.bqkv >= 0 ? c.in[a.bqkv].f32() : nullptr, n, s.ld, s.m,
-             qkv);
+  linearRows(operandOf(x), operandOf(c.in[a.wqkv]), a.bqkv >= 0 ? c.in[a.bqkv].f32() : nullptr, n,
+             s.ld, s.m, qkv);
   if (s.rotary) rotate(s, RotaryTable(s), qkv, false);
   std::vector<uint8_t> kept = keptKeys(c, a.mask);
   const uint8_t* keys = kept.empty() ? nullptr : kept.data();
@@ -229,7 +230,14 @@ void attentionForward(const KernelCall& c, const AttentionSlots& a) {
                    ml + kBlockQ);
     }
   });
-  linearRows(ctx, c.in[a.wp].f32(), a.bp >= 0 ? c.in[a.bp].f32() : nullptr, n, s.m, s.d, y);
+  // Under amp the output projection reads the context rounded to the half type (as it is
+  // stored): into the workspace's half array where the product reads the type as it is.
+  Operand context = ctx;
+  if (ir::isHalf(c.castParams))
+    context = roundedOperand(c.castParams, x.dtype != ir::DType::F32, ctx, n * s.d,
+                             workspace(c, 0, 0, (n * s.d + 1) / 2));
+  linearRows(context, operandOf(c.in[a.wp]), a.bp >= 0 ? c.in[a.bp].f32() : nullptr, n, s.m, s.d,
+             y);
 }
 
 // Per-thread tiles of the backward, and the mask's bytes (null without one).
@@ -241,17 +249,22 @@ struct BackwardTiles {
 // Backward through the attention of query head hi in batch bi: its dq, and what it adds to
 // the dk, dv of its k/v head, go into dqkv (zeroed by the caller). dctx and ctx have row
 // stride D.
-void backwardHead(const Dims& s, const float* qkv, const float* ctx, const float* dctx,
-                  const float* lse, int64_t bi, int64_t hi, float* dqkv, const BackwardTiles& w) {
+void backwardHead(const Dims& s, const float* qkv, Operand ctx, const float* dctx, const float* lse,
+                  int64_t bi, int64_t hi, float* dqkv, const BackwardTiles& w) {
   const int64_t ld = s.ld, off = bi * s.t * ld + hi * s.e, offO = bi * s.t * s.d + hi * s.e;
   const int64_t offKv = bi * s.t * ld + s.d + hi / s.group() * s.e;
   const float *q = qkv + off, *k = qkv + offKv, *v = k + s.kvd;
   float *dq = dqkv + off, *dk = dqkv + offKv, *dv = dk + s.kvd;
-  const float *o = ctx + offO, *dO = dctx + offO, *lseRow = lse + (bi * s.h + hi) * s.t;
+  const float *dO = dctx + offO, *lseRow = lse + (bi * s.h + hi) * s.t;
+  // The context as saved: f32, or bf16 where the output projection's products read it so.
+  auto o = [&](int64_t i) {
+    if (ctx.type == ir::DType::F32) return static_cast<const float*>(ctx.p)[offO + i];
+    return wire::fromBf16(static_cast<const uint16_t*>(ctx.p)[offO + i]);
+  };
   for (int64_t t = 0; t < s.t; ++t) {
     float acc = 0;
     for (int64_t j = 0; j < s.e; ++j)
-      acc += dO[t * s.d + j] * o[t * s.d + j];
+      acc += dO[t * s.d + j] * o(t * s.d + j);
     w.dvec[t] = acc;
   }
   for (int64_t k0 = 0; k0 < s.t; k0 += kBlockK) {
@@ -285,8 +298,9 @@ void attentionBackward(const KernelCall& c, const AttentionSlots& a) {
   const TensorView &dyv = c.in[0], &x = c.in[1];
   Dims s = attentionDims(c, x, c.in[a.wqkv]);
   int64_t n = s.b * s.t;
-  const float *dy = dyv.f32(), *wqkv = c.in[a.wqkv].f32(), *wp = c.in[a.wp].f32();
-  const float *qkv = c.in[a.qkv].f32(), *ctx = c.in[a.ctx].f32(), *lse = c.in[a.lse].f32();
+  Operand dy = operandOf(dyv), wqkv = operandOf(c.in[a.wqkv]), wp = operandOf(c.in[a.wp]);
+  Operand ctx = operandOf(c.in[a.ctx]);
+  const float *qkv = c.in[a.qkv].f32(), *lse = c.in[a.lse].f32();
   float *dctx = workspace(c, 1, 0, n * s.d), *dqkv = workspace(c, 2, n * s.d, n * s.ld);
   gemm(false, false, n, s.d, s.m, 1.f, dy, s.m, wp, s.d, 0.f, dctx, s.d);
   if (GradOut dwp = gradOut(c, a.dwp))
@@ -305,12 +319,18 @@ void attentionBackward(const KernelCall& c, const AttentionSlots& a) {
         backwardHead(s, qkv, ctx, dctx, lse, bk / s.kv, bk % s.kv * g + j, dqkv, w);
   });
   if (s.rotary) rotate(s, RotaryTable(s), dqkv, true);
-  if (GradOut dx = gradOut(c, 0))
-    gemm(false, false, n, s.m, s.ld, 1.f, dqkv, s.ld, wqkv, s.m, dx.beta(), dx.p, s.m);
-  if (GradOut dw = gradOut(c, a.dwqkv))
-    gemm(true, false, s.ld, s.m, n, 1.f, dqkv, s.ld, x.f32(), s.m, dw.beta(), dw.p, s.m);
   if (a.dbqkv >= 0)
     if (GradOut db = gradOut(c, a.dbqkv)) columnSum(dqkv, n, s.ld, db);
+  // Under amp the two products read dqkv rounded to the half type (the bias gradient above
+  // sums it unrounded).
+  Operand rounded = dqkv;
+  if (ir::isHalf(c.castParams))
+    rounded = roundedOperand(c.castParams, dyv.dtype != ir::DType::F32, dqkv, n * s.ld,
+                             workspace(c, 6, n * (s.d + s.ld), (n * s.ld + 1) / 2));
+  if (GradOut dx = gradOut(c, 0))
+    gemm(false, false, n, s.m, s.ld, 1.f, rounded, s.ld, wqkv, s.m, dx.beta(), dx.p, s.m);
+  if (GradOut dw = gradOut(c, a.dwqkv))
+    gemm(true, false, s.ld, s.m, n, 1.f, rounded, s.ld, operandOf(x), s.m, dw.beta(), dw.p, s.m);
 }
 
 } // namespace

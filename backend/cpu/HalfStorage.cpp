@@ -7,6 +7,7 @@
 // in the call's workspace; the CUDA device does the same (backend/cuda/HalfStorage.cu).
 #include "backend/HalfStaging.h"
 #include "backend/comm/Wire.h"
+#include "backend/cpu/KernelUtil.h"
 #include "backend/cpu/Kernels.h"
 #include "backend/cpu/Parallel.h"
 #include "support/Assert.h"
@@ -67,10 +68,29 @@ float* stagingBuffer(int64_t floats) {
 
 } // namespace
 
+void narrowTo(ir::DType t, const float* src, void* dst, int64_t n) {
+  narrow(t, src, dst, n);
+}
+
+void roundTo(ir::DType t, float* x, int64_t n) {
+  round(t, x, x, n);
+}
+
+Operand roundedOperand(ir::DType t, bool asIs, float* x, int64_t n, void* half) {
+  if (!asIs) {
+    roundTo(t, x, n);
+    return x;
+  }
+  narrowTo(t, x, half, n);
+  return {half, t};
+}
+
 void launchStaged(const KernelCall& c, void (*run)(const KernelCall&)) {
   int64_t floats = stagingFloats(c);
-  KernelCall f =
-      stagedCall(c, plannedStaging(c, floats) ? c.workspace : stagingBuffer(floats), widen, round);
+  // Linear and mlp multiply bf16 as it is where oneDNN can (KernelUtil.h, productsRead).
+  uint64_t direct = directInputs(c, productsRead);
+  KernelCall f = stagedCall(c, plannedStaging(c, floats) ? c.workspace : stagingBuffer(floats),
+                            widen, round, narrow, direct);
   run(f);
   narrowOutputs(c, f, narrow);
 }

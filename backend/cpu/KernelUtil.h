@@ -16,25 +16,45 @@
 
 namespace epl::backend::cpu {
 
+// An operand of a product: f32, or (amp) bf16 that the product reads as it is stored. Both
+// operands of a product have one type; a bf16 product's multiplications are exact in f32
+// and its sums are f32, so it differs from the f32 product of the widened operands only
+// by the order of its additions.
+struct Operand {
+  const void* p = nullptr;
+  ir::DType type = ir::DType::F32;
+  Operand(const float* f) : p(f) {} // NOLINT: a float array is an f32 operand
+  Operand(const void* data, ir::DType t) : p(data), type(t) {}
+  // The operand from element `elements` on.
+  Operand at(int64_t elements) const {
+    return {static_cast<const char*>(p) + elements * (type == ir::DType::F32 ? 4 : 2), type};
+  }
+};
+// A view as an operand: f32, or bf16 where the call reads it directly (directProducts).
+Operand operandOf(const TensorView& v);
+// Whether gemm multiplies operands of type t as they are (bf16 through oneDNN's matmul,
+// where oneDNN has a kernel for this CPU that is not its reference code); f32 always.
+bool productsRead(ir::DType t);
+
 // Row-major C[M, N] = alpha * op(A)[M, K] op(B)[K, N] + beta * C, in pieces on the pool,
-// each through one single-threaded sgemm: oneDNN's for big pieces, OpenBLAS's for small
-// ones and in a build without oneDNN.
-void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+// each through one single-threaded product: oneDNN's sgemm for big f32 pieces, OpenBLAS's
+// for small ones and in a build without oneDNN; oneDNN's matmul for bf16 (on AMX or
+// AVX512-BF16 where the CPU has them).
+void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, Operand a,
+          int64_t lda, Operand b, int64_t ldb, float beta, float* c, int64_t ldc);
 // gemm, then then(r0, r1) over rows [r0, r1) of C, for disjoint ranges that cover [0, M),
 // on several threads: where gemm cuts C by rows, each slice right after its product, by the
 // thread that wrote it and while it is in that thread's cache (a bias, an activation). An
 // elementwise `then` gives the same bits whatever the ranges.
 using RowsThen = std::function<void(int64_t, int64_t)>;
-void gemmThen(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,
-              const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-              int64_t ldc, const RowsThen& then);
+void gemmThen(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, Operand a,
+              int64_t lda, Operand b, int64_t ldb, float beta, float* c, int64_t ldc,
+              const RowsThen& then);
 // y[r, :] += b for rows [r0, r1) of `cols` columns.
 void addRows(float* y, const float* b, int64_t r0, int64_t r1, int64_t cols);
 // y[N, O] = x[N, D] W[O, D]^T, plus b[O] on every row unless b is null (added to each slice
 // of rows right after its product).
-void linearRows(const float* x, const float* w, const float* b, int64_t n, int64_t o, int64_t d,
-                float* y);
+void linearRows(Operand x, Operand w, const float* b, int64_t n, int64_t o, int64_t d, float* y);
 
 // Sizes the thread pool for a device using `threads` threads (0: all cores). The sgemm
 // stays single-threaded: GEMMs are sliced over the pool instead (gemm above).
@@ -51,7 +71,16 @@ inline int64_t rowGrain(int64_t cols) {
 void broadcastRows(float* y, const float* b, int64_t rows, int64_t cols);
 // out[c] (+)= sum over rows of x[r, c]. Columns are split among threads and each column is
 // summed in a fixed blocked order, so the result does not depend on the thread count.
-void columnSum(const float* x, int64_t rows, int64_t cols, GradOut out);
+void columnSum(Operand x, int64_t rows, int64_t cols, GradOut out);
+// dst = src rounded to the half type t (bf16 or IEEE half), n elements: amp's products read
+// their operands in t, so an f32 operand computed inside a kernel is rounded to it first.
+void narrowTo(ir::DType t, const float* src, void* dst, int64_t n);
+// x rounded to the half type t and kept in f32, n elements in place.
+void roundTo(ir::DType t, float* x, int64_t n);
+// The n f32 values x a kernel computed, as the operand of products that read the half type
+// t (amp): narrowed into `half` (room for n values of t) where the products read t as it
+// is (`asIs`), else rounded in place.
+Operand roundedOperand(ir::DType t, bool asIs, float* x, int64_t n, void* half);
 // memmove and memset, in pieces over the pool where they are large (and, for a copy, the
 // two do not overlap): one thread leaves a large copy at one core's bandwidth.
 void copyBytes(void* dst, const void* src, int64_t bytes);

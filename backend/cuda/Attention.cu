@@ -180,6 +180,9 @@ void attentionForward(const KernelCall& c, const Ctx& ctx, const AttentionSlots&
   for (int64_t bi = 0; bi < s.b && s.t > 0; ++bi) // T = 0: no rows to softmax
     for (int64_t h0 = 0; h0 < s.h; h0 += g)
       forwardGroup(ctx, s, qkv, bi, h0, std::min(g, s.h - h0), scores, ctxOut, lse);
+  // Under amp the output projection reads the context rounded to the half type, as the CPU
+  // does (it is stored so anyway).
+  if (ir::isHalf(c.castParams)) roundInPlace(ctx, c.castParams, ctxOut, n * s.d);
   if (a.bp >= 0) broadcastRows(ctx, y, c.in[a.bp].f32(), n, s.d);
   gemm(ctx, false, true, n, s.d, s.d, 1.f, ctxOut, s.d, c.in[a.wp].f32(), s.d,
        a.bp >= 0 ? 1.f : 0.f, y, s.d);
@@ -260,13 +263,16 @@ void attentionBackward(const KernelCall& c, const Ctx& ctx, const AttentionSlots
   for (int64_t bi = 0; bi < s.b; ++bi)
     for (int64_t h0 = 0; h0 < s.h; h0 += g)
       backwardGroup(ctx, s, qkv, lse, bi, h0, std::min(g, s.h - h0), w);
+  // Under amp the two products read dqkv rounded to the half type (the bias gradient sums
+  // it unrounded), as on the CPU.
+  if (a.dbqkv >= 0)
+    if (GradOut db = gradOut(c, a.dbqkv)) columnSum(ctx, w.dqkv, n, 3 * s.d, db);
+  if (ir::isHalf(c.castParams)) roundInPlace(ctx, c.castParams, w.dqkv, n * 3 * s.d);
   if (GradOut dx = gradOut(c, 0))
     gemm(ctx, false, false, n, s.d, 3 * s.d, 1.f, w.dqkv, 3 * s.d, wqkv, s.d, dx.beta(), dx.p, s.d);
   if (GradOut dw = gradOut(c, a.dwqkv))
     gemm(ctx, true, false, 3 * s.d, s.d, n, 1.f, w.dqkv, 3 * s.d, x.f32(), s.d, dw.beta(), dw.p,
          s.d);
-  if (a.dbqkv >= 0)
-    if (GradOut db = gradOut(c, a.dbqkv)) columnSum(ctx, w.dqkv, n, 3 * s.d, db);
 }
 
 } // namespace

@@ -105,6 +105,10 @@ void wireDecode(cudaStream_t stream, bool bf16, const uint16_t* src, float* dst,
   checkLaunch("widening a reduction's result from its wire type");
 }
 
+void roundInPlace(const Ctx& ctx, ir::DType t, float* x, int64_t n) {
+  round(ctx, t, x, x, n);
+}
+
 void launchStaged(const KernelCall& c, const Ctx& ctx, Scratch& staging,
                   void (*run)(const KernelCall&, const Ctx&)) {
   int64_t floats = stagingFloats(c);
@@ -117,7 +121,11 @@ void launchStaged(const KernelCall& c, const Ctx& ctx, Scratch& staging,
   auto roundOn = [&](ir::DType t, const float* src, float* dst, int64_t n) {
     round(ctx, t, src, dst, n);
   };
-  KernelCall f = stagedCall(c, at, widenOn, roundOn);
+  auto narrowOn = [&](ir::DType t, const float* src, void* dst, int64_t n) {
+    narrow(ctx, t, src, dst, n);
+  };
+  // Every product still reads f32 copies here: no input is read as it is.
+  KernelCall f = stagedCall(c, at, widenOn, roundOn, narrowOn, 0);
   run(f, ctx);
   narrowOutputs(c, f, [&](ir::DType t, const float* src, void* dst, int64_t n) {
     narrow(ctx, t, src, dst, n);

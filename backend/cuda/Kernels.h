@@ -51,6 +51,9 @@ void checkLaunch(const char* what);
 // the call's staging workspace, else in `staging`), its half outputs rounded back.
 void launchStaged(const KernelCall& c, const Ctx& ctx, Scratch& staging,
                   void (*run)(const KernelCall&, const Ctx&));
+// x rounded to the half type t and kept in f32 (amp: a kernel's own f32 operand before a
+// product that reads the half type).
+void roundInPlace(const Ctx& ctx, ir::DType t, float* x, int64_t n);
 // HalfStorage.cu, for the NCCL communicator: Wire.cpp's encode and decode of a reduction's
 // bf16 (bf16 true) or f16 values, the same bits; f16 multiplies by `scale` first and
 // divides after.

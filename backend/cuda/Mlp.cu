@@ -1,6 +1,8 @@
 // mlp: y = act(x W1^T + b1) W2^T + b2 (the CUDA twin of backend/cpu/Mlp.cpp); the forward
 // saves the pre-activation h and the backward recomputes act(h) from it. GEMMs through
-// cuBLAS, act(h) and its gradient in scratch memory.
+// cuBLAS, act(h) and its gradient in scratch memory. Under amp (the call casts its weights
+// to a half type) the hidden act(h) and its gradient dL/dh are rounded to that type before
+// the products that read them, as on the CPU.
 //
 // Shape legend: N rows (every dim of x but the last), D width, F hidden width.
 #include "backend/cuda/Common.cuh"
@@ -24,6 +26,7 @@ void mlpForward(const KernelCall& c, const Ctx& ctx) {
   broadcastRows(ctx, h, c.in[2].f32(), n, f);
   gemm(ctx, false, true, n, f, d, 1.f, x.f32(), d, c.in[1].f32(), d, 1.f, h, f);
   actForward(ctx, act, h, a, n * f);
+  if (ir::isHalf(c.castParams)) roundInPlace(ctx, c.castParams, a, n * f);
   broadcastRows(ctx, y, c.in[4].f32(), n, d);
   gemm(ctx, false, true, n, d, f, 1.f, a, f, c.in[3].f32(), f, 1.f, y, d);
 }
@@ -38,14 +41,16 @@ void mlpBackward(const KernelCall& c, const Ctx& ctx) {
   float* da = a + padded(n * f);
   if (GradOut dw2 = gradOut(c, 3)) {
     actForward(ctx, act, h, a, n * f);
+    if (ir::isHalf(c.castParams)) roundInPlace(ctx, c.castParams, a, n * f);
     gemm(ctx, true, false, d, f, n, 1.f, dy, d, a, f, dw2.beta(), dw2.p, f);
   }
   if (GradOut db2 = gradOut(c, 4)) columnSum(ctx, dy, n, d, db2);
   gemm(ctx, false, false, n, f, d, 1.f, dy, d, w2, f, 0.f, da, f);
   actBackwardInPlace(ctx, act, h, da, n * f); // da is now dL/dh
+  if (GradOut db1 = gradOut(c, 2)) columnSum(ctx, da, n, f, db1);
+  if (ir::isHalf(c.castParams)) roundInPlace(ctx, c.castParams, da, n * f);
   if (GradOut dw1 = gradOut(c, 1))
     gemm(ctx, true, false, f, d, n, 1.f, da, f, x.f32(), d, dw1.beta(), dw1.p, d);
-  if (GradOut db1 = gradOut(c, 2)) columnSum(ctx, da, n, f, db1);
   if (GradOut dx = gradOut(c, 0))
     gemm(ctx, false, false, n, d, f, 1.f, da, f, w1, d, dx.beta(), dx.p, d);
 }

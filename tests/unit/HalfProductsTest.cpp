@@ -1,0 +1,273 @@
+// amp's products that read bf16 as it is stored (backend/cpu/KernelUtil.h, productsRead;
+// backend/HalfStaging.h, directInputs): the same results as the f32 products of the
+// widened operands up to the order of additions, in every layout and cut the CPU's gemm
+// makes; and mlp's hidden rounded to the half type before its second product, whichever
+// way its products read it.
+#include "backend/Device.h"
+#include "backend/comm/Wire.h"
+#include "backend/cpu/KernelUtil.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <vector>
+
+namespace {
+
+namespace wire = epl::backend::wire;
+using epl::ir::DType;
+
+std::vector<float> pattern(int64_t n, float step, float scale) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = std::sin(step * static_cast<float>(i) + 0.3f) * scale;
+  return v;
+}
+
+std::vector<uint16_t> toBf16(const std::vector<float>& v) {
+  std::vector<uint16_t> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    h[i] = wire::toBf16(v[i]);
+  return h;
+}
+
+std::vector<float> widened(const std::vector<uint16_t>& h) {
+  std::vector<float> v(h.size());
+  for (size_t i = 0; i < h.size(); ++i)
+    v[i] = wire::fromBf16(h[i]);
+  return v;
+}
+
+// The largest |a - b| over the largest |b|.
+double relativeError(const std::vector<float>& a, const std::vector<float>& b) {
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    err = std::max(err, std::fabs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
+  }
+  return err / scale;
+}
+
+} // namespace
+
+TEST_CASE("bf16 products match the f32 products of the widened operands") {
+  using epl::backend::cpu::gemm;
+  using epl::backend::cpu::Operand;
+  if (!epl::backend::cpu::productsRead(DType::BF16)) {
+    WARN("this CPU (or build) has no bf16 kernels in oneDNN: amp widens to f32 here");
+    return;
+  }
+  epl::backend::cpu::initThreads(2);
+  struct Shape {
+    int64_t m, n, k;
+    bool transA, transB;
+    float alpha, beta;
+  };
+  // Small (one call), row slices, column slices and split K (k >= 4 max(m, n)), in the
+  // layouts the kernels use, with alpha and an accumulating beta.
+  const Shape shapes[] = {
+      {5, 3, 7, false, true, 1.f, 0.f},         {300, 96, 64, false, true, 1.f, 0.f},
+      {300, 96, 64, false, false, 1.f, 1.f},    {40, 520, 64, false, false, 0.5f, 0.f},
+      {48, 64, 2048, true, false, 1.f, 1.f},    {96, 80, 300, true, false, 1.f, 0.f},
+      {130, 70, 90, false, true, 0.25f, 0.75f},
+  };
+  for (const Shape& s : shapes) {
+    INFO("m " << s.m << " n " << s.n << " k " << s.k << " transA " << s.transA << " transB "
+              << s.transB);
+    int64_t lda = s.transA ? s.m : s.k, ldb = s.transB ? s.k : s.n;
+    auto ah = toBf16(pattern(s.m * s.k, 0.37f, 1.3f)), bh = toBf16(pattern(s.k * s.n, 0.71f, 0.9f));
+    auto a = widened(ah), b = widened(bh);
+    auto c0 = pattern(s.m * s.n, 0.13f, 0.5f);
+    std::vector<float> half = c0, full = c0;
+    gemm(s.transA, s.transB, s.m, s.n, s.k, s.alpha, Operand(ah.data(), DType::BF16), lda,
+         Operand(bh.data(), DType::BF16), ldb, s.beta, half.data(), s.n);
+    gemm(s.transA, s.transB, s.m, s.n, s.k, s.alpha, a.data(), lda, b.data(), ldb, s.beta,
+         full.data(), s.n);
+    CHECK(relativeError(half, full) < 1e-5);
+  }
+}
+
+TEST_CASE("under amp, mlp rounds its hidden to the half type before the second product") {
+  auto dev = epl::backend::makeCpuDevice(2);
+  const int64_t n = 70, d = 24, f = 96;
+  auto x = toBf16(pattern(n * d, 0.41f, 1.7f));
+  auto w1 = pattern(f * d, 0.77f, 0.4f), b1 = pattern(f, 0.5f, 0.1f);
+  auto w2 = pattern(d * f, 0.93f, 0.3f), b2 = pattern(d, 0.6f, 0.1f);
+  epl::ir::Attrs attrs{{"act", std::string("gelu")}, {"hidden", int64_t{f}}};
+  std::vector<float> y(n * d), h(n * f);
+  epl::backend::KernelCall c;
+  c.kind = epl::ir::OpKind::Mlp;
+  c.attrs = &attrs;
+  c.in = {{x.data(), DType::BF16, {n, d}},
+          {w1.data(), DType::F32, {f, d}},
+          {b1.data(), DType::F32, {f}},
+          {w2.data(), DType::F32, {d, f}},
+          {b2.data(), DType::F32, {d}}};
+  c.out = {{y.data(), DType::F32, {n, d}}, {h.data(), DType::F32, {n, f}}};
+  c.castParams = DType::BF16;
+  c.firstParam = 1;
+  c.paramCount = 4;
+  dev->launch(c);
+  // The reference in double on the rounded operands, the hidden rounded or not.
+  auto round = [](double v) { return wire::fromBf16(wire::toBf16(static_cast<float>(v))); };
+  auto gelu = [](double v) {
+    return 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+  };
+  std::vector<float> rounded(n * d), unrounded(n * d);
+  for (int64_t r = 0; r < n; ++r) {
+    std::vector<double> hid(f);
+    for (int64_t j = 0; j < f; ++j) {
+      double s = round(b1[j]);
+      for (int64_t k = 0; k < d; ++k)
+        s += static_cast<double>(wire::fromBf16(x[r * d + k])) * round(w1[j * d + k]);
+      hid[j] = gelu(s);
+    }
+    for (int64_t i = 0; i < d; ++i) {
+      double with = round(b2[i]), without = with;
+      for (int64_t j = 0; j < f; ++j) {
+        with += round(hid[j]) * round(w2[i * f + j]);
+        without += hid[j] * round(w2[i * f + j]);
+      }
+      rounded[r * d + i] = static_cast<float>(with);
+      unrounded[r * d + i] = static_cast<float>(without);
+    }
+  }
+  double err = relativeError(y, rounded), apart = relativeError(unrounded, rounded);
+  INFO("error " << err << ", the two references " << apart << " apart");
+  CHECK(err < 1e-4);
+  CHECK(apart > 10 * err);
+}
+
+TEST_CASE("mlp's backward under amp: the same with products on bf16 as on f32 copies") {
+  // dy and x given as bf16 views the products read as they are (where the CPU has bf16
+  // kernels), or as f32 views of the same values, which are widened alike: the two differ
+  // only by the products' order of additions.
+  auto dev = epl::backend::makeCpuDevice(2);
+  const int64_t n = 70, d = 24, f = 96;
+  auto xh = toBf16(pattern(n * d, 0.41f, 1.7f)), dyh = toBf16(pattern(n * d, 0.29f, 0.8f));
+  auto x = widened(xh), dy = widened(dyh);
+  auto w1 = pattern(f * d, 0.77f, 0.4f), b1 = pattern(f, 0.5f, 0.1f);
+  auto w2 = pattern(d * f, 0.93f, 0.3f), b2 = pattern(d, 0.6f, 0.1f);
+  auto h = pattern(n * f, 0.17f, 2.f);
+  epl::ir::Attrs attrs{{"act", std::string("gelu")}, {"hidden", int64_t{f}}};
+  struct Grads {
+    std::vector<float> dx, dw1, db1, dw2, db2;
+  };
+  auto backward = [&](void* xd, void* dyd, DType t) {
+    Grads g{std::vector<float>(n * d), std::vector<float>(f * d), std::vector<float>(f),
+            std::vector<float>(d * f), std::vector<float>(d)};
+    epl::backend::KernelCall c;
+    c.kind = epl::ir::OpKind::Mlp;
+    c.backward = true;
+    c.attrs = &attrs;
+    c.in = {{dyd, t, {n, d}},
+            {xd, t, {n, d}},
+            {w1.data(), DType::F32, {f, d}},
+            {b1.data(), DType::F32, {f}},
+            {w2.data(), DType::F32, {d, f}},
+            {b2.data(), DType::F32, {d}},
+            {nullptr, DType::F32, {n, d}},
+            {h.data(), DType::F32, {n, f}}};
+    c.out = {{g.dx.data(), DType::F32, {n, d}},
+             {g.dw1.data(), DType::F32, {f, d}},
+             {g.db1.data(), DType::F32, {f}},
+             {g.dw2.data(), DType::F32, {d, f}},
+             {g.db2.data(), DType::F32, {d}}};
+    c.accumulate.assign(5, false);
+    c.castParams = DType::BF16;
+    c.firstParam = 2;
+    c.paramCount = 4;
+    dev->launch(c);
+    return g;
+  };
+  Grads half = backward(xh.data(), dyh.data(), DType::BF16);
+  Grads full = backward(x.data(), dy.data(), DType::F32);
+  CHECK(relativeError(half.dx, full.dx) < 1e-4);
+  CHECK(relativeError(half.dw1, full.dw1) < 1e-4);
+  CHECK(relativeError(half.db1, full.db1) < 1e-5);
+  CHECK(relativeError(half.dw2, full.dw2) < 1e-4);
+  CHECK(relativeError(half.db2, full.db2) < 1e-5);
+}
+
+TEST_CASE("attention under amp: the same with products on bf16 as on f32 copies") {
+  // As for mlp: x, dy and the saved context as bf16 views the projections read as they are
+  // (where the CPU has bf16 kernels), or as f32 views of the same values, widened alike.
+  auto dev = epl::backend::makeCpuDevice(2);
+  const int64_t b = 2, t = 20, m = 32, h = 2, ld = 3 * m;
+  auto xh = toBf16(pattern(b * t * m, 0.41f, 1.7f)), dyh = toBf16(pattern(b * t * m, 0.29f, 0.8f));
+  auto ctxh = toBf16(pattern(b * t * m, 0.53f, 0.6f));
+  auto x = widened(xh), dy = widened(dyh), ctx = widened(ctxh);
+  auto wqkv = pattern(ld * m, 0.77f, 0.3f), bqkv = pattern(ld, 0.5f, 0.1f);
+  auto wp = pattern(m * m, 0.93f, 0.3f), bp = pattern(m, 0.6f, 0.1f);
+  // Small scores, and each row's log-sum-exp near log(its visible keys): probabilities of
+  // about 1 / (t + 1), as the forward would save them.
+  auto qkv = pattern(b * t * ld, 0.19f, 0.3f);
+  std::vector<float> lse(b * h * t);
+  for (size_t i = 0; i < lse.size(); ++i)
+    lse[i] = std::log(static_cast<float>(i % t + 1));
+  epl::ir::Attrs attrs{{"heads", int64_t{h}},   {"kv_heads", int64_t{h}}, {"causal", true},
+                       {"bias", true},          {"mask", false},          {"rotary", false},
+                       {"rotary_base", 10000.0}};
+  using Views = std::vector<epl::backend::TensorView>;
+  auto launch = [&](bool backward, Views in, Views out) {
+    epl::backend::KernelCall c;
+    c.kind = epl::ir::OpKind::Attention;
+    c.backward = backward;
+    c.attrs = &attrs;
+    c.in = std::move(in);
+    c.out = std::move(out);
+    c.accumulate.assign(c.out.size(), false);
+    c.castParams = DType::BF16;
+    c.firstParam = backward ? 2 : 1;
+    c.paramCount = 4;
+    dev->launch(c);
+  };
+  auto forward = [&](void* xd, DType type) {
+    std::vector<std::vector<float>> o{std::vector<float>(b * t * m), std::vector<float>(b * t * ld),
+                                      std::vector<float>(b * t * m), std::vector<float>(b * h * t)};
+    launch(false,
+           {{xd, type, {b, t, m}},
+            {wqkv.data(), DType::F32, {ld, m}},
+            {bqkv.data(), DType::F32, {ld}},
+            {wp.data(), DType::F32, {m, m}},
+            {bp.data(), DType::F32, {m}}},
+           {{o[0].data(), DType::F32, {b, t, m}},
+            {o[1].data(), DType::F32, {b, t, ld}},
+            {o[2].data(), DType::F32, {b, t, m}},
+            {o[3].data(), DType::F32, {b, h, t}}});
+    return o;
+  };
+  auto backward = [&](void* dyd, void* xd, void* ctxd, DType type) {
+    std::vector<std::vector<float>> g{std::vector<float>(b * t * m), std::vector<float>(ld * m),
+                                      std::vector<float>(ld), std::vector<float>(m * m),
+                                      std::vector<float>(m)};
+    launch(true,
+           {{dyd, type, {b, t, m}},
+            {xd, type, {b, t, m}},
+            {wqkv.data(), DType::F32, {ld, m}},
+            {bqkv.data(), DType::F32, {ld}},
+            {wp.data(), DType::F32, {m, m}},
+            {bp.data(), DType::F32, {m}},
+            {nullptr, DType::F32, {b, t, m}},
+            {qkv.data(), DType::F32, {b, t, ld}},
+            {ctxd, type, {b, t, m}},
+            {lse.data(), DType::F32, {b, h, t}}},
+           {{g[0].data(), DType::F32, {b, t, m}},
+            {g[1].data(), DType::F32, {ld, m}},
+            {g[2].data(), DType::F32, {ld}},
+            {g[3].data(), DType::F32, {m, m}},
+            {g[4].data(), DType::F32, {m}}});
+    return g;
+  };
+  auto half = forward(xh.data(), DType::BF16), full = forward(x.data(), DType::F32);
+  CHECK(relativeError(half[0], full[0]) < 1e-4);
+  CHECK(relativeError(half[1], full[1]) < 1e-4);
+  // The context is stored in bf16 under amp: the same values there (one path rounds its f32
+  // copy in place, the other reads a rounded one).
+  CHECK(relativeError(widened(toBf16(half[2])), widened(toBf16(full[2]))) < 1e-4);
+  auto dhalf = backward(dyh.data(), xh.data(), ctxh.data(), DType::BF16);
+  auto dfull = backward(dy.data(), x.data(), ctx.data(), DType::F32);
+  for (size_t i = 0; i < dhalf.size(); ++i) {
+    INFO("gradient " << i);
+    CHECK(relativeError(dhalf[i], dfull[i]) < 1e-4);
+  }
+}

@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 namespace {
@@ -270,4 +271,29 @@ TEST_CASE("attention under amp: the same with products on bf16 as on f32 copies"
     INFO("gradient " << i);
     CHECK(relativeError(dhalf[i], dfull[i]) < 1e-4);
   }
+}
+
+TEST_CASE("the CPU's bf16 rounding is the wire's, bit for bit") {
+  // Every top half with the low halves that decide a rounding: exact, just above, just
+  // below, at and past the tie, and all ones (NaNs, infinities and the carry into them).
+  std::vector<float> x;
+  for (uint32_t top = 0; top < 0x10000u; ++top)
+    for (uint32_t low : {0x0u, 0x1u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu}) {
+      uint32_t bits = top << 16 | low;
+      float v;
+      std::memcpy(&v, &bits, 4);
+      x.push_back(v);
+    }
+  std::vector<uint16_t> narrowed(x.size());
+  epl::backend::cpu::narrowTo(DType::BF16, x.data(), narrowed.data(),
+                              static_cast<int64_t>(x.size()));
+  std::vector<float> rounded = x;
+  epl::backend::cpu::roundTo(DType::BF16, rounded.data(), static_cast<int64_t>(rounded.size()));
+  int64_t wrong = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    uint16_t want = wire::toBf16(x[i]);
+    float back = wire::fromBf16(want);
+    if (narrowed[i] != want || std::memcmp(&rounded[i], &back, 4) != 0) ++wrong;
+  }
+  CHECK(wrong == 0);
 }

@@ -16,12 +16,16 @@ pieces through oneDNN where it is built with it, so this is the stricter bound: 
 products alone come near it), both measured in the same run; and EPL's step as a share of
 each.
 
+`gpt_amp` is the char-GPT under mixed precision: EPL's `amp = bf16` against PyTorch's
+`torch.autocast("cpu", dtype=torch.bfloat16)` around the forward and the loss (both keep
+f32 weights and optimizer); its limit columns are the fp32 sgemm's, for scale only.
+
 Prints the median step time of each (after 2 warm-up steps), the peak resident memory of
 each process, and the ratios. Targets (issue 17): EPL <= 0.8 x the best PyTorch at every
 thread count, >= 90% of the OpenBLAS limit, memory ratio <= 1.0.
 
 usage: bench/train_step.py [--epl build/epl] [--threads N] [--steps 12] [--mlp-steps 200]
-       [gpt|mlp ...]
+       [gpt|gpt_amp|mlp ...]
 """
 import argparse
 import array
@@ -81,7 +85,7 @@ torch.set_num_threads(threads)
 torch.manual_seed(0)
 rss_import = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
-if case == "gpt":
+if case in ("gpt", "gpt_amp"):
     sys.path.insert(0, sys.argv[5])
     from torch_gpt import Gpt, windows
     V, T, B = 256, 128, 32
@@ -89,7 +93,11 @@ if case == "gpt":
     model = Gpt(V, T)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
     def batch(i): return windows(data, i * B, B, T)
-    def loss_of(x, y): return F.cross_entropy(model(x).reshape(-1, V), y.reshape(-1))
+    def loss_of(x, y):
+        if case == "gpt":
+            return F.cross_entropy(model(x).reshape(-1, V), y.reshape(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return F.cross_entropy(model(x).reshape(-1, V).float(), y.reshape(-1))
 else:
     B = 128
     raw = gzip.open(sys.argv[4], "rb").read()[16:]
@@ -114,7 +122,7 @@ for i in range(steps):
     loss.item()
     times.append(time.perf_counter() - t0)
     cpu.append(time.process_time() - c0)
-params = sum(p.numel() for p in (model if case == "gpt" else net).parameters())
+params = sum(p.numel() for p in (net if case == "mlp" else model).parameters())
 print(json.dumps({"times": times, "cpu": cpu, "rss_import": rss_import, "params": params,
                   "rss_peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
 """
@@ -151,11 +159,11 @@ def epl_step(case, args, work, threads):
     """EPL's median step seconds, peak resident bytes and busy cores at `threads`."""
     script = os.path.join(work, f"{case}.epl")
     with open(script, "w") as f:
-        f.write(textwrap.dedent(SCRIPTS[case]))
+        f.write(textwrap.dedent(SCRIPTS["gpt" if case == "gpt_amp" else case]))
     metrics = os.path.join(work, f"{case}.{threads}.jsonl")
     env = dict(os.environ, EPL_STDLIB=os.path.join(HERE, "..", "stdlib"))
     cmd = [args.epl, "run", script, "--steps", str(steps_of(case, args)), "--threads", str(threads),
-           "--metrics", metrics]
+           "--metrics", metrics] + (["--set", "policy.amp=bf16"] if case == "gpt_amp" else [])
     rss, cores = peak_rss_and_cores(cmd, env)
     rows = [json.loads(l) for l in open(metrics)]
     seconds = median_after_warmup([r["step_seconds"] for r in rows if "step_seconds" in r], 2)
@@ -167,7 +175,7 @@ def torch_step(case, args, work, threads, passive):
     torch_py = os.path.join(work, "torch_step.py")
     with open(torch_py, "w") as f:
         f.write(TORCH)
-    extra = [TEXT, HERE] if case == "gpt" else [f"{FASHION}/train-images-idx3-ubyte.gz",
+    extra = [TEXT, HERE] if case != "mlp" else [f"{FASHION}/train-images-idx3-ubyte.gz",
                                           f"{FASHION}/train-labels-idx1-ubyte.gz"]
     # torch.set_num_threads sets its OpenMP threads only: Debian's PyTorch reaches OpenBLAS
     # through the generic BLAS interface, whose pthreads pool would take every core even in
@@ -222,7 +230,7 @@ def step_flops(case, params):
     """A training step's FLOPs: 6 per parameter and token (or sample), plus attention's
     12 x layers x d x seq per token for the GPT's attention (PaLM's count, the causal
     half included)."""
-    if case == "gpt":
+    if case in ("gpt", "gpt_amp"):
         tokens = 32 * 128
         return tokens * (6 * params + 12 * 6 * 256 * 128)
     return 128 * 6 * params

@@ -9,6 +9,9 @@
 // Shape legend: M, N, K as in C[M, N] = op(A)[M, K] op(B)[K, N]; R rows, C columns.
 #include "backend/cuda/Common.cuh"
 #include "backend/cuda/Cublas.h"
+#include "support/Assert.h"
+
+#include <cuda_fp16.h>
 
 namespace epl::backend::cuda {
 
@@ -18,18 +21,38 @@ cublasOperation_t opOf(bool trans) {
   return trans ? CUBLAS_OP_T : CUBLAS_OP_N;
 }
 
+cudaDataType_t typeOf(ir::DType t) {
+  switch (t) {
+  case ir::DType::BF16:
+    return CUDA_R_16BF;
+  case ir::DType::F16:
+    return CUDA_R_16F;
+  default:
+    return CUDA_R_32F;
+  }
+}
+
+// Element i of a column sum's input, in f32.
+__device__ float loadAs(const void* x, int64_t i, ir::DType t) {
+  if (t == ir::DType::F32) return static_cast<const float*>(x)[i];
+  uint16_t h = static_cast<const uint16_t*>(x)[i];
+  if (t == ir::DType::BF16) return __uint_as_float(static_cast<uint32_t>(h) << 16);
+  return __half2float(__ushort_as_half(h));
+}
+
 // Column sums: one block per strip of kStrip columns; row lane ly of the block sums rows
 // ly, ly + kLanes, ... of its column, then lane 0 adds the kLanes partials in lane order.
 // The order depends on the shape only, so the result is the same on every run.
 constexpr int kStrip = 32, kLanes = 8;
 
-__global__ void columnSumKernel(const float* x, int64_t rows, int64_t cols, float* out, bool acc) {
+__global__ void columnSumKernel(const void* x, ir::DType type, int64_t rows, int64_t cols,
+                                float* out, bool acc) {
   __shared__ float part[kLanes][kStrip];
   int64_t col = static_cast<int64_t>(blockIdx.x) * kStrip + threadIdx.x;
   float s = 0;
   if (col < cols)
     for (int64_t r = threadIdx.y; r < rows; r += kLanes)
-      s += x[r * cols + col];
+      s += loadAs(x, r * cols + col, type);
   part[threadIdx.y][threadIdx.x] = s;
   __syncthreads();
   if (threadIdx.y != 0 || col >= cols) return;
@@ -48,11 +71,14 @@ __global__ void broadcastRowsKernel(float* y, const float* b, int64_t rows, int6
 } // namespace
 
 void gemm(const Ctx& ctx, bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,
-          const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-          int64_t ldc) {
+          Operand a, int64_t lda, Operand b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
-  check(cublas().gemmEx(ctx.blas, opOf(transB), opOf(transA), n, m, k, &alpha, b, CUDA_R_32F, ldb,
-                        a, CUDA_R_32F, lda, &beta, c, CUDA_R_32F, ldc, ctx.compute,
+  EPL_ASSERT(a.type == b.type, "a product's operands have one type");
+  // Half operands: their products are exact in f32 and tensor cores sum in f32, which is
+  // what amp's products are (the pedantic type would only slow them down).
+  cublasComputeType_t compute = a.type == ir::DType::F32 ? ctx.compute : CUBLAS_COMPUTE_32F;
+  check(cublas().gemmEx(ctx.blas, opOf(transB), opOf(transA), n, m, k, &alpha, b.p, typeOf(b.type),
+                        ldb, a.p, typeOf(a.type), lda, &beta, c, CUDA_R_32F, ldc, compute,
                         CUBLAS_GEMM_DEFAULT),
         "gemm");
 }
@@ -69,10 +95,11 @@ void gemmBatched(const Ctx& ctx, bool transA, bool transB, int64_t m, int64_t n,
         "gemmBatched");
 }
 
-void columnSum(const Ctx& ctx, const float* x, int64_t rows, int64_t cols, GradOut out) {
+void columnSum(const Ctx& ctx, Operand x, int64_t rows, int64_t cols, GradOut out) {
   if (cols == 0) return;
   unsigned strips = static_cast<unsigned>((cols + kStrip - 1) / kStrip);
-  columnSumKernel<<<strips, dim3(kStrip, kLanes), 0, ctx.stream>>>(x, rows, cols, out.p, out.acc);
+  columnSumKernel<<<strips, dim3(kStrip, kLanes), 0, ctx.stream>>>(x.p, x.type, rows, cols, out.p,
+                                                                   out.acc);
   checkLaunch("columnSum");
 }
 

@@ -109,6 +109,15 @@ void roundInPlace(const Ctx& ctx, ir::DType t, float* x, int64_t n) {
   round(ctx, t, x, x, n);
 }
 
+Operand roundedOperand(const Ctx& ctx, ir::DType t, bool asIs, float* x, int64_t n, void* half) {
+  if (!asIs) {
+    round(ctx, t, x, x, n);
+    return x;
+  }
+  narrow(ctx, t, x, half, n);
+  return {half, t};
+}
+
 void launchStaged(const KernelCall& c, const Ctx& ctx, Scratch& staging,
                   void (*run)(const KernelCall&, const Ctx&)) {
   int64_t floats = stagingFloats(c);
@@ -124,8 +133,12 @@ void launchStaged(const KernelCall& c, const Ctx& ctx, Scratch& staging,
   auto narrowOn = [&](ir::DType t, const float* src, void* dst, int64_t n) {
     narrow(ctx, t, src, dst, n);
   };
-  // Every product still reads f32 copies here: no input is read as it is.
-  KernelCall f = stagedCall(c, at, widenOn, roundOn, narrowOn, 0);
+  // cuBLAS multiplies bf16 and IEEE half as they are: linear's and mlp's inputs that only
+  // feed products skip the f32 copies (not yet run on a GPU).
+  uint64_t direct = c.kind == ir::OpKind::Attention
+                        ? 0
+                        : directInputs(c, [](ir::DType t) { return ir::isHalf(t); });
+  KernelCall f = stagedCall(c, at, widenOn, roundOn, narrowOn, direct);
   run(f, ctx);
   narrowOutputs(c, f, [&](ir::DType t, const float* src, void* dst, int64_t n) {
     narrow(ctx, t, src, dst, n);

@@ -54,6 +54,22 @@ void launchStaged(const KernelCall& c, const Ctx& ctx, Scratch& staging,
 // x rounded to the half type t and kept in f32 (amp: a kernel's own f32 operand before a
 // product that reads the half type).
 void roundInPlace(const Ctx& ctx, ir::DType t, float* x, int64_t n);
+
+// An operand of a product: f32, or (amp) bf16 or IEEE half that the product reads as it is
+// stored (backend/HalfStaging.h, directInputs), as on the CPU (backend/cpu/KernelUtil.h).
+struct Operand {
+  const void* p = nullptr;
+  ir::DType type = ir::DType::F32;
+  Operand(const float* f) : p(f) {} // NOLINT: a float array is an f32 operand
+  Operand(const void* data, ir::DType t) : p(data), type(t) {}
+};
+inline Operand operandOf(const TensorView& v) {
+  return {v.data, v.dtype};
+}
+// The n f32 values x a kernel computed, as the operand of products that read the half type
+// t: rounded into `half` (room for n values of t, device memory) where the products read t
+// as it is (`asIs`), else rounded in place.
+Operand roundedOperand(const Ctx& ctx, ir::DType t, bool asIs, float* x, int64_t n, void* half);
 // HalfStorage.cu, for the NCCL communicator: Wire.cpp's encode and decode of a reduction's
 // bf16 (bf16 true) or f16 values, the same bits; f16 multiplies by `scale` first and
 // divides after.
@@ -62,17 +78,18 @@ void wireEncode(cudaStream_t stream, bool bf16, const float* src, uint16_t* dst,
 void wireDecode(cudaStream_t stream, bool bf16, const uint16_t* src, float* dst, int64_t n,
                 float scale);
 
-// Gemm.cu: row-major C[M, N] = alpha op(A)[M, K] op(B)[K, N] + beta C, fp32 accumulate.
+// Gemm.cu: row-major C[M, N] = alpha op(A)[M, K] op(B)[K, N] + beta C, fp32 accumulate. Both
+// operands of one type: f32 products as ctx.compute says, half ones on tensor cores (their
+// products exact, f32 sums).
 void gemm(const Ctx& ctx, bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,
-          const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-          int64_t ldc);
+          Operand a, int64_t lda, Operand b, int64_t ldb, float beta, float* c, int64_t ldc);
 // Strided batched form: `batch` products, each operand advancing by its stride.
 void gemmBatched(const Ctx& ctx, bool transA, bool transB, int64_t m, int64_t n, int64_t k,
                  float alpha, const float* a, int64_t lda, int64_t strideA, const float* b,
                  int64_t ldb, int64_t strideB, float beta, float* c, int64_t ldc, int64_t strideC,
                  int64_t batch);
-// out[c] (+)= sum over rows of x[r, c], in a fixed order.
-void columnSum(const Ctx& ctx, const float* x, int64_t rows, int64_t cols, GradOut out);
+// out[c] (+)= sum over rows of x[r, c] (f32 or half), in a fixed order.
+void columnSum(const Ctx& ctx, Operand x, int64_t rows, int64_t cols, GradOut out);
 // y[r, :] = b for every row.
 void broadcastRows(const Ctx& ctx, float* y, const float* b, int64_t rows, int64_t cols);
 

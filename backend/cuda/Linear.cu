@@ -1,5 +1,6 @@
 // linear: y = x W^T + b, and its backward, as three cuBLAS GEMMs and a column sum (the CUDA
-// twin of backend/cpu/Linear.cpp).
+// twin of backend/cpu/Linear.cpp). Under amp x, W and dy may come in the half type, which
+// the products read as it is (HalfStaging.h, directInputs).
 //
 // Shape legend: N rows (every dim of x but the last), D input width, O output width.
 #include "backend/cuda/Common.cuh"
@@ -14,7 +15,7 @@ void linearForward(const KernelCall& c, const Ctx& ctx, bool hasBias) {
   int64_t d = lastDim(x), n = rowsOf(x), o = w.shape[0];
   float* y = c.out[0].f32();
   if (hasBias) broadcastRows(ctx, y, c.in[2].f32(), n, o);
-  gemm(ctx, false, true, n, o, d, 1.f, x.f32(), d, w.f32(), d, hasBias ? 1.f : 0.f, y, o);
+  gemm(ctx, false, true, n, o, d, 1.f, operandOf(x), d, operandOf(w), d, hasBias ? 1.f : 0.f, y, o);
 }
 
 // in = [dy [N, O], x, W, b?, y], out = [dx [N, D], dW [O, D], db [O]?].
@@ -22,11 +23,11 @@ void linearBackward(const KernelCall& c, const Ctx& ctx, bool hasBias) {
   const TensorView &dy = c.in[0], &x = c.in[1], &w = c.in[2];
   int64_t d = lastDim(x), n = rowsOf(x), o = w.shape[0];
   if (GradOut dx = gradOut(c, 0))
-    gemm(ctx, false, false, n, d, o, 1.f, dy.f32(), o, w.f32(), d, dx.beta(), dx.p, d);
+    gemm(ctx, false, false, n, d, o, 1.f, operandOf(dy), o, operandOf(w), d, dx.beta(), dx.p, d);
   if (GradOut dw = gradOut(c, 1))
-    gemm(ctx, true, false, o, d, n, 1.f, dy.f32(), o, x.f32(), d, dw.beta(), dw.p, d);
+    gemm(ctx, true, false, o, d, n, 1.f, operandOf(dy), o, operandOf(x), d, dw.beta(), dw.p, d);
   if (hasBias)
-    if (GradOut db = gradOut(c, 2)) columnSum(ctx, dy.f32(), n, o, db);
+    if (GradOut db = gradOut(c, 2)) columnSum(ctx, operandOf(dy), n, o, db);
 }
 
 } // namespace

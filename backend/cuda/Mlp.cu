@@ -2,7 +2,8 @@
 // saves the pre-activation h and the backward recomputes act(h) from it. GEMMs through
 // cuBLAS, act(h) and its gradient in scratch memory. Under amp (the call casts its weights
 // to a half type) the hidden act(h) and its gradient dL/dh are rounded to that type before
-// the products that read them, as on the CPU.
+// the products that read them, as on the CPU: in place, or into half arrays where the
+// products read the type as it is (x, W1, W2 and dy then come in it too).
 //
 // Shape legend: N rows (every dim of x but the last), D width, F hidden width.
 #include "backend/cuda/Common.cuh"
@@ -22,13 +23,17 @@ void mlpForward(const KernelCall& c, const Ctx& ctx) {
   int64_t d = lastDim(x), n = rowsOf(x), f = c.in[1].shape[0];
   Act act = parseAct(attrWord(c, "act"));
   float *y = c.out[0].f32(), *h = c.out[1].f32();
-  float* a = static_cast<float*>(ctx.scratch->get(4 * padded(n * f)));
+  // act(h), then (amp, products reading the half type as it is) its half values.
+  float* a = static_cast<float*>(ctx.scratch->get(4 * 2 * padded(n * f)));
   broadcastRows(ctx, h, c.in[2].f32(), n, f);
-  gemm(ctx, false, true, n, f, d, 1.f, x.f32(), d, c.in[1].f32(), d, 1.f, h, f);
+  gemm(ctx, false, true, n, f, d, 1.f, operandOf(x), d, operandOf(c.in[1]), d, 1.f, h, f);
   actForward(ctx, act, h, a, n * f);
-  if (ir::isHalf(c.castParams)) roundInPlace(ctx, c.castParams, a, n * f);
+  Operand hidden = a;
+  if (ir::isHalf(c.castParams))
+    hidden =
+        roundedOperand(ctx, c.castParams, x.dtype != ir::DType::F32, a, n * f, a + padded(n * f));
   broadcastRows(ctx, y, c.in[4].f32(), n, d);
-  gemm(ctx, false, true, n, d, f, 1.f, a, f, c.in[3].f32(), f, 1.f, y, d);
+  gemm(ctx, false, true, n, d, f, 1.f, hidden, f, operandOf(c.in[3]), f, 1.f, y, d);
 }
 
 // in = [dy, x, W1, b1, W2, b2, y, h], out = [dx, dW1, db1, dW2, db2].
@@ -36,23 +41,26 @@ void mlpBackward(const KernelCall& c, const Ctx& ctx) {
   const TensorView& x = c.in[1];
   int64_t d = lastDim(x), n = rowsOf(x), f = c.in[2].shape[0];
   Act act = parseAct(attrWord(c, "act"));
-  const float *dy = c.in[0].f32(), *w1 = c.in[2].f32(), *w2 = c.in[4].f32(), *h = c.in[7].f32();
-  float* a = static_cast<float*>(ctx.scratch->get(4 * 2 * padded(n * f)));
+  Operand dy = operandOf(c.in[0]), w1 = operandOf(c.in[2]), w2 = operandOf(c.in[4]);
+  const float* h = c.in[7].f32();
+  float* a = static_cast<float*>(ctx.scratch->get(4 * 3 * padded(n * f)));
   float* da = a + padded(n * f);
+  void* half = da + padded(n * f); // the rounded act(h), then dL/dh (stream-ordered reuse)
+  bool amp = ir::isHalf(c.castParams), asIs = dy.type != ir::DType::F32;
   if (GradOut dw2 = gradOut(c, 3)) {
     actForward(ctx, act, h, a, n * f);
-    if (ir::isHalf(c.castParams)) roundInPlace(ctx, c.castParams, a, n * f);
-    gemm(ctx, true, false, d, f, n, 1.f, dy, d, a, f, dw2.beta(), dw2.p, f);
+    Operand hidden = amp ? roundedOperand(ctx, c.castParams, asIs, a, n * f, half) : Operand(a);
+    gemm(ctx, true, false, d, f, n, 1.f, dy, d, hidden, f, dw2.beta(), dw2.p, f);
   }
   if (GradOut db2 = gradOut(c, 4)) columnSum(ctx, dy, n, d, db2);
   gemm(ctx, false, false, n, f, d, 1.f, dy, d, w2, f, 0.f, da, f);
   actBackwardInPlace(ctx, act, h, da, n * f); // da is now dL/dh
   if (GradOut db1 = gradOut(c, 2)) columnSum(ctx, da, n, f, db1);
-  if (ir::isHalf(c.castParams)) roundInPlace(ctx, c.castParams, da, n * f);
+  Operand dh = amp ? roundedOperand(ctx, c.castParams, asIs, da, n * f, half) : Operand(da);
   if (GradOut dw1 = gradOut(c, 1))
-    gemm(ctx, true, false, f, d, n, 1.f, da, f, x.f32(), d, dw1.beta(), dw1.p, d);
+    gemm(ctx, true, false, f, d, n, 1.f, dh, f, operandOf(x), d, dw1.beta(), dw1.p, d);
   if (GradOut dx = gradOut(c, 0))
-    gemm(ctx, false, false, n, d, f, 1.f, da, f, w1, d, dx.beta(), dx.p, d);
+    gemm(ctx, false, false, n, d, f, 1.f, dh, f, w1, d, dx.beta(), dx.p, d);
 }
 
 } // namespace

@@ -130,13 +130,14 @@ __global__ void scoreGradKernel(float* dp, const float* p, const float* dvec, Ch
 }
 
 // Dvec [B, H, T] = rowsum over E of dctx * ctx, per head.
-__global__ void dvecKernel(const float* dctx, const float* ctx, float* dvec, Dims s) {
+__global__ void dvecKernel(const float* dctx, const void* ctx, ir::DType type, float* dvec,
+                           Dims s) {
   EPL_GRID_STRIDE(i, s.b * s.h * s.t) {
     int64_t t = i % s.t, bh = i / s.t;
     int64_t off = ((bh / s.h) * s.t + t) * s.d + (bh % s.h) * s.e;
     float acc = 0;
     for (int64_t j = 0; j < s.e; ++j)
-      acc += dctx[off + j] * ctx[off + j];
+      acc += dctx[off + j] * loadAs(ctx, off + j, type);
     dvec[i] = acc;
   }
 }
@@ -174,36 +175,43 @@ void attentionForward(const KernelCall& c, const Ctx& ctx, const AttentionSlots&
   float *y = c.out[0].f32(), *qkv = c.out[1].f32(), *ctxOut = c.out[2].f32();
   float* lse = c.out[3].f32();
   if (a.bqkv >= 0) broadcastRows(ctx, qkv, c.in[a.bqkv].f32(), n, 3 * s.d);
-  gemm(ctx, false, true, n, 3 * s.d, s.d, 1.f, x.f32(), s.d, c.in[a.wqkv].f32(), s.d,
+  gemm(ctx, false, true, n, 3 * s.d, s.d, 1.f, operandOf(x), s.d, operandOf(c.in[a.wqkv]), s.d,
        a.bqkv >= 0 ? 1.f : 0.f, qkv, 3 * s.d);
-  float* scores = static_cast<float*>(ctx.scratch->get(4 * g * s.t * s.t));
+  // The scores, then (amp, products reading the half type as it is) the rounded context.
+  bool amp = ir::isHalf(c.castParams), asIs = x.dtype != ir::DType::F32;
+  int64_t scoreBytes = alignUp(4 * g * s.t * s.t);
+  char* scratch = static_cast<char*>(ctx.scratch->get(scoreBytes + (asIs ? 2 * n * s.d : 0)));
+  float* scores = reinterpret_cast<float*>(scratch);
   for (int64_t bi = 0; bi < s.b && s.t > 0; ++bi) // T = 0: no rows to softmax
     for (int64_t h0 = 0; h0 < s.h; h0 += g)
       forwardGroup(ctx, s, qkv, bi, h0, std::min(g, s.h - h0), scores, ctxOut, lse);
   // Under amp the output projection reads the context rounded to the half type, as the CPU
   // does (it is stored so anyway).
-  if (ir::isHalf(c.castParams)) roundInPlace(ctx, c.castParams, ctxOut, n * s.d);
+  Operand context = ctxOut;
+  if (amp) context = roundedOperand(ctx, c.castParams, asIs, ctxOut, n * s.d, scratch + scoreBytes);
   if (a.bp >= 0) broadcastRows(ctx, y, c.in[a.bp].f32(), n, s.d);
-  gemm(ctx, false, true, n, s.d, s.d, 1.f, ctxOut, s.d, c.in[a.wp].f32(), s.d,
+  gemm(ctx, false, true, n, s.d, s.d, 1.f, context, s.d, operandOf(c.in[a.wp]), s.d,
        a.bp >= 0 ? 1.f : 0.f, y, s.d);
 }
 
 // Scratch of the backward, carved from one buffer.
 struct BackwardScratch {
   float *dctx, *dqkv, *dvec, *p, *dp;
+  void* half; // amp, products reading the half type as it is: dqkv rounded to it
 };
 
-BackwardScratch backwardScratch(const Ctx& ctx, const Dims& s, int64_t g) {
+BackwardScratch backwardScratch(const Ctx& ctx, const Dims& s, int64_t g, bool half) {
   int64_t n = s.b * s.t, sizes[] = {padded(n * s.d), padded(n * 3 * s.d), padded(s.b * s.h * s.t),
                                     padded(g * s.t * s.t)};
-  float* base =
-      static_cast<float*>(ctx.scratch->get(4 * (sizes[0] + sizes[1] + sizes[2] + 2 * sizes[3])));
+  int64_t floats = sizes[0] + sizes[1] + sizes[2] + 2 * sizes[3];
+  float* base = static_cast<float*>(ctx.scratch->get(4 * floats + (half ? 2 * sizes[1] : 0)));
   BackwardScratch w;
   w.dctx = base;
   w.dqkv = w.dctx + sizes[0];
   w.dvec = w.dqkv + sizes[1];
   w.p = w.dvec + sizes[2];
   w.dp = w.p + sizes[3];
+  w.half = base + floats;
   return w;
 }
 
@@ -250,15 +258,18 @@ void attentionBackward(const KernelCall& c, const Ctx& ctx, const AttentionSlots
   EPL_ASSERT(s.kv == s.h && !s.rotary && a.mask < 0,
              "attention's kv_heads, rotary and mask run on the cpu device so far");
   int64_t n = s.b * s.t, g = groupHeads(s, 2);
-  const float *dy = dyv.f32(), *wqkv = c.in[a.wqkv].f32(), *wp = c.in[a.wp].f32();
-  const float *qkv = c.in[a.qkv].f32(), *ctxSaved = c.in[a.ctx].f32(), *lse = c.in[a.lse].f32();
-  BackwardScratch w = backwardScratch(ctx, s, g);
+  Operand dy = operandOf(dyv), wqkv = operandOf(c.in[a.wqkv]), wp = operandOf(c.in[a.wp]);
+  Operand ctxSaved = operandOf(c.in[a.ctx]);
+  const float *qkv = c.in[a.qkv].f32(), *lse = c.in[a.lse].f32();
+  bool amp = ir::isHalf(c.castParams), asIs = dy.type != ir::DType::F32;
+  BackwardScratch w = backwardScratch(ctx, s, g, asIs);
   gemm(ctx, false, false, n, s.d, s.d, 1.f, dy, s.d, wp, s.d, 0.f, w.dctx, s.d);
   if (GradOut dwp = gradOut(c, a.dwp))
     gemm(ctx, true, false, s.d, s.d, n, 1.f, dy, s.d, ctxSaved, s.d, dwp.beta(), dwp.p, s.d);
   if (a.dbp >= 0)
     if (GradOut dbp = gradOut(c, a.dbp)) columnSum(ctx, dy, n, s.d, dbp);
-  dvecKernel<<<blocksFor(s.b * s.h * s.t), kThreads, 0, ctx.stream>>>(w.dctx, ctxSaved, w.dvec, s);
+  dvecKernel<<<blocksFor(s.b * s.h * s.t), kThreads, 0, ctx.stream>>>(w.dctx, ctxSaved.p,
+                                                                      ctxSaved.type, w.dvec, s);
   checkLaunch("attention backward Dvec");
   for (int64_t bi = 0; bi < s.b; ++bi)
     for (int64_t h0 = 0; h0 < s.h; h0 += g)
@@ -267,11 +278,12 @@ void attentionBackward(const KernelCall& c, const Ctx& ctx, const AttentionSlots
   // it unrounded), as on the CPU.
   if (a.dbqkv >= 0)
     if (GradOut db = gradOut(c, a.dbqkv)) columnSum(ctx, w.dqkv, n, 3 * s.d, db);
-  if (ir::isHalf(c.castParams)) roundInPlace(ctx, c.castParams, w.dqkv, n * 3 * s.d);
+  Operand dqkv = w.dqkv;
+  if (amp) dqkv = roundedOperand(ctx, c.castParams, asIs, w.dqkv, n * 3 * s.d, w.half);
   if (GradOut dx = gradOut(c, 0))
-    gemm(ctx, false, false, n, s.d, 3 * s.d, 1.f, w.dqkv, 3 * s.d, wqkv, s.d, dx.beta(), dx.p, s.d);
+    gemm(ctx, false, false, n, s.d, 3 * s.d, 1.f, dqkv, 3 * s.d, wqkv, s.d, dx.beta(), dx.p, s.d);
   if (GradOut dw = gradOut(c, a.dwqkv))
-    gemm(ctx, true, false, 3 * s.d, s.d, n, 1.f, w.dqkv, 3 * s.d, x.f32(), s.d, dw.beta(), dw.p,
+    gemm(ctx, true, false, 3 * s.d, s.d, n, 1.f, dqkv, 3 * s.d, operandOf(x), s.d, dw.beta(), dw.p,
          s.d);
 }
 

@@ -4,10 +4,19 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cuda_fp16.h>
 
 namespace epl::backend::cuda {
 
 constexpr int kThreads = 256;
+
+// Element i of an operand (f32, bf16 or IEEE half), in f32.
+__device__ inline float loadAs(const void* x, int64_t i, ir::DType t) {
+  if (t == ir::DType::F32) return static_cast<const float*>(x)[i];
+  uint16_t h = static_cast<const uint16_t*>(x)[i];
+  if (t == ir::DType::BF16) return __uint_as_float(static_cast<uint32_t>(h) << 16);
+  return __half2float(__ushort_as_half(h));
+}
 
 // Blocks for a grid-stride loop over n elements (at most 65,535 x 16; the loop covers the rest).
 inline unsigned blocksFor(int64_t n, int threads = kThreads) {

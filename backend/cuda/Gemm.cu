@@ -11,8 +11,6 @@
 #include "backend/cuda/Cublas.h"
 #include "support/Assert.h"
 
-#include <cuda_fp16.h>
-
 namespace epl::backend::cuda {
 
 namespace {
@@ -30,14 +28,6 @@ cudaDataType_t typeOf(ir::DType t) {
   default:
     return CUDA_R_32F;
   }
-}
-
-// Element i of a column sum's input, in f32.
-__device__ float loadAs(const void* x, int64_t i, ir::DType t) {
-  if (t == ir::DType::F32) return static_cast<const float*>(x)[i];
-  uint16_t h = static_cast<const uint16_t*>(x)[i];
-  if (t == ir::DType::BF16) return __uint_as_float(static_cast<uint32_t>(h) << 16);
-  return __half2float(__ushort_as_half(h));
 }
 
 // Column sums: one block per strip of kStrip columns; row lane ly of the block sums rows

@@ -133,11 +133,9 @@ void launchStaged(const KernelCall& c, const Ctx& ctx, Scratch& staging,
   auto narrowOn = [&](ir::DType t, const float* src, void* dst, int64_t n) {
     narrow(ctx, t, src, dst, n);
   };
-  // cuBLAS multiplies bf16 and IEEE half as they are: linear's and mlp's inputs that only
-  // feed products skip the f32 copies (not yet run on a GPU).
-  uint64_t direct = c.kind == ir::OpKind::Attention
-                        ? 0
-                        : directInputs(c, [](ir::DType t) { return ir::isHalf(t); });
+  // cuBLAS multiplies bf16 and IEEE half as they are: the inputs of linear, mlp and
+  // attention that only feed products skip the f32 copies (not yet run on a GPU).
+  uint64_t direct = directInputs(c, [](ir::DType t) { return ir::isHalf(t); });
   KernelCall f = stagedCall(c, at, widenOn, roundOn, narrowOn, direct);
   run(f, ctx);
   narrowOutputs(c, f, [&](ir::DType t, const float* src, void* dst, int64_t n) {

@@ -40,19 +40,30 @@ WARMUP = 2
 CASES = [("examples/mlp_fashion.epl", 1), ("examples/mlp_fashion.epl", 2),
          ("examples/cnn_fashion.epl", 1), ("examples/cnn_fashion.epl", 2),
          ("examples/gpt_char_dp.epl", 1), ("examples/gpt_char_dp.epl", 2),
-         ("bench/pipeline_gpt2.epl", 2), ("bench/split_gpt.epl", 2)]
+         ("bench/pipeline_gpt2.epl", 2), ("bench/split_gpt.epl", 2),
+         # amp: on a CPU with bf16 kernels its products run in bf16, a grid of their own.
+         ("examples/gpt_char_dp.epl amp=bf16", 1), ("examples/gpt_char_dp.epl amp=bf16", 2)]
 # Four ranks on fewer than four cores share them: timings of that measure the sharing.
 CASES_4 = [("examples/gpt_char_dp.epl", 4), ("bench/pipeline_gpt4.epl", 4),
            ("bench/split_gpt.epl", 4)]
 SETTINGS = ["--set", "train.eval=none", "--set", "train.checkpoint=none"]
 
 
+def case_args(script):
+    """A case's script path, its policy settings (`path key=value ...` sets policy.key), and
+    a name for its files."""
+    path, *policy = script.split()
+    settings = [a for kv in policy for a in ("--set", f"policy.{kv}")]
+    tag = os.path.basename(path) + "".join(f".{kv.replace('=', '_')}" for kv in policy)
+    return os.path.join(ROOT, path), settings + SETTINGS, tag
+
+
 def measure(args, env, work, script, np):
     """The median step of one `epl run` after the warm-up steps, in seconds."""
-    path = os.path.join(ROOT, script)
-    metrics = os.path.join(work, f"{os.path.basename(script)}.{np}.jsonl")
+    path, settings, tag = case_args(script)
+    metrics = os.path.join(work, f"{tag}.{np}.jsonl")
     run = subprocess.run([args.epl, "run", path, "-np", str(np), "--steps", str(args.steps),
-                          "--metrics", metrics] + SETTINGS, env=env, capture_output=True,
+                          "--metrics", metrics] + settings, env=env, capture_output=True,
                          text=True)
     if run.returncode != 0:
         sys.exit(f"epl run {script} -np {np} failed:\n{run.stdout}{run.stderr}")
@@ -63,11 +74,11 @@ def measure(args, env, work, script, np):
 def traced_ops(args, env, work, script, np, rank):
     """Each Run instruction's seconds a step on `rank` in one traced `epl run`, by the
     trace's name: the median over the steps after the warm-up of each step's sum."""
-    path = os.path.join(ROOT, script)
-    trace = os.path.join(work, f"{os.path.basename(script)}.{np}.trace.json")
+    path, settings, tag = case_args(script)
+    trace = os.path.join(work, f"{tag}.{np}.trace.json")
     run = subprocess.run([args.epl, "run", path, "-np", str(np), "--steps", str(args.steps),
                           "--trace", trace, "--metrics", os.path.join(work, "traced.jsonl")]
-                         + SETTINGS, env=env, capture_output=True, text=True)
+                         + settings, env=env, capture_output=True, text=True)
     if run.returncode != 0:
         sys.exit(f"epl run --trace {script} -np {np} failed:\n{run.stdout}{run.stderr}")
     events = json.load(open(trace))
@@ -130,9 +141,9 @@ def main():
         cases = [c for c in cases if not args.only or args.only in c[0]]
         predicted, plans = {}, {}
         for script, np in cases:
-            path = os.path.join(ROOT, script)
+            path, settings, _ = case_args(script)
             plan = subprocess.run([args.epl, "plan", path, "-np", str(np), "--cluster", "here",
-                                   "--json"] + SETTINGS, env=env, capture_output=True, text=True)
+                                   "--json"] + settings, env=env, capture_output=True, text=True)
             if plan.returncode != 0:
                 sys.exit(f"epl plan {script} -np {np} failed:\n{plan.stderr}")
             plans[script, np] = json.loads(plan.stdout)["predicted"]
@@ -141,14 +152,14 @@ def main():
         for _ in range(args.repeats):
             for script, np in cases:
                 runs[script, np].append(measure(args, env, work, script, np))
-        print(f"\n{'case':34} {'np':>3} {'predicted':>10} {'measured':>10} {'pred/meas':>9}"
+        print(f"\n{'case':44} {'np':>3} {'predicted':>10} {'measured':>10} {'pred/meas':>9}"
               f"  runs' medians")
         ratios = []
         for script, np in cases:
             measured = statistics.median(runs[script, np])
             ratios.append(predicted[script, np] / measured)
             spread = " ".join(f"{r:.4f}" for r in runs[script, np])
-            print(f"{script:34} {np:>3} {predicted[script, np]:>9.4f}s {measured:>9.4f}s "
+            print(f"{script:44} {np:>3} {predicted[script, np]:>9.4f}s {measured:>9.4f}s "
                   f"{ratios[-1]:>9.2f}  {spread}")
         within = sum(abs(r - 1) <= 0.15 for r in ratios)
         print(f"\n{within} of {len(ratios)} within 15% of the measured median "

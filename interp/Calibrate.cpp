@@ -41,16 +41,24 @@ template <class F> double timed(F run, double seconds = 0.25, int minReps = 3) {
 
 // FLOP/s of one GEMM shape on the pool's threads: [m, k] by [k, n] with the operands laid
 // out as `layout` says (A B^T by default: the second stored [n, k], as a linear's weights),
-// timed for at least `seconds`.
+// in f32 or (`type` bf16: amp's products where the CPU reads it as it is) bf16, timed for
+// at least `seconds`.
 double gemmShapeRate(int64_t m, int64_t n, int64_t k, double seconds,
-                     ir::GemmLayout layout = ir::GemmLayout::ABt, int minReps = 3) {
+                     ir::GemmLayout layout = ir::GemmLayout::ABt, int minReps = 3,
+                     ir::DType type = ir::DType::F32) {
   std::vector<float> a(static_cast<size_t>(m * k), 0.5f), b(static_cast<size_t>(k * n), 0.25f),
       c(static_cast<size_t>(m * n));
+  // 0.5 and 0.25 in bf16.
+  std::vector<uint16_t> ah(type == ir::DType::BF16 ? a.size() : 0, 0x3f00),
+      bh(type == ir::DType::BF16 ? b.size() : 0, 0x3e80);
+  using backend::cpu::Operand;
+  Operand oa = ah.empty() ? Operand(a.data()) : Operand(ah.data(), type);
+  Operand ob = bh.empty() ? Operand(b.data()) : Operand(bh.data(), type);
   bool transA = layout == ir::GemmLayout::AtB, transB = layout == ir::GemmLayout::ABt;
   double t = timed(
       [&] {
-        backend::cpu::gemm(transA, transB, m, n, k, 1.f, a.data(), transA ? m : k, b.data(),
-                           transB ? k : n, 0.f, c.data(), n);
+        backend::cpu::gemm(transA, transB, m, n, k, 1.f, oa, transA ? m : k, ob, transB ? k : n,
+                           0.f, c.data(), n);
       },
       seconds, minReps);
   return 2.0 * static_cast<double>(m * n * k) / t;
@@ -108,20 +116,25 @@ std::vector<int64_t> curveFloats() {
 }
 
 // The shapes of the GEMM grid in each layout: rows [m, n, k, FLOP/s, layout] for
-// ClusterDevice::matmulRate. m and k reach 4096, the rows of a batch and a weight
+// ClusterDevice::matmulRate, and the same in bf16 (a sixth field) where the CPU multiplies
+// it as it is. m and k reach 4096, the rows of a batch and a weight
 // gradient's sum over them; the largest products (over 2^32 multiply-adds) are left out,
 // their neighbours standing in.
 struct GridShape {
   int64_t m, n, k;
   ir::GemmLayout layout;
+  ir::DType type;
 };
 std::vector<GridShape> gemmGridShapes() {
   std::vector<GridShape> shapes;
-  for (ir::GemmLayout layout : {ir::GemmLayout::ABt, ir::GemmLayout::AB, ir::GemmLayout::AtB})
-    for (int64_t m : {32, 256, 1024, 4096})
-      for (int64_t n : {32, 256, 1024})
-        for (int64_t k : {32, 256, 1024, 4096})
-          if (m * n * k <= int64_t{1} << 32) shapes.push_back({m, n, k, layout});
+  std::vector<ir::DType> types{ir::DType::F32};
+  if (backend::cpu::productsRead(ir::DType::BF16)) types.push_back(ir::DType::BF16);
+  for (ir::DType type : types)
+    for (ir::GemmLayout layout : {ir::GemmLayout::ABt, ir::GemmLayout::AB, ir::GemmLayout::AtB})
+      for (int64_t m : {32, 256, 1024, 4096})
+        for (int64_t n : {32, 256, 1024})
+          for (int64_t k : {32, 256, 1024, 4096})
+            if (m * n * k <= int64_t{1} << 32) shapes.push_back({m, n, k, layout, type});
   return shapes;
 }
 
@@ -146,7 +159,7 @@ ThreadRates measureAt(int rounds, int64_t cacheFloats) {
       curve[i].push_back(memoryRate(sizes[i], 0.05));
     for (size_t i = 0; i < shapes.size(); ++i) {
       const GridShape& g = shapes[i];
-      grid[i].push_back(gemmShapeRate(g.m, g.n, g.k, 0.02, g.layout, 1));
+      grid[i].push_back(gemmShapeRate(g.m, g.n, g.k, 0.02, g.layout, 1, g.type));
     }
   }
   ThreadRates t{median(gemm), median(memory), cache.empty() ? 0 : median(cache)};
@@ -155,7 +168,9 @@ ThreadRates measureAt(int rounds, int64_t cacheFloats) {
   t.curve.push_back({12.0 * static_cast<double>(int64_t{1} << 24), t.memory});
   for (size_t i = 0; i < shapes.size(); ++i) {
     const GridShape& g = shapes[i];
-    t.grid.push_back({g.m, g.n, g.k, median(grid[i]), ir::gemmLayoutName(g.layout)});
+    nlohmann::json row = {g.m, g.n, g.k, median(grid[i]), ir::gemmLayoutName(g.layout)};
+    if (g.type != ir::DType::F32) row.push_back(ir::dtypeName(g.type));
+    t.grid.push_back(std::move(row));
   }
   return t;
 }

@@ -900,7 +900,7 @@ void TrainingRun::comparePrediction(Progress& progress) {
   std::string error;
   std::optional<ir::Cluster> here = ir::loadCluster("here", error);
   if (!here) return;
-  ir::Prediction p = ir::predict(m_, here->forRanks(m_.mesh.np));
+  ir::Prediction p = ir::predict(m_, here->forRanks(m_.mesh.np, o_.threads));
   std::vector<double> warm(stepSeconds_.begin() + 1, stepSeconds_.end());
   std::sort(warm.begin(), warm.end());
   double measured = warm[warm.size() / 2];

@@ -20,7 +20,7 @@ Cluster dgxA100() {
   Cluster c;
   c.name = "dgx-a100";
   c.devicesPerNode = 8;
-  c.device = {"A100-SXM4-80GB", 80e9, 2.039e12, 19.5e12, 312e12, 312e12, 0.75, 0.8, {}};
+  c.device = {"A100-SXM4-80GB", 80e9, 2.039e12, 19.5e12, 312e12, 312e12, 0.75, 0.8, {}, {}};
   c.device.peakTf32 = 156e12;
   c.intraNode = {300e9, 5e-6};
   c.interNode = {25e9, 10e-6};
@@ -32,7 +32,7 @@ Cluster dgxH100() {
   Cluster c;
   c.name = "dgx-h100";
   c.devicesPerNode = 8;
-  c.device = {"H100-SXM5-80GB", 80e9, 3.35e12, 67e12, 989e12, 989e12, 0.75, 0.8, {}};
+  c.device = {"H100-SXM5-80GB", 80e9, 3.35e12, 67e12, 989e12, 989e12, 0.75, 0.8, {}, {}};
   c.device.peakTf32 = 494.7e12;
   c.intraNode = {450e9, 5e-6};
   c.interNode = {50e9, 10e-6};
@@ -200,28 +200,34 @@ std::optional<GemmLayout> parseGemmLayout(const std::string& name) {
 bool shapeRates(const json& obj, const std::string& where,
                 std::map<int, std::vector<ClusterDevice::ShapeRate>>& out, std::string& error) {
   if (!obj.is_object()) {
-    error = fmt::format("{}: must map thread counts to [m, n, k, FLOP/s, layout] rows", where);
+    error =
+        fmt::format("{}: must map thread counts to [m, n, k, FLOP/s, layout, type] rows", where);
     return false;
   }
   for (const auto& [key, rows] : obj.items()) {
     int threads = std::atoi(key.c_str());
     bool ok = threads > 0 && std::to_string(threads) == key && rows.is_array();
     for (const json& r : ok ? rows : json::array()) {
-      // The layout is optional (files of earlier versions timed A B^T alone).
-      ok = ok && r.is_array() && (r.size() == 4 || r.size() == 5);
+      // The layout is optional (files of earlier versions timed A B^T alone), and so is the
+      // type (f32; "bf16" where the CPU multiplies bf16 as it is).
+      ok = ok && r.is_array() && r.size() >= 4 && r.size() <= 6;
       for (size_t i = 0; ok && i < 4; ++i)
         ok = r[i].is_number() && r[i].get<double>() > 0;
       std::optional<GemmLayout> layout = GemmLayout::ABt;
-      if (ok && r.size() == 5)
+      if (ok && r.size() >= 5)
         layout = r[4].is_string() ? parseGemmLayout(r[4].get<std::string>()) : std::nullopt;
-      ok = ok && layout;
+      std::optional<DType> type = DType::F32;
+      if (ok && r.size() == 6)
+        type = r[5].is_string() ? parseDType(r[5].get<std::string>()) : std::nullopt;
+      ok = ok && layout && (type == DType::F32 || type == DType::BF16);
       if (ok)
         out[threads].push_back({r[0].get<double>(), r[1].get<double>(), r[2].get<double>(),
-                                r[3].get<double>(), *layout});
+                                r[3].get<double>(), *layout, *type});
     }
     if (!ok) {
-      error = fmt::format("{}: `{}`: not a thread count and [m, n, k, FLOP/s, layout] rows of "
-                          "positive numbers and \"ABt\", \"AB\" or \"AtB\"",
+      error = fmt::format("{}: `{}`: not a thread count and [m, n, k, FLOP/s, layout, type] "
+                          "rows of positive numbers, \"ABt\", \"AB\" or \"AtB\", and "
+                          "\"f32\" or \"bf16\"",
                           where, key);
       return false;
     }
@@ -289,23 +295,29 @@ double ClusterDevice::bandwidthFor(double bytes) const {
 }
 
 void ClusterDevice::setGemmRates(const std::vector<ShapeRate>& rows) {
-  std::array<GemmGrid, 3> grids;
+  std::array<GemmGrid, 3> grids, bf16;
   for (const ShapeRate& s : rows) {
-    GemmGrid& g = grids[static_cast<size_t>(s.layout)];
+    GemmGrid& g = (s.type == DType::BF16 ? bf16 : grids)[static_cast<size_t>(s.layout)];
     g.m.push_back(s.m), g.n.push_back(s.n), g.k.push_back(s.k);
     g.rate[{s.m, s.n, s.k}] = s.rate;
   }
-  for (GemmGrid& g : grids)
-    for (std::vector<double>* axis : {&g.m, &g.n, &g.k}) {
-      std::sort(axis->begin(), axis->end());
-      axis->erase(std::unique(axis->begin(), axis->end()), axis->end());
-    }
+  for (auto* set : {&grids, &bf16})
+    for (GemmGrid& g : *set)
+      for (std::vector<double>* axis : {&g.m, &g.n, &g.k}) {
+        std::sort(axis->begin(), axis->end());
+        axis->erase(std::unique(axis->begin(), axis->end()), axis->end());
+      }
   gemmGrids = std::move(grids);
+  bf16Grids = std::move(bf16);
 }
 
 double ClusterDevice::matmulRate(const Product& p, DType compute, bool tf32) const {
-  const GemmGrid* grid = &gemmGrids[static_cast<size_t>(p.layout)];
-  if (grid->empty()) grid = &gemmGrids[static_cast<size_t>(GemmLayout::ABt)];
+  const std::array<GemmGrid, 3>& grids =
+      compute == DType::BF16 && !bf16Grids[static_cast<size_t>(GemmLayout::ABt)].empty()
+          ? bf16Grids
+          : gemmGrids;
+  const GemmGrid* grid = &grids[static_cast<size_t>(p.layout)];
+  if (grid->empty()) grid = &grids[static_cast<size_t>(GemmLayout::ABt)];
   if (grid->empty()) return peak(compute, tf32) * matmulEfficiency;
   const std::vector<double>&ms = grid->m, &ns = grid->n, &ks = grid->k;
   const auto& rate = grid->rate;
@@ -323,13 +335,14 @@ double ClusterDevice::matmulRate(const Product& p, DType compute, bool tf32) con
   return weights > 0 ? std::exp(sum / weights) : peak(compute, tf32) * matmulEfficiency;
 }
 
-Cluster Cluster::forRanks(int np) const {
+Cluster Cluster::forRanks(int np, int requested) const {
   if (!calibration || calibration->cores <= 0 || np <= 0) return *this;
   const Calibration& k = *calibration;
   Cluster c = *this;
-  int threads = std::max(1, k.cores / np);
-  // More ranks than cores: each gets its share of the cores.
-  double share = np > k.cores ? static_cast<double>(k.cores) / np : 1.0;
+  int threads = requested > 0 ? std::min(requested, k.cores) : std::max(1, k.cores / np);
+  // More threads than cores (more ranks than cores, or more threads asked for): each rank
+  // gets its share of the cores.
+  double share = std::min(1.0, static_cast<double>(k.cores) / (static_cast<double>(np) * threads));
   double gemm = rateAt(k.gemmFlops, threads) * share;
   // The ranks together cannot pass what all the cores reach.
   double memory = std::min(rateAt(k.memoryBandwidth, threads) * share,

@@ -37,16 +37,24 @@ struct ClusterDevice {
   // GEMM FLOP/s measured by shape at one rank's threads (`epl calibrate`): for each layout
   // of the operands, a grid of m, n and k values and the rate at each point. A layout
   // without a grid takes A B^T's; none at all: every product at peak x matmulEfficiency.
+  // bf16 products (amp, on a CPU that multiplies bf16 as it is) have grids of their own;
+  // without them they take the f32 grids, as a CPU that widens bf16 runs them.
   struct ShapeRate {
     double m = 0, n = 0, k = 0, rate = 0;
     GemmLayout layout = GemmLayout::ABt;
+    DType type = DType::F32;
   };
   struct GemmGrid {
     std::vector<double> m, n, k; // each axis's values, ascending
     std::map<std::array<double, 3>, double> rate;
     bool empty() const { return rate.empty(); }
   };
-  std::array<GemmGrid, 3> gemmGrids; // by GemmLayout
+  std::array<GemmGrid, 3> gemmGrids, bf16Grids; // by GemmLayout
+  // Whether a calibrated CPU's products read `t` as it is stored: bf16 where the
+  // calibration has its grid.
+  bool readsHalf(DType t) const {
+    return t == DType::BF16 && !bf16Grids[static_cast<size_t>(GemmLayout::ABt)].empty();
+  }
   void setGemmRates(const std::vector<ShapeRate>& rows);
   // How attention's kernel treats each head's T x T scores. Scores: they go through the
   // device's memory, written and read back in the compute type (EPL's CUDA kernel, and the
@@ -132,8 +140,9 @@ struct Cluster {
   // The cluster as np ranks of one plan see it: a calibrated machine's ranks share its
   // cores (threads a rank as `epl run` gives them) and its memory bandwidth, each
   // reaching the measured rates in full (efficiencies 1), and no collective hides behind
-  // compute. Others are as they are.
-  Cluster forRanks(int np) const;
+  // compute. Others are as they are. `threads` > 0: each rank runs that many threads (`epl
+  // run --threads`), sharing the cores where np x threads exceeds them.
+  Cluster forRanks(int np, int threads = 0) const;
   // The link a group of ranks uses: between nodes when its ranks (consecutive ones, a
   // node's devicesPerNode at a time) span more than one node.
   const Link& linkFor(int firstRank, int lastRank) const {

@@ -570,6 +570,24 @@ int64_t Module::ampStagingBytes(const Program& p, int op) const {
   return 4 * floats;
 }
 
+int64_t Module::ampStagedBytes(const Program& p, int op, bool direct) const {
+  const Op& o = ops[op];
+  const Op& fwd = o.phase == Phase::Backward ? ops[o.forward] : o;
+  bool asIs = direct && (fwd.kind == OpKind::Linear || fwd.kind == OpKind::Mlp ||
+                         fwd.kind == OpKind::Attention);
+  if (!asIs || stored.empty() || o.phase == Phase::Optimizer) return ampStagingBytes(p, op);
+  int64_t bytes = 0;
+  for (int t : o.outputs)
+    if (t >= 0 && isHalf(storedDtype(t))) bytes += 2 * bytesOn(p, t);
+  for (int q : o.params) {
+    int64_t n = 1;
+    for (int64_t d : localParamShape(p, q))
+      n *= d;
+    bytes += 2 * n;
+  }
+  return bytes;
+}
+
 bool Module::zeroShardsGradients() const {
   if (policy.zero < ZeroStage::Gradients || optimizerStates() == 0 || buckets.empty() ||
       !splitPiecesShared())

@@ -359,6 +359,11 @@ struct Module {
   // of its half-precision tensors and of the weights it rounds (cpu/HalfStorage.cpp's
   // layout: each copy padded to 16 floats), 0 without amp.
   int64_t ampStagingBytes(const Program& p, int op) const;
+  // The bytes of those copies a device writes when its products read the half type as it
+  // is (`direct`, backend/HalfStaging.h): linear's, mlp's and attention's tensor inputs then
+  // reach the kernel as stored (an estimate: their saved tensors are still copied), and
+  // their weights are rounded into half the room.
+  int64_t ampStagedBytes(const Program& p, int op, bool direct) const;
   int64_t bytesOn(const Program& p, int t) const;
   // What a Run of communication op `op` moves on p's rank over its split group, following
   // each op's transpose in the backward: all-reduce <-> identity, all-gather <-> slice.

@@ -114,6 +114,12 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c, const Clu
       }
       // Its kernel's scratch (im2col columns, mlp's hidden rows…), written and read back.
       bytes += 2.0 * static_cast<double>(m.workspaceBytes(p, in.op));
+      // On a calibrated machine (EPL's CPU device), amp's f32 copies, written (the kernel
+      // reads them back from cache, right after): not of the inputs its products read in
+      // bf16 as they are (a CPU with bf16 kernels). A GPU's model follows the fused kernels
+      // it was fitted to, which make no copies.
+      if (c.calibration)
+        bytes += static_cast<double>(m.ampStagedBytes(p, in.op, d.readsHalf(compute)));
       bytes += attentionScoreBytes(m, p, d, in, compute);
       // Each product at the rate of its shape; a split backward's part makes half of them.
       bool backward = o.phase == Phase::Backward;

@@ -400,7 +400,8 @@ TEST_CASE("a calibrated GEMM rate: the grid's at its points, between them in log
             "gemm_by_shape": {"1": [[16, 16, 16]]}}})",
       "here.json", error));
   CHECK(error == "here.json: calibration.gemm_by_shape: `1`: not a thread count and [m, n, k, "
-                 "FLOP/s, layout] rows of positive numbers and \"ABt\", \"AB\" or \"AtB\"");
+                 "FLOP/s, layout, type] rows of positive numbers, \"ABt\", \"AB\" or "
+                 "\"AtB\", and \"f32\" or \"bf16\"");
 }
 
 TEST_CASE("a calibrated GEMM rate comes from its layout's grid, else from A B^T's") {
@@ -432,7 +433,43 @@ TEST_CASE("a calibrated GEMM rate comes from its layout's grid, else from A B^T'
             "gemm_by_shape": {"1": [[16, 16, 16, 1e9, "BtA"]]}}})",
       "here.json", error));
   CHECK(error == "here.json: calibration.gemm_by_shape: `1`: not a thread count and [m, n, k, "
-                 "FLOP/s, layout] rows of positive numbers and \"ABt\", \"AB\" or \"AtB\"");
+                 "FLOP/s, layout, type] rows of positive numbers, \"ABt\", \"AB\" or "
+                 "\"AtB\", and \"f32\" or \"bf16\"");
+}
+
+TEST_CASE("bf16 products take the calibration's bf16 grid, else the f32 one") {
+  // A CPU that multiplies bf16 as it is (AMX) has bf16 rows; one that widens it runs amp's
+  // products in f32, at the f32 grid's rates.
+  std::string error;
+  const char* withBf16 =
+      R"({"devices_per_node": 1, "device": {"memory_bytes": 1e9, "memory_bandwidth": 1e10,
+          "peak_flops": {"f32": 1e11}}, "intra_node": {"bandwidth": 1e9, "latency": 1e-6},
+          "calibration": {"cores": 1, "gemm_flops": {"1": 5e10}, "memory_bandwidth": {"1": 1e10},
+            "gemm_by_shape": {"1": [[16, 16, 16, 1e9, "ABt"], [64, 64, 64, 4e9, "ABt"],
+                                    [16, 16, 16, 5e9, "ABt", "bf16"],
+                                    [64, 64, 64, 2e10, "ABt", "bf16"]]}}})";
+  auto c = epl::ir::parseCluster(withBf16, "here.json", error);
+  INFO(error);
+  REQUIRE(c);
+  Cluster one = c->forRanks(1);
+  using epl::ir::DType;
+  using epl::ir::GemmLayout;
+  CHECK(one.device.matmulRate({64, 64, 64, 1}, DType::F32) == Approx(4e9));
+  CHECK(one.device.matmulRate({64, 64, 64, 1}, DType::BF16) == Approx(2e10));
+  CHECK(one.device.matmulRate({16, 16, 16, 1, GemmLayout::AtB}, DType::BF16) == Approx(5e9));
+  CHECK(one.device.matmulRate({64, 64, 64, 1}, DType::F16) == Approx(4e9));
+  std::string f32Only = withBf16;
+  size_t bf16Rows = f32Only.rfind(',', f32Only.find("[16, 16, 16, 5e9"));
+  f32Only.replace(bf16Rows, std::string::npos, "]}}}");
+  auto widened = epl::ir::parseCluster(f32Only, "here.json", error);
+  REQUIRE(widened);
+  CHECK(widened->forRanks(1).device.matmulRate({64, 64, 64, 1}, DType::BF16) == Approx(4e9));
+  CHECK_FALSE(epl::ir::parseCluster(
+      R"({"devices_per_node": 1, "device": {"memory_bytes": 1, "memory_bandwidth": 1,
+          "peak_flops": {"f32": 1}}, "intra_node": {"bandwidth": 1, "latency": 1},
+          "calibration": {"cores": 1, "gemm_flops": {"1": 1}, "memory_bandwidth": {"1": 1},
+            "gemm_by_shape": {"1": [[16, 16, 16, 1e9, "ABt", "i32"]]}}})",
+      "here.json", error));
 }
 
 TEST_CASE("a cost-only plan predicts what the plan of every rank predicts") {

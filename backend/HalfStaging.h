@@ -26,7 +26,8 @@ int64_t stagingFloats(const KernelCall& c);
 
 // The inputs (bit i: in[i]) that the call's kernel reads only as operands of its products
 // (and of column sums): where the device multiplies half precision as it is stored, these
-// need no f32 copy. Linear and mlp; 0 for the other kinds.
+// need no f32 copy. Linear, mlp and attention (its projections and its saved context); 0
+// for the other kinds.
 uint64_t productInputs(const KernelCall& c);
 
 // productInputs(c) where the call computes under amp (its weights cast to a half type t),

@@ -108,7 +108,7 @@ dnnl::matmul::primitive_desc bf16Matmul(bool transA, bool transB, int64_t m, int
 
 void bf16Gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const void* a,
               int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (k == 0) { // no terms: C = beta C, as sgemm gives (a matmul of K = 0 is refused)
+  if (k == 0) { // no terms: C = beta C, as sgemm gives it
     for (int64_t r = 0; r < m; ++r)
       for (int64_t j = 0; j < n; ++j)
         c[r * ldc + j] = beta == 0.f ? 0.f : beta * c[r * ldc + j];

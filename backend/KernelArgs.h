@@ -29,6 +29,25 @@ struct GradOut {
 };
 GradOut gradOut(const KernelCall& c, size_t i);
 
+// An operand of a product: f32, or (amp) bf16 or IEEE half that the product reads as it is
+// stored (HalfStaging.h, directInputs). Both operands of a product have one type; a half
+// product's multiplications are exact in f32 and its sums are f32, so it differs from the
+// f32 product of the widened operands only by the order of its additions.
+struct Operand {
+  const void* p = nullptr;
+  ir::DType type = ir::DType::F32;
+  Operand(const float* f) : p(f) {} // NOLINT: a float array is an f32 operand
+  Operand(const void* data, ir::DType t) : p(data), type(t) {}
+  // The operand from element `elements` on.
+  Operand at(int64_t elements) const {
+    return {static_cast<const char*>(p) + elements * (type == ir::DType::F32 ? 4 : 2), type};
+  }
+};
+// A view as an operand: f32, or half where the call reads it as it is.
+inline Operand operandOf(const TensorView& v) {
+  return {v.data, v.dtype};
+}
+
 // The call has as many inputs and outputs as its op's layout gives (ir::callArity).
 void expectArity(const KernelCall& c);
 

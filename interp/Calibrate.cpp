@@ -51,7 +51,7 @@ double gemmShapeRate(int64_t m, int64_t n, int64_t k, double seconds,
   // 0.5 and 0.25 in bf16.
   std::vector<uint16_t> ah(type == ir::DType::BF16 ? a.size() : 0, 0x3f00),
       bh(type == ir::DType::BF16 ? b.size() : 0, 0x3e80);
-  using backend::cpu::Operand;
+  using backend::Operand;
   Operand oa = ah.empty() ? Operand(a.data()) : Operand(ah.data(), type);
   Operand ob = bh.empty() ? Operand(b.data()) : Operand(bh.data(), type);
   bool transA = layout == ir::GemmLayout::AtB, transB = layout == ir::GemmLayout::ABt;

@@ -253,10 +253,6 @@ void gemmImpl(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float a
 
 } // namespace
 
-Operand operandOf(const TensorView& v) {
-  return {v.data, v.dtype};
-}
-
 bool productsRead(ir::DType t) {
   static const bool bf16 = bf16Kernels();
   return t == ir::DType::F32 || (t == ir::DType::BF16 && bf16);

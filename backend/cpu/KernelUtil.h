@@ -16,22 +16,6 @@
 
 namespace epl::backend::cpu {
 
-// An operand of a product: f32, or (amp) bf16 that the product reads as it is stored. Both
-// operands of a product have one type; a bf16 product's multiplications are exact in f32
-// and its sums are f32, so it differs from the f32 product of the widened operands only
-// by the order of its additions.
-struct Operand {
-  const void* p = nullptr;
-  ir::DType type = ir::DType::F32;
-  Operand(const float* f) : p(f) {} // NOLINT: a float array is an f32 operand
-  Operand(const void* data, ir::DType t) : p(data), type(t) {}
-  // The operand from element `elements` on.
-  Operand at(int64_t elements) const {
-    return {static_cast<const char*>(p) + elements * (type == ir::DType::F32 ? 4 : 2), type};
-  }
-};
-// A view as an operand: f32, or bf16 where the call reads it directly (directProducts).
-Operand operandOf(const TensorView& v);
 // Whether gemm multiplies operands of type t as they are (bf16 through oneDNN's matmul,
 // where oneDNN has a kernel for this CPU that is not its reference code); f32 always.
 bool productsRead(ir::DType t);

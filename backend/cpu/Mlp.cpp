@@ -88,10 +88,7 @@ void mlpBackward(const KernelCall& c) {
   if (GradOut db1 = gradOut(c, 2)) columnSum(da, n, f, db1);
   // dL/dh rounded for the two products that read it: into a (free now) where they read
   // the half type as it is, else in place.
-  Operand dh = asIs ? Operand(a, dy.type) : Operand(da);
-  roundHidden(half, asIs, asIs ? a : da, 0, n * f, [&](int64_t at, int64_t len, float* to) {
-    if (to != da + at) std::copy(da + at, da + at + len, to);
-  });
+  Operand dh = ir::isHalf(half) ? roundedOperand(half, asIs, da, n * f, a) : Operand(da);
   if (GradOut dw1 = gradOut(c, 1))
     gemm(true, false, f, d, n, 1.f, dh, f, operandOf(x), d, dw1.beta(), dw1.p, d);
   if (GradOut dx = gradOut(c, 0))

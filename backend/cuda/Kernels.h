@@ -55,17 +55,6 @@ void launchStaged(const KernelCall& c, const Ctx& ctx, Scratch& staging,
 // product that reads the half type).
 void roundInPlace(const Ctx& ctx, ir::DType t, float* x, int64_t n);
 
-// An operand of a product: f32, or (amp) bf16 or IEEE half that the product reads as it is
-// stored (backend/HalfStaging.h, directInputs), as on the CPU (backend/cpu/KernelUtil.h).
-struct Operand {
-  const void* p = nullptr;
-  ir::DType type = ir::DType::F32;
-  Operand(const float* f) : p(f) {} // NOLINT: a float array is an f32 operand
-  Operand(const void* data, ir::DType t) : p(data), type(t) {}
-};
-inline Operand operandOf(const TensorView& v) {
-  return {v.data, v.dtype};
-}
 // The n f32 values x a kernel computed, as the operand of products that read the half type
 // t: rounded into `half` (room for n values of t, device memory) where the products read t
 // as it is (`asIs`), else rounded in place.

@@ -51,8 +51,8 @@ double relativeError(const std::vector<float>& a, const std::vector<float>& b) {
 } // namespace
 
 TEST_CASE("bf16 products match the f32 products of the widened operands") {
+  using epl::backend::Operand;
   using epl::backend::cpu::gemm;
-  using epl::backend::cpu::Operand;
   if (!epl::backend::cpu::productsRead(DType::BF16)) {
     WARN("this CPU (or build) has no bf16 kernels in oneDNN: amp widens to f32 here");
     return;

@@ -40,17 +40,20 @@ void onFault(int sig) {
   std::raise(sig);
 }
 
+// The handler is set again by each guarded device: something else may have replaced it since
+// an earlier one (a test harness restores its own after each test).
 void installFaultMessage() {
-  static bool done = false;
-  if (done) return;
-  done = true;
-  void* frame = nullptr;
-  backtrace(&frame, 1); // loads what backtrace needs now, not inside the handler
-  static char stack[64 * 1024];
-  stack_t ss{};
-  ss.ss_sp = stack;
-  ss.ss_size = sizeof stack;
-  sigaltstack(&ss, nullptr);
+  static bool ready = false;
+  if (!ready) {
+    ready = true;
+    void* frame = nullptr;
+    backtrace(&frame, 1); // loads what backtrace needs now, not inside the handler
+    static char stack[64 * 1024];
+    stack_t ss{};
+    ss.ss_sp = stack;
+    ss.ss_size = sizeof stack;
+    sigaltstack(&ss, nullptr);
+  }
   struct sigaction sa {};
   sa.sa_handler = onFault;
   sa.sa_flags = SA_ONSTACK;

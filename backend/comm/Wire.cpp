@@ -29,18 +29,6 @@ uint32_t roundNearestEven(uint32_t r, uint32_t rest, uint32_t half) {
 
 } // namespace
 
-uint16_t toBf16(float x) {
-  uint32_t u = bitsOf(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u); // NaN
-  // bf16 is the top half of f32: round the low 16 bits away (a carry may reach infinity,
-  // which is the correctly rounded result).
-  return static_cast<uint16_t>(roundNearestEven(u >> 16, u & 0xffffu, 0x8000u));
-}
-
-float fromBf16(uint16_t h) {
-  return floatOf(static_cast<uint32_t>(h) << 16);
-}
-
 // Steps, on |x| (the sign is copied):
 //   1. NaN and infinity map to themselves; values at or above 65520 (halfway between the
 //      largest half, 65504, and 2^16, rounding to even) overflow to infinity;

@@ -13,7 +13,6 @@
 #include "support/Assert.h"
 
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 
 namespace epl::backend::cpu {
@@ -27,33 +26,13 @@ WireType wireOf(ir::DType t) {
   return t == ir::DType::BF16 ? WireType::BF16 : WireType::F16;
 }
 
-// bf16's conversions, the same bits as wire::toBf16 and fromBf16, written so the loops over
-// them vectorise (no call, no branch): amp converts every half tensor a kernel touches, and
-// the wire's scalar calls took a third of the char GPT's amp step.
-inline uint16_t bf16Of(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  // Nearest even: the low 16 bits carry into the kept ones above 0x8000, and at 0x8000
-  // when the kept half is odd. A NaN keeps its top bits and becomes quiet.
-  uint32_t rounded = (u + 0x7fffu + (u >> 16 & 1u)) >> 16;
-  uint32_t nan = u >> 16 | 0x0040u;
-  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
-}
-
-inline float floatOfBf16(uint16_t h) {
-  uint32_t u = static_cast<uint32_t>(h) << 16;
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
-
 void widen(ir::DType t, const void* src, float* dst, int64_t n) {
   const uint16_t* h = static_cast<const uint16_t*>(src);
   parallelFor(n, kGrain, [&](int64_t a, int64_t b) {
     if (t != ir::DType::BF16) return wire::decode(wireOf(t), h + a, dst + a, b - a, 1.f);
 #pragma omp simd
     for (int64_t i = a; i < b; ++i)
-      dst[i] = floatOfBf16(h[i]);
+      dst[i] = wire::fromBf16(h[i]);
   });
 }
 
@@ -63,7 +42,7 @@ void narrow(ir::DType t, const float* src, void* dst, int64_t n) {
     if (t != ir::DType::BF16) return wire::encode(wireOf(t), src + a, h + a, b - a, 1.f);
 #pragma omp simd
     for (int64_t i = a; i < b; ++i)
-      h[i] = bf16Of(src[i]);
+      h[i] = wire::toBf16(src[i]);
   });
 }
 
@@ -73,7 +52,7 @@ void round(ir::DType t, const float* src, float* dst, int64_t n) {
     if (t == ir::DType::BF16) {
 #pragma omp simd
       for (int64_t i = a; i < b; ++i)
-        dst[i] = floatOfBf16(bf16Of(src[i]));
+        dst[i] = wire::fromBf16(wire::toBf16(src[i]));
     } else {
       for (int64_t i = a; i < b; ++i)
         dst[i] = wire::fromF16(wire::toF16(src[i]));
@@ -118,7 +97,8 @@ Operand roundedOperand(ir::DType t, bool asIs, float* x, int64_t n, void* half) 
 
 void launchStaged(const KernelCall& c, void (*run)(const KernelCall&)) {
   int64_t floats = stagingFloats(c);
-  // Linear and mlp multiply bf16 as it is where oneDNN can (KernelUtil.h, productsRead).
+  // Linear, mlp and attention multiply bf16 as it is where oneDNN can (KernelUtil.h,
+  // productsRead).
   uint64_t direct = directInputs(c, productsRead);
   KernelCall f = stagedCall(c, plannedStaging(c, floats) ? c.workspace : stagingBuffer(floats),
                             widen, round, narrow, direct);

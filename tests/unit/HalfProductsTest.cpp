@@ -274,6 +274,8 @@ TEST_CASE("attention under amp: the same with products on bf16 as on f32 copies"
 }
 
 TEST_CASE("the CPU's bf16 rounding is the wire's, bit for bit") {
+  // amp's vectorised, parallel loops (narrowTo, roundTo) against the scalar conversion,
+  // which tests/comm/WireTest.cpp checks against nearest-even rounding itself.
   // Every top half with the low halves that decide a rounding: exact, just above, just
   // below, at and past the tie, and all ones (NaNs, infinities and the carry into them).
   std::vector<float> x;

@@ -5,6 +5,7 @@
 namespace epl::backend {
 
 bool needsStaging(const KernelCall& c) {
+  if (ir::halfAsStored(c.kind)) return false; // its kernels convert as they go
   if (c.castParams != ir::DType::F32 && c.paramCount > 0) return true;
   for (const auto* views : {&c.in, &c.out})
     for (const TensorView& v : *views)

@@ -55,7 +55,11 @@ GradOut gradOut(const KernelCall& c, size_t i) {
   const TensorView& t = c.out[i];
   if (!t.data) return {};
   EPL_ASSERT(t.dtype == ir::DType::F32, "gradients are f32");
-  return GradOut{t.f32(), i < c.accumulate.size() && c.accumulate[i]};
+  return GradOut{t.f32(), accumulates(c, i)};
+}
+
+bool accumulates(const KernelCall& c, size_t i) {
+  return i < c.accumulate.size() && c.accumulate[i];
 }
 
 void expectArity(const KernelCall& c) {

@@ -28,6 +28,8 @@ struct GradOut {
   EPL_HOST_DEVICE void put(int64_t i, float v) const { p[i] = acc ? p[i] + v : v; }
 };
 GradOut gradOut(const KernelCall& c, size_t i);
+// Whether the call adds into its output i (a gradient) instead of overwriting it.
+bool accumulates(const KernelCall& c, size_t i);
 
 // An operand of a product: f32, or (amp) bf16 or IEEE half that the product reads as it is
 // stored (HalfStaging.h, directInputs). Both operands of a product have one type; a half

@@ -553,13 +553,13 @@ double Module::forwardFlopsPerSample() const {
 
 int64_t Module::ampStagingBytes(const Program& p, int op) const {
   const Op& o = ops[op];
-  if (stored.empty() || o.phase == Phase::Optimizer) return 0;
+  const Op& fwd = o.phase == Phase::Backward ? ops[o.forward] : o;
+  if (stored.empty() || o.phase == Phase::Optimizer || halfAsStored(fwd.kind)) return 0;
   auto padded = [](int64_t floats) { return (floats + 15) / 16 * 16; };
   int64_t floats = 0;
   for (const std::vector<int>* list : {&o.inputs, &o.outputs})
     for (int t : *list)
       if (t >= 0 && isHalf(storedDtype(t))) floats += padded(bytesOn(p, t) / 2);
-  const Op& fwd = o.phase == Phase::Backward ? ops[o.forward] : o;
   if (castsWeights(fwd.kind))
     for (int q : o.params) {
       int64_t n = 1;

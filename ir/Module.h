@@ -355,9 +355,10 @@ struct Module {
   double forwardFlopsPerSample() const;
   // Tokens a sample holds for token data (`tokens(…)`, `text(…)`): its window; else 0.
   int64_t tokensPerSample() const;
-  // amp on the CPU device: the bytes of the f32 copies a run of op `op` on p's rank makes
-  // of its half-precision tensors and of the weights it rounds (cpu/HalfStorage.cpp's
-  // layout: each copy padded to 16 floats), 0 without amp.
+  // amp: the bytes of the f32 copies a run of op `op` on p's rank makes of its
+  // half-precision tensors and of the weights it rounds (backend/HalfStaging.h's layout:
+  // each copy padded to 16 floats); 0 without amp, and for the ops whose kernels read and
+  // write half precision as stored (OpInfo::halfAsStored).
   int64_t ampStagingBytes(const Program& p, int op) const;
   // The bytes of those copies a device writes when its products read the half type as it
   // is (`direct`, backend/HalfStaging.h): linear's, mlp's and attention's tensor inputs then

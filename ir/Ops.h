@@ -193,6 +193,10 @@ struct OpInfo {
   // (linear, conv2d, mlp, attention, the experts); norms, embeddings and routers read
   // theirs as they are.
   bool castsWeights = false;
+  // amp: its kernels (on every device) read and write half-precision tensors as they are
+  // stored, converting each element as they go: the call makes no f32 copies
+  // (backend/HalfStaging.h, Module::ampStagingBytes).
+  bool halfAsStored = false;
 
   // The op's tensor inputs: the required tensors, and the optional ones `attrs` say are
   // given (ArgSpec::required).
@@ -271,6 +275,9 @@ inline int64_t convGroup(int64_t ckk, int64_t plane, int64_t batch) {
 }
 inline bool castsWeights(OpKind k) {
   return opInfo(k).castsWeights;
+}
+inline bool halfAsStored(OpKind k) {
+  return opInfo(k).halfAsStored;
 }
 double floatAttr(const Attrs& a, const std::string& key);
 std::string attrStr(const Attr& a);

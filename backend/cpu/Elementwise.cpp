@@ -1,5 +1,7 @@
 // Elementwise ops: add, sub, mul with NumPy broadcasting (either operand may broadcast),
-// scale, flatten/reshape (a copy) and transpose of two dims.
+// scale, flatten/reshape (a copy) and transpose of two dims. Under amp, add reads and
+// writes its half-precision tensors as they are stored, a run at a time through f32
+// (f32Run, outRun): the same bits as on widened copies.
 //
 // Shape legend: R rows and K columns of a collapsed broadcast; A, M, N the dims around two
 // transposed ones ([A, I, M, J, N] -> [A, J, M, I, N]).
@@ -15,6 +17,10 @@ namespace epl::backend::cpu {
 namespace {
 
 enum class BinOp { Add, Sub, Mul };
+
+// Elements a thread converts at a time where a kernel reads or writes half precision as
+// stored: three runs of f32 in its L1 cache.
+constexpr int64_t kRun = 1024;
 
 // out = a op b as a loop nest (KernelShapes.h), the innermost loop as long as possible.
 using Nest = BroadcastNest;
@@ -76,6 +82,38 @@ void broadcastBinary(BinOp op, const T* a, const std::vector<int64_t>& as, const
       T* yr = y + r * k;
       auto st = [&](int64_t j, T v) { yr[j] = acc ? yr[j] + v : v; };
       innerRow(op, a + oa, sa, b + ob, sb, k, st);
+    }
+  });
+}
+
+// y = a op b like broadcastBinary, where a, b and y may each be f32 or half precision:
+// each inner row (or piece of one long row) converted on its thread.
+void broadcastStored(BinOp op, const TensorView& a, const TensorView& b, const TensorView& y) {
+  Nest n = broadcastNest(y.shape, a.shape, b.shape);
+  int64_t k = n.dims.back(), rows = 1;
+  for (size_t i = 0; i + 1 < n.dims.size(); ++i)
+    rows *= n.dims[i];
+  int64_t sa = n.sa.back(), sb = n.sb.back();
+  // Elements [j0, j1) of the inner row whose operands start at oa and ob, y's at oy, in
+  // runs that stay in the core's cache.
+  auto run = [&](int64_t oa, int64_t ob, int64_t oy, int64_t j0, int64_t j1) {
+    float* t = scratch(11, 3 * kRun);
+    for (int64_t i = j0; i < j1; i += kRun) {
+      int64_t len = std::min(kRun, j1 - i);
+      const float* pa = f32Run(a, oa + i * sa, sa ? len : 1, t);
+      const float* pb = f32Run(b, ob + i * sb, sb ? len : 1, t + kRun);
+      GradOut out = outRun(y, false, oy + i, len, t + 2 * kRun);
+      innerRow(op, pa, sa, pb, sb, len, [&](int64_t j, float v) { out.p[j] = v; });
+      storeRun(y, oy + i, len, out);
+    }
+  };
+  if (rows == 1)
+    return parallelFor(k, kParallelMin, [&](int64_t lo, int64_t hi) { run(0, 0, 0, lo, hi); });
+  parallelFor(rows, rowGrain(k), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      int64_t oa, ob;
+      rowOffsets(n, r, oa, ob);
+      run(oa, ob, r * k, 0, k);
     }
   });
 }
@@ -148,16 +186,51 @@ void binaryGrad(const KernelCall& c, BinOp op, int i) {
   reduceTo(src, dy.shape, dx, x.shape, alpha);
 }
 
+// add's gradient for operand i (in = [dy, a, b, y], out = [da, db]) where dy or the
+// gradient is half precision (amp): dy as it is, or summed over the dims the operand
+// broadcasts along (dy widened whole, into the sums' f32 copy: a broadcast operand is
+// small and rare, `positions`).
+void addGradStored(const KernelCall& c, int i) {
+  const TensorView &dy = c.in[0], &x = c.in[1 + i], &dx = c.out[i];
+  if (!dx.data) return;
+  bool acc = accumulates(c, i);
+  int64_t n = dy.numel();
+  if (sameShape(x.shape, dy.shape))
+    return parallelFor(n, kParallelMin, [&](int64_t lo, int64_t hi) {
+      float* t = scratch(11, 2 * kRun);
+      for (int64_t i = lo; i < hi; i += kRun) {
+        int64_t len = std::min(kRun, hi - i);
+        const float* g = f32Run(dy, i, len, t);
+        GradOut out = outRun(dx, acc, i, len, t + kRun);
+        for (int64_t j = 0; j < len; ++j)
+          out.put(j, g[j]);
+        storeRun(dx, i, len, out);
+      }
+    });
+  int64_t m = x.numel();
+  GradOut sums = outRun(dx, acc, 0, m, scratch(3, m));
+  reduceTo(f32Run(dy, 0, n, scratch(5, n)), dy.shape, sums, x.shape, 1.f);
+  storeRun(dx, 0, m, sums);
+}
+
+bool anyHalf(const std::vector<TensorView>& views) {
+  return std::any_of(views.begin(), views.end(),
+                     [](const TensorView& v) { return v.data && ir::isHalf(v.dtype); });
+}
+
 void binary(const KernelCall& c, BinOp op) {
+  bool half = anyHalf(c.in) || anyHalf(c.out);
+  EPL_ASSERT(!half || op == BinOp::Add, "of the elementwise ops, add takes half precision");
   if (!c.backward) {
     const TensorView &a = c.in[0], &b = c.in[1], &y = c.out[0];
     if (y.dtype == ir::DType::I32)
       return broadcastBinary(op, a.i32(), a.shape, b.i32(), b.shape, y.i32(), y.shape, false);
+    if (half) return broadcastStored(op, a, b, y);
     EPL_ASSERT(y.dtype == ir::DType::F32, "elementwise ops take f32 or i32");
     return broadcastBinary(op, a.f32(), a.shape, b.f32(), b.shape, y.f32(), y.shape, false);
   }
-  binaryGrad(c, op, 0);
-  binaryGrad(c, op, 1);
+  for (int i = 0; i < 2; ++i)
+    half ? addGradStored(c, i) : binaryGrad(c, op, i);
 }
 
 // out[a, j, m, i, n] = in[a, i, m, j, n] for shape in = [A, I, M, J, N].

@@ -26,24 +26,34 @@ WireType wireOf(ir::DType t) {
   return t == ir::DType::BF16 ? WireType::BF16 : WireType::F16;
 }
 
+// n values of the half type t widened to f32 (bf16 as one vector loop), on this thread.
+void widenRun(ir::DType t, const uint16_t* h, float* dst, int64_t n) {
+  if (t != ir::DType::BF16) return wire::decode(wireOf(t), h, dst, n, 1.f);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i)
+    dst[i] = wire::fromBf16(h[i]);
+}
+
+// n f32 values rounded to the half type t, on this thread.
+void narrowRun(ir::DType t, const float* src, uint16_t* h, int64_t n) {
+  if (t != ir::DType::BF16) return wire::encode(wireOf(t), src, h, n, 1.f);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i)
+    h[i] = wire::toBf16(src[i]);
+}
+
 void widen(ir::DType t, const void* src, float* dst, int64_t n) {
   const uint16_t* h = static_cast<const uint16_t*>(src);
-  parallelFor(n, kGrain, [&](int64_t a, int64_t b) {
-    if (t != ir::DType::BF16) return wire::decode(wireOf(t), h + a, dst + a, b - a, 1.f);
-#pragma omp simd
-    for (int64_t i = a; i < b; ++i)
-      dst[i] = wire::fromBf16(h[i]);
-  });
+  parallelFor(n, kGrain, [&](int64_t a, int64_t b) { widenRun(t, h + a, dst + a, b - a); });
 }
 
 void narrow(ir::DType t, const float* src, void* dst, int64_t n) {
   uint16_t* h = static_cast<uint16_t*>(dst);
-  parallelFor(n, kGrain, [&](int64_t a, int64_t b) {
-    if (t != ir::DType::BF16) return wire::encode(wireOf(t), src + a, h + a, b - a, 1.f);
-#pragma omp simd
-    for (int64_t i = a; i < b; ++i)
-      h[i] = wire::toBf16(src[i]);
-  });
+  parallelFor(n, kGrain, [&](int64_t a, int64_t b) { narrowRun(t, src + a, h + a, b - a); });
+}
+
+uint16_t* halves(const TensorView& v) {
+  return static_cast<uint16_t*>(v.data);
 }
 
 // dst = src rounded to the half type t and back.
@@ -84,6 +94,36 @@ void narrowTo(ir::DType t, const float* src, void* dst, int64_t n) {
 
 void roundTo(ir::DType t, float* x, int64_t n) {
   round(t, x, x, n);
+}
+
+const float* f32Run(const TensorView& v, int64_t at, int64_t n, float* tmp) {
+  if (v.dtype == ir::DType::F32) return v.f32() + at;
+  widenRun(v.dtype, halves(v) + at, tmp, n);
+  return tmp;
+}
+
+float f32At(const TensorView& v, int64_t i) {
+  if (v.dtype == ir::DType::F32) return v.f32()[i];
+  float f;
+  widenRun(v.dtype, halves(v) + i, &f, 1);
+  return f;
+}
+
+void storeAt(const TensorView& v, int64_t i, float f) {
+  if (v.dtype == ir::DType::F32)
+    v.f32()[i] = f;
+  else
+    narrowRun(v.dtype, &f, halves(v) + i, 1);
+}
+
+GradOut outRun(const TensorView& v, bool acc, int64_t at, int64_t n, float* tmp) {
+  if (v.dtype == ir::DType::F32) return {v.f32() + at, acc};
+  if (acc) widenRun(v.dtype, halves(v) + at, tmp, n);
+  return {tmp, acc};
+}
+
+void storeRun(const TensorView& v, int64_t at, int64_t n, const GradOut& run) {
+  if (v.dtype != ir::DType::F32) narrowRun(v.dtype, run.p, halves(v) + at, n);
 }
 
 Operand roundedOperand(ir::DType t, bool asIs, float* x, int64_t n, void* half) {

@@ -408,7 +408,7 @@ struct ScratchSlot {
   int64_t capacity = 0;
 };
 
-constexpr int kScratchSlots = 11;
+constexpr int kScratchSlots = 14;
 
 } // namespace
 

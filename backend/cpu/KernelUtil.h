@@ -65,6 +65,20 @@ void roundTo(ir::DType t, float* x, int64_t n);
 // t (amp): narrowed into `half` (room for n values of t) where the products read t as it
 // is (`asIs`), else rounded in place.
 Operand roundedOperand(ir::DType t, bool asIs, float* x, int64_t n, void* half);
+// amp, in the kernels that read and write half-precision views as they are stored
+// (ir::OpInfo::halfAsStored): runs of a view's elements converted on the calling thread,
+// in cache, in place of the call's f32 copies. f32 views pass as they are.
+// Elements [at, at + n) of v as f32: v's own floats, or (bf16, IEEE half) widened into tmp.
+const float* f32Run(const TensorView& v, int64_t at, int64_t n, float* tmp);
+// Element i of v as f32; and set to f (rounded to v's type).
+float f32At(const TensorView& v, int64_t i);
+void storeAt(const TensorView& v, int64_t i, float f);
+// Where a kernel puts elements [at, at + n) of output v (acc: adding into them) in f32,
+// indexed from `at`: v's own floats, or (half precision) tmp, holding v's values where it
+// adds; storeRun then rounds tmp into v (nothing for an f32 view). The same bits as the
+// f32 kernel on widened copies.
+GradOut outRun(const TensorView& v, bool acc, int64_t at, int64_t n, float* tmp);
+void storeRun(const TensorView& v, int64_t at, int64_t n, const GradOut& run);
 // memmove and memset, in pieces over the pool where they are large (and, for a copy, the
 // two do not overlap): one thread leaves a large copy at one core's bandwidth.
 void copyBytes(void* dst, const void* src, int64_t bytes);
@@ -78,7 +92,7 @@ void zeroUnlessAcc(const GradOut& dst, int64_t n);
 
 // A grow-only buffer per slot and thread, so hot kernels do not page-fault fresh memory on
 // every call. Slots keep buffers that are live at the same time apart: kernels use 0 to 6,
-// sumDouble uses 7, gemm 8 and 9, columnSum 10.
+// sumDouble uses 7, gemm 8 and 9, columnSum 10, the runs of half-precision views 11 to 13.
 float* scratch(int slot, int64_t n);
 // Floats [at, at + n) of the call's workspace (its layout is Module::workspaceBytes'), or
 // scratch slot `slot` when the call has none.

@@ -1,7 +1,9 @@
 // layer_norm and rms_norm over the last dim. Rows run in parallel; the weight and bias
 // gradients sum fixed blocks of rows into partials, then add the partials in block order,
 // so they do not depend on the thread count. batch_norm: channels run in parallel, each
-// summed in one fixed order (in double).
+// summed in one fixed order (in double). Under amp, layer_norm reads and writes its
+// half-precision tensors as they are stored, a row at a time through f32 (f32Run,
+// outRun): the same bits as on widened copies.
 //
 // Shape legend: N rows (every dim but the last), D width, P row blocks.
 #include "backend/cpu/KernelUtil.h"
@@ -44,20 +46,23 @@ void layerNormForward(const KernelCall& c) {
   const TensorView& x = c.in[0];
   int64_t d = lastDim(x), rows = rowsOf(x);
   float eps = static_cast<float>(attrFloat(c, "eps"));
-  const float *xp = x.f32(), *w = c.in[1].f32(), *b = c.in[2].f32();
-  float *y = c.out[0].f32(), *mean = c.out[1].f32(), *rstd = c.out[2].f32();
+  const float *w = c.in[1].f32(), *b = c.in[2].f32();
+  const TensorView& y = c.out[0];
   parallelFor(rows, rowGrain(d), [&](int64_t lo, int64_t hi) {
+    float *tx = scratch(11, d), *ty = scratch(12, d);
     for (int64_t r = lo; r < hi; ++r) {
-      const float* xr = xp + r * d;
+      const float* xr = f32Run(x, r * d, d, tx);
       float m = laneSum(d, [xr](int64_t j) { return xr[j]; }) / static_cast<float>(d);
       float v = laneSum(d, [xr, m](int64_t j) { return (xr[j] - m) * (xr[j] - m); });
       float rs = 1.f / std::sqrt(v / static_cast<float>(d) + eps);
-      mean[r] = m;
-      rstd[r] = rs;
-      float* yr = y + r * d;
+      storeAt(c.out[1], r, m);
+      storeAt(c.out[2], r, rs);
+      GradOut row = outRun(y, false, r * d, d, ty);
+      float* yr = row.p;
 #pragma omp simd
       for (int64_t j = 0; j < d; ++j)
         yr[j] = (xr[j] - m) * rs * w[j] + b[j];
+      storeRun(y, r * d, d, row);
     }
   });
 }
@@ -68,15 +73,17 @@ void layerNormForward(const KernelCall& c) {
 void layerNormBackward(const KernelCall& c) {
   const TensorView& x = c.in[1];
   int64_t d = lastDim(x), rows = rowsOf(x);
-  const float *dy = c.in[0].f32(), *xp = x.f32(), *w = c.in[2].f32();
-  const float *mean = c.in[5].f32(), *rstd = c.in[6].f32();
-  GradOut dx = gradOut(c, 0), outs[2] = {gradOut(c, 1), gradOut(c, 2)};
+  const float* w = c.in[2].f32();
+  const TensorView &dy = c.in[0], &dx = c.out[0];
+  bool acc = accumulates(c, 0);
+  GradOut outs[2] = {gradOut(c, 1), gradOut(c, 2)};
   auto body = [&](int64_t r0, int64_t r1, float* part) {
     float *pw = part, *pb = part + d;
+    float *tx = scratch(11, d), *tg = scratch(12, d), *to = scratch(13, d);
     std::fill(part, part + 2 * d, 0.f);
     for (int64_t r = r0; r < r1; ++r) {
-      const float *xr = xp + r * d, *gr = dy + r * d;
-      float m = mean[r], rs = rstd[r];
+      const float *xr = f32Run(x, r * d, d, tx), *gr = f32Run(dy, r * d, d, tg);
+      float m = f32At(c.in[5], r), rs = f32At(c.in[6], r);
       // The row's two sums in lanes (KernelUtil.h's order), the weight's and bias's partials
       // in the same pass.
       float lg[kLanes] = {}, lgx[kLanes] = {};
@@ -87,13 +94,15 @@ void layerNormBackward(const KernelCall& c) {
         pw[j] += gr[j] * xh;
         pb[j] += gr[j];
       });
-      if (!dx) continue;
+      if (!dx.data) continue;
       float mg = foldLanes(lg) / static_cast<float>(d),
             mgx = foldLanes(lgx) / static_cast<float>(d);
+      GradOut row = outRun(dx, acc, r * d, d, to);
       for (int64_t j = 0; j < d; ++j) {
         float xh = (xr[j] - m) * rs;
-        dx.put(r * d + j, rs * (gr[j] * w[j] - mg - xh * mgx));
+        row.put(j, rs * (gr[j] * w[j] - mg - xh * mgx));
       }
+      storeRun(dx, r * d, d, row);
     }
   };
   rowBlocks(rows, d, 2 * d, body, outs, 2);

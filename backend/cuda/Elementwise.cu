@@ -3,6 +3,8 @@
 // transpose of two dims. Broadcasting is a loop nest built on the host (the CPU's merged dims
 // and per-operand strides) and passed to the kernel by value. The gradient of an operand that
 // broadcasts sums chunks of fixed size in order, then the chunks in order: deterministic.
+// Under amp, add reads and writes its half-precision tensors as they are stored (Common.cuh's
+// Stored), as on the CPU.
 //
 // Shape legend: A, I, M, J, N the dims of a transpose ([A, I, M, J, N] -> [A, J, M, I, N]);
 // for a reduction, `keep` dims survive in the operand and `red` dims are summed away.
@@ -74,6 +76,29 @@ __global__ void binaryKernel(BinOp op, Nest n, const T* a, const T* b, T* y, boo
   }
 }
 
+// y = a op b at output element i, each tensor as stored (amp: f32 or half precision).
+__global__ void storedBinaryKernel(BinOp op, Nest n, Stored a, Stored b, Stored y, int64_t total) {
+  EPL_GRID_STRIDE(i, total) {
+    int64_t rest = i, oa = 0, ob = 0;
+    for (int d = n.rank - 1; d > 0; --d) {
+      int64_t idx = rest % n.dims[d];
+      rest /= n.dims[d];
+      oa += idx * n.sa[d];
+      ob += idx * n.sb[d];
+    }
+    oa += rest * n.sa[0];
+    ob += rest * n.sb[0];
+    y.set(i, apply(op, a[oa], b[ob]));
+  }
+}
+
+// dst (+)= src elementwise, each as stored.
+__global__ void storedCopyKernel(Stored src, StoredGrad dst, int64_t n) {
+  EPL_GRID_STRIDE(i, n) {
+    dst.put(i, src[i]);
+  }
+}
+
 // y (+)= a op b over y's shape.
 template <class T>
 void broadcastBinary(const Ctx& ctx, BinOp op, const T* a, const std::vector<int64_t>& as,
@@ -133,7 +158,9 @@ __device__ inline int64_t offsetOf(int64_t i, const int64_t* dims, const int64_t
 }
 
 // out[c, j] (+)= alpha * (sum of chunk c of dst element j's sources), out laid out [chunks, outN].
-__global__ void reduceChunksKernel(const float* src, Reduction r, float alpha, GradOut out) {
+// Src: f32 (`const float*`) or Stored; Out: GradOut or StoredGrad.
+template <class Src, class Out>
+__global__ void reduceChunksKernel(Src src, Reduction r, float alpha, Out out) {
   int64_t chunks = r.chunks();
   EPL_GRID_STRIDE(t, chunks * r.outN) {
     int64_t j = t % r.outN, ch = t / r.outN;
@@ -147,8 +174,9 @@ __global__ void reduceChunksKernel(const float* src, Reduction r, float alpha, G
 }
 
 // dst[j] (+)= alpha * sum over chunks of part[c, j], in chunk order.
+template <class Out>
 __global__ void sumChunksKernel(const float* part, int64_t chunks, int64_t outN, float alpha,
-                                GradOut dst) {
+                                Out dst) {
   EPL_GRID_STRIDE(j, outN) {
     float s = 0;
     for (int64_t ch = 0; ch < chunks; ++ch)
@@ -158,7 +186,8 @@ __global__ void sumChunksKernel(const float* part, int64_t chunks, int64_t outN,
 }
 
 // `scratch` holds r.scratchBytes().
-void reduceTo(const Ctx& ctx, const float* src, const Reduction& r, const GradOut& dst, float alpha,
+template <class Src, class Out>
+void reduceTo(const Ctx& ctx, Src src, const Reduction& r, const Out& dst, float alpha,
               void* scratch) {
   int64_t chunks = r.chunks();
   if (chunks <= 1) {
@@ -229,11 +258,45 @@ void binaryBackward(const KernelCall& c, const Ctx& ctx, BinOp op) {
   runGrad(c, ctx, grads[1], 1, scratch);
 }
 
+// add's backward where dy or a gradient is half precision (amp): each operand's gradient
+// from dy as stored, a copy or summed over the dims it broadcasts along.
+void addBackwardStored(const KernelCall& c, const Ctx& ctx) {
+  const TensorView& dy = c.in[0];
+  for (int i = 0; i < 2; ++i) {
+    StoredGrad dx = storedGrad(c, static_cast<size_t>(i));
+    if (!dx) continue;
+    const TensorView& x = c.in[1 + i];
+    if (sameShape(x.shape, dy.shape)) {
+      storedCopyKernel<<<blocksFor(dy.numel()), kThreads, 0, ctx.stream>>>(storedOf(dy), dx,
+                                                                           dy.numel());
+      checkLaunch("add backward");
+      continue;
+    }
+    Reduction r = makeReduction(dy.shape, x.shape);
+    int64_t bytes = r.scratchBytes();
+    reduceTo(ctx, storedOf(dy), r, dx, 1.f, bytes > 0 ? ctx.scratch->get(bytes) : nullptr);
+  }
+}
+
+bool anyHalf(const std::vector<TensorView>& views) {
+  for (const TensorView& v : views)
+    if (v.data && ir::isHalf(v.dtype)) return true;
+  return false;
+}
+
 void binary(const KernelCall& c, const Ctx& ctx, BinOp op) {
-  if (c.backward) return binaryBackward(c, ctx, op);
+  bool half = anyHalf(c.in) || anyHalf(c.out);
+  EPL_ASSERT(!half || op == BinOp::Add, "of the elementwise ops, add takes half precision");
+  if (c.backward) return half ? addBackwardStored(c, ctx) : binaryBackward(c, ctx, op);
   const TensorView &a = c.in[0], &b = c.in[1], &y = c.out[0];
   if (y.dtype == ir::DType::I32)
     return broadcastBinary(ctx, op, a.i32(), a.shape, b.i32(), b.shape, y.i32(), y.shape, false);
+  if (half) {
+    int64_t total = y.numel();
+    storedBinaryKernel<<<blocksFor(total), kThreads, 0, ctx.stream>>>(
+        op, makeNest(y.shape, a.shape, b.shape), storedOf(a), storedOf(b), storedOf(y), total);
+    return checkLaunch("add");
+  }
   EPL_ASSERT(y.dtype == ir::DType::F32, "elementwise ops take f32 or i32");
   broadcastBinary(ctx, op, a.f32(), a.shape, b.f32(), b.shape, y.f32(), y.shape, false);
 }

@@ -15,30 +15,6 @@ namespace epl::backend::cuda {
 
 namespace {
 
-// f32 to bf16, nearest even; a NaN stays a (quiet) NaN. Wire.cpp's toBf16.
-__device__ uint16_t toBf16(float x) {
-  uint32_t u = __float_as_uint(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
-  uint32_t kept = u >> 16, dropped = u & 0xffffu;
-  if (dropped > 0x8000u || (dropped == 0x8000u && (kept & 1u))) ++kept;
-  return static_cast<uint16_t>(kept);
-}
-
-__device__ float fromBf16(uint16_t h) {
-  return __uint_as_float(static_cast<uint32_t>(h) << 16);
-}
-
-// f32 to IEEE half, nearest even (overflow to infinity, subnormals kept); Wire.cpp's toF16
-// for every value but NaN's payload, which Wire.cpp makes 0x7e00 too.
-__device__ uint16_t toF16(float x) {
-  if (isnan(x)) return static_cast<uint16_t>((__float_as_uint(x) >> 16 & 0x8000u) | 0x7e00u);
-  return __half_as_ushort(__float2half_rn(x));
-}
-
-__device__ float fromF16(uint16_t h) {
-  return __half2float(__ushort_as_half(h));
-}
-
 __global__ void widenKernel(const uint16_t* h, float* f, int64_t n, bool bf16) {
   EPL_GRID_STRIDE(i, n) {
     f[i] = bf16 ? fromBf16(h[i]) : fromF16(h[i]);

@@ -2,7 +2,8 @@
 // with the same saved tensors (mean and rstd per row). Rows run one block each with a
 // fixed-order tree reduction; the weight and bias gradients sum blocks of kBlockRows rows
 // into partials (one thread per block and column, rows in order), then add the partials in
-// block order, so every sum is the same on every run.
+// block order, so every sum is the same on every run. Under amp, layer_norm reads and writes
+// its half-precision tensors as they are stored (Common.cuh's Stored), as on the CPU.
 //
 // Shape legend: N rows (every dim but the last), D width, P row blocks.
 #include "backend/cuda/Common.cuh"
@@ -42,43 +43,43 @@ unsigned rowBlocks(int64_t rows) {
 #define EPL_ROWS(r, rows) for (int64_t r = blockIdx.x; r < (rows); r += gridDim.x)
 #define EPL_COLS(j, d) for (int64_t j = threadIdx.x; j < (d); j += blockDim.x)
 
-// y = (x - mean) rstd w + b, rstd = 1 / sqrt(var + eps); saves mean and rstd per row.
-__global__ void layerNormKernel(const float* x, const float* w, const float* b, float eps,
-                                int64_t rows, int64_t d, float* y, float* mean, float* rstd) {
+// y = (x - mean) rstd w + b, rstd = 1 / sqrt(var + eps); saves mean and rstd per row. The
+// tensors as stored (f32, or half precision under amp).
+__global__ void layerNormKernel(Stored x, const float* w, const float* b, float eps, int64_t rows,
+                                int64_t d, Stored y, Stored mean, Stored rstd) {
   float fd = static_cast<float>(d);
   EPL_ROWS(r, rows) {
-    const float* xr = x + r * d;
+    int64_t row = r * d;
     float s = 0;
-    EPL_COLS(j, d) s += xr[j];
+    EPL_COLS(j, d) s += x[row + j];
     float m = blockSum(s) / fd;
     float v = 0;
-    EPL_COLS(j, d) v += (xr[j] - m) * (xr[j] - m);
+    EPL_COLS(j, d) v += (x[row + j] - m) * (x[row + j] - m);
     float rs = 1.f / sqrtf(blockSum(v) / fd + eps);
     if (threadIdx.x == 0) {
-      mean[r] = m;
-      rstd[r] = rs;
+      mean.set(r, m);
+      rstd.set(r, rs);
     }
-    EPL_COLS(j, d) y[r * d + j] = (xr[j] - m) * rs * w[j] + b[j];
+    EPL_COLS(j, d) y.set(row + j, (x[row + j] - m) * rs * w[j] + b[j]);
   }
 }
 
 // xhat = (x - mean) rstd, g = dy w: dx (+)= rstd (g - mean(g) - xhat mean(g xhat)).
-__global__ void layerNormGradKernel(const float* dy, const float* x, const float* w,
-                                    const float* mean, const float* rstd, int64_t rows, int64_t d,
-                                    GradOut dx) {
+__global__ void layerNormGradKernel(Stored dy, Stored x, const float* w, Stored mean, Stored rstd,
+                                    int64_t rows, int64_t d, StoredGrad dx) {
   float fd = static_cast<float>(d);
   EPL_ROWS(r, rows) {
-    const float *xr = x + r * d, *gr = dy + r * d;
+    int64_t row = r * d;
     float m = mean[r], rs = rstd[r], sg = 0, sgx = 0;
     EPL_COLS(j, d) {
-      float xh = (xr[j] - m) * rs, g = gr[j] * w[j];
+      float xh = (x[row + j] - m) * rs, g = dy[row + j] * w[j];
       sg += g;
       sgx += g * xh;
     }
     float mg = blockSum(sg) / fd, mgx = blockSum(sgx) / fd;
     EPL_COLS(j, d) {
-      float xh = (xr[j] - m) * rs;
-      dx.put(r * d + j, rs * (gr[j] * w[j] - mg - xh * mgx));
+      float xh = (x[row + j] - m) * rs;
+      dx.put(row + j, rs * (dy[row + j] * w[j] - mg - xh * mgx));
     }
   }
 }
@@ -115,14 +116,14 @@ __global__ void rmsNormGradKernel(const float* dy, const float* x, const float* 
 
 // part[p, 0, j] = sum over the rows of block p of dy xhat, part[p, 1, j] = sum of dy;
 // xhat = (x - mean) rstd, or x rstd for rms_norm (mean null).
-__global__ void paramPartialsKernel(const float* dy, const float* x, const float* mean,
-                                    const float* rstd, int64_t rows, int64_t d, float* part) {
+__global__ void paramPartialsKernel(Stored dy, Stored x, Stored mean, Stored rstd, int64_t rows,
+                                    int64_t d, float* part) {
   int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
   EPL_GRID_STRIDE(t, blocks * d) {
     int64_t j = t % d, p = t / d, r1 = std::min(rows, (p + 1) * kBlockRows);
     float pw = 0, pb = 0;
     for (int64_t r = p * kBlockRows; r < r1; ++r) {
-      float g = dy[r * d + j], xh = (x[r * d + j] - (mean ? mean[r] : 0.f)) * rstd[r];
+      float g = dy[r * d + j], xh = (x[r * d + j] - (mean.p ? mean[r] : 0.f)) * rstd[r];
       pw += g * xh;
       pb += g;
     }
@@ -142,8 +143,8 @@ __global__ void sumBlocksKernel(const float* part, int64_t blocks, int k, int64_
 }
 
 // dw = sum over rows of dy xhat, db = sum over rows of dy (rms_norm: mean null, no db).
-void paramGrads(const Ctx& ctx, const float* dy, const float* x, const float* mean,
-                const float* rstd, int64_t rows, int64_t d, const GradOut& dw, const GradOut& db) {
+void paramGrads(const Ctx& ctx, Stored dy, Stored x, Stored mean, Stored rstd, int64_t rows,
+                int64_t d, const GradOut& dw, const GradOut& db) {
   if (!dw && !db) return;
   int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
   float* part = nullptr;
@@ -169,8 +170,8 @@ void layerNormForward(const KernelCall& c, const Ctx& ctx) {
   if (rows == 0) return;
   float eps = static_cast<float>(attrFloat(c, "eps"));
   layerNormKernel<<<rowBlocks(rows), rowThreads(d), 0, ctx.stream>>>(
-      x.f32(), c.in[1].f32(), c.in[2].f32(), eps, rows, d, c.out[0].f32(), c.out[1].f32(),
-      c.out[2].f32());
+      storedOf(x), c.in[1].f32(), c.in[2].f32(), eps, rows, d, storedOf(c.out[0]),
+      storedOf(c.out[1]), storedOf(c.out[2]));
   checkLaunch("layer_norm");
 }
 
@@ -178,14 +179,15 @@ void layerNormForward(const KernelCall& c, const Ctx& ctx) {
 void layerNormBackward(const KernelCall& c, const Ctx& ctx) {
   const TensorView& x = c.in[1];
   int64_t d = lastDim(x), rows = rowsOf(x);
-  const float *dy = c.in[0].f32(), *w = c.in[2].f32(), *mean = c.in[5].f32(), *rstd = c.in[6].f32();
-  GradOut dx = gradOut(c, 0);
+  Stored dy = storedOf(c.in[0]), mean = storedOf(c.in[5]), rstd = storedOf(c.in[6]);
+  const float* w = c.in[2].f32();
+  StoredGrad dx = storedGrad(c, 0);
   if (dx && rows > 0) {
-    layerNormGradKernel<<<rowBlocks(rows), rowThreads(d), 0, ctx.stream>>>(dy, x.f32(), w, mean,
+    layerNormGradKernel<<<rowBlocks(rows), rowThreads(d), 0, ctx.stream>>>(dy, storedOf(x), w, mean,
                                                                            rstd, rows, d, dx);
     checkLaunch("layer_norm backward");
   }
-  paramGrads(ctx, dy, x.f32(), mean, rstd, rows, d, gradOut(c, 1), gradOut(c, 2));
+  paramGrads(ctx, dy, storedOf(x), mean, rstd, rows, d, gradOut(c, 1), gradOut(c, 2));
 }
 
 // in = [x [N, D], w [D]], out = [y, rstd [N]].
@@ -210,7 +212,8 @@ void rmsNormBackward(const KernelCall& c, const Ctx& ctx) {
                                                                          d, dx);
     checkLaunch("rms_norm backward");
   }
-  paramGrads(ctx, dy, x.f32(), nullptr, rstd, rows, d, gradOut(c, 1), GradOut{});
+  paramGrads(ctx, storedOf(c.in[0]), storedOf(x), Stored{}, storedOf(c.in[4]), rows, d,
+             gradOut(c, 1), GradOut{});
 }
 
 } // namespace

@@ -97,6 +97,7 @@ void addNorms(Table& t) {
             SplitRule::RowWise, "layer normalisation over the last dim, with scale and shift",
             "x: [..., D] -> [..., D]");
   normalisation(layer, inferRowWise, layerNormParams, layerNormSaved, 2);
+  layer.halfAsStored = true;
 
   OpInfo& rms =
       t.add(OpKind::RmsNorm, "rms_norm", {x(), optFloat("eps", 1e-6, "added to the mean square")},

@@ -102,6 +102,7 @@ void addPointwise(Table& t) {
       t.add(OpKind::Add, "add", {tensor("a", "left"), tensor("b", "right")}, S::Elementwise,
             "elementwise sum with broadcasting, also written a + b", "broadcast shape");
   add.infer = inferBinary;
+  add.halfAsStored = true;
   OpInfo& sub =
       t.add(OpKind::Sub, "sub", {tensor("a", "left"), tensor("b", "right")}, S::Elementwise,
             "elementwise difference with broadcasting, also written a - b", "broadcast shape");

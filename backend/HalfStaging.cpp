@@ -29,6 +29,11 @@ uint64_t productInputs(const KernelCall& c) {
   }
 }
 
+uint64_t widenedInputs(const KernelCall& c, uint64_t direct) {
+  bool h = c.kind == ir::OpKind::Mlp && c.backward && direct != 0 && c.in.size() > 7;
+  return h ? uint64_t{1} << 7 : 0;
+}
+
 int64_t stagingFloats(const KernelCall& c) {
   int64_t total = 0;
   for (size_t i = 0; i < c.in.size(); ++i)

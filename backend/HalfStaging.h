@@ -32,6 +32,11 @@ int64_t stagingFloats(const KernelCall& c);
 // for the other kinds.
 uint64_t productInputs(const KernelCall& c);
 
+// mlp's backward reads its saved h only through the activation, which a device's kernel
+// may widen itself, a piece at a time (the CPU's): bit 7 where the call takes the
+// products' inputs as they are (`direct`), else 0.
+uint64_t widenedInputs(const KernelCall& c, uint64_t direct);
+
 // productInputs(c) where the call computes under amp (its weights cast to a half type t),
 // each of those inputs is a view of type t or a weight cast to t, and canRead(t) says the
 // device's products read t; else 0.

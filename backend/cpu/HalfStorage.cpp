@@ -138,10 +138,10 @@ Operand roundedOperand(ir::DType t, bool asIs, float* x, int64_t n, void* half) 
 void launchStaged(const KernelCall& c, void (*run)(const KernelCall&)) {
   int64_t floats = stagingFloats(c);
   // Linear, mlp and attention multiply bf16 as it is where oneDNN can (KernelUtil.h,
-  // productsRead).
+  // productsRead); mlp then widens its h a piece at a time.
   uint64_t direct = directInputs(c, productsRead);
   KernelCall f = stagedCall(c, plannedStaging(c, floats) ? c.workspace : stagingBuffer(floats),
-                            widen, round, narrow, direct);
+                            widen, round, narrow, direct | widenedInputs(c, direct));
   run(f);
   narrowOutputs(c, f, narrow);
 }

@@ -6,7 +6,8 @@
 // are rounded to it before the products that read them. Where the products read the half
 // type as it is (HalfStaging.h, directInputs: bf16 on a CPU with oneDNN's bf16 kernels) the
 // rounded values go to half arrays laid over the f32 workspace, which then holds no f32;
-// elsewhere they are rounded in place and stay f32.
+// elsewhere they are rounded in place and stay f32. There the backward reads the saved h as
+// stored too, widening a piece at a time (HalfStaging.h, widenedInputs).
 //
 // Shape legend: N rows (every dim of x but the last), D width, F hidden width.
 #include "backend/cpu/KernelUtil.h"
@@ -66,7 +67,12 @@ void mlpBackward(const KernelCall& c) {
   int64_t d = lastDim(x), n = rowsOf(x), f = c.in[2].shape[0];
   Act act = parseAct(attrWord(c, "act"));
   Operand dy = operandOf(c.in[0]), w1 = operandOf(c.in[2]), w2 = operandOf(c.in[4]);
-  const float* h = c.in[7].f32();
+  // h's f32 values [at, at + len): as they are, or (the products reading half precision
+  // as stored, widenedInputs) widened into the thread's scratch.
+  const TensorView& hv = c.in[7];
+  auto h = [&](int64_t at, int64_t len) {
+    return hv.dtype == ir::DType::F32 ? hv.f32() + at : f32Run(hv, at, len, scratch(3, len));
+  };
   float *a = workspace(c, 0, 0, n * f), *da = workspace(c, 1, n * f, n * f);
   ir::DType half = c.castParams;
   bool asIs = dy.type != ir::DType::F32;
@@ -75,14 +81,19 @@ void mlpBackward(const KernelCall& c) {
     // act(h) for dW2 and act'(h) in da from one pass over h; then dL/da in a (free once
     // dW2 has it), times act'(h).
     roundHidden(half, asIs, a, 0, n * f, [&](int64_t at, int64_t len, float* to) {
-      actForwardAndGrad(act, h + at, to, da + at, len);
+      actForwardAndGrad(act, h(at, len), to, da + at, len);
     });
     gemm(true, false, d, f, n, 1.f, dy, d, hidden, f, dw2.beta(), dw2.p, f);
     gemm(false, false, n, f, d, 1.f, dy, d, w2, f, 0.f, a, f);
     multiplyInto(da, a, n * f); // da is now dL/dh
   } else {
     gemm(false, false, n, f, d, 1.f, dy, d, w2, f, 0.f, da, f);
-    actBackwardInPlace(act, h, da, n * f); // da is now dL/dh
+    parallelFor(n * f, kChunk, [&](int64_t lo, int64_t hi) { // da is now dL/dh
+      for (int64_t i = lo; i < hi; i += kChunk) {
+        int64_t len = std::min(kChunk, hi - i);
+        actBackwardInPlace(act, h(i, len), da + i, len);
+      }
+    });
   }
   if (GradOut db2 = gradOut(c, 4)) columnSum(dy, n, d, db2);
   if (GradOut db1 = gradOut(c, 2)) columnSum(da, n, f, db1);

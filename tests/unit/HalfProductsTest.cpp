@@ -139,21 +139,24 @@ TEST_CASE("under amp, mlp rounds its hidden to the half type before the second p
 }
 
 TEST_CASE("mlp's backward under amp: the same with products on bf16 as on f32 copies") {
-  // dy and x given as bf16 views the products read as they are (where the CPU has bf16
-  // kernels), or as f32 views of the same values, which are widened alike: the two differ
-  // only by the products' order of additions.
+  // dy, x and the saved h given as bf16 views the products read as they are (where the CPU
+  // has bf16 kernels; h then widened by the kernel a piece at a time), or as f32 views of
+  // the same values, which are widened alike: the two differ only by the products' order
+  // of additions.
   auto dev = epl::backend::makeCpuDevice(2);
   const int64_t n = 70, d = 24, f = 96;
   auto xh = toBf16(pattern(n * d, 0.41f, 1.7f)), dyh = toBf16(pattern(n * d, 0.29f, 0.8f));
   auto x = widened(xh), dy = widened(dyh);
   auto w1 = pattern(f * d, 0.77f, 0.4f), b1 = pattern(f, 0.5f, 0.1f);
   auto w2 = pattern(d * f, 0.93f, 0.3f), b2 = pattern(d, 0.6f, 0.1f);
-  auto h = pattern(n * f, 0.17f, 2.f);
+  auto hh = toBf16(pattern(n * f, 0.17f, 2.f));
+  auto h = widened(hh);
   epl::ir::Attrs attrs{{"act", std::string("gelu")}, {"hidden", int64_t{f}}};
   struct Grads {
     std::vector<float> dx, dw1, db1, dw2, db2;
   };
-  auto backward = [&](void* xd, void* dyd, DType t) {
+  // withDw2 false: W2's gradient not wanted (the kernel's other way to dL/dh).
+  auto backward = [&](void* xd, void* dyd, void* hd, DType t, bool withDw2) {
     Grads g{std::vector<float>(n * d), std::vector<float>(f * d), std::vector<float>(f),
             std::vector<float>(d * f), std::vector<float>(d)};
     epl::backend::KernelCall c;
@@ -167,12 +170,13 @@ TEST_CASE("mlp's backward under amp: the same with products on bf16 as on f32 co
             {w2.data(), DType::F32, {d, f}},
             {b2.data(), DType::F32, {d}},
             {nullptr, DType::F32, {n, d}},
-            {h.data(), DType::F32, {n, f}}};
+            {hd, t, {n, f}}};
     c.out = {{g.dx.data(), DType::F32, {n, d}},
              {g.dw1.data(), DType::F32, {f, d}},
              {g.db1.data(), DType::F32, {f}},
              {g.dw2.data(), DType::F32, {d, f}},
              {g.db2.data(), DType::F32, {d}}};
+    if (!withDw2) c.out[3].data = nullptr;
     c.accumulate.assign(5, false);
     c.castParams = DType::BF16;
     c.firstParam = 2;
@@ -180,13 +184,16 @@ TEST_CASE("mlp's backward under amp: the same with products on bf16 as on f32 co
     dev->launch(c);
     return g;
   };
-  Grads half = backward(xh.data(), dyh.data(), DType::BF16);
-  Grads full = backward(x.data(), dy.data(), DType::F32);
-  CHECK(relativeError(half.dx, full.dx) < 1e-4);
-  CHECK(relativeError(half.dw1, full.dw1) < 1e-4);
-  CHECK(relativeError(half.db1, full.db1) < 1e-5);
-  CHECK(relativeError(half.dw2, full.dw2) < 1e-4);
-  CHECK(relativeError(half.db2, full.db2) < 1e-5);
+  for (bool withDw2 : {true, false}) {
+    INFO("W2's gradient wanted: " << withDw2);
+    Grads half = backward(xh.data(), dyh.data(), hh.data(), DType::BF16, withDw2);
+    Grads full = backward(x.data(), dy.data(), h.data(), DType::F32, withDw2);
+    CHECK(relativeError(half.dx, full.dx) < 1e-4);
+    CHECK(relativeError(half.dw1, full.dw1) < 1e-4);
+    CHECK(relativeError(half.db1, full.db1) < 1e-5);
+    if (withDw2) CHECK(relativeError(half.dw2, full.dw2) < 1e-4);
+    CHECK(relativeError(half.db2, full.db2) < 1e-5);
+  }
 }
 
 TEST_CASE("attention under amp: the same with products on bf16 as on f32 copies") {

@@ -6,7 +6,9 @@
 # and fp16), and of two ranks sharing the GPU (data parallel, pipeline, split regions, a
 # vocabulary-parallel loss). Needs python3 with torch, and CUDA's cuBLAS 13 and NCCL 2 (found in python3's
 # nvidia packages if not on the library path). Writes each part's output into DIR
-# (default: gpu-check/).
+# (default: gpu-check/), and prints each part's result with the seconds since the start (a
+# session's device time is short: the amp runs, whose kernels changed most since the last
+# GPU run, come first among the training runs).
 # Usage: tools/gpu_check.sh [DIR] [FAMILY...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -38,36 +40,36 @@ for i in "${!families[@]}"; do
   f=${families[$i]}
   wait "${pids[$i]}"
   rc=$?
-  echo "oracle $f: exit $rc; $(grep -E 'failure|max error of' "$out/oracle_$f.txt" | head -2 | tr '\n' ' ')"
+  echo "oracle $f: exit $rc (${SECONDS}s); $(grep -E 'failure|max error of' "$out/oracle_$f.txt" | head -2 | tr '\n' ' ')"
   [ $rc = 0 ] || failed=1
 done
 
 # The communicators: NCCL on one rank, two ranks sharing the GPU staged through the host.
 .gpu/bin/epl_gpu_comm_test >"$out/communicators.txt" 2>&1
 rc=$?
-echo "communicators: exit $rc; $(tail -1 "$out/communicators.txt")"
+echo "communicators: exit $rc (${SECONDS}s); $(tail -1 "$out/communicators.txt")"
 [ $rc = 0 ] || failed=1
 
 # The training text where the script expects it.
 mkdir -p /usr/share/games/fortunes
 [ -f /usr/share/games/fortunes/cookie ] || cp .gpu/data/cookie /usr/share/games/fortunes/cookie
 # 20 training steps on the GPU against the CPU, as the `gpu` tests of tests/gpu/CMakeLists.txt
-# run them (the same tolerances): fp32, an ignored class, TF32 products, amp in bf16 and fp16,
-# optimizer states offloaded.
+# run them (the same tolerances): amp in bf16 and fp16, fp32, an ignored class, TF32
+# products, optimizer states offloaded.
 train() { # the run's name, its script in tests/parallel, then device_equivalence.py's options
   local name=$1 script=$2
   shift 2
   python3 tests/gpu/device_equivalence.py "$root/.gpu/bin/epl" "$out/$name" \
     "tests/parallel/$script" "$@" >"$out/$name.txt" 2>&1
   local rc=$?
-  echo "$name: exit $rc; $(tail -1 "$out/$name.txt")"
+  echo "$name: exit $rc (${SECONDS}s); $(tail -1 "$out/$name.txt")"
   [ $rc = 0 ] || failed=1
 }
+train train_gpt_amp_bf16 gpt_dp.epl --tol 1e-3 --set policy.amp=bf16
+train train_gpt_amp_fp16 gpt_dp.epl --tol 1e-3 --set policy.amp=fp16
 train train_gpt gpt_dp.epl
 train train_gpt_ignore gpt_ignore.epl
 train train_gpt_tf32 gpt_dp.epl --tol 1e-3 --set policy.matmul=tf32
-train train_gpt_amp_bf16 gpt_dp.epl --tol 1e-3 --set policy.amp=bf16
-train train_gpt_amp_fp16 gpt_dp.epl --tol 1e-3 --set policy.amp=fp16
 # Optimizer states offloaded: to page-locked host memory and to disk, each chunk copied to
 # the GPU for its update and back (the CPU run keeps them in place: the same arithmetic).
 train train_gpt_offload_cpu gpt_dp.epl --set policy.offload=optimizer --set policy.offload_to=cpu

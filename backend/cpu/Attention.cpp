@@ -219,6 +219,9 @@ void attentionForward(const KernelCall& c, const AttentionSlots& a) {
   linearRows(operandOf(x), operandOf(c.in[a.wqkv]), a.bqkv >= 0 ? c.in[a.bqkv].f32() : nullptr, n,
              s.ld, s.m, qkv);
   if (s.rotary) rotate(s, RotaryTable(s), qkv, false);
+  // Under amp the score products read q, k and v rounded to the half type, as they are
+  // stored: the backward, which reads them so, then differentiates what the forward ran.
+  if (ir::isHalf(c.castParams)) roundTo(c.castParams, qkv, n * s.ld);
   std::vector<uint8_t> kept = keptKeys(c, a.mask);
   const uint8_t* keys = kept.empty() ? nullptr : kept.data();
   int64_t qBlocks = (s.t + kBlockQ - 1) / kBlockQ, tasks = s.b * s.h * qBlocks;

@@ -178,7 +178,10 @@ void attentionForward(const KernelCall& c, const Ctx& ctx, const AttentionSlots&
   gemm(ctx, false, true, n, 3 * s.d, s.d, 1.f, operandOf(x), s.d, operandOf(c.in[a.wqkv]), s.d,
        a.bqkv >= 0 ? 1.f : 0.f, qkv, 3 * s.d);
   // The scores, then (amp, products reading the half type as it is) the rounded context.
+  // Under amp the scores read q, k and v rounded to the half type, as they are stored and
+  // as the backward reads them (the CPU's rule).
   bool amp = ir::isHalf(c.castParams), asIs = x.dtype != ir::DType::F32;
+  if (amp) roundInPlace(ctx, c.castParams, qkv, n * 3 * s.d);
   int64_t scoreBytes = alignUp(4 * g * s.t * s.t);
   char* scratch = static_cast<char*>(ctx.scratch->get(scoreBytes + (asIs ? 2 * n * s.d : 0)));
   float* scores = reinterpret_cast<float*>(scratch);

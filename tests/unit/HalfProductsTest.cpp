@@ -280,6 +280,83 @@ TEST_CASE("attention under amp: the same with products on bf16 as on f32 copies"
   }
 }
 
+TEST_CASE("attention under amp: the scores read q, k and v rounded, as they are saved") {
+  // The forward's saved qkv holds bf16 values, and its context (rounded to bf16 itself, as
+  // the output projection reads it) is causal attention over those rounded values (a
+  // float64 reference from them), not over the unrounded ones (the same reference from q,
+  // k and v computed in float64): the backward, which reads the saved qkv, then
+  // differentiates the function the forward ran.
+  auto dev = epl::backend::makeCpuDevice(2);
+  const int64_t b = 2, t = 24, m = 32, h = 2, e = m / h, ld = 3 * m;
+  auto x = pattern(b * t * m, 0.41f, 1.7f), wqkv = pattern(ld * m, 0.77f, 0.3f);
+  auto bqkv = pattern(ld, 0.5f, 0.1f), wp = pattern(m * m, 0.93f, 0.3f),
+       bp = pattern(m, 0.6f, 0.1f);
+  epl::ir::Attrs attrs{{"heads", int64_t{h}},   {"kv_heads", int64_t{h}}, {"causal", true},
+                       {"bias", true},          {"mask", false},          {"rotary", false},
+                       {"rotary_base", 10000.0}};
+  std::vector<float> y(b * t * m), qkv(b * t * ld), ctx(b * t * m), lse(b * h * t);
+  epl::backend::KernelCall c;
+  c.kind = epl::ir::OpKind::Attention;
+  c.attrs = &attrs;
+  c.in = {{x.data(), DType::F32, {b, t, m}},
+          {wqkv.data(), DType::F32, {ld, m}},
+          {bqkv.data(), DType::F32, {ld}},
+          {wp.data(), DType::F32, {m, m}},
+          {bp.data(), DType::F32, {m}}};
+  c.out = {{y.data(), DType::F32, {b, t, m}},
+           {qkv.data(), DType::F32, {b, t, ld}},
+           {ctx.data(), DType::F32, {b, t, m}},
+           {lse.data(), DType::F32, {b, h, t}}};
+  c.accumulate.assign(4, false);
+  c.castParams = DType::BF16;
+  c.firstParam = 1;
+  c.paramCount = 4;
+  dev->launch(c);
+  for (float v : qkv)
+    REQUIRE(wire::fromBf16(wire::toBf16(v)) == v);
+  // q, k and v in float64 from x and the rounded weights, unrounded.
+  std::vector<double> exact(b * t * ld);
+  for (int64_t r = 0; r < b * t; ++r)
+    for (int64_t o = 0; o < ld; ++o) {
+      double acc = bqkv[o];
+      for (int64_t i = 0; i < m; ++i)
+        acc += static_cast<double>(x[r * m + i]) * wire::fromBf16(wire::toBf16(wqkv[o * m + i]));
+      exact[r * ld + o] = acc;
+    }
+  auto attend = [&](auto&& at) { // causal attention over qkv values at(row, column)
+    std::vector<float> out(b * t * m);
+    for (int64_t bi = 0; bi < b; ++bi)
+      for (int64_t hd = 0; hd < h; ++hd)
+        for (int64_t i = 0; i < t; ++i) {
+          std::vector<double> p(i + 1);
+          double top = -1e300, sum = 0;
+          for (int64_t j = 0; j <= i; ++j) {
+            double sc = 0;
+            for (int64_t k = 0; k < e; ++k)
+              sc += at(bi * t + i, hd * e + k) * at(bi * t + j, m + hd * e + k);
+            p[j] = sc / std::sqrt(static_cast<double>(e));
+            top = std::max(top, p[j]);
+          }
+          for (double& v : p)
+            sum += v = std::exp(v - top);
+          for (int64_t k = 0; k < e; ++k) {
+            double acc = 0;
+            for (int64_t j = 0; j <= i; ++j)
+              acc += p[j] / sum * at(bi * t + j, 2 * m + hd * e + k);
+            out[(bi * t + i) * m + hd * e + k] =
+                wire::fromBf16(wire::toBf16(static_cast<float>(acc)));
+          }
+        }
+    return out;
+  };
+  auto rounded =
+      attend([&](int64_t r, int64_t col) { return static_cast<double>(qkv[r * ld + col]); });
+  auto unrounded = attend([&](int64_t r, int64_t col) { return exact[r * ld + col]; });
+  double err = relativeError(ctx, rounded), apart = relativeError(unrounded, rounded);
+  INFO("error " << err << ", the two references " << apart << " apart");
+  CHECK(err < 1e-2 * apart);
+}
+
 TEST_CASE("the CPU's bf16 rounding is the wire's, bit for bit") {
   // amp's vectorised, parallel loops (narrowTo, roundTo) against the scalar conversion,
   // which tests/comm/WireTest.cpp checks against nearest-even rounding itself.

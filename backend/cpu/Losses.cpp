@@ -1,5 +1,7 @@
 // Losses: cross-entropy fused with log-softmax, and mean squared error. Both reduce to an
 // f32 scalar through a fixed-order double sum, so the loss does not depend on threads.
+// Under amp, cross-entropy reads its half-precision logits and writes their gradient as
+// stored, a row at a time through f32 (f32Run, outRun): the same bits as on widened copies.
 //
 // Shape legend: N rows (every dim of the logits but the last), V classes, n elements.
 #include "backend/cpu/KernelUtil.h"
@@ -45,19 +47,20 @@ int64_t targetColumn(const KernelCall& c, const int32_t* t, int64_t r, int64_t v
 void crossEntropyForward(const KernelCall& c) {
   const TensorView& logits = c.in[0];
   int64_t v = lastDim(logits), n = rowsOf(logits);
-  const float* x = logits.f32();
   const int32_t* t = c.in[1].i32();
   int64_t ignored = ir::ignoredClass(c.attrs);
   float* lse = c.out[1].f32();
   float* rowLoss = scratch(0, n);
   parallelFor(n, rowGrain(v), [&](int64_t lo, int64_t hi) {
+    float* tmp = logits.dtype == ir::DType::F32 ? nullptr : scratch(11, v);
     for (int64_t r = lo; r < hi; ++r) {
-      lse[r] = rowLse(x + r * v, v);
+      const float* xr = f32Run(logits, r * v, v, tmp);
+      lse[r] = rowLse(xr, v);
       int64_t k = t[r] == ignored ? -1 : targetColumn(c, t, r, v);
       if (c.vocabSlice)
-        rowLoss[r] = k < 0 ? 0.f : x[r * v + k];
+        rowLoss[r] = k < 0 ? 0.f : xr[k];
       else
-        rowLoss[r] = k < 0 ? 0.f : lse[r] - x[r * v + k];
+        rowLoss[r] = k < 0 ? 0.f : lse[r] - xr[k];
     }
   });
   int64_t kept = ir::keptTargets(t, n, ignored);
@@ -69,28 +72,33 @@ void crossEntropyForward(const KernelCall& c) {
 // dlogits = dloss / kept * (softmax(logits) - onehot(target)), zero on ignored rows. Over a
 // vocabulary split, lse is the whole row's and the one-hot is where the slice holds it.
 void crossEntropyBackward(const KernelCall& c) {
-  GradOut dx = gradOut(c, 0);
-  if (!dx) return;
+  const TensorView& dxv = c.out[0];
+  if (!dxv.data) return;
+  bool acc = accumulates(c, 0);
   const TensorView& logits = c.in[1];
   int64_t v = lastDim(logits), n = rowsOf(logits);
-  const float *x = logits.f32(), *lse = c.in[4].f32();
+  const float* lse = c.in[4].f32();
   const int32_t* t = c.in[2].i32();
   int64_t ignored = ir::ignoredClass(c.attrs);
   float g =
       c.in[0].f32()[0] / static_cast<float>(std::max<int64_t>(ir::keptTargets(t, n, ignored), 1));
   parallelFor(n, rowGrain(v), [&](int64_t lo, int64_t hi) {
+    float* tx = logits.dtype == ir::DType::F32 ? nullptr : scratch(11, v);
+    float* to = dxv.dtype == ir::DType::F32 ? nullptr : scratch(12, v);
     for (int64_t r = lo; r < hi; ++r) {
+      GradOut dx = outRun(dxv, acc, r * v, v, to);
       if (t[r] == ignored) {
         for (int64_t j = 0; j < v; ++j)
-          dx.put(r * v + j, 0.f);
-        continue;
+          dx.put(j, 0.f);
+      } else {
+        const float* xr = f32Run(logits, r * v, v, tx);
+        float l = lse[r];
+        for (int64_t j = 0; j < v; ++j)
+          dx.put(j, g * expf32(xr[j] - l));
+        int64_t k = targetColumn(c, t, r, v);
+        if (k >= 0) dx.p[k] -= g;
       }
-      const float* xr = x + r * v;
-      float l = lse[r];
-      for (int64_t j = 0; j < v; ++j)
-        dx.put(r * v + j, g * expf32(xr[j] - l));
-      int64_t k = targetColumn(c, t, r, v);
-      if (k >= 0) dx.p[r * v + k] -= g;
+      storeRun(dxv, r * v, v, dx);
     }
   });
 }

@@ -1,7 +1,8 @@
 // Losses on the GPU: cross-entropy fused with log-softmax, and mean squared error, as the CPU
 // device computes them (backend/cpu/Losses.cpp). Both reduce to an f32 scalar in two
 // fixed-order passes (partials, then one block summing them in double), so the loss has the
-// same bits on every run.
+// same bits on every run. Under amp, cross-entropy reads its logits and writes their
+// gradient as stored (Common.cuh's Stored), as on the CPU.
 //
 // Shape legend: N rows (every dim of the logits but the last), V classes, n elements.
 #include "backend/cuda/Common.cuh"
@@ -80,43 +81,44 @@ __global__ void meanOfKept(const float* rowLoss, int64_t n, const double* kept, 
 // One block per row: lse[r] = log-sum-exp of the row (its exp sum in double, as the CPU's),
 // rowLoss[r] = lse[r] - x[r, target[r]], 0 where the target is `ignored`. Over a vocabulary
 // split (first >= 0): rowLoss[r] = x[r, target[r] - first] where the slice holds it, else 0.
-__global__ void crossEntropyRows(const float* x, const int32_t* target, int64_t n, int64_t v,
+// The logits as stored (f32, or half precision under amp).
+__global__ void crossEntropyRows(Stored x, const int32_t* target, int64_t n, int64_t v,
                                  int64_t ignored, int64_t first, float* lse, float* rowLoss) {
   for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
-    const float* xr = x + r * v;
+    int64_t row = r * v;
     float m = -INFINITY;
     for (int64_t j = threadIdx.x; j < v; j += kThreads)
-      m = fmaxf(m, xr[j]);
+      m = fmaxf(m, x[row + j]);
     m = blockReduce(m, Max{});
     double s = 0;
     for (int64_t j = threadIdx.x; j < v; j += kThreads)
-      s += expf(xr[j] - m);
+      s += expf(x[row + j] - m);
     s = blockReduce(s, Sum{});
     if (threadIdx.x == 0) {
       float l = m + static_cast<float>(log(s));
       lse[r] = l;
       int64_t k = target[r] == ignored ? -1 : targetColumn(target, r, v, first);
-      rowLoss[r] = k < 0 ? 0.f : first >= 0 ? xr[k] : l - xr[k];
+      rowLoss[r] = k < 0 ? 0.f : first >= 0 ? x[row + k] : l - x[row + k];
     }
   }
 }
 
 // dx (+)= dloss / kept * (softmax(x) - onehot(target)), the one-hot subtracted after the add
-// as on the CPU; zero on the rows whose target is `ignored`.
-__global__ void crossEntropyGrad(const float* dloss, const float* x, const int32_t* target,
+// as on the CPU; zero on the rows whose target is `ignored`. x and dx as stored.
+__global__ void crossEntropyGrad(const float* dloss, Stored x, const int32_t* target,
                                  const float* lse, int64_t n, int64_t v, int64_t ignored,
-                                 int64_t first, const double* kept, GradOut dx) {
+                                 int64_t first, const double* kept, StoredGrad dx) {
   float g = dloss[0] / static_cast<float>(*kept > 0 ? *kept : 1.0);
   EPL_GRID_STRIDE(i, n * v) {
     int64_t r = i / v;
     if (target[r] == ignored) {
-      dx.p[i] = dx.acc ? dx.p[i] : 0.f;
+      dx.put(i, 0.f);
       continue;
     }
     float d = g * expf(x[i] - lse[r]);
-    float out = dx.acc ? dx.p[i] + d : d;
+    float out = dx.acc ? dx.x[i] + d : d;
     if (i - r * v == targetColumn(target, r, v, first)) out -= g;
-    dx.p[i] = out;
+    dx.x.set(i, out);
   }
 }
 
@@ -154,8 +156,8 @@ void crossEntropyForward(const KernelCall& c, const Ctx& ctx) {
   auto* rowLoss = reinterpret_cast<float*>(work);
   auto* kept = reinterpret_cast<double*>(work + at);
   crossEntropyRows<<<blocksFor(n, 1), kThreads, 0, ctx.stream>>>(
-      logits.f32(), c.in[1].i32(), n, v, ignored, c.vocabSlice ? c.vocabFirst : -1, c.out[1].f32(),
-      rowLoss);
+      storedOf(logits), c.in[1].i32(), n, v, ignored, c.vocabSlice ? c.vocabFirst : -1,
+      c.out[1].f32(), rowLoss);
   checkLaunch("cross_entropy forward rows");
   countKept<<<1, kThreads, 0, ctx.stream>>>(c.in[1].i32(), n, ignored, kept);
   checkLaunch("cross_entropy forward count");
@@ -165,7 +167,7 @@ void crossEntropyForward(const KernelCall& c, const Ctx& ctx) {
 
 // in = [dloss f32[], logits, targets, loss, lse], out = [dlogits, dtargets (never)].
 void crossEntropyBackward(const KernelCall& c, const Ctx& ctx) {
-  GradOut dx = gradOut(c, 0);
+  StoredGrad dx = storedGrad(c, 0);
   if (!dx) return;
   const TensorView& logits = c.in[1];
   int64_t v = lastDim(logits), n = rowsOf(logits);
@@ -174,7 +176,7 @@ void crossEntropyBackward(const KernelCall& c, const Ctx& ctx) {
   countKept<<<1, kThreads, 0, ctx.stream>>>(c.in[2].i32(), n, ignored, kept);
   checkLaunch("cross_entropy backward count");
   crossEntropyGrad<<<blocksFor(n * v), kThreads, 0, ctx.stream>>>(
-      c.in[0].f32(), logits.f32(), c.in[2].i32(), c.in[4].f32(), n, v, ignored,
+      c.in[0].f32(), storedOf(logits), c.in[2].i32(), c.in[4].f32(), n, v, ignored,
       c.vocabSlice ? c.vocabFirst : -1, kept, dx);
   checkLaunch("cross_entropy backward");
 }

@@ -53,6 +53,7 @@ void addLosses(Table& t) {
   ce.saved = crossEntropySaved;
   ce.savedCount = 1;
   ce.needsInputs = true;
+  ce.halfAsStored = true;
 
   OpInfo& mse =
       t.add(OpKind::Mse, "mse", {tensor("pred", "prediction"), tensor("target", "target")},

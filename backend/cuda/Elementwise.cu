@@ -57,20 +57,27 @@ template <class T> __device__ inline T apply(BinOp op, T x, T y) {
   return op == BinOp::Add ? x + y : op == BinOp::Sub ? x - y : x * y;
 }
 
+// The elements of a and b that output element i combines.
+__device__ inline void operandOffsets(const Nest& n, int64_t i, int64_t& oa, int64_t& ob) {
+  int64_t rest = i;
+  oa = ob = 0;
+  for (int d = n.rank - 1; d > 0; --d) {
+    int64_t idx = rest % n.dims[d];
+    rest /= n.dims[d];
+    oa += idx * n.sa[d];
+    ob += idx * n.sb[d];
+  }
+  oa += rest * n.sa[0];
+  ob += rest * n.sb[0];
+}
+
 // y[i] (+)= a op b at output element i; `acc` only for float gradients.
 template <class T>
 __global__ void binaryKernel(BinOp op, Nest n, const T* a, const T* b, T* y, bool acc,
                              int64_t total) {
   EPL_GRID_STRIDE(i, total) {
-    int64_t rest = i, oa = 0, ob = 0;
-    for (int d = n.rank - 1; d > 0; --d) {
-      int64_t idx = rest % n.dims[d];
-      rest /= n.dims[d];
-      oa += idx * n.sa[d];
-      ob += idx * n.sb[d];
-    }
-    oa += rest * n.sa[0];
-    ob += rest * n.sb[0];
+    int64_t oa, ob;
+    operandOffsets(n, i, oa, ob);
     T v = apply(op, a[oa], b[ob]);
     y[i] = acc ? y[i] + v : v;
   }
@@ -79,15 +86,8 @@ __global__ void binaryKernel(BinOp op, Nest n, const T* a, const T* b, T* y, boo
 // y = a op b at output element i, each tensor as stored (amp: f32 or half precision).
 __global__ void storedBinaryKernel(BinOp op, Nest n, Stored a, Stored b, Stored y, int64_t total) {
   EPL_GRID_STRIDE(i, total) {
-    int64_t rest = i, oa = 0, ob = 0;
-    for (int d = n.rank - 1; d > 0; --d) {
-      int64_t idx = rest % n.dims[d];
-      rest /= n.dims[d];
-      oa += idx * n.sa[d];
-      ob += idx * n.sb[d];
-    }
-    oa += rest * n.sa[0];
-    ob += rest * n.sb[0];
+    int64_t oa, ob;
+    operandOffsets(n, i, oa, ob);
     y.set(i, apply(op, a[oa], b[ob]));
   }
 }

@@ -12,8 +12,8 @@
 namespace epl::backend {
 
 // Whether the call reads or writes a half-precision view or casts its weights, and its
-// kernel takes f32 only (not ir::OpInfo::halfAsStored: add and layer_norm convert as they
-// go, on every device).
+// kernel takes f32 only (not a kind of ir::OpInfo::halfAsStored, whose kernels convert as
+// they go on every device).
 bool needsStaging(const KernelCall& c);
 // Whether input i is a weight the call reads rounded to castParams.
 inline bool castsInput(const KernelCall& c, size_t i) {

@@ -198,13 +198,13 @@ void addGradStored(const KernelCall& c, int i) {
   if (sameShape(x.shape, dy.shape))
     return parallelFor(n, kParallelMin, [&](int64_t lo, int64_t hi) {
       float* t = scratch(11, 2 * kRun);
-      for (int64_t i = lo; i < hi; i += kRun) {
-        int64_t len = std::min(kRun, hi - i);
-        const float* g = f32Run(dy, i, len, t);
-        GradOut out = outRun(dx, acc, i, len, t + kRun);
+      for (int64_t at = lo; at < hi; at += kRun) {
+        int64_t len = std::min(kRun, hi - at);
+        const float* g = f32Run(dy, at, len, t);
+        GradOut out = outRun(dx, acc, at, len, t + kRun);
         for (int64_t j = 0; j < len; ++j)
           out.put(j, g[j]);
-        storeRun(dx, i, len, out);
+        storeRun(dx, at, len, out);
       }
     });
   int64_t m = x.numel();

@@ -66,9 +66,9 @@ void roundTo(ir::DType t, float* x, int64_t n);
 // is (`asIs`), else rounded in place.
 Operand roundedOperand(ir::DType t, bool asIs, float* x, int64_t n, void* half);
 // amp, in the kernels that read and write half-precision views as they are stored
-// (ir::OpInfo::halfAsStored): runs of a view's elements converted on the calling thread,
-// in cache, in place of the call's f32 copies. f32 views pass as they are.
-// Elements [at, at + n) of v as f32: v's own floats, or (bf16, IEEE half) widened into tmp.
+// (ir::OpInfo::halfAsStored; mlp's backward for its h): runs of a view's elements converted on the
+// calling thread, in cache, in place of the call's f32 copies. f32 views pass as they are. Elements
+// [at, at + n) of v as f32: v's own floats, or (bf16, IEEE half) widened into tmp.
 const float* f32Run(const TensorView& v, int64_t at, int64_t n, float* tmp);
 // Element i of v as f32; and set to f (rounded to v's type).
 float f32At(const TensorView& v, int64_t i);

@@ -1282,7 +1282,7 @@ void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t see
     // amp = fp16: times the loss scale, so that small gradients stay above half's range.
     // With an ignored class, the loss is the mean over the kept targets of the global
     // batch: each micro-batch's mean weighs by its share of them.
-    if (ignored_ >= 0) lossWeight_[in.micro] = keptWeight(slot);
+    if (ignored_ >= 0) lossWeight_[in.micro] = keptWeight(slot, in.micro);
     // Each micro-batch's seed has its own place: the copy may still be queued when the
     // next one's is written (the step's synchronize frees them all).
     float* seed = seeds_.data<float>() + in.micro;
@@ -2101,15 +2101,22 @@ StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
 
 // A micro-batch's weight under an ignored class (lossWeight_): its kept share of the loss's
 // targets on this rank, over the global batch's kept share. 0 when the step keeps none.
-double Executor::keptWeight(int slot) {
+double Executor::keptWeight(int slot, int micro) {
   const ir::Op& op = m_.ops[lossOp()];
   backend::TensorView t = view(op.inputs[1], slot);
-  std::vector<int32_t> targets(static_cast<size_t>(t.numel()));
-  dev_.copyToHost(targets.data(), t.data, t.bytes());
-  dev_.synchronize();
   EPL_ASSERT(targets_ > 0, "the step's count of kept targets was set");
   if (kept_ == 0) return 0;
-  int64_t mine = ir::keptTargets(targets.data(), t.numel(), ignored_);
+  // The host's count where the loss holds the micro-batch's whole targets (its samples'
+  // share of the global batch's); else (a loss over a piece of them) the device's.
+  int64_t mine = 0, perSample = targets_ / m_.train.batch;
+  if (!keptMine_.empty() && t.numel() == localBatch_ * perSample) {
+    mine = keptMine_.at(static_cast<size_t>(micro));
+  } else {
+    std::vector<int32_t> targets(static_cast<size_t>(t.numel()));
+    dev_.copyToHost(targets.data(), t.data, t.bytes());
+    dev_.synchronize();
+    mine = ir::keptTargets(targets.data(), t.numel(), ignored_);
+  }
   return static_cast<double>(mine) * static_cast<double>(targets_) /
          (static_cast<double>(t.numel()) * static_cast<double>(kept_));
 }

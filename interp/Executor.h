@@ -133,10 +133,14 @@ public:
   // else -1: its mean is over the targets kept, so the step's weights need the global
   // batch's count of them (setKeptTargets) before the step runs.
   int64_t ignoredClass() const { return ignored_; }
-  // Of the step's global batch, how many loss targets there are and how many are kept.
-  void setKeptTargets(int64_t kept, int64_t total) {
+  // Of the step's global batch, how many loss targets there are and how many are kept; and
+  // of each of this rank's micro-batches (firstSample, localBatch), how many are kept
+  // (`mine`, one a micro-batch, or empty): read from the data on the host, so the seed of
+  // each micro-batch's loss needs no copy of its targets from the device.
+  void setKeptTargets(int64_t kept, int64_t total, std::vector<int64_t> mine = {}) {
     kept_ = kept;
     targets_ = total;
+    keptMine_ = std::move(mine);
   }
   int64_t arenaBytes() const { return program_.arenaBytes; }
   // The runtime's account of activations: the most micro-batches whose slot of the arena
@@ -278,7 +282,7 @@ private:
     return n;
   }
   int lossOp() const;
-  double keptWeight(int slot);
+  double keptWeight(int slot, int micro);
 
   const ir::Module& m_;
   const ir::Program& program_;
@@ -449,6 +453,7 @@ private:
   // kept ones (1 when nothing is ignored).
   std::vector<double> lossWeight_;
   int64_t ignored_ = -1, kept_ = 0, targets_ = 0;
+  std::vector<int64_t> keptMine_; // setKeptTargets: by micro-batch, or empty
   int64_t localBatch_ = 0;
   int lossRanks_ = 0;              // ranks that compute the loss
   std::vector<int64_t> perSample_; // by op id: elements of a dropout's tensor per sample

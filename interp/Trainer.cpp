@@ -563,10 +563,11 @@ Start startOnRank0(Executor& ex, const ir::Module& m, const RunOptions& o, const
 }
 
 // Of the global batch `ids`, how many targets the loss has and how many of them are not
-// `ignored` (Executor::setKeptTargets): read from the data, so that every rank knows the
-// whole batch's count before its step, without communication.
-std::pair<int64_t, int64_t> keptTargets(const ir::Module& m, const data::Dataset& ds,
-                                        const std::vector<int64_t>& ids, int64_t ignored) {
+// `ignored`, and how many of each of `ex`'s micro-batches (Executor::setKeptTargets): read
+// from the data, so that every rank knows the whole batch's count before its step, without
+// communication, and its micro-batches' without reading their targets back.
+void setKeptTargets(Executor& ex, const ir::Module& m, const data::Dataset& ds,
+                    const std::vector<int64_t>& ids, int64_t ignored) {
   ir::Module::DataSource src = m.dataSource(m.ops[m.tensors[m.outputs[0]].producer].inputs[1]);
   EPL_ASSERT(src.input >= 0, "an ignored class's targets come from the data (Elaborator)");
   std::vector<std::vector<int32_t>> inputs;
@@ -579,7 +580,12 @@ std::pair<int64_t, int64_t> keptTargets(const ir::Module& m, const data::Dataset
   ds.read(data::Split::Train, ids, ptrs, src.next ? next.data() : nullptr);
   const std::vector<int32_t>& t = src.next ? next : inputs[src.input];
   int64_t total = static_cast<int64_t>(t.size());
-  return {ir::keptTargets(t.data(), total, ignored), total};
+  int64_t perSample = total / static_cast<int64_t>(ids.size());
+  std::vector<int64_t> mine;
+  for (int mb = 0; mb < ex.microBatches(); ++mb)
+    mine.push_back(ir::keptTargets(t.data() + ex.firstSample(mb) * perSample,
+                                   ex.localBatch() * perSample, ignored));
+  ex.setKeptTargets(ir::keptTargets(t.data(), total, ignored), total, std::move(mine));
 }
 
 // ZeRO stage 3 with `offload = params` reads each gather's part of the parameters from disk
@@ -1067,10 +1073,7 @@ std::optional<int> TrainingRun::step(int64_t step) {
     auto first = ids.begin() + ex.firstSample(mb);
     fill(ex, *ds_, data::Split::Train, {first, first + ex.localBatch()}, mb);
   }
-  if (ex.ignoredClass() >= 0) {
-    auto [kept, total] = keptTargets(m, *ds_, ids, ex.ignoredClass());
-    ex.setKeptTargets(kept, total);
-  }
+  if (ex.ignoredClass() >= 0) setKeptTargets(ex, m, *ds_, ids, ex.ignoredClass());
   double lr = learningRate(m.train.lrSchedule, m.train.optimizer.numbers.at("lr"), step, steps_);
   StepResult r = ex.runStep(step, static_cast<float>(lr), static_cast<uint64_t>(m.train.seed));
   if (!std::isfinite(r.loss)) {

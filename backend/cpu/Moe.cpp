@@ -202,7 +202,8 @@ void dispatch(const KernelCall& c) {
 // out = [y [M, D], h [M, F]]: expert e's block of rows (after the blocks of experts
 // before it) through gelu(rows W1_e^T + b1_e) W2_e^T + b2_e; rows after the blocks give 0.
 // Backward in = [dy, rows, counts, W1, b1, W2, b2, y, h], out = [drows, (counts: none),
-// dW1, db1, dW2, db2].
+// dW1, db1, dW2, db2]. Under amp, as mlp's: gelu(h) and dL/dh are rounded to the half type
+// before the products that read them (db1 sums dL/dh unrounded).
 void experts(const KernelCall& c) {
   int base = c.backward ? 1 : 0;
   const TensorView &rows = c.in[base], &w1v = c.in[base + 2];
@@ -225,6 +226,7 @@ void experts(const KernelCall& c) {
       gemm(false, true, n, f, d, 1.f, x + at * d, d, w1 + e * fd, d, 1.f, he, f);
       float* a = scratch(0, n * f);
       actForward(Act::Gelu, he, a, n * f);
+      if (ir::isHalf(c.castParams)) roundTo(c.castParams, a, n * f);
       broadcastRows(ye, b2 + e * d, n, d);
       gemm(false, true, n, d, f, 1.f, a, f, w2 + e * fd, f, 1.f, ye, d);
     }
@@ -250,12 +252,14 @@ void experts(const KernelCall& c) {
     float *a = scratch(0, n * f), *da = scratch(1, n * f);
     // gelu(h) and gelu'(h) in one pass (mlp's backward does the same), then dL/da in a.
     actForwardAndGrad(Act::Gelu, he, a, da, n * f);
+    if (ir::isHalf(c.castParams)) roundTo(c.castParams, a, n * f);
     if (gw2) gemm(true, false, d, f, n, 1.f, dye, d, a, f, gw2.beta(), gw2.p, f);
     if (gb2) columnSum(dye, n, d, gb2);
     gemm(false, false, n, f, d, 1.f, dye, d, w2 + e * fd, f, 0.f, a, f);
     multiplyInto(da, a, n * f); // da = d loss / d h
-    if (gw1) gemm(true, false, f, d, n, 1.f, da, f, xe, d, gw1.beta(), gw1.p, d);
     if (gb1) columnSum(da, n, f, gb1);
+    if (ir::isHalf(c.castParams)) roundTo(c.castParams, da, n * f);
+    if (gw1) gemm(true, false, f, d, n, 1.f, da, f, xe, d, gw1.beta(), gw1.p, d);
     if (dx) gemm(false, false, n, d, f, 1.f, da, f, w1 + e * fd, d, dx.beta(), dx.p + at * d, d);
   }
   if (dx && !dx.acc) std::fill(dx.p + used * d, dx.p + m * d, 0.f);

@@ -369,6 +369,7 @@ void expertsForward(const KernelCall& c, const Ctx& ctx) {
     broadcastRows(ctx, he, x.b1 + e * f, n, f);
     gemm(ctx, false, true, n, f, d, 1.f, x.x + at * d, d, x.w1 + e * fd, d, 1.f, he, f);
     actForward(ctx, Act::Gelu, he, a, n * f);
+    if (ir::isHalf(c.castParams)) roundInPlace(ctx, c.castParams, a, n * f); // the CPU's rule
     broadcastRows(ctx, ye, x.b2 + e * d, n, d);
     gemm(ctx, false, true, n, d, f, 1.f, a, f, x.w2 + e * fd, f, 1.f, ye, d);
   }
@@ -384,9 +385,11 @@ void zeroUnlessAcc(const Ctx& ctx, const GradOut& g, int64_t n) {
   if (g && !g.acc) zeroFloats(ctx, g.p, n);
 }
 
-// Expert e's part of the backward; a and da are scratch of its rows x F.
+// Expert e's part of the backward; a and da are scratch of its rows x F. Under amp (`half`)
+// gelu(h) and dL/dh are rounded to the half type before the products that read them, as
+// on the CPU (db1 sums dL/dh unrounded).
 void expertBackward(const Ctx& ctx, const ExpertRows& x, const float* dy, const float* h,
-                    const ExpertGrads& g, int64_t e, float* a, float* da) {
+                    const ExpertGrads& g, int64_t e, float* a, float* da, ir::DType half) {
   int64_t n = x.first[e + 1] - x.first[e], at = x.first[e], d = x.d, f = x.f, fd = f * d;
   auto part = [](const GradOut& whole, int64_t offset) {
     return GradOut{whole.p ? whole.p + offset : nullptr, whole.acc};
@@ -400,12 +403,14 @@ void expertBackward(const Ctx& ctx, const ExpertRows& x, const float* dy, const 
   }
   const float *dye = dy + at * d, *xe = x.x + at * d, *he = h + at * f;
   actForward(ctx, Act::Gelu, he, a, n * f);
+  if (ir::isHalf(half)) roundInPlace(ctx, half, a, n * f);
   if (gw2) gemm(ctx, true, false, d, f, n, 1.f, dye, d, a, f, gw2.beta(), gw2.p, f);
   if (gb2) columnSum(ctx, dye, n, d, gb2);
   gemm(ctx, false, false, n, f, d, 1.f, dye, d, x.w2 + e * fd, f, 0.f, da, f);
   actBackwardInPlace(ctx, Act::Gelu, he, da, n * f); // da = d loss / d h
-  if (gw1) gemm(ctx, true, false, f, d, n, 1.f, da, f, xe, d, gw1.beta(), gw1.p, d);
   if (gb1) columnSum(ctx, da, n, f, gb1);
+  if (ir::isHalf(half)) roundInPlace(ctx, half, da, n * f);
+  if (gw1) gemm(ctx, true, false, f, d, n, 1.f, da, f, xe, d, gw1.beta(), gw1.p, d);
   if (g.dx)
     gemm(ctx, false, false, n, d, f, 1.f, da, f, x.w1 + e * fd, d, g.dx.beta(), g.dx.p + at * d, d);
 }
@@ -419,7 +424,7 @@ void expertsBackward(const KernelCall& c, const Ctx& ctx) {
   char* base = static_cast<char*>(ctx.scratch->get(2 * hiddenBytes));
   float *a = reinterpret_cast<float*>(base), *da = reinterpret_cast<float*>(base + hiddenBytes);
   for (int64_t e = 0; e < x.el; ++e)
-    expertBackward(ctx, x, c.in[0].f32(), c.in[8].f32(), g, e, a, da);
+    expertBackward(ctx, x, c.in[0].f32(), c.in[8].f32(), g, e, a, da, c.castParams);
   if (g.dx && !g.dx.acc) zeroFloats(ctx, g.dx.p + x.used() * x.d, (x.m - x.used()) * x.d);
 }
 

@@ -138,6 +138,59 @@ TEST_CASE("under amp, mlp rounds its hidden to the half type before the second p
   CHECK(apart > 10 * err);
 }
 
+TEST_CASE("moe's experts under amp: the hidden rounded before the second product, as mlp's") {
+  // Two experts of 30 and 25 rows (and 5 rows after them): each block against a double
+  // reference on the rounded weights, its gelu(h) rounded to bf16 or not; the kernel's
+  // output follows the rounded one.
+  auto dev = epl::backend::makeCpuDevice(2);
+  const int64_t el = 2, m = 60, d = 16, f = 40;
+  std::vector<int32_t> counts{30, 25};
+  auto x = pattern(m * d, 0.41f, 1.7f);
+  auto w1 = pattern(el * f * d, 0.77f, 0.4f), b1 = pattern(el * f, 0.5f, 0.1f);
+  auto w2 = pattern(el * d * f, 0.93f, 0.3f), b2 = pattern(el * d, 0.6f, 0.1f);
+  epl::ir::Attrs attrs{{"experts", int64_t{el}}, {"hidden", int64_t{f}}};
+  std::vector<float> y(m * d), h(m * f);
+  epl::backend::KernelCall c;
+  c.kind = epl::ir::OpKind::MoeExperts;
+  c.attrs = &attrs;
+  c.in = {{x.data(), DType::F32, {m, d}},      {counts.data(), DType::I32, {el}},
+          {w1.data(), DType::F32, {el, f, d}}, {b1.data(), DType::F32, {el, f}},
+          {w2.data(), DType::F32, {el, d, f}}, {b2.data(), DType::F32, {el, d}}};
+  c.out = {{y.data(), DType::F32, {m, d}}, {h.data(), DType::F32, {m, f}}};
+  c.castParams = DType::BF16;
+  c.firstParam = 2;
+  c.paramCount = 4;
+  dev->launch(c);
+  auto round = [](double v) { return wire::fromBf16(wire::toBf16(static_cast<float>(v))); };
+  auto gelu = [](double v) {
+    return 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+  };
+  std::vector<float> rounded(m * d, 0.f), unrounded(m * d, 0.f);
+  for (int64_t e = 0, r = 0; e < el; ++e)
+    for (int64_t end = r + counts[e]; r < end; ++r) {
+      std::vector<double> hid(f);
+      for (int64_t j = 0; j < f; ++j) {
+        double s = round(b1[e * f + j]);
+        for (int64_t k = 0; k < d; ++k)
+          s += static_cast<double>(x[r * d + k]) * round(w1[(e * f + j) * d + k]);
+        hid[j] = gelu(s);
+      }
+      for (int64_t i = 0; i < d; ++i) {
+        double with = round(b2[e * d + i]), without = with;
+        for (int64_t j = 0; j < f; ++j) {
+          with += round(hid[j]) * round(w2[(e * d + i) * f + j]);
+          without += hid[j] * round(w2[(e * d + i) * f + j]);
+        }
+        rounded[r * d + i] = static_cast<float>(with);
+        unrounded[r * d + i] = static_cast<float>(without);
+      }
+    }
+  double err = relativeError(y, rounded), apart = relativeError(unrounded, rounded);
+  INFO("error " << err << ", the two references " << apart << " apart");
+  CHECK(err < 1e-4);
+  CHECK(apart > 10 * err);
+}
+
 TEST_CASE("mlp's backward under amp: the same with products on bf16 as on f32 copies") {
   // dy, x and the saved h given as bf16 views the products read as they are (where the CPU
   // has bf16 kernels; h then widened by the kernel a piece at a time), or as f32 views of

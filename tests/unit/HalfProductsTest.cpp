@@ -48,6 +48,31 @@ double relativeError(const std::vector<float>& a, const std::vector<float>& b) {
   return err / scale;
 }
 
+// One row of y = gelu(x W1^T + b1) W2^T + b2 (tanh gelu) in float64, on the weights rounded
+// to bf16 (w1 [F, D], b1 [F], w2 [D, F], b2 [D]): into rounded[0, D) with the hidden
+// rounded to bf16 before the second product, into unrounded without.
+void mlpReferenceRow(const std::vector<double>& x, const float* w1, const float* b1,
+                     const float* w2, const float* b2, int64_t d, int64_t f, float* rounded,
+                     float* unrounded) {
+  auto round = [](double v) { return wire::fromBf16(wire::toBf16(static_cast<float>(v))); };
+  std::vector<double> hid(static_cast<size_t>(f));
+  for (int64_t j = 0; j < f; ++j) {
+    double s = round(b1[j]);
+    for (int64_t k = 0; k < d; ++k)
+      s += x[k] * round(w1[j * d + k]);
+    hid[j] = 0.5 * s * (1 + std::tanh(0.7978845608028654 * (s + 0.044715 * s * s * s)));
+  }
+  for (int64_t i = 0; i < d; ++i) {
+    double with = round(b2[i]), without = with;
+    for (int64_t j = 0; j < f; ++j) {
+      with += round(hid[j]) * round(w2[i * f + j]);
+      without += hid[j] * round(w2[i * f + j]);
+    }
+    rounded[i] = static_cast<float>(with);
+    unrounded[i] = static_cast<float>(without);
+  }
+}
+
 } // namespace
 
 TEST_CASE("bf16 products match the f32 products of the widened operands") {
@@ -109,28 +134,13 @@ TEST_CASE("under amp, mlp rounds its hidden to the half type before the second p
   c.paramCount = 4;
   dev->launch(c);
   // The reference in double on the rounded operands, the hidden rounded or not.
-  auto round = [](double v) { return wire::fromBf16(wire::toBf16(static_cast<float>(v))); };
-  auto gelu = [](double v) {
-    return 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
-  };
   std::vector<float> rounded(n * d), unrounded(n * d);
   for (int64_t r = 0; r < n; ++r) {
-    std::vector<double> hid(f);
-    for (int64_t j = 0; j < f; ++j) {
-      double s = round(b1[j]);
-      for (int64_t k = 0; k < d; ++k)
-        s += static_cast<double>(wire::fromBf16(x[r * d + k])) * round(w1[j * d + k]);
-      hid[j] = gelu(s);
-    }
-    for (int64_t i = 0; i < d; ++i) {
-      double with = round(b2[i]), without = with;
-      for (int64_t j = 0; j < f; ++j) {
-        with += round(hid[j]) * round(w2[i * f + j]);
-        without += hid[j] * round(w2[i * f + j]);
-      }
-      rounded[r * d + i] = static_cast<float>(with);
-      unrounded[r * d + i] = static_cast<float>(without);
-    }
+    std::vector<double> row(d);
+    for (int64_t k = 0; k < d; ++k)
+      row[k] = wire::fromBf16(x[r * d + k]);
+    mlpReferenceRow(row, w1.data(), b1.data(), w2.data(), b2.data(), d, f, rounded.data() + r * d,
+                    unrounded.data() + r * d);
   }
   double err = relativeError(y, rounded), apart = relativeError(unrounded, rounded);
   INFO("error " << err << ", the two references " << apart << " apart");
@@ -161,30 +171,12 @@ TEST_CASE("moe's experts under amp: the hidden rounded before the second product
   c.firstParam = 2;
   c.paramCount = 4;
   dev->launch(c);
-  auto round = [](double v) { return wire::fromBf16(wire::toBf16(static_cast<float>(v))); };
-  auto gelu = [](double v) {
-    return 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
-  };
   std::vector<float> rounded(m * d, 0.f), unrounded(m * d, 0.f);
   for (int64_t e = 0, r = 0; e < el; ++e)
-    for (int64_t end = r + counts[e]; r < end; ++r) {
-      std::vector<double> hid(f);
-      for (int64_t j = 0; j < f; ++j) {
-        double s = round(b1[e * f + j]);
-        for (int64_t k = 0; k < d; ++k)
-          s += static_cast<double>(x[r * d + k]) * round(w1[(e * f + j) * d + k]);
-        hid[j] = gelu(s);
-      }
-      for (int64_t i = 0; i < d; ++i) {
-        double with = round(b2[e * d + i]), without = with;
-        for (int64_t j = 0; j < f; ++j) {
-          with += round(hid[j]) * round(w2[(e * d + i) * f + j]);
-          without += hid[j] * round(w2[(e * d + i) * f + j]);
-        }
-        rounded[r * d + i] = static_cast<float>(with);
-        unrounded[r * d + i] = static_cast<float>(without);
-      }
-    }
+    for (int64_t end = r + counts[e]; r < end; ++r)
+      mlpReferenceRow(std::vector<double>(x.begin() + r * d, x.begin() + (r + 1) * d),
+                      w1.data() + e * f * d, b1.data() + e * f, w2.data() + e * d * f,
+                      b2.data() + e * d, d, f, rounded.data() + r * d, unrounded.data() + r * d);
   double err = relativeError(y, rounded), apart = relativeError(unrounded, rounded);
   INFO("error " << err << ", the two references " << apart << " apart");
   CHECK(err < 1e-4);

@@ -39,8 +39,9 @@ int64_t stagingFloats(const KernelCall& c) {
   for (size_t i = 0; i < c.in.size(); ++i)
     if (c.in[i].data && (ir::isHalf(c.in[i].dtype) || castsInput(c, i)))
       total += stagingPadded(c.in[i].numel());
-  for (const TensorView& v : c.out)
-    if (v.data && ir::isHalf(v.dtype)) total += stagingPadded(v.numel());
+  for (size_t i = 0; i < c.out.size(); ++i)
+    if (c.out[i].data && ir::isHalf(c.out[i].dtype) && !writesHalfOutput(c, i))
+      total += stagingPadded(c.out[i].numel());
   return total;
 }
 

@@ -19,6 +19,11 @@ bool needsStaging(const KernelCall& c);
 inline bool castsInput(const KernelCall& c, size_t i) {
   return c.castParams != ir::DType::F32 && i >= c.firstParam && i < c.firstParam + c.paramCount;
 }
+// Whether output i is one the kernel writes in its half type itself, a block of rows at a
+// time through its workspace (ir::OpInfo::halfOutputByRows: linear's forward): no copy.
+inline bool writesHalfOutput(const KernelCall& c, size_t i) {
+  return !c.backward && i == 0 && ir::opInfo(c.kind).halfOutputByRows;
+}
 // A copy's floats, padded to 16 (64 bytes), as the memory plan lays them out.
 inline int64_t stagingPadded(int64_t floats) {
   return (floats + 15) / 16 * 16;
@@ -82,7 +87,7 @@ KernelCall stagedCall(const KernelCall& c, float* at, Widen&& widen, Round&& rou
   }
   for (size_t i = 0; i < c.out.size(); ++i) {
     const TensorView& v = c.out[i];
-    if (!v.data || !ir::isHalf(v.dtype)) continue;
+    if (!v.data || !ir::isHalf(v.dtype) || writesHalfOutput(c, i)) continue;
     // A gradient added into keeps its sum so far.
     if (i < c.accumulate.size() && c.accumulate[i]) widen(v.dtype, v.data, at, v.numel());
     f.out[i].data = at;
@@ -97,7 +102,7 @@ KernelCall stagedCall(const KernelCall& c, float* at, Widen&& widen, Round&& rou
 template <class Narrow>
 void narrowOutputs(const KernelCall& c, const KernelCall& f, Narrow&& narrow) {
   for (size_t i = 0; i < c.out.size(); ++i)
-    if (c.out[i].data && ir::isHalf(c.out[i].dtype))
+    if (c.out[i].data && ir::isHalf(c.out[i].dtype) && !writesHalfOutput(c, i))
       narrow(c.out[i].dtype, f.out[i].f32(), c.out[i].data, c.out[i].numel());
 }
 

@@ -386,6 +386,17 @@ int64_t Module::workspaceBytes(const Program& p, int op) const {
   const Op& fwd = o.phase == Phase::Backward ? ops[o.forward] : o;
   bool backward = o.phase == Phase::Backward;
   if (opInfo(fwd.kind).split == SplitRule::Communication) return transferScratchBytes(p, o, fwd);
+  if (!backward && opInfo(fwd.kind).halfOutputByRows) {
+    // amp: a block of its half output's rows in f32 (ir::halfOutputRows).
+    if (stored.empty() || o.outputs.empty() || o.outputs[0] < 0 ||
+        !isHalf(storedDtype(o.outputs[0])))
+      return 0;
+    std::vector<int64_t> y = localShape(p, o.outputs[0]);
+    int64_t cols = y.empty() ? 1 : y.back(), rows = 1;
+    for (size_t k = 0; k + 1 < y.size(); ++k)
+      rows *= y[k];
+    return 4 * halfOutputRows(rows, cols) * cols;
+  }
   bool kind =
       fwd.kind == OpKind::Mlp || fwd.kind == OpKind::Attention || fwd.kind == OpKind::Conv2d;
   if (!kind || fwd.inputs.empty() || fwd.params.empty()) return 0;
@@ -557,9 +568,16 @@ int64_t Module::ampStagingBytes(const Program& p, int op) const {
   if (stored.empty() || o.phase == Phase::Optimizer || halfAsStored(fwd.kind)) return 0;
   auto padded = [](int64_t floats) { return (floats + 15) / 16 * 16; };
   int64_t floats = 0;
-  for (const std::vector<int>* list : {&o.inputs, &o.outputs})
-    for (int t : *list)
-      if (t >= 0 && isHalf(storedDtype(t))) floats += padded(bytesOn(p, t) / 2);
+  for (int t : o.inputs)
+    if (t >= 0 && isHalf(storedDtype(t))) floats += padded(bytesOn(p, t) / 2);
+  // A forward that writes its output a block of rows at a time makes no copy of it (its
+  // block is its workspace's, workspaceBytes).
+  bool byRows = o.phase != Phase::Backward && opInfo(fwd.kind).halfOutputByRows;
+  for (size_t i = 0; i < o.outputs.size(); ++i) {
+    int t = o.outputs[i];
+    if (t >= 0 && isHalf(storedDtype(t)) && !(byRows && i == 0))
+      floats += padded(bytesOn(p, t) / 2);
+  }
   if (castsWeights(fwd.kind))
     for (int q : o.params) {
       int64_t n = 1;
@@ -577,8 +595,11 @@ int64_t Module::ampStagedBytes(const Program& p, int op, bool direct) const {
                          fwd.kind == OpKind::Attention);
   if (!asIs || stored.empty() || o.phase == Phase::Optimizer) return ampStagingBytes(p, op);
   int64_t bytes = 0;
-  for (int t : o.outputs)
-    if (t >= 0 && isHalf(storedDtype(t))) bytes += 2 * bytesOn(p, t);
+  bool byRows = o.phase != Phase::Backward && opInfo(fwd.kind).halfOutputByRows; // workspaceBytes
+  for (size_t i = 0; i < o.outputs.size(); ++i) {
+    int t = o.outputs[i];
+    if (t >= 0 && isHalf(storedDtype(t)) && !(byRows && i == 0)) bytes += 2 * bytesOn(p, t);
+  }
   for (int q : o.params) {
     int64_t n = 1;
     for (int64_t d : localParamShape(p, q))

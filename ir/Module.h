@@ -323,7 +323,8 @@ struct Module {
   // (KernelCall::workspace), 0 for none: the fused mlp's activation (and in its backward
   // the activation's gradient), attention's backward dctx and dqkv, conv2d's im2col
   // columns and output rows of a group of images (convGroup; its backward's columns
-  // twice). The CPU kernels' layout, floats side by side in that order. A split region's
+  // twice), under amp a block of the rows of linear's half output (halfOutputRows). The CPU
+  // kernels' layout, floats side by side in that order. A split region's
   // transfer: the pieces it cuts or joins (transferScratchBytes).
   int64_t workspaceBytes(const Program& p, int op) const;
   int64_t transferScratchBytes(const Program& p, const Op& o, const Op& fwd) const;
@@ -358,7 +359,8 @@ struct Module {
   // amp: the bytes of the f32 copies a run of op `op` on p's rank makes of its
   // half-precision tensors and of the weights it rounds (backend/HalfStaging.h's layout:
   // each copy padded to 16 floats); 0 without amp, and for the ops whose kernels read and
-  // write half precision as stored (OpInfo::halfAsStored).
+  // write half precision as stored (OpInfo::halfAsStored). None of the output of a forward
+  // that writes it a block of rows at a time (OpInfo::halfOutputByRows).
   int64_t ampStagingBytes(const Program& p, int op) const;
   // The bytes of those copies a device writes when its products read the half type as it
   // is (`direct`, backend/HalfStaging.h): linear's, mlp's and attention's tensor inputs then

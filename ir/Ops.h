@@ -197,6 +197,10 @@ struct OpInfo {
   // stored, converting each element as they go: the call makes no f32 copies
   // (backend/HalfStaging.h, Module::ampStagingBytes).
   bool halfAsStored = false;
+  // amp: its forward writes its half-precision output (out[0]) itself, a block of rows at
+  // a time (halfOutputRows) computed in f32 into its workspace and rounded: the output takes
+  // no f32 copy of its whole size (linear, whose output can be a language model's logits).
+  bool halfOutputByRows = false;
 
   // The op's tensor inputs: the required tensors, and the optional ones `attrs` say are
   // given (ArgSpec::required).
@@ -278,6 +282,15 @@ inline bool castsWeights(OpKind k) {
 }
 inline bool halfAsStored(OpKind k) {
   return opInfo(k).halfAsStored;
+}
+// The f32 floats a block of an op's half output takes at most (OpInfo::halfOutputByRows):
+// 64 MiB, a GPT-2 head's 333 rows of 50,257 logits.
+constexpr int64_t kHalfOutputFloats = int64_t{1} << 24;
+// The rows of a block of such an output of `rows` rows of `cols` values, at least one. The
+// kernels and the memory plan's workspace read this one rule.
+inline int64_t halfOutputRows(int64_t rows, int64_t cols) {
+  int64_t fit = kHalfOutputFloats / std::max<int64_t>(cols, 1);
+  return std::max<int64_t>(1, std::min(fit, rows));
 }
 double floatAttr(const Attrs& a, const std::string& key);
 std::string attrStr(const Attr& a);

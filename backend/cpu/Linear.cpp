@@ -1,6 +1,7 @@
 // linear: y = x W^T + b (linearRows), and its backward, as two products and a column sum.
 // Under amp the products may read x, W and dy in bf16 as they are (HalfStaging.h,
-// directInputs); operandOf takes each view as it comes.
+// directInputs); operandOf takes each view as it comes. A half y is written a block of rows
+// at a time (ir::halfOutputRows): each block in f32 in the workspace, then rounded.
 //
 // Shape legend: N rows (every dim of x but the last), D input width, O output width.
 #include "backend/cpu/KernelUtil.h"
@@ -14,8 +15,16 @@ namespace {
 void linearForward(const KernelCall& c, bool hasBias) {
   const TensorView &x = c.in[0], &w = c.in[1];
   int64_t d = lastDim(x), n = rowsOf(x), o = w.shape[0];
-  linearRows(operandOf(x), operandOf(w), hasBias ? c.in[2].f32() : nullptr, n, o, d,
-             c.out[0].f32());
+  const float* b = hasBias ? c.in[2].f32() : nullptr;
+  const TensorView& y = c.out[0];
+  if (y.dtype == ir::DType::F32) return linearRows(operandOf(x), operandOf(w), b, n, o, d, y.f32());
+  int64_t rows = ir::halfOutputRows(n, o);
+  float* block = workspace(c, 0, 0, rows * o);
+  for (int64_t r0 = 0; r0 < n; r0 += rows) {
+    int64_t cnt = std::min(rows, n - r0);
+    linearRows(operandOf(x).at(r0 * d), operandOf(w), b, cnt, o, d, block);
+    narrowTo(y.dtype, block, static_cast<uint16_t*>(y.data) + r0 * o, cnt * o);
+  }
 }
 
 // in = [dy [N, O], x, W, b?, y], out = [dx [N, D], dW [O, D], db [O]?].

@@ -85,6 +85,10 @@ void roundInPlace(const Ctx& ctx, ir::DType t, float* x, int64_t n) {
   round(ctx, t, x, x, n);
 }
 
+void narrowTo(const Ctx& ctx, ir::DType t, const float* src, void* dst, int64_t n) {
+  narrow(ctx, t, src, dst, n);
+}
+
 Operand roundedOperand(const Ctx& ctx, ir::DType t, bool asIs, float* x, int64_t n, void* half) {
   if (!asIs) {
     round(ctx, t, x, x, n);

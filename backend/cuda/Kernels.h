@@ -54,6 +54,8 @@ void launchStaged(const KernelCall& c, const Ctx& ctx, Scratch& staging,
 // x rounded to the half type t and kept in f32 (amp: a kernel's own f32 operand before a
 // product that reads the half type).
 void roundInPlace(const Ctx& ctx, ir::DType t, float* x, int64_t n);
+// dst = src rounded to the half type t (n values): a half output a kernel writes itself.
+void narrowTo(const Ctx& ctx, ir::DType t, const float* src, void* dst, int64_t n);
 
 // The n f32 values x a kernel computed, as the operand of products that read the half type
 // t: rounded into `half` (room for n values of t, device memory) where the products read t

@@ -73,6 +73,7 @@ void addDense(Table& t) {
   linear.cut = "out";
   linear.outputBias = "bias";
   linear.castsWeights = true;
+  linear.halfOutputByRows = true;
 
   OpInfo& mlp =
       t.add(OpKind::Mlp, "mlp",

@@ -98,6 +98,16 @@ TEST_CASE("amp stores activations and their gradients in half precision, the res
   CHECK(staged);
   for (const epl::ir::Program::Workspace& w : f.workspaces)
     CHECK(w.stagingBytes == 0);
+  // linear's forward writes its bf16 output itself, a block of rows in f32 in its workspace
+  // (all 128 rows here): the staging holds copies of its input, weight and bias only.
+  int lin = opOf(*m, epl::ir::OpKind::Linear);
+  const epl::ir::Op& head = ops[lin];
+  auto padded = [](int64_t n) { return (n + 15) / 16 * 16; };
+  int64_t x = m->bytesOn(h, head.inputs[0]) / 2, y = m->bytesOn(h, head.outputs[0]) / 2;
+  CHECK(y == 8 * 16 * 32);
+  CHECK(m->workspaceBytes(h, lin) == 4 * y);
+  CHECK(m->ampStagingBytes(h, lin) == 4 * (padded(x) + padded(32 * 64) + padded(32)));
+  CHECK(f32->workspaceBytes(f, lin) == 0);
 }
 
 TEST_CASE("amp follows recomputation") {

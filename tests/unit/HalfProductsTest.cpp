@@ -7,6 +7,7 @@
 #include "backend/comm/Wire.h"
 #include "backend/cpu/KernelUtil.h"
 
+#include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -400,6 +401,49 @@ TEST_CASE("attention under amp: the scores read q, k and v rounded, as they are 
   double err = relativeError(ctx, rounded), apart = relativeError(unrounded, rounded);
   INFO("error " << err << ", the two references " << apart << " apart");
   CHECK(err < 1e-2 * apart);
+}
+
+TEST_CASE("linear under amp writes its bf16 output a block of rows at a time") {
+  // y = x W^T + b with x in bf16 and W, b cast to it (amp's call), y in bf16 as the device
+  // writes it against y in f32 rounded after: the same bits where the output is one block
+  // (ir::halfOutputRows), within rounding where it is cut into blocks (o = 2^22 columns:
+  // blocks of 4 rows and a last one of 1). NaN bits beforehand show a row left unwritten.
+  auto dev = epl::backend::makeCpuDevice(2);
+  for (const auto& shape : {std::array<int64_t, 3>{70, 24, 40}, {5, 3, int64_t{1} << 22}}) {
+    const int64_t n = shape[0], d = shape[1], o = shape[2];
+    INFO("n " << n << ", d " << d << ", o " << o);
+    epl::ir::Attrs attrs{{"bias", true}, {"out", o}};
+    REQUIRE(epl::ir::halfOutputRows(n, o) == (o > 40 ? 4 : n));
+    auto x = toBf16(pattern(n * d, 0.41f, 1.7f));
+    auto w = pattern(o * d, 0.77f, 0.4f), b = pattern(o, 0.5f, 0.3f);
+    std::vector<float> wide(n * o);
+    std::vector<uint16_t> half(n * o, 0x7fc0); // NaN
+    auto launch = [&](void* y, DType t) {
+      epl::backend::KernelCall c;
+      c.kind = epl::ir::OpKind::Linear;
+      c.attrs = &attrs;
+      c.in = {{x.data(), DType::BF16, {n, d}},
+              {w.data(), DType::F32, {o, d}},
+              {b.data(), DType::F32, {o}}};
+      c.out = {{y, t, {n, o}}};
+      c.castParams = DType::BF16;
+      c.firstParam = 1;
+      c.paramCount = 2;
+      dev->launch(c);
+    };
+    launch(wide.data(), DType::F32);
+    launch(half.data(), DType::BF16);
+    int64_t differ = 0, far = 0;
+    for (int64_t i = 0; i < n * o; ++i) {
+      uint16_t want = wire::toBf16(wide[i]);
+      differ += half[i] != want;
+      // Within a unit of bf16's last place (the blocks' products may add in another order).
+      float got = wire::fromBf16(half[i]), close = wire::fromBf16(want);
+      far += !(std::fabs(got - close) <= std::fabs(close) / 128 + 1e-6f);
+    }
+    CHECK(far == 0);
+    if (o == 40) CHECK(differ == 0);
+  }
 }
 
 TEST_CASE("the CPU's bf16 rounding is the wire's, bit for bit") {

@@ -1,6 +1,5 @@
 // amp's staging, the same on every device (HalfStaging.h).
 #include "backend/HalfStaging.h"
-#include "backend/KernelShapes.h"
 
 namespace epl::backend {
 
@@ -14,31 +13,33 @@ bool needsStaging(const KernelCall& c) {
 }
 
 uint64_t productInputs(const KernelCall& c) {
-  switch (c.kind) {
-  case ir::OpKind::Linear: // [x, W, b?] / [dy, x, W, b?, y]
-    return c.backward ? 0b111 : 0b11;
-  case ir::OpKind::Mlp: // [x, W1, b1, W2, b2] / [dy, x, W1, b1, W2, b2, y, h]
-    return c.backward ? 0b10111 : 0b1011;
-  case ir::OpKind::Attention: { // KernelShapes.h: the projections' operands, the saved context
-    AttentionSlots a = attentionSlots(c);
-    uint64_t mask = uint64_t{1} | uint64_t{1} << a.wqkv | uint64_t{1} << a.wp;
-    return c.backward ? mask | uint64_t{1} << 1 | uint64_t{1} << a.ctx : mask;
-  }
-  default:
-    return 0;
-  }
+  static const ir::Attrs none;
+  return ir::productInputs(c.kind, c.attrs ? *c.attrs : none, c.backward);
 }
 
 uint64_t widenedInputs(const KernelCall& c, uint64_t direct) {
-  bool h = c.kind == ir::OpKind::Mlp && c.backward && direct != 0 && c.in.size() > 7;
-  return h ? uint64_t{1} << 7 : 0;
+  return direct != 0 ? ir::widenedInputs(c.kind, c.backward, c.in.size()) : 0;
+}
+
+uint64_t directInputs(const KernelCall& c) {
+  ir::DType t = c.castParams;
+  uint64_t mask = productInputs(c);
+  if (mask == 0 || !ir::isHalf(t)) return 0;
+  for (size_t i = 0; i < c.in.size(); ++i)
+    if ((mask >> i & 1) && c.in[i].data && c.in[i].dtype != t && !castsInput(c, i)) return 0;
+  return mask;
 }
 
 int64_t stagingFloats(const KernelCall& c) {
+  uint64_t direct = directInputs(c);
   int64_t total = 0;
-  for (size_t i = 0; i < c.in.size(); ++i)
-    if (c.in[i].data && (ir::isHalf(c.in[i].dtype) || castsInput(c, i)))
-      total += stagingPadded(c.in[i].numel());
+  for (size_t i = 0; i < c.in.size(); ++i) {
+    const TensorView& v = c.in[i];
+    if (!v.data || !(ir::isHalf(v.dtype) || castsInput(c, i))) continue;
+    bool asIs = direct >> i & 1;
+    if (asIs && ir::isHalf(v.dtype)) continue;
+    total += stagingPadded(asIs ? (v.numel() + 1) / 2 : v.numel());
+  }
   for (size_t i = 0; i < c.out.size(); ++i)
     if (c.out[i].data && ir::isHalf(c.out[i].dtype) && !writesHalfOutput(c, i))
       total += stagingPadded(c.out[i].numel());

@@ -28,13 +28,10 @@ inline bool writesHalfOutput(const KernelCall& c, size_t i) {
 inline int64_t stagingPadded(int64_t floats) {
   return (floats + 15) / 16 * 16;
 }
-// The floats of the call's f32 copies.
-int64_t stagingFloats(const KernelCall& c);
-
 // The inputs (bit i: in[i]) that the call's kernel reads only as operands of its products
-// (and of column sums): where the device multiplies half precision as it is stored, these
-// need no f32 copy. Linear, mlp and attention (its projections and its saved context); 0
-// for the other kinds.
+// (and of column sums), ir::productInputs: both devices multiply half precision as it is
+// stored (cuBLAS; the CPU's gemm natively or widening a piece at a time), so these need
+// no f32 copy.
 uint64_t productInputs(const KernelCall& c);
 
 // mlp's backward reads its saved h only through the activation, which a device's kernel
@@ -42,24 +39,23 @@ uint64_t productInputs(const KernelCall& c);
 // products' inputs as they are (`direct`), else 0.
 uint64_t widenedInputs(const KernelCall& c, uint64_t direct);
 
-// productInputs(c) where the call computes under amp (its weights cast to a half type t),
-// each of those inputs is a view of type t or a weight cast to t, and canRead(t) says the
-// device's products read t; else 0.
-template <class CanRead> uint64_t directInputs(const KernelCall& c, CanRead&& canRead) {
-  ir::DType t = c.castParams;
-  uint64_t mask = productInputs(c);
-  if (mask == 0 || !ir::isHalf(t) || !canRead(t)) return 0;
-  for (size_t i = 0; i < c.in.size(); ++i)
-    if ((mask >> i & 1) && c.in[i].data && c.in[i].dtype != t && !castsInput(c, i)) return 0;
-  return mask;
-}
+// productInputs(c) where the call computes under amp (its weights cast to a half type t)
+// and each of those inputs is a view of type t or a weight cast to t; else 0 (a product
+// of a half weight with an f32 input, the model's f32 images: all of it on copies).
+uint64_t directInputs(const KernelCall& c);
+
+// The floats of the call's f32 copies, as Module::ampStagingBytes plans them: none for the
+// half views of directInputs(c), half the room for its cast weights (rounded to the half
+// type into their copy's place), a whole copy for the rest.
+int64_t stagingFloats(const KernelCall& c);
 
 // The call with each half view (and each cast weight) replaced by an f32 copy at `at`
-// (stagingFloats(c) floats): widen(dtype, half, f32, n) fills an input's copy, and an
-// output added into; round(dtype, f32, f32, n) a cast weight's. The planned staging is
+// (stagingFloats(c) floats at most): widen(dtype, half, f32, n) fills an input's copy, and
+// an output added into; round(dtype, f32, f32, n) a cast weight's. The planned staging is
 // taken off the workspace the kernel sees. After the kernel, narrowOutputs. The inputs of
-// `direct` (directInputs) stay as they are, and their cast weights are rounded to the half
-// type itself (narrow(dtype, f32, half, n)) in their copy's place.
+// `direct` (directInputs, and a device's widenedInputs) stay as they are, and their cast
+// weights are rounded to the half type itself (narrow(dtype, f32, half, n)) into half a
+// copy's room.
 template <class Widen, class Round, class Narrow>
 KernelCall stagedCall(const KernelCall& c, float* at, Widen&& widen, Round&& round, Narrow&& narrow,
                       uint64_t direct) {
@@ -83,7 +79,7 @@ KernelCall stagedCall(const KernelCall& c, float* at, Widen&& widen, Round&& rou
       round(c.castParams, v.f32(), at, n);
     f.in[i].data = at;
     f.in[i].dtype = asIs ? c.castParams : ir::DType::F32;
-    at += stagingPadded(n);
+    at += stagingPadded(asIs ? (n + 1) / 2 : n);
   }
   for (size_t i = 0; i < c.out.size(); ++i) {
     const TensorView& v = c.out[i];

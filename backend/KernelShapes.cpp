@@ -29,22 +29,8 @@ AttentionDims attentionDims(const KernelCall& c, const TensorView& x, const Tens
 }
 
 AttentionSlots attentionSlots(const KernelCall& c) {
-  bool bias = attrBool(c, "bias"), masked = attrBool(c, "mask");
-  int inputs = masked ? 2 : 1, params = bias ? 4 : 2, first = (c.backward ? 1 : 0) + inputs;
-  AttentionSlots a{};
-  a.mask = masked ? first - 1 : -1;
-  a.wqkv = first;
-  a.bqkv = bias ? first + 1 : -1;
-  a.wp = first + (bias ? 2 : 1);
-  a.bp = bias ? first + 3 : -1;
-  a.qkv = first + params + 1; // after y
-  a.ctx = a.qkv + 1;
-  a.lse = a.qkv + 2;
-  a.dwqkv = inputs;
-  a.dbqkv = bias ? inputs + 1 : -1;
-  a.dwp = inputs + (bias ? 2 : 1);
-  a.dbp = bias ? inputs + 3 : -1;
-  return a;
+  static const ir::Attrs none;
+  return ir::attentionSlots(c.attrs ? *c.attrs : none, c.backward);
 }
 
 PoolWindow poolWindow(const KernelCall& c, const TensorView& x) {

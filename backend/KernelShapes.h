@@ -29,18 +29,8 @@ struct AttentionDims {
 };
 AttentionDims attentionDims(const KernelCall& c, const TensorView& x, const TensorView& wqkv);
 
-// Where attention's tensors sit in a call: the parameters Wqkv, bqkv, Wp, bp follow x and
-// the mask, when given (forward: in = [x, mask, params], out = [y, qkv, ctx, lse];
-// backward: in = [dy, x, mask, params, y, qkv, ctx, lse], out = [dx, dmask (never
-// written), their gradients]). With `bias = false` the biases are absent (index -1), and
-// without a mask the mask and its gradient, and the rest move up: the layout of
-// ir::callArity.
-struct AttentionSlots {
-  int mask;                   // input: integers [B, T], or -1
-  int wqkv, bqkv, wp, bp;     // inputs
-  int qkv, ctx, lse;          // backward inputs the forward saved
-  int dwqkv, dbqkv, dwp, dbp; // backward outputs
-};
+// Where attention's tensors sit in a call (ir::attentionSlots).
+using AttentionSlots = ir::AttentionSlots;
 AttentionSlots attentionSlots(const KernelCall& c);
 
 // max_pool, avg_pool over x [B, C, H, W]: `planes` = B C planes of H x W, windows of k x k

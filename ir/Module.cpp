@@ -567,9 +567,27 @@ int64_t Module::ampStagingBytes(const Program& p, int op) const {
   const Op& fwd = o.phase == Phase::Backward ? ops[o.forward] : o;
   if (stored.empty() || o.phase == Phase::Optimizer || halfAsStored(fwd.kind)) return 0;
   auto padded = [](int64_t floats) { return (floats + 15) / 16 * 16; };
+  // The call's layout and the rule of backend/HalfStaging.h (stagingFloats): the weights it
+  // casts, and where every input its products read is of the half type or a cast weight
+  // (directInputs), those go as they are and the weights take half a copy's room.
+  bool backward = o.phase == Phase::Backward;
+  DType half = castsWeights(fwd.kind) && !o.params.empty() ? ampDtype() : DType::F32;
+  std::vector<CallInput> in = callInputs(o);
+  uint64_t direct = isHalf(half) ? productInputs(o.kind, o.attrs, backward) : 0;
+  for (size_t i = 0; i < in.size(); ++i)
+    if ((direct >> i & 1) && in[i].tensor >= 0 && storedDtype(in[i].tensor) != half) direct = 0;
   int64_t floats = 0;
-  for (int t : o.inputs)
-    if (t >= 0 && isHalf(storedDtype(t))) floats += padded(bytesOn(p, t) / 2);
+  for (size_t i = 0; i < in.size(); ++i) {
+    bool asIs = direct >> i & 1;
+    if (in[i].param >= 0 && isHalf(half)) {
+      int64_t n = 1;
+      for (int64_t d : localParamShape(p, in[i].param))
+        n *= d;
+      floats += padded(asIs ? (n + 1) / 2 : n);
+    } else if (in[i].tensor >= 0 && isHalf(storedDtype(in[i].tensor)) && !asIs) {
+      floats += padded(bytesOn(p, in[i].tensor) / 2);
+    }
+  }
   // A forward that writes its output a block of rows at a time makes no copy of it (its
   // block is its workspace's, workspaceBytes).
   bool byRows = o.phase != Phase::Backward && opInfo(fwd.kind).halfOutputByRows;
@@ -578,14 +596,30 @@ int64_t Module::ampStagingBytes(const Program& p, int op) const {
     if (t >= 0 && isHalf(storedDtype(t)) && !(byRows && i == 0))
       floats += padded(bytesOn(p, t) / 2);
   }
-  if (castsWeights(fwd.kind))
-    for (int q : o.params) {
-      int64_t n = 1;
-      for (int64_t d : localParamShape(p, q))
-        n *= d;
-      floats += padded(n);
-    }
   return 4 * floats;
+}
+
+std::vector<Module::CallInput> Module::callInputs(const Op& o) const {
+  std::vector<CallInput> in;
+  auto params = [&] {
+    for (int q : o.params)
+      in.push_back({-1, q});
+  };
+  if (o.phase != Phase::Backward) {
+    for (int t : o.inputs)
+      in.push_back({t, -1});
+    params();
+    return in;
+  }
+  // The output's gradient and the forward's inputs, the parameters, then the output and
+  // the saved tensors.
+  size_t n = ops[o.forward].inputs.size();
+  for (size_t k = 0; k <= n; ++k)
+    in.push_back({o.inputs[k], -1});
+  params();
+  for (size_t k = n + 1; k < o.inputs.size(); ++k)
+    in.push_back({o.inputs[k], -1});
+  return in;
 }
 
 int64_t Module::ampStagedBytes(const Program& p, int op, bool direct) const {

@@ -360,8 +360,16 @@ struct Module {
   // half-precision tensors and of the weights it rounds (backend/HalfStaging.h's layout:
   // each copy padded to 16 floats); 0 without amp, and for the ops whose kernels read and
   // write half precision as stored (OpInfo::halfAsStored). None of the output of a forward
-  // that writes it a block of rows at a time (OpInfo::halfOutputByRows).
+  // that writes it a block of rows at a time (OpInfo::halfOutputByRows), nor of the inputs
+  // that only feed products where every such input is of the half type (ir::productInputs:
+  // both devices multiply it as stored; its weights rounded into half a copy's room).
   int64_t ampStagingBytes(const Program& p, int op) const;
+  // The inputs of op o's kernel call in order (ir::callArity's layout, as Executor::bindCall
+  // binds them): a tensor (-1: passed without data) or a parameter.
+  struct CallInput {
+    int tensor = -1, param = -1;
+  };
+  std::vector<CallInput> callInputs(const Op& o) const;
   // The bytes of those copies a device writes when its products read the half type as it
   // is (`direct`, backend/HalfStaging.h): linear's, mlp's and attention's tensor inputs then
   // reach the kernel as stored (an estimate: their saved tensors are still copied), and

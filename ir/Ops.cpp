@@ -184,6 +184,55 @@ CallArity callArity(OpKind kind, const Attrs& attrs, bool backward) {
   return CallArity{n + p, static_cast<size_t>(op.outputs) + saved};
 }
 
+AttentionSlots attentionSlots(const Attrs& attrs, bool backward) {
+  // `bias` as given, else its default.
+  bool biased = true;
+  auto given = attrs.find("bias");
+  if (given != attrs.end()) {
+    biased = std::get<bool>(given->second);
+  } else {
+    const OpInfo& op = opInfo(OpKind::Attention);
+    for (const ArgSpec& a : op.args)
+      if (a.name == "bias") biased = std::get<bool>(argDefault(op, a, attrs));
+  }
+  bool masked = givesTensor(attrs, "mask");
+  int inputs = masked ? 2 : 1, params = biased ? 4 : 2, first = (backward ? 1 : 0) + inputs;
+  AttentionSlots a{};
+  a.mask = masked ? first - 1 : -1;
+  a.wqkv = first;
+  a.bqkv = biased ? first + 1 : -1;
+  a.wp = first + (biased ? 2 : 1);
+  a.bp = biased ? first + 3 : -1;
+  a.qkv = first + params + 1; // after y
+  a.ctx = a.qkv + 1;
+  a.lse = a.qkv + 2;
+  a.dwqkv = inputs;
+  a.dbqkv = biased ? inputs + 1 : -1;
+  a.dwp = inputs + (biased ? 2 : 1);
+  a.dbp = biased ? inputs + 3 : -1;
+  return a;
+}
+
+uint64_t productInputs(OpKind kind, const Attrs& attrs, bool backward) {
+  switch (kind) {
+  case OpKind::Linear: // [x, W, b?] / [dy, x, W, b?, y]
+    return backward ? 0b111 : 0b11;
+  case OpKind::Mlp: // [x, W1, b1, W2, b2] / [dy, x, W1, b1, W2, b2, y, h]
+    return backward ? 0b10111 : 0b1011;
+  case OpKind::Attention: { // the projections' operands, the saved context
+    AttentionSlots a = attentionSlots(attrs, backward);
+    uint64_t mask = uint64_t{1} | uint64_t{1} << a.wqkv | uint64_t{1} << a.wp;
+    return backward ? mask | uint64_t{1} << 1 | uint64_t{1} << a.ctx : mask;
+  }
+  default:
+    return 0;
+  }
+}
+
+uint64_t widenedInputs(OpKind kind, bool backward, size_t inputs) {
+  return kind == OpKind::Mlp && backward && inputs > 7 ? uint64_t{1} << 7 : 0;
+}
+
 std::vector<Product> opProducts(OpKind kind, const std::vector<Sizes>& in,
                                 const std::vector<Sizes>& params, const Sizes& out,
                                 const Attrs& attrs, bool backward) {

@@ -246,6 +246,28 @@ struct CallArity {
 };
 CallArity callArity(OpKind kind, const Attrs& attrs, bool backward);
 
+// Where attention's tensors sit in its call: the parameters Wqkv, bqkv, Wp, bp follow x and
+// the mask, when given (forward: in = [x, mask, params], out = [y, qkv, ctx, lse];
+// backward: in = [dy, x, mask, params, y, qkv, ctx, lse], out = [dx, dmask (never
+// written), their gradients]). With `bias = false` the biases are absent (index -1), and
+// without a mask the mask and its gradient, and the rest move up.
+struct AttentionSlots {
+  int mask;                   // input: integers [B, T], or -1
+  int wqkv, bqkv, wp, bp;     // inputs
+  int qkv, ctx, lse;          // backward inputs the forward saved
+  int dwqkv, dbqkv, dwp, dbp; // backward outputs
+};
+AttentionSlots attentionSlots(const Attrs& attrs, bool backward);
+
+// amp: the inputs of a call (bit i: in[i]) that its kernel reads only as operands of its
+// matrix products (and of column sums): where the products take half precision as it is
+// stored, these need no f32 copy (backend/HalfStaging.h, directInputs). Linear's, mlp's
+// and attention's (its projections' operands, its saved context); 0 for the other kinds.
+uint64_t productInputs(OpKind kind, const Attrs& attrs, bool backward);
+// mlp's backward reads its saved h (in[7]) only through the activation, which its kernels
+// widen a piece at a time where the products' inputs come as stored: bit 7, else 0.
+uint64_t widenedInputs(OpKind kind, bool backward, size_t inputs);
+
 // The matrix products of one run of an op on tensors of these sizes: its forward's, or its
 // backward's, two for each forward product C = A B (the gradients of the input and of the
 // weights): dA = dC B^T, [m, n] by [n, k], and dB = A^T dC, [k, m] by [m, n].

@@ -259,10 +259,12 @@ void backwardHead(const Dims& s, const float* qkv, Operand ctx, const float* dct
   const float *q = qkv + off, *k = qkv + offKv, *v = k + s.kvd;
   float *dq = dqkv + off, *dk = dqkv + offKv, *dv = dk + s.kvd;
   const float *dO = dctx + offO, *lseRow = lse + (bi * s.h + hi) * s.t;
-  // The context as saved: f32, or bf16 where the output projection's products read it so.
+  // The context as saved: f32, or the half type where the output projection's products
+  // read it so.
   auto o = [&](int64_t i) {
     if (ctx.type == ir::DType::F32) return static_cast<const float*>(ctx.p)[offO + i];
-    return wire::fromBf16(static_cast<const uint16_t*>(ctx.p)[offO + i]);
+    uint16_t h = static_cast<const uint16_t*>(ctx.p)[offO + i];
+    return ctx.type == ir::DType::BF16 ? wire::fromBf16(h) : wire::fromF16(h);
   };
   for (int64_t t = 0; t < s.t; ++t) {
     float acc = 0;

@@ -26,14 +26,6 @@ WireType wireOf(ir::DType t) {
   return t == ir::DType::BF16 ? WireType::BF16 : WireType::F16;
 }
 
-// n values of the half type t widened to f32 (bf16 as one vector loop), on this thread.
-void widenRun(ir::DType t, const uint16_t* h, float* dst, int64_t n) {
-  if (t != ir::DType::BF16) return wire::decode(wireOf(t), h, dst, n, 1.f);
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i)
-    dst[i] = wire::fromBf16(h[i]);
-}
-
 // n f32 values rounded to the half type t, on this thread.
 void narrowRun(ir::DType t, const float* src, uint16_t* h, int64_t n) {
   if (t != ir::DType::BF16) return wire::encode(wireOf(t), src, h, n, 1.f);
@@ -41,6 +33,17 @@ void narrowRun(ir::DType t, const float* src, uint16_t* h, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
     h[i] = wire::toBf16(src[i]);
 }
+
+} // namespace
+
+void widenRun(ir::DType t, const uint16_t* h, float* dst, int64_t n) {
+  if (t != ir::DType::BF16) return wire::decode(wireOf(t), h, dst, n, 1.f);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i)
+    dst[i] = wire::fromBf16(h[i]);
+}
+
+namespace {
 
 void widen(ir::DType t, const void* src, float* dst, int64_t n) {
   const uint16_t* h = static_cast<const uint16_t*>(src);
@@ -137,9 +140,10 @@ Operand roundedOperand(ir::DType t, bool asIs, float* x, int64_t n, void* half) 
 
 void launchStaged(const KernelCall& c, void (*run)(const KernelCall&)) {
   int64_t floats = stagingFloats(c);
-  // Linear, mlp and attention multiply bf16 as it is where oneDNN can (KernelUtil.h,
-  // productsRead); mlp then widens its h a piece at a time.
-  uint64_t direct = directInputs(c, productsRead);
+  // Linear, mlp and attention take their products' half inputs as they are: gemm
+  // multiplies bf16 natively where oneDNN can (KernelUtil.h, productsRead), and widens the
+  // rest a piece at a time; mlp then widens its h a piece at a time too.
+  uint64_t direct = directInputs(c);
   KernelCall f = stagedCall(c, plannedStaging(c, floats) ? c.workspace : stagingBuffer(floats),
                             widen, round, narrow, direct | widenedInputs(c, direct));
   run(f);

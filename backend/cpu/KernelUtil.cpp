@@ -152,15 +152,30 @@ bool bf16Kernels() {
 }
 #endif
 
-// One single-threaded product of a piece, of either operand type.
+// A half operand's `rows` rows of `cols` values (`ld` apart) widened into the calling
+// thread's scratch slot `slot`, side by side (`cols` apart).
+const float* widenedRows(Operand x, int64_t rows, int64_t cols, int64_t ld, int slot) {
+  float* out = scratch(slot, rows * cols);
+  for (int64_t r = 0; r < rows; ++r)
+    widenRun(x.type, static_cast<const uint16_t*>(x.p) + r * ld, out + r * cols, cols);
+  return out;
+}
+
+// One single-threaded product of a piece, of any operand type: f32 and native bf16 as they
+// are, other half operands widened (exact: the sgemm multiplies the same values).
 void product(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, Operand a,
              int64_t lda, Operand b, int64_t ldb, float beta, float* c, int64_t ldc) {
   EPL_ASSERT(a.type == b.type, "a product's operands have one type");
   if (a.type == ir::DType::F32)
     return sgemm(transA, transB, m, n, k, alpha, static_cast<const float*>(a.p), lda,
                  static_cast<const float*>(b.p), ldb, beta, c, ldc);
-  EPL_ASSERT(a.type == ir::DType::BF16 && productsRead(a.type), "bf16 products are available");
-  bf16Gemm(transA, transB, m, n, k, alpha, a.p, lda, b.p, ldb, beta, c, ldc);
+  EPL_ASSERT(ir::isHalf(a.type), "a product's operands are f32 or a half type");
+  if (productsRead(a.type))
+    return bf16Gemm(transA, transB, m, n, k, alpha, a.p, lda, b.p, ldb, beta, c, ldc);
+  int64_t aCols = transA ? m : k, bCols = transB ? k : n;
+  const float* wa = widenedRows(a, transA ? k : m, aCols, lda, 14);
+  const float* wb = widenedRows(b, transB ? n : k, bCols, ldb, 15);
+  sgemm(transA, transB, m, n, k, alpha, wa, aCols, wb, bCols, beta, c, ldc);
 }
 
 // C = alpha A B + beta C with K (the reduction, e.g. the rows of a weight gradient) cut into
@@ -299,9 +314,10 @@ void broadcastRows(float* y, const float* b, int64_t rows, int64_t cols) {
 // Each column sums its rows in blocks of 64 (from 0, down the block), then the blocks' sums
 // from 0 in block order. The blocks run a whole row at a time into a row of partial sums
 // (reading x in order, the loops over the columns long and vectorised); the columns then
-// add their partials. The order is the shapes', whatever the threads.
+// add their partials. The order is the shapes', whatever the threads. IEEE half rows are
+// widened a row at a time.
 void columnSum(Operand x, int64_t rows, int64_t cols, GradOut out) {
-  EPL_ASSERT(x.type == ir::DType::F32 || x.type == ir::DType::BF16, "column sums of f32 or bf16");
+  EPL_ASSERT(x.type == ir::DType::F32 || ir::isHalf(x.type), "column sums of f32 or a half type");
   bool bf16 = x.type == ir::DType::BF16;
   constexpr int64_t kRows = 64;
   int64_t blocks = (rows + kRows - 1) / kRows;
@@ -324,6 +340,11 @@ void columnSum(Operand x, int64_t rows, int64_t cols, GradOut out) {
           continue;
         }
         const float* row = static_cast<const float*>(x.p) + r * cols;
+        if (x.type != ir::DType::F32) { // IEEE half: the row widened first
+          float* wide = scratch(14, cols);
+          widenRun(x.type, static_cast<const uint16_t*>(x.p) + r * cols, wide, cols);
+          row = wide;
+        }
 #pragma omp simd
         for (int64_t j = 0; j < cols; ++j)
           sum[j] += row[j];
@@ -408,7 +429,7 @@ struct ScratchSlot {
   int64_t capacity = 0;
 };
 
-constexpr int kScratchSlots = 14;
+constexpr int kScratchSlots = 16;
 
 } // namespace
 

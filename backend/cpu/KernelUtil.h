@@ -16,14 +16,18 @@
 
 namespace epl::backend::cpu {
 
-// Whether gemm multiplies operands of type t as they are (bf16 through oneDNN's matmul,
-// where oneDNN has a kernel for this CPU that is not its reference code); f32 always.
+// Whether gemm multiplies operands of type t natively (bf16 through oneDNN's matmul, where
+// oneDNN has a kernel for this CPU that is not its reference code); f32 always. gemm takes
+// operands of either half type all the same, widening the others (halfProduct).
 bool productsRead(ir::DType t);
 
 // Row-major C[M, N] = alpha * op(A)[M, K] op(B)[K, N] + beta * C, in pieces on the pool,
 // each through one single-threaded product: oneDNN's sgemm for big f32 pieces, OpenBLAS's
 // for small ones and in a build without oneDNN; oneDNN's matmul for bf16 (on AMX or
-// AVX512-BF16 where the CPU has them).
+// AVX512-BF16 where the CPU has them). Half operands the CPU does not multiply natively
+// (IEEE half; bf16 elsewhere) are widened a piece at a time, each piece's rows of A and
+// B into the thread's scratch, and multiplied in f32: exact, so the product is the one
+// of f32 copies of the whole operands, to the bit.
 void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, Operand a,
           int64_t lda, Operand b, int64_t ldb, float beta, float* c, int64_t ldc);
 // gemm, then then(r0, r1) over rows [r0, r1) of C, for disjoint ranges that cover [0, M),
@@ -70,6 +74,8 @@ Operand roundedOperand(ir::DType t, bool asIs, float* x, int64_t n, void* half);
 // calling thread, in cache, in place of the call's f32 copies. f32 views pass as they are. Elements
 // [at, at + n) of v as f32: v's own floats, or (bf16, IEEE half) widened into tmp.
 const float* f32Run(const TensorView& v, int64_t at, int64_t n, float* tmp);
+// n values of the half type t widened to f32, on the calling thread.
+void widenRun(ir::DType t, const uint16_t* h, float* dst, int64_t n);
 // Element i of v as f32; and set to f (rounded to v's type).
 float f32At(const TensorView& v, int64_t i);
 void storeAt(const TensorView& v, int64_t i, float f);
@@ -92,7 +98,8 @@ void zeroUnlessAcc(const GradOut& dst, int64_t n);
 
 // A grow-only buffer per slot and thread, so hot kernels do not page-fault fresh memory on
 // every call. Slots keep buffers that are live at the same time apart: kernels use 0 to 6,
-// sumDouble uses 7, gemm 8 and 9, columnSum 10, the runs of half-precision views 11 to 13.
+// sumDouble uses 7, gemm 8 and 9, columnSum 10, the runs of half-precision views 11 to 13,
+// a product's widened operands 14 and 15.
 float* scratch(int slot, int64_t n);
 // Floats [at, at + n) of the call's workspace (its layout is Module::workspaceBytes'), or
 // scratch slot `slot` when the call has none.

@@ -4,7 +4,8 @@
 // Under amp (the call casts its weights to a half type) every product reads operands of
 // that type, as PyTorch's autocast stores them: the hidden act(h) and its gradient dL/dh
 // are rounded to it before the products that read them. Where the products read the half
-// type as it is (HalfStaging.h, directInputs: bf16 on a CPU with oneDNN's bf16 kernels) the
+// type as it is (HalfStaging.h, directInputs: on the CPU, always; cpu::gemm multiplies bf16
+// natively where oneDNN has kernels for it and widens the rest a piece at a time) the
 // rounded values go to half arrays laid over the f32 workspace, which then holds no f32;
 // elsewhere they are rounded in place and stay f32. There the backward reads the saved h as
 // stored too, widening a piece at a time (HalfStaging.h, widenedInputs).

@@ -115,7 +115,7 @@ void launchStaged(const KernelCall& c, const Ctx& ctx, Scratch& staging,
   };
   // cuBLAS multiplies bf16 and IEEE half as they are: the inputs of linear, mlp and
   // attention that only feed products skip the f32 copies (not yet run on a GPU).
-  uint64_t direct = directInputs(c, [](ir::DType t) { return ir::isHalf(t); });
+  uint64_t direct = directInputs(c);
   KernelCall f = stagedCall(c, at, widenOn, roundOn, narrowOn, direct);
   run(f, ctx);
   narrowOutputs(c, f, [&](ir::DType t, const float* src, void* dst, int64_t n) {

@@ -99,14 +99,16 @@ TEST_CASE("amp stores activations and their gradients in half precision, the res
   for (const epl::ir::Program::Workspace& w : f.workspaces)
     CHECK(w.stagingBytes == 0);
   // linear's forward writes its bf16 output itself, a block of rows in f32 in its workspace
-  // (all 128 rows here): the staging holds copies of its input, weight and bias only.
+  // (all 128 rows here); its products take the bf16 input as stored and the weight rounded
+  // into half a copy's room: the staging holds the weight's halves and the bias's copy.
   int lin = opOf(*m, epl::ir::OpKind::Linear);
   const epl::ir::Op& head = ops[lin];
   auto padded = [](int64_t n) { return (n + 15) / 16 * 16; };
-  int64_t x = m->bytesOn(h, head.inputs[0]) / 2, y = m->bytesOn(h, head.outputs[0]) / 2;
+  int64_t y = m->bytesOn(h, head.outputs[0]) / 2;
+  CHECK(m->storedDtype(head.inputs[0]) == DType::BF16);
   CHECK(y == 8 * 16 * 32);
   CHECK(m->workspaceBytes(h, lin) == 4 * y);
-  CHECK(m->ampStagingBytes(h, lin) == 4 * (padded(x) + padded(32 * 64) + padded(32)));
+  CHECK(m->ampStagingBytes(h, lin) == 4 * (padded(32 * 64 / 2) + padded(32)));
   CHECK(f32->workspaceBytes(f, lin) == 0);
 }
 

@@ -39,6 +39,21 @@ std::vector<float> widened(const std::vector<uint16_t>& h) {
   return v;
 }
 
+// v rounded to the half type t, and back.
+std::vector<uint16_t> toHalf(DType t, const std::vector<float>& v) {
+  std::vector<uint16_t> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    h[i] = t == DType::BF16 ? wire::toBf16(v[i]) : wire::toF16(v[i]);
+  return h;
+}
+
+std::vector<float> widenedAs(DType t, const std::vector<uint16_t>& h) {
+  std::vector<float> v(h.size());
+  for (size_t i = 0; i < h.size(); ++i)
+    v[i] = t == DType::BF16 ? wire::fromBf16(h[i]) : wire::fromF16(h[i]);
+  return v;
+}
+
 // The largest |a - b| over the largest |b|.
 double relativeError(const std::vector<float>& a, const std::vector<float>& b) {
   double err = 0, scale = 0;
@@ -74,7 +89,67 @@ void mlpReferenceRow(const std::vector<double>& x, const float* w1, const float*
   }
 }
 
+struct ProductShape {
+  int64_t m, n, k;
+  bool transA, transB;
+  float alpha, beta;
+};
+// Small (one call), row slices, column slices and split K (k >= 4 max(m, n)), in the
+// layouts the kernels use, with alpha and an accumulating beta.
+const ProductShape kProductShapes[] = {
+    {5, 3, 7, false, true, 1.f, 0.f},         {300, 96, 64, false, true, 1.f, 0.f},
+    {300, 96, 64, false, false, 1.f, 1.f},    {40, 520, 64, false, false, 0.5f, 0.f},
+    {48, 64, 2048, true, false, 1.f, 1.f},    {96, 80, 300, true, false, 1.f, 0.f},
+    {130, 70, 90, false, true, 0.25f, 0.75f},
+};
+
 } // namespace
+
+TEST_CASE("IEEE half products are the f32 products of the widened operands, to the bit") {
+  // No CPU multiplies IEEE half natively here: gemm widens each piece's operands into the
+  // thread's scratch (and bf16 likewise where oneDNN has no bf16 kernels), so the result is
+  // the f32 product's, cut into the same pieces. Column sums of IEEE half too.
+  using epl::backend::Operand;
+  using epl::backend::cpu::gemm;
+  REQUIRE_FALSE(epl::backend::cpu::productsRead(DType::F16));
+  epl::backend::cpu::initThreads(2);
+  auto toF16 = [](const std::vector<float>& v) {
+    std::vector<uint16_t> h(v.size());
+    for (size_t i = 0; i < v.size(); ++i)
+      h[i] = wire::toF16(v[i]);
+    return h;
+  };
+  auto widenedF16 = [](const std::vector<uint16_t>& h) {
+    std::vector<float> v(h.size());
+    for (size_t i = 0; i < h.size(); ++i)
+      v[i] = wire::fromF16(h[i]);
+    return v;
+  };
+  for (const ProductShape& s : kProductShapes) {
+    INFO("m " << s.m << " n " << s.n << " k " << s.k << " transA " << s.transA << " transB "
+              << s.transB);
+    // Leading dimensions wider than the operands, so a piece's rows are not contiguous.
+    int64_t lda = (s.transA ? s.m : s.k) + 3, ldb = (s.transB ? s.k : s.n) + 5;
+    int64_t aRows = s.transA ? s.k : s.m, bRows = s.transB ? s.n : s.k;
+    auto ah = toF16(pattern(aRows * lda, 0.37f, 1.3f)),
+         bh = toF16(pattern(bRows * ldb, 0.71f, 0.9f));
+    auto a = widenedF16(ah), b = widenedF16(bh);
+    auto c0 = pattern(s.m * s.n, 0.13f, 0.5f);
+    std::vector<float> half = c0, full = c0;
+    gemm(s.transA, s.transB, s.m, s.n, s.k, s.alpha, Operand(ah.data(), DType::F16), lda,
+         Operand(bh.data(), DType::F16), ldb, s.beta, half.data(), s.n);
+    gemm(s.transA, s.transB, s.m, s.n, s.k, s.alpha, a.data(), lda, b.data(), ldb, s.beta,
+         full.data(), s.n);
+    CHECK(std::memcmp(half.data(), full.data(), 4 * half.size()) == 0);
+  }
+  const int64_t rows = 150, cols = 37;
+  auto xh = toF16(pattern(rows * cols, 0.53f, 2.f));
+  auto x = widenedF16(xh);
+  std::vector<float> half(cols, 1.f), full(cols, 1.f);
+  epl::backend::cpu::columnSum(Operand(xh.data(), DType::F16), rows, cols, {half.data(), true});
+  epl::backend::cpu::columnSum(x.data(), rows, cols, {full.data(), true});
+  CHECK(std::memcmp(half.data(), full.data(), 4 * half.size()) == 0);
+}
 
 TEST_CASE("bf16 products match the f32 products of the widened operands") {
   using epl::backend::Operand;
@@ -84,20 +159,7 @@ TEST_CASE("bf16 products match the f32 products of the widened operands") {
     return;
   }
   epl::backend::cpu::initThreads(2);
-  struct Shape {
-    int64_t m, n, k;
-    bool transA, transB;
-    float alpha, beta;
-  };
-  // Small (one call), row slices, column slices and split K (k >= 4 max(m, n)), in the
-  // layouts the kernels use, with alpha and an accumulating beta.
-  const Shape shapes[] = {
-      {5, 3, 7, false, true, 1.f, 0.f},         {300, 96, 64, false, true, 1.f, 0.f},
-      {300, 96, 64, false, false, 1.f, 1.f},    {40, 520, 64, false, false, 0.5f, 0.f},
-      {48, 64, 2048, true, false, 1.f, 1.f},    {96, 80, 300, true, false, 1.f, 0.f},
-      {130, 70, 90, false, true, 0.25f, 0.75f},
-  };
-  for (const Shape& s : shapes) {
+  for (const ProductShape& s : kProductShapes) {
     INFO("m " << s.m << " n " << s.n << " k " << s.k << " transA " << s.transA << " transB "
               << s.transB);
     int64_t lda = s.transA ? s.m : s.k, ldb = s.transB ? s.k : s.n;
@@ -242,87 +304,93 @@ TEST_CASE("mlp's backward under amp: the same with products on bf16 as on f32 co
   }
 }
 
-TEST_CASE("attention under amp: the same with products on bf16 as on f32 copies") {
-  // As for mlp: x, dy and the saved context as bf16 views the projections read as they are
-  // (where the CPU has bf16 kernels), or as f32 views of the same values, widened alike.
-  auto dev = epl::backend::makeCpuDevice(2);
-  const int64_t b = 2, t = 20, m = 32, h = 2, ld = 3 * m;
-  auto xh = toBf16(pattern(b * t * m, 0.41f, 1.7f)), dyh = toBf16(pattern(b * t * m, 0.29f, 0.8f));
-  auto ctxh = toBf16(pattern(b * t * m, 0.53f, 0.6f));
-  auto x = widened(xh), dy = widened(dyh), ctx = widened(ctxh);
-  auto wqkv = pattern(ld * m, 0.77f, 0.3f), bqkv = pattern(ld, 0.5f, 0.1f);
-  auto wp = pattern(m * m, 0.93f, 0.3f), bp = pattern(m, 0.6f, 0.1f);
-  // Small scores, and each row's log-sum-exp near log(its visible keys): probabilities of
-  // about 1 / (t + 1), as the forward would save them.
-  auto qkv = pattern(b * t * ld, 0.19f, 0.3f);
-  std::vector<float> lse(b * h * t);
-  for (size_t i = 0; i < lse.size(); ++i)
-    lse[i] = std::log(static_cast<float>(i % t + 1));
-  epl::ir::Attrs attrs{{"heads", int64_t{h}},   {"kv_heads", int64_t{h}}, {"causal", true},
-                       {"bias", true},          {"mask", false},          {"rotary", false},
-                       {"rotary_base", 10000.0}};
-  using Views = std::vector<epl::backend::TensorView>;
-  auto launch = [&](bool backward, Views in, Views out) {
-    epl::backend::KernelCall c;
-    c.kind = epl::ir::OpKind::Attention;
-    c.backward = backward;
-    c.attrs = &attrs;
-    c.in = std::move(in);
-    c.out = std::move(out);
-    c.accumulate.assign(c.out.size(), false);
-    c.castParams = DType::BF16;
-    c.firstParam = backward ? 2 : 1;
-    c.paramCount = 4;
-    dev->launch(c);
-  };
-  auto forward = [&](void* xd, DType type) {
-    std::vector<std::vector<float>> o{std::vector<float>(b * t * m), std::vector<float>(b * t * ld),
-                                      std::vector<float>(b * t * m), std::vector<float>(b * h * t)};
-    launch(false,
-           {{xd, type, {b, t, m}},
-            {wqkv.data(), DType::F32, {ld, m}},
-            {bqkv.data(), DType::F32, {ld}},
-            {wp.data(), DType::F32, {m, m}},
-            {bp.data(), DType::F32, {m}}},
-           {{o[0].data(), DType::F32, {b, t, m}},
-            {o[1].data(), DType::F32, {b, t, ld}},
-            {o[2].data(), DType::F32, {b, t, m}},
-            {o[3].data(), DType::F32, {b, h, t}}});
-    return o;
-  };
-  auto backward = [&](void* dyd, void* xd, void* ctxd, DType type) {
-    std::vector<std::vector<float>> g{std::vector<float>(b * t * m), std::vector<float>(ld * m),
-                                      std::vector<float>(ld), std::vector<float>(m * m),
-                                      std::vector<float>(m)};
-    launch(true,
-           {{dyd, type, {b, t, m}},
-            {xd, type, {b, t, m}},
-            {wqkv.data(), DType::F32, {ld, m}},
-            {bqkv.data(), DType::F32, {ld}},
-            {wp.data(), DType::F32, {m, m}},
-            {bp.data(), DType::F32, {m}},
-            {nullptr, DType::F32, {b, t, m}},
-            {qkv.data(), DType::F32, {b, t, ld}},
-            {ctxd, type, {b, t, m}},
-            {lse.data(), DType::F32, {b, h, t}}},
-           {{g[0].data(), DType::F32, {b, t, m}},
-            {g[1].data(), DType::F32, {ld, m}},
-            {g[2].data(), DType::F32, {ld}},
-            {g[3].data(), DType::F32, {m, m}},
-            {g[4].data(), DType::F32, {m}}});
-    return g;
-  };
-  auto half = forward(xh.data(), DType::BF16), full = forward(x.data(), DType::F32);
-  CHECK(relativeError(half[0], full[0]) < 1e-4);
-  CHECK(relativeError(half[1], full[1]) < 1e-4);
-  // The context is stored in bf16 under amp: the same values there (one path rounds its f32
-  // copy in place, the other reads a rounded one).
-  CHECK(relativeError(widened(toBf16(half[2])), widened(toBf16(full[2]))) < 1e-4);
-  auto dhalf = backward(dyh.data(), xh.data(), ctxh.data(), DType::BF16);
-  auto dfull = backward(dy.data(), x.data(), ctx.data(), DType::F32);
-  for (size_t i = 0; i < dhalf.size(); ++i) {
-    INFO("gradient " << i);
-    CHECK(relativeError(dhalf[i], dfull[i]) < 1e-4);
+TEST_CASE("attention under amp: the same with products on half views as on f32 copies") {
+  // As for mlp: x, dy and the saved context as bf16 or IEEE half views the projections read
+  // as they are, or as f32 views of the same values, widened alike.
+  for (DType type : {DType::BF16, DType::F16}) {
+    INFO("type " << static_cast<int>(type));
+    auto dev = epl::backend::makeCpuDevice(2);
+    const int64_t b = 2, t = 20, m = 32, h = 2, ld = 3 * m;
+    auto xh = toHalf(type, pattern(b * t * m, 0.41f, 1.7f)),
+         dyh = toHalf(type, pattern(b * t * m, 0.29f, 0.8f));
+    auto ctxh = toHalf(type, pattern(b * t * m, 0.53f, 0.6f));
+    auto x = widenedAs(type, xh), dy = widenedAs(type, dyh), ctx = widenedAs(type, ctxh);
+    auto wqkv = pattern(ld * m, 0.77f, 0.3f), bqkv = pattern(ld, 0.5f, 0.1f);
+    auto wp = pattern(m * m, 0.93f, 0.3f), bp = pattern(m, 0.6f, 0.1f);
+    // Small scores, and each row's log-sum-exp near log(its visible keys): probabilities of
+    // about 1 / (t + 1), as the forward would save them.
+    auto qkv = pattern(b * t * ld, 0.19f, 0.3f);
+    std::vector<float> lse(b * h * t);
+    for (size_t i = 0; i < lse.size(); ++i)
+      lse[i] = std::log(static_cast<float>(i % t + 1));
+    epl::ir::Attrs attrs{{"heads", int64_t{h}},   {"kv_heads", int64_t{h}}, {"causal", true},
+                         {"bias", true},          {"mask", false},          {"rotary", false},
+                         {"rotary_base", 10000.0}};
+    using Views = std::vector<epl::backend::TensorView>;
+    auto launch = [&](bool backward, Views in, Views out) {
+      epl::backend::KernelCall c;
+      c.kind = epl::ir::OpKind::Attention;
+      c.backward = backward;
+      c.attrs = &attrs;
+      c.in = std::move(in);
+      c.out = std::move(out);
+      c.accumulate.assign(c.out.size(), false);
+      c.castParams = type;
+      c.firstParam = backward ? 2 : 1;
+      c.paramCount = 4;
+      dev->launch(c);
+    };
+    auto forward = [&](void* xd, DType type) {
+      std::vector<std::vector<float>> o{
+          std::vector<float>(b * t * m), std::vector<float>(b * t * ld),
+          std::vector<float>(b * t * m), std::vector<float>(b * h * t)};
+      launch(false,
+             {{xd, type, {b, t, m}},
+              {wqkv.data(), DType::F32, {ld, m}},
+              {bqkv.data(), DType::F32, {ld}},
+              {wp.data(), DType::F32, {m, m}},
+              {bp.data(), DType::F32, {m}}},
+             {{o[0].data(), DType::F32, {b, t, m}},
+              {o[1].data(), DType::F32, {b, t, ld}},
+              {o[2].data(), DType::F32, {b, t, m}},
+              {o[3].data(), DType::F32, {b, h, t}}});
+      return o;
+    };
+    auto backward = [&](void* dyd, void* xd, void* ctxd, DType type) {
+      std::vector<std::vector<float>> g{std::vector<float>(b * t * m), std::vector<float>(ld * m),
+                                        std::vector<float>(ld), std::vector<float>(m * m),
+                                        std::vector<float>(m)};
+      launch(true,
+             {{dyd, type, {b, t, m}},
+              {xd, type, {b, t, m}},
+              {wqkv.data(), DType::F32, {ld, m}},
+              {bqkv.data(), DType::F32, {ld}},
+              {wp.data(), DType::F32, {m, m}},
+              {bp.data(), DType::F32, {m}},
+              {nullptr, DType::F32, {b, t, m}},
+              {qkv.data(), DType::F32, {b, t, ld}},
+              {ctxd, type, {b, t, m}},
+              {lse.data(), DType::F32, {b, h, t}}},
+             {{g[0].data(), DType::F32, {b, t, m}},
+              {g[1].data(), DType::F32, {ld, m}},
+              {g[2].data(), DType::F32, {ld}},
+              {g[3].data(), DType::F32, {m, m}},
+              {g[4].data(), DType::F32, {m}}});
+      return g;
+    };
+    auto half = forward(xh.data(), type), full = forward(x.data(), DType::F32);
+    CHECK(relativeError(half[0], full[0]) < 1e-4);
+    CHECK(relativeError(half[1], full[1]) < 1e-4);
+    // The context is stored in the half type under amp: the same values there (one path rounds its
+    // f32 copy in place, the other reads a rounded one).
+    CHECK(relativeError(widenedAs(type, toHalf(type, half[2])),
+                        widenedAs(type, toHalf(type, full[2]))) < 1e-4);
+    auto dhalf = backward(dyh.data(), xh.data(), ctxh.data(), type);
+    auto dfull = backward(dy.data(), x.data(), ctx.data(), DType::F32);
+    for (size_t i = 0; i < dhalf.size(); ++i) {
+      INFO("gradient " << i);
+      CHECK(relativeError(dhalf[i], dfull[i]) < 1e-4);
+    }
   }
 }
 

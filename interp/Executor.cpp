@@ -649,12 +649,15 @@ void Executor::bindCall(int i, int slot) {
     c.firstParam = (op.phase == ir::Phase::Backward ? 1 : 0) + fwdOp.inputs.size();
     c.paramCount = op.params.size();
   }
-  if (ir::computesForward(op.phase)) {
-    if (op.kind == ir::OpKind::Next) return;
-    for (int t : op.inputs)
-      c.in.push_back(view(t));
-    for (int p : op.params)
-      c.in.push_back(paramView(p, gatherUse(p, op.phase), slot));
+  bool forward = ir::computesForward(op.phase);
+  if ((forward && op.kind == ir::OpKind::Next) || (!forward && op.phase != ir::Phase::Backward))
+    return;
+  // The inputs in the call's layout, which the memory plan's amp staging reads too.
+  for (const ir::Module::CallInput& in : m_.callInputs(op))
+    c.in.push_back(in.param >= 0    ? paramView(in.param, gatherUse(in.param, op.phase), slot)
+                   : in.tensor >= 0 ? view(in.tensor)
+                                    : shapeOnly(in.shapeOf));
+  if (forward) {
     for (int t : op.outputs)
       c.out.push_back(view(t));
     // A row-parallel linear, split mlp or split attention leaves partial sums, which the
@@ -669,19 +672,9 @@ void Executor::bindCall(int i, int slot) {
                  "the zero bias is sized for every bias before the calls are bound");
       b.data = zeroBias_;
     }
-  } else if (op.phase == ir::Phase::Backward) {
+  } else {
     const ir::Op& fwd = m_.ops[op.forward];
-    size_t n = fwd.inputs.size();
     c.backward = true;
-    c.in.push_back(view(op.inputs[0]));
-    for (size_t k = 0; k < n; ++k)
-      c.in.push_back(op.inputs[1 + k] >= 0 ? view(op.inputs[1 + k]) : shapeOnly(fwd.inputs[k]));
-    for (int p : op.params)
-      c.in.push_back(paramView(p, gatherUse(p, op.phase), slot));
-    int y = op.inputs[1 + n];
-    c.in.push_back(y >= 0 ? view(y) : shapeOnly(fwd.outputs[0]));
-    for (size_t k = 2 + n; k < op.inputs.size(); ++k)
-      c.in.push_back(view(op.inputs[k]));
     for (size_t k = 0; k < op.outputs.size(); ++k) {
       int t = op.outputs[k];
       c.out.push_back(t >= 0 ? view(t) : shapeOnly(fwd.inputs[k]));

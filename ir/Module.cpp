@@ -603,22 +603,25 @@ std::vector<Module::CallInput> Module::callInputs(const Op& o) const {
   std::vector<CallInput> in;
   auto params = [&] {
     for (int q : o.params)
-      in.push_back({-1, q});
+      in.push_back({-1, q, -1});
   };
   if (o.phase != Phase::Backward) {
     for (int t : o.inputs)
-      in.push_back({t, -1});
+      in.push_back({t, -1, t});
     params();
     return in;
   }
   // The output's gradient and the forward's inputs, the parameters, then the output and
   // the saved tensors.
-  size_t n = ops[o.forward].inputs.size();
-  for (size_t k = 0; k <= n; ++k)
-    in.push_back({o.inputs[k], -1});
+  const Op& fwd = ops[o.forward];
+  size_t n = fwd.inputs.size();
+  in.push_back({o.inputs[0], -1, o.inputs[0]});
+  for (size_t k = 0; k < n; ++k)
+    in.push_back({o.inputs[1 + k], -1, fwd.inputs[k]});
   params();
-  for (size_t k = n + 1; k < o.inputs.size(); ++k)
-    in.push_back({o.inputs[k], -1});
+  in.push_back({o.inputs[1 + n], -1, fwd.outputs[0]});
+  for (size_t k = n + 2; k < o.inputs.size(); ++k)
+    in.push_back({o.inputs[k], -1, o.inputs[k]});
   return in;
 }
 

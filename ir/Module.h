@@ -364,10 +364,12 @@ struct Module {
   // that only feed products where every such input is of the half type (ir::productInputs:
   // both devices multiply it as stored; its weights rounded into half a copy's room).
   int64_t ampStagingBytes(const Program& p, int op) const;
-  // The inputs of op o's kernel call in order (ir::callArity's layout, as Executor::bindCall
-  // binds them): a tensor (-1: passed without data) or a parameter.
+  // The inputs of op o's kernel call in order (ir::callArity's layout, which
+  // Executor::bindCall binds): a tensor, a parameter, or (tensor -1) a tensor the call
+  // passes without data, with the shape of tensor `shapeOf` (a backward's unread input or
+  // output).
   struct CallInput {
-    int tensor = -1, param = -1;
+    int tensor = -1, param = -1, shapeOf = -1;
   };
   std::vector<CallInput> callInputs(const Op& o) const;
   // The bytes of those copies a device writes when its products read the half type as it

@@ -26,11 +26,6 @@ namespace {
 
 constexpr int64_t kGrain = 1 << 14;
 
-// The wire format of the same 16 bits: its decode and encode (scale 1) are the conversions.
-WireType wireOf(ir::DType t) {
-  return t == ir::DType::BF16 ? WireType::BF16 : WireType::F16;
-}
-
 // IEEE half through the CPU's conversion instructions (F16C), 8 values at a time, where
 // it has them: nearest even, as wire::toF16 and fromF16 (exact) convert, to the bit
 // (tests/unit/HalfProductsTest.cpp). A group holding a NaN or infinity goes through the wire's
@@ -66,17 +61,24 @@ int64_t widenF16(const uint16_t* h, float* dst, int64_t n) {
   return i;
 }
 
+// n values converted to or from IEEE half: `vector` (narrowF16, widenF16) as far as it
+// goes, then `wire` (the wire's encode or decode) the group it stopped at, or the tail.
+template <class From, class To, class Vector, class Wire>
+void f16Run(const From* src, To* dst, int64_t n, Vector&& vector, Wire&& wire) {
+  for (int64_t i = 0; i < n;) {
+    i += vector(src + i, dst + i, n - i);
+    int64_t rest = std::min<int64_t>(8, n - i);
+    wire(src + i, dst + i, rest);
+    i += rest;
+  }
+}
+
 // n f32 values rounded to the half type t, on this thread.
 void narrowRun(ir::DType t, const float* src, uint16_t* h, int64_t n) {
-  if (t != ir::DType::BF16) {
-    for (int64_t i = 0; i < n;) {
-      i += narrowF16(src + i, h + i, n - i);
-      int64_t rest = std::min<int64_t>(8, n - i); // a group with a NaN or infinity, or the tail
-      wire::encode(wireOf(t), src + i, h + i, rest, 1.f);
-      i += rest;
-    }
-    return;
-  }
+  if (t != ir::DType::BF16)
+    return f16Run(src, h, n, narrowF16, [](const float* s, uint16_t* d, int64_t k) {
+      wire::encode(WireType::F16, s, d, k, 1.f);
+    });
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i)
     h[i] = wire::toBf16(src[i]);
@@ -85,15 +87,10 @@ void narrowRun(ir::DType t, const float* src, uint16_t* h, int64_t n) {
 } // namespace
 
 void widenRun(ir::DType t, const uint16_t* h, float* dst, int64_t n) {
-  if (t != ir::DType::BF16) {
-    for (int64_t i = 0; i < n;) {
-      i += widenF16(h + i, dst + i, n - i);
-      int64_t rest = std::min<int64_t>(8, n - i); // a group with a NaN or infinity, or the tail
-      wire::decode(wireOf(t), h + i, dst + i, rest, 1.f);
-      i += rest;
-    }
-    return;
-  }
+  if (t != ir::DType::BF16)
+    return f16Run(h, dst, n, widenF16, [](const uint16_t* s, float* d, int64_t k) {
+      wire::decode(WireType::F16, s, d, k, 1.f);
+    });
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i)
     dst[i] = wire::fromBf16(h[i]);

@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <vector>
 
 namespace {
@@ -52,6 +53,19 @@ std::vector<float> widenedAs(DType t, const std::vector<uint16_t>& h) {
   for (size_t i = 0; i < h.size(); ++i)
     v[i] = t == DType::BF16 ? wire::fromBf16(h[i]) : wire::fromF16(h[i]);
   return v;
+}
+
+// The f32 values of every top half (16 bits) with each of these low halves.
+std::vector<float> everyTop(std::initializer_list<uint32_t> lows) {
+  std::vector<float> x;
+  for (uint32_t top = 0; top < 0x10000u; ++top)
+    for (uint32_t low : lows) {
+      uint32_t bits = top << 16 | low;
+      float v;
+      std::memcpy(&v, &bits, 4);
+      x.push_back(v);
+    }
+  return x;
 }
 
 // The largest |a - b| over the largest |b|.
@@ -113,27 +127,15 @@ TEST_CASE("IEEE half products are the f32 products of the widened operands, to t
   using epl::backend::cpu::gemm;
   REQUIRE_FALSE(epl::backend::cpu::productsRead(DType::F16));
   epl::backend::cpu::initThreads(2);
-  auto toF16 = [](const std::vector<float>& v) {
-    std::vector<uint16_t> h(v.size());
-    for (size_t i = 0; i < v.size(); ++i)
-      h[i] = wire::toF16(v[i]);
-    return h;
-  };
-  auto widenedF16 = [](const std::vector<uint16_t>& h) {
-    std::vector<float> v(h.size());
-    for (size_t i = 0; i < h.size(); ++i)
-      v[i] = wire::fromF16(h[i]);
-    return v;
-  };
   for (const ProductShape& s : kProductShapes) {
     INFO("m " << s.m << " n " << s.n << " k " << s.k << " transA " << s.transA << " transB "
               << s.transB);
     // Leading dimensions wider than the operands, so a piece's rows are not contiguous.
     int64_t lda = (s.transA ? s.m : s.k) + 3, ldb = (s.transB ? s.k : s.n) + 5;
     int64_t aRows = s.transA ? s.k : s.m, bRows = s.transB ? s.n : s.k;
-    auto ah = toF16(pattern(aRows * lda, 0.37f, 1.3f)),
-         bh = toF16(pattern(bRows * ldb, 0.71f, 0.9f));
-    auto a = widenedF16(ah), b = widenedF16(bh);
+    auto ah = toHalf(DType::F16, pattern(aRows * lda, 0.37f, 1.3f)),
+         bh = toHalf(DType::F16, pattern(bRows * ldb, 0.71f, 0.9f));
+    auto a = widenedAs(DType::F16, ah), b = widenedAs(DType::F16, bh);
     auto c0 = pattern(s.m * s.n, 0.13f, 0.5f);
     std::vector<float> half = c0, full = c0;
     gemm(s.transA, s.transB, s.m, s.n, s.k, s.alpha, Operand(ah.data(), DType::F16), lda,
@@ -143,8 +145,8 @@ TEST_CASE("IEEE half products are the f32 products of the widened operands, to t
     CHECK(std::memcmp(half.data(), full.data(), 4 * half.size()) == 0);
   }
   const int64_t rows = 150, cols = 37;
-  auto xh = toF16(pattern(rows * cols, 0.53f, 2.f));
-  auto x = widenedF16(xh);
+  auto xh = toHalf(DType::F16, pattern(rows * cols, 0.53f, 2.f));
+  auto x = widenedAs(DType::F16, xh);
   std::vector<float> half(cols, 1.f), full(cols, 1.f);
   epl::backend::cpu::columnSum(Operand(xh.data(), DType::F16), rows, cols, {half.data(), true});
   epl::backend::cpu::columnSum(x.data(), rows, cols, {full.data(), true});
@@ -519,14 +521,7 @@ TEST_CASE("the CPU's bf16 rounding is the wire's, bit for bit") {
   // which tests/comm/WireTest.cpp checks against nearest-even rounding itself.
   // Every top half with the low halves that decide a rounding: exact, just above, just
   // below, at and past the tie, and all ones (NaNs, infinities and the carry into them).
-  std::vector<float> x;
-  for (uint32_t top = 0; top < 0x10000u; ++top)
-    for (uint32_t low : {0x0u, 0x1u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu}) {
-      uint32_t bits = top << 16 | low;
-      float v;
-      std::memcpy(&v, &bits, 4);
-      x.push_back(v);
-    }
+  std::vector<float> x = everyTop({0x0u, 0x1u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu});
   std::vector<uint16_t> narrowed(x.size());
   epl::backend::cpu::narrowTo(DType::BF16, x.data(), narrowed.data(),
                               static_cast<int64_t>(x.size()));
@@ -547,14 +542,7 @@ TEST_CASE("the CPU's IEEE half conversions are the wire's, bit for bit") {
   // with NaNs and infinities among them, and every half value widened back (a NaN to a NaN:
   // the wire's own decode quiets a signalling one); the lengths leave tails and groups of 8
   // holding a NaN.
-  std::vector<float> x;
-  for (uint32_t top = 0; top < 0x10000u; ++top)
-    for (uint32_t low : {0x0u, 0xfffu, 0x1000u, 0x1001u, 0x1fffu, 0x2000u}) {
-      uint32_t bits = top << 16 | low;
-      float v;
-      std::memcpy(&v, &bits, 4);
-      x.push_back(v);
-    }
+  std::vector<float> x = everyTop({0x0u, 0xfffu, 0x1000u, 0x1001u, 0x1fffu, 0x2000u});
   x.resize(x.size() - 3); // not a multiple of 8
   std::vector<uint16_t> narrowed(x.size());
   epl::backend::cpu::narrowTo(DType::F16, x.data(), narrowed.data(),

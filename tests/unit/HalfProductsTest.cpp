@@ -26,20 +26,6 @@ std::vector<float> pattern(int64_t n, float step, float scale) {
   return v;
 }
 
-std::vector<uint16_t> toBf16(const std::vector<float>& v) {
-  std::vector<uint16_t> h(v.size());
-  for (size_t i = 0; i < v.size(); ++i)
-    h[i] = wire::toBf16(v[i]);
-  return h;
-}
-
-std::vector<float> widened(const std::vector<uint16_t>& h) {
-  std::vector<float> v(h.size());
-  for (size_t i = 0; i < h.size(); ++i)
-    v[i] = wire::fromBf16(h[i]);
-  return v;
-}
-
 // v rounded to the half type t, and back.
 std::vector<uint16_t> toHalf(DType t, const std::vector<float>& v) {
   std::vector<uint16_t> h(v.size());
@@ -119,68 +105,52 @@ const ProductShape kProductShapes[] = {
 
 } // namespace
 
-TEST_CASE("IEEE half products are the f32 products of the widened operands, to the bit") {
-  // No CPU multiplies IEEE half natively here: gemm widens each piece's operands into the
-  // thread's scratch (and bf16 likewise where oneDNN has no bf16 kernels), so the result is
-  // the f32 product's, cut into the same pieces. Column sums of IEEE half too.
+TEST_CASE("half products match the f32 products of the widened operands") {
+  // bf16 through oneDNN's bf16 kernels where the CPU has them: the same up to the order of
+  // additions. IEEE half (no CPU multiplies it natively here), and bf16 elsewhere: gemm
+  // widens each piece's operands into the thread's scratch, so the result is the f32
+  // product's to the bit, cut into the same pieces; column sums of them too.
   using epl::backend::Operand;
   using epl::backend::cpu::gemm;
   REQUIRE_FALSE(epl::backend::cpu::productsRead(DType::F16));
   epl::backend::cpu::initThreads(2);
-  for (const ProductShape& s : kProductShapes) {
-    INFO("m " << s.m << " n " << s.n << " k " << s.k << " transA " << s.transA << " transB "
-              << s.transB);
-    // Leading dimensions wider than the operands, so a piece's rows are not contiguous.
-    int64_t lda = (s.transA ? s.m : s.k) + 3, ldb = (s.transB ? s.k : s.n) + 5;
-    int64_t aRows = s.transA ? s.k : s.m, bRows = s.transB ? s.n : s.k;
-    auto ah = toHalf(DType::F16, pattern(aRows * lda, 0.37f, 1.3f)),
-         bh = toHalf(DType::F16, pattern(bRows * ldb, 0.71f, 0.9f));
-    auto a = widenedAs(DType::F16, ah), b = widenedAs(DType::F16, bh);
-    auto c0 = pattern(s.m * s.n, 0.13f, 0.5f);
-    std::vector<float> half = c0, full = c0;
-    gemm(s.transA, s.transB, s.m, s.n, s.k, s.alpha, Operand(ah.data(), DType::F16), lda,
-         Operand(bh.data(), DType::F16), ldb, s.beta, half.data(), s.n);
-    gemm(s.transA, s.transB, s.m, s.n, s.k, s.alpha, a.data(), lda, b.data(), ldb, s.beta,
-         full.data(), s.n);
+  for (DType t : {DType::BF16, DType::F16}) {
+    bool exact = !epl::backend::cpu::productsRead(t);
+    INFO("type " << static_cast<int>(t) << (exact ? ", widened" : ", native"));
+    for (const ProductShape& s : kProductShapes) {
+      INFO("m " << s.m << " n " << s.n << " k " << s.k << " transA " << s.transA << " transB "
+                << s.transB);
+      // Leading dimensions wider than the operands, so a piece's rows are not contiguous.
+      int64_t lda = (s.transA ? s.m : s.k) + 3, ldb = (s.transB ? s.k : s.n) + 5;
+      int64_t aRows = s.transA ? s.k : s.m, bRows = s.transB ? s.n : s.k;
+      auto ah = toHalf(t, pattern(aRows * lda, 0.37f, 1.3f)),
+           bh = toHalf(t, pattern(bRows * ldb, 0.71f, 0.9f));
+      auto a = widenedAs(t, ah), b = widenedAs(t, bh);
+      auto c0 = pattern(s.m * s.n, 0.13f, 0.5f);
+      std::vector<float> half = c0, full = c0;
+      gemm(s.transA, s.transB, s.m, s.n, s.k, s.alpha, Operand(ah.data(), t), lda,
+           Operand(bh.data(), t), ldb, s.beta, half.data(), s.n);
+      gemm(s.transA, s.transB, s.m, s.n, s.k, s.alpha, a.data(), lda, b.data(), ldb, s.beta,
+           full.data(), s.n);
+      if (exact)
+        CHECK(std::memcmp(half.data(), full.data(), 4 * half.size()) == 0);
+      else
+        CHECK(relativeError(half, full) < 1e-5);
+    }
+    const int64_t rows = 150, cols = 37;
+    auto xh = toHalf(t, pattern(rows * cols, 0.53f, 2.f));
+    auto x = widenedAs(t, xh);
+    std::vector<float> half(cols, 1.f), full(cols, 1.f);
+    epl::backend::cpu::columnSum(Operand(xh.data(), t), rows, cols, {half.data(), true});
+    epl::backend::cpu::columnSum(x.data(), rows, cols, {full.data(), true});
     CHECK(std::memcmp(half.data(), full.data(), 4 * half.size()) == 0);
-  }
-  const int64_t rows = 150, cols = 37;
-  auto xh = toHalf(DType::F16, pattern(rows * cols, 0.53f, 2.f));
-  auto x = widenedAs(DType::F16, xh);
-  std::vector<float> half(cols, 1.f), full(cols, 1.f);
-  epl::backend::cpu::columnSum(Operand(xh.data(), DType::F16), rows, cols, {half.data(), true});
-  epl::backend::cpu::columnSum(x.data(), rows, cols, {full.data(), true});
-  CHECK(std::memcmp(half.data(), full.data(), 4 * half.size()) == 0);
-}
-
-TEST_CASE("bf16 products match the f32 products of the widened operands") {
-  using epl::backend::Operand;
-  using epl::backend::cpu::gemm;
-  if (!epl::backend::cpu::productsRead(DType::BF16)) {
-    WARN("this CPU (or build) has no bf16 kernels in oneDNN: amp widens to f32 here");
-    return;
-  }
-  epl::backend::cpu::initThreads(2);
-  for (const ProductShape& s : kProductShapes) {
-    INFO("m " << s.m << " n " << s.n << " k " << s.k << " transA " << s.transA << " transB "
-              << s.transB);
-    int64_t lda = s.transA ? s.m : s.k, ldb = s.transB ? s.k : s.n;
-    auto ah = toBf16(pattern(s.m * s.k, 0.37f, 1.3f)), bh = toBf16(pattern(s.k * s.n, 0.71f, 0.9f));
-    auto a = widened(ah), b = widened(bh);
-    auto c0 = pattern(s.m * s.n, 0.13f, 0.5f);
-    std::vector<float> half = c0, full = c0;
-    gemm(s.transA, s.transB, s.m, s.n, s.k, s.alpha, Operand(ah.data(), DType::BF16), lda,
-         Operand(bh.data(), DType::BF16), ldb, s.beta, half.data(), s.n);
-    gemm(s.transA, s.transB, s.m, s.n, s.k, s.alpha, a.data(), lda, b.data(), ldb, s.beta,
-         full.data(), s.n);
-    CHECK(relativeError(half, full) < 1e-5);
   }
 }
 
 TEST_CASE("under amp, mlp rounds its hidden to the half type before the second product") {
   auto dev = epl::backend::makeCpuDevice(2);
   const int64_t n = 70, d = 24, f = 96;
-  auto x = toBf16(pattern(n * d, 0.41f, 1.7f));
+  auto x = toHalf(DType::BF16, pattern(n * d, 0.41f, 1.7f));
   auto w1 = pattern(f * d, 0.77f, 0.4f), b1 = pattern(f, 0.5f, 0.1f);
   auto w2 = pattern(d * f, 0.93f, 0.3f), b2 = pattern(d, 0.6f, 0.1f);
   epl::ir::Attrs attrs{{"act", std::string("gelu")}, {"hidden", int64_t{f}}};
@@ -255,12 +225,13 @@ TEST_CASE("mlp's backward under amp: the same with products on bf16 as on f32 co
   // of additions.
   auto dev = epl::backend::makeCpuDevice(2);
   const int64_t n = 70, d = 24, f = 96;
-  auto xh = toBf16(pattern(n * d, 0.41f, 1.7f)), dyh = toBf16(pattern(n * d, 0.29f, 0.8f));
-  auto x = widened(xh), dy = widened(dyh);
+  auto xh = toHalf(DType::BF16, pattern(n * d, 0.41f, 1.7f)),
+       dyh = toHalf(DType::BF16, pattern(n * d, 0.29f, 0.8f));
+  auto x = widenedAs(DType::BF16, xh), dy = widenedAs(DType::BF16, dyh);
   auto w1 = pattern(f * d, 0.77f, 0.4f), b1 = pattern(f, 0.5f, 0.1f);
   auto w2 = pattern(d * f, 0.93f, 0.3f), b2 = pattern(d, 0.6f, 0.1f);
-  auto hh = toBf16(pattern(n * f, 0.17f, 2.f));
-  auto h = widened(hh);
+  auto hh = toHalf(DType::BF16, pattern(n * f, 0.17f, 2.f));
+  auto h = widenedAs(DType::BF16, hh);
   epl::ir::Attrs attrs{{"act", std::string("gelu")}, {"hidden", int64_t{f}}};
   struct Grads {
     std::vector<float> dx, dw1, db1, dw2, db2;
@@ -484,7 +455,7 @@ TEST_CASE("linear under amp writes its bf16 output a block of rows at a time") {
     INFO("n " << n << ", d " << d << ", o " << o);
     epl::ir::Attrs attrs{{"bias", true}, {"out", o}};
     REQUIRE(epl::ir::halfOutputRows(n, o) == (o > 40 ? 4 : n));
-    auto x = toBf16(pattern(n * d, 0.41f, 1.7f));
+    auto x = toHalf(DType::BF16, pattern(n * d, 0.41f, 1.7f));
     auto w = pattern(o * d, 0.77f, 0.4f), b = pattern(o, 0.5f, 0.3f);
     std::vector<float> wide(n * o);
     std::vector<uint16_t> half(n * o, 0x7fc0); // NaN

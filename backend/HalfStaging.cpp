@@ -1,5 +1,6 @@
 // amp's staging, the same on every device (HalfStaging.h).
 #include "backend/HalfStaging.h"
+#include "backend/KernelArgs.h"
 
 namespace epl::backend {
 
@@ -13,8 +14,7 @@ bool needsStaging(const KernelCall& c) {
 }
 
 uint64_t productInputs(const KernelCall& c) {
-  static const ir::Attrs none;
-  return ir::productInputs(c.kind, c.attrs ? *c.attrs : none, c.backward);
+  return ir::productInputs(c.kind, attrsOf(c), c.backward);
 }
 
 uint64_t widenedInputs(const KernelCall& c, uint64_t direct) {

@@ -11,19 +11,23 @@ namespace epl::backend {
 namespace {
 
 ir::Attr attrOrDefault(const KernelCall& c, const std::string& key) {
-  static const ir::Attrs none;
   if (c.attrs) {
     auto it = c.attrs->find(key);
     if (it != c.attrs->end()) return it->second;
   }
   const ir::OpInfo& op = ir::opInfo(c.kind);
   for (const auto& a : op.args)
-    if (a.name == key && !a.required) return ir::argDefault(op, a, c.attrs ? *c.attrs : none);
+    if (a.name == key && !a.required) return ir::argDefault(op, a, attrsOf(c));
   EPL_ASSERT(false, "kernel call lacks a required attribute");
   std::abort();
 }
 
 } // namespace
+
+const ir::Attrs& attrsOf(const KernelCall& c) {
+  static const ir::Attrs none;
+  return c.attrs ? *c.attrs : none;
+}
 
 int64_t attrInt(const KernelCall& c, const std::string& key) {
   const ir::Attr a = attrOrDefault(c, key);

@@ -16,6 +16,8 @@ namespace epl::backend {
 int64_t attrInt(const KernelCall& c, const std::string& key);
 double attrFloat(const KernelCall& c, const std::string& key);
 bool attrBool(const KernelCall& c, const std::string& key);
+// The call's attributes, none where it has no map.
+const ir::Attrs& attrsOf(const KernelCall& c);
 std::string attrWord(const KernelCall& c, const std::string& key);
 
 // One gradient output: null when not wanted; `acc` adds into it instead of overwriting.

@@ -29,8 +29,7 @@ AttentionDims attentionDims(const KernelCall& c, const TensorView& x, const Tens
 }
 
 AttentionSlots attentionSlots(const KernelCall& c) {
-  static const ir::Attrs none;
-  return ir::attentionSlots(c.attrs ? *c.attrs : none, c.backward);
+  return ir::attentionSlots(attrsOf(c), c.backward);
 }
 
 PoolWindow poolWindow(const KernelCall& c, const TensorView& x) {

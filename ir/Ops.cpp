@@ -185,18 +185,11 @@ CallArity callArity(OpKind kind, const Attrs& attrs, bool backward) {
 }
 
 AttentionSlots attentionSlots(const Attrs& attrs, bool backward) {
-  // `bias` as given, else its default.
-  bool biased = true;
-  auto given = attrs.find("bias");
-  if (given != attrs.end()) {
-    biased = std::get<bool>(given->second);
-  } else {
-    const OpInfo& op = opInfo(OpKind::Attention);
-    for (const ArgSpec& a : op.args)
-      if (a.name == "bias") biased = std::get<bool>(argDefault(op, a, attrs));
-  }
-  bool masked = givesTensor(attrs, "mask");
-  int inputs = masked ? 2 : 1, params = biased ? 4 : 2, first = (backward ? 1 : 0) + inputs;
+  // Its parameters as callArity counts them: the biases with `bias` (as given, or its
+  // default).
+  int params = static_cast<int>(paramNames(opInfo(OpKind::Attention), attrs).size());
+  bool biased = params == 4, masked = givesTensor(attrs, "mask");
+  int inputs = masked ? 2 : 1, first = (backward ? 1 : 0) + inputs;
   AttentionSlots a{};
   a.mask = masked ? first - 1 : -1;
   a.wqkv = first;

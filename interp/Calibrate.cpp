@@ -5,6 +5,7 @@
 #include "backend/cpu/Parallel.h"
 #include "interp/MemoryFit.h"
 #include "interp/OffloadedStates.h"
+#include "ir/Cluster.h"
 #include "support/Text.h"
 
 #include <algorithm>
@@ -141,20 +142,19 @@ std::vector<GridShape> gemmGridShapes() {
 // One thread count's figures: each the median of its rounds, the rounds taking turns so that
 // a slow moment of a shared machine moves one round of each, not all of one.
 struct ThreadRates {
-  double gemm = 0, memory = 0, cache = 0;
+  double gemm = 0, memory = 0;
   nlohmann::json grid = nlohmann::json::array();
-  nlohmann::json curve = nlohmann::json::array(); // [bytes, bytes/s] by working set
+  std::vector<std::pair<double, double>> curve; // [bytes, bytes/s] by working set
 };
-ThreadRates measureAt(int rounds, int64_t cacheFloats) {
+ThreadRates measureAt(int rounds) {
   std::vector<GridShape> shapes = gemmGridShapes();
-  std::vector<double> gemm, memory, cache;
+  std::vector<double> gemm, memory;
   std::vector<std::vector<double>> grid(shapes.size());
   std::vector<int64_t> sizes = curveFloats();
   std::vector<std::vector<double>> curve(sizes.size());
   for (int r = 0; r < rounds; ++r) {
     gemm.push_back(gemmRate());
     memory.push_back(memoryRate());
-    if (cacheFloats >= 1024) cache.push_back(memoryRate(cacheFloats));
     for (size_t i = 0; i < sizes.size(); ++i)
       curve[i].push_back(memoryRate(sizes[i], 0.05));
     for (size_t i = 0; i < shapes.size(); ++i) {
@@ -162,10 +162,10 @@ ThreadRates measureAt(int rounds, int64_t cacheFloats) {
       grid[i].push_back(gemmShapeRate(g.m, g.n, g.k, 0.02, g.layout, 1, g.type));
     }
   }
-  ThreadRates t{median(gemm), median(memory), cache.empty() ? 0 : median(cache)};
+  ThreadRates t{median(gemm), median(memory), {}, {}};
   for (size_t i = 0; i < sizes.size(); ++i)
-    t.curve.push_back({12.0 * static_cast<double>(sizes[i]), median(curve[i])});
-  t.curve.push_back({12.0 * static_cast<double>(int64_t{1} << 24), t.memory});
+    t.curve.emplace_back(12.0 * static_cast<double>(sizes[i]), median(curve[i]));
+  t.curve.emplace_back(12.0 * static_cast<double>(int64_t{1} << 24), t.memory);
   for (size_t i = 0; i < shapes.size(); ++i) {
     const GridShape& g = shapes[i];
     nlohmann::json row = {g.m, g.n, g.k, median(grid[i]), ir::gemmLayoutName(g.layout)};
@@ -199,6 +199,16 @@ double diskRate(int rounds) {
 
 } // namespace
 
+double cacheFromCurve(const std::vector<std::pair<double, double>>& curve, double memory,
+                      double sysfs) {
+  double bytes = 0;
+  for (const auto& [size, rate] : curve) {
+    if (rate <= 1.1 * memory) break;
+    bytes = size;
+  }
+  return sysfs > 0 ? std::min(bytes, sysfs) : bytes;
+}
+
 nlohmann::json measureCompute(std::ostream& log, int rounds) {
   int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<int> counts;
@@ -208,13 +218,11 @@ nlohmann::json measureCompute(std::ostream& log, int rounds) {
   nlohmann::json gemm = nlohmann::json::object(), memory = nlohmann::json::object(),
                  shapes = nlohmann::json::object(), cache = nlohmann::json::object(),
                  curves = nlohmann::json::object();
-  // The cache's rate over three arrays that fill a quarter of it.
-  double cacheBytes = lastLevelCacheBytes();
-  int64_t cacheFloats = static_cast<int64_t>(cacheBytes / 4 / 3 / 4);
+  std::map<int, std::vector<std::pair<double, double>>> points; // the curves, by threads
   double lastGemm = 0, lastMemory = 0;
   for (int t : counts) {
     backend::cpu::initThreads(t);
-    ThreadRates rates = measureAt(rounds, cacheFloats);
+    ThreadRates rates = measureAt(rounds);
     lastGemm = rates.gemm;
     lastMemory = rates.memory;
     gemm[std::to_string(t)] = lastGemm;
@@ -222,19 +230,24 @@ nlohmann::json measureCompute(std::ostream& log, int rounds) {
     shapes[std::to_string(t)] = std::move(rates.grid);
     std::vector<std::string> bySize; // every other point of the curve, for the log
     for (size_t i = 0; i < rates.curve.size(); i += 2)
-      bySize.push_back(fmt::format("{:.1f} at {}", rates.curve[i][1].get<double>() / 1e9,
-                                   formatBytes(rates.curve[i][0].get<double>())));
-    curves[std::to_string(t)] = std::move(rates.curve);
-    std::string inCache;
-    if (cacheFloats >= 1024) {
-      cache[std::to_string(t)] = rates.cache;
-      inCache = fmt::format(" ({:.1f} GB/s inside the cache)", rates.cache / 1e9);
-    }
-    log << fmt::format("  {} thread{}: GEMM {:.1f} GFLOP/s, memory {:.1f} GB/s{}; GB/s by "
+      bySize.push_back(fmt::format("{:.1f} at {}", rates.curve[i].second / 1e9,
+                                   formatBytes(rates.curve[i].first)));
+    curves[std::to_string(t)] = rates.curve;
+    points[t] = std::move(rates.curve);
+    log << fmt::format("  {} thread{}: GEMM {:.1f} GFLOP/s, memory {:.1f} GB/s; GB/s by "
                        "working set: {}\n",
-                       t, t == 1 ? "" : "s", lastGemm / 1e9, lastMemory / 1e9, inCache,
+                       t, t == 1 ? "" : "s", lastGemm / 1e9, lastMemory / 1e9,
                        fmt::join(bySize, ", "));
   }
+  // The cache's rate over three arrays that fill a quarter of it, read off each curve.
+  double sysfs = lastLevelCacheBytes();
+  double cacheBytes = cacheFromCurve(points[counts.back()], lastMemory, sysfs);
+  for (int t : counts)
+    if (cacheBytes > 0) cache[std::to_string(t)] = ir::curveAt(points[t], cacheBytes / 4);
+  if (cacheBytes > 0)
+    log << fmt::format(
+        "  the last-level cache: {} as the curve shows it{}\n", formatBytes(cacheBytes),
+        sysfs > cacheBytes ? fmt::format(" ({} says the system)", formatBytes(sysfs)) : "");
   nlohmann::json calibration = {{"cores", cores},
                                 {"gemm_flops", gemm},
                                 {"memory_bandwidth", memory},

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 #include <ostream>
+#include <utility>
+#include <vector>
 
 namespace epl::interp {
 
@@ -14,6 +16,14 @@ namespace epl::interp {
 // rank (1, 2, 4, … and all cores) under `calibration`, each the median of `rounds`
 // measurements. Says what it measures on `log`.
 nlohmann::json measureCompute(std::ostream& log, int rounds);
+
+// The last-level cache as a bandwidth curve ([bytes, bytes/s] ascending, all cores) shows it:
+// the largest working set moved faster than `memory` (the cores' rate over a set larger than
+// any cache) by more than a tenth, and no larger than `sysfs` (what the system reports; 0:
+// nothing) where that is smaller. A virtual machine may report its host's whole cache (480
+// MB on one), or none. 0: the curve shows no cache.
+double cacheFromCurve(const std::vector<std::pair<double, double>>& curve, double memory,
+                      double sysfs);
 
 // The all-reduce over `comm` (two ranks or more): its latency a hop from a 4-byte sum, and
 // its bus bandwidth from a 16 MiB one, each averaged over a fixed count. Collective: every

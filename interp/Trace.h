@@ -43,7 +43,16 @@ public:
         .count();
   }
   bool wants() const { return steps_.size() < static_cast<size_t>(kMaxSteps); }
-  void beginStep(int64_t step) { steps_.push_back({step, nowUs(), 0}); }
+  // The step's batch, read from the data into the host's staging before the executor runs
+  // the step's instructions (`read`): work of the step, whose window then starts with it.
+  void readBatch(int64_t step, double startUs, double endUs) {
+    events_.push_back({"read", step, 0, Track::Compute, startUs, endUs});
+    readStep_ = step;
+    readStartUs_ = startUs;
+  }
+  void beginStep(int64_t step) {
+    steps_.push_back({step, readStep_ == step ? readStartUs_ : nowUs(), 0});
+  }
   void endStep() { steps_.back().endUs = nowUs(); }
   void add(TraceEvent e) { events_.push_back(std::move(e)); }
   const std::vector<TraceEvent>& events() const { return events_; }
@@ -53,6 +62,8 @@ private:
   std::chrono::steady_clock::time_point origin_;
   std::vector<TraceStep> steps_;
   std::vector<TraceEvent> events_;
+  int64_t readStep_ = -1;
+  double readStartUs_ = 0;
 };
 
 // Every rank's recorder and stage, on rank 0 after gatherTraces.

@@ -1068,12 +1068,15 @@ std::optional<int> TrainingRun::step(int64_t step) {
   Executor& ex = *ex_;
   Progress& progress = *progress_;
   auto stepBegan = Clock::now();
+  bool traced = trace_ && trace_->wants();
+  double readBegan = traced ? trace_->nowUs() : 0;
   std::vector<int64_t> ids = sampler_->globalBatch(step, m.train.batch);
   for (int mb = 0; mb < ex.microBatches(); ++mb) {
     auto first = ids.begin() + ex.firstSample(mb);
     fill(ex, *ds_, data::Split::Train, {first, first + ex.localBatch()}, mb);
   }
   if (ex.ignoredClass() >= 0) setKeptTargets(ex, m, *ds_, ids, ex.ignoredClass());
+  if (traced) trace_->readBatch(step, readBegan, trace_->nowUs());
   double lr = learningRate(m.train.lrSchedule, m.train.optimizer.numbers.at("lr"), step, steps_);
   StepResult r = ex.runStep(step, static_cast<float>(lr), static_cast<uint64_t>(m.train.seed));
   if (!std::isfinite(r.loss)) {

@@ -252,8 +252,8 @@ Bracket bracket(const std::vector<double>& axis, double v) {
   return b;
 }
 
-// The rate of a [bytes, rate] curve at `bytes`: interpolated in logarithms, clamped at its
-// ends.
+} // namespace
+
 double curveAt(const std::vector<std::pair<double, double>>& curve, double bytes) {
   if (bytes <= curve.front().first) return curve.front().second;
   if (bytes >= curve.back().first) return curve.back().second;
@@ -265,6 +265,8 @@ double curveAt(const std::vector<std::pair<double, double>>& curve, double bytes
   double w = std::log(bytes / x0) / std::log(x1 / x0);
   return std::exp((1 - w) * std::log(y0) + w * std::log(y1));
 }
+
+namespace {
 
 // The curves `epl calibrate` measured: {"1": [[bytes, bytes/s], …]}, ascending in bytes.
 bool sizeRates(const json& obj, const std::string& where,

@@ -65,7 +65,8 @@ struct ClusterDevice {
   Attention attention = Attention::Scores;
   // A calibrated machine's last-level cache as one rank sees it: its share of the bytes, and
   // the bandwidth elementwise work reaches inside it. A rank whose whole memory plan fits
-  // moves its bytes at that rate. 0: no cache modelled (every byte at memoryBandwidth).
+  // moves its bytes at that rate, or where there is a curve (below) at the curve's rate for
+  // the plan's bytes. 0: no cache modelled (every byte at memoryBandwidth).
   double cacheBytes = 0, cacheBandwidth = 0;
   // A calibrated machine's memory rate by working set, as one rank sees it while the others
   // run: [bytes, bytes/s] ascending, y = a + b over arrays that together take that many
@@ -84,12 +85,17 @@ struct ClusterDevice {
   double peakTf32 = 0;
 };
 
+// The rate of a [bytes, rate] curve (ascending in bytes) at `bytes`: interpolated in
+// logarithms, clamped at its ends.
+double curveAt(const std::vector<std::pair<double, double>>& curve, double bytes);
+
 // What `epl calibrate` measured of this machine (the `here` cluster): its cores, and
 // by threads a rank, the GEMM FLOP/s and the memory bandwidth one rank reaches.
 struct Calibration {
   int cores = 0;
   std::map<int, double> gemmFlops, memoryBandwidth; // threads -> FLOP/s, bytes/s
-  double cacheBytes = 0;                // the last-level cache, shared by every core; 0: unknown
+  // The last-level cache, shared by every core, as `epl calibrate` measured it; 0: unknown
+  double cacheBytes = 0;
   std::map<int, double> cacheBandwidth; // threads -> bytes/s of y = a + b inside it
   // threads -> [working-set bytes, bytes/s of y = a + b over them], ascending
   std::map<int, std::vector<std::pair<double, double>>> bandwidthBySize;

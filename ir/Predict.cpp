@@ -27,6 +27,7 @@ namespace {
 // One rank's step, costed.
 struct RankCost {
   double compute = 0;        // forward, recomputed and backward ops, all micro-batches
+  double read = 0;           // of compute: the step's batch read into the host's staging
   double reduction = 0;      // gradient buckets, and ZeRO-3's gathers for the backward
   double forwardGathers = 0; // ZeRO-3's gathers for the forward
   double split = 0;          // split regions' collectives
@@ -82,11 +83,24 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c, const Clu
   bool tf32 = m.policy.matmul == Matmul::Tf32; // f32 products on tensor cores
   // A rank whose whole memory plan fits its share of the cache moves its bytes there.
   bool cached = d.cacheBytes > 0 && static_cast<double>(p.peakBytes()) <= d.cacheBytes;
-  double memory = (cached ? d.cacheBandwidth : d.memoryBandwidth) * d.memoryEfficiency;
+  double memory =
+      (!cached                     ? d.memoryBandwidth
+       : d.bandwidthBySize.empty() ? d.cacheBandwidth
+                                   : d.bandwidthFor(static_cast<double>(p.peakBytes()))) *
+      d.memoryEfficiency;
   int np = m.mesh.np;
   bool scatter = m.zeroShardsGradients();
   // An op runs once a micro-batch, alike each time: its seconds and FLOPs by (op, part).
   auto& byRun = r.byRun;
+  // On a calibrated machine (EPL's CPU device, whose measured step includes it): reading the
+  // step's samples from the data into the host's staging before the instructions run
+  // (`read` in the trace): its bytes written, and as many again for the samples' reads (an
+  // image's pixels are a byte each, but each sample lies at a place of its own), at the
+  // memory's rate (the data is no part of the plan, nor in cache).
+  if (c.calibration && p.inputBytes > 0) {
+    r.read = 2.0 * static_cast<double>(p.inputBytes) / (d.memoryBandwidth * d.memoryEfficiency);
+    r.compute += r.read;
+  }
   for (const Instr& in : p.step) {
     if (in.kind == InstrKind::Run) {
       const Op& o = m.ops[in.op];
@@ -184,9 +198,16 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c, const Clu
   // The optimizer reads and writes each parameter, its gradient and its states once. Its
   // kernel streams (a few FLOPs a byte), so on a calibrated machine its bytes move at the
   // rate of a working set their size, which stays in cache from step to step where it fits.
+  // There it reads them all and writes the parameters and states back over the lines it has
+  // just read, where the curve's y = a + b moves 16 bytes for the 12 it counts (y's lines
+  // are read before they are written).
   double updated = static_cast<double>(p.paramBytes + p.gradBytes + p.optimizerBytes);
-  double rate = d.bandwidthBySize.empty() ? memory : d.bandwidthFor(updated) * d.memoryEfficiency;
-  r.optimizer = 2.0 * updated / rate;
+  if (d.bandwidthBySize.empty()) {
+    r.optimizer = 2.0 * updated / memory;
+  } else {
+    double moved = updated + static_cast<double>(p.paramBytes + p.optimizerBytes);
+    r.optimizer = moved * 12 / 16 / (d.bandwidthFor(updated) * d.memoryEfficiency);
+  }
   // ZeRO stages 1 and 2: then every rank's updated slice of the parameters goes to every
   // rank of its domain (Executor::gatherParams), an all-gather in f32 after the update.
   if (m.zeroApplies() && !m.zeroShardsParams())
@@ -302,6 +323,7 @@ Prediction predict(const Module& m, const Cluster& c, bool ops) {
   }
   out.compute = busiest->compute;
   out.opsRank = ranksOf(m, m.programs[programOf[static_cast<size_t>(busiest - ranks.data())]])[0];
+  if (ops && busiest->read > 0) out.ops.push_back({"read", busiest->read, 0, 1});
   if (ops)
     for (const Instr* in : busiest->firstRuns) {
       bool op = in->kind == InstrKind::Run;

@@ -31,7 +31,13 @@ x = [e for e in t if e["ph"] == "X"]
 assert all({"name", "ts", "dur", "pid", "tid", "args"} <= e.keys() for e in x)
 assert {e["args"]["step"] for e in x} == {1, 2, 3}, "events of every step"
 names = {e["name"].split(" ")[0] for e in x}
-assert {"load", "fwd", "bwd", "optimizer"} <= names, names
+assert {"read", "load", "fwd", "bwd", "optimizer"} <= names, names
+# Each step reads its batch once, before its first instruction.
+reads = [e for e in x if e["name"] == "read"]
+assert sorted(e["args"]["step"] for e in reads) == [1, 2, 3], reads
+for r in reads:
+    first = min(e["ts"] for e in x if e["args"]["step"] == r["args"]["step"] and e is not r)
+    assert r["ts"] + r["dur"] <= first + 1, (r, first)
 assert all(e["dur"] >= 0 and e["tid"] == 0 for e in x)
 # The six parameters lie end to end: one update a step covers them all.
 updates = [e for e in x if e["name"] == "optimizer adamw"]

@@ -128,6 +128,42 @@ TEST_CASE("idx reads gzip files, the test pair as validation, paths relative to 
   CHECK(x[6] == 10.0f / 255.0f);
 }
 
+TEST_CASE("idx holds a large gzip's images whole, and reads samples from anywhere in them",
+          "[data]") {
+  // 30,000 images of 16 x 16 (7.7 MB: the content moves into memory of huge pages), pixel j
+  // of image i holding (7 i + j) mod 256; read in an order that jumps about, as the sampler
+  // reads them, more samples than the reads ask for ahead.
+  constexpr uint32_t count = 30000, side = 16;
+  std::vector<uint8_t> px(size_t{count} * side * side);
+  for (size_t i = 0; i < count; ++i)
+    for (size_t j = 0; j < side * side; ++j)
+      px[i * side * side + j] = static_cast<uint8_t>((7 * i + j) % 256);
+  std::vector<uint8_t> ys(count);
+  for (uint32_t i = 0; i < count; ++i)
+    ys[i] = static_cast<uint8_t>(i % 10);
+  TempDir dir;
+  testing::writeBytes(dir.file("images.gz"),
+                      testing::gzipped(testing::idxBytes({count, side, side}, px)));
+  testing::writeBytes(dir.file("labels.gz"), testing::gzipped(testing::idxBytes({count}, ys)));
+  std::vector<InputSpec> inputs = {{"x", ir::DType::F32, {1, side, side}},
+                                   {"y", ir::DType::I32, {}}};
+  auto d = openDataset(call("idx", {{"images", "images.gz"}, {"labels", "labels.gz"}}), inputs, 0,
+                       dir.path);
+  std::vector<int64_t> ids;
+  for (int64_t k = 0; k < 40; ++k)
+    ids.push_back((k * 7919) % d->size(Split::Train));
+  std::vector<float> x(ids.size() * side * side);
+  std::vector<int32_t> y(ids.size());
+  d->read(Split::Train, ids, {x.data(), y.data()}, nullptr);
+  for (size_t k = 0; k < ids.size(); ++k) {
+    auto i = static_cast<size_t>(ids[k]);
+    CHECK(y[k] == static_cast<int32_t>(i % 10));
+    for (size_t j = 0; j < side * side; ++j)
+      if (x[k * side * side + j] != static_cast<float>((7 * i + j) % 256) / 255.0f)
+        FAIL("sample " << i << ", pixel " << j);
+  }
+}
+
 TEST_CASE("idx reads gzip data from a pipe, as from <(cat images.gz)", "[data]") {
   TempDir dir;
   // 200 images: more content than the largest header, so it is not all read at once.

@@ -42,3 +42,20 @@ TEST_CASE("the measured bubble averages over steps, and communication is not com
   CHECK(epl::interp::measuredBubble({a}, &steps) == Approx(0.25));
   CHECK(steps == 2);
 }
+
+TEST_CASE("a step's window starts with the read of its batch, which is compute") {
+  epl::interp::TraceRecorder r;
+  double read = r.nowUs() + 1e9; // far from the clock's now
+  r.readBatch(3, read, read + 10);
+  r.beginStep(3);
+  r.endStep();
+  r.beginStep(4); // no read recorded for step 4: its window starts when the executor does
+  r.endStep();
+  REQUIRE(r.steps().size() == 2);
+  CHECK(r.steps()[0].startUs == read);
+  CHECK(r.steps()[1].startUs < read);
+  REQUIRE(r.events().size() == 1);
+  CHECK(r.events()[0].name == "read");
+  CHECK(r.events()[0].step == 3);
+  CHECK(r.events()[0].track == Track::Compute);
+}

@@ -232,6 +232,11 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
              "the host's input copies differ from the memory plan's");
   lossHost_ = backend::HostBuffer(dev_, 4 * program_.microBatches);
   normHost_ = backend::HostBuffer(dev_, 4);
+  int dispatches = 0; // the step's runs of a moe_dispatch forward (recomputations included)
+  for (const ir::Instr& in : program_.step)
+    dispatches += in.kind == ir::InstrKind::Run && m_.ops[in.op].kind == ir::OpKind::MoeDispatch &&
+                  m_.ops[in.op].phase == ir::Phase::Forward;
+  moeStatsHost_ = backend::HostBuffer(dev_, 4 * kMoeStats * dispatches);
   seeds_ = backend::HostBuffer(dev_, 4 * program_.microBatches);
   lossWeight_.assign(program_.microBatches, 1.0);
   if (const ir::Op& loss = m_.ops[lossOp()]; loss.kind == ir::OpKind::CrossEntropy)
@@ -1344,11 +1349,11 @@ void Executor::run(const ir::Instr& in, size_t index, int64_t step, uint64_t see
       op.phase == ir::Phase::Forward)
     keepRunningStats(op, slotOf(in.micro));
   if (training && op.kind == ir::OpKind::MoeDispatch && op.phase == ir::Phase::Forward) {
-    float stats[4];
-    dev_.copyToHost(stats, c.out[2].data, sizeof stats);
-    dev_.synchronize();
-    for (int k = 0; k < 4; ++k)
-      moeStats_[k] += stats[k];
+    // Queued behind the kernel: the step adds them up once the device is done (runStep).
+    EPL_ASSERT(kMoeStats * (moeDispatched_ + 1) * 4 <= moeStatsHost_.bytes(),
+               "a slot for each moe_dispatch run of the step");
+    dev_.copyToHost(moeStatsHost_.data<float>() + kMoeStats * moeDispatched_++, c.out[2].data,
+                    4 * kMoeStats);
   }
 }
 
@@ -1998,6 +2003,7 @@ StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
   lr_ = lr;
   clipScale_ = 1.f;
   std::fill(std::begin(moeStats_), std::end(moeStats_), 0.0);
+  moeDispatched_ = 0;
   gradNorm_ = -1; // measured by the grad-norm op: when clipping, or scaling the loss
   normOnDevice_ = false;
   overflow_ = false;
@@ -2027,6 +2033,10 @@ StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
   dev_.synchronize();
   if (traced) trace_->endStep();
   if (normOnDevice_) gradNorm_ = std::sqrt(static_cast<double>(*normHost_.data<float>()));
+  const float* stats = moeStatsHost_.data<float>();
+  for (int d = 0; d < moeDispatched_; ++d) // in the order they ran
+    for (int k = 0; k < kMoeStats; ++k)
+      moeStats_[k] += stats[kMoeStats * d + k];
   StepResult r;
   const float* losses = lossHost_.data<float>();
   for (int k = 0; k < program_.microBatches; ++k)

@@ -425,9 +425,14 @@ private:
     std::vector<int64_t> sent, got;
   };
   std::map<std::pair<int, int>, MoeTraffic> moeTraffic_;
-  // The step's moe statistics so far (moe_dispatch's stats summed), and whether the model
-  // has moe layers (every rank then gathers them, a pipeline's other stages too).
-  double moeStats_[4] = {0, 0, 0, 0};
+  // The step's moe statistics (moe_dispatch's stats summed), and whether the model has moe
+  // layers (every rank then gathers them, a pipeline's other stages too). Each dispatch's
+  // stats come to the host behind its kernel, in a slot of their own, and are added up
+  // after the step: on a GPU no dispatch waits for the device.
+  static constexpr int kMoeStats = 4;
+  double moeStats_[kMoeStats] = {0, 0, 0, 0};
+  backend::HostBuffer moeStatsHost_;
+  int moeDispatched_ = 0; // the step's dispatches so far
   bool hasMoe_ = false;
   std::vector<ir::Attrs> localAttrs_; // by op id: its attributes on this rank
   std::vector<int> gradParam_;        // tensor id -> param index for parameter gradients, else -1

@@ -74,6 +74,11 @@ struct KernelCall {
   // slice holds the target (backend/cpu/Losses.cpp).
   int64_t vocabFirst = 0;
   bool vocabSlice = false;
+  // cross_entropy's forward combining the w = vocabSlices slices' (Executor::
+  // vocabCrossEntropy): in = [each slice's lse of every row and mean target logit, side by
+  // side: f32 [w, N + 1], targets i32 [N]], out = [loss f32[], lse [N]]: the rows' whole
+  // log-sum-exp, and the mean over the kept rows of it less the target's logit. 0: no such.
+  int vocabSlices = 0;
   // Memory for the kernel's temporaries, from the rank's arena (Module::workspaceBytes
   // says how much each op takes; the memory plan places it): floats, or null for a call
   // of no plan (tests), whose kernel takes its own scratch instead.

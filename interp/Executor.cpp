@@ -1375,10 +1375,11 @@ void Executor::keepRunningStats(const ir::Op& op, int slot) {
 // A vocabulary-parallel cross-entropy: each rank holds a slice of the logits' columns, and
 // the kernel runs on it (KernelCall::vocabSlice). Forward: each rank's per-row log-sum-exp
 // of its slice and its mean target logit (of the rows whose target it holds) are
-// all-gathered; every rank combines them into the row's log-sum-exp (saved for the
-// backward) and the mean loss, on the host: a float a row each way. Backward: softmax
-// minus one-hot on its own columns, with the saved log-sum-exp; no communication. The
-// logits are never gathered.
+// all-gathered in the op's planned workspace (Module::workspaceBytes), and every rank's
+// device combines them into the row's log-sum-exp (saved for the backward) and the mean
+// loss (KernelCall::vocabSlices): a float a row each way, and no wait for the device.
+// Backward: softmax minus one-hot on its own columns, with the saved log-sum-exp; no
+// communication. The logits are never gathered.
 void Executor::vocabCrossEntropy(const ir::Instr& in, size_t index, int64_t step) {
   const ir::Op& op = m_.ops[in.op];
   bool backward = op.phase == ir::Phase::Backward;
@@ -1390,36 +1391,27 @@ void Executor::vocabCrossEntropy(const ir::Instr& in, size_t index, int64_t step
       program_.splitRank * shapeOnly(backward ? op.inputs[1] : op.inputs[0]).shape.back();
   dev_.launch(c);
   if (backward) return;
-  HostSide host(dev_); // its copies wait for the kernel
-  int targetsT = op.inputs[1];
-  backend::TensorView targets = host.in(view(targetsT, slot));
-  const int32_t* t = static_cast<const int32_t*>(targets.data);
-  int64_t rows = targets.numel(), ignored = ir::ignoredClass(&op.attrs);
-  // Mine: the slice's log-sum-exp of each row, then its mean target logit.
-  std::vector<float> mine(static_cast<size_t>(rows + 1)), all(static_cast<size_t>((rows + 1) * w));
-  const auto* lseSlice = static_cast<const float*>(host.in(view(op.outputs[1], slot)).data);
-  std::copy(lseSlice, lseSlice + rows, mine.begin());
-  mine[rows] = *static_cast<const float*>(host.in(view(op.outputs[0], slot)).data);
-  splitComm().allGather(mine.data(), all.data(), 4 * (rows + 1),
+  backend::TensorView targets = view(op.inputs[1], slot);
+  backend::TensorView loss = view(op.outputs[0], slot), lse = view(op.outputs[1], slot);
+  int64_t rows = targets.numel();
+  EPL_ASSERT(loss.dtype == ir::DType::F32 && lse.dtype == ir::DType::F32,
+             "cross_entropy's loss and log-sum-exps are f32");
+  // This rank's [lse of each row, mean target logit], then every slice's side by side.
+  float* mine = c.workspace ? c.workspace + c.stagingFloats : nullptr;
+  EPL_ASSERT(mine && c.workspaceFloats - c.stagingFloats >= (rows + 1) * (w + 1),
+             "the memory plan holds the vocabulary slices' figures");
+  float* all = mine + (rows + 1);
+  dev_.copyOnDevice(mine, lse.data, 4 * rows);
+  dev_.copyOnDevice(mine + rows, loss.data, 4);
+  splitComm().allGather(mine, all, 4 * (rows + 1),
                         fmt::format("instruction {} of step {}: {}", index, step + 1, op.name));
-  float* lse = static_cast<float*>(host.out(view(op.outputs[1], slot), false).data);
-  double total = 0, targetMean = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    float top = all[r];
-    for (int k = 1; k < w; ++k)
-      top = std::max(top, all[k * (rows + 1) + r]);
-    double sum = 0;
-    for (int k = 0; k < w; ++k)
-      sum += std::exp(static_cast<double>(all[k * (rows + 1) + r] - top));
-    lse[r] = top + static_cast<float>(std::log(sum));
-    if (t[r] != ignored) total += static_cast<double>(lse[r]);
-  }
-  for (int k = 0; k < w; ++k)
-    targetMean += static_cast<double>(all[k * (rows + 1) + rows]);
-  int64_t kept = ir::keptTargets(t, rows, ignored);
-  *static_cast<float*>(host.out(view(op.outputs[0], slot), false).data) =
-      kept == 0 ? 0.f : static_cast<float>(total / static_cast<double>(kept) - targetMean);
-  host.finish();
+  backend::KernelCall combine;
+  combine.kind = ir::OpKind::CrossEntropy;
+  combine.attrs = c.attrs;
+  combine.vocabSlices = w;
+  combine.in = {backend::TensorView{all, ir::DType::F32, {w, rows + 1}}, targets};
+  combine.out = {loss, lse};
+  dev_.launch(combine);
 }
 
 // A split region's communication op, forward or backward (its transpose): all-reduce

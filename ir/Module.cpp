@@ -386,6 +386,15 @@ int64_t Module::workspaceBytes(const Program& p, int op) const {
   const Op& fwd = o.phase == Phase::Backward ? ops[o.forward] : o;
   bool backward = o.phase == Phase::Backward;
   if (opInfo(fwd.kind).split == SplitRule::Communication) return transferScratchBytes(p, o, fwd);
+  if (!backward && fwd.kind == OpKind::CrossEntropy && fwd.splitForm == SplitForm::Vocab &&
+      p.splitWidth > 1) {
+    // A vocabulary-parallel loss (Executor::vocabCrossEntropy): this rank's log-sum-exp of
+    // each row and mean target logit, then every slice's side by side.
+    int64_t rows = 1;
+    for (int64_t x : localShape(p, fwd.inputs[1]))
+      rows *= x;
+    return 4 * (rows + 1) * (p.splitWidth + 1);
+  }
   if (!backward && opInfo(fwd.kind).halfOutputByRows) {
     // amp: a block of its half output's rows in f32 (ir::halfOutputRows).
     if (stored.empty() || o.outputs.empty() || o.outputs[0] < 0 ||

@@ -9,6 +9,7 @@
 #include "ir/Ops.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace epl::backend::cpu {
 
@@ -103,9 +104,37 @@ void crossEntropyBackward(const KernelCall& c) {
   });
 }
 
+// KernelCall::vocabSlices: the slices' log-sum-exps and mean target logits combined. Each
+// row's in double from its slices' maximum; the loss a double sum in row order.
+void crossEntropyCombine(const KernelCall& c) {
+  int w = c.vocabSlices;
+  const float* all = c.in[0].f32();
+  const int32_t* t = c.in[1].i32();
+  int64_t rows = c.in[1].numel(), ignored = ir::ignoredClass(c.attrs);
+  EPL_ASSERT(c.in[0].numel() == w * (rows + 1), "each slice's lse of every row and its mean");
+  float* lse = c.out[1].f32();
+  double total = 0, targetMean = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    float top = all[r];
+    for (int k = 1; k < w; ++k)
+      top = std::max(top, all[k * (rows + 1) + r]);
+    double sum = 0;
+    for (int k = 0; k < w; ++k)
+      sum += std::exp(static_cast<double>(all[k * (rows + 1) + r] - top));
+    lse[r] = top + static_cast<float>(std::log(sum));
+    if (t[r] != ignored) total += static_cast<double>(lse[r]);
+  }
+  for (int k = 0; k < w; ++k)
+    targetMean += static_cast<double>(all[k * (rows + 1) + rows]);
+  int64_t kept = ir::keptTargets(t, rows, ignored);
+  c.out[0].f32()[0] =
+      kept == 0 ? 0.f : static_cast<float>(total / static_cast<double>(kept) - targetMean);
+}
+
 } // namespace
 
 void crossEntropy(const KernelCall& c) {
+  if (c.vocabSlices > 0) return crossEntropyCombine(c);
   if (!c.backward) return crossEntropyForward(c);
   crossEntropyBackward(c);
 }

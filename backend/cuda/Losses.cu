@@ -7,6 +7,7 @@
 // Shape legend: N rows (every dim of the logits but the last), V classes, n elements.
 #include "backend/cuda/Common.cuh"
 #include "ir/Ops.h"
+#include "support/Assert.h"
 
 #include <cmath>
 #include <cstdio>
@@ -204,7 +205,49 @@ void mseBackward(const KernelCall& c, const Ctx& ctx) {
 
 } // namespace
 
+// KernelCall::vocabSlices: the slices' log-sum-exps and mean target logits combined (the
+// CPU's contract; backend/cpu/Losses.cpp). Then the loss: one block.
+__global__ void combineSliceLse(const float* all, int w, int64_t n, float* lse) {
+  EPL_GRID_STRIDE(r, n) {
+    float top = all[r];
+    for (int k = 1; k < w; ++k)
+      top = fmaxf(top, all[k * (n + 1) + r]);
+    double sum = 0;
+    for (int k = 0; k < w; ++k)
+      sum += exp(static_cast<double>(all[k * (n + 1) + r] - top));
+    lse[r] = top + static_cast<float>(log(sum));
+  }
+}
+
+__global__ void combinedLoss(const float* all, int w, const float* lse, const int32_t* target,
+                             int64_t n, int64_t ignored, const double* kept, float* out) {
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < n; i += kThreads)
+    s += target[i] != ignored ? static_cast<double>(lse[i]) : 0.0;
+  s = blockReduce(s, Sum{});
+  if (threadIdx.x != 0) return;
+  double targetMean = 0;
+  for (int k = 0; k < w; ++k)
+    targetMean += static_cast<double>(all[k * (n + 1) + n]);
+  *out = *kept == 0 ? 0.f : static_cast<float>(s / *kept - targetMean);
+}
+
+void crossEntropyCombine(const KernelCall& c, const Ctx& ctx) {
+  int w = c.vocabSlices;
+  int64_t n = c.in[1].numel(), ignored = ir::ignoredClass(c.attrs);
+  EPL_ASSERT(c.in[0].numel() == w * (n + 1), "each slice's lse of every row and its mean");
+  combineSliceLse<<<blocksFor(n), kThreads, 0, ctx.stream>>>(c.in[0].f32(), w, n, c.out[1].f32());
+  checkLaunch("cross_entropy's slices combined");
+  auto* kept = static_cast<double*>(ctx.scratch->get(8));
+  countKept<<<1, kThreads, 0, ctx.stream>>>(c.in[1].i32(), n, ignored, kept);
+  checkLaunch("cross_entropy's slices: the kept count");
+  combinedLoss<<<1, kThreads, 0, ctx.stream>>>(c.in[0].f32(), w, c.out[1].f32(), c.in[1].i32(), n,
+                                               ignored, kept, c.out[0].f32());
+  checkLaunch("cross_entropy's slices: the loss");
+}
+
 void crossEntropy(const KernelCall& c, const Ctx& ctx) {
+  if (c.vocabSlices > 0) return crossEntropyCombine(c, ctx);
   if (!c.backward) return crossEntropyForward(c, ctx);
   crossEntropyBackward(c, ctx);
 }

@@ -1,6 +1,7 @@
 // cross_entropy over a vocabulary split (KernelCall::vocabSlice): each slice's forward gives
-// its rows' log-sum-exp and its mean target logit, which combine into the whole loss as
-// Executor::vocabCrossEntropy combines them; each slice's backward, given the whole rows'
+// its rows' log-sum-exp and its mean target logit, which the device combines into the whole
+// loss (KernelCall::vocabSlices, as Executor::vocabCrossEntropy calls it on the gathered
+// figures); each slice's backward, given the whole rows'
 // log-sum-exp, is its columns of the whole gradient. On the CPU device, the guarded one
 // (its memory is not the host's, as a GPU's), and a GPU where there is one.
 #include "backend/Device.h"
@@ -85,6 +86,32 @@ Run crossEntropy(Device& dev, const std::vector<float>& logits, const std::vecto
   return out;
 }
 
+// The device's combination of the slices' figures (KernelCall::vocabSlices): the whole
+// rows' log-sum-exp and the loss.
+Run combined(Device& dev, const std::vector<Run>& parts, const std::vector<int32_t>& t) {
+  static const epl::ir::Attrs attrs{{"ignore_index", int64_t{3}}};
+  auto rows = static_cast<int64_t>(t.size());
+  auto w = static_cast<int64_t>(parts.size());
+  std::vector<float> all; // each slice's [lse of every row, mean target logit]
+  for (const Run& p : parts) {
+    all.insert(all.end(), p.lse.begin(), p.lse.end());
+    all.push_back(p.loss);
+  }
+  Buffer figures(dev, all.data(), 4 * w * (rows + 1)), targets(dev, t.data(), 4 * rows),
+      loss(dev, nullptr, 4), lse(dev, nullptr, 4 * rows);
+  KernelCall c;
+  c.kind = epl::ir::OpKind::CrossEntropy;
+  c.attrs = &attrs;
+  c.vocabSlices = static_cast<int>(w);
+  c.in = {viewOf(figures.p, {w, rows + 1}), viewOf(targets.p, {rows}, epl::ir::DType::I32)};
+  c.out = {viewOf(loss.p, {}), viewOf(lse.p, {rows})};
+  dev.launch(c);
+  Run out;
+  out.loss = loss.read<float>(1)[0];
+  out.lse = lse.read<float>(rows);
+  return out;
+}
+
 } // namespace
 
 TEST_CASE("cross_entropy over a vocabulary split: the slices' figures make the whole loss") {
@@ -105,23 +132,14 @@ TEST_CASE("cross_entropy over a vocabulary split: the slices' figures make the w
     std::vector<Run> parts;
     for (int k = 0; k < w; ++k)
       parts.push_back(crossEntropy(*dev, logits, t, rows, whole, k * v, v, true, nullptr));
-    // Executor::vocabCrossEntropy's combination.
-    std::vector<float> lse(rows);
-    double total = 0, targetMean = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      float top = parts[0].lse[r];
-      for (const Run& p : parts)
-        top = std::max(top, p.lse[r]);
-      double sum = 0;
-      for (const Run& p : parts)
-        sum += std::exp(static_cast<double>(p.lse[r] - top));
-      lse[r] = top + static_cast<float>(std::log(sum));
+    // The device combines them (Executor::vocabCrossEntropy, after the all-gather).
+    Run all = combined(*dev, parts, t);
+    const std::vector<float>& lse = all.lse;
+    for (int64_t r = 0; r < rows; ++r)
       CHECK(lse[r] == Approx(ref.lse[r]).epsilon(1e-6));
-      if (t[r] != 3) total += lse[r];
-    }
-    for (const Run& p : parts)
-      targetMean += p.loss;
-    CHECK(total / 5 - targetMean == Approx(ref.loss).epsilon(1e-6));
+    CHECK(all.loss == Approx(ref.loss).epsilon(1e-6));
+    // Nothing kept: 0, as the whole loss gives it.
+    CHECK(combined(*dev, parts, {3, 3, 3, 3, 3, 3}).loss == 0.f);
     // Each slice's gradient, from the whole rows' log-sum-exp: its columns of the whole's.
     for (int k = 0; k < w; ++k) {
       Run g = crossEntropy(*dev, logits, t, rows, whole, k * v, v, true, &lse);

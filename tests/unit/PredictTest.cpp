@@ -288,16 +288,20 @@ TEST_CASE("on a calibrated machine no gradient reduction hides behind the backwa
 }
 
 TEST_CASE("a rank whose memory plan fits its share of the cache moves its bytes at the "
-          "cache's rate") {
-  // Products all but free; memory at 1 GB/s, the cache at 4 GB/s.
-  auto cluster = [](double cacheBytes) {
+          "cache's rate, or the curve's for the plan where there is one") {
+  // Products all but free; memory at 1 GB/s, the cache at 4 GB/s (a core; twice that on
+  // both); with a curve, y = a + b at 8 GB/s over any set (16 on both cores).
+  auto cluster = [](double cacheBytes, bool curve = false) {
     return parsed(fmt::format(R"({{"devices_per_node": 1, "device": {{"memory_bytes": 1e12,
             "memory_bandwidth": 1e9, "peak_flops": {{"f32": 1e30}}}},
             "intra_node": {{"bandwidth": 1e9, "latency": 1e-6}},
             "calibration": {{"cores": 2, "gemm_flops": {{"1": 1e30}},
               "memory_bandwidth": {{"1": 1e9, "2": 2e9}}, "cache_bytes": {},
-              "cache_bandwidth": {{"1": 4e9, "2": 8e9}}}}}})",
-                              cacheBytes));
+              "cache_bandwidth": {{"1": 4e9, "2": 8e9}}{}}}}})",
+                              cacheBytes,
+                              curve ? R"(, "bandwidth_by_size": {"1": [[1e3, 8e9], [1e9, 8e9]],
+                                         "2": [[1e3, 1.6e10], [1e9, 1.6e10]]})"
+                                    : ""));
   };
   auto m = epl::testing::planned("one.epl", epl::testing::kOneStage, 1);
   REQUIRE(m);
@@ -307,6 +311,12 @@ TEST_CASE("a rank whose memory plan fits its share of the cache moves its bytes 
   epl::ir::Prediction in = epl::ir::predict(*m, cluster(plan).forRanks(1), true);
   CHECK(opsButRead(in) == Approx(opsButRead(out) / 4));
   CHECK(in.optimizer == Approx(out.optimizer / 4));
+  // With a curve: the ops' bytes at its rate for the plan's bytes, 16 GB/s; outside the
+  // cache, the memory's.
+  epl::ir::Prediction onCurve = epl::ir::predict(*m, cluster(plan, true).forRanks(1), true);
+  CHECK(opsButRead(onCurve) == Approx(opsButRead(out) / 8));
+  epl::ir::Prediction offCurve = epl::ir::predict(*m, cluster(plan / 2, true).forRanks(1), true);
+  CHECK(opsButRead(offCurve) == Approx(opsButRead(out)));
   // Two ranks share the cache: each has half of it, and a core's rates.
   Cluster two = cluster(plan).forRanks(2);
   CHECK(two.device.cacheBytes == Approx(plan / 2));
@@ -329,28 +339,6 @@ TEST_CASE("the calibrated cache ends where the curve falls to the memory's rate,
   CHECK(epl::interp::cacheFromCurve(curve, 1e10, 5e8) == 1e7); // a VM's host cache
   CHECK(epl::interp::cacheFromCurve(curve, 1e10, 5e6) == 5e6);
   CHECK(epl::interp::cacheFromCurve({{1e4, 1.05e10}, {1e6, 4e10}}, 1e10, 3e7) == 0);
-}
-
-TEST_CASE("on a machine with a curve, a rank whose plan fits its share of the cache moves its "
-          "ops' bytes at the curve's rate for the plan") {
-  // Products all but free; memory at 1 GB/s; y = a + b at 8 GB/s over any set (16 on two
-  // cores), the cache's own figure 4 GB/s.
-  auto cluster = [](double cacheBytes) {
-    return parsed(fmt::format(R"({{"devices_per_node": 1, "device": {{"memory_bytes": 1e12,
-            "memory_bandwidth": 1e9, "peak_flops": {{"f32": 1e30}}}},
-            "intra_node": {{"bandwidth": 1e9, "latency": 1e-6}},
-            "calibration": {{"cores": 1, "gemm_flops": {{"1": 1e30}},
-              "memory_bandwidth": {{"1": 1e9}}, "cache_bytes": {},
-              "cache_bandwidth": {{"1": 4e9}},
-              "bandwidth_by_size": {{"1": [[1e3, 8e9], [1e9, 8e9]]}}}}}})",
-                              cacheBytes));
-  };
-  auto m = epl::testing::planned("one.epl", epl::testing::kOneStage, 1);
-  REQUIRE(m);
-  double plan = static_cast<double>(m->programs[0].peakBytes());
-  epl::ir::Prediction out = epl::ir::predict(*m, cluster(plan / 2).forRanks(1), true);
-  epl::ir::Prediction in = epl::ir::predict(*m, cluster(plan).forRanks(1), true);
-  CHECK(opsButRead(in) == Approx(opsButRead(out) / 8));
 }
 
 TEST_CASE("a calibrated machine's step reads its batch from the data first, at the memory's "

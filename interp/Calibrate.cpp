@@ -239,15 +239,17 @@ nlohmann::json measureCompute(std::ostream& log, int rounds) {
                        t, t == 1 ? "" : "s", lastGemm / 1e9, lastMemory / 1e9,
                        fmt::join(bySize, ", "));
   }
-  // The cache's rate over three arrays that fill a quarter of it, read off each curve.
+  // The cache as the curve shows it, and its rate over three arrays that fill a quarter of
+  // it, read off each thread count's curve.
   double sysfs = lastLevelCacheBytes();
   double cacheBytes = cacheFromCurve(points[counts.back()], lastMemory, sysfs);
-  for (int t : counts)
-    if (cacheBytes > 0) cache[std::to_string(t)] = ir::curveAt(points[t], cacheBytes / 4);
-  if (cacheBytes > 0)
+  if (cacheBytes > 0) {
+    for (int t : counts)
+      cache[std::to_string(t)] = ir::curveAt(points[t], cacheBytes / 4);
     log << fmt::format(
         "  the last-level cache: {} as the curve shows it{}\n", formatBytes(cacheBytes),
-        sysfs > cacheBytes ? fmt::format(" ({} says the system)", formatBytes(sysfs)) : "");
+        sysfs > cacheBytes ? fmt::format(" (the system says {})", formatBytes(sysfs)) : "");
+  }
   nlohmann::json calibration = {{"cores", cores},
                                 {"gemm_flops", gemm},
                                 {"memory_bandwidth", memory},

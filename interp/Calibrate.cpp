@@ -203,7 +203,7 @@ double cacheFromCurve(const std::vector<std::pair<double, double>>& curve, doubl
                       double sysfs) {
   double bytes = 0;
   for (const auto& [size, rate] : curve) {
-    if (rate <= 1.1 * memory) break;
+    if (rate < 1.5 * memory) break;
     bytes = size;
   }
   return sysfs > 0 ? std::min(bytes, sysfs) : bytes;

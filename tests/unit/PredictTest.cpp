@@ -332,13 +332,14 @@ TEST_CASE("a rank whose memory plan fits its share of the cache moves its bytes 
 
 TEST_CASE("the calibrated cache ends where the curve falls to the memory's rate, and no later "
           "than the system says") {
-  // 40 GB/s in L1, 50 in L2, 25 in L3 up to 10 MB, then 10.5 and 10 (the memory's rate).
+  // 40 GB/s in L1, 50 in L2, 25 in L3 up to 10 MB, then 11.5 (past the cache, a little above
+  // the memory's 10) and 10.
   std::vector<std::pair<double, double>> curve{
-      {1e4, 4e10}, {1e6, 5e10}, {1e7, 2.5e10}, {1e8, 1.05e10}, {2e8, 1e10}};
+      {1e4, 4e10}, {1e6, 5e10}, {1e7, 2.5e10}, {1e8, 1.15e10}, {2e8, 1e10}};
   CHECK(epl::interp::cacheFromCurve(curve, 1e10, 0) == 1e7);
   CHECK(epl::interp::cacheFromCurve(curve, 1e10, 5e8) == 1e7); // a VM's host cache
   CHECK(epl::interp::cacheFromCurve(curve, 1e10, 5e6) == 5e6);
-  CHECK(epl::interp::cacheFromCurve({{1e4, 1.05e10}, {1e6, 4e10}}, 1e10, 3e7) == 0);
+  CHECK(epl::interp::cacheFromCurve({{1e4, 1.4e10}, {1e6, 4e10}}, 1e10, 3e7) == 0);
 }
 
 TEST_CASE("a calibrated machine's step reads its batch from the data first, at the memory's "

@@ -213,10 +213,7 @@ private:
   void gatherVocabLogits(const ir::Op& op, std::vector<float>* logits,
                          std::vector<int32_t>* targets);
   // Forward op `op` is a cross-entropy over a vocabulary split on this rank.
-  bool vocabLoss(int op) const {
-    return program_.splitWidth > 1 && m_.ops[op].kind == ir::OpKind::CrossEntropy &&
-           m_.ops[op].splitForm == ir::SplitForm::Vocab;
-  }
+  bool vocabLoss(int op) const { return m_.vocabLoss(program_, m_.ops[op]); }
   // Where micro-batch `micro`'s piece of tensor t starts in the step's global batch: the
   // rank's slice (data-parallel), or its copy's inside a split region.
   int64_t firstSample(int micro, int t) const;

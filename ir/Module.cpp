@@ -132,8 +132,7 @@ std::optional<Module::SplitCollective> Module::splitCollective(const Program& p,
   // input. Backward: sum the identity's partial gradients, gather the slices' (and the
   // reduce-scatters') gradient pieces, or reduce-scatter a sequence gather's partial ones.
   using C = CollectiveKind;
-  if (!backward && kind == OpKind::CrossEntropy &&
-      op.splitForm == SplitForm::Vocab) // 3 floats a row
+  if (!backward && vocabLoss(p, op)) // 3 floats a row
     return SplitCollective{C::AllGather, 3 * bytesOn(p, op.inputs[1])};
   if (!backward && kind == OpKind::AllReduce)
     return SplitCollective{C::AllReduce, bytesOn(p, op.outputs[0])};
@@ -386,8 +385,7 @@ int64_t Module::workspaceBytes(const Program& p, int op) const {
   const Op& fwd = o.phase == Phase::Backward ? ops[o.forward] : o;
   bool backward = o.phase == Phase::Backward;
   if (opInfo(fwd.kind).split == SplitRule::Communication) return transferScratchBytes(p, o, fwd);
-  if (!backward && fwd.kind == OpKind::CrossEntropy && fwd.splitForm == SplitForm::Vocab &&
-      p.splitWidth > 1) {
+  if (!backward && vocabLoss(p, fwd)) {
     // A vocabulary-parallel loss (Executor::vocabCrossEntropy): this rank's log-sum-exp of
     // each row and mean target logit, then every slice's side by side.
     int64_t rows = 1;

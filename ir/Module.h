@@ -327,6 +327,11 @@ struct Module {
   // kernels' layout, floats side by side in that order. A split region's
   // transfer: the pieces it cuts or joins (transferScratchBytes).
   int64_t workspaceBytes(const Program& p, int op) const;
+  // Forward op `op` is a cross-entropy over a vocabulary split on program p's ranks
+  // (Executor::vocabCrossEntropy).
+  bool vocabLoss(const Program& p, const Op& op) const {
+    return p.splitWidth > 1 && op.kind == OpKind::CrossEntropy && op.splitForm == SplitForm::Vocab;
+  }
   int64_t transferScratchBytes(const Program& p, const Op& o, const Op& fwd) const;
   // The matrix-product FLOPs (ir::opFlops) of p's step on its rank, from its local sizes:
   // its forward runs, the recomputations before their backward, and its backward runs (a

@@ -119,19 +119,36 @@ EPL_HOST_DEVICE inline float clipFactor(float squaredNorm, double maxNorm) {
   return coef < 1 ? static_cast<float>(coef) : 1.f;
 }
 
+// Under a loss scale (amp = fp16; lossScale > 0) the squared norm is the scaled gradients':
+// whether they overflowed (an infinite or NaN sum, alike on every rank: the step is skipped),
+// and what they are multiplied by: the clip factor of their unscaled norm
+// (sqrt(squaredNorm) / lossScale) where maxNorm > 0, over the scale. Without one, the clip
+// factor. The host's arithmetic, in double, as on a GPU.
+EPL_HOST_DEVICE inline bool overflowed(float squaredNorm, double lossScale) {
+  return lossScale > 0 && !(squaredNorm <= 3.40282347e+38f); // NaN or infinite
+}
+EPL_HOST_DEVICE inline float updateFactor(float squaredNorm, double maxNorm, double lossScale) {
+  if (lossScale <= 0) return clipFactor(squaredNorm, maxNorm);
+  double coef = maxNorm / (::sqrt(static_cast<double>(squaredNorm)) / lossScale + 1e-6);
+  float clip = maxNorm > 0 && coef < 1 ? static_cast<float>(coef) : 1.f;
+  return static_cast<float>(clip / lossScale);
+}
+
 // One optimizer update of one parameter, PyTorch's formulas (torch.optim.SGD / Adam /
-// AdamW). The gradient is first multiplied by gradScale (clipping, a loss scale's inverse)
-// and, where squaredNorm is set, by clipFactor(*squaredNorm, maxNorm): clipping read on the
-// device, its squared norm (device memory) final in the order of the device's work, so the
-// host need not wait for it. Sgd uses state1 as the momentum buffer (null data without
-// momentum); Adam and AdamW use state1 = exp_avg, state2 = exp_avg_sq.
+// AdamW). The gradient is first multiplied by gradScale and, where squaredNorm is set, by
+// updateFactor(*squaredNorm, maxNorm, lossScale): clipping and a loss scale's inverse read on
+// the device, the squared norm (device memory) final in the order of the device's work, so
+// the host need not wait for it; where overflowed(*squaredNorm, lossScale) the call leaves
+// everything as it was (a skipped step). Sgd uses state1 as the momentum buffer (null data
+// without momentum); Adam and AdamW use state1 = exp_avg, state2 = exp_avg_sq.
 struct OptimizerCall {
   OptimizerKind kind = OptimizerKind::AdamW;
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weightDecay = 0.f, momentum = 0.f;
   int64_t step = 1; // 1-based, for bias correction and the first momentum step
   float gradScale = 1.f;
   const float* squaredNorm = nullptr;
-  double maxNorm = 0;
+  double maxNorm = 0;   // clip_grad_norm's, 0 for none
+  double lossScale = 0; // amp = fp16's scale of the gradients, 0 for none
   TensorView param, grad, state1, state2;
 };
 

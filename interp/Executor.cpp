@@ -1662,13 +1662,12 @@ void Executor::moeExchange(const ir::Instr& in, size_t index, int64_t step) {
 }
 
 // Each pipeline stage sums the squares of its own gradients; the ranks' sums add up to the
-// global norm. Clipping without a loss scale leaves it on the device, where the updates
-// read their clip factor (OptimizerCall::squaredNorm) and the host never waits for it; with
-// a loss scale the host needs the norm before any update (an overflow skips the step), and
-// waits for it here.
+// global norm. It stays on the device, where the updates read their clip factor, and under
+// a loss scale its inverse and whether the gradients overflowed, which skips them
+// (OptimizerCall::squaredNorm): the host never waits for it within the step.
 void Executor::gradNorm(const ir::Op& op) {
   float* acc = static_cast<float*>(view(m_.gradNorm).data);
-  normOnDevice_ = !m_.scalesLoss();
+  normOnDevice_ = true;
   if (shardGrads_) { // ZeRO stage 2: each rank's slices (zero between parameters)
     bool first = true;
     for (auto [begin, end] : normRuns_) {
@@ -1678,12 +1677,7 @@ void Executor::gradNorm(const ir::Op& op) {
     }
     if (first) dev_.fillZero(acc, 4);
     // Every gradient is in one rank's slice: in a pipeline, of its stage's ranks.
-    if (normOnDevice_) return sumNormOnDevice(acc, &comm_);
-    float sq = 0;
-    dev_.copyToHost(&sq, acc, 4);
-    dev_.synchronize();
-    comm_.allReduce(&sq, 1, "the squared gradient norm");
-    return clip(acc, sq);
+    return sumNormOnDevice(acc, &comm_);
   }
   // The squares of this rank's gradients: whole ones, and its pieces of sharded ones.
   std::vector<bool> mine(m_.tensors.size(), false);
@@ -1709,28 +1703,16 @@ void Executor::gradNorm(const ir::Op& op) {
   backend::Comm* across = program_.stages > 1       ? &normComm()
                           : program_.splitWidth > 1 ? &splitComm()
                                                     : nullptr;
-  if (normOnDevice_) {
-    // acc = (the whole ones' sum or 0) + (the pieces' sum or 0), as the host adds them.
-    if (whole)
-      sumSquares(false, acc);
-    else
-      dev_.fillZero(acc, 4);
-    if (cut) {
-      sumSquares(true, normPieces_);
-      addInto(backend::TensorView{acc, ir::DType::F32, {1}}, normPieces_);
-    }
-    return sumNormOnDevice(acc, across);
+  // acc = (the whole ones' sum or 0) + (the pieces' sum or 0).
+  if (whole)
+    sumSquares(false, acc);
+  else
+    dev_.fillZero(acc, 4);
+  if (cut) {
+    sumSquares(true, normPieces_);
+    addInto(backend::TensorView{acc, ir::DType::F32, {1}}, normPieces_);
   }
-  float sums[2] = {0, 0};
-  for (int k = 0; k < 2; ++k) {
-    if (!(k == 0 ? whole : cut)) continue; // a sum this rank does not count
-    sumSquares(k == 1, acc);
-    dev_.copyToHost(&sums[k], acc, 4);
-    dev_.synchronize();
-  }
-  float sq = (whole ? sums[0] : 0.f) + (cut ? sums[1] : 0.f);
-  if (across) across->allReduce(&sq, 1, "the squared gradient norm");
-  clip(acc, sq);
+  sumNormOnDevice(acc, across);
 }
 
 // The squared norm at acc (device memory), summed over `across` where the ranks hold parts
@@ -1739,21 +1721,6 @@ void Executor::gradNorm(const ir::Op& op) {
 void Executor::sumNormOnDevice(float* acc, backend::Comm* across) {
   if (across) across->allReduce(acc, 1, "the squared gradient norm");
   dev_.copyToHost(normHost_.data<float>(), acc, 4);
-}
-
-// The global squared norm `sq` (of the scaled gradients, with a loss scale) to the grad-norm
-// tensor at acc, the clip factor, and whether the gradients overflowed: an infinite or NaN
-// gradient makes the sum so on every rank alike, and the step is skipped.
-void Executor::clip(float* acc, float sq) {
-  overflow_ = m_.scalesLoss() && !std::isfinite(sq);
-  double norm = std::sqrt(static_cast<double>(sq)) / lossScale_;
-  float unscaled = lossScale_ == 1 ? sq : static_cast<float>(norm * norm);
-  // From pageable memory: a GPU stages the value before copyToDevice returns (unlike a copy
-  // from a HostBuffer, which stays queued), so the local may go out of scope.
-  dev_.copyToDevice(acc, &unscaled, 4);
-  gradNorm_ = norm;
-  double coef = opt_.clipGradNorm / (gradNorm_ + 1e-6);
-  clipScale_ = opt_.clipGradNorm > 0 && coef < 1 ? static_cast<float>(coef) : 1.f;
 }
 
 // The bytes of parameter p's memory this rank updates: all of them, or those in its ZeRO
@@ -1869,10 +1836,10 @@ void Executor::optimizerStep(int id, int64_t step, int64_t joined) {
   c.weightDecay = opt_.weightDecay;
   c.momentum = opt_.momentum;
   c.step = step + 1;
-  c.gradScale = static_cast<float>(clipScale_ / lossScale_);
-  if (normOnDevice_) { // the grad-norm op ran without a loss scale: for clipping
+  if (normOnDevice_) { // the grad-norm op ran: for clipping, or under a loss scale
     c.squaredNorm = static_cast<const float*>(view(m_.gradNorm).data);
     c.maxNorm = opt_.clipGradNorm;
+    c.lossScale = m_.scalesLoss() ? lossScale_ : 0;
   }
   c.param = paramView(p);
   c.grad = view(op.inputs[0]);
@@ -1882,7 +1849,7 @@ void Executor::optimizerStep(int id, int64_t step, int64_t joined) {
     if (joined > 0) // this op's parameter and the next ones', end to end
       for (backend::TensorView* v : {&c.param, &c.grad, &c.state1, &c.state2})
         v->shape = {joined};
-    return overflow_ ? void() : dev_.optimizerStep(c);
+    return dev_.optimizerStep(c);
   }
   // A run of the parameter's bytes [from, to), with its states at s1 and s2.
   EPL_ASSERT(gradParam_[op.inputs[0]] == p, "an optimizer op reads its parameter's gradient");
@@ -1894,7 +1861,7 @@ void Executor::optimizerStep(int id, int64_t step, int64_t joined) {
     c.grad.data = gradAt(from);
     c.state1.data = states_ > 0 ? s1 : nullptr;
     c.state2.data = states_ > 1 ? s2 : nullptr;
-    if (!overflow_) dev_.optimizerStep(c); // a skipped step leaves everything as it was
+    dev_.optimizerStep(c);
   };
   if (!disk_) {
     auto [begin, end] =
@@ -1993,7 +1960,6 @@ void Executor::runTraced(const ir::Instr& in, size_t index, int64_t step, uint64
 
 StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
   lr_ = lr;
-  clipScale_ = 1.f;
   std::fill(std::begin(moeStats_), std::end(moeStats_), 0.0);
   moeDispatched_ = 0;
   gradNorm_ = -1; // measured by the grad-norm op: when clipping, or scaling the loss
@@ -2024,7 +1990,13 @@ StepResult Executor::runStep(int64_t step, float lr, uint64_t seed) {
   if (!zero_.empty() && !shardParams_) gatherParams(step);
   dev_.synchronize();
   if (traced) trace_->endStep();
-  if (normOnDevice_) gradNorm_ = std::sqrt(static_cast<double>(*normHost_.data<float>()));
+  if (normOnDevice_) {
+    // Under a loss scale, the norm of the scaled gradients: infinite or NaN where they
+    // overflowed, which skipped the updates (backend::overflowed) on every rank alike.
+    float sq = *normHost_.data<float>();
+    overflow_ = m_.scalesLoss() && backend::overflowed(sq, lossScale_);
+    gradNorm_ = std::sqrt(static_cast<double>(sq)) / lossScale_;
+  }
   const float* stats = moeStatsHost_.data<float>();
   for (int d = 0; d < moeDispatched_; ++d) // in the order they ran
     for (int k = 0; k < kMoeStats; ++k)

@@ -202,7 +202,6 @@ private:
   void receive(const ir::Instr& in, size_t index, int64_t step, Receive& r);
   void gradNorm(const ir::Op& op);
   void sumNormOnDevice(float* acc, backend::Comm* across);
-  void clip(float* acc, float sq);
   void splitTransfer(const ir::Instr& in, size_t index, int64_t step);
   void transfer(const ir::Op& op, const ir::Op& fwd, const backend::TensorView& src,
                 const backend::TensorView& dst, bool add, float* scratch,
@@ -444,9 +443,9 @@ private:
   // its backward (d loss / d loss), copied to it: host buffers the copies leave queued,
   // read (the losses) after the step's synchronize.
   backend::HostBuffer lossHost_, seeds_;
-  // Clipping without a loss scale (gradNorm): the squared norm stays on the device for the
-  // updates; the pieces' sum beside it while the whole ones' is in the grad-norm tensor, and
-  // the norm's copy for the step's figures.
+  // The gradients' squared norm (gradNorm, when clipping or under a loss scale) stays on
+  // the device for the updates: whether this step's grad-norm op ran, the pieces' sum beside
+  // the whole ones' in the grad-norm tensor, and the norm's copy for the step's figures.
   bool normOnDevice_ = false;
   float* normPieces_ = nullptr;
   backend::HostBuffer normHost_;
@@ -471,7 +470,7 @@ private:
   const std::vector<ir::Instr>* receivingList_ = nullptr; // and their instructions
   ir::Attrs noAttrs_;
   backend::WireType wire_ = backend::WireType::F32;
-  float lr_ = 0, clipScale_ = 1;
+  float lr_ = 0;
   // amp = fp16 (Module::scalesLoss): the loss scale, the steps since it last changed, and
   // whether this step's gradients overflowed. 1 and never otherwise.
   double lossScale_ = 1;

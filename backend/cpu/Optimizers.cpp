@@ -43,9 +43,11 @@ private:
   FlushSubnormals& operator=(const FlushSubnormals&) = delete;
 };
 
-// What the gradient is multiplied by: gradScale, and the clip factor where it is read here.
+// What the gradient is multiplied by: gradScale, and the clip factor and the loss scale's
+// inverse where the squared norm is read here.
 float gradScale(const OptimizerCall& c) {
-  return c.squaredNorm ? c.gradScale * clipFactor(*c.squaredNorm, c.maxNorm) : c.gradScale;
+  return c.squaredNorm ? c.gradScale * updateFactor(*c.squaredNorm, c.maxNorm, c.lossScale)
+                       : c.gradScale;
 }
 
 // torch.optim.SGD (dampening 0, no Nesterov): d = g + wd p; buf = d on the first step, else
@@ -108,6 +110,7 @@ void adam(const OptimizerCall& c, int64_t n, bool decoupled) {
 void optimizerStep(const OptimizerCall& c) {
   int64_t n = c.param.numel();
   EPL_ASSERT(c.grad.numel() == n, "optimizer gradient and parameter differ in size");
+  if (c.squaredNorm && overflowed(*c.squaredNorm, c.lossScale)) return; // a skipped step
   switch (c.kind) {
   case OptimizerKind::Sgd:
     return sgd(c, n);

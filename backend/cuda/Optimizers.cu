@@ -2,7 +2,8 @@
 // momentum, Adam, AdamW), as backend/cpu/Optimizers.cpp computes them: one elementwise kernel
 // a call (a parameter, or several end to end: docs/architecture.md, "One update for adjacent
 // parameters"), its scalars (bias corrections in double) worked out on the host, the clip
-// factor read on the device where the call says so. Plus the
+// factor and a loss scale (whose overflow skips the update) read on the device where the call
+// says so. Plus the
 // sum of squares, in two fixed-order passes, and the in-place scale used for clipping.
 //
 // Shape legend: n elements of the call's parameters.
@@ -19,18 +20,25 @@ namespace {
 struct SgdScalars {
   float gradScale, weightDecay, momentum, negLr;
   bool useBuf, first;
-  const float* squaredNorm; // clipping read on the device (OptimizerCall), or null
-  double maxNorm;
+  const float* squaredNorm; // clipping and a loss scale read on the device (OptimizerCall)
+  double maxNorm, lossScale;
 };
 
-// gradScale, times the clip factor where the squared norm is on the device.
-__device__ float gradScale(float scale, const float* squaredNorm, double maxNorm) {
-  return squaredNorm ? scale * clipFactor(*squaredNorm, maxNorm) : scale;
+// gradScale, times updateFactor where the squared norm is on the device.
+__device__ float gradScale(float scale, const float* squaredNorm, double maxNorm,
+                           double lossScale) {
+  return squaredNorm ? scale * updateFactor(*squaredNorm, maxNorm, lossScale) : scale;
+}
+
+// Whether a loss scale's overflow skips the update: every thread reads it alike.
+__device__ bool skipped(const float* squaredNorm, double lossScale) {
+  return squaredNorm && overflowed(*squaredNorm, lossScale);
 }
 
 // d = g + wd p; buf = d on the first step, else momentum * buf + d; p -= lr * buf.
 __global__ void sgdStep(float* p, const float* g, float* buf, int64_t n, SgdScalars s) {
-  float gs = gradScale(s.gradScale, s.squaredNorm, s.maxNorm);
+  if (skipped(s.squaredNorm, s.lossScale)) return;
+  float gs = gradScale(s.gradScale, s.squaredNorm, s.maxNorm, s.lossScale);
   EPL_GRID_STRIDE(i, n) {
     float d = g[i] * gs;
     if (s.weightDecay != 0.f) d = d + s.weightDecay * p[i];
@@ -46,14 +54,15 @@ __global__ void sgdStep(float* p, const float* g, float* buf, int64_t n, SgdScal
 struct AdamScalars {
   float negStep, bc2Sqrt, b1, b2, a1, a2, eps, gradScale, weightDecay, decay;
   const float* squaredNorm;
-  double maxNorm;
+  double maxNorm, lossScale;
 };
 
 // AdamW first decays p by (1 - lr wd); Adam adds wd p to the gradient.
 // m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
 // p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
 __global__ void adamStep(float* p, const float* g, float* m, float* v, int64_t n, AdamScalars s) {
-  float gs = gradScale(s.gradScale, s.squaredNorm, s.maxNorm);
+  if (skipped(s.squaredNorm, s.lossScale)) return;
+  float gs = gradScale(s.gradScale, s.squaredNorm, s.maxNorm, s.lossScale);
   EPL_GRID_STRIDE(i, n) {
     float pi = p[i] * s.decay;
     float d = g[i] * gs;
@@ -66,8 +75,8 @@ __global__ void adamStep(float* p, const float* g, float* m, float* v, int64_t n
 }
 
 void sgd(const OptimizerCall& c, const Ctx& ctx, int64_t n) {
-  SgdScalars s{c.gradScale,       c.weightDecay, c.momentum,    -c.lr,
-               c.momentum != 0.f, c.step <= 1,   c.squaredNorm, c.maxNorm};
+  SgdScalars s{c.gradScale, c.weightDecay, c.momentum, -c.lr,      c.momentum != 0.f,
+               c.step <= 1, c.squaredNorm, c.maxNorm,  c.lossScale};
   EPL_ASSERT(!s.useBuf || c.state1.data, "sgd with momentum needs a momentum buffer");
   sgdStep<<<blocksFor(n), kThreads, 0, ctx.stream>>>(c.param.f32(), c.grad.f32(), c.state1.f32(), n,
                                                      s);
@@ -90,7 +99,8 @@ void adam(const OptimizerCall& c, const Ctx& ctx, int64_t n, bool decoupled) {
                 decoupled ? 0.f : c.weightDecay,
                 decoupled ? static_cast<float>(1.0 - double(c.lr) * c.weightDecay) : 1.f,
                 c.squaredNorm,
-                c.maxNorm};
+                c.maxNorm,
+                c.lossScale};
   adamStep<<<blocksFor(n), kThreads, 0, ctx.stream>>>(c.param.f32(), c.grad.f32(), c.state1.f32(),
                                                       c.state2.f32(), n, s);
   checkLaunch(decoupled ? "adamw step" : "adam step");

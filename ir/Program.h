@@ -11,7 +11,7 @@
 
 namespace epl::ir {
 
-enum class InstrKind {
+enum class InstrKind : uint8_t {
   ZeroGrads,   // clear every parameter gradient before the first micro-batch
   Load,        // read micro-batch `micro` into the model inputs (and `next` targets)
   SeedGrad,    // d loss / d loss = 1 / (micro_batches x data-parallel ranks): the step's
@@ -38,7 +38,7 @@ enum class InstrKind {
 // Which gradients a Run of a backward op writes. Zero-bubble schedules run a backward op
 // twice per micro-batch: first its input gradients (sent upstream at once), later its
 // parameter gradients; the kernel call leaves the other outputs null.
-enum class BackwardPart { Whole, Inputs, Params };
+enum class BackwardPart : uint8_t { Whole, Inputs, Params };
 
 // Whether `part` writes output `k` of a backward op whose forward has `tensorInputs` inputs
 // (its outputs: the gradient of each tensor input, then of each parameter).
@@ -46,8 +46,12 @@ inline bool writesOutput(BackwardPart part, size_t k, size_t tensorInputs) {
   return part == BackwardPart::Whole || (part == BackwardPart::Inputs) == (k < tensorInputs);
 }
 
+// 40 bytes: a pipeline's rank runs about a hundred thousand of them a step, and a search
+// plans each stage's of hundreds of plans (docs/cluster.md), so every pass that walks them
+// reads fewer cache lines.
 struct Instr {
-  InstrKind kind = InstrKind::Run;
+  Instr(InstrKind kind = InstrKind::Run, int op = -1, int micro = 0, int bucket = -1)
+      : op(op), micro(micro), bucket(bucket), kind(kind) {}
   int op = -1;
   int micro = 0;
   int bucket = -1; // ReduceStart, ReduceWait: index into Module::buckets
@@ -56,13 +60,14 @@ struct Instr {
   int tensor = -1;
   int peer = -1;
   int tag = -1;
-  bool accumulate = false;
   // Between stage groups of different sizes a micro-batch is re-cut: the transfer carries
   // `rows` samples of the tensor from sample `firstRow` of this rank's share (rows < 0: the
   // whole tensor).
-  int64_t firstRow = 0, rows = -1;
+  int firstRow = 0, rows = -1;
+  InstrKind kind = InstrKind::Run;
   BackwardPart part = BackwardPart::Whole; // Run of a backward op: the gradients it writes
-  int use = 0; // GatherStart, GatherWait: 0 the forward's copy of the bucket, 1 the backward's
+  uint8_t use = 0; // GatherStart, GatherWait: 0 the forward's copy of the bucket, 1 the backward's
+  bool accumulate = false;
   // ReduceStart, ReduceWait of a tied weight's bucket under ZeRO stage 2: not a micro-batch's
   // reduce-scatter but the step's one sum of the slices over every stage holding the weight
   // (each rank's part of it placed in the whole bucket, the rest zero, then summed).

@@ -226,8 +226,8 @@ private:
       Share peer = shareOf(micro0, theirs, j);
       int64_t begin = std::max(me.begin, peer.begin), end = std::min(me.end, peer.end);
       if (begin >= end) continue;
-      in.firstRow = begin - me.begin;
-      in.rows = end - begin;
+      in.firstRow = static_cast<int>(begin - me.begin); // samples of one micro-batch
+      in.rows = static_cast<int>(end - begin);
       for (int rank : peers(j)) {
         in.peer = rank;
         out.push_back(in);

@@ -379,9 +379,11 @@ std::vector<int64_t> stagePeaks(const ir::Module& m) {
 }
 
 // Plans and predicts the script with a layout and policy settings; the first plan of a
-// layout also gives the layout's policy choices (its micro-batch counts).
+// layout also gives the layout's policy choices (its micro-batch counts). `twins`: for
+// recompute = auto, the stage peaks of its plans with none and with every, where planned.
 Candidate planCandidate(const std::string& script, const PlanOptions& base, Layout& layout,
-                        std::vector<Setting> settings, const ir::Cluster& machines) {
+                        std::vector<Setting> settings, const ir::Cluster& machines,
+                        std::pair<std::vector<int64_t>, std::vector<int64_t>> twins = {}) {
   Candidate c;
   c.layout = layout.knobs;
   c.settings = std::move(settings);
@@ -391,6 +393,8 @@ Candidate planCandidate(const std::string& script, const PlanOptions& base, Layo
   options.passOutput = nullptr;
   options.costOnly = true;
   options.literalValues = layout.literals;
+  options.peaksWithoutRecompute = std::move(twins.first);
+  options.peaksRecomputingEvery = std::move(twins.second);
   for (const Setting& s : c.settings)
     options.overrides.push_back(fmt::format("policy.{}={}", s.key, s.value));
   Session attempt;
@@ -520,12 +524,17 @@ int searchPolicy(const std::string& script, const PlanOptions& base, const ir::C
         [&, k] {
           Layout* layout;
           std::vector<Setting> settings;
+          std::pair<std::vector<int64_t>, std::vector<int64_t>> twins;
           {
             std::lock_guard<std::mutex> lock(state);
             layout = jobs[k].layout;
             settings = jobs[k].settings;
+            if (isAuto(settings)) { // its trials start from its twins' plans
+              if (const Candidate* none = twin(k, "none")) twins.first = none->stagePeaks;
+              if (const Candidate* every = twin(k, "every")) twins.second = every->stagePeaks;
+            }
           }
-          Candidate c = planCandidate(script, base, *layout, settings, machines);
+          Candidate c = planCandidate(script, base, *layout, settings, machines, std::move(twins));
           std::lock_guard<std::mutex> lock(state);
           jobs[k].result = std::move(c);
           jobs[k].ran = true;

@@ -101,17 +101,22 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c, const Clu
     r.read = 2.0 * static_cast<double>(p.inputBytes) / (d.memoryBandwidth * d.memoryEfficiency);
     r.compute += r.read;
   }
+  // Every micro-batch runs the same ops and sends the same tensors: each (op, part)'s
+  // entry of byRun, each bucket's reduction ranks and each transfer's bytes, once.
+  std::vector<RankCost::Run*> runOf(3 * m.ops.size(), nullptr);
+  std::map<std::pair<int, bool>, int> ranksOf;            // by (bucket, tie)
+  std::map<std::pair<int, int>, int64_t> transferBytesOf; // by (tensor, rows)
   for (const Instr& in : p.step) {
     if (in.kind == InstrKind::Run) {
       const Op& o = m.ops[in.op];
       if (o.phase == Phase::Optimizer) continue;
       if (opInfo(o.kind).split == SplitRule::Communication) continue; // below, by traffic
-      auto cached = byRun.find({in.op, in.part});
-      if (cached != byRun.end()) {
-        r.compute += cached->second.seconds;
-        r.flops += cached->second.flops;
-        if (o.phase != Phase::Forward) r.backward += cached->second.seconds;
-        ++cached->second.runs;
+      RankCost::Run*& known = runOf[3 * static_cast<size_t>(in.op) + static_cast<size_t>(in.part)];
+      if (known) {
+        r.compute += known->seconds;
+        r.flops += known->flops;
+        if (o.phase != Phase::Forward) r.backward += known->seconds;
+        ++known->runs;
         continue;
       }
       // Its products at the device's rates plus its bytes at the memory's (a sum: the
@@ -145,7 +150,7 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c, const Clu
       }
       if (backward && in.part != BackwardPart::Whole) flops /= 2, products /= 2;
       double t = products + bytes / memory;
-      byRun[{in.op, in.part}] = {t, flops, 1};
+      known = &(byRun[{in.op, in.part}] = {t, flops, 1});
       r.firstRuns.push_back(&in);
       r.compute += t;
       r.flops += flops;
@@ -170,7 +175,11 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c, const Clu
     } else if (in.kind == InstrKind::ReduceStart) {
       // A tied weight's sum over its stages (`tie`): the whole bucket in f32.
       const GradBucket& b = m.buckets[in.bucket];
-      int ranks = m.reductionRanks(p, b, in.tie);
+      auto known = ranksOf.find({in.bucket, in.tie});
+      if (known == ranksOf.end())
+        known = ranksOf.emplace(std::make_pair(in.bucket, in.tie), m.reductionRanks(p, b, in.tie))
+                    .first;
+      int ranks = known->second;
       const Link& link = spreadLink(c, np, ranks);
       double bytes = static_cast<double>(in.tie ? b.bytes : m.wireBytes(b));
       r.reduction += scatter && !in.tie ? ringHalfSeconds(bytes, ranks, link)
@@ -183,7 +192,11 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c, const Clu
       if (m.offloadsParams()) r.offloadGathers += static_cast<double>(b.bytes) / b.ranks;
     } else if (in.kind == InstrKind::Send) {
       const Link& link = m.mesh.replicaSize > c.devicesPerNode ? c.interNode : c.intraNode;
-      r.transfers += static_cast<double>(m.transferBytes(p, in)) / link.bandwidth + link.latency;
+      auto known = transferBytesOf.find({in.tensor, in.rows});
+      if (known == transferBytesOf.end())
+        known = transferBytesOf.emplace(std::make_pair(in.tensor, in.rows), m.transferBytes(p, in))
+                    .first;
+      r.transfers += static_cast<double>(known->second) / link.bandwidth + link.latency;
     }
   }
   if (p.splitWidth > 1) {

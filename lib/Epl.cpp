@@ -45,7 +45,8 @@ std::optional<ir::Module> runPasses(std::optional<ir::Module> m, Session& sessio
   pmOptions.out = options.passOutput;
   passes::PassManager pm(pmOptions);
   passes::buildPipeline(pm);
-  passes::PassContext ctx{session.diags, options.np, options.costOnly};
+  passes::PassContext ctx{session.diags, options.np, options.costOnly,
+                          options.peaksWithoutRecompute, options.peaksRecomputingEvery};
   if (!pm.run(*m, ctx)) return std::nullopt;
   return m;
 }

@@ -243,7 +243,10 @@ private:
   }
 
   static void plan(const ir::Module& m, ir::Program& p) {
-    Arena arena(m, p);
+    // The state layout (Module::paramLayout): the arena's buckets, the states, the
+    // reductions' scratch.
+    const ir::Module::ParamLayout at = m.paramLayout(p);
+    Arena arena(m, p, at);
     std::vector<Interval> live = lifetimes(m, p, arena);
     Placement best = place(live, arena.ids);
     p.shared.clear();
@@ -280,8 +283,8 @@ private:
     best.offset.resize(arena.workBase);
     p.offset = std::move(best.offset);
     p.arenaBytes = best.arenaBytes;
-    countStates(m, p);
-    p.commBytes = commScratch(m, p);
+    countStates(m, p, at);
+    p.commBytes = commScratch(m, p, at);
     p.inputBytes = inputStaging(m, p);
   }
 
@@ -303,10 +306,10 @@ private:
   // reductions in flight at once take (from reduce-start to reduce-wait), plus the largest
   // of the split regions' all-reduces and reduce-scatters (one at a time, on f32 copies;
   // a reduce-scatter's sums land outside its input).
-  static int64_t commScratch(const ir::Module& m, const ir::Program& p) {
+  static int64_t commScratch(const ir::Module& m, const ir::Program& p,
+                             const ir::Module::ParamLayout& at) {
     int64_t wire = ir::dtypeBytes(m.policy.commDtype);
     bool f32 = m.policy.commDtype == ir::DType::F32;
-    ir::Module::ParamLayout at = m.paramLayout(p);
     std::vector<std::vector<ir::Module::SlicePiece>> pieces;
     if (m.zeroShardsGradients()) pieces = m.bucketPieces(p);
     auto floats = [&](const ir::GradBucket& g) {
@@ -385,13 +388,12 @@ private:
     std::vector<int> runIndex, runTouched;
     std::vector<size_t> runStart;
     size_t tensors = 0, ids = 0, gatherBase = 0, workBase = 0;
-    Arena(const ir::Module& m, const ir::Program& p)
+    Arena(const ir::Module& m, const ir::Program& p, const ir::Module::ParamLayout& at)
         : paramGrad(m.tensors.size(), false), tensors(m.tensors.size()), ids(m.tensors.size()) {
       for (const ir::Param& prm : m.params)
         if (prm.grad >= 0) paramGrad[prm.grad] = true;
       if (m.zeroShardsGradients()) {
         // The state layout: the rank's parameters side by side, each 64-byte aligned.
-        ir::Module::ParamLayout at = m.paramLayout(p);
         bucketOf.assign(m.tensors.size(), -1);
         for (size_t b = 0; b < m.buckets.size(); ++b) {
           const ir::GradBucket& g = m.buckets[b];
@@ -521,6 +523,8 @@ private:
     int micros = p.microBatches;
     std::vector<int> all(n + 1, 0);
     std::vector<std::vector<int>> at(micros); // by micro-batch, its arena-touching positions
+    for (std::vector<int>& positions : at)    // about an equal share each, grown once at most
+      positions.reserve(n / static_cast<size_t>(std::max(micros, 1)) + 8);
     std::vector<char> pinned(tensors, 0);
     for (size_t i = 0; i < n; ++i) {
       const ir::Instr& in = p.step[i];
@@ -620,11 +624,10 @@ private:
     return out;
   }
 
-  static void countStates(const ir::Module& m, ir::Program& p) {
+  static void countStates(const ir::Module& m, ir::Program& p, const ir::Module::ParamLayout& at) {
     // What the executor holds (the state layout, Module::paramLayout): the parameters of
     // the rank's stages, each its own piece, 64-byte aligned; gradients and each optimizer
     // state laid out alike.
-    ir::Module::ParamLayout at = m.paramLayout(p);
     int states = m.optimizerStates();
     p.paramBytes = p.gradBytes = at.total;
     // ZeRO stage 1: each rank's slice of the states of its stage's parameters.

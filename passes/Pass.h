@@ -16,6 +16,9 @@ struct PassContext {
   int np = 0; // devices requested; 0 means "one model replica"
   // Build one program per stage and skip the communication check (Module::costOnly).
   bool costOnly = false;
+  // recompute = auto: each stage's peak without recomputation and recomputing every
+  // block, where the caller planned them already (PlanOptions); empty: the trials plan them.
+  std::vector<int64_t> peaksWithoutRecompute = {}, peaksRecomputingEvery = {};
 };
 
 class Pass {

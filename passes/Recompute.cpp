@@ -183,6 +183,10 @@ private:
     std::vector<size_t> lo(stages, 0), hi(stages);
     for (size_t s = 0; s < stages; ++s)
       hi[s] = byStage[s].size();
+    // Recomputing no block, and every block, are the plans with none and every: the same
+    // passes on the same module (nothing after this pass reads the policy's recompute).
+    if (ctx.peaksWithoutRecompute.size() == stages) tried[lo] = ctx.peaksWithoutRecompute;
+    if (ctx.peaksRecomputingEvery.size() == stages) tried[hi] = ctx.peaksRecomputingEvery;
     std::vector<int64_t> none = peaks(lo), most = peaks(hi);
     if (none.empty() || std::all_of(none.begin(), none.end(), [](int64_t v) { return v == 0; }))
       return {}; // no rank programs to measure (a plan that does not run)

@@ -18,7 +18,8 @@ plan's predicted throughput over the published configuration's (the script's) un
 same model. The issue's target: at least 1, in under 10 s for 3072 GPUs.
 
 Usage: bench/megatron.py [--epl build/epl] [--calibrate 1,5] [--rows 1-10] [--search]
-Planning the 1T row for 3072 devices takes about 9 s and 6 GB here.
+Planning the 1T row for 3072 devices takes 9 to 18 s (the kernel faulting its memory in: it
+varies with the VM) and 4.6 GB here.
 """
 import argparse
 import json

@@ -572,7 +572,7 @@ void addParamGathers(const ir::Module& m, std::vector<ir::Instr>& list, std::vec
   out.reserve(list.size() + 3 * firstUses.size());
   auto gather = [&](ir::InstrKind kind, int64_t key, size_t k) {
     ir::Instr g{kind, -1, microOf(key), order[key][k]};
-    g.use = useOf(key);
+    g.use = static_cast<uint8_t>(useOf(key));
     out.push_back(g);
   };
   size_t next = 0;

@@ -132,8 +132,7 @@ std::optional<Module::SplitCollective> Module::splitCollective(const Program& p,
   // input. Backward: sum the identity's partial gradients, gather the slices' (and the
   // reduce-scatters') gradient pieces, or reduce-scatter a sequence gather's partial ones.
   using C = CollectiveKind;
-  if (!backward && vocabLoss(p, op)) // 3 floats a row
-    return SplitCollective{C::AllGather, 3 * bytesOn(p, op.inputs[1])};
+  if (!backward && vocabLoss(p, op)) return SplitCollective{C::AllGather, 4 * vocabFigures(p, op)};
   if (!backward && kind == OpKind::AllReduce)
     return SplitCollective{C::AllReduce, bytesOn(p, op.outputs[0])};
   if (!backward && kind == OpKind::ReduceScatter)
@@ -379,20 +378,21 @@ bool Module::zeroApplies() const {
   return true;
 }
 
+int64_t Module::vocabFigures(const Program& p, const Op& op) const {
+  int64_t rows = 1;
+  for (int64_t x : localShape(p, op.inputs[1]))
+    rows *= x;
+  return rows + 1;
+}
+
 int64_t Module::workspaceBytes(const Program& p, int op) const {
   const Op& o = ops[op];
   if (o.phase == Phase::Optimizer) return 0;
   const Op& fwd = o.phase == Phase::Backward ? ops[o.forward] : o;
   bool backward = o.phase == Phase::Backward;
   if (opInfo(fwd.kind).split == SplitRule::Communication) return transferScratchBytes(p, o, fwd);
-  if (!backward && vocabLoss(p, fwd)) {
-    // A vocabulary-parallel loss (Executor::vocabCrossEntropy): this rank's log-sum-exp of
-    // each row and mean target logit, then every slice's side by side.
-    int64_t rows = 1;
-    for (int64_t x : localShape(p, fwd.inputs[1]))
-      rows *= x;
-    return 4 * (rows + 1) * (p.splitWidth + 1);
-  }
+  if (!backward && vocabLoss(p, fwd)) // this rank's figures, then every slice's side by side
+    return 4 * vocabFigures(p, fwd) * (p.splitWidth + 1);
   if (!backward && opInfo(fwd.kind).halfOutputByRows) {
     // amp: a block of its half output's rows in f32 (ir::halfOutputRows).
     if (stored.empty() || o.outputs.empty() || o.outputs[0] < 0 ||

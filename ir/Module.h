@@ -332,6 +332,9 @@ struct Module {
   bool vocabLoss(const Program& p, const Op& op) const {
     return p.splitWidth > 1 && op.kind == OpKind::CrossEntropy && op.splitForm == SplitForm::Vocab;
   }
+  // The floats of such a loss that each rank of the split group gathers from every other:
+  // the log-sum-exp of each of its rows, and its mean target logit.
+  int64_t vocabFigures(const Program& p, const Op& op) const;
   int64_t transferScratchBytes(const Program& p, const Op& o, const Op& fwd) const;
   // The matrix-product FLOPs (ir::opFlops) of p's step on its rank, from its local sizes:
   // its forward runs, the recomputations before their backward, and its backward runs (a

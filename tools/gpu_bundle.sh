@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs a build of EPL for a GPU machine that has CUDA but not EPL's Debian libraries
 # (fmt, ANTLR, oneDNN, OpenBLAS, Open MPI): a portable build (no -march=native) of `epl`,
-# the kernel probe and the communicators' test, the shared libraries they load apart from the C/C++ runtime and
+# the kernel probe, the communicators' test and the unit tests, the shared libraries they load apart from the C/C++ runtime and
 # CUDA's (as ldd lists them, so oneDNN's OpenMP runtime too), Debian's Open MPI (mpirun,
 # its components and PMIx, under .gpu/mpi with the paths it was built for, relocated by
 # OPAL_PREFIX in tools/gpu_env.sh: the runs of several ranks), and the text the GPU tests
@@ -12,12 +12,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-gpu}
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DEPL_NATIVE=OFF >/dev/null
-cmake --build "$build" --target epl epl_kernel_probe epl_gpu_comm_test
+cmake --build "$build" --target epl epl_kernel_probe epl_gpu_comm_test epl_unit_tests
 
 rm -rf .gpu
 mkdir -p .gpu/bin .gpu/lib .gpu/data
 for exe in "$build/epl" "$build/tests/oracle/epl_kernel_probe" \
-           "$build/tests/gpu/epl_gpu_comm_test"; do
+           "$build/tests/gpu/epl_gpu_comm_test" "$build/tests/epl_unit_tests"; do
   strip -o ".gpu/bin/$(basename "$exe")" "$exe"
 done
 # Open MPI as Debian installs it, under a prefix of its own (OPAL_PREFIX moves it there).

@@ -50,6 +50,15 @@ rc=$?
 echo "communicators: exit $rc (${SECONDS}s); $(tail -1 "$out/communicators.txt")"
 [ $rc = 0 ] || failed=1
 
+# The unit tests that run on each device, the GPU among them, against the CPU's: the
+# updates reading their clip factor and fp16's loss scale on the device (an overflow skips
+# them), the vocabulary-parallel loss's combine, the device choice.
+.gpu/bin/epl_unit_tests -# "[#OptimizerClipTest],[#VocabSliceTest],[#DeviceChoiceTest]" \
+  >"$out/unit_devices.txt" 2>&1
+rc=$?
+echo "unit tests on the devices: exit $rc (${SECONDS}s); $(tail -2 "$out/unit_devices.txt" | tr '\n' ' ')"
+[ $rc = 0 ] || failed=1
+
 # The training text where the script expects it.
 mkdir -p /usr/share/games/fortunes
 [ -f /usr/share/games/fortunes/cookie ] || cp .gpu/data/cookie /usr/share/games/fortunes/cookie

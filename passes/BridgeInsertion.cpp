@@ -296,16 +296,17 @@ private:
     return {out, local};
   }
 
-  // A vocabulary-parallel loss gathers three per-token figures (max, sum of exp, target
-  // logit) of every device of the split group; listed so the plan shows every byte moved.
+  // A vocabulary-parallel loss gathers every device's figures of the split group: the
+  // log-sum-exp of each token and the mean target logit, (tokens + 1) floats a device
+  // (Module::vocabFigures); listed so the plan shows every byte moved.
   void recordVocabLoss(int opId) {
     const ir::Op& op = m_->ops[opId];
     int targets = op.inputs[1];
     int opStage = op.stage;
     int64_t bytes = micro() ? bytesWith(targets, micro() / stage(opStage).copies()) : -1;
     if (bytes > 0)
-      bytes = bounded(checkedMul(bytes / ir::dtypeBytes(m_->tensors[targets].type.dtype),
-                                 12 * stage(opStage).splitWidth));
+      bytes = bounded(checkedMul(bytes / ir::dtypeBytes(m_->tensors[targets].type.dtype) + 1,
+                                 4 * stage(opStage).splitWidth));
     m_->bridges.push_back(
         ir::Bridge{opId, "all-gather (vocab-parallel loss)", opStage, opStage, bytes});
   }

@@ -29,8 +29,10 @@ constexpr int64_t kGrain = 1 << 14;
 // IEEE half through the CPU's conversion instructions (F16C), 8 values at a time, where
 // it has them: nearest even, as wire::toF16 and fromF16 (exact) convert, to the bit
 // (tests/unit/HalfProductsTest.cpp). A group holding a NaN or infinity goes through the wire's
-// conversions, which give every NaN one quiet pattern. Returns the values done.
-int64_t narrowF16(const float* src, uint16_t* h, int64_t n) {
+// conversions, which give every NaN one quiet pattern. Returns the values done (none in a
+// build for CPUs without F16C: the portable one).
+int64_t narrowF16([[maybe_unused]] const float* src, [[maybe_unused]] uint16_t* h,
+                  [[maybe_unused]] int64_t n) {
   int64_t i = 0;
 #ifdef __F16C__
   for (; i + 8 <= n; i += 8) {
@@ -47,7 +49,8 @@ int64_t narrowF16(const float* src, uint16_t* h, int64_t n) {
   return i;
 }
 
-int64_t widenF16(const uint16_t* h, float* dst, int64_t n) {
+int64_t widenF16([[maybe_unused]] const uint16_t* h, [[maybe_unused]] float* dst,
+                 [[maybe_unused]] int64_t n) {
   int64_t i = 0;
 #ifdef __F16C__
   for (; i + 8 <= n; i += 8) {

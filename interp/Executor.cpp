@@ -1393,23 +1393,25 @@ void Executor::vocabCrossEntropy(const ir::Instr& in, size_t index, int64_t step
   if (backward) return;
   backend::TensorView targets = view(op.inputs[1], slot);
   backend::TensorView loss = view(op.outputs[0], slot), lse = view(op.outputs[1], slot);
-  int64_t rows = targets.numel();
+  int64_t rows = targets.numel(), figures = m_.vocabFigures(program_, op);
   EPL_ASSERT(loss.dtype == ir::DType::F32 && lse.dtype == ir::DType::F32,
              "cross_entropy's loss and log-sum-exps are f32");
+  EPL_ASSERT(figures == rows + 1,
+             "the plan's figures are each row's lse and the mean target logit");
   // This rank's [lse of each row, mean target logit], then every slice's side by side.
   float* mine = c.workspace ? c.workspace + c.stagingFloats : nullptr;
-  EPL_ASSERT(mine && c.workspaceFloats - c.stagingFloats >= (rows + 1) * (w + 1),
+  EPL_ASSERT(mine && c.workspaceFloats - c.stagingFloats >= figures * (w + 1),
              "the memory plan holds the vocabulary slices' figures");
-  float* all = mine + (rows + 1);
+  float* all = mine + figures;
   dev_.copyOnDevice(mine, lse.data, 4 * rows);
   dev_.copyOnDevice(mine + rows, loss.data, 4);
-  splitComm().allGather(mine, all, 4 * (rows + 1),
+  splitComm().allGather(mine, all, 4 * figures,
                         fmt::format("instruction {} of step {}: {}", index, step + 1, op.name));
   backend::KernelCall combine;
   combine.kind = ir::OpKind::CrossEntropy;
   combine.attrs = c.attrs;
   combine.vocabSlices = w;
-  combine.in = {backend::TensorView{all, ir::DType::F32, {w, rows + 1}}, targets};
+  combine.in = {backend::TensorView{all, ir::DType::F32, {w, figures}}, targets};
   combine.out = {loss, lse};
   dev_.launch(combine);
 }

@@ -104,8 +104,13 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c, const Clu
   // Every micro-batch runs the same ops and sends the same tensors: each (op, part)'s
   // entry of byRun, each bucket's reduction ranks and each transfer's bytes, once.
   std::vector<RankCost::Run*> runOf(3 * m.ops.size(), nullptr);
-  std::map<std::pair<int, bool>, int> ranksOf;            // by (bucket, tie)
-  std::map<std::pair<int, int>, int64_t> transferBytesOf; // by (tensor, rows)
+  std::map<std::pair<int, bool>, int> ranksOf;                // by (bucket, tie)
+  std::map<std::pair<int, int>, int64_t> transferBytesOf;     // by (tensor, rows)
+  auto once = [](auto& known, const auto& key, auto&& work) { // known[key], worked out once
+    auto at = known.find(key);
+    if (at == known.end()) at = known.emplace(key, work()).first;
+    return at->second;
+  };
   for (const Instr& in : p.step) {
     if (in.kind == InstrKind::Run) {
       const Op& o = m.ops[in.op];
@@ -175,11 +180,8 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c, const Clu
     } else if (in.kind == InstrKind::ReduceStart) {
       // A tied weight's sum over its stages (`tie`): the whole bucket in f32.
       const GradBucket& b = m.buckets[in.bucket];
-      auto known = ranksOf.find({in.bucket, in.tie});
-      if (known == ranksOf.end())
-        known = ranksOf.emplace(std::make_pair(in.bucket, in.tie), m.reductionRanks(p, b, in.tie))
-                    .first;
-      int ranks = known->second;
+      int ranks = once(ranksOf, std::make_pair(in.bucket, in.tie),
+                       [&] { return m.reductionRanks(p, b, in.tie); });
       const Link& link = spreadLink(c, np, ranks);
       double bytes = static_cast<double>(in.tie ? b.bytes : m.wireBytes(b));
       r.reduction += scatter && !in.tie ? ringHalfSeconds(bytes, ranks, link)
@@ -192,11 +194,9 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c, const Clu
       if (m.offloadsParams()) r.offloadGathers += static_cast<double>(b.bytes) / b.ranks;
     } else if (in.kind == InstrKind::Send) {
       const Link& link = m.mesh.replicaSize > c.devicesPerNode ? c.interNode : c.intraNode;
-      auto known = transferBytesOf.find({in.tensor, in.rows});
-      if (known == transferBytesOf.end())
-        known = transferBytesOf.emplace(std::make_pair(in.tensor, in.rows), m.transferBytes(p, in))
-                    .first;
-      r.transfers += static_cast<double>(known->second) / link.bandwidth + link.latency;
+      int64_t bytes = once(transferBytesOf, std::make_pair(in.tensor, in.rows),
+                           [&] { return m.transferBytes(p, in); });
+      r.transfers += static_cast<double>(bytes) / link.bandwidth + link.latency;
     }
   }
   if (p.splitWidth > 1) {

@@ -40,7 +40,7 @@ struct PlanOptions {
   std::map<std::pair<uint32_t, uint32_t>, int64_t> literalValues;
   // recompute = auto: each stage's peak planned already with no block recomputed and with
   // every block (the search's plans with none and with every), which its trials need not
-  // plan again (PassContext::knownPeaks). Empty: they plan them.
+  // plan again (passes/Recompute.cpp). Empty: they plan them.
   std::vector<int64_t> peaksWithoutRecompute, peaksRecomputingEvery;
   std::ostream* passOutput = nullptr; // where --print-after / --time-passes write
   // When set, receives the syntax of every file that parsed (editors: symbols, definitions).

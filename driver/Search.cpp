@@ -401,7 +401,9 @@ Candidate planCandidate(const std::string& script, const PlanOptions& base, Layo
   std::optional<ir::Module> m = planFile(script, attempt, options);
   if (m) {
     c.planned = true;
-    c.predicted = ir::predict(*m, machines);
+    // A plan that does not fit loses on its memory alone: its step is not costed.
+    c.predicted = ir::predictMemory(*m, machines);
+    if (c.fits()) c.predicted = ir::predict(*m, machines);
     c.stagePeaks = stagePeaks(*m);
     if (layout.policy.empty()) layout.policy = choices(*m);
   } else if (!attempt.diags.all().empty()) {

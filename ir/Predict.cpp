@@ -259,29 +259,26 @@ std::vector<int> ranksOf(const Module& m, const Program& p) {
   return m.mesh.stageRanks(p.stage);
 }
 
+// The kinds of device (Cluster::groups) program p's ranks sit on: one, but in a mixed cluster.
+std::vector<int> kindsOf(const Module& m, const Program& p, const Cluster& c) {
+  std::vector<int> kinds;
+  for (int r : ranksOf(m, p))
+    if (std::find(kinds.begin(), kinds.end(), c.groupOf(r)) == kinds.end())
+      kinds.push_back(c.groupOf(r));
+  return kinds;
+}
+
 } // namespace
 
-Prediction predict(const Module& m, const Cluster& c, bool ops) {
+Prediction predictMemory(const Module& m, const Cluster& c) {
   Prediction out;
   out.cluster = c.name;
   out.device = c.devicesName();
   out.deviceBytes = c.device.memoryBytes;
-  // Each program on each kind of device its ranks sit on (one kind, but in a mixed cluster):
-  // the slowest kind sets the pace, as the others wait for it at every collective. The
-  // memory: the rank that leaves the least room on its device.
-  std::vector<RankCost> ranks;
-  std::vector<size_t> programOf;
   double room = -1;
-  for (size_t i = 0; i < m.programs.size(); ++i) {
-    const Program& p = m.programs[i];
-    std::vector<int> kinds;
-    for (int r : ranksOf(m, p))
-      if (std::find(kinds.begin(), kinds.end(), c.groupOf(r)) == kinds.end())
-        kinds.push_back(c.groupOf(r));
-    for (int g : kinds) {
+  for (const Program& p : m.programs)
+    for (int g : kindsOf(m, p, c)) {
       const ClusterDevice& d = c.groupDevice(g);
-      ranks.push_back(costRank(m, p, c, d));
-      programOf.push_back(i);
       double peak = static_cast<double>(p.peakBytes());
       if (room < 0 || peak / d.memoryBytes > room) {
         room = peak / d.memoryBytes;
@@ -290,7 +287,20 @@ Prediction predict(const Module& m, const Cluster& c, bool ops) {
         out.memoryDevice = d.name;
       }
     }
-  }
+  return out;
+}
+
+Prediction predict(const Module& m, const Cluster& c, bool ops) {
+  // Each program on each kind of device its ranks sit on: the slowest kind sets the pace, as
+  // the others wait for it at every collective.
+  Prediction out = predictMemory(m, c);
+  std::vector<RankCost> ranks;
+  std::vector<size_t> programOf;
+  for (size_t i = 0; i < m.programs.size(); ++i)
+    for (int g : kindsOf(m, m.programs[i], c)) {
+      ranks.push_back(costRank(m, m.programs[i], c, c.groupDevice(g)));
+      programOf.push_back(i);
+    }
   if (ranks.empty()) return out;
   int stages = m.programs[0].stages;
   int micros = std::max(m.programs[0].microBatches, 1);

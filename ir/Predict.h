@@ -65,6 +65,10 @@ struct Prediction {
 // Prediction::ops too (the search, which predicts hundreds of plans, leaves them out).
 Prediction predict(const Module& m, const Cluster& c, bool ops = false);
 
+// The memory part of the prediction alone (cluster, device, peakBytes, deviceBytes,
+// memoryDevice), as predict() fills it; no costs: the search's plans that do not fit.
+Prediction predictMemory(const Module& m, const Cluster& c);
+
 // The predicted section of `epl plan --cluster`.
 void printPrediction(const Module& m, const Prediction& p, std::ostream& out);
 

@@ -667,6 +667,15 @@ TEST_CASE("a mixed cluster: each stage at its devices' rate, the slowest kind pa
   CHECK(tight.peakBytes == static_cast<double>(m->programs[1].peakBytes()));
   CHECK(tight.deviceBytes == 1000);
   CHECK(tight.memoryDevice == "slow");
+  // The memory part alone (the search's plans that do not fit): the same rank and device,
+  // nothing costed.
+  epl::ir::Prediction memory = epl::ir::predictMemory(*m, mixed(1, 1e9, 1, 1e9, 1000));
+  CHECK(memory.peakBytes == static_cast<double>(m->programs[1].peakBytes()));
+  CHECK(memory.deviceBytes == 1000);
+  CHECK(memory.memoryDevice == "slow");
+  CHECK(memory.device == "1 x fast + 1 x slow");
+  CHECK(memory.stepSeconds == 0);
+  CHECK(memory.compute == 0);
 
   // Data parallel over a fast and a slow device: the slow one paces the step.
   auto dp = epl::testing::planned("one.epl", epl::testing::kOneStage, 2);

@@ -201,11 +201,13 @@ double diskRate(int rounds) {
 
 double cacheFromCurve(const std::vector<std::pair<double, double>>& curve, double memory,
                       double sysfs) {
+  // From the fastest point on: the smallest sets may be slower than the cache they sit in,
+  // where starting the threads costs more than moving the bytes.
+  auto fastest = std::max_element(curve.begin(), curve.end(),
+                                  [](const auto& a, const auto& b) { return a.second < b.second; });
   double bytes = 0;
-  for (const auto& [size, rate] : curve) {
-    if (rate < 1.5 * memory) break;
-    bytes = size;
-  }
+  for (auto at = fastest; at != curve.end() && at->second >= 1.5 * memory; ++at)
+    bytes = at->first;
   return sysfs > 0 ? std::min(bytes, sysfs) : bytes;
 }
 

@@ -18,12 +18,12 @@ namespace epl::interp {
 nlohmann::json measureCompute(std::ostream& log, int rounds);
 
 // The last-level cache as a bandwidth curve ([bytes, bytes/s] ascending, all cores) shows it:
-// the largest working set moved at least 1.5 times as fast as `memory` (the cores' rate over
-// a set larger than any cache), and no larger than `sysfs` (what the system reports; 0:
-// nothing) where that is smaller. A virtual machine may report its host's whole cache (480
-// MB on one), or none. 0: the curve shows no cache. (The curve's point past the cache is
-// within a few percent of the memory's rate, one round more than a tenth above it: a
-// lower bar would take it for cache.)
+// from the curve's fastest point on, the largest working set moved at least 1.5 times as fast
+// as `memory` (the cores' rate over a set larger than any cache), and no larger than `sysfs` (what
+// the system reports; 0: nothing) where that is smaller. A virtual machine may report its host's
+// whole cache (480 MB on one), or none. 0: the curve shows no cache. (The curve's point past the
+// cache is within a few percent of the memory's rate, one round more than a tenth above it: a lower
+// bar would take it for cache.)
 double cacheFromCurve(const std::vector<std::pair<double, double>>& curve, double memory,
                       double sysfs);
 

@@ -2,6 +2,7 @@
 #include "interp/Calibrate.h"
 
 #include "backend/cpu/KernelUtil.h"
+#include "backend/cpu/Kernels.h"
 #include "backend/cpu/Parallel.h"
 #include "interp/MemoryFit.h"
 #include "interp/OffloadedStates.h"
@@ -91,19 +92,17 @@ double lastLevelCacheBytes() {
   return bytes;
 }
 
-// Bytes a second of y = a + b over arrays of n floats each, on the pool's threads, split as
-// the CPU kernels split elementwise work: larger than any cache by default.
+// Bytes a second of y = a + b over arrays of n floats each, by the CPU's `add` kernel on the
+// pool's threads (its vector code and its split of the work, as a script's elementwise ops
+// run): larger than any cache by default.
 double memoryRate(int64_t n = int64_t{1} << 24, double seconds = 0.25) { // 64 MiB an array
   std::vector<float> a(static_cast<size_t>(n), 1.f), b(static_cast<size_t>(n), 2.f),
       y(static_cast<size_t>(n));
-  double t = timed(
-      [&] {
-        backend::cpu::parallelFor(n, backend::cpu::kParallelMin, [&](int64_t lo, int64_t hi) {
-          for (int64_t i = lo; i < hi; ++i)
-            y[static_cast<size_t>(i)] = a[static_cast<size_t>(i)] + b[static_cast<size_t>(i)];
-        });
-      },
-      seconds);
+  backend::KernelCall add;
+  add.kind = ir::OpKind::Add;
+  add.in = {{a.data(), ir::DType::F32, {n}}, {b.data(), ir::DType::F32, {n}}};
+  add.out = {{y.data(), ir::DType::F32, {n}}};
+  double t = timed([&] { backend::cpu::add(add); }, seconds);
   return 12.0 * static_cast<double>(n) / t;
 }
 

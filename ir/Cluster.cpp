@@ -346,9 +346,11 @@ Cluster Cluster::forRanks(int np, int requested) const {
   // gets its share of the cores.
   double share = std::min(1.0, static_cast<double>(k.cores) / (static_cast<double>(np) * threads));
   double gemm = rateAt(k.gemmFlops, threads) * share;
-  // The ranks together cannot pass what all the cores reach.
-  double memory = std::min(rateAt(k.memoryBandwidth, threads) * share,
-                           rateAt(k.memoryBandwidth, k.cores) / std::min(np, k.cores));
+  // The ranks running at once (as many as the cores) cannot pass what all the cores reach;
+  // each runs its share of the time.
+  double memory = std::min(rateAt(k.memoryBandwidth, threads),
+                           rateAt(k.memoryBandwidth, k.cores) / std::min(np, k.cores)) *
+                  share;
   c.device.peakF32 = c.device.peakBf16 = c.device.peakF16 = gemm;
   std::vector<ClusterDevice::ShapeRate> rows;
   if (!k.gemmByShape.empty()) rows = atThreads(k.gemmByShape, threads);
@@ -361,14 +363,14 @@ Cluster Cluster::forRanks(int np, int requested) const {
     c.device.cacheBytes = k.cacheBytes / std::min(np, k.cores);
     c.device.cacheBandwidth = rateAt(k.cacheBandwidth, threads) * share;
   }
-  // The ranks together move n sets at once: each at most 1/n of the rate all the cores reach
-  // over n times its set.
+  // The ranks running at once move n sets together: each at most 1/n of the rate all the
+  // cores reach over n times its set, its share of the time.
   if (!k.bandwidthBySize.empty()) {
     int n = std::min(np, k.cores);
     const auto& all = atThreads(k.bandwidthBySize, k.cores);
     for (const auto& [bytes, rate] : atThreads(k.bandwidthBySize, threads))
       c.device.bandwidthBySize.push_back(
-          {bytes, std::min(rate * share, curveAt(all, bytes * n) / n)});
+          {bytes, std::min(rate, curveAt(all, bytes * n) / n) * share});
   }
   c.device.matmulEfficiency = c.device.memoryEfficiency = 1;
   c.overlapsCompute = false;

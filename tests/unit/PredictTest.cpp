@@ -404,6 +404,14 @@ TEST_CASE("a calibrated optimizer moves its bytes at the rate of a working set t
   CHECK(two.bandwidthFor(1e8) == Approx(1e10));
   Cluster slow = cluster(R"({"1": [[1e6, 1e10]], "2": [[1e6, 3e10]]})");
   CHECK(slow.forRanks(2).device.bandwidthFor(1e6) == Approx(1e10));
+  // Four ranks on the two cores: two run at once, each as two ranks do, half the time. The
+  // memory: a core's 10 GB/s (both cores' 30, halved, is more), halved; at 1 MB as `two`,
+  // halved.
+  const epl::ir::ClusterDevice& four = c.forRanks(4).device;
+  CHECK(four.memoryBandwidth == Approx(1e10 / 2));
+  CHECK(four.bandwidthFor(1e6) == Approx(two.bandwidthFor(1e6) / 2));
+  CHECK(four.bandwidthFor(1e8) == Approx(1e10 / 2));
+  CHECK(c.forRanks(2).device.memoryBandwidth == Approx(1e10));
   // The optimizer's bytes at their set's rate; the ops' bytes keep the memory's.
   auto m = epl::testing::planned("one.epl", epl::testing::kOneStage, 1);
   REQUIRE(m);

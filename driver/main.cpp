@@ -254,6 +254,7 @@ int calibrate(const std::string& out, int rounds, int argc, char** argv) {
   if (epl::backend::insideMpiJob()) {
     auto comm = epl::backend::makeMpiComm();
     epl::ir::Link link = epl::interp::measureLink(*comm);
+    epl::interp::measureSends(*comm, link);
     if (comm->rank() != 0) return 0;
     std::ifstream in(out, std::ios::binary);
     nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
@@ -261,9 +262,14 @@ int calibrate(const std::string& out, int rounds, int argc, char** argv) {
       std::cerr << "error: " << out << " is not the file `epl calibrate` wrote\n";
       return 1;
     }
-    j["intra_node"] = {{"bandwidth", link.bandwidth}, {"latency", link.latency}};
+    j["intra_node"] = {{"bandwidth", link.bandwidth},
+                       {"latency", link.latency},
+                       {"send_bandwidth", link.sendBandwidth},
+                       {"send_latency", link.sendLatency}};
     std::cerr << fmt::format("  all-reduce between {} ranks: {:.2f} GB/s, {:.1f} us a hop\n",
                              comm->size(), link.bandwidth / 1e9, link.latency * 1e6);
+    std::cerr << fmt::format("  one rank sending to another: {:.2f} GB/s, {:.1f} us\n",
+                             link.sendBandwidth / 1e9, link.sendLatency * 1e6);
     return write(j) ? 0 : 1;
   }
   std::cerr << "measuring this machine for `--cluster here`:\n";

@@ -308,4 +308,32 @@ ir::Link measureLink(backend::Comm& comm) {
   return link;
 }
 
+void measureSends(backend::Comm& comm, ir::Link& link) {
+  int me = comm.rank();
+  std::vector<char> small(4), big(size_t{16} << 20);
+  // Half a round trip: rank 0 sends and waits for the reply, rank 1 replies.
+  auto trip = [&](std::vector<char>& data) {
+    auto bytes = static_cast<int64_t>(data.size());
+    for (int step = 0; step < 2; ++step) {
+      backend::Request r = (step == 0) == (me == 0) ? comm.isend(data.data(), bytes, 1 - me, 7)
+                                                    : comm.irecv(data.data(), bytes, 1 - me, 7);
+      comm.wait(r, "calibrate send");
+    }
+  };
+  auto average = [&](std::vector<char>& data, int reps) {
+    trip(data);
+    double start = now();
+    for (int i = 0; i < reps; ++i)
+      trip(data);
+    return (now() - start) / reps / 2;
+  };
+  if (me < 2) {
+    double latency = average(small, 200), large = average(big, 10);
+    link.sendLatency = latency;
+    link.sendBandwidth = static_cast<double>(big.size()) / std::max(large - latency, large / 2);
+  }
+  backend::Request r = comm.ibarrier();
+  comm.wait(r, "calibrate barrier");
+}
+
 } // namespace epl::interp

@@ -32,4 +32,10 @@ double cacheFromCurve(const std::vector<std::pair<double, double>>& curve, doubl
 // rank calls it.
 ir::Link measureLink(backend::Comm& comm);
 
+// One rank sending to another: ranks 0 and 1 of `comm` pass a message back and forth, its
+// latency half a round trip of 4 bytes and its bandwidth from 16 MiB ones, each averaged
+// over a fixed count; into link.sendLatency and sendBandwidth. Every rank calls it (the
+// others wait at a barrier).
+void measureSends(backend::Comm& comm, ir::Link& link);
+
 } // namespace epl::interp

@@ -77,9 +77,11 @@ bool checkKeys(const json& obj, const std::string& where, std::initializer_list<
 }
 
 bool link(const json& obj, const std::string& where, Link& out, std::string& error) {
-  return checkKeys(obj, where, {"bandwidth", "latency"}, error) &&
+  return checkKeys(obj, where, {"bandwidth", "latency", "send_bandwidth", "send_latency"}, error) &&
          number(obj, where, "bandwidth", true, out.bandwidth, error) &&
-         number(obj, where, "latency", true, out.latency, error);
+         number(obj, where, "latency", true, out.latency, error) &&
+         number(obj, where, "send_bandwidth", false, out.sendBandwidth, error) &&
+         number(obj, where, "send_latency", false, out.sendLatency, error);
 }
 
 // A device object (docs/cluster.md's `device` fields); `attention` is its default kernel.

@@ -17,6 +17,13 @@ namespace epl::ir {
 struct Link {
   double bandwidth = 0; // bytes/s each way, per device: a ring's bus bandwidth
   double latency = 0;   // seconds per message hop
+  // One device sending to another (a pipeline's transfers), where that differs from the
+  // ring's figures (`epl calibrate` measures both); 0: as the ring's.
+  double sendBandwidth = 0, sendLatency = 0;
+  double sendSeconds(double bytes) const {
+    return bytes / (sendBandwidth > 0 ? sendBandwidth : bandwidth) +
+           (sendLatency > 0 ? sendLatency : latency);
+  }
 };
 
 struct ClusterDevice {

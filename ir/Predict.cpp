@@ -196,7 +196,7 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c, const Clu
       const Link& link = m.mesh.replicaSize > c.devicesPerNode ? c.interNode : c.intraNode;
       int64_t bytes = once(transferBytesOf, std::make_pair(in.tensor, in.rows),
                            [&] { return m.transferBytes(p, in); });
-      r.transfers += static_cast<double>(bytes) / link.bandwidth + link.latency;
+      r.transfers += link.sendSeconds(static_cast<double>(bytes));
     }
   }
   if (p.splitWidth > 1) {

@@ -194,6 +194,39 @@ TEST_CASE("a pipeline's step is its slowest stage's micro-batches over the sched
   CHECK(p.stepSeconds == Approx(4 * slowest / busy + p.exposedReduction + p.optimizer));
 }
 
+TEST_CASE("a pipeline's transfers cost the link's send figures where it has them, else the "
+          "ring's") {
+  auto m = epl::testing::planned("two.epl", epl::testing::kTwoStages, 2);
+  REQUIRE(m);
+  // Every Send of stage 0's program: its bytes and count.
+  const epl::ir::Program& first = m->programs[0];
+  double bytes = 0, sends = 0;
+  for (const epl::ir::Instr& in : first.step)
+    if (in.kind == epl::ir::InstrKind::Send)
+      bytes += static_cast<double>(m->transferBytes(first, in)), ++sends;
+  REQUIRE(sends > 0);
+  auto withLink = [&](const std::string& link) {
+    return parsed(R"({"name": "test", "devices_per_node": 8, "device": {"memory_bytes": 1e12,
+        "memory_bandwidth": 1e30, "peak_flops": {"f32": 1e30}}, "intra_node": )" +
+                  link + "}");
+  };
+  Cluster ring = withLink(R"({"bandwidth": 1e6, "latency": 1e-3})");
+  CHECK(epl::ir::predict(*m, ring).stageTransfers == Approx(bytes / 1e6 + sends * 1e-3));
+  Cluster sending = withLink(
+      R"({"bandwidth": 1e6, "latency": 1e-3, "send_bandwidth": 4e6, "send_latency": 2e-3})");
+  CHECK(epl::ir::predict(*m, sending).stageTransfers == Approx(bytes / 4e6 + sends * 2e-3));
+  // One of the two: the other is the ring's.
+  Cluster half = withLink(R"({"bandwidth": 1e6, "latency": 1e-3, "send_bandwidth": 4e6})");
+  CHECK(epl::ir::predict(*m, half).stageTransfers == Approx(bytes / 4e6 + sends * 1e-3));
+  std::string error;
+  CHECK_FALSE(epl::ir::parseCluster(
+      R"({"devices_per_node": 1, "device": {"memory_bytes": 1, "memory_bandwidth": 1,
+          "peak_flops": {"f32": 1}}, "intra_node": {"bandwidth": 1, "latency": 1,
+          "send_bandwidth": 0}})",
+      "c.json", error));
+  CHECK(error == "c.json: intra_node: `send_bandwidth` must be a positive number, got 0");
+}
+
 TEST_CASE("a pipeline whose ranks share a calibrated machine's cores: its bubble shrinks by "
           "the share") {
   // Products at 1 GFLOP/s a core, memory all but free. One core: at -np 2 each rank runs

@@ -50,14 +50,22 @@ void im2col(const Geometry& g, const float* x, int64_t b0, int64_t nImg, float* 
           std::fill(out, out + g.wo, 0.f);
           continue;
         }
-        std::fill(out, out + in.lo, 0.f);
         int64_t base = ih * g.w + j - g.pad; // input column ow s - pad + j of row ih
-        if (g.stride == 1)
-          std::copy(src + base + in.lo, src + base + in.hi, out + in.lo);
-        else
+        // A row is short (an image's width): loops in line, where std::copy and std::fill
+        // each called memmove and memset for a few dozen bytes.
+        for (int64_t ow = 0; ow < in.lo; ++ow)
+          out[ow] = 0.f;
+        if (g.stride == 1) {
+          const float* row = src + base;
+#pragma omp simd
+          for (int64_t ow = in.lo; ow < in.hi; ++ow)
+            out[ow] = row[ow];
+        } else {
           for (int64_t ow = in.lo; ow < in.hi; ++ow)
             out[ow] = src[base + ow * g.stride];
-        std::fill(out + in.hi, out + g.wo, 0.f);
+        }
+        for (int64_t ow = in.hi; ow < g.wo; ++ow)
+          out[ow] = 0.f;
       }
     }
   });
@@ -82,6 +90,15 @@ void col2im(const Geometry& g, const float* dcol, int64_t b0, int64_t nImg, cons
             int64_t base = ih * g.w + j - g.pad;
             const float* row = src + oh * g.wo;
             // Each output column adds into its own element: the same sums in the same order.
+            // Stride 1 (most convolutions) adds a contiguous row: vector loads and stores,
+            // where a stride known only at run time scatters one float at a time.
+            if (g.stride == 1) {
+              float* out = dst + base;
+#pragma omp simd
+              for (int64_t ow = in.lo; ow < in.hi; ++ow)
+                out[ow] += row[ow];
+              continue;
+            }
 #pragma omp simd
             for (int64_t ow = in.lo; ow < in.hi; ++ow)
               dst[base + ow * g.stride] += row[ow];

@@ -253,6 +253,11 @@ int calibrate(const std::string& out, int rounds, int argc, char** argv) {
   };
   if (epl::backend::insideMpiJob()) {
     auto comm = epl::backend::makeMpiComm();
+    if (comm->size() < 2) {
+      std::cerr << "error: `epl calibrate` measures the link between two ranks: run it alone "
+                   "(it starts them), not under mpirun -np 1\n";
+      return 2;
+    }
     epl::ir::Link link = epl::interp::measureLink(*comm);
     epl::interp::measureSends(*comm, link);
     if (comm->rank() != 0) return 0;

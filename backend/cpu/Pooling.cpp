@@ -7,8 +7,10 @@
 #include "backend/KernelShapes.h"
 #include "backend/cpu/KernelUtil.h"
 #include "backend/cpu/Kernels.h"
+#include "backend/cpu/Lanes.h"
 
 #include <algorithm>
+#include <vector>
 
 namespace epl::backend::cpu {
 
@@ -22,41 +24,61 @@ inline bool replaces(float v, float best) {
   return v > best || v != v;
 }
 
+// max_pool's forward for K x K windows (K known when compiled): each plane's outputs in
+// blocks of kLanes, one lane an output, its window's corner from a table (`corner`, the
+// plane's outputs in order). A plane's rows are short (7 or 14 outputs in a small network),
+// so a loop over a row spent its time in its scalar remainder, where `replaces` was a
+// branch; a block's lanes past the plane's end take its last output again and are not
+// stored.
+template <int K> void maxForwardWindows(const Window& g, const float* x, float* y, int32_t* arg) {
+  int64_t outputs = g.ho * g.wo, w = g.w;
+  std::vector<int32_t> corner(static_cast<size_t>(outputs));
+  for (int64_t o = 0; o < outputs; ++o)
+    corner[static_cast<size_t>(o)] =
+        static_cast<int32_t>(o / g.wo * g.stride * w + o % g.wo * g.stride);
+  parallelFor(g.planes, rowGrain(g.h * g.w), [&](int64_t lo, int64_t hi) {
+    for (int64_t pl = lo; pl < hi; ++pl) {
+      const float* src = x + pl * g.h * w;
+      for (int64_t o0 = 0; o0 < outputs; o0 += kLanes) {
+        float value[kLanes];
+        int32_t best[kLanes];
+#pragma omp simd
+        for (int u = 0; u < kLanes; ++u) {
+          int32_t at = corner[static_cast<size_t>(std::min<int64_t>(o0 + u, outputs - 1))];
+          float v = src[at];
+          int32_t b = at;
+          for (int i = 0; i < K; ++i)
+            for (int j = i == 0 ? 1 : 0; j < K; ++j) {
+              int32_t q = at + static_cast<int32_t>(i * w) + j;
+              float next = src[q];
+              bool take = replaces(next, v);
+              v = take ? next : v;
+              b = take ? q : b;
+            }
+          value[u] = v;
+          best[u] = b;
+        }
+        int64_t n = std::min<int64_t>(kLanes, outputs - o0);
+        std::copy(value, value + n, y + pl * outputs + o0);
+        std::copy(best, best + n, arg + pl * outputs + o0);
+      }
+    }
+  });
+}
+
 // in = [x], out = [y, argmax i32 (flat index into the H x W plane)].
 void maxForward(const KernelCall& c) {
   Window g = poolWindow(c, c.in[0]);
   const float* x = c.in[0].f32();
   float* y = c.out[0].f32();
   int32_t* arg = c.out[1].i32();
+  if (g.k == 2) return maxForwardWindows<2>(g, x, y, arg);
+  if (g.k == 3) return maxForwardWindows<3>(g, x, y, arg);
   parallelFor(g.planes, rowGrain(g.h * g.w), [&](int64_t lo, int64_t hi) {
     for (int64_t pl = lo; pl < hi; ++pl) {
       const float* src = x + pl * g.h * g.w;
       float* yp = y + pl * g.ho * g.wo;
       int32_t* ap = arg + pl * g.ho * g.wo;
-      // The best so far in registers (`replaces`).
-      if (g.k == 2 && g.stride == 2) { // unrolled, so the loop over the outputs vectorises
-        for (int64_t oh = 0; oh < g.ho; ++oh) {
-          int32_t top = static_cast<int32_t>(oh * 2 * g.w), w = static_cast<int32_t>(g.w);
-          constexpr int32_t stride = 2;
-          const float *r0 = src + top, *r1 = r0 + w;
-#pragma omp simd
-          for (int32_t ow = 0; ow < static_cast<int32_t>(g.wo); ++ow) {
-            int32_t c = ow * stride, best = c;
-            float value = r0[c];
-            auto visit = [&](float v, int32_t at) {
-              bool take = replaces(v, value);
-              value = take ? v : value;
-              best = take ? at : best;
-            };
-            visit(r0[c + 1], c + 1);
-            visit(r1[c], w + c);
-            visit(r1[c + 1], w + c + 1);
-            yp[oh * g.wo + ow] = value;
-            ap[oh * g.wo + ow] = top + best;
-          }
-        }
-        continue;
-      }
       for (int64_t oh = 0; oh < g.ho; ++oh)
 #pragma omp simd
         for (int64_t ow = 0; ow < g.wo; ++ow) {

@@ -13,6 +13,7 @@
 #include "backend/KernelShapes.h"
 #include "backend/cpu/KernelUtil.h"
 #include "backend/cpu/Kernels.h"
+#include "backend/cpu/Lanes.h"
 
 #include <algorithm>
 
@@ -153,11 +154,12 @@ void convBackward(const KernelCall& c, bool hasBias) {
         std::memcpy(dY + co * ld + i * p, dy + ((b0 + i) * g.co + co) * p, sizeof(float) * p);
       }
     });
+    // The bias's gradient: each channel's row of dY summed in lanes (Lanes.h: one order
+    // for a given length; a plain loop adds one float at a time).
     if (db)
       for (int64_t co = 0; co < g.co; ++co) {
-        float s = 0;
-        for (int64_t e = 0; e < ld; ++e)
-          s += dY[co * ld + e];
+        const float* row = dY + co * ld;
+        float s = laneSum(ld, [&](int64_t e) { return row[e]; });
         db.p[co] = (first && !db.acc) ? s : db.p[co] + s;
       }
     if (dw) {

@@ -293,8 +293,11 @@ int64_t keptTargets(const int32_t* t, int64_t n, int64_t ignored);
 
 // conv2d runs im2col over groups of images: as many as keep one group's columns (C K K
 // rows of Ho Wo each per image) within kConvColBudget floats, at least one, at most the
-// batch. The kernels and the memory plan's workspace of a conv2d read this one rule.
-constexpr int64_t kConvColBudget = int64_t{1} << 22; // 16 MiB
+// batch. The kernels and the memory plan's workspace of a conv2d read this one rule. 4 MiB:
+// the GEMM reads the columns im2col has just written from cache, where 16 MiB went out to
+// memory and back (examples/cnn_fashion.epl on a 2-core EPYC VM, its step 37.7 -> 31 ms at 1
+// thread, 19.5 -> 16.5 ms at 2; 1 MiB, 2 MiB and 8 MiB slower than 4).
+constexpr int64_t kConvColBudget = int64_t{1} << 20; // 4 MiB
 inline int64_t convGroup(int64_t ckk, int64_t plane, int64_t batch) {
   int64_t fit = kConvColBudget / std::max<int64_t>(ckk * plane, 1);
   return std::max<int64_t>(1, std::min(fit, batch));

@@ -2,7 +2,8 @@
 """One training step, EPL vs PyTorch eager, on the same model, batch and data.
 
 Runs `epl run` on a char-GPT (6 layers, d 256, 8 heads, seq 128, batch 32, AdamW) and on
-the Fashion-MNIST MLP (784-256-256-10, batch 128, Adam), at 1 thread and at N (the
+the Fashion-MNIST MLP (784-256-256-10, batch 128, Adam), and (`cnn`, not by default) the
+Fashion-MNIST CNN of examples/cnn_fashion.epl (batch 64, Adam), at 1 thread and at N (the
 machine's cores), and the same models written in plain PyTorch 1.13 (Debian's
 python3-torch), each in its own process, in PyTorch's three configurations on the same
 cores: 1 thread, N threads, and N threads with OMP_WAIT_POLICY=PASSIVE (its OpenMP
@@ -25,7 +26,7 @@ each process, and the ratios. Targets (issue 17): EPL <= 0.8 x the best PyTorch 
 thread count, >= 90% of the OpenBLAS limit, memory ratio <= 1.0.
 
 usage: bench/train_step.py [--epl build/epl] [--threads N] [--steps 12] [--mlp-steps 200]
-       [gpt|gpt_amp|mlp ...]
+       [--cnn-steps 40] [gpt|gpt_amp|mlp|cnn ...]
 """
 import argparse
 import array
@@ -74,6 +75,23 @@ SCRIPTS = {
           log_every = 100000
         }}
         """,
+    "cnn": f"""
+        import "std/nn.epl"
+        model cnn(images: f32[B, 1, 28, 28], labels: i32[B]) {{
+          x = max_pool(relu(conv2d(images, 32, 3, padding = 1)), 2)
+          x = resnet_block(x)
+          x = max_pool(relu(conv2d(x, 64, 3, padding = 1)), 2)
+          x = relu(linear(flatten(x), 128))
+          return cross_entropy(linear(dropout(x, p = 0.25), 10), labels)
+        }}
+        train cnn {{
+          data = idx("{FASHION}/train-images-idx3-ubyte.gz", "{FASHION}/train-labels-idx1-ubyte.gz")
+          batch = 64
+          optimizer = adam(lr = 1e-3)
+          steps = 100000
+          log_every = 100000
+        }}
+        """,
 }
 
 # The same models in PyTorch, timed step by step in their own process.
@@ -99,12 +117,28 @@ if case in ("gpt", "gpt_amp"):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             return F.cross_entropy(model(x).reshape(-1, V).float(), y.reshape(-1))
 else:
-    B = 128
+    B = 128 if case == "mlp" else 64
     raw = gzip.open(sys.argv[4], "rb").read()[16:]
     lab = gzip.open(sys.argv[5], "rb").read()[8:]
     images = torch.frombuffer(bytearray(raw), dtype=torch.uint8).reshape(-1, 784)
     labels = torch.frombuffer(bytearray(lab), dtype=torch.uint8).long()
-    net = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+    if case == "mlp":
+        net = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
+                            nn.Linear(256, 10))
+    else:  # examples/cnn_fashion.epl: std/nn.epl's resnet_block between the two stages
+        class Cnn(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.c1, self.r1 = nn.Conv2d(1, 32, 3, padding=1), nn.Conv2d(32, 32, 3, padding=1)
+                self.r2, self.c2 = nn.Conv2d(32, 32, 3, padding=1), nn.Conv2d(32, 64, 3, padding=1)
+                self.l1, self.l2 = nn.Linear(64 * 7 * 7, 128), nn.Linear(128, 10)
+            def forward(self, x):
+                x = F.max_pool2d(F.relu(self.c1(x.reshape(-1, 1, 28, 28))), 2)
+                x = F.relu(x + self.r2(F.relu(self.r1(x))))
+                x = F.max_pool2d(F.relu(self.c2(x)), 2)
+                x = F.relu(self.l1(x.flatten(1)))
+                return self.l2(F.dropout(x, 0.25, self.training))
+        net = Cnn()
     opt = torch.optim.Adam(net.parameters(), lr=1e-3)
     def batch(i):
         idx = torch.randint(0, images.shape[0], (B,))
@@ -122,7 +156,7 @@ for i in range(steps):
     loss.item()
     times.append(time.perf_counter() - t0)
     cpu.append(time.process_time() - c0)
-params = sum(p.numel() for p in (net if case == "mlp" else model).parameters())
+params = sum(p.numel() for p in (net if case in ("mlp", "cnn") else model).parameters())
 print(json.dumps({"times": times, "cpu": cpu, "rss_import": rss_import, "params": params,
                   "rss_peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
 """
@@ -147,8 +181,8 @@ def peak_rss_and_cores(cmd, env=None):
 
 def steps_of(case, args):
     """Steps to run: the MLP's take milliseconds, and a handful of them gives no stable median
-    (its first steps at 2 threads still fault in pages and wake threads)."""
-    return args.mlp_steps if case == "mlp" else args.steps
+    (its first steps at 2 threads still fault in pages and wake threads); the CNN's tens."""
+    return {"mlp": args.mlp_steps, "cnn": args.cnn_steps}.get(case, args.steps)
 
 
 def median_after_warmup(times, warmup):
@@ -175,8 +209,8 @@ def torch_step(case, args, work, threads, passive):
     torch_py = os.path.join(work, "torch_step.py")
     with open(torch_py, "w") as f:
         f.write(TORCH)
-    extra = [TEXT, HERE] if case != "mlp" else [f"{FASHION}/train-images-idx3-ubyte.gz",
-                                          f"{FASHION}/train-labels-idx1-ubyte.gz"]
+    extra = [TEXT, HERE] if case not in ("mlp", "cnn") else [
+        f"{FASHION}/train-images-idx3-ubyte.gz", f"{FASHION}/train-labels-idx1-ubyte.gz"]
     # torch.set_num_threads sets its OpenMP threads only: Debian's PyTorch reaches OpenBLAS
     # through the generic BLAS interface, whose pthreads pool would take every core even in
     # the 1-thread configuration (4.1 s of CPU in a 2.1 s step on 2 cores).
@@ -233,6 +267,9 @@ def step_flops(case, params):
     if case in ("gpt", "gpt_amp"):
         tokens = 32 * 128
         return tokens * (6 * params + 12 * 6 * 256 * 128)
+    if case == "cnn":  # a convolution's products per sample: 2 x C K K x Co x Ho Wo
+        conv = 2 * (9 * 32 * 784 + 2 * 288 * 32 * 196 + 288 * 64 * 196)
+        return 64 * (3 * conv + 6 * (3136 * 128 + 128 * 10))
     return 128 * 6 * params
 
 
@@ -244,6 +281,7 @@ def main():
                     help="N: EPL and PyTorch at 1 and N threads")
     ap.add_argument("--steps", type=int, default=12, help="steps of the GPT")
     ap.add_argument("--mlp-steps", type=int, default=200, help="steps of the MLP")
+    ap.add_argument("--cnn-steps", type=int, default=40, help="steps of the CNN")
     args = ap.parse_args()
     counts = sorted({1, args.threads})
     print(f"one training step, fp32, median of {args.steps - 2} steps (the MLP: "

@@ -34,6 +34,35 @@ Columns insideColumns(const Geometry& g, int64_t j) {
   return {std::min(hi, ceilDiv(g.pad - j, g.stride)), hi};
 }
 
+// im2col's plane for kernel offset (i, j) where the stride is 1 and the output as wide as the
+// input: output element d is input element d + shift, shift = (i - pad) W + j - pad, but in the
+// rows above and below the image and in each row's columns outside it, which are 0. So: one copy of
+// the plane's rows inside the image (where rows of a few dozen floats each took their own copy),
+// then the zeros over what it carried across a row's edge.
+void shiftedPlane(const Geometry& g, const float* src, int64_t i, int64_t j, float* dst) {
+  int64_t w = g.w;
+  Columns in = insideColumns(g, j);
+  int64_t top = std::clamp<int64_t>(g.pad - i, 0, g.ho);
+  int64_t bottom = std::clamp<int64_t>(g.h + g.pad - i, top, g.ho);
+  int64_t shift = (i - g.pad) * w + j - g.pad;
+  std::fill(dst, dst + top * w, 0.f);
+  std::fill(dst + bottom * w, dst + g.ho * w, 0.f);
+  // The copy, kept inside the input plane and the rows [top, bottom); what it leaves out lies
+  // outside the image's columns.
+  int64_t from = std::clamp(-shift, top * w, bottom * w);
+  int64_t to = std::clamp(g.h * w - shift, from, bottom * w);
+  std::fill(dst + top * w, dst + from, 0.f);
+  std::copy(src + from + shift, src + to + shift, dst + from);
+  std::fill(dst + to, dst + bottom * w, 0.f);
+  for (int64_t oh = top; oh < bottom; ++oh) {
+    float* row = dst + oh * w;
+    for (int64_t ow = 0; ow < in.lo; ++ow)
+      row[ow] = 0.f;
+    for (int64_t ow = in.hi; ow < w; ++ow)
+      row[ow] = 0.f;
+  }
+}
+
 // col[(c K + i) K + j, n P + oh Wo + ow] = x[b0 + n, c, oh s - pad + i, ow s - pad + j] or 0.
 void im2col(const Geometry& g, const float* x, int64_t b0, int64_t nImg, float* col) {
   int64_t rows = g.ckk(), ld = nImg * g.plane();
@@ -44,6 +73,10 @@ void im2col(const Geometry& g, const float* x, int64_t b0, int64_t nImg, float* 
       const float* src = x + ((b0 + n) * g.c + ch) * g.h * g.w;
       float* dst = col + r * ld + n * g.plane();
       Columns in = insideColumns(g, j);
+      if (g.stride == 1 && g.wo == g.w) { // "same" padding: the plane shifted, as one copy
+        shiftedPlane(g, src, i, j, dst);
+        continue;
+      }
       for (int64_t oh = 0; oh < g.ho; ++oh) {
         int64_t ih = oh * g.stride - g.pad + i;
         float* out = dst + oh * g.wo;

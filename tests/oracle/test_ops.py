@@ -829,7 +829,9 @@ def fam_conv(probe, rep):
             ((1, 1, 5, 5), 1, 3, 1, 0, True), ((2, 3, 8, 7), 4, 3, 1, 1, True),
             ((2, 3, 9, 9), 5, 3, 2, 1, False), ((1, 4, 11, 6), 3, 5, 3, 2, True),
             ((3, 2, 6, 6), 6, 1, 1, 0, True), ((2, 16, 14, 14), 32, 3, 1, 1, True),
-            ((1, 2, 4, 4), 3, 4, 1, 0, True)]:
+            ((1, 2, 4, 4), 3, 4, 1, 0, True),
+            # "same" padding wider than the image's rows, and than the image itself
+            ((2, 3, 5, 6), 2, 5, 1, 2, True), ((1, 2, 3, 2), 2, 5, 1, 2, False)]:
         x = rand(B, C, H, W)
         params = [rand(co, C, k, k, scale=(C * k * k) ** -0.5)] + ([rand(co)] if bias else [])
         run_case(probe, rep, "conv2d[%s,co=%d,k=%d,s=%d,p=%d]" % ((B, C, H, W), co, k, st, pad),

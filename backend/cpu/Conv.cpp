@@ -192,7 +192,7 @@ void convBackward(const KernelCall& c, bool hasBias) {
     if (db)
       for (int64_t co = 0; co < g.co; ++co) {
         const float* row = dY + co * ld;
-        float s = laneSum(ld, [&](int64_t e) { return row[e]; });
+        float s = cpu::laneSum(ld, [&](int64_t e) { return row[e]; });
         db.p[co] = (first && !db.acc) ? s : db.p[co] + s;
       }
     if (dw) {

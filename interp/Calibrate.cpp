@@ -41,6 +41,17 @@ template <class F> double timed(F run, double seconds = 0.25, int minReps = 3) {
   return (end - start) / reps;
 }
 
+// The seconds a run of `reps` runs of `run`, after one to warm up: a fixed count, where ranks
+// time their messages (a time limit would let them disagree on the count, and their
+// collectives and sends with it).
+template <class F> double timedCount(F run, int reps) {
+  run();
+  double start = now();
+  for (int i = 0; i < reps; ++i)
+    run();
+  return (now() - start) / reps;
+}
+
 // FLOP/s of one GEMM shape on the pool's threads: [m, k] by [k, n] with the operands laid
 // out as `layout` says (A B^T by default: the second stored [n, k], as a linear's weights),
 // in f32 or (`type` bf16: amp's products where the CPU reads it as it is) bf16, timed for
@@ -289,14 +300,8 @@ ir::Link measureLink(backend::Comm& comm) {
     backend::Request r = comm.iallReduce(data.data(), static_cast<int64_t>(data.size()));
     comm.wait(r, "calibrate all-reduce");
   };
-  // A fixed number of each on every rank (a time limit would let ranks disagree on the
-  // count, and their collectives with it), after one of each to warm up.
   auto average = [&](std::vector<float>& data, int reps) {
-    sum(data);
-    double start = now();
-    for (int i = 0; i < reps; ++i)
-      sum(data);
-    return (now() - start) / reps;
+    return timedCount([&] { sum(data); }, reps);
   };
   std::vector<float> one(1, 1.f), big(size_t{1} << 22, 1.f); // 4 bytes, 16 MiB
   double small = average(one, 200);
@@ -321,11 +326,7 @@ void measureSends(backend::Comm& comm, ir::Link& link) {
     }
   };
   auto average = [&](std::vector<char>& data, int reps) {
-    trip(data);
-    double start = now();
-    for (int i = 0; i < reps; ++i)
-      trip(data);
-    return (now() - start) / reps / 2;
+    return timedCount([&] { trip(data); }, reps) / 2;
   };
   if (me < 2) {
     double latency = average(small, 200), large = average(big, 10);

@@ -3,7 +3,9 @@
 // row-major order, and the argmax is that element's index in the H x W plane. Windows of 2
 // and 3 (the kernel's blocks of lanes, a table of corners) and of 4 (its loop by rows);
 // strides 1 to 3; planes whose outputs fill a block of lanes, and ones that leave part of
-// it; values with ties and NaNs.
+// it; values with ties and NaNs. 2 x 2 at stride 2 (with AVX-512, rows read whole and
+// split into even and odd columns) on rows of 1 to 35 outputs, odd and even widths and
+// heights.
 #include "backend/Device.h"
 #include "backend/cpu/Kernels.h"
 #include "ir/Ops.h"
@@ -40,7 +42,8 @@ TEST_CASE("max_pool's forward: the first largest, or the last NaN, of each windo
   };
   for (Case t : {Case{2, 3, 28, 28, 2, 2}, Case{2, 2, 14, 14, 2, 2}, Case{1, 3, 7, 9, 2, 0},
                  Case{2, 2, 9, 9, 3, 2}, Case{1, 3, 8, 8, 3, 1}, Case{2, 4, 6, 5, 2, 3},
-                 Case{1, 2, 11, 10, 4, 1}, Case{3, 1, 64, 64, 2, 2}}) {
+                 Case{1, 2, 11, 10, 4, 1}, Case{3, 1, 64, 64, 2, 2}, Case{1, 2, 9, 11, 2, 2},
+                 Case{2, 1, 4, 40, 2, 2}, Case{1, 1, 6, 70, 2, 2}, Case{2, 3, 3, 2, 2, 0}}) {
     INFO("[" << t.b << ", " << t.c << ", " << t.h << ", " << t.w << "], k " << t.k << ", stride "
              << t.stride);
     int64_t s = t.stride ? t.stride : t.k;

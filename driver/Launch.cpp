@@ -25,6 +25,7 @@ namespace epl::driver {
 namespace {
 
 constexpr const char* kTerminalEnv = "EPL_TERMINAL";
+constexpr const char* kPlanShownEnv = "EPL_PLAN_SHOWN";
 
 int hardwareThreads() {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -52,6 +53,10 @@ std::vector<std::string> mpirunCommand(int np, const LaunchOptions& o, int argc,
     cmd.push_back("-x");
     cmd.push_back(kTerminalEnv);
   }
+  // The launcher planned the script and printed what the plan said (its warnings).
+  setenv(kPlanShownEnv, "1", 1);
+  cmd.push_back("-x");
+  cmd.push_back(kPlanShownEnv);
   // mpirun refuses to run as root without these; `epl run` as root (a container) means it.
   if (geteuid() == 0) {
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
@@ -189,6 +194,11 @@ int launchRanks(int np, const LaunchOptions& o, int argc, char** argv) {
 
 bool terminalForwarded() {
   const char* v = std::getenv(kTerminalEnv);
+  return v && std::string(v) == "1";
+}
+
+bool planShownByLauncher() {
+  const char* v = std::getenv(kPlanShownEnv);
   return v && std::string(v) == "1";
 }
 

@@ -23,6 +23,10 @@ int launchRanks(int np, const LaunchOptions& options, int argc, char** argv);
 // learns from the environment that it may draw a progress bar.
 bool terminalForwarded();
 
+// Whether `epl run -np N` started this rank after planning the script and printing its
+// warnings, which rank 0 then does not print again.
+bool planShownByLauncher();
+
 // CPU threads for one rank: the cores it may run on, shared with the other ranks of its
 // machine unless mpirun bound it to its own.
 int threadsPerRank();

@@ -160,7 +160,8 @@ int runRank(Common args, epl::interp::RunOptions o, epl::backend::Comm* comm) {
     if (rank != 0) po.passOutput = &quiet;
     m = epl::planFile(args.script, session, po);
   }
-  if (rank == 0) session.diags.print(std::cerr, isatty(2));
+  if (rank == 0 && (!m || !comm || !epl::driver::planShownByLauncher()))
+    session.diags.print(std::cerr, isatty(2));
   if (!m || !memoryFits(*m, session.sources, comm)) return 1;
   o.script = args.script;
   o.version = EPL_VERSION;

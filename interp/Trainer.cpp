@@ -651,7 +651,7 @@ bool checkDataFitsModel(const ir::Module& m, const data::Dataset& ds, Diagnostic
 
 void warnUnappliedPolicies(const ir::Module& m, Diagnostics& diags) {
   const ir::Policy& p = m.policy;
-  auto warn = [&](const char* key, bool set, const char* what) {
+  auto warn = [&](const char* key, bool set, const std::string& what) {
     auto it = p.keyLocs.find(key);
     if (!set || it == p.keyLocs.end()) return;
     diags.warning(it->second, fmt::format("`{}` is not applied by this version's runtime", key))
@@ -680,8 +680,15 @@ void warnUnappliedPolicies(const ir::Module& m, Diagnostics& diags) {
         .help("`offload_to = disk` keeps them in a file (--offload-dir chooses its folder)");
   // One rank has nothing to partition.
   bool one = m.mesh.np == 1;
+  auto idle = std::find_if(m.programs.begin(), m.programs.end(),
+                           [](const ir::Program& r) { return r.params.empty(); });
   warn("zero", p.zero != ir::ZeroStage::None && !one && !m.zeroApplies(),
-       m.splitPiecesShared()
+       idle != m.programs.end() && m.optimizerStates() > 0
+           ? fmt::format("pipeline stage {} updates no parameter (its layers do not reach the "
+                         "loss), and ZeRO partitions every stage's: every rank holds all "
+                         "optimizer states",
+                         idle->stage)
+       : m.splitPiecesShared()
            ? "ZeRO partitions the optimizer states over the ranks that share parameters "
              "(data-parallel ranks, pipeline stages' copies, split groups' copies), and here "
              "each rank's are its own: every rank holds all of them"

@@ -661,9 +661,15 @@ bool Module::zeroShardsGradients() const {
     // A pipeline's copies: every stage's parameters summed over several ranks (data-parallel
     // pass: a bucket per stage at least).
     if (mesh.np <= mesh.depth() || !mesh.pipelineRefusal().empty()) return false;
+    // A stage whose parameters all lack a gradient (its layers do not reach the loss) has
+    // buckets of zeros but updates nothing, where ZeRO stage 1 does not apply (zeroApplies).
     std::vector<bool> reduced(mesh.stages.size(), false);
-    for (const GradBucket& b : buckets) // a tied weight's is summed over other stages' too
-      if (!b.tied || mesh.stageRanks(b.stage).size() > 1) reduced[b.stage] = true;
+    for (const GradBucket& b : buckets) { // a tied weight's is summed over other stages' too
+      bool trained = false;
+      for (int q = b.firstParam; q < b.endParam && !trained; ++q)
+        trained = params[q].grad >= 0;
+      if (trained && (!b.tied || mesh.stageRanks(b.stage).size() > 1)) reduced[b.stage] = true;
+    }
     return std::all_of(reduced.begin(), reduced.end(), [](bool r) { return r; });
   }
   // Some parameter has a gradient (each is in a bucket then, in one domain's block).

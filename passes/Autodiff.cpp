@@ -41,6 +41,7 @@ public:
     int forwardOps = static_cast<int>(m.ops.size());
     for (int i = forwardOps; i-- > 0;)
       if (m.ops[i].phase == ir::Phase::Forward) differentiate(i);
+    if (!checkTrained(m, ctx)) return true;
     addOptimizer();
     return true;
   }
@@ -56,6 +57,47 @@ private:
         .length(static_cast<uint32_t>(m.modelName.size()))
         .help("end the model with a loss such as `cross_entropy(logits, labels)` or `mse(…)`");
     return false;
+  }
+
+  // The parameters the loss reaches get a gradient. None: an error, since a step would
+  // train nothing (and a pipeline's stages would reduce and update nothing). Some not: a
+  // warning at each statement whose layers' results never reach the loss, since their
+  // parameters keep their initial values (as PyTorch leaves a parameter whose .grad stays
+  // None: no update, no weight decay).
+  static bool checkTrained(const ir::Module& m, PassContext& ctx) {
+    bool any = false;
+    std::vector<SourceLoc> where; // the statements of untrained layers, once each
+    auto same = [](const SourceLoc& a, const SourceLoc& b) {
+      return a.file == b.file && a.line == b.line && a.col == b.col;
+    };
+    for (const ir::Param& p : m.params) {
+      if (!p.trainable) continue;
+      if (p.grad >= 0) {
+        any = true;
+        continue;
+      }
+      const SourceLoc& site = m.ops[p.op].site;
+      if (std::none_of(where.begin(), where.end(),
+                       [&](const SourceLoc& w) { return same(w, site); }))
+        where.push_back(site);
+    }
+    if (!any) {
+      if (m.params.empty()) return true; // nothing to train, and nothing that could be
+      int producer = m.tensors[m.outputs.at(0)].producer;
+      ctx.diags
+          .error(producer >= 0 ? m.ops[producer].site : m.loc,
+                 fmt::format("`{}`'s loss depends on none of its parameters: training would "
+                             "change nothing",
+                             m.modelName))
+          .help("compute the loss from the model's layers");
+      return false;
+    }
+    for (const SourceLoc& at : where)
+      ctx.diags
+          .warning(at, "this statement's layers do not reach the loss: their parameters "
+                       "get no gradient and keep their initial values")
+          .help("use the result on the way to the loss, or remove the statement");
+    return true;
   }
 
   void markNeedsGrad() {

@@ -304,7 +304,9 @@ void addGradientReductions(const ir::Module& m, int position, std::vector<ir::In
     std::map<std::pair<int, int>, std::vector<int>> started;
     for (const ir::Instr& in : step) {
       out.push_back(in);
-      if (in.kind != ir::InstrKind::Run || in.part == ir::BackwardPart::Inputs) continue;
+      if (in.kind != ir::InstrKind::Run ||
+          (in.part == ir::BackwardPart::Inputs && !m.ops[m.ops[in.op].forward].params.empty()))
+        continue;
       for (int b : readyAfter[in.op]) {
         int chunk = m.buckets[b].stage;
         std::vector<int>& mine = started[{in.micro, chunk}];
@@ -341,10 +343,12 @@ void addGradientReductions(const ir::Module& m, int position, std::vector<ir::In
     step = std::move(out);
     return;
   }
-  // A bucket is ready once its op wrote the parameter gradients: zb's B part writes none.
+  // A bucket is ready once its op wrote the parameter gradients: zb's B part writes none,
+  // except where the op has no parameters (the B part is all it runs: a stage none of whose
+  // parameters reaches the loss readies its bucket after its last backward op).
   auto readies = [&](const ir::Instr& in) {
-    return in.kind == ir::InstrKind::Run && in.micro == last &&
-           in.part != ir::BackwardPart::Inputs && !readyAfter[in.op].empty();
+    return in.kind == ir::InstrKind::Run && in.micro == last && !readyAfter[in.op].empty() &&
+           (in.part != ir::BackwardPart::Inputs || m.ops[m.ops[in.op].forward].params.empty());
   };
   auto optimizer = [&](const ir::Instr& in) {
     return in.kind == ir::InstrKind::Run && m.ops[in.op].phase == ir::Phase::Optimizer;
@@ -371,7 +375,12 @@ void addGradientReductions(const ir::Module& m, int position, std::vector<ir::In
       started.push_back(b);
     }
   }
-  EPL_ASSERT(waited && started.size() == buckets,
+  // A stage none of whose parameters reaches the loss has no optimizer op (Autodiff warns):
+  // its bucket of zeros is waited for at the step's end.
+  if (!waited)
+    for (int b : started)
+      out.push_back({ir::InstrKind::ReduceWait, -1, last, b});
+  EPL_ASSERT(started.size() == buckets,
              "every gradient bucket of a stage starts after one of its backward ops");
   step.resize(from);
   step.insert(step.end(), out.begin(), out.end());

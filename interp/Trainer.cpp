@@ -695,11 +695,20 @@ void warnUnappliedPolicies(const ir::Module& m, Diagnostics& diags) {
            : "ZeRO partitions a split region's pieces over the copies of its split group, and "
              "here there is one: every rank holds all optimizer states (with -np twice this, "
              "each would hold half)");
+  auto noBackward = std::find_if(m.buckets.begin(), m.buckets.end(), [&](const ir::GradBucket& b) {
+    return m.ops[b.readyOp].phase != ir::Phase::Backward;
+  });
   warn("zero",
        p.zero >= ir::ZeroStage::Gradients && !one && m.zeroApplies() && !m.zeroShardsGradients(),
-       "stage 1 (the optimizer states) is applied; stage 2's gradient partition runs in "
-       "data-parallel plans, split groups' copies and pipelines' copies whose every stage "
-       "has several ranks, so here every rank holds all gradients");
+       noBackward != m.buckets.end()
+           ? fmt::format("stage 1 (the optimizer states) is applied; stage 2's gradient "
+                         "partition needs every pipeline stage to run a backward op, and stage "
+                         "{} runs none (its layers do not reach the loss), so here every rank "
+                         "holds all gradients",
+                         noBackward->stage)
+           : "stage 1 (the optimizer states) is applied; stage 2's gradient partition runs in "
+             "data-parallel plans, split groups' copies and pipelines' copies whose every stage "
+             "has several ranks, so here every rank holds all gradients");
   warn("zero",
        p.zero == ir::ZeroStage::Parameters && !one && m.zeroShardsGradients() &&
            !m.zeroShardsParams(),

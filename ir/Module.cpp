@@ -662,13 +662,18 @@ bool Module::zeroShardsGradients() const {
     // pass: a bucket per stage at least).
     if (mesh.np <= mesh.depth() || !mesh.pipelineRefusal().empty()) return false;
     // A stage whose parameters all lack a gradient (its layers do not reach the loss) has
-    // buckets of zeros but updates nothing, where ZeRO stage 1 does not apply (zeroApplies).
+    // buckets of zeros but updates nothing, where ZeRO stage 1 does not apply (zeroApplies);
+    // one that runs no backward op at all (a tied weight's copy that reaches no loss, whose
+    // bucket is ready after a forward op) has none whose writes would fill its bucket in
+    // the arena.
     std::vector<bool> reduced(mesh.stages.size(), false);
     for (const GradBucket& b : buckets) { // a tied weight's is summed over other stages' too
       bool trained = false;
       for (int q = b.firstParam; q < b.endParam && !trained; ++q)
         trained = params[q].grad >= 0;
-      if (trained && (!b.tied || mesh.stageRanks(b.stage).size() > 1)) reduced[b.stage] = true;
+      if (trained && ops[b.readyOp].phase == Phase::Backward &&
+          (!b.tied || mesh.stageRanks(b.stage).size() > 1))
+        reduced[b.stage] = true;
     }
     return std::all_of(reduced.begin(), reduced.end(), [](bool r) { return r; });
   }

@@ -72,8 +72,10 @@ public:
       if (m.params[p].grad >= 0) gradOf[m.params[p].grad] = static_cast<int>(p);
     std::vector<int> lastBackward(mesh.stages.size(), -1); // by stage
     std::vector<int> lastOfStage(mesh.stages.size(), -1);  // by stage, in a pipeline too
+    std::vector<int> lastForward(mesh.stages.size(), -1);  // by stage, in a pipeline too
     for (size_t i = 0; i < m.ops.size(); ++i) {
       const ir::Op& op = m.ops[i];
+      if (op.phase == ir::Phase::Forward) lastForward[op.stage] = static_cast<int>(i);
       if (op.phase != ir::Phase::Backward) continue;
       lastBackward[stageOf(op)] = static_cast<int>(i);
       lastOfStage[op.stage] = static_cast<int>(i);
@@ -102,7 +104,9 @@ public:
         if (!m.policy.overlapComm || b.readyOp < 0) b.readyOp = lastBackward[b.stage];
         b.pieces = inRegion(p);
         b.ranks = b.pieces ? ranksOf(b.stage) / widthOf(p) : ranksOf(b.stage);
-        if (b.ranks > 1) m.buckets.push_back(b);
+        // A stage without a backward op (no layer of it reaches the loss: Autodiff warns)
+        // has no gradient to sum.
+        if (b.ranks > 1 && b.readyOp >= 0) m.buckets.push_back(b);
         b = ir::GradBucket{p, p, 0, -1, p > 0 ? paramStage(p - 1) : 0, 0};
       }
     }
@@ -110,7 +114,10 @@ public:
       if (!tiedAt(q)) continue;
       int ranks = static_cast<int>(m.tiedRanks(q).size());
       for (int s : m.stagesHolding(q)) {
-        ir::GradBucket t{q, q + 1, localBytes(q), lastOfStage[s], s, ranks};
+        // A stage whose copy of the weight reaches no loss (Autodiff warns) runs no backward
+        // op: its gradient (zeros) is final after its forward, and it still joins the sum.
+        int ready = lastOfStage[s] >= 0 ? lastOfStage[s] : lastForward[s];
+        ir::GradBucket t{q, q + 1, localBytes(q), ready, s, ranks};
         t.pieces = inRegion(q);
         t.tied = true;
         m.buckets.push_back(t);

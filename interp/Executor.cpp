@@ -626,8 +626,11 @@ void Executor::bindCall(int i, int slot) {
   // The statistics of the whole micro-batch, which the stage's ranks share; inside a split
   // region each rank of a split group holds its copy's samples whole (batch_norm is
   // replicated there), and the ranks of the same split rank in every copy share them.
+  // A rank that shares none (a pipeline of one rank a stage, whose reduceComm() is every
+  // rank) sums nothing.
   bool inRegion = m_.splitScopeOf(fwdOp.scope) >= 0 && program_.splitWidth > 1;
-  backend::Comm* readers = inRegion ? pieces_.get() : &reduceComm();
+  backend::Comm* readers =
+      inRegion ? pieces_.get() : (program_.dataRanks > 1 ? &reduceComm() : nullptr);
   if (fwdOp.kind == ir::OpKind::BatchNorm && readers && readers->size() > 1) {
     EPL_ASSERT(inRegion || readers->size() == program_.dataRanks,
                "batch_norm's ranks share a micro-batch");

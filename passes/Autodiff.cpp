@@ -133,9 +133,10 @@ private:
   void differentiate(int i) {
     ir::Op fwd = m_->ops[i]; // copy: addTensor/ops.push_back may move storage
     int y = fwd.outputs[0];
-    if (grad_[y] < 0) return;
     ir::GradInfo info = ir::gradInfo(fwd.kind, types(fwd), fwd.attrs);
     if (!info.differentiable) return;
+    // The forward's kernel writes what it saves for the backward (KernelCall's arity), even
+    // for an op no loss reads (checkTrained warns): there nothing reads them.
     std::vector<int> saved;
     for (size_t k = 0; k < info.saved.size(); ++k) {
       int t = m_->addTensor(fmt::format("{}.saved{}", m_->tensors[y].name, k), info.saved[k], i);
@@ -143,6 +144,7 @@ private:
       m_->ops[i].outputs.push_back(t);
       saved.push_back(t);
     }
+    if (grad_[y] < 0) return;
     ir::Op bwd;
     bwd.kind = fwd.kind;
     bwd.name = fwd.name;

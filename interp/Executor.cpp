@@ -838,7 +838,11 @@ void Executor::broadcastState(int root) {
     int q = static_cast<int>(p);
     whole.resize(static_cast<size_t>(wholeElems_[q]));
     for (int k = kParams; k < (read ? states_ : 0); ++k) {
-      if (comm_.rank() == root)
+      // A checkpoint holds no optimizer states of a parameter no optimizer updates
+      // (batch_norm's running statistics, a layer no loss reads): zeros, as a start's.
+      bool none = k != kParams && (!holds(q) || sharded(q)) && !wholeState_.count({q, k});
+      if (comm_.rank() == root && none) std::fill(whole.begin(), whole.end(), 0.f);
+      if (comm_.rank() == root && !none)
         k == kParams ? readParam(q, whole.data()) : readState(q, k, whole.data());
       comm_.broadcast(whole.data(), 4 * wholeElems_[q], root,
                       fmt::format("broadcasting @{}{}", m_.params[q].name,

@@ -289,6 +289,13 @@ void addGradientReductions(const ir::Module& m, int position, std::vector<ir::In
       ++buckets;
     }
   if (buckets == 0) return;
+  // A bucket is ready once its op wrote the parameter gradients: zb's B part writes none,
+  // except where the op has no parameters (the B part is all it runs: a stage none of whose
+  // parameters reaches the loss readies its bucket after its last backward op).
+  auto readiesBuckets = [&](const ir::Instr& in) {
+    return in.kind == ir::InstrKind::Run &&
+           (in.part != ir::BackwardPart::Inputs || m.ops[m.ops[in.op].forward].params.empty());
+  };
   int last = static_cast<int>(m.policy.microBatches) - 1;
   std::vector<ir::Instr> out;
   if (m.zeroShardsGradients()) {
@@ -304,9 +311,7 @@ void addGradientReductions(const ir::Module& m, int position, std::vector<ir::In
     std::map<std::pair<int, int>, std::vector<int>> started;
     for (const ir::Instr& in : step) {
       out.push_back(in);
-      if (in.kind != ir::InstrKind::Run ||
-          (in.part == ir::BackwardPart::Inputs && !m.ops[m.ops[in.op].forward].params.empty()))
-        continue;
+      if (!readiesBuckets(in)) continue;
       for (int b : readyAfter[in.op]) {
         int chunk = m.buckets[b].stage;
         std::vector<int>& mine = started[{in.micro, chunk}];
@@ -343,12 +348,8 @@ void addGradientReductions(const ir::Module& m, int position, std::vector<ir::In
     step = std::move(out);
     return;
   }
-  // A bucket is ready once its op wrote the parameter gradients: zb's B part writes none,
-  // except where the op has no parameters (the B part is all it runs: a stage none of whose
-  // parameters reaches the loss readies its bucket after its last backward op).
   auto readies = [&](const ir::Instr& in) {
-    return in.kind == ir::InstrKind::Run && in.micro == last && !readyAfter[in.op].empty() &&
-           (in.part != ir::BackwardPart::Inputs || m.ops[m.ops[in.op].forward].params.empty());
+    return readiesBuckets(in) && in.micro == last && !readyAfter[in.op].empty();
   };
   auto optimizer = [&](const ir::Instr& in) {
     return in.kind == ir::InstrKind::Run && m.ops[in.op].phase == ir::Phase::Optimizer;

@@ -4,8 +4,8 @@
 # the kernel probe, the communicators' test and the unit tests, the shared libraries they load apart from the C/C++ runtime and
 # CUDA's (as ldd lists them, so oneDNN's OpenMP runtime too), Debian's Open MPI (mpirun,
 # its components and PMIx, under .gpu/mpi with the paths it was built for, relocated by
-# OPAL_PREFIX in tools/gpu_env.sh: the runs of several ranks), and the text the GPU tests
-# train on, into .gpu/ and .gpu.tar.xz (ignored by git). tools/gpu_check.sh runs the GPU tests from it, on
+# OPAL_PREFIX in tools/gpu_env.sh: the runs of several ranks), and the text and images the
+# GPU tests train on, into .gpu/ and .gpu.tar.xz (ignored by git). tools/gpu_check.sh runs the GPU tests from it, on
 # that machine, from a copy of this repository.
 # Usage: tools/gpu_bundle.sh [build-dir]
 set -euo pipefail
@@ -35,6 +35,7 @@ done | sort -u | while read -r name path; do
   if ! [[ $name =~ $keep_out ]]; then cp -L "$path" ".gpu/lib/$name"; fi
 done
 cp /usr/share/games/fortunes/cookie .gpu/data/
+cp -r /usr/share/datasets/fashion-mnist .gpu/data/ # the CNN scripts' images (30 MB)
 # One compressed file to carry (the libraries alone are about 80 MB, over what a copy of the
 # repository may carry to a GPU machine); tools/gpu_check.sh unpacks it there.
 tar cJf .gpu.tar.xz .gpu

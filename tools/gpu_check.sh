@@ -6,9 +6,10 @@
 # and fp16), and of two ranks sharing the GPU (data parallel, pipeline, split regions, a
 # vocabulary-parallel loss). Needs python3 with torch, and CUDA's cuBLAS 13 and NCCL 2 (found in python3's
 # nvidia packages if not on the library path). Writes each part's output into DIR
-# (default: gpu-check/), and prints each part's result with the seconds since the start (a
-# session's device time is short: the amp runs, whose kernels changed most since the last
-# GPU run, come first among the training runs).
+# (default: gpu-check/), and prints each part's result with the seconds since the start. A
+# session's device time is short, so every part starts at once, side by side (an H200 has
+# memory for all their contexts, its machine 16 cores for the CPU's runs), and the results
+# are read in order as they end.
 # Usage: tools/gpu_check.sh [DIR] [FAMILY...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,51 +29,43 @@ families=("$@")
 pids=()
 [ ${#families[@]} -gt 0 ] || families=(linear embedding norms attention mlp moe conv pooling
                                        activations elementwise losses optimizers dropout)
-# The families run side by side (each case is one probe process, most of its time the
-# CUDA context's start), then their results are read in order.
-for f in "${families[@]}"; do
-  python3 tests/oracle/test_ops.py .gpu/bin/epl_kernel_probe "$f" --device cuda \
-    >"$out/oracle_$f.txt" 2>&1 &
+# Each part is started in the background; names[i] and lines[i] say how to report it.
+names=()
+lines=()
+start() { # the part's name, how its result line is made from its output file, the command
+  local name=$1 summary=$2
+  shift 2
+  "$@" >"$out/$name.txt" 2>&1 &
   pids+=($!)
+  names+=("$name")
+  lines+=("$summary")
+}
+# The families (each case is one probe process, most of its time the CUDA context's start).
+for f in "${families[@]}"; do
+  start "oracle_$f" "grep -E 'failure|max error of' | head -2" \
+    python3 tests/oracle/test_ops.py .gpu/bin/epl_kernel_probe "$f" --device cuda
 done
-failed=0
-for i in "${!families[@]}"; do
-  f=${families[$i]}
-  wait "${pids[$i]}"
-  rc=$?
-  echo "oracle $f: exit $rc (${SECONDS}s); $(grep -E 'failure|max error of' "$out/oracle_$f.txt" | head -2 | tr '\n' ' ')"
-  [ $rc = 0 ] || failed=1
-done
-
 # The communicators: NCCL on one rank, two ranks sharing the GPU staged through the host.
-.gpu/bin/epl_gpu_comm_test >"$out/communicators.txt" 2>&1
-rc=$?
-echo "communicators: exit $rc (${SECONDS}s); $(tail -1 "$out/communicators.txt")"
-[ $rc = 0 ] || failed=1
-
+start communicators "tail -1" .gpu/bin/epl_gpu_comm_test
 # The unit tests that run on each device, the GPU among them, against the CPU's: the
 # updates reading their clip factor and fp16's loss scale on the device (an overflow skips
 # them), the vocabulary-parallel loss's combine, the device choice.
-.gpu/bin/epl_unit_tests -# "[#OptimizerClipTest],[#VocabSliceTest],[#DeviceChoiceTest]" \
-  >"$out/unit_devices.txt" 2>&1
-rc=$?
-echo "unit tests on the devices: exit $rc (${SECONDS}s); $(tail -2 "$out/unit_devices.txt" | tr '\n' ' ')"
-[ $rc = 0 ] || failed=1
+start unit_devices "tail -2" \
+  .gpu/bin/epl_unit_tests -# "[#OptimizerClipTest],[#VocabSliceTest],[#DeviceChoiceTest]"
 
-# The training text where the script expects it.
+# The training text and images where the scripts expect them.
 mkdir -p /usr/share/games/fortunes
 [ -f /usr/share/games/fortunes/cookie ] || cp .gpu/data/cookie /usr/share/games/fortunes/cookie
+mkdir -p /usr/share/datasets
+[ -d /usr/share/datasets/fashion-mnist ] || cp -r .gpu/data/fashion-mnist /usr/share/datasets/
 # 20 training steps on the GPU against the CPU, as the `gpu` tests of tests/gpu/CMakeLists.txt
 # run them (the same tolerances): amp in bf16 and fp16, fp32, an ignored class, TF32
 # products, optimizer states offloaded.
 train() { # the run's name, its script in tests/parallel, then device_equivalence.py's options
   local name=$1 script=$2
   shift 2
-  python3 tests/gpu/device_equivalence.py "$root/.gpu/bin/epl" "$out/$name" \
-    "tests/parallel/$script" "$@" >"$out/$name.txt" 2>&1
-  local rc=$?
-  echo "$name: exit $rc (${SECONDS}s); $(tail -1 "$out/$name.txt")"
-  [ $rc = 0 ] || failed=1
+  start "$name" "tail -1" python3 tests/gpu/device_equivalence.py "$root/.gpu/bin/epl" \
+    "$out/$name" "tests/parallel/$script" "$@"
 }
 train train_gpt_amp_bf16 gpt_dp.epl --tol 1e-3 --set policy.amp=bf16
 train train_gpt_amp_fp16 gpt_dp.epl --tol 1e-3 --set policy.amp=fp16
@@ -90,4 +83,24 @@ train train_gpt_np2 gpt_dp.epl --np 2
 train train_pipeline_np2 gpt_pipeline.epl --np 2
 train train_split_np2 gpt_split.epl --np 2
 train train_vocab_np2 cnn_vocab_head.epl --np 2
+# More of the plans on several ranks, as tests/gpu/CMakeLists.txt runs them: experts split,
+# a split convolution, batch_norm's statistics over the ranks, split regions under amp, a
+# pipeline of split stages and interleaved chunks of them (4 ranks), a tied head across stages.
+train train_moe_np2 moe_split.epl --np 2
+train train_cnn_split_np2 cnn_split.epl --np 2
+train train_cnn_bn_np2 cnn_bn.epl --np 2
+train train_cnn_bn_split_np2 cnn_bn_split.epl --np 2
+train train_cnn_bn_pipeline_np2 cnn_bn_pipeline.epl --np 2
+train train_split_amp_np2 gpt_split.epl --np 2 --tol 1e-3 --set policy.amp=bf16
+train train_pipeline_split_np4 gpt_pipeline_split.epl --np 4
+train train_interleaved_split_np4 gpt_interleaved_split.epl --np 4
+train train_pipeline_tied_np2 gpt_pipeline_tied.epl --np 2
+
+failed=0
+for i in "${!names[@]}"; do
+  wait "${pids[$i]}"
+  rc=$?
+  echo "${names[$i]}: exit $rc (${SECONDS}s); $(eval "${lines[$i]}" <"$out/${names[$i]}.txt" | tr '\n' ' ')"
+  [ $rc = 0 ] || failed=1
+done
 exit $failed

@@ -179,22 +179,32 @@ __global__ void softmaxGradKernel(const float* dy, const float* y, GradOut dx, i
   }
 }
 
-__global__ void dropoutKernel(DropoutMask mask, int64_t at, const float* src, GradOut dst,
-                              int64_t n) {
+// A call's place in the whole tensor (KernelCall::wholeIndex): piece 0 is the whole tensor.
+struct CutPiece {
+  int64_t piece;
+  int pieces, index;
+  __device__ int64_t whole(int64_t i) const {
+    return piece == 0 ? i : (i / piece * pieces + index) * piece + i % piece;
+  }
+};
+
+__global__ void dropoutKernel(DropoutMask mask, int64_t at, CutPiece cut, const float* src,
+                              GradOut dst, int64_t n) {
   EPL_GRID_STRIDE(i, n) {
-    dst.put(i, src[i] * mask.factor(at + i));
+    dst.put(i, src[i] * mask.factor(at + cut.whole(i)));
   }
 }
 
-// dst (+)= src * mask(elementOffset + i), the identity when not training or p == 0. The mask
-// is built on the host and hashes the same elements as the CPU's.
+// dst (+)= src * mask(elementOffset + i), i the element's index in the whole tensor where the
+// call holds a piece of it cut over a split group; the identity when not training or p == 0.
+// The mask is built on the host and hashes the same elements as the CPU's.
 void dropoutApply(const KernelCall& c, const Ctx& ctx, const float* src, const GradOut& dst,
                   int64_t n) {
   double p = attrFloat(c, "p");
   if (!c.training || p == 0) return writeOrAdd(ctx, dst, src, n);
-  EPL_ASSERT(c.cutPiece == 0, "dropout on a cut tensor runs on the cpu device so far");
-  dropoutKernel<<<blocksFor(n), kThreads, 0, ctx.stream>>>(DropoutMask(c.seed, p), c.elementOffset,
-                                                           src, dst, n);
+  dropoutKernel<<<blocksFor(n), kThreads, 0, ctx.stream>>>(
+      DropoutMask(c.seed, p), c.elementOffset, CutPiece{c.cutPiece, c.cutPieces, c.cutIndex}, src,
+      dst, n);
   checkLaunch("dropout");
 }
 

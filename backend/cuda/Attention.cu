@@ -20,8 +20,9 @@
 // A group holds as many heads as fit in kScoreFloats (at least one), which bounds scratch.
 // Every reduction runs in a fixed order, so results do not change from run to run.
 //
-// Shape legend: B batch, T time, D width, H heads, E head width (D / H), G heads in a group,
-// R queries of a chunk (from Q0), K keys it sees.
+// Shape legend: B batch, T time, D width of the heads here (H E), M the model's width (x's
+// and y's; D unless the heads are split over devices, each holding H of them), H heads, E head
+// width, G heads in a group, R queries of a chunk (from Q0), K keys it sees.
 #include "backend/KernelShapes.h"
 #include "backend/cuda/Common.cuh"
 #include "support/Assert.h"
@@ -162,12 +163,11 @@ void forwardGroup(const Ctx& ctx, const Dims& s, const float* qkv, int64_t bi, i
   }
 }
 
-// in = [x, Wqkv [3D, D], bqkv [3D], Wp [D, D], bp [D]] (no biases with `bias = false`),
-// out = [y, qkv [B, T, 3D], ctx [B, T, D], lse [B, H, T]].
+// in = [x [B, T, M], Wqkv [3D, M], bqkv [3D], Wp [M, D], bp [M]] (no biases with `bias =
+// false`), out = [y [B, T, M], qkv [B, T, 3D], ctx [B, T, D], lse [B, H, T]].
 void attentionForward(const KernelCall& c, const Ctx& ctx, const AttentionSlots& a) {
   const TensorView& x = c.in[0];
   Dims s = attentionDims(c, x, c.in[a.wqkv]);
-  EPL_ASSERT(s.m == s.d, "split attention heads run on the cpu device so far");
   // interp/DeviceChoice refuses such plans for the CUDA device before they run.
   EPL_ASSERT(s.kv == s.h && !s.rotary && a.mask < 0,
              "attention's kv_heads, rotary and mask run on the cpu device so far");
@@ -175,7 +175,7 @@ void attentionForward(const KernelCall& c, const Ctx& ctx, const AttentionSlots&
   float *y = c.out[0].f32(), *qkv = c.out[1].f32(), *ctxOut = c.out[2].f32();
   float* lse = c.out[3].f32();
   if (a.bqkv >= 0) broadcastRows(ctx, qkv, c.in[a.bqkv].f32(), n, 3 * s.d);
-  gemm(ctx, false, true, n, 3 * s.d, s.d, 1.f, operandOf(x), s.d, operandOf(c.in[a.wqkv]), s.d,
+  gemm(ctx, false, true, n, 3 * s.d, s.m, 1.f, operandOf(x), s.m, operandOf(c.in[a.wqkv]), s.m,
        a.bqkv >= 0 ? 1.f : 0.f, qkv, 3 * s.d);
   // The scores, then (amp, products reading the half type as it is) the rounded context.
   // Under amp the scores read q, k and v rounded to the half type, as they are stored and
@@ -192,9 +192,9 @@ void attentionForward(const KernelCall& c, const Ctx& ctx, const AttentionSlots&
   // does (it is stored so anyway).
   Operand context = ctxOut;
   if (amp) context = roundedOperand(ctx, c.castParams, asIs, ctxOut, n * s.d, scratch + scoreBytes);
-  if (a.bp >= 0) broadcastRows(ctx, y, c.in[a.bp].f32(), n, s.d);
-  gemm(ctx, false, true, n, s.d, s.d, 1.f, context, s.d, operandOf(c.in[a.wp]), s.d,
-       a.bp >= 0 ? 1.f : 0.f, y, s.d);
+  if (a.bp >= 0) broadcastRows(ctx, y, c.in[a.bp].f32(), n, s.m);
+  gemm(ctx, false, true, n, s.m, s.d, 1.f, context, s.d, operandOf(c.in[a.wp]), s.d,
+       a.bp >= 0 ? 1.f : 0.f, y, s.m);
 }
 
 // Scratch of the backward, carved from one buffer.
@@ -256,7 +256,6 @@ void backwardGroup(const Ctx& ctx, const Dims& s, const float* qkv, const float*
 void attentionBackward(const KernelCall& c, const Ctx& ctx, const AttentionSlots& a) {
   const TensorView &dyv = c.in[0], &x = c.in[1];
   Dims s = attentionDims(c, x, c.in[a.wqkv]);
-  EPL_ASSERT(s.m == s.d, "split attention heads run on the cpu device so far");
   // interp/DeviceChoice refuses such plans for the CUDA device before they run.
   EPL_ASSERT(s.kv == s.h && !s.rotary && a.mask < 0,
              "attention's kv_heads, rotary and mask run on the cpu device so far");
@@ -266,11 +265,11 @@ void attentionBackward(const KernelCall& c, const Ctx& ctx, const AttentionSlots
   const float *qkv = c.in[a.qkv].f32(), *lse = c.in[a.lse].f32();
   bool amp = ir::isHalf(c.castParams), asIs = dy.type != ir::DType::F32;
   BackwardScratch w = backwardScratch(ctx, s, g, asIs);
-  gemm(ctx, false, false, n, s.d, s.d, 1.f, dy, s.d, wp, s.d, 0.f, w.dctx, s.d);
+  gemm(ctx, false, false, n, s.d, s.m, 1.f, dy, s.m, wp, s.d, 0.f, w.dctx, s.d);
   if (GradOut dwp = gradOut(c, a.dwp))
-    gemm(ctx, true, false, s.d, s.d, n, 1.f, dy, s.d, ctxSaved, s.d, dwp.beta(), dwp.p, s.d);
+    gemm(ctx, true, false, s.m, s.d, n, 1.f, dy, s.m, ctxSaved, s.d, dwp.beta(), dwp.p, s.d);
   if (a.dbp >= 0)
-    if (GradOut dbp = gradOut(c, a.dbp)) columnSum(ctx, dy, n, s.d, dbp);
+    if (GradOut dbp = gradOut(c, a.dbp)) columnSum(ctx, dy, n, s.m, dbp);
   dvecKernel<<<blocksFor(s.b * s.h * s.t), kThreads, 0, ctx.stream>>>(w.dctx, ctxSaved.p,
                                                                       ctxSaved.type, w.dvec, s);
   checkLaunch("attention backward Dvec");
@@ -284,10 +283,10 @@ void attentionBackward(const KernelCall& c, const Ctx& ctx, const AttentionSlots
   Operand dqkv = w.dqkv;
   if (amp) dqkv = roundedOperand(ctx, c.castParams, asIs, w.dqkv, n * 3 * s.d, w.half);
   if (GradOut dx = gradOut(c, 0))
-    gemm(ctx, false, false, n, s.d, 3 * s.d, 1.f, dqkv, 3 * s.d, wqkv, s.d, dx.beta(), dx.p, s.d);
+    gemm(ctx, false, false, n, s.m, 3 * s.d, 1.f, dqkv, 3 * s.d, wqkv, s.m, dx.beta(), dx.p, s.m);
   if (GradOut dw = gradOut(c, a.dwqkv))
-    gemm(ctx, true, false, 3 * s.d, s.d, n, 1.f, dqkv, 3 * s.d, operandOf(x), s.d, dw.beta(), dw.p,
-         s.d);
+    gemm(ctx, true, false, 3 * s.d, s.m, n, 1.f, dqkv, 3 * s.d, operandOf(x), s.m, dw.beta(), dw.p,
+         s.m);
 }
 
 } // namespace

@@ -70,6 +70,8 @@ Family familyOf(OpKind kind) {
     return layerNorm;
   case OpKind::RmsNorm:
     return rmsNorm;
+  case OpKind::BatchNorm:
+    return batchNorm;
   case OpKind::Attention:
     return attention;
   case OpKind::Mlp:

@@ -6,6 +6,8 @@
 //   2. each run of equal ids is one table row: the thread for (run, column) adds the run's
 //      dy rows into dW[id, column] in token order. Each dW element has one writer, and it
 //      adds the same numbers in the same order as the CPU.
+// Over a vocabulary split (KernelCall::vocabSlice) the table holds rows [first, first + V):
+// the other tokens look up zero rows, and sort as id V, a run that adds nothing.
 //
 // Shape legend: N tokens, V vocab, D width, T positions.
 #include "backend/cuda/Common.cuh"
@@ -26,12 +28,36 @@ __device__ inline int64_t checkedToken(int32_t t, int64_t v) {
   return t;
 }
 
-// y[i, j] = W[tokens[i], j].
-__global__ void lookupKernel(const int32_t* tok, const float* w, int64_t n, int64_t v, int64_t d,
-                             float* y) {
+// The rows of a vocabulary slice: first, or -1 where the table is whole.
+struct Slice {
+  int64_t first;
+  // A token's row in the table, or -1 where another device holds it.
+  __device__ int64_t row(int32_t t, int64_t v) const {
+    if (first < 0) return checkedToken(t, v);
+    int64_t r = t - first;
+    return r >= 0 && r < v ? r : -1;
+  }
+};
+
+Slice sliceOf(const KernelCall& c) {
+  return Slice{c.vocabSlice ? c.vocabFirst : -1};
+}
+
+// y[i, j] = W[tokens[i], j] (0 where another device holds the token's row).
+__global__ void lookupKernel(const int32_t* tok, const float* w, Slice slice, int64_t n, int64_t v,
+                             int64_t d, float* y) {
   EPL_GRID_STRIDE(t, n * d) {
-    int64_t i = t / d, j = t % d;
-    y[t] = w[checkedToken(tok[i], v) * d + j];
+    int64_t i = t / d, j = t % d, r = slice.row(tok[i], v);
+    y[t] = r < 0 ? 0.f : w[r * d + j];
+  }
+}
+
+// The ids a vocabulary slice sorts: each token's row, V for the other devices' tokens.
+__global__ void sliceIdsKernel(const int32_t* tok, Slice slice, int64_t n, int64_t v,
+                               int32_t* ids) {
+  EPL_GRID_STRIDE(i, n) {
+    int64_t r = slice.row(tok[i], v);
+    ids[i] = static_cast<int32_t>(r < 0 ? v : r);
   }
 }
 
@@ -43,12 +69,13 @@ __global__ void iotaKernel(int32_t* idx, int64_t n) {
 
 // Step 2: the thread of (p, j) with p the first position of a run of equal sorted ids adds the
 // run's dy rows into dW[id, j] in token order (dW is zeroed beforehand unless accumulating).
+// `skip`: the id of a slice's tokens that other devices hold (-1: none).
 __global__ void scatterRunsKernel(const int32_t* ids, const int32_t* order, const float* dy,
-                                  int64_t n, int64_t v, int64_t d, float* dw) {
+                                  int64_t n, int64_t v, int64_t d, int64_t skip, float* dw) {
   EPL_GRID_STRIDE(t, n * d) {
     int64_t p = t / d, j = t % d;
     int32_t id = ids[p];
-    if (p > 0 && ids[p - 1] == id) continue;
+    if ((p > 0 && ids[p - 1] == id) || id == skip) continue;
     float* dst = dw + checkedToken(id, v) * d + j;
     float s = *dst;
     for (int64_t q = p; q < n && ids[q] == id; ++q)
@@ -68,10 +95,9 @@ int idBits(int64_t v) {
 
 // in = [tokens i32 [N], W [V, D]], out = [y [N, D]].
 void embeddingForward(const KernelCall& c, const Ctx& ctx) {
-  EPL_ASSERT(!c.vocabSlice, "a vocabulary-split embedding runs on the cpu device so far");
   int64_t n = c.in[0].numel(), v = c.in[1].shape[0], d = c.in[1].shape[1];
-  lookupKernel<<<blocksFor(n * d), kThreads, 0, ctx.stream>>>(c.in[0].i32(), c.in[1].f32(), n, v, d,
-                                                              c.out[0].f32());
+  lookupKernel<<<blocksFor(n * d), kThreads, 0, ctx.stream>>>(c.in[0].i32(), c.in[1].f32(),
+                                                              sliceOf(c), n, v, d, c.out[0].f32());
   checkLaunch("embedding");
 }
 
@@ -79,7 +105,6 @@ void embeddingForward(const KernelCall& c, const Ctx& ctx) {
 void embeddingBackward(const KernelCall& c, const Ctx& ctx) {
   GradOut dw = gradOut(c, 1);
   if (!dw) return;
-  EPL_ASSERT(!c.vocabSlice, "a vocabulary-split embedding runs on the cpu device so far");
   const int32_t* tok = c.in[1].i32();
   int64_t n = c.in[1].numel(), v = c.in[2].shape[0], d = c.in[2].shape[1];
   if (!dw.acc)
@@ -87,8 +112,11 @@ void embeddingBackward(const KernelCall& c, const Ctx& ctx) {
           "embedding backward");
   if (n == 0) return;
   EPL_ASSERT(n <= INT32_MAX, "embedding backward: more tokens than 32-bit indices hold");
-  // Scratch: the indices 0..N-1, the sorted ids, the indices in sorted order, cub's storage.
-  int bits = idBits(v);
+  // Scratch: the indices 0..N-1, the sorted ids, the indices in sorted order, a slice's ids
+  // (the tokens are the ids of a whole table), cub's storage.
+  Slice slice = sliceOf(c);
+  bool sliced = slice.first >= 0;
+  int bits = idBits(sliced ? v + 1 : v);
   size_t sortBytes = 0;
   check(cub::DeviceRadixSort::SortPairs(nullptr, sortBytes, tok, static_cast<int32_t*>(nullptr),
                                         static_cast<const int32_t*>(nullptr),
@@ -96,19 +124,26 @@ void embeddingBackward(const KernelCall& c, const Ctx& ctx) {
         "embedding backward: sizing the sort");
   int64_t idsBytes = alignUp(static_cast<int64_t>(sizeof(int32_t)) * n);
   char* base =
-      static_cast<char*>(ctx.scratch->get(3 * idsBytes + alignUp(static_cast<int64_t>(sortBytes))));
+      static_cast<char*>(ctx.scratch->get(4 * idsBytes + alignUp(static_cast<int64_t>(sortBytes))));
   int32_t* iota = reinterpret_cast<int32_t*>(base);
   int32_t* ids = reinterpret_cast<int32_t*>(base + idsBytes);
   int32_t* order = reinterpret_cast<int32_t*>(base + 2 * idsBytes);
-  void* sortScratch = base + 3 * idsBytes;
+  int32_t* sliceIds = reinterpret_cast<int32_t*>(base + 3 * idsBytes);
+  void* sortScratch = base + 4 * idsBytes;
 
   iotaKernel<<<blocksFor(n), kThreads, 0, ctx.stream>>>(iota, n);
   checkLaunch("embedding backward");
-  check(cub::DeviceRadixSort::SortPairs(sortScratch, sortBytes, tok, ids, iota, order, n, 0, bits,
+  const int32_t* keys = tok;
+  if (sliced) {
+    sliceIdsKernel<<<blocksFor(n), kThreads, 0, ctx.stream>>>(tok, slice, n, v, sliceIds);
+    checkLaunch("embedding backward");
+    keys = sliceIds;
+  }
+  check(cub::DeviceRadixSort::SortPairs(sortScratch, sortBytes, keys, ids, iota, order, n, 0, bits,
                                         ctx.stream),
         "embedding backward: sorting the tokens");
   scatterRunsKernel<<<blocksFor(n * d), kThreads, 0, ctx.stream>>>(ids, order, c.in[0].f32(), n, v,
-                                                                   d, dw.p);
+                                                                   d, sliced ? v : -1, dw.p);
   checkLaunch("embedding backward");
 }
 

@@ -114,7 +114,7 @@ void launchStaged(const KernelCall& c, const Ctx& ctx, Scratch& staging,
     narrow(ctx, t, src, dst, n);
   };
   // cuBLAS multiplies bf16 and IEEE half as they are: the inputs of linear, mlp and
-  // attention that only feed products skip the f32 copies (not yet run on a GPU).
+  // attention that only feed products skip the f32 copies.
   uint64_t direct = directInputs(c);
   KernelCall f = stagedCall(c, at, widenOn, roundOn, narrowOn, direct);
   run(f, ctx);

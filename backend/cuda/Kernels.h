@@ -121,6 +121,9 @@ void writeOrAdd(const Ctx& ctx, const GradOut& dst, const float* src, int64_t n)
 // Norms.cu, Embedding.cu
 void layerNorm(const KernelCall& c, const Ctx& ctx);
 void rmsNorm(const KernelCall& c, const Ctx& ctx);
+// batch_norm: where ranks share the micro-batch (KernelCall::sumOverReaders) its channels'
+// sums go through the host, which waits for the stream (as moe_experts does).
+void batchNorm(const KernelCall& c, const Ctx& ctx);
 void embedding(const KernelCall& c, const Ctx& ctx);
 void positions(const KernelCall& c, const Ctx& ctx);
 

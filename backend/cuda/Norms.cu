@@ -1,12 +1,21 @@
-// layer_norm and rms_norm over the last dim on the GPU, ported from backend/cpu/Norms.cpp,
-// with the same saved tensors (mean and rstd per row). Rows run one block each with a
+// layer_norm and rms_norm over the last dim, and batch_norm over every dim but the channels',
+// on the GPU, ported from backend/cpu/Norms.cpp, with the same saved tensors (mean and rstd
+// per row, or per channel). Rows run one block each with a
 // fixed-order tree reduction; the weight and bias gradients sum blocks of kBlockRows rows
 // into partials (one thread per block and column, rows in order), then add the partials in
 // block order, so every sum is the same on every run. Under amp, layer_norm reads and writes
 // its half-precision tensors as they are stored (Common.cuh's Stored), as on the CPU.
 //
-// Shape legend: N rows (every dim but the last), D width, P row blocks.
+// batch_norm sums each channel in double, one block a channel in a fixed tree order (the CPU
+// adds in element order: the two agree to the double sums' rounding, far below f32's). Where
+// ranks share a micro-batch (KernelCall::sumOverReaders), the sums go to the host to be
+// summed over them, the one host synchronisation of these kernels.
+//
+// Shape legend: N rows (every dim but the last), D width, P row blocks; batch_norm's x is
+// [B, C, S...]: B samples, C channels, S elements of a channel in a sample.
 #include "backend/cuda/Common.cuh"
+
+#include <vector>
 
 namespace epl::backend::cuda {
 
@@ -30,6 +39,22 @@ __device__ float blockSum(float v) {
   if (lane == 0) part[warp] = v;
   __syncthreads();
   return warpSum(lane < blockDim.x / 32 ? part[lane] : 0.f);
+}
+
+__device__ double warpSumDouble(double v) {
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ double blockSumDouble(double v) {
+  __shared__ double part[32];
+  v = warpSumDouble(v);
+  unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  __syncthreads();
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  return warpSumDouble(lane < blockDim.x / 32 ? part[lane] : 0.0);
 }
 
 // One block per row: a warp for short rows, up to 512 threads for long ones.
@@ -216,7 +241,199 @@ void rmsNormBackward(const KernelCall& c, const Ctx& ctx) {
              gradOut(c, 1), GradOut{});
 }
 
+// batch_norm's view of x [B, C, S...].
+struct Channels {
+  int64_t b, c, s;
+  // Element t of channel k (t over its B S elements, in the CPU's order).
+  __device__ int64_t at(int64_t k, int64_t t) const { return (t / s * c + k) * s + t % s; }
+  __device__ int64_t channelOf(int64_t j) const { return j / s % c; }
+};
+
+Channels channelsOf(const TensorView& x) {
+  int64_t bc = x.shape[0] * x.shape[1];
+  return {x.shape[0], x.shape[1], x.numel() / std::max<int64_t>(bc, 1)};
+}
+
+constexpr unsigned kChannelThreads = 256;
+
+// sums[2k] = the sum of channel k's x, sums[2k + 1] = that of its squares, in double.
+__global__ void channelMomentsKernel(const float* x, Channels ch, double* sums) {
+  for (int64_t k = blockIdx.x; k < ch.c; k += gridDim.x) {
+    double s1 = 0, s2 = 0;
+    for (int64_t t = threadIdx.x; t < ch.b * ch.s; t += blockDim.x) {
+      float v = x[ch.at(k, t)];
+      s1 += v;
+      s2 += static_cast<double>(v) * v;
+    }
+    s1 = blockSumDouble(s1);
+    s2 = blockSumDouble(s2);
+    if (threadIdx.x == 0) {
+      sums[2 * k] = s1;
+      sums[2 * k + 1] = s2;
+    }
+  }
+}
+
+// sums[2k] = the sum of channel k's dy, sums[2k + 1] = that of dy xhat, in double.
+__global__ void channelGradSumsKernel(const float* dy, const float* x, const float* mean,
+                                      const float* rstd, Channels ch, double* sums) {
+  for (int64_t k = blockIdx.x; k < ch.c; k += gridDim.x) {
+    double g1 = 0, g2 = 0;
+    float m = mean[k], r = rstd[k];
+    for (int64_t t = threadIdx.x; t < ch.b * ch.s; t += blockDim.x) {
+      int64_t j = ch.at(k, t);
+      g1 += dy[j];
+      g2 += static_cast<double>(dy[j]) * ((x[j] - m) * r);
+    }
+    g1 = blockSumDouble(g1);
+    g2 = blockSumDouble(g2);
+    if (threadIdx.x == 0) {
+      sums[2 * k] = g1;
+      sums[2 * k + 1] = g2;
+    }
+  }
+}
+
+// The batch's mean and rstd from the sums over n elements a channel, and the running ones
+// moved towards them (the variance unbiased), in the CPU's double arithmetic.
+__global__ void batchStatsKernel(const double* sums, double n, int64_t c, double eps,
+                                 double momentum, float* mean, float* rstd, float* runMean,
+                                 float* runVar) {
+  EPL_GRID_STRIDE(k, c) {
+    double m = sums[2 * k] / n, var = fmax(sums[2 * k + 1] / n - m * m, 0.0);
+    mean[k] = static_cast<float>(m);
+    rstd[k] = static_cast<float>(1 / sqrt(var + eps));
+    runMean[k] = static_cast<float>((1 - momentum) * runMean[k] + momentum * m);
+    double unbiased = n > 1 ? var * n / (n - 1) : var;
+    runVar[k] = static_cast<float>((1 - momentum) * runVar[k] + momentum * unbiased);
+  }
+}
+
+// Evaluation: the running statistics.
+__global__ void runningStatsKernel(const float* runMean, const float* runVar, int64_t c, double eps,
+                                   float* mean, float* rstd) {
+  EPL_GRID_STRIDE(k, c) {
+    mean[k] = runMean[k];
+    rstd[k] = static_cast<float>(1 / sqrt(static_cast<double>(runVar[k]) + eps));
+  }
+}
+
+__global__ void batchNormApplyKernel(const float* x, const float* mean, const float* rstd,
+                                     const float* w, const float* b, Channels ch, int64_t n,
+                                     float* y) {
+  EPL_GRID_STRIDE(j, n) {
+    int64_t k = ch.channelOf(j);
+    float m = mean[k], scale = rstd[k] * w[k];
+    y[j] = (x[j] - m) * scale + b[k];
+  }
+}
+
+__global__ void batchNormParamGradsKernel(const double* sums, int64_t c, GradOut dw, GradOut db) {
+  EPL_GRID_STRIDE(k, c) {
+    if (dw.p) dw.put(k, static_cast<float>(sums[2 * k + 1]));
+    if (db.p) db.put(k, static_cast<float>(sums[2 * k]));
+  }
+}
+
+// dx = w rstd (dy - sum(dy) / n - xhat sum(dy xhat) / n).
+__global__ void batchNormGradKernel(const float* dy, const float* x, const float* w,
+                                    const float* mean, const float* rstd, const double* sums,
+                                    double count, Channels ch, int64_t n, GradOut dx) {
+  EPL_GRID_STRIDE(j, n) {
+    int64_t k = ch.channelOf(j);
+    float m = mean[k], r = rstd[k], scale = w[k] * r;
+    float mean1 = static_cast<float>(sums[2 * k] / count),
+          mean2 = static_cast<float>(sums[2 * k + 1] / count);
+    dx.put(j, scale * (dy[j] - mean1 - (x[j] - m) * r * mean2));
+  }
+}
+
+unsigned channelBlocks(int64_t c) {
+  return static_cast<unsigned>(std::clamp<int64_t>(c, 1, 65535));
+}
+
+// The per-channel sums (device memory, 2C of them) and the count of elements a channel (B S)
+// summed over the ranks that share the micro-batch, through the host; returns the count.
+double sumOverReaders(const KernelCall& c, const Ctx& ctx, double* sums, int64_t channels,
+                      double count) {
+  if (!c.sumOverReaders) return count;
+  std::vector<double> host(static_cast<size_t>(2 * channels + 1));
+  size_t bytes = sizeof(double) * static_cast<size_t>(2 * channels);
+  check(cudaMemcpyAsync(host.data(), sums, bytes, cudaMemcpyDeviceToHost, ctx.stream),
+        "batch_norm: the sums to the host");
+  check(cudaStreamSynchronize(ctx.stream), "batch_norm: the sums to the host");
+  host.back() = count;
+  c.sumOverReaders(host.data(), static_cast<int64_t>(host.size()));
+  // From pageable memory the copy has read `host` when it returns.
+  check(cudaMemcpyAsync(sums, host.data(), bytes, cudaMemcpyHostToDevice, ctx.stream),
+        "batch_norm: the sums to the device");
+  return host.back();
+}
+
+// in = [x [B, C, ...], w [C], b [C], running_mean [C], running_var [C]],
+// out = [y, mean [C], rstd [C]]. Training: the batch's statistics (over every rank sharing
+// the micro-batch), which the running ones then move towards by `momentum`; evaluation:
+// the running ones.
+void batchNormForward(const KernelCall& c, const Ctx& ctx) {
+  const TensorView& x = c.in[0];
+  Channels ch = channelsOf(x);
+  float *mean = c.out[1].f32(), *rstd = c.out[2].f32();
+  double eps = attrFloat(c, "eps"), momentum = attrFloat(c, "momentum");
+  if (ch.c == 0) return;
+  if (c.training) {
+    double* sums = static_cast<double*>(ctx.scratch->get(alignUp(16 * ch.c)));
+    channelMomentsKernel<<<channelBlocks(ch.c), kChannelThreads, 0, ctx.stream>>>(x.f32(), ch,
+                                                                                  sums);
+    checkLaunch("batch_norm statistics");
+    double n = sumOverReaders(c, ctx, sums, ch.c, static_cast<double>(ch.b * ch.s));
+    batchStatsKernel<<<blocksFor(ch.c), kThreads, 0, ctx.stream>>>(
+        sums, n, ch.c, eps, momentum, mean, rstd, c.in[3].f32(), c.in[4].f32());
+  } else {
+    runningStatsKernel<<<blocksFor(ch.c), kThreads, 0, ctx.stream>>>(c.in[3].f32(), c.in[4].f32(),
+                                                                     ch.c, eps, mean, rstd);
+  }
+  checkLaunch("batch_norm statistics");
+  int64_t n = x.numel();
+  if (n == 0) return;
+  batchNormApplyKernel<<<blocksFor(n), kThreads, 0, ctx.stream>>>(
+      x.f32(), mean, rstd, c.in[1].f32(), c.in[2].f32(), ch, n, c.out[0].f32());
+  checkLaunch("batch_norm");
+}
+
+// in = [dy, x, w, b, running_mean, running_var, y, mean, rstd],
+// out = [dx, dw, db, d running_mean, d running_var (zero)]. dw and db are this rank's
+// share (the gradients' reduction adds the ranks'); dx's sums are the whole micro-batch's.
+void batchNormBackward(const KernelCall& c, const Ctx& ctx) {
+  const TensorView& x = c.in[1];
+  Channels ch = channelsOf(x);
+  const float *dy = c.in[0].f32(), *mean = c.in[7].f32(), *rstd = c.in[8].f32();
+  GradOut dx = gradOut(c, 0), dw = gradOut(c, 1), db = gradOut(c, 2);
+  for (int o = 3; o < 5; ++o)
+    if (GradOut state = gradOut(c, o); state && !state.acc)
+      check(cudaMemsetAsync(state.p, 0, sizeof(float) * static_cast<size_t>(ch.c), ctx.stream),
+            "batch_norm backward");
+  if (ch.c == 0) return;
+  double* sums = static_cast<double*>(ctx.scratch->get(alignUp(16 * ch.c)));
+  channelGradSumsKernel<<<channelBlocks(ch.c), kChannelThreads, 0, ctx.stream>>>(dy, x.f32(), mean,
+                                                                                 rstd, ch, sums);
+  checkLaunch("batch_norm backward sums");
+  if (dw || db) {
+    batchNormParamGradsKernel<<<blocksFor(ch.c), kThreads, 0, ctx.stream>>>(sums, ch.c, dw, db);
+    checkLaunch("batch_norm parameter gradients");
+  }
+  if (!dx || x.numel() == 0) return;
+  double count = sumOverReaders(c, ctx, sums, ch.c, static_cast<double>(ch.b * ch.s));
+  batchNormGradKernel<<<blocksFor(x.numel()), kThreads, 0, ctx.stream>>>(
+      dy, x.f32(), c.in[2].f32(), mean, rstd, sums, count, ch, x.numel(), dx);
+  checkLaunch("batch_norm backward");
+}
+
 } // namespace
+
+void batchNorm(const KernelCall& c, const Ctx& ctx) {
+  if (!c.backward) return batchNormForward(c, ctx);
+  batchNormBackward(c, ctx);
+}
 
 void layerNorm(const KernelCall& c, const Ctx& ctx) {
   if (!c.backward) return layerNormForward(c, ctx);

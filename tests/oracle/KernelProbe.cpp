@@ -11,7 +11,11 @@
 // and output 0 the backward must not read (ir::gradInfo) with null data, so a kernel that
 // reads them crashes here. Optional keys: "sample_weight" (KernelCall::sampleWeight),
 // "param_pieces" (the params are a split rank's pieces, as the experts of a split
-// moe_experts: their shapes come from the case, not from the op table). With "repeat", the
+// moe_experts: their shapes come from the case, not from the op table), "saved_shapes" (the
+// saved tensors' shapes where the pieces change them, as a split attention's), "vocab_first"
+// (the embedding table is the vocabulary slice from that row: KernelCall::vocabSlice), "cut"
+// ([piece, pieces, index]: the input is that piece of every row of a tensor cut over a split
+// group, KernelCall::cutPiece, as a dropout in a split region gets). With "repeat", the
 // case runs again, and once more on one thread, and must give identical bits each time. Other
 // modes test the optimizer ("mode": "optimizer") and sumSquares/scale ("mode": "reduce"), or
 // only make the device ("mode": "device"; as in every mode, exit 77 where it cannot be made).
@@ -189,14 +193,29 @@ std::vector<std::vector<char>> runCase(Device& dev, const json& j, const Case& c
   // Forward out = [the op's outputs, the saved tensors].
   for (const auto& t : c.outTypes)
     outs.push_back(std::make_unique<Tensor>(&dev, t.dtype, concreteShape(t.shape)));
-  for (const auto& s : c.grad.saved)
-    outs.push_back(std::make_unique<Tensor>(&dev, s.dtype, concreteShape(s.shape)));
+  const json savedShapes = j.value("saved_shapes", json::array());
+  for (size_t i = 0; i < c.grad.saved.size(); ++i) {
+    const auto& s = c.grad.saved[i];
+    outs.push_back(std::make_unique<Tensor>(&dev, s.dtype,
+                                            i < savedShapes.size()
+                                                ? savedShapes[i].get<std::vector<int64_t>>()
+                                                : concreteShape(s.shape)));
+  }
 
   epl::backend::KernelCall fwd;
   fwd.kind = c.op->kind;
   fwd.attrs = &c.attrs;
   fwd.training = j.value("training", true);
   fwd.seed = j.value("seed", uint64_t{0});
+  if (j.contains("vocab_first")) {
+    fwd.vocabSlice = true;
+    fwd.vocabFirst = j.at("vocab_first").get<int64_t>();
+  }
+  if (j.contains("cut")) {
+    fwd.cutPiece = j.at("cut").at(0).get<int64_t>();
+    fwd.cutPieces = j.at("cut").at(1).get<int>();
+    fwd.cutIndex = j.at("cut").at(2).get<int>();
+  }
   for (auto& t : inputs)
     fwd.in.push_back(t->view);
   for (auto& t : params)

@@ -305,6 +305,24 @@ def fam_embedding(probe, rep):
              [rand(4, 2)], lambda i, p: p[0] * 1.0, accumulate=True)
     split_cases(probe, rep, "embedding", "embedding", {"vocab": 5, "dim": 6}, [tok], [rand(5, 6)],
                 lambda i, p: F.embedding(i[0], p[0]))
+    # A vocabulary split's slice of the table: rows [first, first + rows) of the whole vocab;
+    # the other tokens look up zeros and give no gradient (another device holds them).
+    for shape, vocab, dim, first, rows in [((3, 10), 20, 6, 8, 7), ((3, 64), 256, 32, 128, 128),
+                                           ((2, 9), 17, 8, 0, 9)]:
+        tok = torch.randint(0, vocab, shape, dtype=torch.int32)
+        tok.view(-1)[:3] = torch.tensor([first, first + rows - 1, first])  # held, repeated
+
+        def sliced(i, p, first=first, rows=rows):
+            r = i[0] - first
+            held = (r >= 0) & (r < rows)
+            return F.embedding(r.clamp(0, rows - 1), p[0]) * held.unsqueeze(-1)
+        name = "embedding[vocab slice %d+%d of %d,%s]" % (first, rows, vocab, shape)
+        extra = {"param_pieces": True, "vocab_first": first}
+        attrs = {"vocab": vocab, "dim": dim}
+        run_case(probe, rep, name, "embedding", attrs, [tok], [rand(rows, dim)], sliced,
+                 extra=extra)
+        run_case(probe, rep, name + "[accumulate]", "embedding", attrs, [tok], [rand(rows, dim)],
+                 sliced, accumulate=True, extra=extra)
     split_cases(probe, rep, "positions", "positions", {"seq": 4, "dim": 2}, [], [rand(4, 2)],
                 lambda i, p: p[0] * 1.0)
 
@@ -351,8 +369,6 @@ def batch_norm_cases(probe, rep):
     """batch_norm: each channel (dim 1) over the batch and the other dims. Training reads the
     batch's statistics (saved: the mean and 1 / sqrt(biased variance + eps)) and passes no
     gradient to the running ones; evaluation reads the running ones."""
-    if probe.device != "cpu":  # no CUDA kernel yet: interp/DeviceChoice keeps it on the CPU
-        return
     def saved(i, p, eps):
         dims = [0] + list(range(2, i[0].dim()))
         return [(i[0].mean(dims), "f32"),
@@ -396,11 +412,13 @@ def attention_parts(x, wqkv, bqkv, wp, bp, heads, causal, kv_heads=None, rotary=
     kv_heads wide, each shared by heads / kv_heads query heads: repeat_interleave), rotary
     on q and k, and a padding mask [B, T] (non-zero keeps a key; PyTorch's key_padding_mask
     is its inverse, mask == 0). A row whose every key is masked gets probabilities 0 (not
-    softmax's NaN) and lse -inf. Returns (y, saved qkv (q and k turned), ctx, lse)."""
+    softmax's NaN) and lse -inf. Returns (y, saved qkv (q and k turned), ctx, lse). The heads
+    may be a split device's share, narrower together than x (wqkv's rows give the head width)."""
     B, T, D = x.shape
-    hd, kv = D // heads, kv_heads or heads
+    kv = kv_heads or heads
+    hd = wqkv.shape[0] // (heads + 2 * kv)
     qkv = x @ wqkv.t() + (0 if bqkv is None else bqkv)
-    q, k, v = qkv.split([D, kv * hd, kv * hd], dim=-1)
+    q, k, v = qkv.split([heads * hd, kv * hd, kv * hd], dim=-1)
     split = lambda t, n: t.reshape(B, T, n, hd).transpose(1, 2)
     join = lambda t: t.transpose(1, 2).reshape(B, T, -1)
     q, k, v = split(q, heads), split(k, kv), split(v, kv)
@@ -544,11 +562,36 @@ def fam_attention(probe, rep):
              lambda i, p: no_bias(i, p)[0], accumulate=True)
     split_cases(probe, rep, "attention[bias=false]", "attention", {"heads": H, "bias": False},
                 [rand(B, T, D)], weights, lambda i, p: no_bias(i, p)[0])
+    attention_split_heads(probe, rep)
     if probe.device != "cpu":  # interp/DeviceChoice refuses them for the GPU
         print("  kv_heads, rotary and mask: no CUDA kernel yet, checked on the cpu only")
         return
     attention_gqa_rotary(probe, rep)
     attention_masks(probe, rep)
+
+
+def attention_split_heads(probe, rep):
+    """A device's share of a split attention's heads (SplitLayout's Heads form): x and y are
+    the model's width D, Wqkv's rows and Wp's columns the share's, and y a partial sum."""
+    for B, T, D, H, E, causal, bias in [(2, 40, 24, 2, 6, True, True), (1, 33, 16, 1, 8, False, False),
+                                        (1, 260, 32, 2, 8, True, True)]:
+        params = [rand(3 * H * E, D, scale=D ** -0.5), 0.1 * rand(3 * H * E),
+                  rand(D, H * E, scale=(H * E) ** -0.5), 0.1 * rand(D)]
+        if not bias:
+            params = [params[0], params[2]]
+        full = lambda p: (p if len(p) == 4 else [p[0], None, p[1], None])
+        parts = lambda i, p: attention_parts(i[0], *full(p), H, causal)
+        attrs = {"heads": H, "causal": causal, "bias": bias}
+        extra = {"param_pieces": True,
+                 "saved_shapes": [[B, T, 3 * H * E], [B, T, H * E], [B, H, T]]}
+        name = "attention[split heads,B=%d,T=%d,D=%d,H=%d,E=%d,causal=%s,bias=%s]" % (
+            B, T, D, H, E, causal, bias)
+        run_case(probe, rep, name, "attention", attrs, [rand(B, T, D)], params,
+                 lambda i, p: parts(i, p)[0],
+                 lambda i, p: [(t, "f32") for t in parts(i, p)[1:]], extra=extra)
+        if T < 100:
+            split_cases(probe, rep, name, "attention", attrs, [rand(B, T, D)], params,
+                        lambda i, p: parts(i, p)[0], extra=extra)
 
 
 def act_ref(h, act):
@@ -1063,17 +1106,24 @@ def fam_optimizers(probe, rep):
                   x.double() * float(np.float32(0.3)))
 
 
+def run_dropout(probe, x, dy, p, seed, training=True, cut=None):
+    """dropout of x and its backward of dy: (y, dx)."""
+    probe.new_dir()
+    case = {"op": "dropout", "attrs": {"p": p}, "training": training, "seed": seed,
+            "repeat": 2, "params": [], "dy": probe._write(dy, "dy.bin"),
+            "inputs": [{"shape": list(x.shape), "path": probe._write(x, "x.bin")}]}
+    if cut:
+        case["cut"] = cut
+    probe.run_json(case)
+    return probe._read("out.bin", x.shape), probe._read("grad0.bin", x.shape)
+
+
 def fam_dropout(probe, rep):
     n, p = 200000, 0.3
     x = rand(4, n // 4).abs() + 0.5  # never zero, so a zero in y means dropped
     dy = rand(4, n // 4)
     def run(seed, training=True):
-        probe.new_dir()
-        case = {"op": "dropout", "attrs": {"p": p}, "training": training, "seed": seed,
-                "repeat": 2, "params": [], "dy": probe._write(dy, "dy.bin"),
-                "inputs": [{"shape": list(x.shape), "path": probe._write(x, "x.bin")}]}
-        probe.run_json(case)
-        return probe._read("out.bin", x.shape), probe._read("grad0.bin", x.shape)
+        return run_dropout(probe, x, dy, p, seed, training)
     y, dx = run(1234)
     dropped = (y == 0)
     frac = float(dropped.double().mean())
@@ -1094,6 +1144,18 @@ def fam_dropout(probe, rep):
     rep.expect("dropout[eval]", "identity", torch.equal(y4, x) and torch.equal(dx4, dy))
     run_case(probe, rep, "dropout[p=0]", "dropout", {"p": 0.0}, [rand(3, 5)], [],
              lambda i, p: i[0] * 1.0)
+    # A piece of a tensor cut over a split group (its last dim, in 4): the mask of the whole
+    # tensor's elements, so the piece's results are the whole's columns, bit for bit.
+    rows, width, pieces = 6, 1000, 4
+    whole, dwhole = rand(rows, pieces * width).abs() + 0.5, rand(rows, pieces * width)
+    y, dx = run_dropout(probe, whole, dwhole, p, 99)
+    for index in (0, 2):
+        cols = slice(index * width, (index + 1) * width)
+        yp, dxp = run_dropout(probe, whole[:, cols].contiguous(), dwhole[:, cols].contiguous(), p,
+                              99, cut=[width, pieces, index])
+        name = "dropout[cut piece %d of %d]" % (index, pieces)
+        rep.expect(name, "the whole's mask", torch.equal(yp, y[:, cols]) and
+                   torch.equal(dxp, dx[:, cols]))
 
 
 FAMILIES = {name[4:]: fn for name, fn in globals().items() if name.startswith("fam_")}

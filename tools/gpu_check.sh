@@ -10,14 +10,30 @@
 # session's device time is short, so every part starts at once, side by side (an H200 has
 # memory for all their contexts, its machine 16 cores for the CPU's runs), and the results
 # are read in order as they end.
-# Usage: tools/gpu_check.sh [DIR] [FAMILY...]
+# With EPL_GPU_MEMCHECK=1 the kernel families' GPU cases run under compute-sanitizer's
+# memcheck (an out-of-bounds access fails the case; the reports are DIR/memcheck.*.log).
+# Usage: [EPL_GPU_MEMCHECK=1] tools/gpu_check.sh [DIR] [FAMILY...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-gpu-check}
 shift || true
 mkdir -p "$out"
+out=$(cd "$out" && pwd) # the training runs write there from folders of their own
 [ -d .gpu ] || tar xJf .gpu.tar.xz
 source tools/gpu_env.sh
+probe=$root/.gpu/bin/epl_kernel_probe
+if [ -n "${EPL_GPU_MEMCHECK:-}" ]; then
+  sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  { # the probe's GPU runs (their case files name the device) under the sanitizer
+    echo '#!/bin/bash'
+    echo "if grep -q '\"device\": \"cuda\"' \"\$1\"; then"
+    echo "  exec $sanitizer --tool memcheck --error-exitcode 9 --log-file $out/memcheck.%p.log $probe \"\$@\""
+    echo 'fi'
+    echo "exec $probe \"\$@\""
+  } >"$out/memcheck_probe.sh"
+  chmod +x "$out/memcheck_probe.sh"
+  probe=$out/memcheck_probe.sh
+fi
 
 {
   date -u
@@ -43,7 +59,7 @@ start() { # the part's name, how its result line is made from its output file, t
 # The families (each case is one probe process, most of its time the CUDA context's start).
 for f in "${families[@]}"; do
   start "oracle_$f" "grep -E 'failure|max error of' | head -2" \
-    python3 tests/oracle/test_ops.py .gpu/bin/epl_kernel_probe "$f" --device cuda
+    python3 tests/oracle/test_ops.py "$probe" "$f" --device cuda
 done
 # The communicators: NCCL on one rank, two ranks sharing the GPU staged through the host.
 start communicators "tail -1" .gpu/bin/epl_gpu_comm_test

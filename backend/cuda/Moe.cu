@@ -505,8 +505,13 @@ void combineBackward(const KernelCall& c, const Ctx& ctx) {
   GradOut dg = gradOut(c, 1);
   if (!dg || m.n == 0) return;
   unsigned blocks = static_cast<unsigned>(std::min<int64_t>(m.n, int64_t{65535} * 16));
-  combineDgatesKernel<<<blocks, kThreads, sizeof(float) * m.k, ctx.stream>>>(dy, c.in[1].f32(),
-                                                                             gates, r, m, dg);
+  // dw rounded up to whole groups of 4 floats: ptxas reads the remainder of the unrolled loop
+  // over dw (k mod 4 floats) in one wider load, which with k = 1 read 8 bytes past a
+  // 4-byte array (compute-sanitizer's memcheck reported it on an H200; harmless on the
+  // hardware, whose shared memory comes in larger granules, but out of bounds).
+  size_t dwBytes = sizeof(float) * static_cast<size_t>((m.k + 3) / 4 * 4);
+  combineDgatesKernel<<<blocks, kThreads, dwBytes, ctx.stream>>>(dy, c.in[1].f32(), gates, r, m,
+                                                                 dg);
   checkLaunch("moe combine backward gates");
 }
 

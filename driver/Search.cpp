@@ -434,10 +434,8 @@ int searchPolicy(const std::string& script, const PlanOptions& base, const ir::C
   PlanOptions firstOptions = base;
   firstOptions.costOnly = true;
   std::optional<ir::Module> first = planFile(script, session, firstOptions);
-  if (!first) {
-    session.diags.print(std::cerr, false);
-    return 1;
-  }
+  session.diags.print(std::cerr, false); // its errors, or the script's own plan's warnings
+  if (!first) return 1;
   if (!first->train.present) {
     std::cerr << "error: --search needs a train block: the batch and the optimizer\n";
     return 2;

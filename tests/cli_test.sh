@@ -107,6 +107,8 @@ else
   failures=$((failures + 1))
 fi
 rm -rf "$searched"
+# The search prints the script's own plan's warnings, as `epl plan` does.
+expect 0 "do not reach the loss" -- plan "$src/tests/parallel/unused_layer.epl" -np 2 --cluster dgx-a100 --search
 # An auto whose twins with none and every leave a stage over device_memory is left out.
 expect 0 "with recompute = auto not planned: a stage fits the device_memory neither with none nor with every" -- plan "$src/examples/gpt_char.epl" -np 8 --cluster dgx-a100 --search --set policy.recompute=none --set policy.device_memory=40MB
 # `epl calibrate` measures this machine (two ranks under mpirun for the link) and

@@ -143,4 +143,23 @@ bool sameShape(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
   return padTo(a, rank) == padTo(b, rank);
 }
 
+AroundDim aroundDim(const KernelCall& c, const std::vector<int64_t>& x) {
+  int64_t r = static_cast<int64_t>(x.size()), d = attrInt(c, "dim");
+  if (d < 0) d += r;
+  EPL_ASSERT(d >= 0 && d < r, "the shape rule let a dim out of range through");
+  AroundDim a;
+  for (int64_t k = 0; k < r; ++k)
+    (k < d ? a.o : k == d ? a.n : a.i) *= x[static_cast<size_t>(k)];
+  return a;
+}
+
+KeptRun keptRun(const KernelCall& c, int64_t n) {
+  bool select = c.kind == ir::OpKind::Select;
+  KeptRun run{attrInt(c, select ? "index" : "start"), select ? 1 : attrInt(c, "length")};
+  if (run.start < 0) run.start += n;
+  EPL_ASSERT(run.start >= 0 && run.start + run.len <= n,
+             "the shape rule let an index out of range through");
+  return run;
+}
+
 } // namespace epl::backend

@@ -74,6 +74,18 @@ struct TransposeDims {
 };
 TransposeDims transposeDims(const KernelCall& c, const TensorView& src);
 
+// mean, select and narrow view x as [O, N, I] around the call's `dim` (negative counts from
+// the end): O the dims before it, N its size, I the dims after it.
+struct AroundDim {
+  int64_t o = 1, n = 1, i = 1;
+};
+AroundDim aroundDim(const KernelCall& c, const std::vector<int64_t>& x);
+// The run [start, start + len) of the dim that select (len 1) or narrow keeps, of n indices.
+struct KeptRun {
+  int64_t start, len;
+};
+KeptRun keptRun(const KernelCall& c, int64_t n);
+
 // A binary op's operands a and b broadcast to `out`: the output's dims with size-1 dims
 // dropped and neighbours merged while both operands stay contiguous across them, and each
 // operand's stride per merged dim (0 where it is broadcast).

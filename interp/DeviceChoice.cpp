@@ -20,30 +20,12 @@ const ir::Op* opWithoutCudaKernel(const ir::Module& m) {
   return nullptr;
 }
 
-// The first attention of the plan with fewer k/v heads than heads, rotary embeddings or a
-// padding mask: the CUDA kernel has none of them yet.
-const ir::Op* attentionBeyondCuda(const ir::Module& m) {
-  for (const ir::Op& op : m.ops) {
-    if (op.kind != ir::OpKind::Attention || op.phase == ir::Phase::Optimizer) continue;
-    auto rotary = op.attrs.find("rotary"), kv = op.attrs.find("kv_heads");
-    bool turns = rotary != op.attrs.end() && std::get<bool>(rotary->second);
-    bool grouped =
-        kv != op.attrs.end() && std::get<int64_t>(kv->second) != ir::intAttr(op.attrs, "heads");
-    if (turns || grouped || ir::givesTensor(op.attrs, "mask")) return &op;
-  }
-  return nullptr;
-}
-
 // Why the CUDA device cannot run this plan, or "" when it can.
 std::string cudaRefusal(const ir::Module& m, const ir::Op** op) {
   // Several ranks on GPUs run data parallelism (NCCL), pipelines, split regions and states
   // offloaded to disk (docs/gpu.md): nothing refuses them.
   *op = opWithoutCudaKernel(m);
   if (*op) return fmt::format("`{}` has no CUDA kernel yet", ir::opInfo((*op)->kind).name);
-  *op = attentionBeyondCuda(m);
-  if (*op)
-    return "the CUDA kernel of `attention` has no `kv_heads` below `heads`, `rotary` or `mask` "
-           "yet";
   return "";
 }
 

@@ -44,7 +44,7 @@ fi
 families=("$@")
 pids=()
 [ ${#families[@]} -gt 0 ] || families=(linear embedding norms attention mlp moe conv pooling
-                                       activations elementwise losses optimizers dropout)
+                                       activations elementwise losses optimizers dropout slicing)
 # Each part is started in the background; names[i] and lines[i] say how to report it.
 names=()
 lines=()
@@ -111,6 +111,12 @@ train train_split_amp_np2 gpt_split.epl --np 2 --tol 1e-3 --set policy.amp=bf16
 train train_pipeline_split_np4 gpt_pipeline_split.epl --np 4
 train train_interleaved_split_np4 gpt_interleaved_split.epl --np 4
 train train_pipeline_tied_np2 gpt_pipeline_tied.epl --np 2
+# Attention with k/v heads shared and rotary embeddings, with a padding mask, and mean,
+# select and narrow (their CUDA kernels not yet run on a GPU when these were added).
+train train_llama llama_split.epl
+train train_llama_split_np2 llama_split.epl --np 2
+train train_encoder_mask encoder_mask.epl
+train train_bert_np2 bert_cls.epl --np 2
 
 failed=0
 for i in "${!names[@]}"; do

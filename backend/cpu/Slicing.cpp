@@ -1,7 +1,9 @@
 // mean over one dim, and select / narrow of a run of its indices. Each views x as
-// [O, N, I] around the dim (O the dims before it, N its size, I the dims after it).
+// [O, N, I] around the dim (O the dims before it, N its size, I the dims after it:
+// KernelShapes.h's aroundDim).
 //
 // Shape legend: O outer dims, N the dim's size, I inner dims, L the indices kept.
+#include "backend/KernelShapes.h"
 #include "backend/cpu/KernelUtil.h"
 #include "backend/cpu/Kernels.h"
 
@@ -10,30 +12,6 @@
 namespace epl::backend::cpu {
 
 namespace {
-
-struct AroundDim {
-  int64_t o = 1, n = 1, i = 1;
-};
-
-// x [O, N, I] around the call's `dim` of x's shape (negative counts from the end).
-AroundDim aroundDim(const KernelCall& c, const std::vector<int64_t>& x) {
-  int64_t r = static_cast<int64_t>(x.size()), d = attrInt(c, "dim");
-  if (d < 0) d += r;
-  EPL_ASSERT(d >= 0 && d < r, "the shape rule let a dim out of range through");
-  AroundDim a;
-  for (int64_t k = 0; k < r; ++k)
-    (k < d ? a.o : k == d ? a.n : a.i) *= x[static_cast<size_t>(k)];
-  return a;
-}
-
-// The run [start, start + L) of the dim that select (L = 1) or narrow keeps.
-void keptRun(const KernelCall& c, int64_t n, int64_t& start, int64_t& len) {
-  bool select = c.kind == ir::OpKind::Select;
-  start = attrInt(c, select ? "index" : "start");
-  if (start < 0) start += n;
-  len = select ? 1 : attrInt(c, "length");
-  EPL_ASSERT(start >= 0 && start + len <= n, "the shape rule let an index out of range through");
-}
 
 // y[o, :, :] = x[o, start : start + L, :], rows of L I contiguous elements.
 template <class T> void copyRun(const T* x, T* y, const AroundDim& a, int64_t start, int64_t len) {
@@ -88,8 +66,8 @@ void mean(const KernelCall& c) {
 void keepRun(const KernelCall& c) {
   const TensorView& x = c.in[c.backward ? 1 : 0];
   AroundDim a = aroundDim(c, x.shape);
-  int64_t start = 0, len = 0;
-  keptRun(c, a.n, start, len);
+  KeptRun run = keptRun(c, a.n);
+  int64_t start = run.start, len = run.len;
   if (!c.backward) {
     if (x.dtype == ir::DType::I32) return copyRun(x.i32(), c.out[0].i32(), a, start, len);
     EPL_ASSERT(x.dtype == ir::DType::F32, "select and narrow take f32 or i32");

@@ -114,6 +114,11 @@ Family familyOf(OpKind kind) {
     return reshape;
   case OpKind::Transpose:
     return transpose;
+  case OpKind::Mean:
+    return mean;
+  case OpKind::Select:
+  case OpKind::Narrow:
+    return keepRun;
   case OpKind::CrossEntropy:
     return crossEntropy;
   case OpKind::Mse:

@@ -108,6 +108,9 @@ void actBackwardInPlace(const Ctx& ctx, Act a, const float* x, float* g, int64_t
 // Rows of `cols` softmaxed in place-or-not: y = softmax(x) over the last dim.
 void softmaxRows(const Ctx& ctx, const float* x, float* y, int64_t rows, int64_t cols);
 
+// Slicing.cu: mean over a dim; select and narrow (keepRun) of a run of its indices.
+void mean(const KernelCall& c, const Ctx& ctx);
+void keepRun(const KernelCall& c, const Ctx& ctx);
 // Elementwise.cu
 void add(const KernelCall& c, const Ctx& ctx);
 void sub(const KernelCall& c, const Ctx& ctx);

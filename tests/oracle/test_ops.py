@@ -563,9 +563,6 @@ def fam_attention(probe, rep):
     split_cases(probe, rep, "attention[bias=false]", "attention", {"heads": H, "bias": False},
                 [rand(B, T, D)], weights, lambda i, p: no_bias(i, p)[0])
     attention_split_heads(probe, rep)
-    if probe.device != "cpu":  # interp/DeviceChoice refuses them for the GPU
-        print("  kv_heads, rotary and mask: no CUDA kernel yet, checked on the cpu only")
-        return
     attention_gqa_rotary(probe, rep)
     attention_masks(probe, rep)
 

@@ -23,38 +23,23 @@ namespace {
 
 constexpr int64_t kBlockRows = 32;
 
-// The sum of v over the block, returned to every thread. blockDim.x is a multiple of 32; the
-// butterfly and the tree add in an order fixed by the block size.
-__device__ float warpSum(float v) {
+// The sum of v (float, or batch_norm's double) over the block, returned to every thread.
+// blockDim.x is a multiple of 32; the butterfly and the tree add in an order fixed by the
+// block size.
+template <class T> __device__ T warpSum(T v) {
   for (int o = 16; o > 0; o >>= 1)
     v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
 
-__device__ float blockSum(float v) {
-  __shared__ float part[32];
+template <class T> __device__ T blockSum(T v) {
+  __shared__ T part[32];
   v = warpSum(v);
   unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   __syncthreads(); // a previous call may still be reading `part`
   if (lane == 0) part[warp] = v;
   __syncthreads();
-  return warpSum(lane < blockDim.x / 32 ? part[lane] : 0.f);
-}
-
-__device__ double warpSumDouble(double v) {
-  for (int o = 16; o > 0; o >>= 1)
-    v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-__device__ double blockSumDouble(double v) {
-  __shared__ double part[32];
-  v = warpSumDouble(v);
-  unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  __syncthreads();
-  if (lane == 0) part[warp] = v;
-  __syncthreads();
-  return warpSumDouble(lane < blockDim.x / 32 ? part[lane] : 0.0);
+  return warpSum(lane < blockDim.x / 32 ? part[lane] : T(0));
 }
 
 // One block per row: a warp for short rows, up to 512 threads for long ones.
@@ -265,8 +250,8 @@ __global__ void channelMomentsKernel(const float* x, Channels ch, double* sums) 
       s1 += v;
       s2 += static_cast<double>(v) * v;
     }
-    s1 = blockSumDouble(s1);
-    s2 = blockSumDouble(s2);
+    s1 = blockSum(s1);
+    s2 = blockSum(s2);
     if (threadIdx.x == 0) {
       sums[2 * k] = s1;
       sums[2 * k + 1] = s2;
@@ -285,8 +270,8 @@ __global__ void channelGradSumsKernel(const float* dy, const float* x, const flo
       g1 += dy[j];
       g2 += static_cast<double>(dy[j]) * ((x[j] - m) * r);
     }
-    g1 = blockSumDouble(g1);
-    g2 = blockSumDouble(g2);
+    g1 = blockSum(g1);
+    g2 = blockSum(g2);
     if (threadIdx.x == 0) {
       sums[2 * k] = g1;
       sums[2 * k + 1] = g2;

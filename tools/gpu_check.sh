@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Runs the GPU tests on a machine with an NVIDIA GPU from the bundle tools/gpu_bundle.sh
 # made (.gpu/): every kernel family against the CPU's and PyTorch (the tests labelled `gpu`
-# in CTest), the communicators (NCCL on one rank; two ranks sharing the GPU), then 20
-# training steps of a char GPT on the GPU against the CPU (fp32, TF32 products, amp in bf16
-# and fp16), and of two ranks sharing the GPU (data parallel, pipeline, split regions, a
-# vocabulary-parallel loss). Needs python3 with torch, and CUDA's cuBLAS 13 and NCCL 2 (found in python3's
+# in CTest), the communicators (NCCL on one rank; two ranks sharing the GPU), the unit
+# tests that run on every device, then 20 training steps on the GPU against the CPU of a char
+# GPT (fp32, TF32 products, amp in bf16 and fp16, states offloaded) and of more models on
+# one, two and four ranks sharing the GPU (data parallel, pipelines, split regions, experts,
+# batch_norm, grouped-query and rotary attention, a padding mask), as tests/gpu/CMakeLists.txt
+# runs them. Needs python3 with torch, and CUDA's cuBLAS 13 and NCCL 2 (found in python3's
 # nvidia packages if not on the library path). Writes each part's output into DIR
 # (default: gpu-check/), and prints each part's result with the seconds since the start. A
 # session's device time is short, so every part starts at once, side by side (an H200 has

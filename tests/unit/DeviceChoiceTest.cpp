@@ -53,10 +53,26 @@ train net {
       std::string(epl::testing::kOneStage) + "policy { offload = optimizer\n offload_to = disk }\n";
   auto offloaded = epl::testing::planned("disk.epl", disk, 1);
   REQUIRE(offloaded);
-  // Data parallelism, pipelines, split regions and states on disk over GPUs run: without a
-  // GPU here (or CUDA in this build) they are refused for that, never for their plan.
+  // Grouped-query attention with rotary embeddings and a padding mask, and mean and select,
+  // have CUDA kernels too.
+  std::string encoder = R"(
+model net(tokens: i32[B, 8], keep: i32[B, 8], y: i32[B]) {
+  x = embedding(tokens, 16, 32)
+  x = x + attention(x, 4, causal = false, kv_heads = 2, rotary = true, mask = keep)
+  return cross_entropy(linear(mean(x, 1) + select(x, 1, 0), 4), y)
+}
+train net {
+  data = synthetic(samples = 64, classes = 4)
+  batch = 16
+}
+)";
+  auto encoderPlan = epl::testing::planned("encoder.epl", encoder, 1);
+  REQUIRE(encoderPlan);
+  // Data parallelism, pipelines, split regions, states on disk and those layers over GPUs
+  // run: without a GPU here (or CUDA in this build) they are refused for that, never for
+  // their plan.
   if (!epl::backend::cudaAvailable())
-    for (const epl::ir::Module* m : {&*two, &*pipeline, &*splitPlan, &*offloaded}) {
+    for (const epl::ir::Module* m : {&*two, &*pipeline, &*splitPlan, &*offloaded, &*encoderPlan}) {
       std::string why = refusal(*m, "cuda");
       CHECK(!why.empty());
       CHECK(why.find("several GPUs") == std::string::npos);

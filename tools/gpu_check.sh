@@ -82,7 +82,8 @@ mkdir -p /usr/share/datasets
 train() { # the run's name, its script in tests/parallel, then device_equivalence.py's options
   local name=$1 script=$2
   shift 2
-  start "$name" "tail -1" python3 tests/gpu/device_equivalence.py "$root/.gpu/bin/epl" \
+  start "$name" "grep -m2 -E 'worst relative|^FAIL|^(internal )?error:|^skipped'" \
+    python3 tests/gpu/device_equivalence.py "$root/.gpu/bin/epl" \
     "$out/$name" "tests/parallel/$script" "$@"
 }
 train train_gpt_amp_bf16 gpt_dp.epl --tol 1e-3 --set policy.amp=bf16

@@ -39,6 +39,18 @@ struct TensorView {
   int32_t* i32() const { return static_cast<int32_t*>(data); }
 };
 
+// Where a call's elements lie in a tensor cut over a split group (KernelCall::cutPiece):
+// piece `index` of `pieces` of every row of `piece` elements; piece 0: the whole tensor.
+// Read on the host and in the GPU's kernels alike.
+struct CutPiece {
+  int64_t piece = 0;
+  int pieces = 1, index = 0;
+  // The whole tensor's index of element i.
+  EPL_HOST_DEVICE int64_t whole(int64_t i) const {
+    return piece == 0 ? i : (i / piece * pieces + index) * piece + i % piece;
+  }
+};
+
 // One kernel launch for a builtin op.
 //
 // Forward:  in  = the op's tensor inputs, then its params (in ir::paramSpecs order);
@@ -103,10 +115,8 @@ struct KernelCall {
   // micro-batch's, as on one device. Called on the launching thread; empty: one rank.
   std::function<void(double* values, int64_t n)> sumOverReaders;
   // The whole tensor's index of the call's element i.
-  int64_t wholeIndex(int64_t i) const {
-    if (cutPiece == 0) return i;
-    return (i / cutPiece * cutPieces + cutIndex) * cutPiece + i % cutPiece;
-  }
+  int64_t wholeIndex(int64_t i) const { return cutOf().whole(i); }
+  CutPiece cutOf() const { return {cutPiece, cutPieces, cutIndex}; }
 };
 
 enum class OptimizerKind { Sgd, Adam, AdamW };

@@ -179,15 +179,6 @@ __global__ void softmaxGradKernel(const float* dy, const float* y, GradOut dx, i
   }
 }
 
-// A call's place in the whole tensor (KernelCall::wholeIndex): piece 0 is the whole tensor.
-struct CutPiece {
-  int64_t piece;
-  int pieces, index;
-  __device__ int64_t whole(int64_t i) const {
-    return piece == 0 ? i : (i / piece * pieces + index) * piece + i % piece;
-  }
-};
-
 __global__ void dropoutKernel(DropoutMask mask, int64_t at, CutPiece cut, const float* src,
                               GradOut dst, int64_t n) {
   EPL_GRID_STRIDE(i, n) {
@@ -202,9 +193,8 @@ void dropoutApply(const KernelCall& c, const Ctx& ctx, const float* src, const G
                   int64_t n) {
   double p = attrFloat(c, "p");
   if (!c.training || p == 0) return writeOrAdd(ctx, dst, src, n);
-  dropoutKernel<<<blocksFor(n), kThreads, 0, ctx.stream>>>(
-      DropoutMask(c.seed, p), c.elementOffset, CutPiece{c.cutPiece, c.cutPieces, c.cutIndex}, src,
-      dst, n);
+  dropoutKernel<<<blocksFor(n), kThreads, 0, ctx.stream>>>(DropoutMask(c.seed, p), c.elementOffset,
+                                                           c.cutOf(), src, dst, n);
   checkLaunch("dropout");
 }
 

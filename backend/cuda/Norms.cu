@@ -339,8 +339,8 @@ unsigned channelBlocks(int64_t c) {
 
 // The per-channel sums (device memory, 2C of them) and the count of elements a channel (B S)
 // summed over the ranks that share the micro-batch, through the host; returns the count.
-double sumOverReaders(const KernelCall& c, const Ctx& ctx, double* sums, int64_t channels,
-                      double count) {
+double sumChannelsOverReaders(const KernelCall& c, const Ctx& ctx, double* sums, int64_t channels,
+                              double count) {
   if (!c.sumOverReaders) return count;
   std::vector<double> host(static_cast<size_t>(2 * channels + 1));
   size_t bytes = sizeof(double) * static_cast<size_t>(2 * channels);
@@ -370,7 +370,7 @@ void batchNormForward(const KernelCall& c, const Ctx& ctx) {
     channelMomentsKernel<<<channelBlocks(ch.c), kChannelThreads, 0, ctx.stream>>>(x.f32(), ch,
                                                                                   sums);
     checkLaunch("batch_norm statistics");
-    double n = sumOverReaders(c, ctx, sums, ch.c, static_cast<double>(ch.b * ch.s));
+    double n = sumChannelsOverReaders(c, ctx, sums, ch.c, static_cast<double>(ch.b * ch.s));
     batchStatsKernel<<<blocksFor(ch.c), kThreads, 0, ctx.stream>>>(
         sums, n, ch.c, eps, momentum, mean, rstd, c.in[3].f32(), c.in[4].f32());
   } else {
@@ -407,7 +407,7 @@ void batchNormBackward(const KernelCall& c, const Ctx& ctx) {
     checkLaunch("batch_norm parameter gradients");
   }
   if (!dx || x.numel() == 0) return;
-  double count = sumOverReaders(c, ctx, sums, ch.c, static_cast<double>(ch.b * ch.s));
+  double count = sumChannelsOverReaders(c, ctx, sums, ch.c, static_cast<double>(ch.b * ch.s));
   batchNormGradKernel<<<blocksFor(x.numel()), kThreads, 0, ctx.stream>>>(
       dy, x.f32(), c.in[2].f32(), mean, rstd, sums, count, ch, x.numel(), dx);
   checkLaunch("batch_norm backward");

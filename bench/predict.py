@@ -47,6 +47,8 @@ CASES = [("examples/mlp_fashion.epl", 1), ("examples/mlp_fashion.epl", 2),
 CASES_4 = [("examples/gpt_char_dp.epl", 4), ("bench/pipeline_gpt4.epl", 4),
            ("bench/split_gpt.epl", 4)]
 SETTINGS = ["--set", "train.eval=none", "--set", "train.checkpoint=none"]
+# `here`'s calibration measures the CPU: the runs stay on it on a machine with a GPU too.
+RUN = ["--device", "cpu"]
 
 
 def case_args(script):
@@ -63,7 +65,7 @@ def measure(args, env, work, script, np):
     path, settings, tag = case_args(script)
     metrics = os.path.join(work, f"{tag}.{np}.jsonl")
     run = subprocess.run([args.epl, "run", path, "-np", str(np), "--steps", str(args.steps),
-                          "--metrics", metrics] + settings, env=env, capture_output=True,
+                          "--metrics", metrics] + RUN + settings, env=env, capture_output=True,
                          text=True)
     if run.returncode != 0:
         sys.exit(f"epl run {script} -np {np} failed:\n{run.stdout}{run.stderr}")
@@ -78,7 +80,7 @@ def traced_ops(args, env, work, script, np, rank):
     trace = os.path.join(work, f"{tag}.{np}.trace.json")
     run = subprocess.run([args.epl, "run", path, "-np", str(np), "--steps", str(args.steps),
                           "--trace", trace, "--metrics", os.path.join(work, "traced.jsonl")]
-                         + settings, env=env, capture_output=True, text=True)
+                         + RUN + settings, env=env, capture_output=True, text=True)
     if run.returncode != 0:
         sys.exit(f"epl run --trace {script} -np {np} failed:\n{run.stdout}{run.stderr}")
     events = json.load(open(trace))
@@ -135,7 +137,7 @@ def main():
             r = subprocess.run([args.epl, "calibrate"], env=env, capture_output=True, text=True)
             if r.returncode != 0:
                 sys.exit(f"epl calibrate failed:\n{r.stdout}{r.stderr}")
-            print(r.stderr.strip())
+            print(r.stderr.strip(), flush=True)
         cores = os.cpu_count() or 1
         cases = CASES + (CASES_4 if cores >= 4 or args.shared else [])
         cases = [c for c in cases if not args.only or args.only in c[0]]
@@ -152,6 +154,9 @@ def main():
         for _ in range(args.repeats):
             for script, np in cases:
                 runs[script, np].append(measure(args, env, work, script, np))
+                # As it goes, so that a run cut short by a time limit still says something.
+                print(f"  {script} -np {np}: predicted {predicted[script, np]:.4f}s, measured "
+                      f"{runs[script, np][-1]:.4f}s", file=sys.stderr, flush=True)
         print(f"\n{'case':44} {'np':>3} {'predicted':>10} {'measured':>10} {'pred/meas':>9}"
               f"  runs' medians")
         ratios = []

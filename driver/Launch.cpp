@@ -39,6 +39,17 @@ std::vector<std::string> mpirunCommand(int np, const LaunchOptions& o, int argc,
   std::vector<std::string> cmd = {"mpirun", "-np", std::to_string(np)};
   // More ranks than cores on this machine: mpirun refuses unless told it is meant.
   if (o.hostfile.empty() && np > hardwareThreads()) cmd.push_back("--oversubscribe");
+  // On this one machine, no binding: mpirun's default binds each of 2 ranks to a single
+  // core (and more to a socket), so on 16 cores `-np 2` ran 2 threads in all. Unbound,
+  // each rank runs the machine's cores over the ranks (threadsPerRank). A binding the user
+  // asks for through --mca stands.
+  bool userBinds = false;
+  for (size_t i = 0; i + 1 < o.mca.size(); i += 2)
+    userBinds |= o.mca[i].find("binding_policy") != std::string::npos;
+  if (o.hostfile.empty() && !userBinds) {
+    cmd.push_back("--bind-to");
+    cmd.push_back("none");
+  }
   if (!o.hostfile.empty()) {
     cmd.push_back("--hostfile");
     cmd.push_back(o.hostfile);
@@ -206,8 +217,11 @@ int threadsPerRank() {
   cpu_set_t set;
   int cpus = hardwareThreads();
   if (sched_getaffinity(0, sizeof set, &set) == 0) cpus = std::max(1, CPU_COUNT(&set));
-  if (cpus < hardwareThreads()) return cpus; // mpirun bound this rank to its own cores
-  return std::max(1, cpus / ranksOnThisMachine());
+  if (cpus >= hardwareThreads()) return std::max(1, cpus / ranksOnThisMachine());
+  // mpirun bound this rank (a hostfile's run): to its own cores, or to a socket that the
+  // machine's ranks share in proportion to its cores.
+  int sharing = (ranksOnThisMachine() * cpus + hardwareThreads() - 1) / hardwareThreads();
+  return std::max(1, cpus / std::max(1, sharing));
 }
 
 int ranksOnThisMachine() {

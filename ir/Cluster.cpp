@@ -347,7 +347,18 @@ Cluster Cluster::forRanks(int np, int requested) const {
   // More threads than cores (more ranks than cores, or more threads asked for): each rank
   // gets its share of the cores.
   double share = std::min(1.0, static_cast<double>(k.cores) / (static_cast<double>(np) * threads));
-  double gemm = rateAt(k.gemmFlops, threads) * share;
+  // The ranks running at once cannot pass what their threads reach together in one
+  // process either: a machine whose cores share their vector units (or its power) does not
+  // run n ranks of t threads each at n times t threads' rate. Past the most threads
+  // measured, the rate is taken to grow with the threads.
+  int running = std::min(np, k.cores), used = std::min(k.cores, running * threads);
+  auto past = k.gemmFlops.upper_bound(used);
+  double alone = rateAt(k.gemmFlops, threads), together = 1;
+  if (alone > 0 && past != k.gemmFlops.begin()) {
+    const auto& [most, rate] = *std::prev(past);
+    together = std::min(1.0, rate * used / most / running / alone);
+  }
+  double gemm = alone * together * share;
   // The ranks running at once (as many as the cores) cannot pass what all the cores reach;
   // each runs its share of the time.
   double memory = std::min(rateAt(k.memoryBandwidth, threads),
@@ -357,7 +368,7 @@ Cluster Cluster::forRanks(int np, int requested) const {
   std::vector<ClusterDevice::ShapeRate> rows;
   if (!k.gemmByShape.empty()) rows = atThreads(k.gemmByShape, threads);
   for (ClusterDevice::ShapeRate& s : rows)
-    s.rate *= share;
+    s.rate *= together * share;
   c.device.setGemmRates(rows);
   c.device.memoryBandwidth = memory;
   // The ranks share the cache as they share the cores.

@@ -14,7 +14,9 @@
 # are read in order as they end.
 # With EPL_GPU_MEMCHECK=1 the kernel families' GPU cases run under compute-sanitizer's
 # memcheck (an out-of-bounds access fails the case; the reports are DIR/memcheck.*.log).
-# Usage: [EPL_GPU_MEMCHECK=1] tools/gpu_check.sh [DIR] [FAMILY...]
+# With EPL_GPU_FAMILIES_ONLY=1 only the kernel families run (no communicators, unit tests or
+# training runs): with EPL_GPU_MEMCHECK=1, a sanitizer pass over some families.
+# Usage: [EPL_GPU_MEMCHECK=1] [EPL_GPU_FAMILIES_ONLY=1] tools/gpu_check.sh [DIR] [FAMILY...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-gpu-check}
@@ -63,63 +65,66 @@ for f in "${families[@]}"; do
   start "oracle_$f" "grep -E 'failure|max error of' | head -2" \
     python3 tests/oracle/test_ops.py "$probe" "$f" --device cuda
 done
-# The communicators: NCCL on one rank, two ranks sharing the GPU staged through the host.
-start communicators "tail -1" .gpu/bin/epl_gpu_comm_test
-# The unit tests that run on each device, the GPU among them, against the CPU's: the
-# updates reading their clip factor and fp16's loss scale on the device (an overflow skips
-# them), the vocabulary-parallel loss's combine, the device choice.
-start unit_devices "tail -2" \
-  .gpu/bin/epl_unit_tests -# "[#OptimizerClipTest],[#VocabSliceTest],[#DeviceChoiceTest]"
+others() { # the communicators, the unit tests on each device and the training runs
+  # The communicators: NCCL on one rank, two ranks sharing the GPU staged through the host.
+  start communicators "tail -1" .gpu/bin/epl_gpu_comm_test
+  # The unit tests that run on each device, the GPU among them, against the CPU's: the
+  # updates reading their clip factor and fp16's loss scale on the device (an overflow skips
+  # them), the vocabulary-parallel loss's combine, the device choice.
+  start unit_devices "tail -2" \
+    .gpu/bin/epl_unit_tests -# "[#OptimizerClipTest],[#VocabSliceTest],[#DeviceChoiceTest]"
 
-# The training text and images where the scripts expect them.
-mkdir -p /usr/share/games/fortunes
-[ -f /usr/share/games/fortunes/cookie ] || cp .gpu/data/cookie /usr/share/games/fortunes/cookie
-mkdir -p /usr/share/datasets
-[ -d /usr/share/datasets/fashion-mnist ] || cp -r .gpu/data/fashion-mnist /usr/share/datasets/
-# 20 training steps on the GPU against the CPU, as the `gpu` tests of tests/gpu/CMakeLists.txt
-# run them (the same tolerances): amp in bf16 and fp16, fp32, an ignored class, TF32
-# products, optimizer states offloaded.
-train() { # the run's name, its script in tests/parallel, then device_equivalence.py's options
-  local name=$1 script=$2
-  shift 2
-  start "$name" "grep -m2 -E 'worst relative|^FAIL|^(internal )?error:|^skipped'" \
-    python3 tests/gpu/device_equivalence.py "$root/.gpu/bin/epl" \
-    "$out/$name" "tests/parallel/$script" "$@"
+  # The training text and images where the scripts expect them.
+  mkdir -p /usr/share/games/fortunes
+  [ -f /usr/share/games/fortunes/cookie ] || cp .gpu/data/cookie /usr/share/games/fortunes/cookie
+  mkdir -p /usr/share/datasets
+  [ -d /usr/share/datasets/fashion-mnist ] || cp -r .gpu/data/fashion-mnist /usr/share/datasets/
+  # 20 training steps on the GPU against the CPU, as the `gpu` tests of tests/gpu/CMakeLists.txt
+  # run them (the same tolerances): amp in bf16 and fp16, fp32, an ignored class, TF32
+  # products, optimizer states offloaded.
+  train() { # the run's name, its script in tests/parallel, then device_equivalence.py's options
+    local name=$1 script=$2
+    shift 2
+    start "$name" "grep -m2 -E 'worst relative|^FAIL|^(internal )?error:|^skipped'" \
+      python3 tests/gpu/device_equivalence.py "$root/.gpu/bin/epl" \
+      "$out/$name" "tests/parallel/$script" "$@"
+  }
+  train train_gpt_amp_bf16 gpt_dp.epl --tol 1e-3 --set policy.amp=bf16
+  train train_gpt_amp_fp16 gpt_dp.epl --tol 1e-3 --set policy.amp=fp16
+  train train_gpt gpt_dp.epl
+  train train_gpt_ignore gpt_ignore.epl
+  train train_gpt_tf32 gpt_dp.epl --tol 1e-3 --set policy.matmul=tf32
+  # Optimizer states offloaded: to page-locked host memory and to disk, each chunk copied to
+  # the GPU for its update and back (the CPU run keeps them in place: the same arithmetic).
+  train train_gpt_offload_cpu gpt_dp.epl --set policy.offload=optimizer --set policy.offload_to=cpu
+  train train_gpt_offload_disk gpt_dp.epl --set policy.offload=optimizer --set policy.offload_to=disk
+  # Two ranks on the one GPU (the bundle's mpirun; NCCL refuses ranks sharing a GPU, so the
+  # collectives go through MPI staged by the host): data parallel, a 2-stage pipeline, split
+  # regions, a vocabulary-parallel head and loss; as tests/gpu/CMakeLists.txt runs them.
+  train train_gpt_np2 gpt_dp.epl --np 2
+  train train_pipeline_np2 gpt_pipeline.epl --np 2
+  train train_split_np2 gpt_split.epl --np 2
+  train train_vocab_np2 cnn_vocab_head.epl --np 2
+  # More of the plans on several ranks, as tests/gpu/CMakeLists.txt runs them: experts split,
+  # a split convolution, batch_norm's statistics over the ranks, split regions under amp, a
+  # pipeline of split stages and interleaved chunks of them (4 ranks), a tied head across stages.
+  train train_moe_np2 moe_split.epl --np 2
+  train train_cnn_split_np2 cnn_split.epl --np 2
+  train train_cnn_bn_np2 cnn_bn.epl --np 2
+  train train_cnn_bn_split_np2 cnn_bn_split.epl --np 2
+  train train_cnn_bn_pipeline_np2 cnn_bn_pipeline.epl --np 2
+  train train_split_amp_np2 gpt_split.epl --np 2 --tol 1e-3 --set policy.amp=bf16
+  train train_pipeline_split_np4 gpt_pipeline_split.epl --np 4
+  train train_interleaved_split_np4 gpt_interleaved_split.epl --np 4
+  train train_pipeline_tied_np2 gpt_pipeline_tied.epl --np 2
+  # Attention with k/v heads shared and rotary embeddings, with a padding mask, and mean,
+  # select and narrow (their CUDA kernels not yet run on a GPU when these were added).
+  train train_llama llama_split.epl
+  train train_llama_split_np2 llama_split.epl --np 2
+  train train_encoder_mask encoder_mask.epl
+  train train_bert_np2 bert_cls.epl --np 2
 }
-train train_gpt_amp_bf16 gpt_dp.epl --tol 1e-3 --set policy.amp=bf16
-train train_gpt_amp_fp16 gpt_dp.epl --tol 1e-3 --set policy.amp=fp16
-train train_gpt gpt_dp.epl
-train train_gpt_ignore gpt_ignore.epl
-train train_gpt_tf32 gpt_dp.epl --tol 1e-3 --set policy.matmul=tf32
-# Optimizer states offloaded: to page-locked host memory and to disk, each chunk copied to
-# the GPU for its update and back (the CPU run keeps them in place: the same arithmetic).
-train train_gpt_offload_cpu gpt_dp.epl --set policy.offload=optimizer --set policy.offload_to=cpu
-train train_gpt_offload_disk gpt_dp.epl --set policy.offload=optimizer --set policy.offload_to=disk
-# Two ranks on the one GPU (the bundle's mpirun; NCCL refuses ranks sharing a GPU, so the
-# collectives go through MPI staged by the host): data parallel, a 2-stage pipeline, split
-# regions, a vocabulary-parallel head and loss; as tests/gpu/CMakeLists.txt runs them.
-train train_gpt_np2 gpt_dp.epl --np 2
-train train_pipeline_np2 gpt_pipeline.epl --np 2
-train train_split_np2 gpt_split.epl --np 2
-train train_vocab_np2 cnn_vocab_head.epl --np 2
-# More of the plans on several ranks, as tests/gpu/CMakeLists.txt runs them: experts split,
-# a split convolution, batch_norm's statistics over the ranks, split regions under amp, a
-# pipeline of split stages and interleaved chunks of them (4 ranks), a tied head across stages.
-train train_moe_np2 moe_split.epl --np 2
-train train_cnn_split_np2 cnn_split.epl --np 2
-train train_cnn_bn_np2 cnn_bn.epl --np 2
-train train_cnn_bn_split_np2 cnn_bn_split.epl --np 2
-train train_cnn_bn_pipeline_np2 cnn_bn_pipeline.epl --np 2
-train train_split_amp_np2 gpt_split.epl --np 2 --tol 1e-3 --set policy.amp=bf16
-train train_pipeline_split_np4 gpt_pipeline_split.epl --np 4
-train train_interleaved_split_np4 gpt_interleaved_split.epl --np 4
-train train_pipeline_tied_np2 gpt_pipeline_tied.epl --np 2
-# Attention with k/v heads shared and rotary embeddings, with a padding mask, and mean,
-# select and narrow (their CUDA kernels not yet run on a GPU when these were added).
-train train_llama llama_split.epl
-train train_llama_split_np2 llama_split.epl --np 2
-train train_encoder_mask encoder_mask.epl
-train train_bert_np2 bert_cls.epl --np 2
+[ -n "${EPL_GPU_FAMILIES_ONLY:-}" ] || others
 
 failed=0
 for i in "${!names[@]}"; do

@@ -320,6 +320,34 @@ TEST_CASE("on a calibrated machine no gradient reduction hides behind the backwa
   CHECK(epl::ir::predict(*m, two).exposedReduction < p.gradientReduction);
 }
 
+TEST_CASE("ranks running at once on a calibrated machine get their share of what their "
+          "threads reach together") {
+  // Products at 1 GFLOP/s on one thread; on both threads at 2 GFLOP/s (cores of their own),
+  // or still 1 (cores that share a vector unit), or not measured (taken to grow with them).
+  auto cluster = [](const std::string& gemm) {
+    return parsed(fmt::format(R"({{"devices_per_node": 2, "device": {{"memory_bytes": 1e12,
+            "memory_bandwidth": 1e9, "peak_flops": {{"f32": 1e9}}}},
+            "intra_node": {{"bandwidth": 1e12, "latency": 1e-12}},
+            "calibration": {{"cores": 2, "gemm_flops": {},
+              "memory_bandwidth": {{"1": 1e30, "2": 1e30}}}}}})",
+                              gemm));
+  };
+  Cluster own = cluster(R"({"1": 1e9, "2": 2e9})"), sharing = cluster(R"({"1": 1e9, "2": 1e9})"),
+          unmeasured = cluster(R"({"1": 1e9})");
+  CHECK(own.forRanks(2).device.peakF32 == Approx(1e9));
+  CHECK(sharing.forRanks(2).device.peakF32 == Approx(0.5e9));
+  CHECK(unmeasured.forRanks(2).device.peakF32 == Approx(1e9));
+  // One rank of both threads runs at their rate, whichever machine.
+  CHECK(own.forRanks(1).device.peakF32 == Approx(2e9));
+  CHECK(sharing.forRanks(1).device.peakF32 == Approx(1e9));
+  // A plan's products at -np 2 take twice as long where the cores share their units.
+  auto m = epl::testing::planned("one.epl", epl::testing::kOneStage, 2);
+  REQUIRE(m);
+  double a = epl::ir::predict(*m, own.forRanks(2)).compute;
+  double b = epl::ir::predict(*m, sharing.forRanks(2)).compute;
+  CHECK(b == Approx(2 * a).epsilon(0.05));
+}
+
 TEST_CASE("a rank whose memory plan fits its share of the cache moves its bytes at the "
           "cache's rate, or the curve's for the plan where there is one") {
   // Products all but free; memory at 1 GB/s, the cache at 4 GB/s (a core; twice that on

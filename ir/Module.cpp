@@ -735,16 +735,15 @@ Module::ParamLayout Module::paramLayout(const Program& p) const {
     }
   };
   place(false);
-  int64_t first = -1; // of the first domain's parameters the rank updates
-  for (int q : p.params)
-    if (!reducedOverPieces(q) && (first < 0 || l.offset[q] < first)) first = l.offset[q];
   int64_t end = l.total;
   place(true);
-  if (first < 0 || l.total == end) return l;
-  // With split pieces after them: ZeRO's slices of the first domain, padded to equal
-  // sizes (Module::zeroSlices), end before the second domain begins.
+  bool updates =
+      std::any_of(p.params.begin(), p.params.end(), [&](int q) { return !reducedOverPieces(q); });
+  if (!updates || l.total == end) return l;
+  // With split pieces after them: ZeRO's slices of the first domain (the layout's start),
+  // padded to equal sizes (Module::zeroSlices), end before the second domain begins.
   int n = std::max(p.dataRanks, 1);
-  int64_t padded = first + n * (((end - first + n - 1) / n + 63) / 64 * 64);
+  int64_t padded = n * (((end + n - 1) / n + 63) / 64 * 64);
   for (size_t q = 0; q < params.size(); ++q)
     if (l.offset[q] >= end) l.offset[q] += padded - end;
   l.total += padded - end;
@@ -755,13 +754,18 @@ std::vector<Module::ZeroSlice> Module::zeroSlices(const Program& p) const {
   ParamLayout at = paramLayout(p);
   std::vector<ZeroSlice> out;
   for (bool pieces : {false, true}) {
+    // A domain where the rank updates some parameter: every parameter of it that the rank
+    // holds, those without a gradient too (a layer no loss reads, batch_norm's running
+    // statistics), as the gradient buckets that stage 2 reduce-scatters span them.
+    if (std::none_of(p.params.begin(), p.params.end(),
+                     [&](int q) { return reducedOverPieces(q) == pieces; }))
+      continue;
     int64_t first = -1, last = -1;
-    for (int q : p.params)
-      if (reducedOverPieces(q) == pieces) {
+    for (size_t q = 0; q < params.size(); ++q)
+      if (at.holds(static_cast<int>(q)) && reducedOverPieces(static_cast<int>(q)) == pieces) {
         first = first < 0 ? at.offset[q] : std::min(first, at.offset[q]);
-        last = std::max(last, at.end(q));
+        last = std::max(last, at.end(static_cast<int>(q)));
       }
-    if (first < 0) continue;
     ZeroSlice z;
     z.base = first;
     z.pieces = pieces;

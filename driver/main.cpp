@@ -238,8 +238,10 @@ int runScript(Common args, epl::interp::RunOptions o, const epl::driver::LaunchO
 }
 
 // `epl calibrate`: this process measures the compute and writes the cluster file, then
-// starts two ranks of itself under mpirun, whose rank 0 adds the link they measured.
-int calibrate(const std::string& out, int rounds, int argc, char** argv) {
+// starts two ranks of itself under mpirun, whose rank 0 adds the link they measured, then
+// 2, 4, … and as many ranks as cores (`--side-by-side`), whose rank 0 adds their GEMM rate
+// side by side.
+int calibrate(const std::string& out, int rounds, bool sideBySide, int argc, char** argv) {
   namespace fs = std::filesystem;
   auto write = [&](const nlohmann::json& j) {
     std::error_code ec;
@@ -252,6 +254,30 @@ int calibrate(const std::string& out, int rounds, int argc, char** argv) {
       return false;
     }
   };
+  auto read = [&](nlohmann::json& j) {
+    std::ifstream in(out, std::ios::binary);
+    j = nlohmann::json::parse(in, nullptr, false);
+    if (!j.is_discarded()) return true;
+    std::cerr << "error: " << out << " is not the file `epl calibrate` wrote\n";
+    return false;
+  };
+  if (epl::backend::insideMpiJob() && sideBySide) {
+    auto comm = epl::backend::makeMpiComm();
+    double total = epl::interp::measureSideBySide(*comm, rounds);
+    nlohmann::json j;
+    if (comm->rank() != 0) return 0;
+    if (!read(j)) return 1;
+    int ranks = comm->size(), cores = j["calibration"].value("cores", ranks);
+    int threads = std::max(1, cores / ranks);
+    double alone = j["calibration"]["gemm_flops"].value(std::to_string(threads), 0.0);
+    j["calibration"]["gemm_side_by_side"][std::to_string(ranks)] = total;
+    std::cerr << fmt::format(
+        "  {} ranks side by side, {} thread{} each: GEMM {:.1f} GFLOP/s in "
+        "all{}\n",
+        ranks, threads, threads == 1 ? "" : "s", total / 1e9,
+        alone > 0 ? fmt::format(" ({:.2f} of each alone)", total / ranks / alone) : "");
+    return write(j) ? 0 : 1;
+  }
   if (epl::backend::insideMpiJob()) {
     auto comm = epl::backend::makeMpiComm();
     if (comm->size() < 2) {
@@ -262,12 +288,8 @@ int calibrate(const std::string& out, int rounds, int argc, char** argv) {
     epl::ir::Link link = epl::interp::measureLink(*comm);
     epl::interp::measureSends(*comm, link);
     if (comm->rank() != 0) return 0;
-    std::ifstream in(out, std::ios::binary);
-    nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-    if (j.is_discarded()) {
-      std::cerr << "error: " << out << " is not the file `epl calibrate` wrote\n";
-      return 1;
-    }
+    nlohmann::json j;
+    if (!read(j)) return 1;
     j["intra_node"] = {{"bandwidth", link.bandwidth},
                        {"latency", link.latency},
                        {"send_bandwidth", link.sendBandwidth},
@@ -288,6 +310,23 @@ int calibrate(const std::string& out, int rounds, int argc, char** argv) {
     std::cerr << "error: the all-reduce between two ranks could not be measured (mpirun exited "
               << rc << "); " << out << " has the compute only\n";
     return 1;
+  }
+  // Ranks side by side, as a run of that many ranks shares the cores (ir::Cluster::forRanks).
+  std::vector<char*> again(argv, argv + argc);
+  std::string flag = "--side-by-side";
+  again.push_back(flag.data());
+  int cores = j["calibration"].value("cores", 1);
+  std::vector<int> counts; // 2, 4, … and every core, as the thread counts measured
+  for (int ranks = 2; ranks < cores; ranks *= 2)
+    counts.push_back(ranks);
+  if (cores >= 2) counts.push_back(cores);
+  for (int ranks : counts) {
+    rc = epl::driver::launchRanks(ranks, {}, static_cast<int>(again.size()), again.data());
+    if (rc != 0) {
+      std::cerr << "error: the GEMM of " << ranks << " ranks side by side could not be measured "
+                << "(mpirun exited " << rc << "); " << out << " has the rest\n";
+      return 1;
+    }
   }
   std::cerr << "wrote " << out << "\n";
   return 0;
@@ -490,6 +529,8 @@ int main(int argc, char** argv) {
                    "measure everything this many times and keep the medians (steadier on a "
                    "shared machine)")
       ->check(CLI::Range(1, 100));
+  bool calibrateSideBySide = false; // the ranks `calibrate` starts for it; not for users
+  calibrateCmd->add_flag("--side-by-side", calibrateSideBySide)->group("");
   epl::lsp::Command lsp(app); // `epl lsp`: the language server (lsp/)
 
   // An unknown command is named as such (CLI11 would only say one is required).
@@ -522,7 +563,8 @@ int main(int argc, char** argv) {
     return epl::driver::runRepl({replArgs.script, planOptions(replArgs), replCommands}, std::cin,
                                 std::cout, std::cerr);
   if (*dataCmd) return convertText(textIn, tokensOut);
-  if (*calibrateCmd) return calibrate(calibrateOut, calibrateRounds, argc, argv);
+  if (*calibrateCmd)
+    return calibrate(calibrateOut, calibrateRounds, calibrateSideBySide, argc, argv);
   epl::Session session;
   std::optional<epl::ir::Cluster> machines;
   if (!cluster.empty()) {

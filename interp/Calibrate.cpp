@@ -313,6 +313,21 @@ ir::Link measureLink(backend::Comm& comm) {
   return link;
 }
 
+double measureSideBySide(backend::Comm& comm, int rounds) {
+  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  backend::cpu::initThreads(std::max(1, cores / comm.size()));
+  std::vector<double> sums;
+  for (int r = 0; r < std::max(rounds, 1); ++r) {
+    backend::Request barrier = comm.ibarrier();
+    comm.wait(barrier, "calibrate barrier");
+    std::vector<float> rate{static_cast<float>(gemmRate() / 1e9)}; // GFLOP/s: a float holds it
+    backend::Request sum = comm.iallReduce(rate.data(), 1);
+    comm.wait(sum, "calibrate all-reduce");
+    sums.push_back(static_cast<double>(rate[0]) * 1e9);
+  }
+  return median(sums);
+}
+
 void measureSends(backend::Comm& comm, ir::Link& link) {
   int me = comm.rank();
   std::vector<char> small(4), big(size_t{16} << 20);

@@ -32,6 +32,12 @@ double cacheFromCurve(const std::vector<std::pair<double, double>>& curve, doubl
 // rank calls it.
 ir::Link measureLink(backend::Comm& comm);
 
+// The GEMM rate of comm's ranks side by side on this machine: each of them on its share of
+// the cores' threads (cores / ranks) times the large products of `gemm_flops` at once, a
+// barrier before each round; their rates summed, the median of `rounds`. Collective: every
+// rank calls it, and each gets the sum.
+double measureSideBySide(backend::Comm& comm, int rounds);
+
 // One rank sending to another: ranks 0 and 1 of `comm` pass a message back and forth, its
 // latency half a round trip of 4 bytes and its bandwidth from 16 MiB ones, each averaged
 // over a fixed count; into link.sendLatency and sendBandwidth. Every rank calls it (the

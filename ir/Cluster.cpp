@@ -172,21 +172,21 @@ double rateAt(const std::map<int, double>& rates, int threads) {
   return rates.empty() ? 0 : atThreads(rates, threads);
 }
 
+// `count`: what the keys count (threads; ranks for gemm_side_by_side).
 bool rates(const json& obj, const std::string& where, std::map<int, double>& out,
-           std::string& error) {
+           std::string& error, const std::string& count = "thread") {
   if (!obj.is_object() || obj.empty()) {
-    error = fmt::format("{}: must map thread counts to rates", where);
+    error = fmt::format("{}: must map {} counts to rates", where, count);
     return false;
   }
   for (const auto& [key, value] : obj.items()) {
-    int threads = std::atoi(key.c_str());
-    if (threads <= 0 || std::to_string(threads) != key || !value.is_number() ||
-        value.get<double>() <= 0) {
-      error = fmt::format("{}: `{}`: {} is not a thread count and a positive rate", where, key,
-                          value.dump());
+    int n = std::atoi(key.c_str());
+    if (n <= 0 || std::to_string(n) != key || !value.is_number() || value.get<double>() <= 0) {
+      error = fmt::format("{}: `{}`: {} is not a {} count and a positive rate", where, key,
+                          value.dump(), count);
       return false;
     }
-    out[threads] = value.get<double>();
+    out[n] = value.get<double>();
   }
   return true;
 }
@@ -347,14 +347,22 @@ Cluster Cluster::forRanks(int np, int requested) const {
   // More threads than cores (more ranks than cores, or more threads asked for): each rank
   // gets its share of the cores.
   double share = std::min(1.0, static_cast<double>(k.cores) / (static_cast<double>(np) * threads));
-  // The ranks running at once cannot pass what their threads reach together in one
-  // process either: a machine whose cores share their vector units (or its power) does not
-  // run n ranks of t threads each at n times t threads' rate. Past the most threads
-  // measured, the rate is taken to grow with the threads.
+  // The ranks running at once do not each reach a rank's rate alone: a machine whose cores
+  // share their vector units, caches or power runs n ranks of t threads below n times t
+  // threads' rate. Where `epl calibrate` ran ranks side by side, each gets the share of
+  // their rate that a rank of theirs lost (of the fewest measured at least as many as run
+  // here, else the most); otherwise no more than what their threads reach together in one
+  // process (past the most threads measured, taken to grow with the threads).
   int running = std::min(np, k.cores), used = std::min(k.cores, running * threads);
-  auto past = k.gemmFlops.upper_bound(used);
   double alone = rateAt(k.gemmFlops, threads), together = 1;
-  if (alone > 0 && past != k.gemmFlops.begin()) {
+  auto side = k.gemmSideBySide.lower_bound(running);
+  if (side == k.gemmSideBySide.end() && !k.gemmSideBySide.empty()) side = std::prev(side);
+  auto past = k.gemmFlops.upper_bound(used);
+  if (running > 1 && side != k.gemmSideBySide.end()) {
+    const auto& [ranks, rate] = *side;
+    double each = rateAt(k.gemmFlops, std::max(1, k.cores / ranks));
+    if (each > 0) together = std::min(1.0, rate / ranks / each);
+  } else if (alone > 0 && past != k.gemmFlops.begin()) {
     const auto& [most, rate] = *std::prev(past);
     together = std::min(1.0, rate * used / most / running / alone);
   }
@@ -509,7 +517,7 @@ std::optional<Cluster> parseCluster(const std::string& text, const std::string& 
     double cores = 0;
     if (!checkKeys(k, at,
                    {"cores", "gemm_flops", "memory_bandwidth", "gemm_by_shape", "cache_bytes",
-                    "cache_bandwidth", "bandwidth_by_size"},
+                    "cache_bandwidth", "bandwidth_by_size", "gemm_side_by_side"},
                    error) ||
         !number(k, at, "cores", true, cores, error) ||
         !number(k, at, "cache_bytes", false, cal.cacheBytes, error) ||
@@ -519,6 +527,9 @@ std::optional<Cluster> parseCluster(const std::string& text, const std::string& 
       return std::nullopt;
     if (k.contains("gemm_by_shape") &&
         !shapeRates(k["gemm_by_shape"], at + ".gemm_by_shape", cal.gemmByShape, error))
+      return std::nullopt;
+    if (k.contains("gemm_side_by_side") && !rates(k["gemm_side_by_side"], at + ".gemm_side_by_side",
+                                                  cal.gemmSideBySide, error, "rank"))
       return std::nullopt;
     if (k.contains("cache_bandwidth") &&
         !rates(k["cache_bandwidth"], at + ".cache_bandwidth", cal.cacheBandwidth, error))

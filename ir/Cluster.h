@@ -101,6 +101,9 @@ double curveAt(const std::vector<std::pair<double, double>>& curve, double bytes
 struct Calibration {
   int cores = 0;
   std::map<int, double> gemmFlops, memoryBandwidth; // threads -> FLOP/s, bytes/s
+  // ranks -> the GEMM FLOP/s of that many ranks side by side, each of cores / ranks threads,
+  // summed (as gemmFlops' products); empty in files of earlier versions
+  std::map<int, double> gemmSideBySide;
   // The last-level cache, shared by every core, as `epl calibrate` measured it; 0: unknown
   double cacheBytes = 0;
   std::map<int, double> cacheBandwidth; // threads -> bytes/s of y = a + b inside it

@@ -129,6 +129,10 @@ if ! grep -q '"bandwidth_by_size"' "$here/here.json"; then
   echo "FAIL: epl calibrate measured no bandwidth by working set"
   failures=$((failures + 1))
 fi
+if ! grep -q '"gemm_side_by_side"' "$here/here.json"; then
+  echo "FAIL: epl calibrate measured no GEMM of ranks side by side"
+  failures=$((failures + 1))
+fi
 if ! grep -q '"disk_bandwidth"' "$here/here.json"; then
   echo "FAIL: epl calibrate measured no disk bandwidth for offloaded states"
   failures=$((failures + 1))

@@ -324,13 +324,13 @@ TEST_CASE("ranks running at once on a calibrated machine get their share of what
           "threads reach together") {
   // Products at 1 GFLOP/s on one thread; on both threads at 2 GFLOP/s (cores of their own),
   // or still 1 (cores that share a vector unit), or not measured (taken to grow with them).
-  auto cluster = [](const std::string& gemm) {
+  auto cluster = [](const std::string& gemm, const std::string& side = "") {
     return parsed(fmt::format(R"({{"devices_per_node": 2, "device": {{"memory_bytes": 1e12,
             "memory_bandwidth": 1e9, "peak_flops": {{"f32": 1e9}}}},
             "intra_node": {{"bandwidth": 1e12, "latency": 1e-12}},
             "calibration": {{"cores": 2, "gemm_flops": {},
-              "memory_bandwidth": {{"1": 1e30, "2": 1e30}}}}}})",
-                              gemm));
+              "memory_bandwidth": {{"1": 1e30, "2": 1e30}}{}}}}})",
+                              gemm, side.empty() ? "" : ", \"gemm_side_by_side\": " + side));
   };
   Cluster own = cluster(R"({"1": 1e9, "2": 2e9})"), sharing = cluster(R"({"1": 1e9, "2": 1e9})"),
           unmeasured = cluster(R"({"1": 1e9})");
@@ -346,6 +346,22 @@ TEST_CASE("ranks running at once on a calibrated machine get their share of what
   double a = epl::ir::predict(*m, own.forRanks(2)).compute;
   double b = epl::ir::predict(*m, sharing.forRanks(2)).compute;
   CHECK(b == Approx(2 * a).epsilon(0.05));
+  // Where `epl calibrate` ran two ranks side by side, their rate decides, not one
+  // process's at both threads: 1.5 GFLOP/s in all, 0.75 each.
+  Cluster measured = cluster(R"({"1": 1e9, "2": 1e9})", R"({"2": 1.5e9})");
+  CHECK(measured.forRanks(2).device.peakF32 == Approx(0.75e9));
+  CHECK(measured.forRanks(1).device.peakF32 == Approx(1e9));
+  // More ranks than cores: those running at once (2) lose that share, each half the time.
+  CHECK(measured.forRanks(4).device.peakF32 == Approx(0.375e9));
+  std::string error;
+  CHECK_FALSE(epl::ir::parseCluster(R"({"devices_per_node": 2, "device": {"memory_bytes": 1e12,
+      "memory_bandwidth": 1e9, "peak_flops": {"f32": 1e9}}, "intra_node": {"bandwidth": 1e9,
+      "latency": 1e-6}, "calibration": {"cores": 2, "gemm_flops": {"1": 1e9},
+      "memory_bandwidth": {"1": 1e9}, "gemm_side_by_side": {"two": 1e9}}})",
+                                    "here.json", error));
+  CHECK(error ==
+        "here.json: calibration.gemm_side_by_side: `two`: 1000000000.0 is not a rank count "
+        "and a positive rate");
 }
 
 TEST_CASE("a rank whose memory plan fits its share of the cache moves its bytes at the "

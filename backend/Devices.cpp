@@ -6,6 +6,7 @@
 #include "backend/cuda/Nccl.h"
 #endif
 #include "backend/comm/StagedComm.h"
+#include "backend/cpu/Parallel.h"
 
 #include <cstdlib>
 #include <fmt/format.h>
@@ -29,6 +30,9 @@ std::unique_ptr<Device> makeDevice(const std::string& name, const DeviceOptions&
   }
   if (name == "cuda") {
 #if EPL_HAVE_CUDA
+    // The host's work beside the GPU's (reading the training data: synthetic batches on
+    // the CPU pool's threads) takes the rank's share of the cores, as a CPU run's kernels do.
+    cpu::setThreads(options.threads);
     return cuda::makeCudaDevice(options.ordinal, options.matmul);
 #else
     throw DeviceUnavailable("this epl was built without CUDA (no nvcc was found when it was "

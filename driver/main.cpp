@@ -261,7 +261,11 @@ int calibrate(const std::string& out, int rounds, bool sideBySide, int argc, cha
     std::cerr << "error: " << out << " is not the file `epl calibrate` wrote\n";
     return false;
   };
-  if (epl::backend::insideMpiJob() && sideBySide) {
+  if (sideBySide && !epl::backend::insideMpiJob()) {
+    std::cerr << "error: --side-by-side is for the ranks `epl calibrate` starts itself\n";
+    return 2;
+  }
+  if (sideBySide) {
     auto comm = epl::backend::makeMpiComm();
     double total = epl::interp::measureSideBySide(*comm, rounds);
     nlohmann::json j;
@@ -272,9 +276,8 @@ int calibrate(const std::string& out, int rounds, bool sideBySide, int argc, cha
     double alone = j["calibration"]["gemm_flops"].value(std::to_string(threads), 0.0);
     j["calibration"]["gemm_side_by_side"][std::to_string(ranks)] = total;
     std::cerr << fmt::format(
-        "  {} ranks side by side, {} thread{} each: GEMM {:.1f} GFLOP/s in "
-        "all{}\n",
-        ranks, threads, threads == 1 ? "" : "s", total / 1e9,
+        "  {} ranks side by side, {} thread{} each: GEMM {:.1f} GFLOP/s in all{}\n", ranks, threads,
+        threads == 1 ? "" : "s", total / 1e9,
         alone > 0 ? fmt::format(" ({:.2f} of each alone)", total / ranks / alone) : "");
     return write(j) ? 0 : 1;
   }

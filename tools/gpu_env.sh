@@ -21,7 +21,7 @@ if [ -d "$mpi" ]; then
   export PMIX_MCA_mca_base_component_path=$pmix/lib/pmix
   # Its zlib component does not load there (a symbol of the PMIx it was built with):
   # without compression, a warning on every launch that says nothing about the run.
-  export PMIX_MCA_pcompress_base_silence_warning=1
+  export PMIX_MCA_pcompress_base_silence_warning=1 PMIX_MCA_mca_base_component_show_load_errors=0
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader,tcp
 fi

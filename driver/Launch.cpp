@@ -224,6 +224,17 @@ int threadsPerRank() {
   return std::max(1, cpus / std::max(1, sharing));
 }
 
+std::string bindingNote() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return "";
+  int cpus = std::max(1, CPU_COUNT(&set)), share = hardwareThreads() / ranksOnThisMachine();
+  if (cpus >= share) return "";
+  return fmt::format("note: mpirun bound each rank to {} of this machine's {} cores, which "
+                     "leaves {} of them idle: `epl run -np N` starts the ranks unbound, or "
+                     "give mpirun `--bind-to none`",
+                     cpus, hardwareThreads(), hardwareThreads() - cpus * ranksOnThisMachine());
+}
+
 int ranksOnThisMachine() {
   for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
     if (const char* v = std::getenv(name)) return std::max(1, std::atoi(v));

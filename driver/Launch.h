@@ -31,6 +31,11 @@ bool planShownByLauncher();
 // machine unless mpirun bound it to its own.
 int threadsPerRank();
 
+// A note where mpirun bound this rank to fewer cores than its share of the machine's (its
+// default binds each of 2 ranks to one core: `mpirun -np 2 epl run` by hand on 16 cores
+// ran 2 threads in all); "" otherwise.
+std::string bindingNote();
+
 // Ranks of this MPI job on this machine, as mpirun says; 1 outside a job.
 int ranksOnThisMachine();
 

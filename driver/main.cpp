@@ -173,7 +173,11 @@ int runRank(Common args, epl::interp::RunOptions o, epl::backend::Comm* comm) {
   // only the launcher knows.
   o.terminal = comm ? epl::driver::terminalForwarded() : isatty(1);
   o.comm = comm;
-  if (o.threads == 0 && comm) o.threads = epl::driver::threadsPerRank();
+  if (o.threads == 0 && comm) {
+    o.threads = epl::driver::threadsPerRank();
+    if (std::string note = epl::driver::bindingNote(); rank == 0 && !note.empty())
+      std::cerr << note << "\n";
+  }
   if (rank == 0) {
     epl::Diagnostics warnings(session.sources);
     epl::interp::warnUnappliedPolicies(*m, warnings);

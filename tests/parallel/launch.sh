@@ -19,6 +19,15 @@ mpirun -np 2 "$epl" run "$script" -np 4 --steps 3 > np.out 2>&1 || rc=$?
 [ "$rc" -ne 0 ] || fail "a disagreeing -np was accepted"
 grep -q -- "-np 4 was given, but this MPI job has 2 ranks" np.out || { cat np.out; fail "message"; }
 
+# By hand, ranks that mpirun bound to fewer cores than their share (one rank bound to one
+# core of two or more): a note says so, and how to run unbound; `epl run -np` does not bind.
+if [ "$(nproc)" -ge 2 ]; then
+  mpirun -np 1 --bind-to core "$epl" run "$script" --steps 1 > bound.out 2>&1 ||
+    { cat bound.out; fail "mpirun -np 1 --bind-to core epl run"; }
+  grep -q "note: mpirun bound each rank to 1 of this machine's" bound.out ||
+    { cat bound.out; fail "no note of the binding"; }
+fi
+
 # By hand, a plan too big for the machine: the ranks agree to stop, and one says why.
 rc=0
 mpirun -np 2 "$epl" run "$(dirname "$examples")/tests/huge_model.epl" > huge.out 2>&1 || rc=$?
@@ -29,6 +38,7 @@ mpirun -np 2 "$epl" run "$(dirname "$examples")/tests/huge_model.epl" > huge.out
 # Rank 0 alone speaks, unless --log-all; --mca reaches mpirun.
 "$epl" run "$script" -np 2 --steps 3 --metrics quiet.jsonl > quiet.out 2>&1
 if grep -q "^rank 1: " quiet.out; then fail "rank 1 printed without --log-all"; fi
+if grep -q "note: mpirun bound" quiet.out; then fail "epl run -np 2 bound its ranks"; fi
 "$epl" run "$script" -np 2 --steps 3 --log-all --mca btl self,vader --metrics all.jsonl \
   > all.out 2>&1 || { cat all.out; fail "--log-all --mca"; }
 grep -q "^rank 1: step 3/3" all.out || { cat all.out; fail "rank 1's log"; }

@@ -4,8 +4,10 @@ blocks, under random policies, run for a few steps at -np 1 and at another -np, 
 what no hand-written test asked for. A plan that stops on an internal error, a crash or a
 hang is a finding; so is one whose losses leave -np 1's (relative 1e-5, 1e-3 under `amp`
 or half-precision gradient wires); and, with --resume, a run stopped at a checkpoint and
-resumed at other settings (-np, ZeRO, schedule, recompute) that does not resume. User
-errors (a -np the plan does not divide, a setting given twice) are counted, not reported.
+resumed at other settings (-np, ZeRO, schedule, recompute) that crashes, or whose losses
+after the checkpoint leave -np 1's uninterrupted ones (a resumption refused with an error
+is printed, not counted). User errors (a -np the plan does not divide, a setting given
+twice) are counted, not reported.
 
 The scripts it writes stay in WORKDIR, named by seed and trial, so a finding can be run
 again by hand. Not run by the tests: a run of 50 plans takes a few minutes on 2 cores.
@@ -178,13 +180,23 @@ def main():
                                   "policy.recompute=every"])
             rc, out, _ = run(args, resumable, first, 2, [], metrics)
             if rc == 0:
-                rc, out, _ = run(args, resumable, then, 4,
-                                 ["--resume"] + (["--set", setting] if setting else []), metrics)
+                rc, out, resumed = run(args, resumable, then, 4,
+                                       ["--resume"] + (["--set", setting] if setting else []),
+                                       metrics)
                 counts["resumed" if rc == 0 else "resume refused"] += 1
+                where = f"{resumable}: -np {first} resumed at -np {then} {setting}"
                 if broken(rc, out):
                     findings += 1
-                    print(f"FINDING {resumable}: -np {first} resumed at -np {then} {setting}: "
-                          f"exit {rc}: {first_error(out)}", flush=True)
+                    print(f"FINDING {where}: exit {rc}: {first_error(out)}", flush=True)
+                elif rc != 0:
+                    print(f"refused {where}: {first_error(out)}", flush=True)
+                # Steps 3 and 4 after the checkpoint of step 2: -np 1's, uninterrupted.
+                tail = a[len(a) - len(resumed):] if resumed else []
+                if resumed and (len(resumed) > len(a) or any(
+                        abs(x - y) / max(abs(y), 1e-12) > tol for x, y in zip(resumed, tail))):
+                    findings += 1
+                    print(f"FINDING {where}: losses {resumed} against -np 1's {tail} "
+                          f"uninterrupted (tolerance {tol:g})", flush=True)
     print(f"{args.plans} plans: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
           + f"; {findings} finding(s)")
     sys.exit(1 if findings else 0)

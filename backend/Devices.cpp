@@ -30,10 +30,11 @@ std::unique_ptr<Device> makeDevice(const std::string& name, const DeviceOptions&
   }
   if (name == "cuda") {
 #if EPL_HAVE_CUDA
+    auto device = cuda::makeCudaDevice(options.ordinal, options.matmul);
     // The host's work beside the GPU's (reading the training data: synthetic batches on
     // the CPU pool's threads) takes the rank's share of the cores, as a CPU run's kernels do.
     cpu::setThreads(options.threads);
-    return cuda::makeCudaDevice(options.ordinal, options.matmul);
+    return device;
 #else
     throw DeviceUnavailable("this epl was built without CUDA (no nvcc was found when it was "
                             "configured); use --device cpu, or rebuild where CUDA is installed");

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Predicted vs measured step time on this machine: `epl calibrate`, then for each case
-`epl plan --cluster here --json` (the prediction) and `epl run` (the median step after 2
-warm-up steps, from the metrics file), side by side in one run.
+`epl plan --cluster here --json` (the prediction) and `epl run --device cpu` (the median
+step after 2 warm-up steps, from the metrics file; on the CPU that `epl calibrate` measured,
+on a machine with a GPU too), side by side in one run.
 
 Cases: the Fashion-MNIST MLP and CNN and the data-parallel char-GPT at -np 1 and 2, the
 char-GPT as a 2-stage pipeline (bench/pipeline_gpt2.epl) and split 2 ways

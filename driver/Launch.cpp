@@ -31,6 +31,13 @@ int hardwareThreads() {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
+// The cores this process may run on (mpirun's binding); all of them where it cannot tell.
+int allowedCpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return hardwareThreads();
+  return std::max(1, CPU_COUNT(&set));
+}
+
 // The command line of mpirun for np ranks of this same command.
 std::vector<std::string> mpirunCommand(int np, const LaunchOptions& o, int argc, char** argv) {
   std::error_code ec;
@@ -214,9 +221,7 @@ bool planShownByLauncher() {
 }
 
 int threadsPerRank() {
-  cpu_set_t set;
-  int cpus = hardwareThreads();
-  if (sched_getaffinity(0, sizeof set, &set) == 0) cpus = std::max(1, CPU_COUNT(&set));
+  int cpus = allowedCpus();
   if (cpus >= hardwareThreads()) return std::max(1, cpus / ranksOnThisMachine());
   // mpirun bound this rank (a hostfile's run): to its own cores, or to a socket that the
   // machine's ranks share in proportion to its cores.
@@ -225,9 +230,7 @@ int threadsPerRank() {
 }
 
 std::string bindingNote() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return "";
-  int cpus = std::max(1, CPU_COUNT(&set)), share = hardwareThreads() / ranksOnThisMachine();
+  int cpus = allowedCpus(), share = hardwareThreads() / ranksOnThisMachine();
   if (cpus >= share) return "";
   return fmt::format("note: mpirun bound each rank to {} of this machine's {} cores, which "
                      "leaves {} of them idle: `epl run -np N` starts the ranks unbound, or "

@@ -323,11 +323,8 @@ int calibrate(const std::string& out, int rounds, bool sideBySide, int argc, cha
   std::string flag = "--side-by-side";
   again.push_back(flag.data());
   int cores = j["calibration"].value("cores", 1);
-  std::vector<int> counts; // 2, 4, … and every core, as the thread counts measured
-  for (int ranks = 2; ranks < cores; ranks *= 2)
-    counts.push_back(ranks);
-  if (cores >= 2) counts.push_back(cores);
-  for (int ranks : counts) {
+  for (int ranks : epl::interp::calibratedCounts(cores)) {
+    if (ranks < 2) continue;
     rc = epl::driver::launchRanks(ranks, {}, static_cast<int>(again.size()), again.data());
     if (rc != 0) {
       std::cerr << "error: the GEMM of " << ranks << " ranks side by side could not be measured "

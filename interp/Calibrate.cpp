@@ -221,12 +221,17 @@ double cacheFromCurve(const std::vector<std::pair<double, double>>& curve, doubl
   return sysfs > 0 ? std::min(bytes, sysfs) : bytes;
 }
 
+std::vector<int> calibratedCounts(int cores) {
+  std::vector<int> counts;
+  for (int n = 1; n < cores; n *= 2)
+    counts.push_back(n);
+  counts.push_back(std::max(cores, 1));
+  return counts;
+}
+
 nlohmann::json measureCompute(std::ostream& log, int rounds) {
   int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<int> counts;
-  for (int t = 1; t < cores; t *= 2)
-    counts.push_back(t);
-  counts.push_back(cores);
+  std::vector<int> counts = calibratedCounts(cores);
   nlohmann::json gemm = nlohmann::json::object(), memory = nlohmann::json::object(),
                  shapes = nlohmann::json::object(), cache = nlohmann::json::object(),
                  curves = nlohmann::json::object();

@@ -12,6 +12,10 @@
 
 namespace epl::interp {
 
+// The counts `epl calibrate` measures at, of threads and of ranks side by side: 1, 2, 4, …
+// below `cores`, then `cores`.
+std::vector<int> calibratedCounts(int cores);
+
 // This machine's cluster file without its link: the device, and the rates by threads a
 // rank (1, 2, 4, … and all cores) under `calibration`, each the median of `rounds`
 // measurements. Says what it measures on `log`.

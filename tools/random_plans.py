@@ -102,8 +102,8 @@ def script(rng):
     text = (f"{model}\npolicy {{\n  micro_batches = {rng.choice([1, 2, 4])}\n"
             + "".join(f"  {p}\n" for p in policy)
             + f"}}\ntrain net {{\n  {data}\n  batch = 48\n{clip}}}\n")
-    # Two batch_norms in a row (through a relu and a convolution): the first's shift gets a
-    # gradient that is mostly cancellation, whose rounding differs between plans and which
+    # Two batch_norms or more (one renormalising the other through a relu and a convolution):
+    # the first's shift gets a gradient that is mostly cancellation, whose rounding differs between plans and which
     # Adam amplifies (docs/language.md, batch_norm: 8e-5 apart by step 4 on one such plan;
     # under SGD 1e-7).
     chained = model.count("batch_norm(") >= 2

@@ -601,13 +601,10 @@ TEST_CASE("a synthetic batch is the same read on one thread or several", "[data]
   backend::cpu::setThreads(before);
   CHECK(one == two);
   CHECK(one == three);
-  // Sample 100's first element, as its hash gives it (a change of the formula shows here).
-  float first = one.first[0];
-  CHECK(std::isfinite(first));
+  // A batch's first sample is that sample read alone.
   std::pair<std::vector<float>, std::vector<int32_t>> alone{std::vector<float>(784),
                                                             std::vector<int32_t>(1)};
   d->read(Split::Train, {100}, {alone.first.data(), alone.second.data()}, nullptr);
-  CHECK(alone.first[0] == first);
   CHECK(std::vector<float>(one.first.begin(), one.first.begin() + 784) == alone.first);
 }
 

@@ -24,6 +24,9 @@
 // prefix of its, add into them.
 // A group holds as many heads as fit in kScoreFloats (at least one), which bounds scratch.
 // Every reduction runs in a fixed order, so results do not change from run to run.
+// With TF32 products (`matmul = tf32`) the scaled dot products run tiled instead, their
+// scores in shared memory only (FlashAttention.cu), wherever flashAttentionRuns says: the
+// projections, rotary, amp's roundings and Dvec stay here.
 //
 // Shape legend: B batch, T time, D width of the heads here (H E), M the model's width (x's
 // and y's; D unless the heads are split over devices, each holding H of them), H heads, E head
@@ -31,6 +34,7 @@
 // queries of a chunk (from Q0), K keys it sees.
 #include "backend/KernelShapes.h"
 #include "backend/cuda/Common.cuh"
+#include "backend/cuda/FlashAttention.h"
 #include "support/Assert.h"
 
 #include <cmath>
@@ -83,14 +87,20 @@ struct KeyMask {
   }
 };
 
-// Batch element bi's row of the call's mask (in[slot]; slot < 0: none).
-KeyMask keyMaskOf(const KernelCall& c, int slot, int64_t bi, int64_t t) {
+// The call's mask (in[slot]; slot < 0: none), every batch element's row.
+MaskRows maskOf(const KernelCall& c, int slot) {
   if (slot < 0) return {};
   const TensorView& m = c.in[slot];
   EPL_ASSERT(m.dtype == ir::DType::I32 || m.dtype == ir::DType::I64,
              "attention's mask is i32 or i64");
-  bool wide = m.dtype == ir::DType::I64;
-  return {static_cast<const char*>(m.data) + bi * t * (wide ? 8 : 4), wide};
+  return {m.data, m.dtype == ir::DType::I64};
+}
+
+// Batch element bi's row of the call's mask.
+KeyMask keyMaskOf(const KernelCall& c, int slot, int64_t bi, int64_t t) {
+  MaskRows m = maskOf(c, slot);
+  if (!m.p) return {};
+  return {static_cast<const char*>(m.p) + bi * t * (m.wide ? 8 : 4), m.wide};
 }
 
 // A chunk of queries: [q0, q0 + rows), each against keys [0, keys).
@@ -257,14 +267,17 @@ void attentionForward(const KernelCall& c, const Ctx& ctx, const AttentionSlots&
   // Under amp the scores read q, k and v rounded to the half type, as they are stored and
   // as the backward reads them (the CPU's rule); rotary turns q and k first, as there.
   bool amp = ir::isHalf(c.castParams), asIs = x.dtype != ir::DType::F32;
-  int64_t scoreBytes = alignUp(4 * g * s.t * s.t), halfBytes = alignUp(asIs ? 2 * n * s.d : 0);
+  bool tiled = flashAttentionRuns(ctx, s); // no scores in scratch
+  int64_t scoreBytes = tiled ? 0 : alignUp(4 * g * s.t * s.t);
+  int64_t halfBytes = alignUp(asIs ? 2 * n * s.d : 0);
   char* scratch =
       static_cast<char*>(ctx.scratch->get(scoreBytes + halfBytes + (s.rotary ? 4 * s.t * s.e : 0)));
   if (s.rotary)
     rotate(ctx, s, reinterpret_cast<float*>(scratch + scoreBytes + halfBytes), qkv, false);
   if (amp) roundInPlace(ctx, c.castParams, qkv, n * s.ld);
   float* scores = reinterpret_cast<float*>(scratch);
-  for (int64_t bi = 0; bi < s.b && s.t > 0; ++bi) { // T = 0: no rows to softmax
+  if (tiled) flashAttentionForward(ctx, s, qkv, maskOf(c, a.mask), ctxOut, lse);
+  for (int64_t bi = 0; bi < s.b && s.t > 0 && !tiled; ++bi) { // T = 0: no rows to softmax
     KeyMask keys = keyMaskOf(c, a.mask, bi, s.t);
     for (int64_t h0 = 0, heads = 0; h0 < s.h; h0 += heads) {
       heads = groupFrom(s, h0, g);
@@ -287,6 +300,7 @@ struct BackwardScratch {
   void* half;    // amp, products reading the half type as it is: dqkv rounded to it
 };
 
+// g: heads whose scores are held at once (0: none, the tiled kernels').
 BackwardScratch backwardScratch(const Ctx& ctx, const Dims& s, int64_t g, bool half) {
   int64_t n = s.b * s.t, sizes[] = {padded(n * s.d), padded(n * s.ld), padded(s.b * s.h * s.t),
                                     padded(g * s.t * s.t), padded(s.rotary ? s.t * s.e : 0)};
@@ -345,7 +359,8 @@ void attentionBackward(const KernelCall& c, const Ctx& ctx, const AttentionSlots
   const TensorView &dyv = c.in[0], &x = c.in[1];
   Dims s = attentionDims(c, x, c.in[a.wqkv]);
   // With k/v heads shared, one head at a time (each adds into its k/v head's dk and dv).
-  int64_t n = s.b * s.t, g = s.group() == 1 ? groupHeads(s, 2) : 1;
+  bool tiled = flashAttentionRuns(ctx, s);
+  int64_t n = s.b * s.t, g = tiled ? 0 : s.group() == 1 ? groupHeads(s, 2) : 1;
   Operand dy = operandOf(dyv), wqkv = operandOf(c.in[a.wqkv]), wp = operandOf(c.in[a.wp]);
   Operand ctxSaved = operandOf(c.in[a.ctx]);
   const float *qkv = c.in[a.qkv].f32(), *lse = c.in[a.lse].f32();
@@ -359,7 +374,8 @@ void attentionBackward(const KernelCall& c, const Ctx& ctx, const AttentionSlots
   dvecKernel<<<blocksFor(s.b * s.h * s.t), kThreads, 0, ctx.stream>>>(w.dctx, ctxSaved.p,
                                                                       ctxSaved.type, w.dvec, s);
   checkLaunch("attention backward Dvec");
-  for (int64_t bi = 0; bi < s.b; ++bi) {
+  if (tiled) flashAttentionBackward(ctx, s, qkv, lse, w.dctx, w.dvec, maskOf(c, a.mask), w.dqkv);
+  for (int64_t bi = 0; bi < s.b && !tiled; ++bi) {
     KeyMask keys = keyMaskOf(c, a.mask, bi, s.t);
     for (int64_t h0 = 0, heads = 0; h0 < s.h; h0 += heads) {
       heads = std::min(g, s.h - h0);

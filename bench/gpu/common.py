@@ -13,17 +13,18 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
-def epl_steps(epl, script, steps, warmup, sets=(), device="cuda"):
-    """`epl run SCRIPT --device DEVICE` for warmup + steps steps with `--set` each of sets:
-    (median step seconds after the warm-up, the run's first line, every step's loss), or
-    None after printing why it failed."""
+def epl_steps(epl, script, steps, warmup, sets=(), device="cuda", env=None):
+    """`epl run SCRIPT --device DEVICE` for warmup + steps steps with `--set` each of sets
+    (and the variables of env beside the environment's): (median step seconds after the
+    warm-up, the run's first line, every step's loss), or None after printing why it failed."""
     with tempfile.TemporaryDirectory() as work:
         metrics = os.path.join(work, "m.jsonl")
         cmd = [epl, "run", script, "--device", device, "--steps", str(warmup + steps),
                "--metrics", metrics]
         for s in sets:
             cmd += ["--set", s]
-        r = subprocess.run(cmd, capture_output=True, text=True, cwd=work)
+        r = subprocess.run(cmd, capture_output=True, text=True, cwd=work,
+                           env=dict(os.environ, **(env or {})))
         if r.returncode != 0:
             print(f"EPL failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr[-2000:]}", flush=True)
             return None

@@ -19,6 +19,7 @@
 // case runs again, and once more on one thread, and must give identical bits each time. Other
 // modes test the optimizer ("mode": "optimizer") and sumSquares/scale ("mode": "reduce"), or
 // only make the device ("mode": "device"; as in every mode, exit 77 where it cannot be made).
+// "matmul": "tf32" makes the device with TF32 products (policy `matmul`; the CPU ignores it).
 #include "backend/Device.h"
 #include "ir/Ops.h"
 
@@ -340,6 +341,8 @@ int main(int argc, char** argv) {
   try {
     epl::backend::DeviceOptions options;
     options.threads = j.value("threads", 0);
+    // "matmul": "tf32" (policy `matmul`): a GPU's fp32 products on tensor cores.
+    options.matmul = j.value("matmul", "fp32") == "tf32" ? ir::Matmul::Tf32 : ir::Matmul::Fp32;
     dev = epl::backend::makeDevice(device, options);
   } catch (const epl::backend::DeviceUnavailable& e) {
     std::cerr << "kernel probe: " << e.what() << "\n";

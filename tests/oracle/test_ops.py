@@ -54,6 +54,10 @@ import torch.nn.functional as F  # noqa: E402
 TOL = 1e-5
 FLOOR = 1e-6
 CROSS_TOL = 2e-5  # GPU against CPU: two fp32 results, each within TOL of the reference
+# Cases run with TF32 products ("matmul": "tf32", policy `matmul`) on a GPU: each product's
+# operands rounded to 10 bits of mantissa (2^-11 relative), against the reference and the
+# CPU's f32 results alike.
+TF32_TOL = 5e-3
 
 torch.set_num_threads(1)
 
@@ -116,6 +120,7 @@ class Probe:
     def _cross_check(self, case, cpu_dir):
         """Every result file of the device against the CPU's."""
         label = "%s#%d" % (case.get("op", case.get("mode")), self.count)
+        tol = TF32_TOL if case.get("matmul") == "tf32" else CROSS_TOL
         for name in sorted(os.listdir(cpu_dir)):
             if not name.endswith(".bin"):
                 continue
@@ -137,7 +142,7 @@ class Probe:
                 self.rep.expect(label, "cpu " + name, False, "integers differ")
             else:
                 self.rep.cross(label, name, rel_err(torch.from_numpy(ours.copy()),
-                                                    torch.from_numpy(ref.copy())))
+                                                    torch.from_numpy(ref.copy())), tol)
 
     def op(self, op, attrs, inputs, params, out_shape, saved=(), dy=None, accumulate=None,
            acc_init=None, want=None, training=True, seed=0, backward=True, repeat=2, extra=None):
@@ -185,12 +190,12 @@ class Report:
         self.worst, self.failures = {}, []
         self.cross_worst = 0.0
 
-    def cross(self, case, what, e):
-        ok = e <= CROSS_TOL
+    def cross(self, case, what, e, tol=CROSS_TOL):
+        ok = e <= tol
         self.cross_worst = max(self.cross_worst, e) if ok else float("inf")
         if not ok:
             print("  %-48s %-14s err %.2e  FAIL (device vs cpu)" % (case, what, e))
-            self.failures.append("%s %s: device vs cpu %.3e > %.1e" % (case, what, e, CROSS_TOL))
+            self.failures.append("%s %s: device vs cpu %.3e > %.1e" % (case, what, e, tol))
 
     def check(self, case, what, ours, ref, tol=TOL):
         e = rel_err(ours, ref)
@@ -212,10 +217,10 @@ def rand(*shape, scale=1.0):
 
 
 def run_case(probe, rep, name, op, attrs, inputs, params, ref_fn, saved_ref=None,
-             accumulate=False, want=None, training=True, seed=0, extra=None):
+             accumulate=False, want=None, training=True, seed=0, extra=None, tol=TOL):
     """ref_fn(inputs64, params64) -> output (float64, differentiable). saved_ref(inputs64,
     params64) -> list of (tensor, dtype str) the forward saves, checked too. extra: more keys
-    of the case (Probe.op)."""
+    of the case (Probe.op). tol: every result's against the reference."""
     ins64 = [t.double().requires_grad_() if t.is_floating_point() else t.long() for t in inputs]
     ps64 = [t.double().requires_grad_() for t in params]
     out = ref_fn(ins64, ps64)
@@ -236,22 +241,22 @@ def run_case(probe, rep, name, op, attrs, inputs, params, ref_fn, saved_ref=None
                                 want, training, seed, extra=extra)
     except RuntimeError as e:  # a crash: name the case
         raise RuntimeError("%s: %s" % (name, e)) from e
-    rep.check(name, "out", o, out)
+    rep.check(name, "out", o, out, tol)
     for i, ((s, d), ours) in enumerate(zip(saved, sv)):
         if d == "i32":
             rep.expect(name, "saved%d" % i, torch.equal(ours.long(), s.long()))
         else:
-            rep.check(name, "saved%d" % i, ours, s)
+            rep.check(name, "saved%d" % i, ours, s, tol)
     labels = ["d_in%d" % i for i in range(len(inputs))] + ["d_p%d" % i for i in range(len(params))]
     for i, (g, ref) in enumerate(zip(grads, ref_grads)):
         if ref is None or (want is not None and not want[i]):
             continue
         if accumulate:
             ref = ref + acc_init[i].double()
-        rep.check(name, labels[i], g, ref)
+        rep.check(name, labels[i], g, ref, tol)
 
 
-def split_cases(probe, rep, name, op, attrs, inputs, params, ref_fn, extra=None):
+def split_cases(probe, rep, name, op, attrs, inputs, params, ref_fn, extra=None, tol=TOL):
     """zb's split backward runs a kernel twice: B with only the input gradients wanted, W with
     only the parameter gradients; each must still be right when the other outputs are null
     (intermediate gradients a parameter needs are computed anyway), writing and adding."""
@@ -260,7 +265,8 @@ def split_cases(probe, rep, name, op, attrs, inputs, params, ref_fn, extra=None)
                        ("inputs only", [True] * n + [False] * k)]:
         for acc in (False, True):
             run_case(probe, rep, "%s[%s%s]" % (name, part, ", accumulate" if acc else ""), op,
-                     attrs, inputs, params, ref_fn, accumulate=acc, want=want, extra=extra)
+                     attrs, inputs, params, ref_fn, accumulate=acc, want=want, extra=extra,
+                     tol=tol)
 
 
 # ---------------------------------------------------------------------------------------
@@ -565,6 +571,55 @@ def fam_attention(probe, rep):
     attention_split_heads(probe, rep)
     attention_gqa_rotary(probe, rep)
     attention_masks(probe, rep)
+    attention_tf32(probe, rep)
+
+
+def attention_tf32(probe, rep):
+    """With TF32 products (`matmul = tf32`) a GPU runs attention's dot products tiled, their
+    scores in shared memory (backend/cuda/FlashTiles.cuh), for heads up to 128 wide: each
+    padded width (32, 64, 128), sequences over several tiles and ending inside one, causal
+    and padding masks (a sample with no key), k/v heads shared, rotary, no biases, added
+    gradients and zb's split backward; and a head 160 wide, which keeps cuBLAS's products
+    over scores. The CPU multiplies in f32 whatever the case says: only a GPU runs these."""
+    if probe.device == "cpu":
+        return
+    def lengths(T, *n):
+        return torch.stack([(torch.arange(T) < k).to(torch.int32) for k in n])
+
+    tf32 = {"matmul": "tf32"}
+    cases = [  # B, T, D, H, KV, causal, bias, rotary, mask
+        (2, 70, 64, 4, 4, True, True, False, None),  # E 16
+        (1, 130, 128, 2, 1, False, True, False, lengths(130, 97)),  # E 64, one k/v head
+        (2, 200, 96, 4, 2, True, False, True, lengths(200, 200, 0)),  # E 24, sample 1 no key
+        (1, 65, 256, 2, 2, True, True, False, None),  # E 128
+        (1, 40, 200, 2, 2, False, True, False, None),  # E 100, padded to 128
+        (1, 300, 64, 2, 2, True, True, False, None),  # E 32 over five tiles
+        (1, 33, 320, 2, 2, True, True, False, None),  # E 160: cuBLAS's products over scores
+    ]
+    for B, T, D, H, KV, causal, bias, rotary, mask in cases:
+        params = attention_weights(D, H, KV, bias)
+        attrs = {"heads": H, "kv_heads": KV, "causal": causal, "bias": bias, "rotary": rotary,
+                 "mask": mask is not None}
+        inputs = [rand(B, T, D)] + ([] if mask is None else [mask])
+
+        def parts(i, p, H=H, KV=KV, causal=causal, bias=bias, rotary=rotary, masked=mask is not None):
+            full = p if bias else [p[0], None, p[1], None]
+            return attention_parts(i[0], *full, H, causal, KV, rotary,
+                                   mask=i[1] if masked else None)
+
+        name = "attention[tf32,B=%d,T=%d,D=%d,H=%d,KV=%d,causal=%s,bias=%s,rotary=%s,mask=%s]" % (
+            B, T, D, H, KV, causal, bias, rotary, mask is not None)
+        run_case(probe, rep, name, "attention", attrs, inputs, params,
+                 lambda i, p, parts=parts: parts(i, p)[0],
+                 lambda i, p, parts=parts: [(t, "f32") for t in parts(i, p)[1:]],
+                 extra=tf32, tol=TF32_TOL)
+    B, T, D, H = 2, 100, 64, 2
+    params = attention_weights(D, H, H, True)
+    ref = lambda i, p: attention_parts(i[0], *p, H, True)[0]
+    run_case(probe, rep, "attention[tf32, accumulate]", "attention", {"heads": H},
+             [rand(B, T, D)], params, ref, accumulate=True, extra=tf32, tol=TF32_TOL)
+    split_cases(probe, rep, "attention[tf32]", "attention", {"heads": H}, [rand(B, T, D)],
+                params, ref, extra=tf32, tol=TF32_TOL)
 
 
 def attention_split_heads(probe, rep):

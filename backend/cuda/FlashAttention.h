@@ -1,0 +1,27 @@
+// attention's tiled kernels on tensor cores (FlashAttention.cu): the scores of a tile of
+// queries against a tile of keys stay in shared memory, never in device memory. Attention.cu
+// takes them where flashAttentionRuns says, and its cuBLAS products over scores in scratch
+// elsewhere; both read and write the same tensors (qkv, ctx, lse and dqkv, as on the CPU).
+#pragma once
+#include "backend/cuda/FlashTiles.cuh"
+#include "backend/cuda/Kernels.h"
+
+namespace epl::backend::cuda {
+
+// Whether the tiled kernels run an attention of these dims: products on tensor cores in
+// TF32 (`matmul = tf32`: the products round their operands to TF32 anyway), heads at most
+// 128 wide, and this GPU's shared memory for their tiles. EPL_GPU_ATTENTION=scores keeps
+// every attention on the products over scores in scratch (to compare the two).
+bool flashAttentionRuns(const Ctx& ctx, const AttentionDims& s);
+
+// ctx [B, T, D] and lse [B, H, T] from qkv [B, T, LD] (q and k already turned by rotary).
+void flashAttentionForward(const Ctx& ctx, const AttentionDims& s, const float* qkv, MaskRows mask,
+                           float* ctxOut, float* lse);
+
+// Every column of dqkv [B, T, LD] (dq, dk, dv; written, not added to) from qkv, lse, dctx
+// [B, T, D] and dvec [B, H, T] = rowsum(dctx * ctx).
+void flashAttentionBackward(const Ctx& ctx, const AttentionDims& s, const float* qkv,
+                            const float* lse, const float* dctx, const float* dvec, MaskRows mask,
+                            float* dqkv);
+
+} // namespace epl::backend::cuda

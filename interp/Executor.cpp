@@ -244,7 +244,7 @@ Executor::Executor(const ir::Module& m, backend::Device& device, backend::Comm& 
   localBatch_ = bindings_.at(m_.batchSymbol);
   lossRanks_ = m_.lossRanks();
   for (const ir::GradBucket& b : m_.buckets) { // another stage's bucket: empty here
-    bool mine = layout.holds(b.firstParam);
+    bool mine = m_.holdsBucket(program_, b);
     bucketBegin_.push_back(mine ? layout.spanBegin(b.firstParam) : 0);
     bucketEnd_.push_back(mine ? layout.spanEnd(b.endParam) : 0);
   }
@@ -1140,7 +1140,7 @@ void Executor::endTieSum(int b) {
 // its micro-batch (their gradients add, so the bucket's place in the arena is cleared
 // before: the memory plan's first touch).
 void Executor::planShardedBuckets() {
-  bucketOfParam_ = m_.paramBuckets();
+  bucketOfParam_ = m_.paramBuckets(program_);
   gatherPieces_ = m_.bucketPieces(program_);
   scatterCounts_.assign(m_.buckets.size(), {});
   for (size_t b = 0; b < m_.buckets.size(); ++b) {
@@ -1193,9 +1193,8 @@ void Executor::planShardedBuckets() {
         clearBuckets_[i].push_back(bucketOfParam_[gradParam_[t]]);
     }
   }
-  EPL_ASSERT(std::all_of(bucketOfParam_.begin() + program_.params.front(),
-                         bucketOfParam_.begin() + program_.params.back() + 1,
-                         [](int b) { return b >= 0; }),
+  EPL_ASSERT(std::all_of(program_.params.begin(), program_.params.end(),
+                         [&](int q) { return bucketOfParam_[q] >= 0; }),
              "every parameter a rank updates is in a gradient bucket");
 }
 

@@ -818,11 +818,12 @@ int64_t Module::tieBytes(const Program& p) const {
   return bytes;
 }
 
-std::vector<int> Module::paramBuckets() const {
+std::vector<int> Module::paramBuckets(const Program& p) const {
   std::vector<int> out(params.size(), -1);
   for (size_t b = 0; b < buckets.size(); ++b)
-    for (int q = buckets[b].firstParam; q < buckets[b].endParam; ++q)
-      out[q] = static_cast<int>(b);
+    if (holdsBucket(p, buckets[b]))
+      for (int q = buckets[b].firstParam; q < buckets[b].endParam; ++q)
+        out[q] = static_cast<int>(b);
   return out;
 }
 

@@ -526,8 +526,15 @@ struct Module {
   // by side after its gradient slice: where their slices are summed over the stages
   // holding them (Instr::tie). 0 without ZeRO stage 2.
   int64_t tieBytes(const Program& p) const;
-  // By parameter, the gradient bucket it is in (-1: none).
-  std::vector<int> paramBuckets() const;
+  // Whether bucket b's gradients are p's rank's: it holds their parameters and, of a weight
+  // tied across stages, b is the bucket of p's stage's copy: each stage holding the weight
+  // has a bucket of it, and a rank fills and reduces its own stage's alone.
+  bool holdsBucket(const Program& p, const GradBucket& b) const {
+    return holdsParam(p, b.firstParam) && (!b.tied || b.stage % mesh.depth() == p.stage);
+  }
+  // By parameter, the gradient bucket p's rank puts its gradient in (and, under ZeRO stage
+  // 3, gathers it with); -1: none on that rank.
+  std::vector<int> paramBuckets(const Program& p) const;
   // The bytes bucket b's reduction sends from each rank: its gradients in `comm_dtype`.
   int64_t wireBytes(const GradBucket& b) const {
     return b.bytes / 4 * dtypeBytes(policy.commDtype);

@@ -395,18 +395,17 @@ private:
       if (m.zeroShardsGradients()) {
         // The state layout: the rank's parameters side by side, each 64-byte aligned.
         bucketOf.assign(m.tensors.size(), -1);
-        for (size_t b = 0; b < m.buckets.size(); ++b) {
-          const ir::GradBucket& g = m.buckets[b];
-          for (int q = g.firstParam; q < g.endParam; ++q)
-            if (m.params[q].grad >= 0) bucketOf[m.params[q].grad] = static_cast<int>(b);
+        std::vector<int> bucketOfParam = m.paramBuckets(p);
+        for (size_t q = 0; q < m.params.size(); ++q)
+          if (m.params[q].grad >= 0) bucketOf[m.params[q].grad] = bucketOfParam[q];
+        for (const ir::GradBucket& g : m.buckets)
           bucketBytes.push_back(
-              at.holds(g.firstParam) ? at.spanEnd(g.endParam) - at.spanBegin(g.firstParam) : 0);
-        }
+              m.holdsBucket(p, g) ? at.spanEnd(g.endParam) - at.spanBegin(g.firstParam) : 0);
         ids += m.buckets.size();
       }
       gatherBase = ids;
       if (m.zeroShardsParams()) {
-        paramBucket = m.paramBuckets();
+        paramBucket = m.paramBuckets(p);
         keepsGather = p.keepsGather;
         ids += 2 * m.buckets.size();
       }

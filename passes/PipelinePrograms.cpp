@@ -467,8 +467,8 @@ std::vector<ir::Program> pipelinePrograms(const ir::Module& m) {
         addGradientReductions(m, s, p.step);
         for (int c = 0; c < mesh.chunks; ++c)
           stage.forward(c * depth + s, 0, false, p.eval);
-        addParamGathers(m, p.step, &p.keepsGather);
-        addParamGathers(m, p.eval);
+        addParamGathers(m, p, p.step, &p.keepsGather);
+        addParamGathers(m, p, p.eval);
         // The step's receives in a ring of buffers: those of the micro-batches a slot can
         // hold, and one more micro-batch's, so each is posted well before it is waited for.
         int receives = 0;
@@ -488,9 +488,10 @@ std::vector<ir::Program> pipelinePrograms(const ir::Module& m) {
 // ops first read their parameters. Before the first reader of the k-th, its gather is
 // waited for and the (k+1)-th's started, so one gather is in flight while a block
 // computes; the first starts where it is waited for.
-void addParamGathers(const ir::Module& m, std::vector<ir::Instr>& list, std::vector<char>* keep) {
+void addParamGathers(const ir::Module& m, const ir::Program& p, std::vector<ir::Instr>& list,
+                     std::vector<char>* keep) {
   if (!m.zeroShardsParams()) return;
-  std::vector<int> bucketOf = m.paramBuckets();
+  std::vector<int> bucketOf = m.paramBuckets(p);
   // A key (micro-batch, use, chunk) as a dense number: (micro x 2 + use) x chunks + the
   // chunk's index among the stage blocks the list reads.
   std::vector<int> chunkIndex;

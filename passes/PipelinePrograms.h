@@ -31,7 +31,7 @@ void addGradientReductions(const ir::Module& m, int position, std::vector<ir::In
 // one block ahead of its first reader and waited for just before it. A step's backward
 // keeps the forward's block of the bucket it reads first where the two directions' uses
 // run back to back (Program::keepsGather, which `keep` receives; null for an evaluation).
-void addParamGathers(const ir::Module& m, std::vector<ir::Instr>& list,
+void addParamGathers(const ir::Module& m, const ir::Program& p, std::vector<ir::Instr>& list,
                      std::vector<char>* keep = nullptr);
 
 // The communicating instructions of every rank's step (or evaluation) program, in

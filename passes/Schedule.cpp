@@ -98,8 +98,8 @@ public:
     for (size_t i = 0; i < m.ops.size(); ++i)
       if (m.ops[i].phase == ir::Phase::Forward)
         p.eval.push_back({ir::InstrKind::Run, static_cast<int>(i), 0, -1});
-    addParamGathers(m, p.step, &p.keepsGather);
-    addParamGathers(m, p.eval);
+    addParamGathers(m, p, p.step, &p.keepsGather);
+    addParamGathers(m, p, p.eval);
     for (size_t q = 0; q < m.params.size(); ++q)
       if (m.params[q].grad >= 0) p.params.push_back(static_cast<int>(q));
     auto batch = m.bindings.find(m.batchSymbol);

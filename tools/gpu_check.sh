@@ -94,6 +94,9 @@ others() { # the communicators, the unit tests on each device and the training r
   train train_gpt gpt_dp.epl
   train train_gpt_ignore gpt_ignore.epl
   train train_gpt_tf32 gpt_dp.epl --tol 1e-3 --set policy.matmul=tf32
+  # TF32 products: attention's dot products tiled, with grouped-query rotary heads and a mask.
+  train train_llama_tf32 llama_split.epl --tol 1e-3 --set policy.matmul=tf32
+  train train_encoder_mask_tf32 encoder_mask.epl --tol 1e-3 --set policy.matmul=tf32
   # Optimizer states offloaded: to page-locked host memory and to disk, each chunk copied to
   # the GPU for its update and back (the CPU run keeps them in place: the same arithmetic).
   train train_gpt_offload_cpu gpt_dp.epl --set policy.offload=optimizer --set policy.offload_to=cpu

@@ -579,8 +579,8 @@ def attention_tf32(probe, rep):
     scores in shared memory (backend/cuda/FlashTiles.cuh), for heads up to 128 wide: each
     padded width (32, 64, 128), sequences over several tiles and ending inside one, causal
     and padding masks (a sample with no key), k/v heads shared, rotary, no biases, added
-    gradients and zb's split backward; and a head 160 wide, which keeps cuBLAS's products
-    over scores. The CPU multiplies in f32 whatever the case says: only a GPU runs these."""
+    gradients, zb's split backward and a split device's share of the heads; and a head 160
+    wide, which keeps cuBLAS's products over scores. The CPU multiplies in f32 whatever the case says: only a GPU runs these."""
     if probe.device == "cpu":
         return
     def lengths(T, *n):
@@ -620,11 +620,14 @@ def attention_tf32(probe, rep):
              [rand(B, T, D)], params, ref, accumulate=True, extra=tf32, tol=TF32_TOL)
     split_cases(probe, rep, "attention[tf32]", "attention", {"heads": H}, [rand(B, T, D)],
                 params, ref, extra=tf32, tol=TF32_TOL)
+    attention_split_heads(probe, rep, tf32=True)
 
 
-def attention_split_heads(probe, rep):
+def attention_split_heads(probe, rep, tf32=False):
     """A device's share of a split attention's heads (SplitLayout's Heads form): x and y are
-    the model's width D, Wqkv's rows and Wp's columns the share's, and y a partial sum."""
+    the model's width D, Wqkv's rows and Wp's columns the share's, and y a partial sum. With
+    tf32, the cases with TF32 products (attention_tf32)."""
+    tol = TF32_TOL if tf32 else TOL
     for B, T, D, H, E, causal, bias in [(2, 40, 24, 2, 6, True, True), (1, 33, 16, 1, 8, False, False),
                                         (1, 260, 32, 2, 8, True, True)]:
         params = [rand(3 * H * E, D, scale=D ** -0.5), 0.1 * rand(3 * H * E),
@@ -636,14 +639,16 @@ def attention_split_heads(probe, rep):
         attrs = {"heads": H, "causal": causal, "bias": bias}
         extra = {"param_pieces": True,
                  "saved_shapes": [[B, T, 3 * H * E], [B, T, H * E], [B, H, T]]}
-        name = "attention[split heads,B=%d,T=%d,D=%d,H=%d,E=%d,causal=%s,bias=%s]" % (
-            B, T, D, H, E, causal, bias)
+        if tf32:
+            extra["matmul"] = "tf32"
+        name = "attention[%ssplit heads,B=%d,T=%d,D=%d,H=%d,E=%d,causal=%s,bias=%s]" % (
+            "tf32," if tf32 else "", B, T, D, H, E, causal, bias)
         run_case(probe, rep, name, "attention", attrs, [rand(B, T, D)], params,
                  lambda i, p: parts(i, p)[0],
-                 lambda i, p: [(t, "f32") for t in parts(i, p)[1:]], extra=extra)
+                 lambda i, p: [(t, "f32") for t in parts(i, p)[1:]], extra=extra, tol=tol)
         if T < 100:
             split_cases(probe, rep, name, "attention", attrs, [rand(B, T, D)], params,
-                        lambda i, p: parts(i, p)[0], extra=extra)
+                        lambda i, p: parts(i, p)[0], extra=extra, tol=tol)
 
 
 def act_ref(h, act):

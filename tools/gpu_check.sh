@@ -65,6 +65,11 @@ for f in "${families[@]}"; do
   start "oracle_$f" "grep -E 'failure|max error of' | head -2" \
     python3 tests/oracle/test_ops.py "$probe" "$f" --device cuda
 done
+# Attention again on cuBLAS's products over scores (the others run tiled: FlashTiles.cuh).
+if [[ " ${families[*]} " == *" attention "* ]]; then
+  start oracle_attention_scores "grep -E 'failure|max error of' | head -2" \
+    env EPL_GPU_ATTENTION=scores python3 tests/oracle/test_ops.py "$probe" attention --device cuda
+fi
 others() { # the communicators, the unit tests on each device and the training runs
   # The communicators: NCCL on one rank, two ranks sharing the GPU staged through the host.
   start communicators "tail -1" .gpu/bin/epl_gpu_comm_test

@@ -1,13 +1,13 @@
 #!/usr/bin/python3
-"""Random plans: small models of random layers over random pipeline stages and split
-blocks, under random policies, run for a few steps at -np 1 and at another -np, looking for
-what no hand-written test asked for. A plan that stops on an internal error, a crash or a
-hang is a finding; so is one whose losses leave -np 1's (relative 1e-5, 1e-3 under `amp`
-or half-precision gradient wires); and, with --resume, a run stopped at a checkpoint and
-resumed at other settings (-np, ZeRO, schedule, recompute) that crashes, or whose losses
-after the checkpoint leave -np 1's uninterrupted ones (a resumption refused with an error
-is printed, not counted). User errors (a -np the plan does not divide, a setting given
-twice) are counted, not reported.
+"""Random plans: small models of random layers over random pipeline stages (their groups
+pinned or not) and split blocks, under random policies and optimizers, run for a few steps
+at -np 1 and at another -np, looking for what no hand-written test asked for. A plan that
+stops on an internal error, a crash or a hang is a finding; so is one whose losses leave
+-np 1's (relative 1e-5, 1e-3 under `amp` or half-precision gradient wires); and, with
+--resume, a run stopped at a checkpoint and resumed at other settings (-np, ZeRO, schedule,
+recompute) that crashes, or whose losses after the checkpoint leave -np 1's uninterrupted
+ones (a resumption refused with an error is printed, not counted). User errors (a -np the
+plan does not divide, a setting given twice) are counted, not reported.
 
 The scripts it writes stay in WORKDIR, named by seed and trial, so a finding can be run
 again by hand. Not run by the tests: a run of 50 plans takes a few minutes on 2 cores.
@@ -59,7 +59,8 @@ IMAGE_LAYERS = [
 POLICIES = ["zero = 1", "zero = 2", "zero = 3", "recompute = every", "recompute = auto",
             "amp = bf16", "amp = fp16", "schedule = gpipe", "schedule = zb",
             "schedule = interleaved\n  chunks = 2", "sequence_parallel = true",
-            "comm_dtype = bf16", "offload = optimizer"]
+            "comm_dtype = bf16", "offload = optimizer", "offload = optimizer\n  offload_to = disk",
+            "offload = params\n  offload_to = disk", "overlap_comm = false", "bucket_mb = 0"]
 TEXT = "/usr/share/games/fortunes/cookie"
 
 
@@ -68,8 +69,9 @@ def token_model(rng, stages):
             for _ in range(stages)]
     head_split = rng.random() < 0.3
     tie = ", bias = false, tie = embedding" if rng.random() < 0.4 else ""
-    width = [2 if any("split" in s for s in body[k]) or (head_split and k == stages - 1) else 1
-             for k in range(stages)]
+    # A stage of split blocks takes their width; another may pin a group of 2 (uneven groups).
+    width = [2 if any("split" in s for s in body[k]) or (head_split and k == stages - 1)
+             else rng.choice([1, 1, 2]) for k in range(stages)]
     lines = ["model net(tokens: i32[B, 16]) {", f"  replicate({width[0]}) {{",
              "    h = embedding(tokens, 256, 32) + positions(16, 32)"]
     for k in range(stages):
@@ -97,11 +99,12 @@ def image_model(rng, stages):
 def script(rng):
     stages = rng.choice([1, 1, 2, 3])
     model, data = (token_model if rng.random() < 0.5 else image_model)(rng, stages)
-    policy = rng.sample(POLICIES, rng.randint(0, 2))
+    policy = rng.sample(POLICIES, rng.randint(0, 3))
     clip = "  clip_grad_norm = 0.5\n" if rng.random() < 0.3 else ""
+    sgd = "  optimizer = sgd(lr = 0.05, momentum = 0.9)\n" if rng.random() < 0.25 else ""
     text = (f"{model}\npolicy {{\n  micro_batches = {rng.choice([1, 2, 4])}\n"
             + "".join(f"  {p}\n" for p in policy)
-            + f"}}\ntrain net {{\n  {data}\n  batch = 48\n{clip}}}\n")
+            + f"}}\ntrain net {{\n  {data}\n  batch = 48\n{clip}{sgd}}}\n")
     # Two batch_norms or more (one renormalising the other through a relu and a convolution):
     # the first's shift gets a gradient that is mostly cancellation, whose rounding differs between plans and which
     # Adam amplifies (docs/language.md, batch_norm: 8e-5 apart by step 4 on one such plan;

@@ -24,8 +24,8 @@
 // prefix of its, add into them.
 // A group holds as many heads as fit in kScoreFloats (at least one), which bounds scratch.
 // Every reduction runs in a fixed order, so results do not change from run to run.
-// With TF32 products (`matmul = tf32`) the scaled dot products run tiled instead, their
-// scores in shared memory only (FlashAttention.cu), wherever flashAttentionRuns says: the
+// The scaled dot products run tiled instead, their scores in shared memory only
+// (FlashAttention.cu), wherever flashAttentionRuns says (heads up to 128 wide): the
 // projections, rotary, amp's roundings and Dvec stay here.
 //
 // Shape legend: B batch, T time, D width of the heads here (H E), M the model's width (x's
@@ -267,7 +267,7 @@ void attentionForward(const KernelCall& c, const Ctx& ctx, const AttentionSlots&
   // Under amp the scores read q, k and v rounded to the half type, as they are stored and
   // as the backward reads them (the CPU's rule); rotary turns q and k first, as there.
   bool amp = ir::isHalf(c.castParams), asIs = x.dtype != ir::DType::F32;
-  bool tiled = flashAttentionRuns(ctx, s); // no scores in scratch
+  bool tiled = flashAttentionRuns(s); // no scores in scratch
   int64_t scoreBytes = tiled ? 0 : alignUp(4 * g * s.t * s.t);
   int64_t halfBytes = alignUp(asIs ? 2 * n * s.d : 0);
   char* scratch =
@@ -359,7 +359,7 @@ void attentionBackward(const KernelCall& c, const Ctx& ctx, const AttentionSlots
   const TensorView &dyv = c.in[0], &x = c.in[1];
   Dims s = attentionDims(c, x, c.in[a.wqkv]);
   // With k/v heads shared, one head at a time (each adds into its k/v head's dk and dv).
-  bool tiled = flashAttentionRuns(ctx, s);
+  bool tiled = flashAttentionRuns(s);
   int64_t n = s.b * s.t, g = tiled ? 0 : s.group() == 1 ? groupHeads(s, 2) : 1;
   Operand dy = operandOf(dyv), wqkv = operandOf(c.in[a.wqkv]), wp = operandOf(c.in[a.wp]);
   Operand ctxSaved = operandOf(c.in[a.ctx]);

@@ -1,5 +1,5 @@
-// attention's scaled dot products on tensor cores in TF32, a tile at a time: the launches
-// of the kernels in FlashTiles.cuh (which has the algorithm), and the choice of where they run.
+// attention's scaled dot products on tensor cores, a tile at a time: the launches of the
+// kernels in FlashTiles.cuh (which has the algorithm), and the choice of where they run.
 #include "backend/cuda/FlashAttention.h"
 
 #include "backend/cuda/Common.cuh"
@@ -45,21 +45,37 @@ void launch(const Ctx& ctx, Kernel kernel, dim3 grid, int threads, int64_t float
   checkLaunch(what);
 }
 
-template <int EP> void forwardAt(const Ctx& ctx, const AttentionDims& s, const Flash& f) {
+// Whether the call's products are fp32's (three TF32 products each: policy `matmul = fp32`)
+// or TF32's (`matmul = tf32`).
+bool fp32Products(const Ctx& ctx) {
+  return ctx.compute != CUBLAS_COMPUTE_32F_FAST_TF32;
+}
+
+template <int EP, bool Fp32>
+void forwardAt(const Ctx& ctx, const AttentionDims& s, const Flash& f) {
   dim3 grid(static_cast<unsigned>(tilesOf(s.t, kQT)), static_cast<unsigned>(s.h),
             static_cast<unsigned>(s.b));
-  launch(ctx, forwardKernel<EP>, grid, 4 * kWarp, forwardFloats<EP>(), f, "flash attention");
+  launch(ctx, forwardKernel<EP, Fp32>, grid, 4 * kWarp, forwardFloats<EP>(), f, "tiled attention");
+}
+
+template <int EP, bool Fp32>
+void backwardAt(const Ctx& ctx, const AttentionDims& s, const Flash& f) {
+  dim3 keys(static_cast<unsigned>(tilesOf(s.t, kKT)), static_cast<unsigned>(s.kv),
+            static_cast<unsigned>(s.b));
+  launch(ctx, keysKernel<EP, Fp32>, keys, 8 * kWarp, keysFloats<EP>(), f,
+         "tiled attention backward (dk, dv)");
+  dim3 queries(static_cast<unsigned>(tilesOf(s.t, kQT)), static_cast<unsigned>(s.h),
+               static_cast<unsigned>(s.b));
+  launch(ctx, queriesKernel<EP, Fp32>, queries, 8 * kWarp, queriesFloats<EP>(), f,
+         "tiled attention backward (dq)");
+}
+
+template <int EP> void forwardAt(const Ctx& ctx, const AttentionDims& s, const Flash& f) {
+  return fp32Products(ctx) ? forwardAt<EP, true>(ctx, s, f) : forwardAt<EP, false>(ctx, s, f);
 }
 
 template <int EP> void backwardAt(const Ctx& ctx, const AttentionDims& s, const Flash& f) {
-  dim3 keys(static_cast<unsigned>(tilesOf(s.t, kKT)), static_cast<unsigned>(s.kv),
-            static_cast<unsigned>(s.b));
-  launch(ctx, keysKernel<EP>, keys, 8 * kWarp, keysFloats<EP>(), f,
-         "flash attention backward (dk, dv)");
-  dim3 queries(static_cast<unsigned>(tilesOf(s.t, kQT)), static_cast<unsigned>(s.h),
-               static_cast<unsigned>(s.b));
-  launch(ctx, queriesKernel<EP>, queries, 8 * kWarp, queriesFloats<EP>(), f,
-         "flash attention backward (dq)");
+  return fp32Products(ctx) ? backwardAt<EP, true>(ctx, s, f) : backwardAt<EP, false>(ctx, s, f);
 }
 
 // The most shared memory any of the three kernels takes at head width EP, in bytes.
@@ -76,8 +92,7 @@ int64_t sharedBytes(int ep) {
 
 } // namespace
 
-bool flashAttentionRuns(const Ctx& ctx, const AttentionDims& s) {
-  if (ctx.compute != CUBLAS_COMPUTE_32F_FAST_TF32) return false;
+bool flashAttentionRuns(const AttentionDims& s) {
   const char* choice = std::getenv("EPL_GPU_ATTENTION");
   if (choice && std::strcmp(choice, "scores") == 0) return false;
   if (s.e < 1 || s.e > kMaxE || s.b > 65535 || s.h > 65535) return false;

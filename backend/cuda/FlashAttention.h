@@ -8,11 +8,11 @@
 
 namespace epl::backend::cuda {
 
-// Whether the tiled kernels run an attention of these dims: products on tensor cores in
-// TF32 (`matmul = tf32`: the products round their operands to TF32 anyway), heads at most
-// 128 wide, and this GPU's shared memory for their tiles. EPL_GPU_ATTENTION=scores keeps
-// every attention on the products over scores in scratch (to compare the two).
-bool flashAttentionRuns(const Ctx& ctx, const AttentionDims& s);
+// Whether the tiled kernels run an attention of these dims: heads at most 128 wide, and this
+// GPU's shared memory for their tiles. Their products are TF32's under `matmul = tf32`, and
+// fp32's otherwise (three TF32 products each: FlashTiles.cuh). EPL_GPU_ATTENTION=scores keeps
+// every attention on cuBLAS's products over scores in scratch (to compare the two).
+bool flashAttentionRuns(const AttentionDims& s);
 
 // ctx [B, T, D] and lse [B, H, T] from qkv [B, T, LD] (q and k already turned by rotary).
 void flashAttentionForward(const Ctx& ctx, const AttentionDims& s, const float* qkv, MaskRows mask,

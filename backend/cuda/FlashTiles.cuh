@@ -1,8 +1,9 @@
-// attention's scaled dot products on tensor cores in TF32, a tile at a time: the scores of a
-// tile of queries against a tile of keys live in shared memory only (the flash-attention
-// scheme), where Attention.cu's cuBLAS path writes each group of heads' [T, T] scores to
-// device memory and reads them back three times. Products go through WMMA fragments of
-// 16 x 16 x 8 (TF32 operands, f32 sums); softmax, masks and the rescaling run on f32 values
+// attention's scaled dot products on tensor cores, a tile at a time: the scores of a tile of
+// queries against a tile of keys live in shared memory only (the flash-attention scheme),
+// where Attention.cu's cuBLAS path writes each group of heads' [T, T] scores to device
+// memory and reads them back three times. Products go through WMMA fragments of 16 x 16 x 8
+// (TF32 operands, f32 sums): once each under `matmul = tf32`, three times in fp32's
+// precision otherwise (Fp32: mmaSteps); softmax, masks and the rescaling run on f32 values
 // in shared memory.
 //
 // Forward: one block per tile of 64 queries of one head of one batch element (4 warps, 16
@@ -97,18 +98,41 @@ template <class Frag> __device__ void loadTf32(Frag& f, const float* p, unsigned
     f.x[i] = wmma::__float_to_tf32(f.x[i]);
 }
 
+// An operand fragment from shared memory as two of TF32 values, hi = tf32(x) and lo =
+// tf32(x - hi): hi + lo is x to 2^-22 (the fp32 products, below).
+template <class Frag> __device__ void loadSplit(Frag& hi, Frag& lo, const float* p, unsigned ld) {
+  wmma::load_matrix_sync(hi, p, ld);
+  EPL_UNROLL
+  for (int i = 0; i < hi.num_elements; ++i) {
+    float x = hi.x[i], h = wmma::__float_to_tf32(x);
+    hi.x[i] = h;
+    lo.x[i] = wmma::__float_to_tf32(x - h);
+  }
+}
+
 // acc += A B over `steps` steps of 8 along the shared dimension: the step's A fragment at
 // a + i aStep (lda), its B fragment at b + i bStep (ldb). FA and FB give the layouts: a
 // row-major A, or a transposed one (FragAt: A's [16, 8] block is the transpose of the
-// [8, 16] block at its place), and likewise for B.
-template <class FA, class FB>
+// [8, 16] block at its place), and likewise for B. Fp32: each product in fp32's precision,
+// as three on TF32 operands, A_lo B_hi + A_hi B_lo + A_hi B_hi (A_lo B_lo, 2^-22 of it,
+// left out; a product of two TF32 values is exact in the f32 sums).
+template <class FA, class FB, bool Fp32>
 __device__ void mmaSteps(Acc& acc, const float* a, unsigned lda, int aStep, const float* b,
                          unsigned ldb, int bStep, int steps) {
   for (int i = 0; i < steps; ++i) {
     FA fa;
     FB fb;
-    loadTf32(fa, a + i * aStep, lda);
-    loadTf32(fb, b + i * bStep, ldb);
+    if constexpr (Fp32) {
+      FA faLo;
+      FB fbLo;
+      loadSplit(fa, faLo, a + i * aStep, lda);
+      loadSplit(fb, fbLo, b + i * bStep, ldb);
+      wmma::mma_sync(acc, faLo, fb, acc);
+      wmma::mma_sync(acc, fa, fbLo, acc);
+    } else {
+      loadTf32(fa, a + i * aStep, lda);
+      loadTf32(fb, b + i * bStep, ldb);
+    }
     wmma::mma_sync(acc, fa, fb, acc);
   }
 }
@@ -158,8 +182,8 @@ template <int EP> constexpr int64_t queriesFloats() {
   return 4 * kQT * (EP + 4) + 2 * kQT * kLds + 2 * kQT;
 }
 
-// Grid: (query tiles, H, B); 4 warps.
-template <int EP> __global__ void __launch_bounds__(4 * kWarp) forwardKernel(Flash f) {
+// Grid: (query tiles, H, B); 4 warps. Fp32: products in fp32's precision (mmaSteps).
+template <int EP, bool Fp32> __global__ void __launch_bounds__(4 * kWarp) forwardKernel(Flash f) {
   constexpr int kLd = EP + 4;
   EPL_DYNAMIC_SHARED(smem);
   float *qs = smem, *ks = qs + kQT * kLd, *vs = ks + kKT * kLd, *os = vs + kKT * kLd;
@@ -178,10 +202,14 @@ template <int EP> __global__ void __launch_bounds__(4 * kWarp) forwardKernel(Fla
   }
   __syncthreads();
   const int lane = threadIdx.x % kWarp, r0 = threadIdx.x / kWarp * 16; // the warp's rows
-  FragA qa[EP / 8];
-  EPL_UNROLL
-  for (int i = 0; i < EP / 8; ++i)
-    loadTf32(qa[i], qs + r0 * kLd + 8 * i, kLd);
+  // TF32: the warp's q rows held in fragments for every key tile (Fp32's two parts each would
+  // take too many registers: read from shared memory each time).
+  [[maybe_unused]] FragA qa[Fp32 ? 1 : EP / 8];
+  if constexpr (!Fp32) {
+    EPL_UNROLL
+    for (int i = 0; i < EP / 8; ++i)
+      loadTf32(qa[i], qs + r0 * kLd + 8 * i, kLd);
+  }
   const int64_t keyEnd = f.causal ? std::min(f.t, q0 + kQT) : f.t;
   for (int64_t k0 = 0; k0 < keyEnd; k0 += kKT) {
     loadTile<EP>(ks, kKT, k, f.ld, k0, f.t, f.e);
@@ -191,11 +219,16 @@ template <int EP> __global__ void __launch_bounds__(4 * kWarp) forwardKernel(Fla
     for (int n = 0; n < kKT / 16; ++n) {
       Acc acc;
       wmma::fill_fragment(acc, 0.f);
-      EPL_UNROLL
-      for (int i = 0; i < EP / 8; ++i) {
-        FragBt kb; // k^T's [8, 16] block: rows n*16.. of the key tile, columns 8i..
-        loadTf32(kb, ks + n * 16 * kLd + 8 * i, kLd);
-        wmma::mma_sync(acc, qa[i], kb, acc);
+      if constexpr (Fp32) {
+        mmaSteps<FragA, FragBt, true>(acc, qs + r0 * kLd, kLd, 8, ks + n * 16 * kLd, kLd, 8,
+                                      EP / 8);
+      } else {
+        EPL_UNROLL
+        for (int i = 0; i < EP / 8; ++i) {
+          FragBt kb; // k^T's [8, 16] block: rows n*16.. of the key tile, columns 8i..
+          loadTf32(kb, ks + n * 16 * kLd + 8 * i, kLd);
+          wmma::mma_sync(acc, qa[i], kb, acc);
+        }
       }
       wmma::store_matrix_sync(ss + r0 * kLds + n * 16, acc, kLds, wmma::mem_row_major);
     }
@@ -231,7 +264,8 @@ template <int EP> __global__ void __launch_bounds__(4 * kWarp) forwardKernel(Fla
     for (int n = 0; n < EP / 16; ++n) {
       Acc acc;
       wmma::load_matrix_sync(acc, os + r0 * kLd + n * 16, kLd, wmma::mem_row_major);
-      mmaSteps<FragA, FragB>(acc, ss + r0 * kLds, kLds, 8, vs + n * 16, kLd, 8 * kLd, kKT / 8);
+      mmaSteps<FragA, FragB, Fp32>(acc, ss + r0 * kLds, kLds, 8, vs + n * 16, kLd, 8 * kLd,
+                                   kKT / 8);
       wmma::store_matrix_sync(os + r0 * kLd + n * 16, acc, kLd, wmma::mem_row_major);
     }
     __syncthreads(); // every warp is done with this key tile
@@ -289,7 +323,7 @@ __device__ void writeTile(const Flash& f, const float* tile, int rows, int64_t b
 
 // dk and dv. Grid: (key tiles, KV, B); 8 warps, each holding kTiles of dk's and of dv's
 // [16, 16] tiles of the key tile's [KT, EP].
-template <int EP> __global__ void __launch_bounds__(8 * kWarp) keysKernel(Flash f) {
+template <int EP, bool Fp32> __global__ void __launch_bounds__(8 * kWarp) keysKernel(Flash f) {
   constexpr int kLd = EP + 4, kTiles = (kKT / 16) * (EP / 16) / 8;
   EPL_DYNAMIC_SHARED(smem);
   float *ks = smem, *vs = ks + kKT * kLd, *qs = vs + kKT * kLd, *dos = qs + kKeysQT * kLd;
@@ -319,8 +353,8 @@ template <int EP> __global__ void __launch_bounds__(8 * kWarp) keysKernel(Flash 
         Acc s, dp;
         wmma::fill_fragment(s, 0.f);
         wmma::fill_fragment(dp, 0.f);
-        mmaSteps<FragA, FragBt>(s, qs + tr * kLd, kLd, 8, ks + tc * kLd, kLd, 8, EP / 8);
-        mmaSteps<FragA, FragBt>(dp, dos + tr * kLd, kLd, 8, vs + tc * kLd, kLd, 8, EP / 8);
+        mmaSteps<FragA, FragBt, Fp32>(s, qs + tr * kLd, kLd, 8, ks + tc * kLd, kLd, 8, EP / 8);
+        mmaSteps<FragA, FragBt, Fp32>(dp, dos + tr * kLd, kLd, 8, vs + tc * kLd, kLd, 8, EP / 8);
         wmma::store_matrix_sync(ps + tr * kLds + tc, s, kLds, wmma::mem_row_major);
         wmma::store_matrix_sync(dss + tr * kLds + tc, dp, kLds, wmma::mem_row_major);
       }
@@ -332,10 +366,10 @@ template <int EP> __global__ void __launch_bounds__(8 * kWarp) keysKernel(Flash 
       EPL_UNROLL
       for (int i = 0; i < kTiles; ++i) {
         const int tile = warp + 8 * i, tr = tile / (EP / 16) * 16, tc = tile % (EP / 16) * 16;
-        mmaSteps<FragAt, FragB>(dv[i], ps + tr, kLds, 8 * kLds, dos + tc, kLd, 8 * kLd,
-                                kKeysQT / 8);
-        mmaSteps<FragAt, FragB>(dk[i], dss + tr, kLds, 8 * kLds, qs + tc, kLd, 8 * kLd,
-                                kKeysQT / 8);
+        mmaSteps<FragAt, FragB, Fp32>(dv[i], ps + tr, kLds, 8 * kLds, dos + tc, kLd, 8 * kLd,
+                                      kKeysQT / 8);
+        mmaSteps<FragAt, FragB, Fp32>(dk[i], dss + tr, kLds, 8 * kLds, qs + tc, kLd, 8 * kLd,
+                                      kKeysQT / 8);
       }
       __syncthreads(); // before the next tile's loads
     }
@@ -356,7 +390,7 @@ template <int EP> __global__ void __launch_bounds__(8 * kWarp) keysKernel(Flash 
 
 // dq. Grid: (query tiles, H, B); 8 warps, each holding kTiles of dq's [16, 16] tiles of the
 // query tile's [QT, EP].
-template <int EP> __global__ void __launch_bounds__(8 * kWarp) queriesKernel(Flash f) {
+template <int EP, bool Fp32> __global__ void __launch_bounds__(8 * kWarp) queriesKernel(Flash f) {
   constexpr int kLd = EP + 4, kTiles = (kQT / 16) * (EP / 16) / 8;
   EPL_DYNAMIC_SHARED(smem);
   float *qs = smem, *dos = qs + kQT * kLd, *ks = dos + kQT * kLd, *vs = ks + kKT * kLd;
@@ -385,8 +419,8 @@ template <int EP> __global__ void __launch_bounds__(8 * kWarp) queriesKernel(Fla
       Acc s, dp;
       wmma::fill_fragment(s, 0.f);
       wmma::fill_fragment(dp, 0.f);
-      mmaSteps<FragA, FragBt>(s, qs + tr * kLd, kLd, 8, ks + tc * kLd, kLd, 8, EP / 8);
-      mmaSteps<FragA, FragBt>(dp, dos + tr * kLd, kLd, 8, vs + tc * kLd, kLd, 8, EP / 8);
+      mmaSteps<FragA, FragBt, Fp32>(s, qs + tr * kLd, kLd, 8, ks + tc * kLd, kLd, 8, EP / 8);
+      mmaSteps<FragA, FragBt, Fp32>(dp, dos + tr * kLd, kLd, 8, vs + tc * kLd, kLd, 8, EP / 8);
       wmma::store_matrix_sync(ps + tr * kLds + tc, s, kLds, wmma::mem_row_major);
       wmma::store_matrix_sync(dss + tr * kLds + tc, dp, kLds, wmma::mem_row_major);
     }
@@ -397,7 +431,7 @@ template <int EP> __global__ void __launch_bounds__(8 * kWarp) queriesKernel(Fla
     EPL_UNROLL
     for (int i = 0; i < kTiles; ++i) {
       const int tile = warp + 8 * i, tr = tile / (EP / 16) * 16, tc = tile % (EP / 16) * 16;
-      mmaSteps<FragA, FragB>(dq[i], dss + tr * kLds, kLds, 8, ks + tc, kLd, 8 * kLd, kKT / 8);
+      mmaSteps<FragA, FragB, Fp32>(dq[i], dss + tr * kLds, kLds, 8, ks + tc, kLd, 8 * kLd, kKT / 8);
     }
     __syncthreads(); // before the next tile's loads
   }

@@ -3,11 +3,11 @@
 
 EPL runs bench/gpu/gpt2_124m.epl with --device cuda: fp32 with its matrix products exact,
 then on tensor cores in TF32 (`policy.matmul`), then that with `amp = bf16` (activations
-stored in bf16; most of its CUDA kernels compute in f32 on widened copies so far). With
-TF32, attention's dot products run tiled on tensor cores, their scores in shared memory
-(backend/cuda/FlashTiles.cuh); each TF32 run is also made with EPL_GPU_ATTENTION=scores,
-cuBLAS's products over scores in device memory, to compare the two in the same run (step
-times and losses). PyTorch runs the same model (pre-norm blocks, tanh GELU, tied head without bias,
+stored in bf16; most of its CUDA kernels compute in f32 on widened copies so far).
+Attention's dot products run tiled on tensor cores, their scores in shared memory
+(backend/cuda/FlashTiles.cuh); each run is also made with EPL_GPU_ATTENTION=scores, cuBLAS's
+products over scores in device memory, to compare the two in the same run (step times and
+losses). PyTorch runs the same model (pre-norm blocks, tanh GELU, tied head without bias,
 AdamW, clipping at 1.0) eager in fp32 with TF32 off (EPL's arithmetic), eager with TF32,
 eager under bf16 autocast, and, with --compile, torch.compile under bf16 autocast. Each
 prints the median step time over the steps after the warm-up, tokens/s, and MFU:
@@ -114,13 +114,12 @@ def main():
     best = {}
     if not a.skip_epl:
         scores = {"EPL_GPU_ATTENTION": "scores"}
-        for sets, env in [(["matmul=fp32"], None), (["matmul=tf32"], None),
-                          (["matmul=tf32"], scores), (["matmul=tf32", "amp=bf16"], None),
-                          (["matmul=tf32", "amp=bf16"], scores)]:
-            name = "EPL " + " ".join(sets) + (" (scores)" if env else "")
-            t = epl_run(a.epl, a.batch, a.steps, a.warmup, sets, env)
-            if t:
-                best[name] = report(name, t, a.batch)
+        for sets in [["matmul=fp32"], ["matmul=tf32"], ["matmul=tf32", "amp=bf16"]]:
+            for env in [None, scores]:
+                name = "EPL " + " ".join(sets) + (" (scores)" if env else "")
+                t = epl_run(a.epl, a.batch, a.steps, a.warmup, sets, env)
+                if t:
+                    best[name] = report(name, t, a.batch)
     for name, tf32, bf16, comp in [("PyTorch eager fp32 (no TF32)", False, False, False),
                                    ("PyTorch eager fp32 + TF32", True, False, False),
                                    ("PyTorch eager bf16 autocast", True, True, False),

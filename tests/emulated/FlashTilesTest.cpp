@@ -3,7 +3,8 @@
 // column of dqkv backward, over head widths of each padding (32, 64, 128), sequences that
 // end inside a tile, causal masks, padding masks (i32 and i64) that leave queries no key,
 // and k/v heads shared by several query heads. With the products' TF32 rounding off the
-// kernels must match to f32's rounding; with it on (as on a GPU), to TF32's.
+// kernels must match to f32's rounding; with it on (as on a GPU), to TF32's, and their fp32
+// products (each three TF32 ones) to f32's again.
 //
 // Shape legend: B batch, T time, H heads, KV k/v heads, E head width, D = H E, LD = D + 2 KV E.
 #include "CudaEmulation.h"
@@ -163,7 +164,8 @@ double relError(const std::vector<float>& ours, const std::vector<double>& ref) 
   return worst / largest;
 }
 
-template <int EP> void run(const Case& c, const Inputs& in, const Reference& ref, double tol) {
+template <int EP, bool Fp32>
+void run(const Case& c, const Inputs& in, const Reference& ref, double tol) {
   Flash f;
   f.qkv = in.qkv.data();
   f.mask = in.mask;
@@ -182,8 +184,8 @@ template <int EP> void run(const Case& c, const Inputs& in, const Reference& ref
   f.lse = lse.data();
   auto tiles = [](int64_t n, int64_t tile) { return static_cast<unsigned>((n + tile - 1) / tile); };
   const unsigned b = static_cast<unsigned>(c.b), h = static_cast<unsigned>(c.h);
-  epl::emu::launch({tiles(c.t, kQT), h, b}, 4 * kWarp, 4 * forwardFloats<EP>(), forwardKernel<EP>,
-                   f);
+  epl::emu::launch({tiles(c.t, kQT), h, b}, 4 * kWarp, 4 * forwardFloats<EP>(),
+                   forwardKernel<EP, Fp32>, f);
   CHECK(relError(ctx, ref.ctx) <= tol);
   CHECK(relError(lse, ref.lse) <= tol);
 
@@ -195,24 +197,24 @@ template <int EP> void run(const Case& c, const Inputs& in, const Reference& ref
   f.dctx = in.dctx.data();
   f.dqkv = dqkv.data();
   epl::emu::launch({tiles(c.t, kKT), static_cast<unsigned>(c.kv), b}, 8 * kWarp,
-                   4 * keysFloats<EP>(), keysKernel<EP>, f);
-  epl::emu::launch({tiles(c.t, kQT), h, b}, 8 * kWarp, 4 * queriesFloats<EP>(), queriesKernel<EP>,
-                   f);
+                   4 * keysFloats<EP>(), keysKernel<EP, Fp32>, f);
+  epl::emu::launch({tiles(c.t, kQT), h, b}, 8 * kWarp, 4 * queriesFloats<EP>(),
+                   queriesKernel<EP, Fp32>, f);
   CHECK(relError(dqkv, ref.dqkv) <= tol);
 }
 
-void check(const Case& c, double tol) {
+template <bool Fp32> void check(const Case& c, double tol) {
   INFO("B " << c.b << ", T " << c.t << ", H " << c.h << ", KV " << c.kv << ", E " << c.e
             << (c.causal ? ", causal" : "") << ", mask " << c.maskKind << ", tolerance " << tol);
   Inputs in = inputsOf(c, static_cast<unsigned>(c.t * 131 + c.e));
   Reference ref = referenceOf(c, in);
   switch (paddedWidth(c.e)) {
   case 32:
-    return run<32>(c, in, ref, tol);
+    return run<32, Fp32>(c, in, ref, tol);
   case 64:
-    return run<64>(c, in, ref, tol);
+    return run<64, Fp32>(c, in, ref, tol);
   default:
-    return run<128>(c, in, ref, tol);
+    return run<128, Fp32>(c, in, ref, tol);
   }
 }
 
@@ -231,13 +233,19 @@ const Case kCases[] = {
 TEST_CASE("The tiled attention kernels match attention in double, their products in f32") {
   epl::emu::tf32Rounding() = false;
   for (const Case& c : kCases)
-    check(c, 1e-5); // 9.7e-7 at most when written
+    check<false>(c, 1e-5); // 9.7e-7 at most when written
 }
 
 TEST_CASE("The tiled attention kernels match attention in double within TF32's rounding") {
   epl::emu::tf32Rounding() = true;
   for (const Case& c : kCases)
-    check(c, 2e-3); // 5.6e-4 at most when written
+    check<false>(c, 2e-3); // 5.6e-4 at most when written
+}
+
+TEST_CASE("The tiled attention kernels' fp32 products, three TF32 ones each, are fp32's") {
+  epl::emu::tf32Rounding() = true;
+  for (const Case& c : kCases)
+    check<true>(c, 1e-5); // 1.05e-6 at most when written
 }
 
 TEST_CASE("The emulation refuses a barrier some threads never reach") {

@@ -575,12 +575,14 @@ def fam_attention(probe, rep):
 
 
 def attention_tf32(probe, rep):
-    """With TF32 products (`matmul = tf32`) a GPU runs attention's dot products tiled, their
-    scores in shared memory (backend/cuda/FlashTiles.cuh), for heads up to 128 wide: each
-    padded width (32, 64, 128), sequences over several tiles and ending inside one, causal
-    and padding masks (a sample with no key), k/v heads shared, rotary, no biases, added
-    gradients, zb's split backward and a split device's share of the heads; and a head 160
-    wide, which keeps cuBLAS's products over scores. The CPU multiplies in f32 whatever the case says: only a GPU runs these."""
+    """A GPU runs attention's dot products tiled, their scores in shared memory
+    (backend/cuda/FlashTiles.cuh), for heads up to 128 wide; these cases with TF32 products
+    (`matmul = tf32`), the family's others with the default's fp32 ones: each padded width
+    (32, 64, 128), sequences over several tiles and ending inside one, causal and padding
+    masks (a sample with no key), k/v heads shared, rotary, no biases, added gradients, zb's
+    split backward and a split device's share of the heads; and a head 160 wide, which keeps
+    cuBLAS's products over scores. The CPU multiplies in f32 whatever the case says: only a
+    GPU runs these."""
     if probe.device == "cpu":
         return
     def lengths(T, *n):

@@ -15,7 +15,9 @@
 //      schedule starts its reduction there in the step's last micro-batch (earlier
 //      micro-batches only accumulate), so communication overlaps the rest of the
 //      backward. `overlap_comm = false` starts every bucket after the whole backward (of
-//      its stage).
+//      its stage). Either way not before the last instruction that writes one of its
+//      gradients: under zb an op's parameter gradients (its W part) may run after a later
+//      op's input gradients (passes/PipelinePrograms.cpp, reductionStarts).
 //   4. ZeRO stage 2 (Module::zeroShardsGradients) holds about two buckets of gradients at a
 //      time besides each rank's slice: with `zero` >= 2, and without
 //      `bucket_mb` in the script, buckets are of kZeroBucketBytes rather than 25 MB.

@@ -274,29 +274,79 @@ std::string transferLabel(const ir::Module& m, const ir::Instr& in) {
 
 } // namespace
 
-// Data-parallel copies (step 6): the stage's buckets start right after the op that readies
-// them in the last micro-batch's backward, and are waited for, in the order they started,
-// before the first optimizer op (the gradient norm reads them). With ZeRO stage 2 every
-// micro-batch's start there, each waited for once the next has started, and the last at
-// once, inside the backward that wrote them (the schedule pass's data-parallel plans too).
-void addGradientReductions(const ir::Module& m, int position, std::vector<ir::Instr>& step) {
-  // By op, the buckets it readies, in bucket order.
-  std::vector<std::vector<int>> readyAfter(m.ops.size());
-  size_t buckets = 0;
-  for (size_t b = 0; b < m.buckets.size(); ++b)
-    if (m.buckets[b].stage % m.mesh.depth() == position) {
-      readyAfter[m.buckets[b].readyOp].push_back(static_cast<int>(b));
-      ++buckets;
-    }
-  if (buckets == 0) return;
-  // A bucket is ready once its op wrote the parameter gradients: zb's B part writes none,
-  // except where the op has no parameters (the B part is all it runs: a stage none of whose
-  // parameters reaches the loss readies its bucket after its last backward op).
-  auto readiesBuckets = [&](const ir::Instr& in) {
-    return in.kind == ir::InstrKind::Run &&
-           (in.part != ir::BackwardPart::Inputs || m.ops[m.ops[in.op].forward].params.empty());
-  };
+namespace {
+
+// By instruction of `step`, the buckets of pipeline position `position` whose reduction
+// starts right after it, in bucket order: after the last instruction that writes one of a
+// bucket's gradients (in each micro-batch under ZeRO stage 2, whose every micro-batch
+// reduce-scatters its own; in the step otherwise, the micro-batches adding into one
+// gradient), and not before the run of its ready op (GradBucket::readyOp: with
+// `overlap_comm = false` the stage's last backward op, a tied weight's too) in that
+// micro-batch (the last one without ZeRO). Zero-bubble schedules run parameter gradients
+// (the W parts) after a later op's input gradients (its B part): a bucket is ready only
+// after the last of them, whichever op readies it.
+std::vector<std::vector<int>> reductionStarts(const ir::Module& m, int position,
+                                              const std::vector<ir::Instr>& step) {
+  bool perMicro = m.zeroShardsGradients();
   int last = static_cast<int>(m.policy.microBatches) - 1;
+  std::vector<int> bucketOfGrad(m.tensors.size(), -1);
+  std::vector<std::vector<int>> readyAfter(m.ops.size()); // by op, the buckets it readies
+  for (size_t b = 0; b < m.buckets.size(); ++b) {
+    const ir::GradBucket& g = m.buckets[b];
+    if (g.stage % m.mesh.depth() != position) continue;
+    readyAfter[g.readyOp].push_back(static_cast<int>(b));
+    for (int q = g.firstParam; q < g.endParam; ++q)
+      if (m.params[q].grad >= 0) bucketOfGrad[m.params[q].grad] = static_cast<int>(b);
+  }
+  // A ready op's B part readies nothing where the op has parameters (their gradients come
+  // in its W part); an op without any runs only its B part.
+  auto readies = [&](const ir::Instr& in) {
+    return in.part != ir::BackwardPart::Inputs || m.ops[m.ops[in.op].forward].params.empty();
+  };
+  std::map<std::pair<int, int>, size_t> at; // (micro-batch or 0, bucket) -> instruction
+  auto ready = [&](int micro, int b, size_t i) {
+    size_t& where = at[{micro, b}];
+    where = std::max(where, i);
+  };
+  for (size_t i = 0; i < step.size(); ++i) {
+    const ir::Instr& in = step[i];
+    if (in.kind != ir::InstrKind::Run) continue;
+    const ir::Op& op = m.ops[in.op];
+    if (op.phase == ir::Phase::Optimizer) continue;
+    int micro = perMicro ? in.micro : 0;
+    if ((perMicro || in.micro == last) && readies(in))
+      for (int b : readyAfter[in.op])
+        ready(micro, b, i);
+    size_t inputs = op.phase == ir::Phase::Backward ? m.ops[op.forward].inputs.size() : 0;
+    for (size_t k = 0; k < op.outputs.size(); ++k) {
+      int t = op.outputs[k];
+      if (t >= 0 && bucketOfGrad[t] >= 0 && ir::writesOutput(in.part, k, inputs))
+        ready(micro, bucketOfGrad[t], i);
+    }
+  }
+  std::vector<std::vector<int>> after(step.size());
+  for (const auto& [key, i] : at)
+    after[i].push_back(key.second);
+  for (std::vector<int>& list : after)
+    std::sort(list.begin(), list.end());
+  return after;
+}
+
+} // namespace
+
+// Data-parallel copies (step 6): the stage's buckets start right after the last instruction
+// that readies them in the last micro-batch's backward (reductionStarts), and are waited
+// for, in the order they started, before the first optimizer op (the gradient norm reads
+// them). With ZeRO stage 2 every micro-batch's start there, each waited for once the next
+// has started, and the last at once, inside the backward that wrote them (the schedule
+// pass's data-parallel plans too).
+void addGradientReductions(const ir::Module& m, int position, std::vector<ir::Instr>& step) {
+  int last = static_cast<int>(m.policy.microBatches) - 1;
+  std::vector<std::vector<int>> after = reductionStarts(m, position, step);
+  size_t buckets = 0;
+  for (const ir::GradBucket& b : m.buckets)
+    buckets += b.stage % m.mesh.depth() == position;
+  if (buckets == 0) return;
   std::vector<ir::Instr> out;
   if (m.zeroShardsGradients()) {
     out.reserve(step.size() + 3 * buckets * static_cast<size_t>(last + 1));
@@ -305,14 +355,13 @@ void addGradientReductions(const ir::Module& m, int position, std::vector<ir::In
     // that a micro-batch's buckets of one chunk are done before the next micro-batch's of
     // the same chunk start (under `interleaved`, the other chunk's backward comes later).
     std::map<int, size_t> perChunk;
-    for (const std::vector<int>& ready : readyAfter)
-      for (int b : ready)
-        ++perChunk[m.buckets[b].stage];
+    for (const ir::GradBucket& b : m.buckets)
+      if (b.stage % m.mesh.depth() == position) ++perChunk[b.stage];
     std::map<std::pair<int, int>, std::vector<int>> started;
-    for (const ir::Instr& in : step) {
+    for (size_t i = 0; i < step.size(); ++i) {
+      const ir::Instr& in = step[i];
       out.push_back(in);
-      if (!readiesBuckets(in)) continue;
-      for (int b : readyAfter[in.op]) {
+      for (int b : after[i]) {
         int chunk = m.buckets[b].stage;
         std::vector<int>& mine = started[{in.micro, chunk}];
         out.push_back({ir::InstrKind::ReduceStart, -1, in.micro, b});
@@ -329,9 +378,9 @@ void addGradientReductions(const ir::Module& m, int position, std::vector<ir::In
     // reduce-scatter is done, before the gradient norm and the optimizer read them. Every
     // such stage starts its sums in the weights' order, so the collectives meet.
     std::vector<int> tied;
-    for (const std::vector<int>& ready : readyAfter)
-      for (int b : ready)
-        if (m.buckets[b].tied) tied.push_back(b);
+    for (size_t b = 0; b < m.buckets.size(); ++b)
+      if (m.buckets[b].tied && m.buckets[b].stage % m.mesh.depth() == position)
+        tied.push_back(static_cast<int>(b));
     std::sort(tied.begin(), tied.end(),
               [&](int a, int b) { return m.buckets[a].firstParam < m.buckets[b].firstParam; });
     auto optimizer = std::find_if(out.begin(), out.end(), [&](const ir::Instr& in) {
@@ -348,16 +397,13 @@ void addGradientReductions(const ir::Module& m, int position, std::vector<ir::In
     step = std::move(out);
     return;
   }
-  auto readies = [&](const ir::Instr& in) {
-    return readiesBuckets(in) && in.micro == last && !readyAfter[in.op].empty();
-  };
   auto optimizer = [&](const ir::Instr& in) {
     return in.kind == ir::InstrKind::Run && m.ops[in.op].phase == ir::Phase::Optimizer;
   };
   // Only the instructions from the first that readies a bucket on move (the last
   // micro-batch's backward, near the step's end).
   size_t from = 0;
-  while (from < step.size() && !readies(step[from]) && !optimizer(step[from]))
+  while (from < step.size() && after[from].empty() && !optimizer(step[from]))
     ++from;
   out.reserve(step.size() - from + 3 * buckets);
   std::vector<int> started;
@@ -370,8 +416,7 @@ void addGradientReductions(const ir::Module& m, int position, std::vector<ir::In
       waited = true;
     }
     out.push_back(in);
-    if (!readies(in)) continue;
-    for (int b : readyAfter[in.op]) {
+    for (int b : after[i]) {
       out.push_back({ir::InstrKind::ReduceStart, -1, last, b});
       started.push_back(b);
     }

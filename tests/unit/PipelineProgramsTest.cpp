@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <set>
 #include <sstream>
 
 namespace {
@@ -439,4 +440,74 @@ TEST_CASE("interleaved chunks: each rank runs its stage blocks round-robin, one 
           CHECK(prog.slots <= micros);
         }
       }
+}
+
+namespace {
+
+// Every instruction that writes a gradient of a bucket comes before the reduction of that
+// bucket starts: in its micro-batch under ZeRO stage 2 (each reduce-scatters its own), in
+// the step otherwise (the micro-batches add into one gradient, reduced once).
+void checkReductionsFollowWrites(const epl::ir::Module& m) {
+  for (const epl::ir::Program& p : m.programs) {
+    INFO("rank " << p.rank);
+    std::vector<int> bucketOf = m.paramBuckets(p), paramOfGrad(m.tensors.size(), -1);
+    for (size_t q = 0; q < m.params.size(); ++q)
+      if (m.params[q].grad >= 0) paramOfGrad[m.params[q].grad] = static_cast<int>(q);
+    std::set<std::pair<int, int>> started; // (micro-batch or 0, bucket)
+    int reductions = 0;
+    for (const epl::ir::Instr& in : p.step) {
+      int micro = m.zeroShardsGradients() ? in.micro : 0;
+      if (in.kind == InstrKind::ReduceStart && !in.tie) {
+        started.insert({micro, in.bucket});
+        ++reductions;
+      }
+      if (in.kind != InstrKind::Run || m.ops[in.op].phase == epl::ir::Phase::Optimizer) continue;
+      const epl::ir::Op& op = m.ops[in.op];
+      size_t inputs = op.phase == epl::ir::Phase::Backward ? m.ops[op.forward].inputs.size() : 0;
+      for (size_t k = 0; k < op.outputs.size(); ++k) {
+        int t = op.outputs[k];
+        if (t < 0 || paramOfGrad[t] < 0 || !epl::ir::writesOutput(in.part, k, inputs)) continue;
+        int b = bucketOf[paramOfGrad[t]];
+        INFO("gradient of " << m.params[paramOfGrad[t]].name << ", bucket " << b);
+        CHECK_FALSE(started.count({micro, b}));
+      }
+    }
+    CHECK(reductions > 0);
+  }
+}
+
+} // namespace
+
+TEST_CASE("a gradient bucket's reduction starts after every write of its gradients, zb's "
+          "deferred parameter gradients too") {
+  // Three stages of two ranks, the head tied to the embedding; the last stage's first op
+  // has no parameters, so its input gradients end the backward before the W parts run.
+  const char* text = R"(
+model net(tokens: i32[B, 16]) {{
+  replicate(2) {{ h = embedding(tokens, 256, 32) + positions(16, 32) }}
+  replicate(2) {{ h = relu(linear(h, 32)) }}
+  replicate(2) {{
+    h = relu(h)
+    loss = cross_entropy(linear(layer_norm(h), 256, bias = false, tie = embedding), next(tokens))
+  }}
+  return loss
+}}
+policy {{
+  micro_batches = 4
+  schedule = zb
+  {}
+}}
+train net {{
+  data = synthetic(samples = 64, classes = 256)
+  batch = 48
+}}
+)";
+  for (const char* policy :
+       {"", "overlap_comm = false", "zero = 2", "zero = 2 overlap_comm = false"}) {
+    INFO(policy);
+    auto m = epl::testing::planned("zb.epl", fmt::format(text, policy), 6);
+    REQUIRE(m);
+    REQUIRE(m->programs.size() == 6);
+    checkReductionsFollowWrites(*m);
+  }
 }

@@ -787,7 +787,7 @@ std::vector<std::vector<Module::SlicePiece>> Module::bucketPieces(const Program&
   std::vector<ZeroSlice> domains = zeroSlices(p);
   std::vector<std::vector<SlicePiece>> out(buckets.size());
   for (size_t b = 0; b < buckets.size(); ++b) {
-    if (!at.holds(buckets[b].firstParam)) continue; // another stage's
+    if (!holdsBucket(p, buckets[b])) continue; // another stage's
     int64_t first = at.spanBegin(buckets[b].firstParam), last = at.spanEnd(buckets[b].endParam);
     for (const ZeroSlice& z : domains) {
       if (z.pieces != buckets[b].pieces) continue;

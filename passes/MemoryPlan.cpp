@@ -335,7 +335,7 @@ private:
     std::vector<int64_t> scratch, tieScratch;
     for (size_t b = 0; b < m.buckets.size(); ++b) {
       scratch.push_back(scratchOf(b));
-      tieScratch.push_back(!pieces.empty() && m.buckets[b].tied && at.holds(m.buckets[b].firstParam)
+      tieScratch.push_back(!pieces.empty() && m.buckets[b].tied && m.holdsBucket(p, m.buckets[b])
                                ? tieScratchOf(b)
                                : 0);
     }

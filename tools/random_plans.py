@@ -3,11 +3,11 @@
 pinned or not) and split blocks, under random policies and optimizers, run for a few steps
 at -np 1 and at another -np, looking for what no hand-written test asked for. A plan that
 stops on an internal error, a crash or a hang is a finding; so is one whose losses leave
--np 1's (relative 1e-5, 1e-3 under `amp` or half-precision gradient wires); and, with
---resume, a run stopped at a checkpoint and resumed at other settings (-np, ZeRO, schedule,
-recompute) that crashes, or whose losses after the checkpoint leave -np 1's uninterrupted
-ones (a resumption refused with an error is printed, not counted). User errors (a -np the
-plan does not divide, a setting given twice) are counted, not reported.
+-np 1's (relative 1e-5, 1e-3 under `amp`, 5e-3 with half-precision gradient wires); and,
+with --resume, a run stopped at a checkpoint and resumed at other settings (-np, ZeRO,
+schedule, recompute) that crashes, or whose losses after the checkpoint leave -np 1's
+uninterrupted ones (a resumption refused with an error is printed, not counted). User
+errors (a -np the plan does not divide, a setting given twice) are counted, not reported.
 
 The scripts it writes stay in WORKDIR, named by seed and trial, so a finding can be run
 again by hand. Not run by the tests: a run of 50 plans takes a few minutes on 2 cores.
@@ -111,7 +111,11 @@ def script(rng):
     # under SGD 1e-7).
     chained = model.count("batch_norm(") >= 2
     loose = chained or any(p.startswith(("amp", "comm_dtype")) for p in policy)
-    return text, (1e-3 if loose else 1e-5)
+    # A bf16 wire rounds every summed gradient to 8 bits of mantissa, a different sum at each
+    # -np: seed 116's plan 1 (SGD with momentum, the loss halving in 4 steps) was 1.5e-3
+    # apart at -np 6 by step 4, and 1e-7 with an f32 wire.
+    wire = any(p.startswith("comm_dtype") for p in policy)
+    return text, (5e-3 if wire else 1e-3 if loose else 1e-5)
 
 
 def run(args, path, np_, steps, extra, metrics):

@@ -283,6 +283,22 @@ template <int EP, bool Fp32> __global__ void __launch_bounds__(4 * kWarp) forwar
   }
 }
 
+// The backward's [16, 16] tiles at row tr, column tc of S = q k^T (into ps) and of dP =
+// dctx v^T (into dss), from the query rows qs and dos and the key rows ks and vs (EP + 4
+// apart; rows KT + 4 apart in ps and dss).
+template <int EP, bool Fp32>
+__device__ void scoreTiles(int tr, int tc, const float* qs, const float* dos, const float* ks,
+                           const float* vs, float* ps, float* dss) {
+  constexpr int kLd = EP + 4;
+  Acc s, dp;
+  wmma::fill_fragment(s, 0.f);
+  wmma::fill_fragment(dp, 0.f);
+  mmaSteps<FragA, FragBt, Fp32>(s, qs + tr * kLd, kLd, 8, ks + tc * kLd, kLd, 8, EP / 8);
+  mmaSteps<FragA, FragBt, Fp32>(dp, dos + tr * kLd, kLd, 8, vs + tc * kLd, kLd, 8, EP / 8);
+  wmma::store_matrix_sync(ps + tr * kLds + tc, s, kLds, wmma::mem_row_major);
+  wmma::store_matrix_sync(dss + tr * kLds + tc, dp, kLds, wmma::mem_row_major);
+}
+
 // P and dS of a tile of queries [rows, KT] in place of the scores S (ps) and of dP = dctx v^T
 // (dss): P = exp(scale S - lse) where the query sees the key (0 elsewhere), dS = P (dP - Dvec).
 inline __device__ void probsAndScoreGrads(const Flash& f, int64_t b, int64_t q0, int64_t k0,
@@ -348,16 +364,8 @@ template <int EP, bool Fp32> __global__ void __launch_bounds__(8 * kWarp) keysKe
       loadTile<EP>(dos, kKeysQT, f.dctx + b * f.t * f.d + h * f.e, f.d, q0, f.t, f.e);
       loadRowStats(f, b, h, q0, kKeysQT, lse, dvec);
       __syncthreads();
-      { // S = q k^T and dP = dctx v^T: [QT, KT] is 2 x 4 tiles, one a warp
-        const int tr = warp / 4 * 16, tc = warp % 4 * 16;
-        Acc s, dp;
-        wmma::fill_fragment(s, 0.f);
-        wmma::fill_fragment(dp, 0.f);
-        mmaSteps<FragA, FragBt, Fp32>(s, qs + tr * kLd, kLd, 8, ks + tc * kLd, kLd, 8, EP / 8);
-        mmaSteps<FragA, FragBt, Fp32>(dp, dos + tr * kLd, kLd, 8, vs + tc * kLd, kLd, 8, EP / 8);
-        wmma::store_matrix_sync(ps + tr * kLds + tc, s, kLds, wmma::mem_row_major);
-        wmma::store_matrix_sync(dss + tr * kLds + tc, dp, kLds, wmma::mem_row_major);
-      }
+      // S = q k^T and dP = dctx v^T: [QT, KT] is 2 x 4 tiles, one a warp.
+      scoreTiles<EP, Fp32>(warp / 4 * 16, warp % 4 * 16, qs, dos, ks, vs, ps, dss);
       __syncthreads();
       probsAndScoreGrads(f, b, q0, k0, kKeysQT, lse, dvec, ps, dss);
       __syncthreads();
@@ -415,14 +423,8 @@ template <int EP, bool Fp32> __global__ void __launch_bounds__(8 * kWarp) querie
     __syncthreads();
     // S and dP: [QT, KT] is 4 x 4 tiles, two a warp.
     for (int i = 0; i < 2; ++i) {
-      const int tile = warp + 8 * i, tr = tile / 4 * 16, tc = tile % 4 * 16;
-      Acc s, dp;
-      wmma::fill_fragment(s, 0.f);
-      wmma::fill_fragment(dp, 0.f);
-      mmaSteps<FragA, FragBt, Fp32>(s, qs + tr * kLd, kLd, 8, ks + tc * kLd, kLd, 8, EP / 8);
-      mmaSteps<FragA, FragBt, Fp32>(dp, dos + tr * kLd, kLd, 8, vs + tc * kLd, kLd, 8, EP / 8);
-      wmma::store_matrix_sync(ps + tr * kLds + tc, s, kLds, wmma::mem_row_major);
-      wmma::store_matrix_sync(dss + tr * kLds + tc, dp, kLds, wmma::mem_row_major);
+      const int tile = warp + 8 * i;
+      scoreTiles<EP, Fp32>(tile / 4 * 16, tile % 4 * 16, qs, dos, ks, vs, ps, dss);
     }
     __syncthreads();
     probsAndScoreGrads(f, b, q0, k0, kQT, lse, dvec, ps, dss);

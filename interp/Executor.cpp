@@ -1185,10 +1185,9 @@ void Executor::planShardedBuckets() {
     if (in.kind != ir::InstrKind::Run || m_.ops[in.op].phase == ir::Phase::Optimizer) continue;
     const ir::Op& op = m_.ops[in.op];
     // zb's B part leaves the parameter gradients to W (the memory plan's rule too).
-    size_t inputs = op.phase == ir::Phase::Backward ? m_.ops[op.forward].inputs.size() : 0;
     for (size_t k = 0; k < op.outputs.size(); ++k) {
       int t = op.outputs[k];
-      if (t < 0 || gradParam_[t] < 0 || !ir::writesOutput(in.part, k, inputs)) continue;
+      if (t < 0 || gradParam_[t] < 0 || !m_.runWrites(in, k)) continue;
       if (written.insert({in.micro, bucketOfParam_[gradParam_[t]]}).second)
         clearBuckets_[i].push_back(bucketOfParam_[gradParam_[t]]);
     }

@@ -532,6 +532,12 @@ struct Module {
   bool holdsBucket(const Program& p, const GradBucket& b) const {
     return holdsParam(p, b.firstParam) && (!b.tied || b.stage % mesh.depth() == p.stage);
   }
+  // Whether Run `in` writes output k of its op: a split backward's B part writes the input
+  // gradients, its W part the parameter gradients (ir::writesOutput); any other run, all.
+  bool runWrites(const Instr& in, size_t k) const {
+    const Op& op = ops[in.op];
+    return op.phase != Phase::Backward || writesOutput(in.part, k, ops[op.forward].inputs.size());
+  }
   // By parameter, the gradient bucket p's rank puts its gradient in (and, under ZeRO stage
   // 3, gathers it with); -1: none on that rank.
   std::vector<int> paramBuckets(const Program& p) const;

@@ -190,14 +190,6 @@ Placement greedyBySize(std::vector<Interval> live, size_t tensors) {
   return out;
 }
 
-// Whether Run `in` writes output k of its op: a split backward's W leaves the input
-// gradients alone (B wrote them), and reads the activations again, so they live until W.
-bool writes(const ir::Module& m, const ir::Instr& in, size_t k) {
-  const ir::Op& op = m.ops[in.op];
-  if (op.phase != ir::Phase::Backward) return true;
-  return ir::writesOutput(in.part, k, m.ops[op.forward].inputs.size());
-}
-
 class MemoryPlan : public Pass {
 public:
   const char* name() const override { return "memory-plan"; }
@@ -488,7 +480,7 @@ private:
       for (int t : op.inputs)
         touch(t);
       for (size_t k = 0; k < op.outputs.size(); ++k)
-        if (writes(m, in, k)) touch(op.outputs[k]);
+        if (m.runWrites(in, k)) touch(op.outputs[k]); // W reads the activations: they live on
       if (!paramBucket.empty() && op.phase != ir::Phase::Optimizer)
         for (int q : op.params)
           f(gatherId(paramBucket[q], gatherUse(paramBucket[q], op.phase)));

@@ -285,6 +285,12 @@ namespace {
 // micro-batch (the last one without ZeRO). Zero-bubble schedules run parameter gradients
 // (the W parts) after a later op's input gradients (its B part): a bucket is ready only
 // after the last of them, whichever op readies it.
+// Whether bucket b is reduced by the ranks of pipeline position `position` (its stage runs
+// there).
+bool reducedAt(const ir::Module& m, const ir::GradBucket& b, int position) {
+  return b.stage % m.mesh.depth() == position;
+}
+
 std::vector<std::vector<int>> reductionStarts(const ir::Module& m, int position,
                                               const std::vector<ir::Instr>& step) {
   bool perMicro = m.zeroShardsGradients();
@@ -293,7 +299,7 @@ std::vector<std::vector<int>> reductionStarts(const ir::Module& m, int position,
   std::vector<std::vector<int>> readyAfter(m.ops.size()); // by op, the buckets it readies
   for (size_t b = 0; b < m.buckets.size(); ++b) {
     const ir::GradBucket& g = m.buckets[b];
-    if (g.stage % m.mesh.depth() != position) continue;
+    if (!reducedAt(m, g, position)) continue;
     readyAfter[g.readyOp].push_back(static_cast<int>(b));
     for (int q = g.firstParam; q < g.endParam; ++q)
       if (m.params[q].grad >= 0) bucketOfGrad[m.params[q].grad] = static_cast<int>(b);
@@ -317,11 +323,9 @@ std::vector<std::vector<int>> reductionStarts(const ir::Module& m, int position,
     if ((perMicro || in.micro == last) && readies(in))
       for (int b : readyAfter[in.op])
         ready(micro, b, i);
-    size_t inputs = op.phase == ir::Phase::Backward ? m.ops[op.forward].inputs.size() : 0;
     for (size_t k = 0; k < op.outputs.size(); ++k) {
       int t = op.outputs[k];
-      if (t >= 0 && bucketOfGrad[t] >= 0 && ir::writesOutput(in.part, k, inputs))
-        ready(micro, bucketOfGrad[t], i);
+      if (t >= 0 && bucketOfGrad[t] >= 0 && m.runWrites(in, k)) ready(micro, bucketOfGrad[t], i);
     }
   }
   std::vector<std::vector<int>> after(step.size());
@@ -345,7 +349,7 @@ void addGradientReductions(const ir::Module& m, int position, std::vector<ir::In
   std::vector<std::vector<int>> after = reductionStarts(m, position, step);
   size_t buckets = 0;
   for (const ir::GradBucket& b : m.buckets)
-    buckets += b.stage % m.mesh.depth() == position;
+    buckets += reducedAt(m, b, position);
   if (buckets == 0) return;
   std::vector<ir::Instr> out;
   if (m.zeroShardsGradients()) {
@@ -356,7 +360,7 @@ void addGradientReductions(const ir::Module& m, int position, std::vector<ir::In
     // the same chunk start (under `interleaved`, the other chunk's backward comes later).
     std::map<int, size_t> perChunk;
     for (const ir::GradBucket& b : m.buckets)
-      if (b.stage % m.mesh.depth() == position) ++perChunk[b.stage];
+      if (reducedAt(m, b, position)) ++perChunk[b.stage];
     std::map<std::pair<int, int>, std::vector<int>> started;
     for (size_t i = 0; i < step.size(); ++i) {
       const ir::Instr& in = step[i];
@@ -379,7 +383,7 @@ void addGradientReductions(const ir::Module& m, int position, std::vector<ir::In
     // such stage starts its sums in the weights' order, so the collectives meet.
     std::vector<int> tied;
     for (size_t b = 0; b < m.buckets.size(); ++b)
-      if (m.buckets[b].tied && m.buckets[b].stage % m.mesh.depth() == position)
+      if (m.buckets[b].tied && reducedAt(m, m.buckets[b], position))
         tied.push_back(static_cast<int>(b));
     std::sort(tied.begin(), tied.end(),
               [&](int a, int b) { return m.buckets[a].firstParam < m.buckets[b].firstParam; });

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 namespace epl::backend::cuda {
 
@@ -35,7 +36,7 @@ Flash flashOf(const AttentionDims& s, const float* qkv, MaskRows mask) {
 }
 
 // Launches kernel over grid with `floats` of dynamic shared memory (above the 48 KiB a
-// kernel gets without asking).
+// kernel gets without asking; the attribute is the current device's, so set at each launch).
 template <class Kernel>
 void launch(const Ctx& ctx, Kernel kernel, dim3 grid, int threads, int64_t floats, const Flash& f,
             const char* what) {
@@ -70,31 +71,34 @@ void backwardAt(const Ctx& ctx, const AttentionDims& s, const Flash& f) {
          "tiled attention backward (dq)");
 }
 
-template <int EP> void forwardAt(const Ctx& ctx, const AttentionDims& s, const Flash& f) {
-  return fp32Products(ctx) ? forwardAt<EP, true>(ctx, s, f) : forwardAt<EP, false>(ctx, s, f);
-}
-
-template <int EP> void backwardAt(const Ctx& ctx, const AttentionDims& s, const Flash& f) {
-  return fp32Products(ctx) ? backwardAt<EP, true>(ctx, s, f) : backwardAt<EP, false>(ctx, s, f);
-}
-
-// The most shared memory any of the three kernels takes at head width EP, in bytes.
-int64_t sharedBytes(int ep) {
-  switch (ep) {
+// run(std::integral_constant<int, EP>) for the width heads of E columns are padded to.
+template <class Run> auto atPaddedWidth(int64_t e, Run run) {
+  switch (paddedWidth(e)) {
   case 32:
-    return 4 * std::max({forwardFloats<32>(), keysFloats<32>(), queriesFloats<32>()});
+    return run(std::integral_constant<int, 32>{});
   case 64:
-    return 4 * std::max({forwardFloats<64>(), keysFloats<64>(), queriesFloats<64>()});
+    return run(std::integral_constant<int, 64>{});
   default:
-    return 4 * std::max({forwardFloats<128>(), keysFloats<128>(), queriesFloats<128>()});
+    return run(std::integral_constant<int, 128>{});
   }
+}
+
+// The most shared memory any of the three kernels takes at E's padded width, in bytes.
+int64_t sharedBytes(int64_t e) {
+  return atPaddedWidth(e, [](auto ep) {
+    constexpr int w = decltype(ep)::value;
+    return 4 * std::max({forwardFloats<w>(), keysFloats<w>(), queriesFloats<w>()});
+  });
 }
 
 } // namespace
 
 bool flashAttentionRuns(const AttentionDims& s) {
-  const char* choice = std::getenv("EPL_GPU_ATTENTION");
-  if (choice && std::strcmp(choice, "scores") == 0) return false;
+  static const bool scores = [] { // the process's choice, read once
+    const char* choice = std::getenv("EPL_GPU_ATTENTION");
+    return choice && std::strcmp(choice, "scores") == 0;
+  }();
+  if (scores) return false;
   if (s.e < 1 || s.e > kMaxE || s.b > 65535 || s.h > 65535) return false;
   int device = 0, optin = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
@@ -103,7 +107,7 @@ bool flashAttentionRuns(const AttentionDims& s) {
     (void)cudaGetLastError();
     return false;
   }
-  return sharedBytes(paddedWidth(s.e)) <= optin;
+  return sharedBytes(s.e) <= optin;
 }
 
 void flashAttentionForward(const Ctx& ctx, const AttentionDims& s, const float* qkv, MaskRows mask,
@@ -112,14 +116,10 @@ void flashAttentionForward(const Ctx& ctx, const AttentionDims& s, const float* 
   Flash f = flashOf(s, qkv, mask);
   f.ctx = ctxOut;
   f.lse = lse;
-  switch (paddedWidth(s.e)) {
-  case 32:
-    return forwardAt<32>(ctx, s, f);
-  case 64:
-    return forwardAt<64>(ctx, s, f);
-  default:
-    return forwardAt<128>(ctx, s, f);
-  }
+  atPaddedWidth(s.e, [&](auto ep) {
+    constexpr int w = decltype(ep)::value;
+    fp32Products(ctx) ? forwardAt<w, true>(ctx, s, f) : forwardAt<w, false>(ctx, s, f);
+  });
 }
 
 void flashAttentionBackward(const Ctx& ctx, const AttentionDims& s, const float* qkv,
@@ -131,14 +131,10 @@ void flashAttentionBackward(const Ctx& ctx, const AttentionDims& s, const float*
   f.dctx = dctx;
   f.dvec = dvec;
   f.dqkv = dqkv;
-  switch (paddedWidth(s.e)) {
-  case 32:
-    return backwardAt<32>(ctx, s, f);
-  case 64:
-    return backwardAt<64>(ctx, s, f);
-  default:
-    return backwardAt<128>(ctx, s, f);
-  }
+  atPaddedWidth(s.e, [&](auto ep) {
+    constexpr int w = decltype(ep)::value;
+    fp32Products(ctx) ? backwardAt<w, true>(ctx, s, f) : backwardAt<w, false>(ctx, s, f);
+  });
 }
 
 } // namespace epl::backend::cuda

@@ -58,6 +58,7 @@ public:
 
   void run(int threads, const std::function<void()>& body) {
     body_ = &body;
+    error_.clear();
     fibers_.resize(static_cast<size_t>(threads));
     arrived_.assign(1 + threads / kWarp, 0);
     generation_.assign(1 + threads / kWarp, 0);
@@ -82,7 +83,7 @@ public:
         alive = true;
         current_ = i;
         swapcontext(&scheduler_, &fibers_[static_cast<size_t>(i)].ctx);
-        if (error_) throw std::runtime_error(*error_);
+        if (!error_.empty()) throw std::runtime_error(error_);
       }
       if (alive && events_ == before)
         throw std::runtime_error("a barrier that not every thread of the block (or warp) reaches");
@@ -123,8 +124,7 @@ private:
   const std::function<void()>* body_ = nullptr;
   int current_ = 0;
   int64_t events_ = 0;
-  std::string* error_ = nullptr;
-  std::string errorText_;
+  std::string error_; // what a thread threw, ending the block
 
   friend Block& block();
 };
@@ -139,8 +139,7 @@ inline void Block::entry() {
   try {
     (*b.body_)();
   } catch (const std::exception& e) {
-    b.errorText_ = e.what();
-    b.error_ = &b.errorText_;
+    b.error_ = e.what();
   }
   ++b.events_;
   b.fibers_[static_cast<size_t>(b.current_)].done = true;

@@ -463,10 +463,9 @@ void checkReductionsFollowWrites(const epl::ir::Module& m) {
       }
       if (in.kind != InstrKind::Run || m.ops[in.op].phase == epl::ir::Phase::Optimizer) continue;
       const epl::ir::Op& op = m.ops[in.op];
-      size_t inputs = op.phase == epl::ir::Phase::Backward ? m.ops[op.forward].inputs.size() : 0;
       for (size_t k = 0; k < op.outputs.size(); ++k) {
         int t = op.outputs[k];
-        if (t < 0 || paramOfGrad[t] < 0 || !epl::ir::writesOutput(in.part, k, inputs)) continue;
+        if (t < 0 || paramOfGrad[t] < 0 || !m.runWrites(in, k)) continue;
         int b = bucketOf[paramOfGrad[t]];
         INFO("gradient of " << m.params[paramOfGrad[t]].name << ", bucket " << b);
         CHECK_FALSE(started.count({micro, b}));

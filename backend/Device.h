@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <new>
 #include <optional>
@@ -169,6 +170,11 @@ class Device {
 public:
   virtual ~Device() = default;
   virtual std::string name() const = 0;
+  // The widest attention head whose T x T scores this device's kernel keeps in tiles, never
+  // in memory (the cost model's ir::ClusterDevice::tilesUpTo, for a run's comparison with
+  // its prediction); 0: none, kEveryWidth: all, as the CPU's kernel.
+  static constexpr int64_t kEveryWidth = std::numeric_limits<int64_t>::max();
+  virtual int64_t attentionTilesUpTo() const { return kEveryWidth; }
   // Whether the host reads and writes device memory directly (the CPU device's memory is
   // the host's).
   virtual bool hostAddressable() const = 0;

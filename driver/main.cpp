@@ -209,8 +209,17 @@ int runRank(Common args, epl::interp::RunOptions o, epl::backend::Comm* comm) {
 
 int runScript(Common args, epl::interp::RunOptions o, const epl::driver::LaunchOptions& launch,
               bool npGiven, int argc, char** argv) {
+  // A cluster that does not load is an error before anything runs (every rank finds it;
+  // rank 0 says so).
+  auto clusterLoads = [&](bool say) {
+    std::string error;
+    if (o.cluster.empty() || epl::ir::loadCluster(o.cluster, error)) return true;
+    if (say) std::cerr << "error: --cluster: " << error << "\n";
+    return false;
+  };
   if (epl::backend::insideMpiJob()) {
     auto comm = epl::backend::makeMpiComm();
+    if (!clusterLoads(comm->rank() == 0)) return 2;
     if (npGiven && args.np != comm->size()) {
       if (comm->rank() == 0)
         std::cerr << fmt::format("error: -np {} was given, but this MPI job has {} ranks\n",
@@ -220,6 +229,7 @@ int runScript(Common args, epl::interp::RunOptions o, const epl::driver::LaunchO
     args.np = comm->size();
     return runRank(args, o, comm.get());
   }
+  if (!clusterLoads(true)) return 2;
   if (args.np == 1) return runRank(args, o, nullptr);
   // Plan here first: a script's errors are reported once, before any rank starts.
   {
@@ -434,9 +444,10 @@ int main(int argc, char** argv) {
                       "also write pictures of the plan into this folder: mesh.svg, memory.svg "
                       "(each rank's ledger), schedule.svg (a pipeline's schedule)");
   std::string cluster;
-  planCmd->add_option("--cluster", cluster,
-                      "also predict the step on this cluster: dgx-a100, dgx-h100, here (this "
-                      "machine, after `epl calibrate`) or a JSON file (docs/cluster.md)");
+  planCmd->add_option(
+      "--cluster", cluster,
+      "also predict the step on this cluster: dgx-a100, dgx-h100, dgx-h200, here (this "
+      "machine, after `epl calibrate`) or a JSON file (docs/cluster.md)");
   bool search = false;
   planCmd
       ->add_flag("--search", search,
@@ -470,6 +481,9 @@ int main(int argc, char** argv) {
       ->add_option("--device", runOptions.device,
                    "auto (a GPU when there is one that runs the plan), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  runCmd->add_option("--cluster", runOptions.cluster,
+                     "compare the step time with this cluster's prediction after the fourth "
+                     "step (default: `here` on a calibrated CPU, the GPU's own kind on a GPU)");
   runCmd->add_option("--offload-dir", runOptions.offloadDir,
                      "where `offload_to = disk` keeps the optimizer states: one file per rank, "
                      "removed from the folder once open (default: the temporary folder, "

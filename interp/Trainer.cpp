@@ -913,25 +913,48 @@ private:
   void comparePrediction(Progress& progress);
 };
 
-// After the fourth step of a run on the CPU of a calibrated machine (`epl calibrate`):
-// the median of steps 2 to 4 beside the step `epl plan --cluster here` predicts. Nothing
-// when the machine is not calibrated.
+// After the fourth step: the median of steps 2 to 4 beside the step `epl plan --cluster`
+// predicts, on the cluster of `--cluster`, else on the CPU this machine's (`here`, nothing
+// when it is not calibrated), else on a GPU the built-in cluster of its kind, costing
+// attention as this device's kernel runs it (the built-in ones cost every head's scores).
 void TrainingRun::comparePrediction(Progress& progress) {
   constexpr size_t kSteps = 4;
-  if (rank_ != 0 || stepSeconds_.size() != kSteps || device_->name().rfind("cpu", 0) != 0) return;
-  std::string error;
-  std::optional<ir::Cluster> here = ir::loadCluster("here", error);
-  if (!here) return;
-  ir::Prediction p = ir::predict(m_, here->forRanks(m_.mesh.np, o_.threads));
+  if (rank_ != 0 || stepSeconds_.size() != kSteps) return;
   std::vector<double> warm(stepSeconds_.begin() + 1, stepSeconds_.end());
   std::sort(warm.begin(), warm.end());
   double measured = warm[warm.size() / 2];
-  if (p.stepSeconds <= 0 || measured <= 0) return;
-  progress.line(fmt::format("step time: measured {:.4g} s (median of steps {} to {}), predicted "
-                            "{:.4g} s on this machine (`epl calibrate`): predicted / measured "
-                            "{:.2f}",
-                            measured, start_ + 2, start_ + kSteps, p.stepSeconds,
-                            p.stepSeconds / measured));
+  if (measured <= 0) return;
+  std::string line = fmt::format("step time: measured {:.4g} s (median of steps {} to {})",
+                                 measured, start_ + 2, start_ + kSteps);
+  bool cpu = device_->name().rfind("cpu", 0) == 0;
+  std::string error, where;
+  std::optional<ir::Cluster> cluster;
+  if (!o_.cluster.empty() || cpu) {
+    cluster = ir::loadCluster(o_.cluster.empty() ? "here" : o_.cluster, error);
+    where = o_.cluster.empty() || o_.cluster == "here" ? "on this machine (`epl calibrate`)"
+            : cluster                                  ? fmt::format("on {}", cluster->name)
+                                                       : "";
+  } else if (std::optional<std::string> kind = ir::builtinClusterForGpu(device_->name())) {
+    cluster = ir::loadCluster(*kind, error);
+    int64_t tiles = device_->attentionTilesUpTo();
+    cluster->device.attention =
+        tiles > 0 ? ir::ClusterDevice::Attention::Tiles : ir::ClusterDevice::Attention::Scores;
+    cluster->device.tilesUpTo = tiles == backend::Device::kEveryWidth ? 0 : tiles;
+    where = fmt::format("on {}'s model of the {}", cluster->name, cluster->devicesName());
+  } else {
+    progress.line(line + "; EPL has no model of this GPU to compare with: `--cluster FILE` "
+                         "gives one (docs/cluster.md)");
+    return;
+  }
+  if (!cluster) return; // not calibrated, or the file changed since the run began
+  if (std::string few = cluster->tooFew(m_.mesh.np); !few.empty()) {
+    progress.line(fmt::format("{}; not predicted on {}: {}", line, cluster->name, few));
+    return;
+  }
+  ir::Prediction p = ir::predict(m_, cluster->forRanks(m_.mesh.np, o_.threads));
+  if (p.stepSeconds <= 0) return;
+  progress.line(fmt::format("{}, predicted {:.4g} s {}: predicted / measured {:.2f}", line,
+                            p.stepSeconds, where, p.stepSeconds / measured));
 }
 
 // Fallible work every rank does: errors go to `mine_`, then the ranks agree. A failing rank

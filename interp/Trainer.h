@@ -25,8 +25,12 @@ struct RunOptions {
   int threads = 0;             // CPU threads; 0: every core
   std::string device = "auto"; // auto, cpu or cuda (DeviceChoice.h)
   std::string offloadDir;      // `offload_to = disk`'s folder; empty: the temporary folder
-  int64_t stopAfter = 0;       // stop after this step (a checkpoint is written) as if
-                               // interrupted; the schedule still spans `steps`. 0: run them all
+  // The cluster whose prediction the run's step time is compared with (ir::loadCluster's
+  // names); empty: on the CPU `here` when this machine is calibrated, on a GPU the built-in
+  // cluster of its kind (ir::builtinClusterForGpu).
+  std::string cluster;
+  int64_t stopAfter = 0; // stop after this step (a checkpoint is written) as if
+                         // interrupted; the schedule still spans `steps`. 0: run them all
   std::ostream* out = nullptr;
   bool terminal = false; // draw a progress bar instead of log lines
   // The ranks of the job, each running train() on its share of the batch; nullptr: this

@@ -40,6 +40,16 @@ Cluster dgxH100() {
   return c;
 }
 
+// The H100's compute with HBM3e: 141 GB at 4.8 TB/s.
+Cluster dgxH200() {
+  Cluster c = dgxH100();
+  c.name = "dgx-h200";
+  c.device.name = "H200-SXM5-141GB";
+  c.device.memoryBytes = 141e9;
+  c.device.memoryBandwidth = 4.8e12;
+  return c;
+}
+
 using json = nlohmann::json;
 
 // A positive number at `key` of `obj`, or the error naming where it is missing.
@@ -89,7 +99,7 @@ bool device(const json& d, const std::string& where, ClusterDevice::Attention at
             ClusterDevice& out, std::string& error) {
   if (!checkKeys(d, where,
                  {"name", "memory_bytes", "memory_bandwidth", "peak_flops", "matmul_efficiency",
-                  "memory_efficiency", "attention"},
+                  "memory_efficiency", "attention", "tiles_up_to"},
                  error))
     return false;
   out.name = d.value("name", "device");
@@ -111,6 +121,18 @@ bool device(const json& d, const std::string& where, ClusterDevice::Attention at
     }
     out.attention =
         a == "tiles" ? ClusterDevice::Attention::Tiles : ClusterDevice::Attention::Scores;
+  }
+  if (d.contains("tiles_up_to")) {
+    double width = 0;
+    if (!number(d, where, "tiles_up_to", true, width, error)) return false;
+    if (width != static_cast<double>(static_cast<int64_t>(width)) ||
+        out.attention != ClusterDevice::Attention::Tiles) {
+      error = fmt::format("{}: `tiles_up_to` is the widest head a tiling attention kernel "
+                          "(`\"attention\": \"tiles\"`) tiles, a whole number",
+                          where);
+      return false;
+    }
+    out.tilesUpTo = static_cast<int64_t>(width);
   }
   if (!d.contains("peak_flops")) {
     error = fmt::format("{}: `peak_flops` is missing", where);
@@ -441,7 +463,17 @@ std::string hereClusterPath() {
 }
 
 std::vector<std::string> builtinClusterNames() {
-  return {"dgx-a100", "dgx-h100"};
+  return {"dgx-a100", "dgx-h100", "dgx-h200"};
+}
+
+std::optional<std::string> builtinClusterForGpu(const std::string& gpu) {
+  auto has = [&](const char* text) { return gpu.find(text) != std::string::npos; };
+  // CUDA's names: "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3" (the SXM part; the PCIe
+  // and NVL ones say so, and have other peaks and bandwidths), "NVIDIA H200".
+  if (has("A100-SXM4-80GB")) return "dgx-a100";
+  if (has("H100 80GB HBM3")) return "dgx-h100";
+  if (has("H200") && !has("NVL")) return "dgx-h200";
+  return std::nullopt;
 }
 
 std::optional<Cluster> parseCluster(const std::string& text, const std::string& source,
@@ -546,6 +578,7 @@ std::optional<Cluster> parseCluster(const std::string& text, const std::string& 
 std::optional<Cluster> loadCluster(const std::string& nameOrPath, std::string& error) {
   if (nameOrPath == "dgx-a100") return dgxA100();
   if (nameOrPath == "dgx-h100") return dgxH100();
+  if (nameOrPath == "dgx-h200") return dgxH200();
   std::string path = nameOrPath == "here" ? hereClusterPath() : nameOrPath;
   std::ifstream in(path, std::ios::binary);
   if (!in && nameOrPath == "here") {

@@ -1,7 +1,7 @@
 // A cluster EPL plans for without having it: its devices (peak FLOP/s by type, memory and
 // its bandwidth) and the links between them, inside a node and between nodes. Built-in
-// ones (`dgx-a100`, `dgx-h100`) or a JSON file; docs/cluster.md gives the fields and where
-// the built-in figures come from.
+// ones (`dgx-a100`, `dgx-h100`, `dgx-h200`) or a JSON file; docs/cluster.md gives the fields and
+// where the built-in figures come from.
 #pragma once
 #include "ir/Ops.h"
 #include "ir/Types.h"
@@ -70,6 +70,9 @@ struct ClusterDevice {
   // attention): no traffic beyond the op's inputs and outputs.
   enum class Attention { Scores, Tiles };
   Attention attention = Attention::Scores;
+  // With Tiles: heads wider than this go through memory as Scores (EPL's CUDA kernel tiles
+  // heads up to 128 wide); 0: every width tiles.
+  int64_t tilesUpTo = 0;
   // A calibrated machine's last-level cache as one rank sees it: its share of the bytes, and
   // the bandwidth elementwise work reaches inside it. A rank whose whole memory plan fits
   // moves its bytes at that rate, or where there is a curve (below) at the curve's rate for
@@ -167,6 +170,9 @@ struct Cluster {
 };
 
 std::vector<std::string> builtinClusterNames();
+// The built-in cluster of a GPU's kind, from the name CUDA gives it ("NVIDIA H100 80GB
+// HBM3": dgx-h100); nullopt for a GPU none of them has.
+std::optional<std::string> builtinClusterForGpu(const std::string& gpu);
 // Where `epl calibrate` writes this machine's cluster and `here` reads it:
 // $EPL_CLUSTER_HERE, else $XDG_CONFIG_HOME/epl/here.json, else ~/.config/epl/here.json.
 std::string hereClusterPath();

@@ -63,7 +63,8 @@ const Link& spreadLink(const Cluster& c, int np, int n) {
 // (2). A weight-gradient part (zero-bubble schedules) touches none of them.
 double attentionScoreBytes(const Module& m, const Program& p, const ClusterDevice& d,
                            const Instr& in, DType compute) {
-  if (d.attention != ClusterDevice::Attention::Scores) return 0;
+  bool tiles = d.attention == ClusterDevice::Attention::Tiles;
+  if (tiles && d.tilesUpTo == 0) return 0;
   const Op& o = m.ops[in.op];
   bool backward = o.phase == Phase::Backward;
   int forward = backward ? o.forward : in.op;
@@ -72,6 +73,7 @@ double attentionScoreBytes(const Module& m, const Program& p, const ClusterDevic
   std::vector<Product> products = m.runProducts(p, forward, false);
   EPL_ASSERT(products.size() == 4, "attention has four products");
   const Product& scores = products[2];
+  if (tiles && scores.k <= static_cast<double>(d.tilesUpTo)) return 0; // heads that narrow tile
   double passes = backward ? 10 : 4;
   return passes * scores.m * scores.n * scores.count * static_cast<double>(dtypeBytes(compute));
 }

@@ -48,7 +48,7 @@ expect 0 "compute per rank (matrix-product FLOPs a step" -- plan "$src/examples/
 # A mixed cluster (device groups): its kinds named, a plan past its devices refused.
 expect 0 "predicted on a100+v100 (8 x A100-SXM4-40GB + 8 x V100-SXM2-32GB;" -- plan "$src/examples/gpt_char.epl" -np 16 --cluster "$src/examples/clusters/a100_v100.json"
 expect 2 "error: --cluster: the plan needs 32 devices and cluster \`a100+v100\` has 16 (8 x A100-SXM4-40GB + 8 x V100-SXM2-32GB)" -- plan "$src/examples/gpt_char.epl" -np 32 --cluster "$src/examples/clusters/a100_v100.json"
-expect 2 "error: --cluster: no cluster \`dgx-a1000\`: not a built-in one (dgx-a100, dgx-h100)" -- plan "$src/examples/gpt_char.epl" --cluster dgx-a1000
+expect 2 "error: --cluster: no cluster \`dgx-a1000\`: not a built-in one (dgx-a100, dgx-h100, dgx-h200)" -- plan "$src/examples/gpt_char.epl" --cluster dgx-a1000
 # --search: the winner's diff applies with patch, plans to the step the search printed,
 # and a search of the patched script keeps its settings.
 expect 2 "--search requires --cluster" -- plan "$src/examples/gpt_char.epl" --search
@@ -142,6 +142,10 @@ expect 0 "predicted on here (cpu (" -- plan "$src/examples/mlp_fashion.epl" -np 
 expect 0 "offload traffic 4.31 MB a rank (" -- plan "$src/examples/mlp_fashion.epl" --cluster here --set policy.offload=optimizer --set policy.offload_to=disk
 expect 0 "predicted on here" -- plan "$src/examples/mlp_fashion.epl" --cluster "$here/here.json"
 expect 0 "(median of steps 2 to 4), predicted" -- run "$src/examples/mlp_fashion.epl" --steps 4 --set train.eval=none --set train.checkpoint=none --metrics "$here/m.jsonl"
+# `--cluster` names the cluster the step is compared with; one that does not load stops the
+# run before it starts.
+expect 0 "s on dgx-a100: predicted / measured" -- run "$src/examples/mlp_fashion.epl" --steps 4 --cluster dgx-a100 --set train.eval=none --set train.checkpoint=none --metrics "$here/m.jsonl"
+expect 2 "error: --cluster: no cluster \`$here/none.json\`" -- run "$src/examples/mlp_fashion.epl" --cluster "$here/none.json" --metrics "$here/m.jsonl"
 unset EPL_CLUSTER_HERE
 rm -rf "$here"
 expect 1 "error: -np 6 is not a multiple of the 4 devices" -- check "$src/examples/gpt_char.epl" -np 6

@@ -176,6 +176,7 @@ public:
   }
 
   std::string name() const override { return name_; }
+  int64_t attentionTilesUpTo() const override { return flashAttentionWidest(); }
   bool hostAddressable() const override { return false; }
 
   void* allocate(int64_t bytes) override {

@@ -93,21 +93,43 @@ int64_t sharedBytes(int64_t e) {
 
 } // namespace
 
-bool flashAttentionRuns(const AttentionDims& s) {
-  static const bool scores = [] { // the process's choice, read once
+namespace {
+
+// EPL_GPU_ATTENTION=scores: the process's choice, read once.
+bool scoresChosen() {
+  static const bool scores = [] {
     const char* choice = std::getenv("EPL_GPU_ATTENTION");
     return choice && std::strcmp(choice, "scores") == 0;
   }();
-  if (scores) return false;
-  if (s.e < 1 || s.e > kMaxE || s.b > 65535 || s.h > 65535) return false;
+  return scores;
+}
+
+// The shared memory a block of the current GPU may opt in to; 0 where it cannot be read.
+int sharedOptIn() {
   int device = 0, optin = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
           cudaSuccess) {
     (void)cudaGetLastError();
-    return false;
+    return 0;
   }
-  return sharedBytes(s.e) <= optin;
+  return optin;
+}
+
+} // namespace
+
+bool flashAttentionRuns(const AttentionDims& s) {
+  if (scoresChosen()) return false;
+  if (s.e < 1 || s.e > kMaxE || s.b > 65535 || s.h > 65535) return false;
+  return sharedBytes(s.e) <= sharedOptIn();
+}
+
+int64_t flashAttentionWidest() {
+  if (scoresChosen()) return 0;
+  int optin = sharedOptIn();
+  for (int64_t e = kMaxE; e >= 32; e /= 2)
+    if (sharedBytes(e) <= optin) return e;
+  return 0;
 }
 
 void flashAttentionForward(const Ctx& ctx, const AttentionDims& s, const float* qkv, MaskRows mask,

@@ -88,6 +88,10 @@ void broadcastRows(const Ctx& ctx, float* y, const float* b, int64_t rows, int64
 void linear(const KernelCall& c, const Ctx& ctx);
 void mlp(const KernelCall& c, const Ctx& ctx);
 void attention(const KernelCall& c, const Ctx& ctx);
+// FlashAttention.cu: the widest head its tiled kernels take on the current GPU (0: none, as
+// under EPL_GPU_ATTENTION=scores), for the cost model's comparison with a run
+// (ir::ClusterDevice::tilesUpTo).
+int64_t flashAttentionWidest();
 // moe_router, moe_dispatch, moe_experts and moe_combine, by c.kind. moe_experts reads its
 // experts' row counts on the host (it waits for the stream): the one exception to the rule
 // of no host synchronisation.

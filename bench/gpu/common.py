@@ -16,7 +16,8 @@ import torch.nn.functional as F
 def epl_steps(epl, script, steps, warmup, sets=(), device="cuda", env=None):
     """`epl run SCRIPT --device DEVICE` for warmup + steps steps with `--set` each of sets
     (and the variables of env beside the environment's): (median step seconds after the
-    warm-up, the run's first line, every step's loss), or None after printing why it failed."""
+    warm-up, the run's first line, every step's loss, its line comparing the step with the
+    cost model's prediction or ""), or None after printing why it failed."""
     with tempfile.TemporaryDirectory() as work:
         metrics = os.path.join(work, "m.jsonl")
         cmd = [epl, "run", script, "--device", device, "--steps", str(warmup + steps),
@@ -32,7 +33,9 @@ def epl_steps(epl, script, steps, warmup, sets=(), device="cuda", env=None):
         times = [x["step_seconds"] for x in recs if "step_seconds" in x]
         losses = [x["loss"] for x in recs if "step_seconds" in x]
         first = r.stdout.splitlines()[0] if r.stdout else ""
-        return statistics.median(times[warmup:]), first, losses
+        predicted = next((line.strip() for line in r.stdout.splitlines()
+                          if line.strip().startswith("step time:")), "")
+        return statistics.median(times[warmup:]), first, losses, predicted
 
 
 def torch_steps(step, steps, warmup):

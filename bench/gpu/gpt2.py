@@ -94,9 +94,11 @@ def epl_run(epl, batch, steps, warmup, sets, env=None):
                     [f"train.batch={batch}"] + [f"policy.{s}" for s in sets], env=env)
     if not run:
         return None
-    seconds, first, losses = run
+    seconds, first, losses, predicted = run
     print(first, flush=True)
     print(f"EPL losses: {' '.join(f'{v:.4f}' for v in losses)}", flush=True)
+    if predicted:  # the cost model's step on this GPU's built-in cluster (docs/cluster.md)
+        print(predicted, flush=True)
     return seconds
 
 

@@ -67,8 +67,8 @@ TEST_CASE("clusters: the built-in ones, and a file's mistakes named with their f
     CHECK(c->interNode.bandwidth < c->intraNode.bandwidth);
   }
   CHECK_FALSE(epl::ir::loadCluster("dgx-a1000", error));
-  CHECK(error ==
-        "no cluster `dgx-a1000`: not a built-in one (dgx-a100, dgx-h100) and no such file");
+  CHECK(error == "no cluster `dgx-a1000`: not a built-in one (dgx-a100, dgx-h100, dgx-h200) "
+                 "and no such file");
   auto bad = [&](const std::string& text) {
     CHECK_FALSE(epl::ir::parseCluster(text, "c.json", error));
     return error;
@@ -86,6 +86,24 @@ TEST_CASE("clusters: the built-in ones, and a file's mistakes named with their f
   CHECK(bad(R"({"devices_per_node": 8, "device": {"memory_bytes": 1, "memory_bandwidth": 1,
         "peak_flops": {"f32": 1}}, "intra_node": {"bandwidth": 1}})") ==
         "c.json: intra_node: `latency` is missing");
+}
+
+TEST_CASE("a GPU's built-in cluster, from the name CUDA gives it") {
+  using epl::ir::builtinClusterForGpu;
+  CHECK(builtinClusterForGpu("cuda:0 (NVIDIA A100-SXM4-80GB, 79 GiB; driver 12.4)") == "dgx-a100");
+  CHECK(builtinClusterForGpu("NVIDIA H100 80GB HBM3") == "dgx-h100");
+  CHECK(builtinClusterForGpu("cuda:0 (NVIDIA H200, 140 GiB; driver 13.0)") == "dgx-h200");
+  // Other parts of the same names have other peaks and bandwidths.
+  CHECK_FALSE(builtinClusterForGpu("NVIDIA H100 PCIe"));
+  CHECK_FALSE(builtinClusterForGpu("NVIDIA H200 NVL"));
+  CHECK_FALSE(builtinClusterForGpu("NVIDIA A100-SXM4-40GB"));
+  CHECK_FALSE(builtinClusterForGpu("NVIDIA L4"));
+  std::string error;
+  auto h200 = epl::ir::loadCluster("dgx-h200", error);
+  REQUIRE(h200);
+  CHECK(h200->device.memoryBytes == 141e9);
+  CHECK(h200->device.memoryBandwidth == 4.8e12);
+  CHECK(h200->device.peakBf16 == epl::ir::loadCluster("dgx-h100", error)->device.peakBf16);
 }
 
 TEST_CASE("a data-parallel step: each rank's products at its rate, the all-reduce past the "
@@ -263,11 +281,11 @@ TEST_CASE("a pipeline whose ranks share a calibrated machine's cores: its bubble
 TEST_CASE("attention's scores cost their memory traffic on a device whose kernel keeps them "
           "there") {
   // Products all but free; memory at 1 GB/s x 0.8, so the bytes decide.
-  auto cluster = [](const char* attention) {
+  auto cluster = [](const char* attention, const char* more = "") {
     return parsed(fmt::format(R"({{"devices_per_node": 1, "device": {{"memory_bytes": 1e12,
-            "memory_bandwidth": 1e9, "peak_flops": {{"f32": 1e30}}, "attention": "{}"}},
+            "memory_bandwidth": 1e9, "peak_flops": {{"f32": 1e30}}, "attention": "{}"{}}},
             "intra_node": {{"bandwidth": 1e9, "latency": 1e-6}}}})",
-                              attention));
+                              attention, more));
   };
   const char* script = R"(
 model net(x: f32[B, 16, 8], y: f32[B, 16, 8]) {
@@ -285,7 +303,17 @@ train net {
   // 4 samples x 2 heads x 16 x 16 f32 scores: 4 passes in the forward, 10 in the backward.
   double elements = 4 * 2 * 16 * 16;
   CHECK(scores - tiles == Approx((4 + 10) * elements * 4 / (1e9 * 0.8)));
+  // Heads 4 wide: a kernel tiling heads up to 4 wide tiles them, one up to 2 wide does not.
+  CHECK(epl::ir::predict(*m, cluster("tiles", R"(, "tiles_up_to": 4)")).compute == tiles);
+  CHECK(epl::ir::predict(*m, cluster("tiles", R"(, "tiles_up_to": 2)")).compute == scores);
   std::string error;
+  CHECK_FALSE(epl::ir::parseCluster(
+      R"({"devices_per_node": 1, "device": {"memory_bytes": 1, "memory_bandwidth": 1,
+          "peak_flops": {"f32": 1}, "attention": "scores", "tiles_up_to": 128},
+          "intra_node": {"bandwidth": 1, "latency": 1}})",
+      "a.json", error));
+  CHECK(error == "a.json: device: `tiles_up_to` is the widest head a tiling attention kernel "
+                 "(`\"attention\": \"tiles\"`) tiles, a whole number");
   CHECK(epl::ir::loadCluster("dgx-a100", error)->device.attention ==
         epl::ir::ClusterDevice::Attention::Scores);
   CHECK_FALSE(epl::ir::parseCluster(

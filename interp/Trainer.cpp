@@ -940,6 +940,7 @@ void TrainingRun::comparePrediction(Progress& progress) {
     cluster->device.attention =
         tiles > 0 ? ir::ClusterDevice::Attention::Tiles : ir::ClusterDevice::Attention::Scores;
     cluster->device.tilesUpTo = tiles == backend::Device::kEveryWidth ? 0 : tiles;
+    cluster->device.headProductsF32 = true; // either path widens amp's half q, k and v
     where = fmt::format("on {}'s model of the {}", cluster->name, cluster->devicesName());
   } else {
     progress.line(line + "; EPL has no model of this GPU to compare with: `--cluster FILE` "

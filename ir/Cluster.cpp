@@ -571,6 +571,7 @@ std::optional<Cluster> parseCluster(const std::string& text, const std::string& 
       return std::nullopt;
     cal.cores = static_cast<int>(cores);
     c.calibration = cal;
+    c.device.headProductsF32 = true; // EPL's CPU kernel: its tiles' products in sgemm
   }
   return c;
 }

@@ -70,6 +70,11 @@ struct ClusterDevice {
   // attention): no traffic beyond the op's inputs and outputs.
   enum class Attention { Scores, Tiles };
   Attention attention = Attention::Scores;
+  // Whether attention's per-head products (Product::perHead) are multiplied in f32 under
+  // amp too: on a calibrated machine (EPL's CPU kernel multiplies its tiles with sgemm) and
+  // in a GPU run's comparison (EPL's CUDA kernels take f32 operands); not on the built-in
+  // clusters, whose runs (Megatron-LM's) multiply them in the half type.
+  bool headProductsF32 = false;
   // With Tiles: heads wider than this go through memory as Scores (EPL's CUDA kernel tiles
   // heads up to 128 wide); 0: every width tiles.
   int64_t tilesUpTo = 0;

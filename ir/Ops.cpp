@@ -239,11 +239,11 @@ std::vector<Product> opProducts(OpKind kind, const std::vector<Sizes>& in,
   for (const Product& p : forward) {
     EPL_ASSERT(p.layout != GemmLayout::AtB, "a forward product is A B^T or A B");
     if (p.layout == GemmLayout::ABt) {
-      b.push_back({p.m, p.k, p.n, p.count, GemmLayout::AB});
-      b.push_back({p.n, p.k, p.m, p.count, GemmLayout::AtB});
+      b.push_back({p.m, p.k, p.n, p.count, GemmLayout::AB, p.perHead});
+      b.push_back({p.n, p.k, p.m, p.count, GemmLayout::AtB, p.perHead});
     } else {
-      b.push_back({p.m, p.k, p.n, p.count, GemmLayout::ABt});
-      b.push_back({p.k, p.n, p.m, p.count, GemmLayout::AtB});
+      b.push_back({p.m, p.k, p.n, p.count, GemmLayout::ABt, p.perHead});
+      b.push_back({p.k, p.n, p.m, p.count, GemmLayout::AtB, p.perHead});
     }
   }
   return b;

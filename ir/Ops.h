@@ -144,6 +144,10 @@ enum class GemmLayout : uint8_t { ABt, AB, AtB };
 struct Product {
   double m = 0, n = 0, k = 0, count = 1;
   GemmLayout layout = GemmLayout::ABt;
+  // Attention's per-head products (the scores and their product with V, and their
+  // gradients), which EPL's kernels multiply in f32 under amp too (ClusterDevice::
+  // headProductsF32).
+  bool perHead = false;
   double flops() const { return 2 * m * n * k * count; } // a multiply-add counts 2
 };
 const char* gemmLayoutName(GemmLayout l); // "ABt", "AB", "AtB"

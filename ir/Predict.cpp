@@ -153,7 +153,8 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c, const Clu
       for (const Product& x :
            backward ? m.backwardProducts(p, in.op) : m.runProducts(p, in.op, false)) {
         flops += x.flops();
-        products += x.flops() / d.matmulRate(x, compute, tf32);
+        products += x.flops() /
+                    d.matmulRate(x, x.perHead && d.headProductsF32 ? DType::F32 : compute, tf32);
       }
       if (backward && in.part != BackwardPart::Whole) flops /= 2, products /= 2;
       double t = products + bytes / memory;

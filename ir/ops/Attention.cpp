@@ -107,8 +107,10 @@ std::vector<Product> attentionProducts(const std::vector<Sizes>& in,
   double rows = static_cast<double>(wqkv[0]);
   double share = rows / static_cast<double>(qkvRows(x.back(), attrs));
   double e = m / static_cast<double>(intAttr(attrs, "heads")), d = share * m, heads = d / e;
-  return {
-      {b * t, rows, m}, {b * t, m, d}, {t, t, e, b * heads}, {t, e, t, b * heads, GemmLayout::AB}};
+  return {{b * t, rows, m},
+          {b * t, m, d},
+          {t, t, e, b * heads, GemmLayout::ABt, true},
+          {t, e, t, b * heads, GemmLayout::AB, true}};
 }
 
 } // namespace

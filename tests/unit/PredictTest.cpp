@@ -7,6 +7,7 @@
 #include "ir/PipelineSchedule.h"
 #include "ir/Predict.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <fmt/format.h>
@@ -653,6 +654,53 @@ TEST_CASE("bf16 products take the calibration's bf16 grid, else the f32 one") {
           "calibration": {"cores": 1, "gemm_flops": {"1": 1}, "memory_bandwidth": {"1": 1},
             "gemm_by_shape": {"1": [[16, 16, 16, 1e9, "ABt", "i32"]]}}})",
       "here.json", error));
+}
+
+TEST_CASE("attention's per-head products under amp: in f32 on a calibrated machine, in the "
+          "half type on the built-in clusters") {
+  // EPL's CPU kernel multiplies attention's tiles with sgemm whatever amp's type, so a
+  // calibrated machine costs them on its f32 grid; Megatron-LM's runs, which the built-in
+  // clusters model, multiply them in fp16.
+  std::string error;
+  auto c = epl::ir::parseCluster(
+      R"({"devices_per_node": 1, "device": {"memory_bytes": 1e9, "memory_bandwidth": 1e30,
+          "peak_flops": {"f32": 1e11}}, "intra_node": {"bandwidth": 1e9, "latency": 1e-6},
+          "calibration": {"cores": 1, "gemm_flops": {"1": 5e10}, "memory_bandwidth": {"1": 1e30},
+            "gemm_by_shape": {"1": [[16, 16, 16, 1e9, "ABt"], [16, 16, 16, 5e9, "ABt", "bf16"]]}}})",
+      "here.json", error);
+  INFO(error);
+  REQUIRE(c);
+  CHECK(c->device.headProductsF32);
+  CHECK_FALSE(epl::ir::loadCluster("dgx-a100", error)->device.headProductsF32);
+  auto m = epl::testing::planned("attn.epl", R"(
+model net(x: f32[B, 16, 8], y: f32[B, 16, 8]) {
+  return mse(attention(x, 2), y)
+}
+policy { amp = bf16 }
+train net {
+  data = synthetic(samples = 4)
+  batch = 4
+}
+)",
+                                 1);
+  REQUIRE(m);
+  Cluster one = c->forRanks(1), halves = one;
+  halves.device.headProductsF32 = false;
+  // 4 samples x 2 heads of [16, 4] (a 1-point grid: every shape at its rates): Q K^T and
+  // P V are 2 x 16 x 16 x 4 FLOPs each a head, the backward twice the forward.
+  double perHead = 3 * 2 * (2.0 * 16 * 16 * 4) * 4 * 2;
+  CHECK(epl::ir::predict(*m, one).compute - epl::ir::predict(*m, halves).compute ==
+        Approx(perHead * (1 / 1e9 - 1 / 5e9)));
+  // The flag follows a product into its backward's two.
+  auto attention = std::find_if(m->ops.begin(), m->ops.end(), [](const epl::ir::Op& o) {
+    return o.kind == epl::ir::OpKind::Attention;
+  });
+  REQUIRE(attention != m->ops.end());
+  auto products = epl::ir::opProducts(epl::ir::OpKind::Attention, {{4, 16, 8}}, {{24, 8}},
+                                      {4, 16, 8}, attention->attrs, true);
+  REQUIRE(products.size() == 8);
+  for (size_t i = 0; i < products.size(); ++i)
+    CHECK(products[i].perHead == (i >= 4));
 }
 
 TEST_CASE("a cost-only plan predicts what the plan of every rank predicts") {

@@ -276,7 +276,7 @@ void attentionForward(const KernelCall& c, const Ctx& ctx, const AttentionSlots&
     rotate(ctx, s, reinterpret_cast<float*>(scratch + scoreBytes + halfBytes), qkv, false);
   if (amp) roundInPlace(ctx, c.castParams, qkv, n * s.ld);
   float* scores = reinterpret_cast<float*>(scratch);
-  if (tiled) flashAttentionForward(ctx, s, qkv, maskOf(c, a.mask), ctxOut, lse);
+  if (tiled) flashAttentionForward(ctx, s, qkv, amp, maskOf(c, a.mask), ctxOut, lse);
   for (int64_t bi = 0; bi < s.b && s.t > 0 && !tiled; ++bi) { // T = 0: no rows to softmax
     KeyMask keys = keyMaskOf(c, a.mask, bi, s.t);
     for (int64_t h0 = 0, heads = 0; h0 < s.h; h0 += heads) {
@@ -374,7 +374,9 @@ void attentionBackward(const KernelCall& c, const Ctx& ctx, const AttentionSlots
   dvecKernel<<<blocksFor(s.b * s.h * s.t), kThreads, 0, ctx.stream>>>(w.dctx, ctxSaved.p,
                                                                       ctxSaved.type, w.dvec, s);
   checkLaunch("attention backward Dvec");
-  if (tiled) flashAttentionBackward(ctx, s, qkv, lse, w.dctx, w.dvec, maskOf(c, a.mask), w.dqkv);
+  // Under amp the saved q, k and v are the forward's, rounded to the half type.
+  if (tiled)
+    flashAttentionBackward(ctx, s, qkv, amp, lse, w.dctx, w.dvec, maskOf(c, a.mask), w.dqkv);
   for (int64_t bi = 0; bi < s.b && !tiled; ++bi) {
     KeyMask keys = keyMaskOf(c, a.mask, bi, s.t);
     for (int64_t h0 = 0, heads = 0; h0 < s.h; h0 += heads) {

@@ -91,10 +91,6 @@ int64_t sharedBytes(int64_t e) {
   });
 }
 
-} // namespace
-
-namespace {
-
 // EPL_GPU_ATTENTION=scores: the process's choice, read once.
 bool scoresChosen() {
   static const bool scores = [] {
@@ -132,10 +128,11 @@ int64_t flashAttentionWidest() {
   return 0;
 }
 
-void flashAttentionForward(const Ctx& ctx, const AttentionDims& s, const float* qkv, MaskRows mask,
-                           float* ctxOut, float* lse) {
+void flashAttentionForward(const Ctx& ctx, const AttentionDims& s, const float* qkv, bool qkvTf32,
+                           MaskRows mask, float* ctxOut, float* lse) {
   if (s.b == 0 || s.t == 0) return;
   Flash f = flashOf(s, qkv, mask);
+  f.qkvTf32 = qkvTf32;
   f.ctx = ctxOut;
   f.lse = lse;
   atPaddedWidth(s.e, [&](auto ep) {
@@ -144,11 +141,12 @@ void flashAttentionForward(const Ctx& ctx, const AttentionDims& s, const float* 
   });
 }
 
-void flashAttentionBackward(const Ctx& ctx, const AttentionDims& s, const float* qkv,
+void flashAttentionBackward(const Ctx& ctx, const AttentionDims& s, const float* qkv, bool qkvTf32,
                             const float* lse, const float* dctx, const float* dvec, MaskRows mask,
                             float* dqkv) {
   if (s.b == 0 || s.t == 0) return;
   Flash f = flashOf(s, qkv, mask);
+  f.qkvTf32 = qkvTf32;
   f.lseIn = lse;
   f.dctx = dctx;
   f.dvec = dvec;

@@ -15,12 +15,14 @@ namespace epl::backend::cuda {
 bool flashAttentionRuns(const AttentionDims& s);
 
 // ctx [B, T, D] and lse [B, H, T] from qkv [B, T, LD] (q and k already turned by rotary).
-void flashAttentionForward(const Ctx& ctx, const AttentionDims& s, const float* qkv, MaskRows mask,
-                           float* ctxOut, float* lse);
+// qkvTf32: qkv holds TF32 values (amp rounded it to its half type), which fp32's products
+// take as they are (Flash::qkvTf32).
+void flashAttentionForward(const Ctx& ctx, const AttentionDims& s, const float* qkv, bool qkvTf32,
+                           MaskRows mask, float* ctxOut, float* lse);
 
 // Every column of dqkv [B, T, LD] (dq, dk, dv; written, not added to) from qkv, lse, dctx
 // [B, T, D] and dvec [B, H, T] = rowsum(dctx * ctx).
-void flashAttentionBackward(const Ctx& ctx, const AttentionDims& s, const float* qkv,
+void flashAttentionBackward(const Ctx& ctx, const AttentionDims& s, const float* qkv, bool qkvTf32,
                             const float* lse, const float* dctx, const float* dvec, MaskRows mask,
                             float* dqkv);
 

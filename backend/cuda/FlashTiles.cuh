@@ -3,8 +3,9 @@
 // where Attention.cu's cuBLAS path writes each group of heads' [T, T] scores to device
 // memory and reads them back three times. Products go through WMMA fragments of 16 x 16 x 8
 // (TF32 operands, f32 sums): once each under `matmul = tf32`, three times in fp32's
-// precision otherwise (Fp32: mmaSteps); softmax, masks and the rescaling run on f32 values
-// in shared memory.
+// precision otherwise (Fp32: mmaSteps; under amp, whose q, k and v are TF32 values already,
+// a product with one of them as an operand takes two, with both one: Flash::qkvTf32);
+// softmax, masks and the rescaling run on f32 values in shared memory.
 //
 // Forward: one block per tile of 64 queries of one head of one batch element (4 warps, 16
 // query rows each), over the tiles of 64 keys its queries see (causal: up to its last query):
@@ -80,6 +81,9 @@ struct Flash {
   int64_t t = 0, h = 0, e = 0, group = 1, d = 0, kvd = 0, ld = 0;
   float scale = 1.f;
   bool causal = false;
+  // q, k and v hold TF32 values already (amp rounded them to bf16 or fp16, whose values
+  // TF32 has): their low parts are zero, and fp32's products skip the products of those.
+  bool qkvTf32 = false;
 };
 
 // WMMA's fragments of TF32 products: A [16, 8], B [8, 16], the f32 sums [16, 16].
@@ -115,20 +119,29 @@ template <class Frag> __device__ void loadSplit(Frag& hi, Frag& lo, const float*
 // row-major A, or a transposed one (FragAt: A's [16, 8] block is the transpose of the
 // [8, 16] block at its place), and likewise for B. Fp32: each product in fp32's precision,
 // as three on TF32 operands, A_lo B_hi + A_hi B_lo + A_hi B_hi (A_lo B_lo, 2^-22 of it,
-// left out; a product of two TF32 values is exact in the f32 sums).
+// left out; a product of two TF32 values is exact in the f32 sums). aExact, bExact: that
+// operand's values are TF32 values (Flash::qkvTf32), its low part zero: the product of it is
+// left out, which adds nothing (the same sums).
 template <class FA, class FB, bool Fp32>
 __device__ void mmaSteps(Acc& acc, const float* a, unsigned lda, int aStep, const float* b,
-                         unsigned ldb, int bStep, int steps) {
+                         unsigned ldb, int bStep, int steps, bool aExact = false,
+                         bool bExact = false) {
   for (int i = 0; i < steps; ++i) {
     FA fa;
     FB fb;
     if constexpr (Fp32) {
       FA faLo;
       FB fbLo;
-      loadSplit(fa, faLo, a + i * aStep, lda);
-      loadSplit(fb, fbLo, b + i * bStep, ldb);
-      wmma::mma_sync(acc, faLo, fb, acc);
-      wmma::mma_sync(acc, fa, fbLo, acc);
+      if (aExact)
+        loadTf32(fa, a + i * aStep, lda);
+      else
+        loadSplit(fa, faLo, a + i * aStep, lda);
+      if (bExact)
+        loadTf32(fb, b + i * bStep, ldb);
+      else
+        loadSplit(fb, fbLo, b + i * bStep, ldb);
+      if (!aExact) wmma::mma_sync(acc, faLo, fb, acc);
+      if (!bExact) wmma::mma_sync(acc, fa, fbLo, acc);
     } else {
       loadTf32(fa, a + i * aStep, lda);
       loadTf32(fb, b + i * bStep, ldb);
@@ -220,8 +233,8 @@ template <int EP, bool Fp32> __global__ void __launch_bounds__(4 * kWarp) forwar
       Acc acc;
       wmma::fill_fragment(acc, 0.f);
       if constexpr (Fp32) {
-        mmaSteps<FragA, FragBt, true>(acc, qs + r0 * kLd, kLd, 8, ks + n * 16 * kLd, kLd, 8,
-                                      EP / 8);
+        mmaSteps<FragA, FragBt, true>(acc, qs + r0 * kLd, kLd, 8, ks + n * 16 * kLd, kLd, 8, EP / 8,
+                                      f.qkvTf32, f.qkvTf32);
       } else {
         EPL_UNROLL
         for (int i = 0; i < EP / 8; ++i) {
@@ -264,8 +277,8 @@ template <int EP, bool Fp32> __global__ void __launch_bounds__(4 * kWarp) forwar
     for (int n = 0; n < EP / 16; ++n) {
       Acc acc;
       wmma::load_matrix_sync(acc, os + r0 * kLd + n * 16, kLd, wmma::mem_row_major);
-      mmaSteps<FragA, FragB, Fp32>(acc, ss + r0 * kLds, kLds, 8, vs + n * 16, kLd, 8 * kLd,
-                                   kKT / 8);
+      mmaSteps<FragA, FragB, Fp32>(acc, ss + r0 * kLds, kLds, 8, vs + n * 16, kLd, 8 * kLd, kKT / 8,
+                                   false, f.qkvTf32);
       wmma::store_matrix_sync(os + r0 * kLd + n * 16, acc, kLd, wmma::mem_row_major);
     }
     __syncthreads(); // every warp is done with this key tile
@@ -285,16 +298,18 @@ template <int EP, bool Fp32> __global__ void __launch_bounds__(4 * kWarp) forwar
 
 // The backward's [16, 16] tiles at row tr, column tc of S = q k^T (into ps) and of dP =
 // dctx v^T (into dss), from the query rows qs and dos and the key rows ks and vs (EP + 4
-// apart; rows KT + 4 apart in ps and dss).
+// apart; rows KT + 4 apart in ps and dss); qkvTf32 as Flash's.
 template <int EP, bool Fp32>
 __device__ void scoreTiles(int tr, int tc, const float* qs, const float* dos, const float* ks,
-                           const float* vs, float* ps, float* dss) {
+                           const float* vs, float* ps, float* dss, bool qkvTf32) {
   constexpr int kLd = EP + 4;
   Acc s, dp;
   wmma::fill_fragment(s, 0.f);
   wmma::fill_fragment(dp, 0.f);
-  mmaSteps<FragA, FragBt, Fp32>(s, qs + tr * kLd, kLd, 8, ks + tc * kLd, kLd, 8, EP / 8);
-  mmaSteps<FragA, FragBt, Fp32>(dp, dos + tr * kLd, kLd, 8, vs + tc * kLd, kLd, 8, EP / 8);
+  mmaSteps<FragA, FragBt, Fp32>(s, qs + tr * kLd, kLd, 8, ks + tc * kLd, kLd, 8, EP / 8, qkvTf32,
+                                qkvTf32);
+  mmaSteps<FragA, FragBt, Fp32>(dp, dos + tr * kLd, kLd, 8, vs + tc * kLd, kLd, 8, EP / 8, false,
+                                qkvTf32);
   wmma::store_matrix_sync(ps + tr * kLds + tc, s, kLds, wmma::mem_row_major);
   wmma::store_matrix_sync(dss + tr * kLds + tc, dp, kLds, wmma::mem_row_major);
 }
@@ -365,7 +380,7 @@ template <int EP, bool Fp32> __global__ void __launch_bounds__(8 * kWarp) keysKe
       loadRowStats(f, b, h, q0, kKeysQT, lse, dvec);
       __syncthreads();
       // S = q k^T and dP = dctx v^T: [QT, KT] is 2 x 4 tiles, one a warp.
-      scoreTiles<EP, Fp32>(warp / 4 * 16, warp % 4 * 16, qs, dos, ks, vs, ps, dss);
+      scoreTiles<EP, Fp32>(warp / 4 * 16, warp % 4 * 16, qs, dos, ks, vs, ps, dss, f.qkvTf32);
       __syncthreads();
       probsAndScoreGrads(f, b, q0, k0, kKeysQT, lse, dvec, ps, dss);
       __syncthreads();
@@ -377,7 +392,7 @@ template <int EP, bool Fp32> __global__ void __launch_bounds__(8 * kWarp) keysKe
         mmaSteps<FragAt, FragB, Fp32>(dv[i], ps + tr, kLds, 8 * kLds, dos + tc, kLd, 8 * kLd,
                                       kKeysQT / 8);
         mmaSteps<FragAt, FragB, Fp32>(dk[i], dss + tr, kLds, 8 * kLds, qs + tc, kLd, 8 * kLd,
-                                      kKeysQT / 8);
+                                      kKeysQT / 8, false, f.qkvTf32);
       }
       __syncthreads(); // before the next tile's loads
     }
@@ -424,7 +439,7 @@ template <int EP, bool Fp32> __global__ void __launch_bounds__(8 * kWarp) querie
     // S and dP: [QT, KT] is 4 x 4 tiles, two a warp.
     for (int i = 0; i < 2; ++i) {
       const int tile = warp + 8 * i;
-      scoreTiles<EP, Fp32>(tile / 4 * 16, tile % 4 * 16, qs, dos, ks, vs, ps, dss);
+      scoreTiles<EP, Fp32>(tile / 4 * 16, tile % 4 * 16, qs, dos, ks, vs, ps, dss, f.qkvTf32);
     }
     __syncthreads();
     probsAndScoreGrads(f, b, q0, k0, kQT, lse, dvec, ps, dss);
@@ -433,7 +448,8 @@ template <int EP, bool Fp32> __global__ void __launch_bounds__(8 * kWarp) querie
     EPL_UNROLL
     for (int i = 0; i < kTiles; ++i) {
       const int tile = warp + 8 * i, tr = tile / (EP / 16) * 16, tc = tile % (EP / 16) * 16;
-      mmaSteps<FragA, FragB, Fp32>(dq[i], dss + tr * kLds, kLds, 8, ks + tc, kLd, 8 * kLd, kKT / 8);
+      mmaSteps<FragA, FragB, Fp32>(dq[i], dss + tr * kLds, kLds, 8, ks + tc, kLd, 8 * kLd, kKT / 8,
+                                   false, f.qkvTf32);
     }
     __syncthreads(); // before the next tile's loads
   }

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <random>
 
 namespace {
@@ -164,9 +165,15 @@ double relError(const std::vector<float>& ours, const std::vector<double>& ref) 
   return worst / largest;
 }
 
+// What the kernels wrote.
+struct Outputs {
+  std::vector<float> ctx, lse, dqkv;
+};
+
 template <int EP, bool Fp32>
-void run(const Case& c, const Inputs& in, const Reference& ref, double tol) {
+Outputs run(const Case& c, const Inputs& in, const Reference& ref, double tol, bool qkvTf32) {
   Flash f;
+  f.qkvTf32 = qkvTf32;
   f.qkv = in.qkv.data();
   f.mask = in.mask;
   f.t = c.t;
@@ -201,21 +208,42 @@ void run(const Case& c, const Inputs& in, const Reference& ref, double tol) {
   epl::emu::launch({tiles(c.t, kQT), h, b}, 8 * kWarp, 4 * queriesFloats<EP>(),
                    queriesKernel<EP, Fp32>, f);
   CHECK(relError(dqkv, ref.dqkv) <= tol);
+  return {ctx, lse, dqkv};
+}
+
+// The kernels at c's padded width.
+template <bool Fp32>
+Outputs runAt(const Case& c, const Inputs& in, const Reference& ref, double tol,
+              bool qkvTf32 = false) {
+  INFO("B " << c.b << ", T " << c.t << ", H " << c.h << ", KV " << c.kv << ", E " << c.e
+            << (c.causal ? ", causal" : "") << ", mask " << c.maskKind << ", tolerance " << tol
+            << (qkvTf32 ? ", q, k and v TF32 values" : ""));
+  switch (paddedWidth(c.e)) {
+  case 32:
+    return run<32, Fp32>(c, in, ref, tol, qkvTf32);
+  case 64:
+    return run<64, Fp32>(c, in, ref, tol, qkvTf32);
+  default:
+    return run<128, Fp32>(c, in, ref, tol, qkvTf32);
+  }
+}
+
+unsigned seedOf(const Case& c) {
+  return static_cast<unsigned>(c.t * 131 + c.e);
 }
 
 template <bool Fp32> void check(const Case& c, double tol) {
-  INFO("B " << c.b << ", T " << c.t << ", H " << c.h << ", KV " << c.kv << ", E " << c.e
-            << (c.causal ? ", causal" : "") << ", mask " << c.maskKind << ", tolerance " << tol);
-  Inputs in = inputsOf(c, static_cast<unsigned>(c.t * 131 + c.e));
-  Reference ref = referenceOf(c, in);
-  switch (paddedWidth(c.e)) {
-  case 32:
-    return run<32, Fp32>(c, in, ref, tol);
-  case 64:
-    return run<64, Fp32>(c, in, ref, tol);
-  default:
-    return run<128, Fp32>(c, in, ref, tol);
-  }
+  Inputs in = inputsOf(c, seedOf(c));
+  runAt<Fp32>(c, in, referenceOf(c, in), tol);
+}
+
+// x rounded to bf16 (nearest even), as amp rounds q, k and v: a TF32 value.
+float bf16Of(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u = (u + 0x7fffu + (u >> 16 & 1u)) & 0xffff0000u;
+  std::memcpy(&x, &u, 4);
+  return x;
 }
 
 // Each width's padding; T in one tile, ending inside a tile, and over several; GQA and MQA.
@@ -246,6 +274,21 @@ TEST_CASE("The tiled attention kernels' fp32 products, three TF32 ones each, are
   epl::emu::tf32Rounding() = true;
   for (const Case& c : kCases)
     check<true>(c, 1e-5); // 1.05e-6 at most when written
+}
+
+TEST_CASE("The fp32 products leave out those of amp's q, k and v's zero low parts: the same "
+          "sums") {
+  epl::emu::tf32Rounding() = true;
+  for (const Case& c : kCases) {
+    Inputs in = inputsOf(c, seedOf(c));
+    for (float& v : in.qkv)
+      v = bf16Of(v);
+    Reference ref = referenceOf(c, in);
+    Outputs every = runAt<true>(c, in, ref, 1e-5), fewer = runAt<true>(c, in, ref, 1e-5, true);
+    CHECK(every.ctx == fewer.ctx);
+    CHECK(every.lse == fewer.lse);
+    CHECK(every.dqkv == fewer.dqkv);
+  }
 }
 
 TEST_CASE("The emulation refuses a barrier some threads never reach") {

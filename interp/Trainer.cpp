@@ -914,9 +914,10 @@ private:
 };
 
 // After the fourth step: the median of steps 2 to 4 beside the step `epl plan --cluster`
-// predicts, on the cluster of `--cluster`, else on the CPU this machine's (`here`, nothing
-// when it is not calibrated), else on a GPU the built-in cluster of its kind, costing
-// attention as this device's kernel runs it (the built-in ones cost every head's scores).
+// predicts, on the cluster of `--cluster`, else on the CPU this machine's (`here`; when it
+// is not calibrated, how to calibrate it), else on a GPU the built-in cluster of its kind,
+// costing attention as this device's kernel runs it (the built-in ones cost every head's
+// scores).
 void TrainingRun::comparePrediction(Progress& progress) {
   constexpr size_t kSteps = 4;
   if (rank_ != 0 || stepSeconds_.size() != kSteps) return;
@@ -947,7 +948,10 @@ void TrainingRun::comparePrediction(Progress& progress) {
                          "gives one (docs/cluster.md)");
     return;
   }
-  if (!cluster) return; // not calibrated, or the file changed since the run began
+  if (!cluster) { // not calibrated (how to be is the error), or the file changed since
+    progress.line(fmt::format("{}; {}", line, error));
+    return;
+  }
   if (std::string few = cluster->tooFew(m_.mesh.np); !few.empty()) {
     progress.line(fmt::format("{}; not predicted on {}: {}", line, cluster->name, few));
     return;

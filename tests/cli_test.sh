@@ -116,6 +116,8 @@ expect 0 "with recompute = auto not planned: a stage fits the device_memory neit
 here=$(mktemp -d)
 export EPL_CLUSTER_HERE=$here/here.json
 expect 2 "this machine is not calibrated: \`epl calibrate\` measures it" -- plan "$src/examples/mlp_fashion.epl" --cluster here
+# A run says so too, beside its step time.
+expect 0 "(median of steps 2 to 4); this machine is not calibrated: \`epl calibrate\` measures it" -- run "$src/examples/mlp_fashion.epl" --steps 4 --set train.eval=none --set train.checkpoint=none --metrics "$here/m.jsonl"
 # Under the sanitizers, the calibration's MPI ranks run with exact malloc stacks, which the
 # leak suppressions of Open MPI need (tests/CMakeLists.txt sets EPL_MPI_ASAN_OPTIONS).
 calibrate() { ASAN_OPTIONS=${EPL_MPI_ASAN_OPTIONS:-${ASAN_OPTIONS:-}} expect "$@"; }

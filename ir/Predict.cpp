@@ -75,7 +75,9 @@ double attentionScoreBytes(const Module& m, const Program& p, const ClusterDevic
   const Product& scores = products[2];
   if (tiles && scores.k <= static_cast<double>(d.tilesUpTo)) return 0; // heads that narrow tile
   double passes = backward ? 10 : 4;
-  return passes * scores.m * scores.n * scores.count * static_cast<double>(dtypeBytes(compute));
+  // EPL's kernels hold the scores in f32 under amp too (their products' f32 operands).
+  DType held = d.headProductsF32 ? DType::F32 : compute;
+  return passes * scores.m * scores.n * scores.count * static_cast<double>(dtypeBytes(held));
 }
 
 // Program p's step on device d (one kind of a mixed cluster's devices).

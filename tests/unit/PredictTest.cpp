@@ -304,6 +304,17 @@ train net {
   // 4 samples x 2 heads x 16 x 16 f32 scores: 4 passes in the forward, 10 in the backward.
   double elements = 4 * 2 * 16 * 16;
   CHECK(scores - tiles == Approx((4 + 10) * elements * 4 / (1e9 * 0.8)));
+  // Under amp the scores are held in the half type, in f32 by EPL's kernels
+  // (headProductsF32): twice the bytes.
+  std::string amp = script;
+  amp.replace(amp.find("train net"), 0, "policy { amp = bf16 }\n");
+  auto half = epl::testing::planned("attn_amp.epl", amp, 1);
+  REQUIRE(half);
+  Cluster inF32 = cluster("scores");
+  inF32.device.headProductsF32 = true;
+  CHECK(epl::ir::predict(*half, inF32).compute -
+            epl::ir::predict(*half, cluster("scores")).compute ==
+        Approx((4 + 10) * elements * 2 / (1e9 * 0.8)));
   // Heads 4 wide: a kernel tiling heads up to 4 wide tiles them, one up to 2 wide does not.
   CHECK(epl::ir::predict(*m, cluster("tiles", R"(, "tiles_up_to": 4)")).compute == tiles);
   CHECK(epl::ir::predict(*m, cluster("tiles", R"(, "tiles_up_to": 2)")).compute == scores);

@@ -931,10 +931,10 @@ void TrainingRun::comparePrediction(Progress& progress) {
   std::string error, where;
   std::optional<ir::Cluster> cluster;
   if (!o_.cluster.empty() || cpu) {
-    cluster = ir::loadCluster(o_.cluster.empty() ? "here" : o_.cluster, error);
-    where = o_.cluster.empty() || o_.cluster == "here" ? "on this machine (`epl calibrate`)"
-            : cluster                                  ? fmt::format("on {}", cluster->name)
-                                                       : "";
+    std::string name = o_.cluster.empty() ? "here" : o_.cluster;
+    cluster = ir::loadCluster(name, error);
+    if (cluster)
+      where = name == "here" ? "on this machine (`epl calibrate`)" : "on " + cluster->name;
   } else if (std::optional<std::string> kind = ir::builtinClusterForGpu(device_->name())) {
     cluster = ir::loadCluster(*kind, error);
     int64_t tiles = device_->attentionTilesUpTo();

@@ -18,6 +18,7 @@ def epl_steps(epl, script, steps, warmup, sets=(), device="cuda", env=None):
     (and the variables of env beside the environment's): (median step seconds after the
     warm-up, the run's first line, every step's loss, its line comparing the step with the
     cost model's prediction or ""), or None after printing why it failed."""
+    epl = os.path.abspath(epl)  # the run's folder is a temporary one
     with tempfile.TemporaryDirectory() as work:
         metrics = os.path.join(work, "m.jsonl")
         cmd = [epl, "run", script, "--device", device, "--steps", str(warmup + steps),

@@ -3,8 +3,8 @@
 // row-major order, and the argmax is that element's index in the H x W plane. Windows of 2
 // and 3 (the kernel's blocks of lanes, a table of corners) and of 4 (its loop by rows);
 // strides 1 to 3; planes whose outputs fill a block of lanes, and ones that leave part of
-// it; values with ties and NaNs. 2 x 2 at stride 2 (with AVX-512, rows read whole and
-// split into even and odd columns) on rows of 1 to 35 outputs, odd and even widths and
+// it; values with ties and NaNs. 2 x 2 at stride 2 (with AVX-512 or AVX2, rows read whole
+// and split into even and odd columns) on rows of 1 to 35 outputs, odd and even widths and
 // heights.
 #include "backend/Device.h"
 #include "backend/cpu/Kernels.h"

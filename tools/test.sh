@@ -35,9 +35,12 @@ if [ "${EPL_SKIP_SANITIZERS:-0}" != 1 ]; then
   # masks, experts in a split region, ZeRO-2 staged through host copies, split regions on the
   # guarded device, whose memory the host reaches only by copies), a dead rank and an
   # interrupt: under the sanitizers each rank plans with exact malloc stacks, and all 80
-  # would take about half an hour on a 2-core machine (10 to 70 s each). The normal build above runs them all; EPL_ASAN_ALL=1
-  # runs them all here.
-  left_out='^(parallel/.*|plan_outputs|golden/(deep_repeat_train|gpt3_np1024))$'
+  # would take about half an hour on a 2-core machine (10 to 70 s each). Of the emulated
+  # CUDA kernels, the two cases that run each instantiation over every shape (the cases left
+  # out run the same code again under a rounding flag: 90 and 300 s here on a 2-core Zen 3
+  # VM, where the CI took 46 minutes with them). The normal build above runs them all;
+  # EPL_ASAN_ALL=1 runs them all here.
+  left_out='^(parallel/.*|plan_outputs|golden/(deep_repeat_train|gpt3_np1024)|emulated/The (fp32 products leave out.*|tiled attention kernels match attention in double within.*))$'
   some='^parallel/(failures|interrupt|equivalence_(pipeline2x2_zero3|pipeline_interleaved_zero|encoder_mask_pipeline_split|moe_split|staged_zero2)|guarded_split2x2_zero2)$'
   [ "${EPL_ASAN_ALL:-0}" = 1 ] && left_out='^$' && some='^parallel/'
   (cd build-san && export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 &&

@@ -27,21 +27,6 @@ void openBlasSgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, fl
 }
 
 #ifdef EPL_HAVE_ONEDNN
-// oneDNN's OpenMP runtime would start threads of its own inside each call, competing with the
-// pool that already runs the pieces in parallel. OpenMP's thread count is a setting of each
-// calling thread, so every thread sets it to 1 before its first call. The runtime is
-// whichever one oneDNN was built with (looked up by name, so nothing links it here); a
-// oneDNN without OpenMP has no such symbol and nothing to set.
-void keepOneDnnSingleThreaded() {
-  thread_local bool done = false;
-  if (done) return;
-  done = true;
-  using SetNumThreads = void (*)(int);
-  static const auto setNumThreads =
-      reinterpret_cast<SetNumThreads>(::dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
-  if (setNumThreads) setNumThreads(1);
-}
-
 // On a CPU with AVX-512 (oneDNN's avx512_core kernels) oneDNN runs every product: there it
 // was the faster in every layout on the char GPT's pieces (one thread, Intel Xeon: 1.01 to
 // 1.15 times OpenBLAS's rate; A B^T at 512 x 1024 x 256, 161 against 144 GFLOP/s; A^T B at
@@ -161,21 +146,53 @@ const float* widenedRows(Operand x, int64_t rows, int64_t cols, int64_t ld, int 
   return out;
 }
 
-// One single-threaded product of a piece, of any operand type: f32 and native bf16 as they
-// are, other half operands widened (exact: the sgemm multiplies the same values).
+// Whether a product widens operands of type t to f32 (IEEE half; bf16 without its kernels).
+bool widens(ir::DType t) {
+  return t != ir::DType::F32 && !productsRead(t);
+}
+
+// One single-threaded product of a piece: f32 and native bf16 as they are, other half
+// operands widened (exact: the sgemm multiplies the same values). The operands are of one
+// type, or one of them f32 where gemmImpl widened it whole (it is shared by every piece).
 void product(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, Operand a,
              int64_t lda, Operand b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  EPL_ASSERT(a.type == b.type, "a product's operands have one type");
-  if (a.type == ir::DType::F32)
-    return sgemm(transA, transB, m, n, k, alpha, static_cast<const float*>(a.p), lda,
-                 static_cast<const float*>(b.p), ldb, beta, c, ldc);
-  EPL_ASSERT(ir::isHalf(a.type), "a product's operands are f32 or a half type");
-  if (productsRead(a.type))
+  EPL_ASSERT(a.type == b.type || (a.type == ir::DType::F32 && widens(b.type)) ||
+                 (b.type == ir::DType::F32 && widens(a.type)),
+             "a product's operands have one type");
+  EPL_ASSERT(a.type == ir::DType::F32 || ir::isHalf(a.type),
+             "a product's operands are f32 or a half type");
+  if (a.type == b.type && a.type != ir::DType::F32 && productsRead(a.type))
     return bf16Gemm(transA, transB, m, n, k, alpha, a.p, lda, b.p, ldb, beta, c, ldc);
-  int64_t aCols = transA ? m : k, bCols = transB ? k : n;
-  const float* wa = widenedRows(a, transA ? k : m, aCols, lda, 14);
-  const float* wb = widenedRows(b, transB ? n : k, bCols, ldb, 15);
-  sgemm(transA, transB, m, n, k, alpha, wa, aCols, wb, bCols, beta, c, ldc);
+  const float* wa = static_cast<const float*>(a.p);
+  const float* wb = static_cast<const float*>(b.p);
+  if (widens(a.type)) {
+    int64_t cols = transA ? m : k;
+    wa = widenedRows(a, transA ? k : m, cols, lda, 14);
+    lda = cols;
+  }
+  if (widens(b.type)) {
+    int64_t cols = transB ? k : n;
+    wb = widenedRows(b, transB ? n : k, cols, ldb, 15);
+    ldb = cols;
+  }
+  sgemm(transA, transB, m, n, k, alpha, wa, lda, wb, ldb, beta, c, ldc);
+}
+
+// The operand every piece of a product cut by rows (or columns) of C reads whole, widened
+// once over the pool into the calling thread's scratch slot `slot` where products widen its
+// type, rather than once by each piece (up to kMaxPieces times). Its leading dimension
+// becomes `cols`.
+Operand widenedShared(Operand x, int64_t rows, int64_t cols, int64_t& ld, int slot) {
+  if (!widens(x.type)) return x;
+  float* out = scratch(slot, rows * cols);
+  const auto* in = static_cast<const uint16_t*>(x.p);
+  int64_t from = ld;
+  parallelFor(rows, rowGrain(cols), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      widenRun(x.type, in + r * from, out + r * cols, cols);
+  });
+  ld = cols;
+  return Operand(out);
 }
 
 // C = alpha A B + beta C with K (the reduction, e.g. the rows of a weight gradient) cut into
@@ -250,6 +267,12 @@ void gemmImpl(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float a
   int64_t parts = std::clamp<int64_t>(len / 64, 1, kMaxPieces);
   int64_t chunk = ((len + parts - 1) / parts + 15) / 16 * 16;
   parts = (len + chunk - 1) / chunk;
+  if (parts > 1) {
+    if (byRows)
+      b = widenedShared(b, transB ? n : k, transB ? k : n, ldb, 15);
+    else
+      a = widenedShared(a, transA ? k : m, transA ? m : k, lda, 14);
+  }
   parallelFor(parts, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t part = p0; part < p1; ++part) {
       int64_t lo = part * chunk, cnt = std::min(chunk, len - lo);
@@ -267,6 +290,23 @@ void gemmImpl(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float a
 }
 
 } // namespace
+
+// oneDNN's OpenMP runtime would start threads of its own inside each call, competing with the
+// pool that already runs the pieces in parallel. OpenMP's thread count is a setting of each
+// calling thread, so every thread sets it to 1 before its first call. The runtime is
+// whichever one oneDNN was built with (looked up by name, so nothing links it here); a
+// oneDNN without OpenMP has no such symbol and nothing to set.
+void keepOneDnnSingleThreaded() {
+#ifdef EPL_HAVE_ONEDNN
+  thread_local bool done = false;
+  if (done) return;
+  done = true;
+  using SetNumThreads = void (*)(int);
+  static const auto setNumThreads =
+      reinterpret_cast<SetNumThreads>(::dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+  if (setNumThreads) setNumThreads(1);
+#endif
+}
 
 bool productsRead(ir::DType t) {
   static const bool bf16 = bf16Kernels();

@@ -25,8 +25,9 @@ bool productsRead(ir::DType t);
 // each through one single-threaded product: oneDNN's sgemm for big f32 pieces, OpenBLAS's
 // for small ones and in a build without oneDNN; oneDNN's matmul for bf16 (on AMX or
 // AVX512-BF16 where the CPU has them). Half operands the CPU does not multiply natively
-// (IEEE half; bf16 elsewhere) are widened a piece at a time, each piece's rows of A and
-// B into the thread's scratch, and multiplied in f32: exact, so the product is the one
+// (IEEE half; bf16 elsewhere) are widened into the thread's scratch and multiplied in f32:
+// each piece's own rows of A and B, and the operand that every piece reads whole (B when C
+// is cut by rows) once, over the pool, before the pieces. Exact, so the product is the one
 // of f32 copies of the whole operands, to the bit.
 void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, Operand a,
           int64_t lda, Operand b, int64_t ldb, float beta, float* c, int64_t ldc);
@@ -43,6 +44,11 @@ void addRows(float* y, const float* b, int64_t r0, int64_t r1, int64_t cols);
 // y[N, O] = x[N, D] W[O, D]^T, plus b[O] on every row unless b is null (added to each slice
 // of rows right after its product).
 void linearRows(Operand x, Operand w, const float* b, int64_t n, int64_t o, int64_t d, float* y);
+
+// oneDNN runs on the calling thread alone (its OpenMP threads would compete with the pool):
+// each thread calls this before it first builds or runs a oneDNN primitive. Does nothing in a
+// build without oneDNN.
+void keepOneDnnSingleThreaded();
 
 // Sizes the thread pool for a device using `threads` threads (0: all cores). The sgemm
 // stays single-threaded: GEMMs are sliced over the pool instead (gemm above).
@@ -97,9 +103,9 @@ void multiplyInto(float* dst, const float* src, int64_t n);
 void zeroUnlessAcc(const GradOut& dst, int64_t n);
 
 // A grow-only buffer per slot and thread, so hot kernels do not page-fault fresh memory on
-// every call. Slots keep buffers that are live at the same time apart: kernels use 0 to 6,
-// sumDouble uses 7, gemm 8 and 9, columnSum 10, the runs of half-precision views 11 to 13,
-// a product's widened operands 14 and 15.
+// every call. Slots keep buffers that are live at the same time apart: kernels use 0 to 6
+// (ConvDirect.cpp's oneDNN scratchpads 5), sumDouble uses 7, gemm 8 and 9, columnSum 10, the
+// runs of half-precision views 11 to 13, a product's widened operands 14 and 15.
 float* scratch(int slot, int64_t n);
 // Floats [at, at + n) of the call's workspace (its layout is Module::workspaceBytes'), or
 // scratch slot `slot` when the call has none.

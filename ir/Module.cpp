@@ -416,7 +416,10 @@ int64_t Module::workspaceBytes(const Program& p, int op) const {
     int64_t ho = (x[2] + 2 * pad - w[2]) / stride + 1, wo = (x[3] + 2 * pad - w[3]) / stride + 1;
     int64_t ckk = x[1] * w[2] * w[3], plane = ho * wo;
     int64_t images = convGroup(ckk, plane, x[0]) * plane;
-    return 4 * images * (backward ? 2 * ckk + w[0] : ckk + w[0]);
+    int64_t im2col = 4 * images * (backward ? 2 * ckk + w[0] : ckk + w[0]);
+    // The CPU's oneDNN convolution takes its own layout of the same workspace (convDirectPlan).
+    ConvDirectPlan direct = convDirectPlan(x[0], x[1], x[2], x[3], w[0], w[2], plane, backward);
+    return direct.taken ? std::max(im2col, 4 * direct.floats()) : im2col;
   }
   int64_t rows = 1;
   for (size_t k = 0; k + 1 < x.size(); ++k)

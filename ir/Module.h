@@ -323,9 +323,10 @@ struct Module {
   // (KernelCall::workspace), 0 for none: the fused mlp's activation (and in its backward
   // the activation's gradient), attention's backward dctx and dqkv, conv2d's im2col
   // columns and output rows of a group of images (convGroup; its backward's columns
-  // twice), under amp a block of the rows of linear's half output (halfOutputRows). The CPU
-  // kernels' layout, floats side by side in that order. A split region's
-  // transfer: the pieces it cuts or joins (transferScratchBytes).
+  // twice, or the buffers of the CPU's oneDNN convolution where they are more:
+  // convDirectPlan), under amp a block of the rows of linear's half output
+  // (halfOutputRows). The CPU kernels' layout, floats side by side in that order. A split
+  // region's transfer: the pieces it cuts or joins (transferScratchBytes).
   int64_t workspaceBytes(const Program& p, int op) const;
   // Forward op `op` is a cross-entropy over a vocabulary split on program p's ranks
   // (Executor::vocabCrossEntropy).

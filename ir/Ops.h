@@ -306,6 +306,45 @@ inline int64_t convGroup(int64_t ckk, int64_t plane, int64_t batch) {
   int64_t fit = kConvColBudget / std::max<int64_t>(ckk * plane, 1);
   return std::max<int64_t>(1, std::min(fit, batch));
 }
+// conv2d through oneDNN's direct convolution (the CPU device, backend/cpu/ConvDirect.cpp):
+// the batch in groups of `images` images (at most kConvGroups groups), run in `lanes`
+// lanes, each lane its groups in order on one thread, so that the workspace holds a lane's
+// buffers `lanes` times whatever the thread count. With channels blocked as oneDNN lays them
+// out (counted here padded to kConvChannelBlock, the widest an x86 CPU takes), a lane holds
+// the group's images and outputs and the weights (for a last group whose primitive wants
+// another layout); in the backward dy, dx, dx as NCHW (added where it accumulates), the
+// weights' gradient blocked, then OIHW with the bias's after it, and the lane's sums of
+// those. Once: the weights blocked. Lanes are as many as fit kConvLaneBudget floats, at most
+// the groups; where fewer fit than min(groups, kConvMinLanes) (large images) the kernel runs
+// im2col instead: one lane would leave the other cores idle. The kernel and the memory
+// plan's workspace read this one rule.
+constexpr int64_t kConvGroups = 16, kConvMinLanes = 4, kConvChannelBlock = 16;
+constexpr int64_t kConvLaneBudget = int64_t{1} << 23; // 32 MiB
+struct ConvDirectPlan {
+  int64_t images, groups, lanes;
+  int64_t in, out, weights, nchw, sums; // the floats of each buffer
+  int64_t laneFloats;
+  bool taken; // else im2col
+  int64_t floats() const { return weights + lanes * laneFloats; }
+};
+inline ConvDirectPlan convDirectPlan(int64_t b, int64_t c, int64_t h, int64_t w, int64_t co,
+                                     int64_t k, int64_t plane, bool backward) {
+  auto padded = [](int64_t ch) {
+    return (ch + kConvChannelBlock - 1) / kConvChannelBlock * kConvChannelBlock;
+  };
+  ConvDirectPlan d{};
+  d.images = std::max<int64_t>(1, (b + kConvGroups - 1) / kConvGroups);
+  d.groups = std::max<int64_t>(1, (b + d.images - 1) / d.images);
+  d.in = d.images * padded(c) * h * w;
+  d.out = d.images * padded(co) * plane;
+  d.weights = padded(co) * padded(c) * k * k;
+  d.nchw = d.images * c * h * w;
+  d.sums = co * c * k * k + co;
+  d.laneFloats = d.in + d.out + d.weights + (backward ? d.nchw + d.weights + 2 * d.sums : 0);
+  d.lanes = std::clamp<int64_t>(kConvLaneBudget / std::max<int64_t>(d.laneFloats, 1), 1, d.groups);
+  d.taken = d.lanes >= std::min(d.groups, kConvMinLanes);
+  return d;
+}
 inline bool castsWeights(OpKind k) {
   return opInfo(k).castsWeights;
 }

@@ -1,6 +1,7 @@
 // conv2d (NCHW, square kernel, stride, zero padding) as im2col + one sgemm per group of
-// images. Groups have a fixed size (from the shapes alone), and the weight gradient adds
-// the groups in order, so the result does not depend on the thread count.
+// images, where oneDNN's direct convolution is not taken (ConvDirect.h: a build without
+// oneDNN, or EPL_CPU_CONV=im2col). Groups have a fixed size (from the shapes alone), and the
+// weight gradient adds the groups in order, so the result does not depend on the thread count.
 //
 // Forward, per group of G images:  col [CKK, G*P] = im2col(x);  tmp [Co, G*P] = W col;
 //                                  y[b, co] = tmp[co, b] + bias[co].
@@ -11,6 +12,7 @@
 // width, K kernel, Ho, Wo output height and width, P = Ho*Wo, G images in a group,
 // CKK = C*K*K.
 #include "backend/KernelShapes.h"
+#include "backend/cpu/ConvDirect.h"
 #include "backend/cpu/KernelUtil.h"
 #include "backend/cpu/Kernels.h"
 #include "backend/cpu/Lanes.h"
@@ -211,6 +213,7 @@ void convBackward(const KernelCall& c, bool hasBias) {
 
 void conv2d(const KernelCall& c) {
   bool hasBias = attrBool(c, "bias");
+  if (convDirect(c, hasBias)) return;
   if (!c.backward) return convForward(c, hasBias);
   convBackward(c, hasBias);
 }

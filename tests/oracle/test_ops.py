@@ -933,7 +933,11 @@ def fam_conv(probe, rep):
             ((3, 2, 6, 6), 6, 1, 1, 0, True), ((2, 16, 14, 14), 32, 3, 1, 1, True),
             ((1, 2, 4, 4), 3, 4, 1, 0, True),
             # "same" padding wider than the image's rows, and than the image itself
-            ((2, 3, 5, 6), 2, 5, 1, 2, True), ((1, 2, 3, 2), 2, 5, 1, 2, False)]:
+            ((2, 3, 5, 6), 2, 5, 1, 2, True), ((1, 2, 3, 2), 2, 5, 1, 2, False),
+            # 9 groups of images in oneDNN's convolution, the last of one image alone
+            ((17, 3, 8, 8), 10, 3, 1, 1, True),
+            # 16 groups in 15 lanes (ir::convDirectPlan's budget): lane 0 runs two
+            ((16, 1, 128, 128), 2, 3, 1, 1, True)]:
         x = rand(B, C, H, W)
         params = [rand(co, C, k, k, scale=(C * k * k) ** -0.5)] + ([rand(co)] if bias else [])
         run_case(probe, rep, "conv2d[%s,co=%d,k=%d,s=%d,p=%d]" % ((B, C, H, W), co, k, st, pad),

@@ -144,6 +144,35 @@ TEST_CASE("conv2d's products are those of its kernel's groups of images") {
   CHECK(big[0].flops() == Approx(2.0 * 8 * 27 * 128 * 128 * 600));
 }
 
+TEST_CASE("oneDNN's convolution plans its groups, lanes and workspace from the shapes alone") {
+  using epl::ir::convDirectPlan;
+  // The CNN example's third convolution: 64 images of 32 x 14 x 14 through 64 kernels of 3 x 3.
+  auto cnn = convDirectPlan(64, 32, 14, 14, 64, 3, 196, true);
+  CHECK(cnn.images == 4);
+  CHECK(cnn.groups == 16);
+  CHECK(cnn.lanes == 16);
+  CHECK(cnn.taken);
+  // Channels counted padded to 16: 4 images of 32 x 196 in, 64 x 196 out; weights 64 x 32 x 9.
+  CHECK(cnn.in == 4 * 32 * 196);
+  CHECK(cnn.out == 4 * 64 * 196);
+  CHECK(cnn.weights == 64 * 32 * 9);
+  CHECK(cnn.floats() == cnn.weights + 16 * cnn.laneFloats);
+  // A padded channel (3 -> 16), and a batch that leaves a last group of one image.
+  auto odd = convDirectPlan(17, 3, 8, 8, 10, 3, 64, false);
+  CHECK(odd.images == 2);
+  CHECK(odd.groups == 9);
+  CHECK(odd.in == 2 * 16 * 64);
+  // Large images: fewer lanes fit the budget than there are groups, each lane runs several.
+  auto wide = convDirectPlan(16, 1, 128, 128, 2, 3, 128 * 128, true);
+  CHECK(wide.groups == 16);
+  CHECK(wide.lanes == 15);
+  CHECK(wide.taken);
+  // Larger still: fewer than 4 lanes fit, and im2col runs instead.
+  auto huge = convDirectPlan(32, 64, 224, 224, 64, 3, 224 * 224, false);
+  CHECK(huge.lanes < 4);
+  CHECK_FALSE(huge.taken);
+}
+
 TEST_CASE("a first layer that reads the data computes its weight gradient alone") {
   // x [8, 12] -> linear 16 -> relu -> linear 4: the first backward skips dx, as its kernel
   // does; the second computes both.

@@ -85,7 +85,7 @@ rc=0
 [ "$rc" = 1 ] || { echo "FAIL: batch_norm offloaded: exit $rc"; cat bn.out; exit 1; }
 [ "$(grep -c "^error" bn.out)" = 1 ] || { echo "FAIL: not reported once"; cat bn.out; exit 1; }
 grep -q 'with `offload = params` does not keep yet' bn.out &&
-  grep -q -- "--> .*cnn_bn.epl:13:23" bn.out && grep -q "note: offloaded here" bn.out ||
+  grep -q -- "--> .*cnn_bn.epl:16:23" bn.out && grep -q "note: offloaded here" bn.out ||
   { echo "FAIL: batch_norm offloaded: no such error"; cat bn.out; exit 1; }
 echo "batch_norm offloaded: one error, exit 1"
 

@@ -217,17 +217,22 @@ void failed(const dnnl::error& e) {
   EPL_ASSERT(false, msg.c_str());
 }
 
-// Runs body(lane buffers, b0, n) for each group of n images from b0: the lanes over the
-// pool, each lane its groups (lane, lane + lanes, ...) in order on one thread.
+// Runs body(primitives, lane buffers, first of its lane, b0, n) for each group of n images
+// from b0: the lanes over the pool, each lane its groups (lane, lane + lanes, ...) in order
+// on one thread. The primitives of a full group and of the last are looked up once here,
+// not under the cache's lock in every group.
 template <class Body>
-void forLanes(const Geometry& g, const ir::ConvDirectPlan& d, float* lanes, Body body) {
+void forLanes(const Geometry& g, const ir::ConvDirectPlan& d, bool hasBias, float* lanes,
+              Body body) {
+  const Prims& full = prims(g, d.images, hasBias);
+  const Prims& last = prims(g, g.b - (d.groups - 1) * d.images, hasBias);
   parallelFor(d.lanes, 1, [&](int64_t lo, int64_t hi) {
     keepOneDnnSingleThreaded();
     try {
       for (int64_t lane = lo; lane < hi; ++lane)
         for (int64_t gi = lane; gi < d.groups; gi += d.lanes) {
-          int64_t b0 = gi * d.images;
-          body(lanes + lane * d.laneFloats, gi == lane, b0, std::min(d.images, g.b - b0));
+          int64_t b0 = gi * d.images, n = std::min(d.images, g.b - b0);
+          body(n == d.images ? full : last, lanes + lane * d.laneFloats, gi == lane, b0, n);
           threadStream().wait();
         }
     } catch (const dnnl::error& e) { // not across the pool's threads
@@ -254,25 +259,25 @@ void forward(const KernelCall& c, const Geometry& g, const ir::ConvDirectPlan& d
   memory wei = inLayout(full.weiIn, full.wei, full.fwdPd.weights_desc(), w.f32(),
                         Carver(ws).take(d.weights, full.fwdPd.weights_desc()));
   float* y = c.out[0].f32();
-  forLanes(g, d, ws + d.weights, [&](float* lane, bool, int64_t b0, int64_t n) {
-    const Prims& p = prims(g, n, hasBias);
-    Carver buf(lane);
-    float* srcBuf = buf.take(d.in, p.fwdPd.src_desc());
-    float* dstBuf = buf.take(d.out, p.fwdPd.dst_desc());
-    float* weiBuf = buf.take(d.weights, p.fwdPd.weights_desc());
-    float* ys = y + b0 * g.co * g.plane();
-    memory src =
-        inLayout(p.srcIn, p.src, p.fwdPd.src_desc(), x.f32() + b0 * g.c * g.h * g.w, srcBuf);
-    memory dst = outLayout(p.dstOut, p.fwdPd.dst_desc(), p.dst, ys, dstBuf);
-    std::unordered_map<int, memory> args{
-        {DNNL_ARG_SRC, src},
-        {DNNL_ARG_WEIGHTS, weightsFor(wei, p.weiIn, p.wei, p.fwdPd.weights_desc(), w, weiBuf)},
-        {DNNL_ARG_DST, dst}};
-    if (hasBias) args.emplace(DNNL_ARG_BIAS, memory(p.bias, engine(), c.in[2].f32()));
-    args.emplace(DNNL_ARG_SCRATCHPAD, scratchpad(p.fwdPd.scratchpad_desc()));
-    p.fwd.execute(threadStream(), args);
-    finishOut(p.dstOut, p.dst, dst, ys);
-  });
+  forLanes(
+      g, d, hasBias, ws + d.weights, [&](const Prims& p, float* lane, bool, int64_t b0, int64_t) {
+        Carver buf(lane);
+        float* srcBuf = buf.take(d.in, p.fwdPd.src_desc());
+        float* dstBuf = buf.take(d.out, p.fwdPd.dst_desc());
+        float* weiBuf = buf.take(d.weights, p.fwdPd.weights_desc());
+        float* ys = y + b0 * g.co * g.plane();
+        memory src =
+            inLayout(p.srcIn, p.src, p.fwdPd.src_desc(), x.f32() + b0 * g.c * g.h * g.w, srcBuf);
+        memory dst = outLayout(p.dstOut, p.fwdPd.dst_desc(), p.dst, ys, dstBuf);
+        std::unordered_map<int, memory> args{
+            {DNNL_ARG_SRC, src},
+            {DNNL_ARG_WEIGHTS, weightsFor(wei, p.weiIn, p.wei, p.fwdPd.weights_desc(), w, weiBuf)},
+            {DNNL_ARG_DST, dst}};
+        if (hasBias) args.emplace(DNNL_ARG_BIAS, memory(p.bias, engine(), c.in[2].f32()));
+        args.emplace(DNNL_ARG_SCRATCHPAD, scratchpad(p.fwdPd.scratchpad_desc()));
+        p.fwd.execute(threadStream(), args);
+        finishOut(p.dstOut, p.dst, dst, ys);
+      });
 }
 
 // A lane's buffers in the backward, in ir::convDirectPlan's order.
@@ -335,26 +340,27 @@ void backward(const KernelCall& c, const Geometry& g, const ir::ConvDirectPlan& 
   int64_t wn = g.co * g.ckk(), image = g.c * g.h * g.w;
   bool sums = dw || db;
   float* lanes = ws + d.weights;
-  forLanes(g, d, lanes, [&](float* lane, bool firstOfLane, int64_t b0, int64_t n) {
-    const Prims& p = prims(g, n, hasBias);
-    BackwardLane l(lane, d, p);
-    float* dys = dyv.f32() + b0 * g.co * g.plane();
-    memory dyd; // dy in the input gradient's layout, kept for the weights' where it is theirs
-    if (dx) {
-      dyd = inLayout(p.dyIn, p.dst, p.dataPd.diff_dst_desc(), dys, l.dy);
-      memory gw = weightsFor(wei, p.weiData, p.wei, p.dataPd.weights_desc(), w, l.wei);
-      groupInputGrad(p, l, dyd, gw, dx.p + b0 * image, dx.acc, n * image);
-    }
-    if (!sums) return;
-    // The images in the weights' layout, over dx's blocked buffer (done with).
-    memory src = inLayout(p.srcW, p.src, p.weightsPd.src_desc(), x.f32() + b0 * image,
-                          Carver(l.in).take(d.in, p.weightsPd.src_desc()));
-    memory dyw = dx && dyd.get_desc() == p.weightsPd.diff_dst_desc()
-                     ? dyd
-                     : inLayout(p.dyW, p.dst, p.weightsPd.diff_dst_desc(), dys,
-                                Carver(l.dy).take(d.out, p.weightsPd.diff_dst_desc()));
-    groupWeightGrad(p, l, src, dyw, hasBias, firstOfLane, wn, d.sums);
-  });
+  forLanes(
+      g, d, hasBias, lanes,
+      [&](const Prims& p, float* lane, bool firstOfLane, int64_t b0, int64_t n) {
+        BackwardLane l(lane, d, p);
+        float* dys = dyv.f32() + b0 * g.co * g.plane();
+        memory dyd; // dy in the input gradient's layout, kept for the weights' where it is theirs
+        if (dx) {
+          dyd = inLayout(p.dyIn, p.dst, p.dataPd.diff_dst_desc(), dys, l.dy);
+          memory gw = weightsFor(wei, p.weiData, p.wei, p.dataPd.weights_desc(), w, l.wei);
+          groupInputGrad(p, l, dyd, gw, dx.p + b0 * image, dx.acc, n * image);
+        }
+        if (!sums) return;
+        // The images in the weights' layout, over dx's blocked buffer (done with).
+        memory src = inLayout(p.srcW, p.src, p.weightsPd.src_desc(), x.f32() + b0 * image,
+                              Carver(l.in).take(d.in, p.weightsPd.src_desc()));
+        memory dyw = dx && dyd.get_desc() == p.weightsPd.diff_dst_desc()
+                         ? dyd
+                         : inLayout(p.dyW, p.dst, p.weightsPd.diff_dst_desc(), dys,
+                                    Carver(l.dy).take(d.out, p.weightsPd.diff_dst_desc()));
+        groupWeightGrad(p, l, src, dyw, hasBias, firstOfLane, wn, d.sums);
+      });
   if (!sums) return;
   // 3. The lanes' sums in lane order, whatever thread ran each.
   int64_t laneCount = d.lanes, stride = d.laneFloats, at = d.laneFloats - d.sums;

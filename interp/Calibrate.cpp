@@ -1,6 +1,7 @@
 // `epl calibrate`'s measurements (interp/Calibrate.h).
 #include "interp/Calibrate.h"
 
+#include "backend/cpu/ConvDirect.h"
 #include "backend/cpu/KernelUtil.h"
 #include "backend/cpu/Kernels.h"
 #include "backend/cpu/Parallel.h"
@@ -149,12 +150,82 @@ std::vector<GridShape> gemmGridShapes() {
   return shapes;
 }
 
+// The shapes of conv2d's grid (ClusterDevice::convGrids), where the CPU's convolution is
+// oneDNN's direct one: batches of kConvImages images (as many groups as the kernel cuts a
+// batch into), a 3 x 3 kernel, stride 1 and padding 1; channels 1, 16, 64 and 256 in, 16,
+// 64 and 256 out, on sides 7, 14, 28 and 56: the shapes the kernel runs directly, forward and
+// backward, of at most 2^28 multiply-adds (their neighbours stand in for the larger ones:
+// the grid adds about 8 s to a calibration on 2 cores).
+constexpr int64_t kConvImages = ir::kConvGroups;
+struct ConvShape {
+  int64_t c, co, side;
+};
+std::vector<ConvShape> convGridShapes() {
+  std::vector<ConvShape> shapes;
+  if (!backend::cpu::convDirectInUse()) return shapes;
+  for (int64_t c : {1, 16, 64, 256})
+    for (int64_t co : {16, 64, 256})
+      for (int64_t side : {7, 14, 28, 56}) {
+        int64_t plane = side * side;
+        auto taken = [&](bool backward) {
+          return ir::convDirectPlan(kConvImages, c, side, side, co, 3, plane, backward).taken;
+        };
+        if (kConvImages * plane * co * c * 9 <= int64_t{1} << 28 && taken(false) && taken(true))
+          shapes.push_back({c, co, side});
+      }
+  return shapes;
+}
+
+// conv2d's FLOP/s of one shape through the CPU's own kernel on the pool's threads, each
+// timed for at least `seconds`: its forward, its backward to the input's and the weights'
+// gradients, and its backward to the weights' alone (as the first layer's, whose input is
+// the data); over the FLOPs the model counts (the forward's product once, twice, once).
+struct ConvRates {
+  double forward, backward, weights;
+};
+ConvRates convShapeRates(const ConvShape& s, double seconds) {
+  const int64_t b = kConvImages, k = 3, plane = s.side * s.side;
+  auto floats = [](int64_t n, float v) { return std::vector<float>(static_cast<size_t>(n), v); };
+  std::vector<float> x = floats(b * s.c * plane, 0.5f), w = floats(s.co * s.c * k * k, 0.25f),
+                     bias = floats(s.co, 0.125f), y = floats(b * s.co * plane, 0.f),
+                     dy = floats(b * s.co * plane, 0.0625f), dx = floats(b * s.c * plane, 0.f),
+                     dw = floats(s.co * s.c * k * k, 0.f), db = floats(s.co, 0.f);
+  ir::Attrs attrs{{"channels", s.co},
+                  {"kernel", k},
+                  {"stride", int64_t{1}},
+                  {"padding", int64_t{1}},
+                  {"bias", true}};
+  using ir::DType;
+  backend::TensorView xv{x.data(), DType::F32, {b, s.c, s.side, s.side}},
+      wv{w.data(), DType::F32, {s.co, s.c, k, k}}, bv{bias.data(), DType::F32, {s.co}},
+      yv{y.data(), DType::F32, {b, s.co, s.side, s.side}};
+  backend::KernelCall forward;
+  forward.kind = ir::OpKind::Conv2d;
+  forward.attrs = &attrs;
+  forward.in = {xv, wv, bv};
+  forward.out = {yv};
+  backend::KernelCall backward = forward;
+  backward.backward = true;
+  backward.in = {{dy.data(), DType::F32, yv.shape}, xv, wv, bv, yv};
+  backward.out = {{dx.data(), DType::F32, xv.shape},
+                  {dw.data(), DType::F32, wv.shape},
+                  {db.data(), DType::F32, bv.shape}};
+  backend::KernelCall weights = backward;
+  weights.out[0].data = nullptr;
+  double flops = 2.0 * static_cast<double>(b * plane * s.co * s.c * k * k);
+  auto rate = [&](const backend::KernelCall& c, double count) {
+    return count * flops / timed([&] { backend::cpu::conv2d(c); }, seconds, 1);
+  };
+  return {rate(forward, 1), rate(backward, 2), rate(weights, 1)};
+}
+
 // One thread count's figures: each the median of its rounds, the rounds taking turns so that
 // a slow moment of a shared machine moves one round of each, not all of one.
 struct ThreadRates {
   double gemm = 0, memory = 0;
   nlohmann::json grid = nlohmann::json::array();
   std::vector<std::pair<double, double>> curve; // [bytes, bytes/s] by working set
+  nlohmann::json conv = nlohmann::json::array(); // conv2d's grid; empty where it is im2col's
 };
 ThreadRates measureAt(int rounds) {
   std::vector<GridShape> shapes = gemmGridShapes();
@@ -162,6 +233,8 @@ ThreadRates measureAt(int rounds) {
   std::vector<std::vector<double>> grid(shapes.size());
   std::vector<int64_t> sizes = curveFloats();
   std::vector<std::vector<double>> curve(sizes.size());
+  std::vector<ConvShape> convs = convGridShapes();
+  std::vector<std::array<std::vector<double>, 3>> conv(convs.size());
   for (int r = 0; r < rounds; ++r) {
     gemm.push_back(gemmRate());
     memory.push_back(memoryRate());
@@ -170,6 +243,12 @@ ThreadRates measureAt(int rounds) {
     for (size_t i = 0; i < shapes.size(); ++i) {
       const GridShape& g = shapes[i];
       grid[i].push_back(gemmShapeRate(g.m, g.n, g.k, 0.02, g.layout, 1, g.type));
+    }
+    for (size_t i = 0; i < convs.size(); ++i) {
+      ConvRates c = convShapeRates(convs[i], 0.01);
+      conv[i][0].push_back(c.forward);
+      conv[i][1].push_back(c.backward);
+      conv[i][2].push_back(c.weights);
     }
   }
   ThreadRates t{median(gemm), median(memory), {}, {}};
@@ -182,6 +261,9 @@ ThreadRates measureAt(int rounds) {
     if (g.type != ir::DType::F32) row.push_back(ir::dtypeName(g.type));
     t.grid.push_back(std::move(row));
   }
+  for (size_t i = 0; i < convs.size(); ++i)
+    t.conv.push_back({convs[i].c, convs[i].co, convs[i].side, 3, median(conv[i][0]),
+                      median(conv[i][1]), median(conv[i][2])});
   return t;
 }
 
@@ -234,7 +316,7 @@ nlohmann::json measureCompute(std::ostream& log, int rounds) {
   std::vector<int> counts = calibratedCounts(cores);
   nlohmann::json gemm = nlohmann::json::object(), memory = nlohmann::json::object(),
                  shapes = nlohmann::json::object(), cache = nlohmann::json::object(),
-                 curves = nlohmann::json::object();
+                 curves = nlohmann::json::object(), convs = nlohmann::json::object();
   std::map<int, std::vector<std::pair<double, double>>> points; // the curves, by threads
   double lastGemm = 0, lastMemory = 0;
   for (int t : counts) {
@@ -245,6 +327,16 @@ nlohmann::json measureCompute(std::ostream& log, int rounds) {
     gemm[std::to_string(t)] = lastGemm;
     memory[std::to_string(t)] = lastMemory;
     shapes[std::to_string(t)] = std::move(rates.grid);
+    std::string conv;
+    if (!rates.conv.empty()) {
+      // The forward's rate at 64 channels in and out on 14 x 14, for the log.
+      for (const nlohmann::json& row : rates.conv)
+        if (row[0] == 64 && row[1] == 64 && row[2] == 14)
+          conv = fmt::format("; conv2d 64 -> 64 channels on 14 x 14: {:.1f} GFLOP/s forward, "
+                             "{:.1f} backward",
+                             row[4].get<double>() / 1e9, row[5].get<double>() / 1e9);
+      convs[std::to_string(t)] = std::move(rates.conv);
+    }
     std::vector<std::string> bySize; // every other point of the curve, for the log
     for (size_t i = 0; i < rates.curve.size(); i += 2)
       bySize.push_back(fmt::format("{:.1f} at {}", rates.curve[i].second / 1e9,
@@ -252,9 +344,9 @@ nlohmann::json measureCompute(std::ostream& log, int rounds) {
     curves[std::to_string(t)] = rates.curve;
     points[t] = std::move(rates.curve);
     log << fmt::format("  {} thread{}: GEMM {:.1f} GFLOP/s, memory {:.1f} GB/s; GB/s by "
-                       "working set: {}\n",
+                       "working set: {}{}\n",
                        t, t == 1 ? "" : "s", lastGemm / 1e9, lastMemory / 1e9,
-                       fmt::join(bySize, ", "));
+                       fmt::join(bySize, ", "), conv);
   }
   // The cache as the curve shows it, and its rate over three arrays that fill a quarter of
   // it, read off each thread count's curve.
@@ -272,6 +364,7 @@ nlohmann::json measureCompute(std::ostream& log, int rounds) {
                                 {"memory_bandwidth", memory},
                                 {"gemm_by_shape", shapes},
                                 {"bandwidth_by_size", curves}};
+  if (!convs.empty()) calibration["conv_by_shape"] = convs;
   if (!cache.empty()) {
     calibration["cache_bytes"] = cacheBytes;
     calibration["cache_bandwidth"] = cache;

@@ -259,6 +259,35 @@ bool shapeRates(const json& obj, const std::string& where,
   return true;
 }
 
+// conv2d's rates `epl calibrate` measured: {"1": [[C, Co, side, K, forward, backward,
+// weights FLOP/s], …]}.
+bool convRates(const json& obj, const std::string& where,
+               std::map<int, std::vector<ClusterDevice::ConvRate>>& out, std::string& error) {
+  bool ok = obj.is_object();
+  std::string key;
+  static const json none = json::object();
+  for (const auto& item : (ok ? obj : none).items()) {
+    key = item.key();
+    int threads = std::atoi(key.c_str());
+    ok = threads > 0 && std::to_string(threads) == key && item.value().is_array();
+    for (const json& r : ok ? item.value() : json::array()) {
+      ok = ok && r.is_array() && r.size() == 7;
+      for (size_t i = 0; ok && i < 7; ++i)
+        ok = r[i].is_number() && r[i].get<double>() > 0;
+      if (ok)
+        out[threads].push_back({r[0].get<double>(), r[1].get<double>(), r[2].get<double>(),
+                                r[3].get<double>(), r[4].get<double>(), r[5].get<double>(),
+                                r[6].get<double>()});
+    }
+    if (!ok) break;
+  }
+  if (!ok)
+    error = fmt::format("{}: {}must map thread counts to [channels, out_channels, side, kernel, "
+                        "forward, backward, weights FLOP/s] rows of positive numbers",
+                        where, key.empty() ? "" : fmt::format("`{}`: ", key));
+  return ok;
+}
+
 // Where v falls between the grid's values along one axis, in logarithms: the two values'
 // indices and v's weight on the second (clamped to the grid's ends).
 struct Bracket {
@@ -320,19 +349,41 @@ double ClusterDevice::bandwidthFor(double bytes) const {
   return bandwidthBySize.empty() ? memoryBandwidth : curveAt(bandwidthBySize, bytes);
 }
 
+void ClusterDevice::GemmGrid::add(double mv, double nv, double kv, double r) {
+  m.push_back(mv), n.push_back(nv), k.push_back(kv);
+  rate[{mv, nv, kv}] = r;
+}
+
+void ClusterDevice::GemmGrid::sortAxes() {
+  for (std::vector<double>* axis : {&m, &n, &k}) {
+    std::sort(axis->begin(), axis->end());
+    axis->erase(std::unique(axis->begin(), axis->end()), axis->end());
+  }
+}
+
+double ClusterDevice::GemmGrid::at(double mv, double nv, double kv) const {
+  if (empty()) return 0;
+  Bracket bm = bracket(m, mv), bn = bracket(n, nv), bk = bracket(k, kv);
+  double sum = 0, weights = 0;
+  for (int c = 0; c < 8; ++c) {
+    double w = (c & 1 ? bm.w : 1 - bm.w) * (c & 2 ? bn.w : 1 - bn.w) * (c & 4 ? bk.w : 1 - bk.w);
+    auto it =
+        rate.find({m[c & 1 ? bm.hi : bm.lo], n[c & 2 ? bn.hi : bn.lo], k[c & 4 ? bk.hi : bk.lo]});
+    if (w <= 0 || it == rate.end()) continue;
+    sum += w * std::log(it->second);
+    weights += w;
+  }
+  return weights > 0 ? std::exp(sum / weights) : 0;
+}
+
 void ClusterDevice::setGemmRates(const std::vector<ShapeRate>& rows) {
   std::array<GemmGrid, 3> grids, bf16;
-  for (const ShapeRate& s : rows) {
-    GemmGrid& g = (s.type == DType::BF16 ? bf16 : grids)[static_cast<size_t>(s.layout)];
-    g.m.push_back(s.m), g.n.push_back(s.n), g.k.push_back(s.k);
-    g.rate[{s.m, s.n, s.k}] = s.rate;
-  }
+  for (const ShapeRate& s : rows)
+    (s.type == DType::BF16 ? bf16 : grids)[static_cast<size_t>(s.layout)].add(s.m, s.n, s.k,
+                                                                              s.rate);
   for (auto* set : {&grids, &bf16})
     for (GemmGrid& g : *set)
-      for (std::vector<double>* axis : {&g.m, &g.n, &g.k}) {
-        std::sort(axis->begin(), axis->end());
-        axis->erase(std::unique(axis->begin(), axis->end()), axis->end());
-      }
+      g.sortAxes();
   gemmGrids = std::move(grids);
   bf16Grids = std::move(bf16);
 }
@@ -344,21 +395,25 @@ double ClusterDevice::matmulRate(const Product& p, DType compute, bool tf32) con
           : gemmGrids;
   const GemmGrid* grid = &grids[static_cast<size_t>(p.layout)];
   if (grid->empty()) grid = &grids[static_cast<size_t>(GemmLayout::ABt)];
-  if (grid->empty()) return peak(compute, tf32) * matmulEfficiency;
-  const std::vector<double>&ms = grid->m, &ns = grid->n, &ks = grid->k;
-  const auto& rate = grid->rate;
-  Bracket bm = bracket(ms, p.m), bn = bracket(ns, p.n), bk = bracket(ks, p.k);
-  // Trilinear in the logarithms; a corner the grid lacks gives the others its weight.
-  double sum = 0, weights = 0;
-  for (int c = 0; c < 8; ++c) {
-    double w = (c & 1 ? bm.w : 1 - bm.w) * (c & 2 ? bn.w : 1 - bn.w) * (c & 4 ? bk.w : 1 - bk.w);
-    auto it = rate.find(
-        {ms[c & 1 ? bm.hi : bm.lo], ns[c & 2 ? bn.hi : bn.lo], ks[c & 4 ? bk.hi : bk.lo]});
-    if (w <= 0 || it == rate.end()) continue;
-    sum += w * std::log(it->second);
-    weights += w;
+  double rate = grid->at(p.m, p.n, p.k);
+  return rate > 0 ? rate : peak(compute, tf32) * matmulEfficiency;
+}
+
+void ClusterDevice::setConvRates(const std::vector<ConvRate>& rows) {
+  std::array<GemmGrid, 3> grids;
+  for (const ConvRate& r : rows) {
+    double plane = r.side * r.side, ckk = r.c * r.k * r.k;
+    grids[static_cast<size_t>(ConvPass::Forward)].add(r.co, plane, ckk, r.forward);
+    grids[static_cast<size_t>(ConvPass::Backward)].add(r.co, plane, ckk, r.backward);
+    grids[static_cast<size_t>(ConvPass::Weights)].add(r.co, plane, ckk, r.weights);
   }
-  return weights > 0 ? std::exp(sum / weights) : peak(compute, tf32) * matmulEfficiency;
+  for (GemmGrid& g : grids)
+    g.sortAxes();
+  convGrids = std::move(grids);
+}
+
+double ClusterDevice::convRate(ConvPass pass, double co, double plane, double ckk) const {
+  return convGrids[static_cast<size_t>(pass)].at(co, plane, ckk);
 }
 
 Cluster Cluster::forRanks(int np, int requested) const {
@@ -400,6 +455,12 @@ Cluster Cluster::forRanks(int np, int requested) const {
   for (ClusterDevice::ShapeRate& s : rows)
     s.rate *= together * share;
   c.device.setGemmRates(rows);
+  std::vector<ClusterDevice::ConvRate> convs;
+  if (!k.convByShape.empty()) convs = atThreads(k.convByShape, threads);
+  for (ClusterDevice::ConvRate& r : convs)
+    for (double* rate : {&r.forward, &r.backward, &r.weights})
+      *rate *= together * share;
+  c.device.setConvRates(convs);
   c.device.memoryBandwidth = memory;
   // The ranks share the cache as they share the cores.
   if (k.cacheBytes > 0 && !k.cacheBandwidth.empty()) {
@@ -548,8 +609,8 @@ std::optional<Cluster> parseCluster(const std::string& text, const std::string& 
     Calibration cal;
     double cores = 0;
     if (!checkKeys(k, at,
-                   {"cores", "gemm_flops", "memory_bandwidth", "gemm_by_shape", "cache_bytes",
-                    "cache_bandwidth", "bandwidth_by_size", "gemm_side_by_side"},
+                   {"cores", "gemm_flops", "memory_bandwidth", "gemm_by_shape", "conv_by_shape",
+                    "cache_bytes", "cache_bandwidth", "bandwidth_by_size", "gemm_side_by_side"},
                    error) ||
         !number(k, at, "cores", true, cores, error) ||
         !number(k, at, "cache_bytes", false, cal.cacheBytes, error) ||
@@ -559,6 +620,9 @@ std::optional<Cluster> parseCluster(const std::string& text, const std::string& 
       return std::nullopt;
     if (k.contains("gemm_by_shape") &&
         !shapeRates(k["gemm_by_shape"], at + ".gemm_by_shape", cal.gemmByShape, error))
+      return std::nullopt;
+    if (k.contains("conv_by_shape") &&
+        !convRates(k["conv_by_shape"], at + ".conv_by_shape", cal.convByShape, error))
       return std::nullopt;
     if (k.contains("gemm_side_by_side") && !rates(k["gemm_side_by_side"], at + ".gemm_side_by_side",
                                                   cal.gemmSideBySide, error, "rank"))

@@ -55,6 +55,13 @@ struct ClusterDevice {
     std::vector<double> m, n, k; // each axis's values, ascending
     std::map<std::array<double, 3>, double> rate;
     bool empty() const { return rate.empty(); }
+    // The rate at (m, n, k): trilinear in the logarithms, clamped at the grid's edges, a
+    // corner the grid lacks giving the others its weight; 0 where it has none.
+    double at(double m, double n, double k) const;
+    // A grid of these rows' points, each axis's values sorted (a point measured twice keeps
+    // its last rate).
+    void add(double m, double n, double k, double r);
+    void sortAxes();
   };
   std::array<GemmGrid, 3> gemmGrids, bf16Grids; // by GemmLayout
   // Whether a calibrated CPU's products read `t` as it is stored: bf16 where the
@@ -63,6 +70,22 @@ struct ClusterDevice {
     return t == DType::BF16 && !bf16Grids[static_cast<size_t>(GemmLayout::ABt)].empty();
   }
   void setGemmRates(const std::vector<ShapeRate>& rows);
+  // conv2d's FLOP/s measured by shape through a calibrated CPU's own kernel where it runs
+  // oneDNN's direct convolution (`epl calibrate`'s `conv_by_shape`): the time of the whole
+  // call (its reorders, its tensors read and written) over the FLOPs the model counts. By
+  // pass: the forward, the backward that gives the input's gradient and the weights', the
+  // backward that gives the weights' alone; each a grid over (Co, Ho Wo, C K K). Empty: the
+  // convolution is costed as its im2col products and bytes.
+  enum class ConvPass { Forward, Backward, Weights };
+  struct ConvRate {
+    double c = 0, co = 0, side = 0, k = 0; // x [B, c, side, side], w [co, c, k, k], stride 1
+    double forward = 0, backward = 0, weights = 0;
+  };
+  std::array<GemmGrid, 3> convGrids{}; // by ConvPass
+  void setConvRates(const std::vector<ConvRate>& rows);
+  // The rate of a conv2d of co output channels, an output plane of `plane` values and
+  // C K K = ckk; 0 without a grid.
+  double convRate(ConvPass pass, double co, double plane, double ckk) const;
   // How attention's kernel treats each head's T x T scores. Scores: they go through the
   // device's memory, written and read back in the compute type (EPL's CUDA kernel, and the
   // unfused attention of Megatron-LM's 2021 runs): 4 passes over them a forward, 10 a
@@ -118,6 +141,9 @@ struct Calibration {
   // threads -> [working-set bytes, bytes/s of y = a + b over them], ascending
   std::map<int, std::vector<std::pair<double, double>>> bandwidthBySize;
   std::map<int, std::vector<ClusterDevice::ShapeRate>> gemmByShape; // threads -> the grid
+  // threads -> conv2d's rates by shape (ClusterDevice::convGrids); empty in files of earlier
+  // versions and where the CPU's convolution is im2col's
+  std::map<int, std::vector<ClusterDevice::ConvRate>> convByShape;
 };
 
 struct Cluster {

@@ -410,15 +410,13 @@ int64_t Module::workspaceBytes(const Program& p, int op) const {
   std::vector<int64_t> x = localShape(p, fwd.inputs[0]);
   if (x.empty()) return 0;
   if (fwd.kind == OpKind::Conv2d) { // im2col of a group of images: col and tmp; col, dY, dcol
-    std::vector<int64_t> w = localParamShape(p, fwd.params[0]); // [Co, C, K, K]
-    if (x.size() != 4 || w.size() != 4) return 0;
-    int64_t stride = intAttr(fwd.attrs, "stride"), pad = intAttr(fwd.attrs, "padding");
-    int64_t ho = (x[2] + 2 * pad - w[2]) / stride + 1, wo = (x[3] + 2 * pad - w[3]) / stride + 1;
-    int64_t ckk = x[1] * w[2] * w[3], plane = ho * wo;
-    int64_t images = convGroup(ckk, plane, x[0]) * plane;
-    int64_t im2col = 4 * images * (backward ? 2 * ckk + w[0] : ckk + w[0]);
+    std::optional<ConvShape> g = convShape(p, op);
+    if (!g) return 0;
+    int64_t images = convGroup(g->ckk(), g->plane(), g->b) * g->plane();
+    int64_t im2col = 4 * images * (backward ? 2 * g->ckk() + g->co : g->ckk() + g->co);
     // The CPU's oneDNN convolution takes its own layout of the same workspace (convDirectPlan).
-    ConvDirectPlan direct = convDirectPlan(x[0], x[1], x[2], x[3], w[0], w[2], plane, backward);
+    ConvDirectPlan direct =
+        convDirectPlan(g->b, g->c, g->h, g->w, g->co, g->k, g->plane(), backward);
     return direct.taken ? std::max(im2col, 4 * direct.floats()) : im2col;
   }
   int64_t rows = 1;
@@ -496,6 +494,18 @@ Module::StepFlops Module::stepFlops(const Program& p) const {
       f.backward += in.part == BackwardPart::Whole ? run : run / 2;
   }
   return f;
+}
+
+std::optional<Module::ConvShape> Module::convShape(const Program& p, int op) const {
+  const Op& o = ops[op];
+  const Op& fwd = o.phase == Phase::Backward ? ops[o.forward] : o;
+  if (fwd.kind != OpKind::Conv2d || fwd.inputs.empty() || fwd.params.empty()) return std::nullopt;
+  std::vector<int64_t> x = localShape(p, fwd.inputs[0]);
+  std::vector<int64_t> w = localParamShape(p, fwd.params[0]); // [Co, C, K, K]
+  if (x.size() != 4 || w.size() != 4) return std::nullopt;
+  int64_t stride = intAttr(fwd.attrs, "stride"), pad = intAttr(fwd.attrs, "padding");
+  int64_t ho = (x[2] + 2 * pad - w[2]) / stride + 1, wo = (x[3] + 2 * pad - w[3]) / stride + 1;
+  return ConvShape{x[0], x[1], x[2], x[3], w[0], w[2], ho, wo};
 }
 
 std::vector<Product> Module::backwardProducts(const Program& p, int op) const {

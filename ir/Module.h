@@ -328,6 +328,14 @@ struct Module {
   // (halfOutputRows). The CPU kernels' layout, floats side by side in that order. A split
   // region's transfer: the pieces it cuts or joins (transferScratchBytes).
   int64_t workspaceBytes(const Program& p, int op) const;
+  // A conv2d's shapes on p's rank (op `op`, or the forward of backward op `op`): x [b, c, h,
+  // w], w [co, c, k, k], an output plane of ho x wo; nullopt for another op.
+  struct ConvShape {
+    int64_t b, c, h, w, co, k, ho, wo;
+    int64_t plane() const { return ho * wo; }
+    int64_t ckk() const { return c * k * k; }
+  };
+  std::optional<ConvShape> convShape(const Program& p, int op) const;
   // Forward op `op` is a cross-entropy over a vocabulary split on program p's ranks
   // (Executor::vocabCrossEntropy).
   bool vocabLoss(const Program& p, const Op& op) const {

@@ -55,6 +55,29 @@ const Link& spreadLink(const Cluster& c, int np, int n) {
   return span <= c.devicesPerNode ? c.intraNode : c.interNode;
 }
 
+// The FLOP/s of a run of `in` (a Run of a conv2d, its recompute or its backward) on a
+// calibrated CPU that timed its own convolution by shape (ClusterDevice::convGrids), where
+// its kernel runs oneDNN's direct convolution (ir::convDirectPlan, as the kernel decides);
+// 0 otherwise: its im2col products and bytes cost it. The grid's time is the whole call's,
+// its tensors read, reordered and written; `inputGradient`: the backward gives x's too.
+double directConvRate(const Module& m, const Program& p, const ClusterDevice& d, const Instr& in,
+                      bool inputGradient) {
+  const Op& o = m.ops[in.op];
+  if (d.convGrids[0].empty()) return 0;
+  std::optional<Module::ConvShape> g = m.convShape(p, in.op);
+  bool backward = o.phase == Phase::Backward;
+  if (!g) return 0;
+  ConvDirectPlan plan = convDirectPlan(g->b, g->c, g->h, g->w, g->co, g->k, g->plane(), backward);
+  if (!plan.taken) return 0;
+  // The grid's calls take one image each: a call of a group of `images` images makes as
+  // many output values as one image of that many times the plane (a small image's rate is
+  // its calls' overhead, which a group shares).
+  using Pass = ClusterDevice::ConvPass;
+  Pass pass = !backward ? Pass::Forward : inputGradient ? Pass::Backward : Pass::Weights;
+  return d.convRate(pass, static_cast<double>(g->co),
+                    static_cast<double>(plan.images * g->plane()), static_cast<double>(g->ckk()));
+}
+
 // The memory traffic of attention's scores in one run of `in` (a Run of an attention op or
 // its backward) where the device's kernel holds them in memory (ClusterDevice::Attention):
 // the forward writes the scores, the softmax reads them and writes the probabilities, the
@@ -146,20 +169,26 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c, const Clu
       // reads them back from cache, right after): not of the inputs its products read in
       // bf16 as they are (a CPU with bf16 kernels). A GPU's model follows the fused kernels
       // it was fitted to, which make no copies.
-      if (c.calibration)
-        bytes += static_cast<double>(m.ampStagedBytes(p, in.op, d.readsHalf(compute)));
+      double staged =
+          c.calibration ? static_cast<double>(m.ampStagedBytes(p, in.op, d.readsHalf(compute)))
+                        : 0;
+      bytes += staged;
       bytes += attentionScoreBytes(m, p, d, in, compute);
       // Each product at the rate of its shape; a split backward's part makes half of them.
       bool backward = o.phase == Phase::Backward;
       double flops = 0, products = 0;
-      for (const Product& x :
-           backward ? m.backwardProducts(p, in.op) : m.runProducts(p, in.op, false)) {
+      std::vector<Product> runs =
+          backward ? m.backwardProducts(p, in.op) : m.runProducts(p, in.op, false);
+      for (const Product& x : runs) {
         flops += x.flops();
         products += x.flops() /
                     d.matmulRate(x, x.perHead && d.headProductsF32 ? DType::F32 : compute, tf32);
       }
       if (backward && in.part != BackwardPart::Whole) flops /= 2, products /= 2;
       double t = products + bytes / memory;
+      // A backward's first product is of the input's gradient; without it one is left.
+      if (double rate = directConvRate(m, p, d, in, !backward || runs.size() > 1); rate > 0)
+        t = flops / rate + staged / memory;
       known = &(byRun[{in.op, in.part}] = {t, flops, 1});
       r.firstRuns.push_back(&in);
       r.compute += t;

@@ -135,6 +135,12 @@ if ! grep -q '"gemm_side_by_side"' "$here/here.json"; then
   echo "FAIL: epl calibrate measured no GEMM of ranks side by side"
   failures=$((failures + 1))
 fi
+# A build with oneDNN runs conv2d through its direct convolution, which the calibration
+# times by shape.
+if ldd "$epl" | grep -q libdnnl && ! grep -q '"conv_by_shape"' "$here/here.json"; then
+  echo "FAIL: epl calibrate timed no conv2d by shape"
+  failures=$((failures + 1))
+fi
 if ! grep -q '"disk_bandwidth"' "$here/here.json"; then
   echo "FAIL: epl calibrate measured no disk bandwidth for offloaded states"
   failures=$((failures + 1))

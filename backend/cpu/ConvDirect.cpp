@@ -40,6 +40,10 @@ namespace epl::backend::cpu {
 bool convDirect(const KernelCall&, bool) {
   return false;
 }
+
+bool convDirectInUse() {
+  return false;
+}
 #else
 
 namespace {
@@ -378,6 +382,10 @@ void backward(const KernelCall& c, const Geometry& g, const ir::ConvDirectPlan& 
 }
 
 } // namespace
+
+bool convDirectInUse() {
+  return directWanted();
+}
 
 bool convDirect(const KernelCall& c, bool hasBias) {
   if (!directWanted()) return false;

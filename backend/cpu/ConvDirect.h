@@ -8,5 +8,7 @@ namespace epl::backend::cpu {
 // Runs the conv2d call (forward or backward) and returns true, or returns false, touching
 // nothing, where this path is not taken.
 bool convDirect(const KernelCall& c, bool hasBias);
+// Whether conv2d can take this path here: a build with oneDNN, and not EPL_CPU_CONV=im2col.
+bool convDirectInUse();
 
 } // namespace epl::backend::cpu

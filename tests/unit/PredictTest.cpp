@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <fstream>
 #include <iterator>
+#include <map>
 
 using epl::ir::Cluster;
 using epl::ir::Link;
@@ -996,4 +997,61 @@ TEST_CASE("the step's clearing of gradients and loads of micro-batches cost thei
   CHECK(p.ops[1].runs == 4);
   // Each micro-batch's inputs read from the host's copy and written into the arena.
   CHECK(p.ops[1].seconds == Approx(2.0 * static_cast<double>(first.inputBytes) / 1e9));
+}
+
+TEST_CASE("a conv2d the CPU runs through oneDNN costs the calibration's rate for its shape, "
+          "its whole call") {
+  // 16 -> 16 channels on 14 x 14, 64 images: the kernel's 16 groups of 4 images. The first
+  // convolution's input is the data (its backward gives the weights' gradient alone).
+  const char* script = R"(
+model net(x: f32[B, 16, 14, 14], y: i32[B]) {
+  h = conv2d(conv2d(x, 16, 3, padding = 1), 16, 3, padding = 1)
+  return cross_entropy(linear(flatten(h), 10), y)
+}
+train net {
+  data = synthetic(samples = 64)
+  batch = 64
+}
+)";
+  auto m = epl::testing::planned("conv.epl", script, 1);
+  REQUIRE(m);
+  // Rates on a grid of one image a call (co 16, sides 14 and 28, C K K 144): each pass its
+  // own, 2x on the larger side. The group's 4 images of 14 x 14 make 784 values a call,
+  // the grid's 28 x 28.
+  auto cluster = [](const std::string& rows) {
+    return parsed(R"({"devices_per_node": 1, "device": {"memory_bytes": 1e12,
+          "memory_bandwidth": 1e9, "peak_flops": {"f32": 1e9}},
+          "intra_node": {"bandwidth": 1e9, "latency": 1e-6},
+          "calibration": {"cores": 1, "gemm_flops": {"1": 1e9},
+            "memory_bandwidth": {"1": 1e9}, "conv_by_shape": {"1": [)" +
+                  rows + "]}}}")
+        .forRanks(1);
+  };
+  Cluster grid = cluster("[16, 16, 14, 3, 1e9, 2e9, 3e9], [16, 16, 28, 3, 2e9, 4e9, 6e9]");
+  auto secondsOf = [&](const Cluster& c) {
+    std::map<std::string, double> byName;
+    for (const auto& op : epl::ir::predict(*m, c, true).ops)
+      byName[op.name] = op.seconds;
+    return byName;
+  };
+  std::map<std::string, double> seconds = secondsOf(grid);
+  double flops = 2.0 * 64 * 196 * 16 * 144; // a forward's product
+  CHECK(seconds.at("fwd conv2d") == Approx(flops / 2e9));
+  CHECK(seconds.at("fwd conv2d.1") == Approx(flops / 2e9));
+  CHECK(seconds.at("bwd conv2d.1") == Approx(2 * flops / 4e9)); // x's gradient and w's
+  CHECK(seconds.at("bwd conv2d") == Approx(flops / 6e9));       // w's alone
+  // Without the grid (a calibration of an earlier version, or a CPU whose convolution is
+  // im2col's): its im2col products and bytes, longer here.
+  CHECK(secondsOf(cluster("")).at("fwd conv2d.1") > flops / 1e9);
+  // A row's mistakes are named with the field.
+  std::string error;
+  CHECK_FALSE(epl::ir::parseCluster(
+      R"({"devices_per_node": 1, "device": {"memory_bytes": 1, "memory_bandwidth": 1,
+          "peak_flops": {"f32": 1}}, "intra_node": {"bandwidth": 1, "latency": 1},
+          "calibration": {"cores": 1, "gemm_flops": {"1": 1}, "memory_bandwidth": {"1": 1},
+            "conv_by_shape": {"1": [[16, 16, 14, 3, 1e9, 2e9]]}}})",
+      "here.json", error));
+  CHECK(error == "here.json: calibration.conv_by_shape: `1`: must map thread counts to "
+                 "[channels, out_channels, side, kernel, forward, backward, weights FLOP/s] "
+                 "rows of positive numbers");
 }

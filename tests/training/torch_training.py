@@ -7,8 +7,8 @@ ships no python3-safetensors), builds the same model in plain PyTorch, trains it
 torch.optim on the same samples, and compares the loss of every step with EPL's metrics
 file. Each step's batch is the whole (small) data set, so the sample order cannot differ.
 
-usage: torch_training.py EPL WORKDIR {mlp,cnn_bn,gpt,gpt_tied,llama,lines} [--micro-batches N]
-                         [--optimizer KIND] [--clip NORM] [--ignore-index K]
+usage: torch_training.py EPL WORKDIR {mlp,cnn_bn,resnet_bn,gpt,gpt_tied,llama,lines}
+                         [--micro-batches N] [--optimizer KIND] [--clip NORM] [--ignore-index K]
 (gpt_tied: the head shares the embedding's matrix, `tie = embedding`; --ignore-index: the
 gpt's loss leaves out the targets of class K, its mean over the batch's kept targets;
 lines: the gpt on a text's lines, padded, with padding masks from the data)
@@ -71,14 +71,14 @@ OPTIMIZERS = {
 }
 
 
-def fashion_case(work, args, body):
-    """A classifier `net` whose `body` (EPL, reading `images` and `labels`) trains 10 steps on
-    the first 256 Fashion-MNIST images as one batch; returns its script, the images
-    [256, 784] and the labels."""
+def fashion_case(work, args, body, imports=""):
+    """A classifier `net` whose `body` (EPL, reading `images` and `labels`; after `imports`)
+    trains 10 steps on the first 256 Fashion-MNIST images as one batch; returns its script,
+    the images [256, 784] and the labels."""
     n = 256
     imgs = write_idx_subset(f"{FASHION}/train-images-idx3-ubyte.gz", f"{work}/img.idx", n)
     labs = write_idx_subset(f"{FASHION}/train-labels-idx1-ubyte.gz", f"{work}/lab.idx", n)
-    script = f"""
+    script = f"""{imports}
 model net(images: f32[B, 1, 28, 28], labels: i32[B]) {{
 {body}
 }}
@@ -112,17 +112,14 @@ def mlp_case(work, args):
     return script, loss_fn
 
 
-def cnn_bn_case(work, args):
-    """A CNN with batch_norm after its convolution and its hidden linear (no biases
-    before them), and the running statistics after 10 steps compared too (from EPL's last
-    checkpoint). Each micro-batch is normalised with its own statistics, as PyTorch with
-    gradient accumulation does; but which samples share one is the sampler's order, which
-    this script does not follow: run it with one micro-batch (the -np equivalence tests
-    cover micro-batches and ranks)."""
-    script, x, y = fashion_case(work, args, """\
-  x = max_pool(relu(batch_norm(conv2d(images, 6, 3, padding = 1, bias = false))), 2)
-  x = relu(batch_norm(linear(flatten(x), 32, bias = false), momentum = 0.2))
-  return cross_entropy(linear(x, 10), labels)""")
+def batch_norm_case(work, args, body, forward, imports=""):
+    """A CNN with batch_norm (`body` in EPL; `forward(x, bn, w)` in PyTorch, bn(h, w, name,
+    momentum) its batch_norm), and the running statistics after 10 steps compared too (from
+    EPL's last checkpoint). Each micro-batch is normalised with its own statistics, as
+    PyTorch with gradient accumulation does; but which samples share one is the sampler's
+    order, which this script does not follow: run it with one micro-batch (the -np
+    equivalence tests cover micro-batches and ranks)."""
+    script, x, y = fashion_case(work, args, body, imports)
     x = x.reshape(-1, 1, 28, 28)
     running = {}  # the buffers, updated in place by every micro-batch's forward
 
@@ -137,11 +134,7 @@ def cnn_bn_case(work, args):
     def loss_fn(w):
         total = 0
         for xs, ys in zip(x.chunk(args.micro_batches), y.chunk(args.micro_batches)):
-            h = F.conv2d(xs, w["conv2d.weight"], padding=1)
-            h = F.max_pool2d(F.relu(bn(h, w, "batch_norm", 0.1)), 2)
-            h = F.relu(bn(F.linear(h.flatten(1), w["linear.weight"]), w, "batch_norm.1", 0.2))
-            total = total + F.cross_entropy(F.linear(h, w["linear.1.weight"], w["linear.1.bias"]),
-                                            ys)
+            total = total + F.cross_entropy(forward(xs, bn, w), ys)
         return total / args.micro_batches
 
     def check_state(ours):
@@ -159,6 +152,37 @@ def cnn_bn_case(work, args):
 
     loss_fn.check_state = check_state
     return script, loss_fn
+
+
+def cnn_bn_case(work, args):
+    """batch_norm after a convolution and after the hidden linear (no biases before them)."""
+    def forward(xs, bn, w):
+        h = F.conv2d(xs, w["conv2d.weight"], padding=1)
+        h = F.max_pool2d(F.relu(bn(h, w, "batch_norm", 0.1)), 2)
+        h = F.relu(bn(F.linear(h.flatten(1), w["linear.weight"]), w, "batch_norm.1", 0.2))
+        return F.linear(h, w["linear.1.weight"], w["linear.1.bias"])
+
+    return batch_norm_case(work, args, """\
+  x = max_pool(relu(batch_norm(conv2d(images, 6, 3, padding = 1, bias = false))), 2)
+  x = relu(batch_norm(linear(flatten(x), 32, bias = false), momentum = 0.2))
+  return cross_entropy(linear(x, 10), labels)""", forward)
+
+
+def resnet_bn_case(work, args):
+    """std/nn.epl's resnet_bn_block (torchvision's BasicBlock) after a convolution and its
+    batch_norm."""
+    def forward(xs, bn, w):
+        h = F.relu(bn(F.conv2d(xs, w["conv2d.weight"], padding=1), w, "batch_norm", 0.1))
+        b = "resnet_bn_block/"
+        y = F.relu(bn(F.conv2d(h, w[b + "conv2d.weight"], padding=1), w, b + "batch_norm", 0.1))
+        y = bn(F.conv2d(y, w[b + "conv2d.1.weight"], padding=1), w, b + "batch_norm.1", 0.1)
+        h = F.avg_pool2d(F.relu(h + y), 2)
+        return F.linear(h.flatten(1), w["linear.weight"], w["linear.bias"])
+
+    return batch_norm_case(work, args, """\
+  x = relu(batch_norm(conv2d(images, 6, 3, padding = 1, bias = false)))
+  x = avg_pool(resnet_bn_block(x), 2)
+  return cross_entropy(linear(flatten(x), 10), labels)""", forward, 'import "std/nn.epl"')
 
 
 def text_script(args, name, inputs, body, data, batch):
@@ -368,7 +392,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("epl")
     ap.add_argument("work")
-    ap.add_argument("case", choices=["mlp", "cnn_bn", "gpt", "gpt_tied", "llama", "lines"])
+    ap.add_argument("case", choices=["mlp", "cnn_bn", "resnet_bn", "gpt", "gpt_tied", "llama",
+                                      "lines"])
     ap.add_argument("--micro-batches", type=int, default=1)
     ap.add_argument("--optimizer", default="adam", choices=OPTIMIZERS)
     ap.add_argument("--clip", type=float, default=0)
@@ -377,8 +402,8 @@ def main():
     work = os.path.abspath(args.work)
     os.makedirs(work, exist_ok=True)
     subprocess.run(["rm", "-rf", f"{work}/ckpt"], check=True)
-    cases = {"mlp": mlp_case, "cnn_bn": cnn_bn_case, "gpt": gpt_case, "llama": llama_case,
-             "lines": lines_case,
+    cases = {"mlp": mlp_case, "cnn_bn": cnn_bn_case, "resnet_bn": resnet_bn_case,
+             "gpt": gpt_case, "llama": llama_case, "lines": lines_case,
              "gpt_tied": lambda work, args: gpt_case(work, args, tied=True)}
     script, loss_fn = cases[args.case](work, args)
     with open(f"{work}/train.epl", "w") as f:
@@ -397,7 +422,7 @@ def main():
     params = list(w.values())
     opt = OPTIMIZERS[args.optimizer][1](params)
     sched = None
-    if args.case not in ("mlp", "cnn_bn"):  # those two keep a constant rate
+    if args.case not in ("mlp", "cnn_bn", "resnet_bn"):  # those keep a constant rate
         lr0 = opt.param_groups[0]["lr"]
         def lr_at(s):  # EPL's cosine(warmup = 3) over 10 steps, min_lr 0
             if s < 3:

@@ -155,7 +155,7 @@ std::vector<GridShape> gemmGridShapes() {
 // batch into), a 3 x 3 kernel, stride 1 and padding 1; channels 1, 16, 64 and 256 in, 16,
 // 64 and 256 out, on sides 7, 14, 28 and 56: the shapes the kernel runs directly, forward and
 // backward, of at most 2^28 multiply-adds (their neighbours stand in for the larger ones:
-// the grid adds about 8 s to a calibration on 2 cores).
+// the grid adds about 12 s to a calibration on 2 cores).
 constexpr int64_t kConvImages = ir::kConvGroups;
 struct ConvShape {
   int64_t c, co, side;

@@ -404,6 +404,13 @@ int64_t Module::workspaceBytes(const Program& p, int op) const {
       rows *= y[k];
     return 4 * halfOutputRows(rows, cols) * cols;
   }
+  if (fwd.kind == OpKind::MoeExperts) { // an expert's block of gelu(h), and of dL/dh
+    if (fwd.inputs.empty() || fwd.params.empty()) return 0;
+    std::vector<int64_t> rows = localShape(p, fwd.inputs[0]);    // [M, D]
+    std::vector<int64_t> w1 = localParamShape(p, fwd.params[0]); // [El, F, D]
+    if (rows.size() != 2 || w1.size() != 3) return 0;
+    return 4 * rows[0] * w1[1] * (backward ? 2 : 1); // at most every row in one block
+  }
   bool kind =
       fwd.kind == OpKind::Mlp || fwd.kind == OpKind::Attention || fwd.kind == OpKind::Conv2d;
   if (!kind || fwd.inputs.empty() || fwd.params.empty()) return 0;

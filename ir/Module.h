@@ -324,7 +324,8 @@ struct Module {
   // the activation's gradient), attention's backward dctx and dqkv, conv2d's im2col
   // columns and output rows of a group of images (convGroup; its backward's columns
   // twice, or the buffers of the CPU's oneDNN convolution where they are more:
-  // convDirectPlan), under amp a block of the rows of linear's half output
+  // convDirectPlan), moe_experts' gelu of an expert's block of rows (in its backward also
+  // dL/dh; a block of every row at most), under amp a block of the rows of linear's half output
   // (halfOutputRows). The CPU kernels' layout, floats side by side in that order. A split
   // region's transfer: the pieces it cuts or joins (transferScratchBytes).
   int64_t workspaceBytes(const Program& p, int op) const;

@@ -74,8 +74,8 @@ double directConvRate(const Module& m, const Program& p, const ClusterDevice& d,
   // its calls' overhead, which a group shares).
   using Pass = ClusterDevice::ConvPass;
   Pass pass = !backward ? Pass::Forward : inputGradient ? Pass::Backward : Pass::Weights;
-  return d.convRate(pass, static_cast<double>(g->co),
-                    static_cast<double>(plan.images * g->plane()), static_cast<double>(g->ckk()));
+  return d.convRate(pass, static_cast<double>(g->co), static_cast<double>(plan.images * g->plane()),
+                    static_cast<double>(g->ckk()));
 }
 
 // The memory traffic of attention's scores in one run of `in` (a Run of an attention op or
@@ -170,8 +170,7 @@ RankCost costRank(const Module& m, const Program& p, const Cluster& c, const Clu
       // bf16 as they are (a CPU with bf16 kernels). A GPU's model follows the fused kernels
       // it was fitted to, which make no copies.
       double staged =
-          c.calibration ? static_cast<double>(m.ampStagedBytes(p, in.op, d.readsHalf(compute)))
-                        : 0;
+          c.calibration ? static_cast<double>(m.ampStagedBytes(p, in.op, d.readsHalf(compute))) : 0;
       bytes += staged;
       bytes += attentionScoreBytes(m, p, d, in, compute);
       // Each product at the rate of its shape; a split backward's part makes half of them.

@@ -224,7 +224,7 @@ void experts(const KernelCall& c) {
       float *he = h + at * f, *ye = y + at * d;
       broadcastRows(he, b1 + e * f, n, f);
       gemm(false, true, n, f, d, 1.f, x + at * d, d, w1 + e * fd, d, 1.f, he, f);
-      float* a = scratch(0, n * f);
+      float* a = workspace(c, 0, 0, n * f); // Module::workspaceBytes
       actForward(Act::Gelu, he, a, n * f);
       if (ir::isHalf(c.castParams)) roundTo(c.castParams, a, n * f);
       broadcastRows(ye, b2 + e * d, n, d);
@@ -249,7 +249,7 @@ void experts(const KernelCall& c) {
       continue;
     }
     const float *dye = dy + at * d, *xe = x + at * d, *he = h + at * f;
-    float *a = scratch(0, n * f), *da = scratch(1, n * f);
+    float *a = workspace(c, 0, 0, n * f), *da = workspace(c, 1, n * f, n * f);
     // gelu(h) and gelu'(h) in one pass (mlp's backward does the same), then dL/da in a.
     actForwardAndGrad(Act::Gelu, he, a, da, n * f);
     if (ir::isHalf(c.castParams)) roundTo(c.castParams, a, n * f);

@@ -225,7 +225,8 @@ struct ThreadRates {
   double gemm = 0, memory = 0;
   nlohmann::json grid = nlohmann::json::array();
   std::vector<std::pair<double, double>> curve; // [bytes, bytes/s] by working set
-  nlohmann::json conv = nlohmann::json::array(); // conv2d's grid; empty where it is im2col's
+  // conv2d's grid; empty where the CPU's convolution is im2col's
+  nlohmann::json conv = nlohmann::json::array();
 };
 ThreadRates measureAt(int rounds) {
   std::vector<GridShape> shapes = gemmGridShapes();

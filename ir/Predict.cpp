@@ -62,11 +62,10 @@ const Link& spreadLink(const Cluster& c, int np, int n) {
 // its tensors read, reordered and written; `inputGradient`: the backward gives x's too.
 double directConvRate(const Module& m, const Program& p, const ClusterDevice& d, const Instr& in,
                       bool inputGradient) {
-  const Op& o = m.ops[in.op];
   if (d.convGrids[0].empty()) return 0;
   std::optional<Module::ConvShape> g = m.convShape(p, in.op);
-  bool backward = o.phase == Phase::Backward;
   if (!g) return 0;
+  bool backward = m.ops[in.op].phase == Phase::Backward;
   ConvDirectPlan plan = convDirectPlan(g->b, g->c, g->h, g->w, g->co, g->k, g->plane(), backward);
   if (!plan.taken) return 0;
   // The grid's calls take one image each: a call of a group of `images` images makes as

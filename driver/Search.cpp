@@ -5,6 +5,7 @@
 // does, ranked by step time among those that fit the device.
 #include "driver/Search.h"
 
+#include "frontend/Parser.h"
 #include "ir/PipelineSchedule.h"
 #include "ir/PlanJson.h"
 #include "ir/Predict.h"
@@ -426,10 +427,14 @@ void keepFreedMemory() {
 
 } // namespace
 
-int searchPolicy(const std::string& script, const PlanOptions& base, const ir::Cluster& cluster,
-                 std::ostream& out) {
+int searchPolicy(const std::string& script, const PlanOptions& scriptOptions,
+                 const ir::Cluster& cluster, std::ostream& out) {
   auto start = std::chrono::steady_clock::now();
   keepFreedMemory();
+  // Every plan compiles the same files: they parse once, for the first.
+  frontend::ParseCache parsed;
+  PlanOptions base = scriptOptions;
+  base.parseCache = &parsed;
   Session session;
   PlanOptions firstOptions = base;
   firstOptions.costOnly = true;

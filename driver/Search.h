@@ -14,7 +14,7 @@ namespace epl::driver {
 // predicts each on `cluster`, and prints the fastest that fit the devices' memory, why
 // the others lost, and the winner as --set options and as a diff of the script
 // (docs/cluster.md). 0, or 1 when no candidate plans or fits.
-int searchPolicy(const std::string& script, const PlanOptions& base, const ir::Cluster& cluster,
-                 std::ostream& out);
+int searchPolicy(const std::string& script, const PlanOptions& scriptOptions,
+                 const ir::Cluster& cluster, std::ostream& out);
 
 } // namespace epl::driver

@@ -86,14 +86,14 @@ void Elaborator::defineGlobal(const std::string& name, SourceLoc loc, const char
 
 // let, def and model names share one namespace, checked in load order (imports first).
 void Elaborator::declareGlobals() {
-  for (const ast::File& f : files_) {
-    for (const ast::Binding& b : f.lets) {
+  for (const auto& f : files_) {
+    for (const ast::Binding& b : f->lets) {
       defineGlobal(b.name, b.loc, "constant");
       globals_.vars[b.name] = eval(*b.value, globals_, nullptr);
       if (globals_.vars[b.name].kind == Value::Kind::Tensor)
         fail(*b.value, "`let` needs a constant");
     }
-    for (const ast::Function& fn : f.functions) {
+    for (const ast::Function& fn : f->functions) {
       defineGlobal(fn.name, fn.loc, fn.isModel ? "model" : "def");
       checkSignature(fn);
       if (fn.isModel)
@@ -152,7 +152,7 @@ std::optional<ir::Module> Elaborator::run(uint32_t mainFile) {
   } catch (const CompileAborted&) {
     return std::nullopt;
   }
-  const ast::File& main = files_.back();
+  const ast::File& main = *files_.back();
   const ast::Function* chosen = nullptr;
   if (!main.trains.empty()) {
     const std::string& name = main.trains[0].target;
@@ -429,7 +429,7 @@ void Elaborator::noteLayoutKnob(const ast::Expr& e, ir::LayoutKnob::Kind kind, c
   if (e.kind == ast::ExprKind::Int) {
     literal = &e;
   } else if (e.kind == ast::ExprKind::Name && !frame.vars.count(e.text)) {
-    for (const ast::Binding& b : files_.back().lets) // the main script's
+    for (const ast::Binding& b : files_.back()->lets) // the main script's
       if (b.name == e.text && b.value->kind == ast::ExprKind::Int) {
         literal = b.value.get();
         let = b.name;

@@ -116,7 +116,7 @@ private:
 
   Diagnostics& diags_;
   const FrontendOptions& options_;
-  std::vector<ast::File> files_;            // in load order, imports first
+  std::vector<std::shared_ptr<const ast::File>> files_; // in load order, imports first
   std::map<uint32_t, bool> loaded_;         // file id -> finished
   std::map<std::string, uint32_t> fileIds_; // canonical path -> file id
   Frame globals_;

@@ -5,12 +5,15 @@
 #include "support/Diagnostics.h"
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 namespace epl::frontend {
+
+class ParseCache;
 
 struct FrontendOptions {
   // Folders searched for imports after the importing script's own folder.
@@ -20,7 +23,9 @@ struct FrontendOptions {
   std::vector<std::string> overrides;
   // When set, receives the syntax tree of every file that parsed, imports first and the
   // main script last, whether or not the script has errors (editors: symbols, definitions).
-  std::vector<ast::File>* syntax = nullptr;
+  std::vector<std::shared_ptr<const ast::File>>* syntax = nullptr;
+  // When set, files parse through it: trees kept from earlier compilations (ParseCache).
+  ParseCache* parseCache = nullptr;
   // Integer literals of the main script read as other values, by (line, col), and widths
   // for its `split(auto)` (at the auto) and `split` (at the keyword) blocks: the layout
   // search's candidates (ir::LayoutKnob).

@@ -74,7 +74,7 @@ void Elaborator::unresolvedImport(const ast::Import& imp, const std::string& fro
 // Parses `file`, then loads each import depth first. `stack` holds the files being loaded,
 // so an import back into it is a cycle.
 bool Elaborator::load(uint32_t file, std::vector<uint32_t>& stack) {
-  std::optional<ast::File> parsed = parseFile(file, diags_);
+  std::shared_ptr<const ast::File> parsed = parseShared(file, diags_, options_.parseCache);
   if (!parsed) return false;
   stack.push_back(file);
   bool ok = true;
@@ -82,7 +82,7 @@ bool Elaborator::load(uint32_t file, std::vector<uint32_t>& stack) {
     ok = loadImport(imp, file, stack) && ok;
   stack.pop_back();
   loaded_[file] = true;
-  files_.push_back(std::move(*parsed));
+  files_.push_back(std::move(parsed));
   return ok;
 }
 

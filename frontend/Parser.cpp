@@ -365,4 +365,28 @@ std::optional<ast::File> parseFile(uint32_t fileId, Diagnostics& diags) {
   }
 }
 
+std::shared_ptr<const ast::File> ParseCache::find(uint32_t fileId, const std::string& text) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = files_.find({fileId, text});
+  return it == files_.end() ? nullptr : it->second;
+}
+
+void ParseCache::add(uint32_t fileId, const std::string& text,
+                     std::shared_ptr<const ast::File> file) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  files_.emplace(std::make_pair(fileId, text), std::move(file));
+}
+
+std::shared_ptr<const ast::File> parseShared(uint32_t fileId, Diagnostics& diags,
+                                             ParseCache* cache) {
+  const std::string& text = diags.sources().text(fileId);
+  if (cache)
+    if (std::shared_ptr<const ast::File> kept = cache->find(fileId, text)) return kept;
+  std::optional<ast::File> parsed = parseFile(fileId, diags);
+  if (!parsed) return nullptr;
+  auto file = std::make_shared<const ast::File>(std::move(*parsed));
+  if (cache) cache->add(fileId, text, file);
+  return file;
+}
+
 } // namespace epl::frontend

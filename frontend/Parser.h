@@ -3,7 +3,12 @@
 #include "frontend/Ast.h"
 #include "support/Diagnostics.h"
 
+#include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
+#include <string>
+#include <utility>
 
 namespace epl::frontend {
 
@@ -15,5 +20,24 @@ constexpr size_t kMaxSourceBytes = size_t{1} << 20;
 // Parses the file `fileId` of diags.sources(). Reports the first syntax error (one mistake,
 // one error) and returns nullopt; otherwise the file's AST.
 std::optional<ast::File> parseFile(uint32_t fileId, Diagnostics& diags);
+
+// Syntax trees kept from one compilation for the next (the layout search compiles one
+// script and its imports hundreds of times, and parsing was half of that). A file's tree
+// depends on its text and its id, which its locations carry; sessions that add the same
+// sources in the same order give them the same ids. Safe to share between threads.
+class ParseCache {
+public:
+  std::shared_ptr<const ast::File> find(uint32_t fileId, const std::string& text) const;
+  void add(uint32_t fileId, const std::string& text, std::shared_ptr<const ast::File> file);
+
+private:
+  mutable std::mutex mutex_;
+  std::map<std::pair<uint32_t, std::string>, std::shared_ptr<const ast::File>> files_;
+};
+
+// parseFile, through `cache` when there is one: a tree that parsed before, else the parse
+// (kept there when it succeeds). nullptr after a syntax error.
+std::shared_ptr<const ast::File> parseShared(uint32_t fileId, Diagnostics& diags,
+                                             ParseCache* cache);
 
 } // namespace epl::frontend

@@ -486,14 +486,14 @@ void Elaborator::applyTrain(const ast::SettingsBlock& b, ir::TrainConfig& t) {
 }
 
 void Elaborator::checkSettings(ir::Module& m) {
-  const ast::File& main = files_.back();
+  const ast::File& main = *files_.back();
   // Only the main script's settings are read; in an imported file they would be ignored.
   for (size_t f = 0; f + 1 < files_.size(); ++f) {
-    for (const auto& b : files_[f].policies)
+    for (const auto& b : files_[f]->policies)
       diags_.error(b.loc, "a `policy` block is only allowed in the main script")
           .length(6)
           .note("this file is imported, so its settings would be ignored");
-    for (const auto& b : files_[f].trains)
+    for (const auto& b : files_[f]->trains)
       diags_.error(b.loc, "a `train` block is only allowed in the main script")
           .length(5)
           .note("this file is imported, so its settings would be ignored");
@@ -576,7 +576,7 @@ void Elaborator::applyOverride(const std::string& text, ir::Module& m) {
   std::string source = isTrain ? fmt::format("train {} {{ {} = {} }}", m.modelName, key, value)
                                : fmt::format("policy {{ {} = {} }}", key, value);
   uint32_t id = diags_.sources().add(fmt::format("--set {}", text), source);
-  auto file = parseFile(id, diags_);
+  std::shared_ptr<const ast::File> file = parseShared(id, diags_, options_.parseCache);
   if (!file) return;
   // The override replaces the script's value: forget where the script set it.
   (isTrain ? m.train.keyLocs : m.policy.keyLocs).erase(key);

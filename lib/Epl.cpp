@@ -64,6 +64,7 @@ frontend::FrontendOptions frontendOptions(const PlanOptions& options) {
   f.importPath = options.importPath;
   f.overrides = options.overrides;
   f.syntax = options.syntax;
+  f.parseCache = options.parseCache;
   f.literalValues = options.literalValues;
   f.importPath.push_back(stdlibDir());
   return f;

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <set>
@@ -15,6 +16,9 @@ namespace epl {
 
 namespace ast {
 struct File;
+}
+namespace frontend {
+class ParseCache;
 }
 
 struct PlanOptions {
@@ -44,7 +48,10 @@ struct PlanOptions {
   std::vector<int64_t> peaksWithoutRecompute, peaksRecomputingEvery;
   std::ostream* passOutput = nullptr; // where --print-after / --time-passes write
   // When set, receives the syntax of every file that parsed (editors: symbols, definitions).
-  std::vector<ast::File>* syntax = nullptr;
+  std::vector<std::shared_ptr<const ast::File>>* syntax = nullptr;
+  // When set, the script and its imports parse through it (frontend::ParseCache): the
+  // search's plans parse them once.
+  frontend::ParseCache* parseCache = nullptr;
 };
 
 // Owns the sources and diagnostics of one compilation.

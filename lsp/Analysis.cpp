@@ -6,13 +6,13 @@
 namespace epl::lsp {
 
 const ast::File* Analysis::mainSyntax() const {
-  if (syntax.empty() || syntax.back().fileId != mainFile) return nullptr;
-  return &syntax.back();
+  if (syntax.empty() || syntax.back()->fileId != mainFile) return nullptr;
+  return syntax.back().get();
 }
 
 const ast::File* Analysis::syntaxOf(uint32_t file) const {
-  for (const ast::File& f : syntax)
-    if (f.fileId == file) return &f;
+  for (const auto& f : syntax)
+    if (f->fileId == file) return f.get();
   return nullptr;
 }
 

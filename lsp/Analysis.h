@@ -19,8 +19,9 @@ struct AnalysisOptions {
 struct Analysis {
   std::unique_ptr<Session> session; // owns the sources every location points into
   std::optional<ir::Module> module; // the plan, when the script has no errors
-  std::vector<ast::File> syntax;    // files that parsed, imports first, the main script last
-  uint32_t mainFile = 0;            // the editor's text in session->sources
+  // The files that parsed, imports first, the main script last.
+  std::vector<std::shared_ptr<const ast::File>> syntax;
+  uint32_t mainFile = 0; // the editor's text in session->sources
   int np = 0;
   std::vector<std::string> importDirs; // searched after the importing file's folder
 

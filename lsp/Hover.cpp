@@ -241,15 +241,15 @@ std::string functionDoc(const Analysis& a, const ast::Function& fn) {
 }
 
 const ast::Function* findFunction(const Analysis& a, const std::string& name) {
-  for (const ast::File& f : a.syntax)
-    for (const ast::Function& fn : f.functions)
+  for (const auto& f : a.syntax)
+    for (const ast::Function& fn : f->functions)
       if (fn.name == name) return &fn;
   return nullptr;
 }
 
 const ast::Binding* findLet(const Analysis& a, const std::string& name) {
-  for (const ast::File& f : a.syntax)
-    for (const ast::Binding& b : f.lets)
+  for (const auto& f : a.syntax)
+    for (const ast::Binding& b : f->lets)
       if (b.name == name) return &b;
   return nullptr;
 }

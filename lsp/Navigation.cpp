@@ -48,10 +48,10 @@ std::optional<SourceLoc> localDefinition(const ast::File& main, const LineIndex&
 }
 
 std::optional<SourceLoc> globalDefinition(const Analysis& a, const std::string& name) {
-  for (const ast::File& f : a.syntax) {
-    for (const ast::Binding& b : f.lets)
+  for (const auto& f : a.syntax) {
+    for (const ast::Binding& b : f->lets)
       if (b.name == name) return b.loc;
-    for (const ast::Function& fn : f.functions)
+    for (const ast::Function& fn : f->functions)
       if (fn.name == name) return fn.loc;
   }
   return std::nullopt;

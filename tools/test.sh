@@ -12,6 +12,8 @@ export EPL_CLUSTER_HERE=/nonexistent/epl-tests-here.json
 # The tests' MPI ranks share this machine: Open MPI's ob1 messaging over shared memory, named
 # so that no rank spends 0.2 s probing UCX as it starts (the mpirun tests ran 16% faster).
 export OMPI_MCA_pml=ob1
+# Each part's wall time, printed as it ends (where to look when the whole run grows).
+part() { echo "== tools/test.sh: $1 done at $((SECONDS / 60)) min $((SECONDS % 60)) s"; }
 
 # On CI every source is compiled once, on a fresh machine: there a unity build (8 sources a
 # compile) takes about 60% of the time (356 s, cold, on 2 cores). Elsewhere the build stays
@@ -21,13 +23,16 @@ export OMPI_MCA_pml=ob1
 unity=()
 [ "${CI:-}" = true ] && unity=(-DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=8)
 bash tools/setup.sh build "${unity[@]}"
+part "the build"
 (cd build && ctest --output-on-failure -j "$jobs")
+part "the tests"
 
 if [ "${EPL_SKIP_SANITIZERS:-0}" != 1 ]; then
   # One clang build serves the sanitizers' tests and the fuzz harnesses (tools/fuzz.sh
   # configures it); it sees host code: the CUDA device is the normal build's.
   bash tools/fuzz.sh --configure
   cmake --build build-san
+  part "the sanitizers' build"
   # Every test but the mpirun runs and the planner's runs at scale (10,000 blocks, 1,024
   # ranks, every output of many plans: their code is the unit tests' and the CLI's, at a
   # size that only takes time here), then the mpirun runs of one plan of each kind (ZeRO-3
@@ -46,10 +51,12 @@ if [ "${EPL_SKIP_SANITIZERS:-0}" != 1 ]; then
   (cd build-san && export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 &&
      ctest --output-on-failure -j "$jobs" -E "$left_out" &&
      ctest --output-on-failure -j "$jobs" -R "$some")
+  part "the sanitizers' tests"
 fi
 
 # Each libFuzzer harness for EPL_FUZZ_SECONDS (20) from its seeds and the corpus kept in
 # build-san/; a finding fails the run.
 if [ "${EPL_SKIP_FUZZ:-0}" != 1 ]; then
   bash tools/fuzz.sh --time "${EPL_FUZZ_SECONDS:-20}" --jobs "$jobs"
+  part "fuzzing"
 fi

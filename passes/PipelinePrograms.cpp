@@ -38,6 +38,7 @@
 
 #include <algorithm>
 #include <fmt/format.h>
+#include <limits>
 #include <map>
 #include <unordered_map>
 
@@ -295,24 +296,33 @@ std::vector<std::vector<int>> reductionStarts(const ir::Module& m, int position,
                                               const std::vector<ir::Instr>& step) {
   bool perMicro = m.zeroShardsGradients();
   int last = static_cast<int>(m.policy.microBatches) - 1;
+  // The position's buckets, in order; below, a bucket is its index in `mine`.
+  std::vector<int> mine;
   std::vector<int> bucketOfGrad(m.tensors.size(), -1);
   std::vector<std::vector<int>> readyAfter(m.ops.size()); // by op, the buckets it readies
   for (size_t b = 0; b < m.buckets.size(); ++b) {
     const ir::GradBucket& g = m.buckets[b];
     if (!reducedAt(m, g, position)) continue;
-    readyAfter[g.readyOp].push_back(static_cast<int>(b));
+    int local = static_cast<int>(mine.size());
+    mine.push_back(static_cast<int>(b));
+    readyAfter[g.readyOp].push_back(local);
     for (int q = g.firstParam; q < g.endParam; ++q)
-      if (m.params[q].grad >= 0) bucketOfGrad[m.params[q].grad] = static_cast<int>(b);
+      if (m.params[q].grad >= 0) bucketOfGrad[m.params[q].grad] = local;
   }
   // A ready op's B part readies nothing where the op has parameters (their gradients come
   // in its W part); an op without any runs only its B part.
   auto readies = [&](const ir::Instr& in) {
     return in.part != ir::BackwardPart::Inputs || m.ops[m.ops[in.op].forward].params.empty();
   };
-  std::map<std::pair<int, int>, size_t> at; // (micro-batch or 0, bucket) -> instruction
+  // By micro-batch (or 0) and bucket, the last instruction that readies it (kNone: none):
+  // a table, not a map, for its lookup at every instruction that writes a gradient.
+  constexpr size_t kNone = std::numeric_limits<size_t>::max();
+  size_t nb = mine.size();
+  std::vector<size_t> at((perMicro ? static_cast<size_t>(last) + 1 : 1) * nb, kNone);
   auto ready = [&](int micro, int b, size_t i) {
-    size_t& where = at[{micro, b}];
-    where = std::max(where, i);
+    EPL_ASSERT(micro >= 0 && micro <= last, "a backward instruction of a micro-batch");
+    size_t& where = at[static_cast<size_t>(micro) * nb + static_cast<size_t>(b)];
+    where = where == kNone ? i : std::max(where, i);
   };
   for (size_t i = 0; i < step.size(); ++i) {
     const ir::Instr& in = step[i];
@@ -329,8 +339,8 @@ std::vector<std::vector<int>> reductionStarts(const ir::Module& m, int position,
     }
   }
   std::vector<std::vector<int>> after(step.size());
-  for (const auto& [key, i] : at)
-    after[i].push_back(key.second);
+  for (size_t k = 0; k < at.size(); ++k)
+    if (at[k] != kNone) after[at[k]].push_back(mine[k % nb]);
   for (std::vector<int>& list : after)
     std::sort(list.begin(), list.end());
   return after;

@@ -346,6 +346,7 @@ std::optional<ast::File> parseFile(uint32_t fileId, Diagnostics& diags) {
         .note("EPL scripts are UTF-8 text");
     return std::nullopt;
   }
+  std::lock_guard<std::mutex> one(antlrMutex());
   antlr4::ANTLRInputStream input(text);
   Lx lexer(&input);
   lexer.removeErrorListeners();
@@ -363,6 +364,11 @@ std::optional<ast::File> parseFile(uint32_t fileId, Diagnostics& diags) {
   } catch (const CompileAborted&) {
     return std::nullopt;
   }
+}
+
+std::mutex& antlrMutex() {
+  static std::mutex m;
+  return m;
 }
 
 std::shared_ptr<const ast::File> ParseCache::find(uint32_t fileId, const std::string& text) const {

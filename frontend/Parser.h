@@ -17,6 +17,11 @@ constexpr int kMaxNesting = 256;
 // Largest source file accepted (1 MiB), which bounds the parser's memory.
 constexpr size_t kMaxSourceBytes = size_t{1} << 20;
 
+// ANTLR's runtime shares the lexer's and the parser's caches (their DFA states) between
+// instances and does not lock them: one thread at a time lexes or parses (parseFile,
+// lexTokens). The rest of the front end runs on any number of threads at once.
+std::mutex& antlrMutex();
+
 // Parses the file `fileId` of diags.sources(). Reports the first syntax error (one mistake,
 // one error) and returns nullopt; otherwise the file's AST.
 std::optional<ast::File> parseFile(uint32_t fileId, Diagnostics& diags);

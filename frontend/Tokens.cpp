@@ -1,5 +1,6 @@
 // The lexer's token stream as plain data, for editor tooling (the highlighting tests).
 #include "frontend/Frontend.h"
+#include "frontend/Parser.h"
 #include "frontend/SyntaxErrors.h"
 #include "support/Utf8.h"
 
@@ -10,6 +11,7 @@ namespace epl::frontend {
 
 std::optional<std::vector<LexToken>> lexTokens(const std::string& text) {
   if (findInvalidUtf8(text)) return std::nullopt;
+  std::lock_guard<std::mutex> one(antlrMutex());
   antlr4::ANTLRInputStream input(text);
   grammar::EplLexer lexer(&input);
   lexer.removeErrorListeners();

@@ -6,7 +6,6 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <mutex>
 #include <pthread.h>
 
 #ifndef EPL_STDLIB_DIR
@@ -51,14 +50,6 @@ std::optional<ir::Module> runPasses(std::optional<ir::Module> m, Session& sessio
   return m;
 }
 
-// The front end runs one script at a time: the parser's generated tables are shared by
-// every parse. The passes run on any number of threads at once (the search plans in
-// parallel).
-std::mutex& frontendMutex() {
-  static std::mutex m;
-  return m;
-}
-
 frontend::FrontendOptions frontendOptions(const PlanOptions& options) {
   frontend::FrontendOptions f;
   f.importPath = options.importPath;
@@ -76,11 +67,10 @@ std::optional<ir::Module> planFile(const std::string& path, Session& session,
                                    const PlanOptions& options) {
   std::optional<ir::Module> m;
   runWithLargeStack([&] {
-    std::optional<ir::Module> checked;
-    {
-      std::lock_guard<std::mutex> one(frontendMutex());
-      checked = frontend::compileFile(path, session.diags, frontendOptions(options));
-    }
+    // The front end and the passes run on any number of threads at once (the search plans
+    // in parallel); only ANTLR's lexing and parsing take turns (frontend::antlrMutex).
+    std::optional<ir::Module> checked =
+        frontend::compileFile(path, session.diags, frontendOptions(options));
     m = runPasses(std::move(checked), session, options);
   });
   return m;
@@ -90,11 +80,8 @@ std::optional<ir::Module> planText(const std::string& name, const std::string& t
                                    Session& session, const PlanOptions& options) {
   std::optional<ir::Module> m;
   runWithLargeStack([&] {
-    std::optional<ir::Module> checked;
-    {
-      std::lock_guard<std::mutex> one(frontendMutex());
-      checked = frontend::compileText(name, text, session.diags, frontendOptions(options));
-    }
+    std::optional<ir::Module> checked =
+        frontend::compileText(name, text, session.diags, frontendOptions(options));
     m = runPasses(std::move(checked), session, options);
   });
   return m;

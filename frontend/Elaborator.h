@@ -117,8 +117,8 @@ private:
   Diagnostics& diags_;
   const FrontendOptions& options_;
   std::vector<std::shared_ptr<const ast::File>> files_; // in load order, imports first
-  std::map<uint32_t, bool> loaded_;         // file id -> finished
-  std::map<std::string, uint32_t> fileIds_; // canonical path -> file id
+  std::map<uint32_t, bool> loaded_;                     // file id -> finished
+  std::map<std::string, uint32_t> fileIds_;             // canonical path -> file id
   Frame globals_;
   std::map<std::string, const ast::Function*> defs_;
   std::vector<const ast::Function*> models_;

@@ -13,16 +13,15 @@ head -c 200000 /usr/share/games/fortunes/cookie > corpus.txt
 cp "$here/endless_lm.epl" lm.epl
 grep -v checkpoint lm.epl > nock.epl
 
-# start NAME SCRIPT ARGS...: a run in the background ($job), once it has trained $warm steps
-# (3 unless set).
-warm=3
+# [warm=N] start NAME SCRIPT ARGS...: a run in the background ($job), once it has trained
+# N steps (3 unless given).
 start() {
   local name=$1 script=$2
   shift 2
   "$epl" run "$script" --metrics "$name.jsonl" "$@" > "$name.out" 2>&1 &
   job=$!
   for _ in $(seq 600); do
-    [ "$(cat "$name.jsonl" 2>/dev/null | grep -c step_seconds)" -ge "$warm" ] && return 0
+    [ "$(cat "$name.jsonl" 2>/dev/null | grep -c step_seconds)" -ge "${warm:-3}" ] && return 0
     kill -0 "$job" 2>/dev/null || break
     sleep 0.1
   done
@@ -74,8 +73,7 @@ start nothing nock.epl && kill -INT "$job" &&
 # machine sometimes let the step (about 0.5 s at batch 4096 on a Zen 5 core) end first.
 # One step trained is enough to know the run is in its loop (under the sanitizers a step of
 # this batch takes 10 to 25 s: the test waited for three).
-warm=1
-if start twice lm.epl --set 'train.checkpoint={dir="ck-twice", every=1000000}' \
+if warm=1 start twice lm.epl --set 'train.checkpoint={dir="ck-twice", every=1000000}' \
   --set train.batch=8192; then
   kill -INT "$job"
   for _ in $(seq 500); do

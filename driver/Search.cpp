@@ -38,6 +38,8 @@ struct Setting {
   std::string key, value; // a policy key and its value as the script writes it
 };
 
+struct Layout;
+
 struct Candidate {
   std::vector<Setting> layout;   // the layout knobs' values (Module::layoutKnobs)
   std::vector<Setting> settings; // the policy keys' values
@@ -45,8 +47,14 @@ struct Candidate {
   ir::Prediction predicted;
   std::vector<int64_t> stagePeaks; // each pipeline stage's largest rank, bytes
   bool planned = false;
+  // Planned up to a stage that does not fit (Module::stoppedOver): the peak and stagePeaks
+  // are the stages' up to it, the largest rank holding at least that.
+  bool stopped = false;
+  int stages = 0;          // pipeline positions (stagePeaks' size when not stopped)
+  Layout* shape = nullptr; // the layout it was planned with
   bool fits() const {
-    return planned && (predicted.deviceBytes <= 0 || predicted.peakBytes <= predicted.deviceBytes);
+    return planned && !stopped &&
+           (predicted.deviceBytes <= 0 || predicted.peakBytes <= predicted.deviceBytes);
   }
 };
 
@@ -384,8 +392,10 @@ std::vector<int64_t> stagePeaks(const ir::Module& m) {
 // recompute = auto, the stage peaks of its plans with none and with every, where planned.
 Candidate planCandidate(const std::string& script, const PlanOptions& base, Layout& layout,
                         std::vector<Setting> settings, const ir::Cluster& machines,
-                        std::pair<std::vector<int64_t>, std::vector<int64_t>> twins = {}) {
+                        std::pair<std::vector<int64_t>, std::vector<int64_t>> twins = {},
+                        bool whole = false) {
   Candidate c;
+  c.shape = &layout;
   c.layout = layout.knobs;
   c.settings = std::move(settings);
   PlanOptions options = base;
@@ -396,12 +406,20 @@ Candidate planCandidate(const std::string& script, const PlanOptions& base, Layo
   options.literalValues = layout.literals;
   options.peaksWithoutRecompute = std::move(twins.first);
   options.peaksRecomputingEvery = std::move(twins.second);
+  // A plan that does not fit loses on its memory alone: its stages after the first that
+  // does not fit are not planned (`whole`: they are).
+  if (!whole)
+    options.overMemory = [&machines](const ir::Module& m, const ir::Program& p) {
+      return ir::overMemory(m, p, machines);
+    };
   for (const Setting& s : c.settings)
     options.overrides.push_back(fmt::format("policy.{}={}", s.key, s.value));
   Session attempt;
   std::optional<ir::Module> m = planFile(script, attempt, options);
   if (m) {
     c.planned = true;
+    c.stopped = m->stoppedOver;
+    c.stages = m->mesh.depth();
     // A plan that does not fit loses on its memory alone: its step is not costed.
     c.predicted = ir::predictMemory(*m, machines);
     if (c.fits()) c.predicted = ir::predict(*m, machines);
@@ -467,6 +485,8 @@ int searchPolicy(const std::string& script, const PlanOptions& scriptOptions,
   mine.planned = true;
   mine.predicted = ir::predict(*first, machines);
   mine.stagePeaks = stagePeaks(*first);
+  mine.stages = first->mesh.depth();
+  mine.shape = &shapes[0];
   shapes[0].policy = keys;
   // Then, all on the machine's cores at once:
   // 1. every other layout with the script's policy and each micro-batch count its
@@ -496,13 +516,13 @@ int searchPolicy(const std::string& script, const PlanOptions& scriptOptions,
   std::deque<Job> jobs;
   std::map<std::string, size_t> jobOf;
   std::vector<std::vector<Candidate>> byLayout(shapes.size());
-  std::map<std::string, const Candidate*> earlier{
+  std::map<std::string, Candidate*> earlier{
       {key(mine.layout, mine.settings), &mine}}; // the plans made before their layout's jobs
   std::vector<Layout*> refine{&shapes[0]};
   int autoSkipped = 0, autoTooBig = 0;
   double budget = static_cast<double>(first->policy.deviceMemoryBytes);
   // Job k with recompute set to `value`: its plan, or null where it did not plan.
-  auto twin = [&](size_t k, const char* value) -> const Candidate* {
+  auto twin = [&](size_t k, const char* value) -> Candidate* {
     std::vector<Setting> s = jobs[k].settings;
     s[recompute].value = value;
     std::string name = key(jobs[k].layout->knobs, s);
@@ -512,19 +532,50 @@ int searchPolicy(const std::string& script, const PlanOptions& scriptOptions,
     auto c = earlier.find(name);
     return c != earlier.end() && c->second->planned ? c->second : nullptr;
   };
-  auto autoNeeded = [&](size_t k) {
-    const Candidate *none = twin(k, "none"), *every = twin(k, "every");
-    bool same = none && (budget <= 0 || none->predicted.peakBytes <= budget);
-    bool tooBig = false;
-    for (size_t s = 0;
-         budget > 0 && none && every && s < none->stagePeaks.size() && s < every->stagePeaks.size();
-         ++s)
-      tooBig |= none->stagePeaks[s] > budget && every->stagePeaks[s] > budget;
-    if (same || tooBig) ++(same ? autoSkipped : autoTooBig);
-    return !(same || tooBig);
-  };
   // An auto goes first: it is long (several trial plans), and was waiting.
-  std::function<void(size_t)> runJob = [&](size_t k) {
+  std::function<void(size_t)> runJob;
+  // Auto k, its twins planned (with `state` held): planned unless its plan with none fits
+  // (auto is that plan) or a stage fits neither with none nor with every. A twin that
+  // stopped at a stage that does not fit (Candidate::stopped) tells nothing of the stages
+  // after it; where one of those could decide, that twin is planned whole first.
+  std::function<void(size_t)> decideAuto = [&](size_t k) {
+    Candidate *none = twin(k, "none"), *every = twin(k, "every");
+    // A plan with none that stopped holds more than it says: where what it says is within
+    // the budget, it is planned whole to know.
+    bool same = none && (budget <= 0 || (!none->stopped && none->predicted.peakBytes <= budget));
+    bool sameOpen = none && none->stopped && budget > 0 && none->predicted.peakBytes <= budget;
+    bool tooBig = false, open = sameOpen;
+    for (int s = 0;
+         !sameOpen && budget > 0 && none && every && s < std::max(none->stages, every->stages);
+         ++s) {
+      bool knowNone = s < static_cast<int>(none->stagePeaks.size()),
+           knowEvery = s < static_cast<int>(every->stagePeaks.size());
+      bool overNone = !knowNone || none->stagePeaks[s] > budget, // or not known
+          overEvery = !knowEvery || every->stagePeaks[s] > budget;
+      tooBig |= knowNone && knowEvery && overNone && overEvery;
+      open |= overNone && overEvery && !(knowNone && knowEvery);
+    }
+    if (!same && !tooBig && open) {
+      Candidate* lacking =
+          sameOpen || none->stagePeaks.size() < every->stagePeaks.size() ? none : every;
+      ++jobs[k].pending;
+      queue.push(
+          [&, k, lacking] {
+            Candidate whole =
+                planCandidate(script, base, *lacking->shape, lacking->settings, machines, {}, true);
+            std::lock_guard<std::mutex> lock(state);
+            *lacking = std::move(whole);
+            if (--jobs[k].pending == 0) decideAuto(k);
+          },
+          true);
+      return;
+    }
+    if (same || tooBig)
+      ++(same ? autoSkipped : autoTooBig);
+    else
+      runJob(k);
+  };
+  runJob = [&](size_t k) {
     queue.push(
         [&, k] {
           Layout* layout;
@@ -544,7 +595,7 @@ int searchPolicy(const std::string& script, const PlanOptions& scriptOptions,
           jobs[k].result = std::move(c);
           jobs[k].ran = true;
           for (size_t a : jobs[k].waiting)
-            if (--jobs[a].pending == 0 && autoNeeded(a)) runJob(a);
+            if (--jobs[a].pending == 0) decideAuto(a);
         },
         isAuto(jobs[k].settings));
   };
@@ -570,7 +621,7 @@ int searchPolicy(const std::string& script, const PlanOptions& scriptOptions,
         jobs[job->second].waiting.push_back(k);
         ++jobs[k].pending;
       }
-      if (jobs[k].pending == 0 && autoNeeded(k)) runJob(k);
+      if (jobs[k].pending == 0) decideAuto(k);
     }
   };
   size_t layoutsLeft = shapes.size() - 1;
@@ -596,7 +647,7 @@ int searchPolicy(const std::string& script, const PlanOptions& scriptOptions,
       // The last layout: the two fastest get every policy.
       std::vector<Layout*> others;
       for (size_t j = 1; j < shapes.size(); ++j) {
-        for (const Candidate& c : byLayout[j]) {
+        for (Candidate& c : byLayout[j]) {
           if (c.fits() && (shapes[j].best == 0 || c.predicted.stepSeconds < shapes[j].best))
             shapes[j].best = c.predicted.stepSeconds;
           earlier[key(c.layout, c.settings)] = &c;
@@ -679,10 +730,27 @@ int searchPolicy(const std::string& script, const PlanOptions& scriptOptions,
                        "neither with none nor with every, so auto does not fit either)\n",
                        autoTooBig);
   if (ranked.empty()) {
-    double smallest = 0;
-    for (const Candidate& c : candidates)
-      if (c.planned && (smallest == 0 || c.predicted.peakBytes < smallest))
-        smallest = c.predicted.peakBytes;
+    // The smallest plan: those that stopped at a stage that does not fit are planned whole,
+    // smallest first, while what they held up to it is below the smallest whole one's peak.
+    std::vector<Candidate*> partial;
+    for (Candidate& c : candidates)
+      if (c.planned && c.stopped) partial.push_back(&c);
+    std::stable_sort(partial.begin(), partial.end(), [](const Candidate* a, const Candidate* b) {
+      return a->predicted.peakBytes < b->predicted.peakBytes;
+    });
+    auto smallestWhole = [&] {
+      double smallest = 0;
+      for (const Candidate& c : candidates)
+        if (c.planned && !c.stopped && (smallest == 0 || c.predicted.peakBytes < smallest))
+          smallest = c.predicted.peakBytes;
+      return smallest;
+    };
+    for (Candidate* c : partial) {
+      double smallest = smallestWhole();
+      if (smallest > 0 && c->predicted.peakBytes >= smallest) break;
+      *c = planCandidate(script, base, *c->shape, c->settings, machines, {}, true);
+    }
+    double smallest = smallestWhole();
     out << "  no plan fits: "
         << (smallest > 0
                 ? fmt::format("the smallest needs {} on its largest rank, the device "

@@ -280,6 +280,10 @@ struct Module {
   // rank of its stage in every replica (they run the same ops on as many samples). Such a
   // plan is predicted (ir/Predict.h), never run or printed rank by rank.
   bool costOnly = false;
+  // A cost-only plan that stopped at a program that does not fit its devices
+  // (PlanOptions::overMemory): `programs` ends with it, the later stages not planned, so the
+  // largest rank's memory is at least what they say.
+  bool stoppedOver = false;
   // Whether the devices the plan is for use the host's memory (the CPU device), as
   // PlanOptions::deviceMemoryIsHost says: `offload_to = cpu` moves the optimizer states off
   // the device only where they do not.

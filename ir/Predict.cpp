@@ -322,6 +322,14 @@ Prediction predictMemory(const Module& m, const Cluster& c) {
   return out;
 }
 
+bool overMemory(const Module& m, const Program& p, const Cluster& c) {
+  for (int g : kindsOf(m, p, c)) {
+    double room = c.groupDevice(g).memoryBytes; // 0: not known, as Candidate::fits reads it
+    if (room > 0 && static_cast<double>(p.peakBytes()) > room) return true;
+  }
+  return false;
+}
+
 Prediction predict(const Module& m, const Cluster& c, bool ops) {
   // Each program on each kind of device its ranks sit on: the slowest kind sets the pace, as
   // the others wait for it at every collective.

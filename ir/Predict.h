@@ -69,6 +69,10 @@ Prediction predict(const Module& m, const Cluster& c, bool ops = false);
 // memoryDevice), as predict() fills it; no costs: the search's plans that do not fit.
 Prediction predictMemory(const Module& m, const Cluster& c);
 
+// Whether program p's memory plan holds more than a device its ranks sit on (the plan
+// does not fit, as predictMemory finds); a device of unknown memory holds any.
+bool overMemory(const Module& m, const Program& p, const Cluster& c);
+
 // The predicted section of `epl plan --cluster`.
 void printPrediction(const Module& m, const Prediction& p, std::ostream& out);
 

@@ -44,8 +44,12 @@ std::optional<ir::Module> runPasses(std::optional<ir::Module> m, Session& sessio
   pmOptions.out = options.passOutput;
   passes::PassManager pm(pmOptions);
   passes::buildPipeline(pm);
-  passes::PassContext ctx{session.diags, options.np, options.costOnly,
-                          options.peaksWithoutRecompute, options.peaksRecomputingEvery};
+  passes::PassContext ctx{session.diags,
+                          options.np,
+                          options.costOnly,
+                          options.peaksWithoutRecompute,
+                          options.peaksRecomputingEvery,
+                          options.costOnly ? options.overMemory : nullptr};
   if (!pm.run(*m, ctx)) return std::nullopt;
   return m;
 }

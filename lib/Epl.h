@@ -46,6 +46,10 @@ struct PlanOptions {
   // every block (the search's plans with none and with every), which its trials need not
   // plan again (passes/Recompute.cpp). Empty: they plan them.
   std::vector<int64_t> peaksWithoutRecompute, peaksRecomputingEvery;
+  // A cost-only plan stops at the first stage whose program does not fit its devices, as
+  // this says (Module::stoppedOver): the search's plans that do not fit cost a stage's
+  // program, not every stage's. Unset: every stage is planned.
+  std::function<bool(const ir::Module&, const ir::Program&)> overMemory;
   std::ostream* passOutput = nullptr; // where --print-after / --time-passes write
   // When set, receives the syntax of every file that parsed (editors: symbols, definitions).
   std::vector<std::shared_ptr<const ast::File>>* syntax = nullptr;

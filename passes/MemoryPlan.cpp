@@ -194,15 +194,19 @@ class MemoryPlan : public Pass {
 public:
   const char* name() const override { return "memory-plan"; }
 
-  bool run(ir::Module& m, PassContext&) override {
-    for (size_t r = 0; r < m.programs.size(); ++r) {
-      ir::Program& p = m.programs[r];
-      if (r > 0 && sameStream(p, m.programs[r - 1]))
-        copyPlan(m.programs[r - 1], p);
-      else
-        plan(m, p);
-    }
+  bool run(ir::Module& m, PassContext& ctx) override {
+    // A cost-only plan's schedule planned each program as it made it (PassContext::overMemory).
+    if (!(m.costOnly && ctx.overMemory))
+      for (size_t r = 0; r < m.programs.size(); ++r)
+        planOne(m, m.programs[r], r > 0 ? &m.programs[r - 1] : nullptr);
     return !m.programs.empty();
+  }
+
+  static void planOne(const ir::Module& m, ir::Program& p, const ir::Program* previous) {
+    if (previous && sameStream(p, *previous))
+      copyPlan(*previous, p);
+    else
+      plan(m, p);
   }
 
 private:
@@ -670,6 +674,10 @@ private:
 
 std::unique_ptr<Pass> createMemoryPlanPass() {
   return std::make_unique<MemoryPlan>();
+}
+
+void planMemory(const ir::Module& m, ir::Program& p, const ir::Program* previous) {
+  MemoryPlan::planOne(m, p, previous);
 }
 
 } // namespace epl::passes

@@ -3,6 +3,7 @@
 #include "ir/Module.h"
 #include "support/Diagnostics.h"
 
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <set>
@@ -19,6 +20,11 @@ struct PassContext {
   // recompute = auto: each stage's peak without recomputation and recomputing every
   // block, where the caller planned them already (PlanOptions); empty: the trials plan them.
   std::vector<int64_t> peaksWithoutRecompute = {}, peaksRecomputingEvery = {};
+  // A cost-only plan: whether a program, its memory planned, does not fit its devices.
+  // When set, the schedule pass plans each program's memory as it makes it and stops at the
+  // first that does not fit (Module::stoppedOver). Not for recompute = auto's trials, whose
+  // every stage's peak counts.
+  std::function<bool(const ir::Module&, const ir::Program&)> overMemory = {};
 };
 
 class Pass {

@@ -40,5 +40,8 @@ std::unique_ptr<Pass> createSchedulePass();
 // Liveness and buffer reuse: every activation's offset in its rank's arena, and the
 // rank's peak bytes.
 std::unique_ptr<Pass> createMemoryPlanPass();
+// The memory plan of one program, the pass's work for it; `previous` (or null), the program
+// before it, whose plan it shares where the two run the same stream.
+void planMemory(const ir::Module& m, ir::Program& p, const ir::Program* previous);
 
 } // namespace epl::passes

@@ -450,7 +450,31 @@ void placeReceives(const ir::Module& m, ir::Program& p) {
   p.recvBytes = m.receivePlan(p, p.step, p.recvRing).bytes + m.receivePlan(p, p.eval, 0).bytes;
 }
 
-std::vector<ir::Program> pipelinePrograms(const ir::Module& m) {
+namespace {
+
+// The parameters with gradients a program of pipeline position p.stage holds.
+void holdParams(const ir::Module& m, ir::Program& p) {
+  for (size_t q = 0; q < m.params.size(); ++q)
+    if (m.params[q].grad >= 0 && m.holdsParam(p, static_cast<int>(q)))
+      p.params.push_back(static_cast<int>(q));
+}
+
+} // namespace
+
+std::vector<ir::Program> costOnlyOutlines(const ir::Module& m) {
+  std::vector<ir::Program> out(static_cast<size_t>(m.mesh.depth()));
+  for (size_t s = 0; s < out.size(); ++s) {
+    ir::Program& p = out[s];
+    p.stage = static_cast<int>(s);
+    p.stages = m.mesh.depth();
+    p.dataRanks = m.mesh.dataParallel * m.mesh.stages[s].group;
+    holdParams(m, p);
+  }
+  return out;
+}
+
+std::vector<ir::Program> pipelinePrograms(const ir::Module& m,
+                                          const std::function<bool(ir::Program&)>& made) {
   const ir::Mesh& mesh = m.mesh;
   int depth = mesh.depth();
   int micros = static_cast<int>(m.policy.microBatches);
@@ -490,6 +514,7 @@ std::vector<ir::Program> pipelinePrograms(const ir::Module& m) {
             for (ir::Instr& in : *list)
               if (in.peer >= 0) in.peer += r * mesh.replicaSize;
           out.push_back(std::move(p));
+          if (made && made(out.back())) return out;
           continue;
         }
         ir::Program p;
@@ -501,9 +526,7 @@ std::vector<ir::Program> pipelinePrograms(const ir::Module& m) {
         p.splitRank = local % p.splitWidth;
         p.microBatches = micros;
         p.commDtype = m.policy.commDtype;
-        for (size_t q = 0; q < m.params.size(); ++q)
-          if (m.params[q].grad >= 0 && m.holdsParam(p, static_cast<int>(q)))
-            p.params.push_back(static_cast<int>(q));
+        holdParams(m, p);
         std::vector<ir::WorkItem> order = ir::stageOrder(schedule, s, shape);
         p.slots = peakInFlight(order, micros);
         size_t size = 0;
@@ -537,6 +560,7 @@ std::vector<ir::Program> pipelinePrograms(const ir::Module& m) {
         p.recvRing = std::min(receives, perMicro * (p.slots + 1));
         placeReceives(m, p);
         out.push_back(std::move(p));
+        if (made && made(out.back())) return out;
       }
   return out;
 }

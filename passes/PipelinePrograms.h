@@ -4,6 +4,7 @@
 #include "ir/CommStreams.h"
 #include "ir/Module.h"
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,7 +14,14 @@ namespace epl::passes {
 // with several stages that Mesh::pipelineRefusal() accepts, ordered by the policy's
 // schedule; each stage's gradient buckets are summed over its ranks in every replica.
 // A cost-only plan (Module::costOnly) gets each stage's first rank of replica 0 alone.
-std::vector<ir::Program> pipelinePrograms(const ir::Module& m);
+// `made`, where set, sees each program once it is made, in rank order; when it returns
+// true, the programs after that one are not made.
+std::vector<ir::Program> pipelinePrograms(const ir::Module& m,
+                                          const std::function<bool(ir::Program&)>& made = {});
+
+// A cost-only plan's programs (one a pipeline position) as far as what the memory plan
+// reads of the others (Module::zeroApplies): their stage, data ranks and parameters.
+std::vector<ir::Program> costOnlyOutlines(const ir::Module& m);
 
 // Sizes p's receive buffers (Program::recvBytes) for its step's ring (Program::recvRing) and
 // its evaluation's receives.

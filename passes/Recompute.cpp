@@ -166,6 +166,8 @@ private:
     // The peak of each stage's ranks with the first k[s] blocks of each stage recomputed
     // (each trial once: the last is often one tried before).
     std::map<std::vector<size_t>, std::vector<int64_t>> tried;
+    PassContext trials = ctx; // every stage planned: a trial that does not fit still counts
+    trials.overMemory = nullptr;
     auto peaks = [&](const std::vector<size_t>& k) {
       auto known = tried.find(k);
       if (known != tried.end()) return known->second;
@@ -173,7 +175,7 @@ private:
       ir::Module trial = m;
       apply(trial, chosen);
       for (auto make : {createDataParallelPass, createSchedulePass, createMemoryPlanPass})
-        make()->run(trial, ctx);
+        make()->run(trial, trials);
       std::vector<int64_t> out(stages, 0);
       for (const ir::Program& p : trial.programs)
         out[p.stage] = std::max(out[p.stage], p.peakBytes());

@@ -30,7 +30,10 @@
 // then each receive has a buffer of its own, all posted at the start.
 // A plan for costing only (PassContext::costOnly, Module::costOnly) gets the program of
 // each stage's first rank in the first replica and no check: the search (docs/cluster.md)
-// predicts thousands of devices' plans from them.
+// predicts thousands of devices' plans from them. With PassContext::overMemory it plans
+// each program's memory as it makes it (the memory-plan pass's work) and stops at the first
+// that does not fit its devices (Module::stoppedOver): a plan that does not fit is out of
+// the search whatever its other stages hold.
 #include "passes/Passes.h"
 #include "passes/PipelinePrograms.h"
 
@@ -50,9 +53,20 @@ public:
   bool run(ir::Module& m, PassContext& ctx) override {
     m.programs.clear();
     m.costOnly = ctx.costOnly;
+    m.stoppedOver = false;
     if (!m.train.present || m.lossGrad < 0 || !m.planned) return false;
     if (!m.runRefusal().empty()) return false;
     if (m.mesh.stages.size() > 1) {
+      if (m.costOnly && ctx.overMemory) {
+        // Each stage's memory planned as it is made, up to the first that does not fit; what
+        // a memory plan reads of the other programs (ZeRO's domains) is in their outlines.
+        m.programs = costOnlyOutlines(m);
+        m.programs = pipelinePrograms(m, [&](ir::Program& p) {
+          planMemory(m, p, nullptr); // one program a stage: no two alike
+          return m.stoppedOver = ctx.overMemory(m, p);
+        });
+        return true;
+      }
       m.programs = pipelinePrograms(m);
       if (m.costOnly) return true;
       // Receives in a ring of buffers wait for their buffer's previous receive; where that
@@ -117,6 +131,7 @@ public:
       p.reader = r / share;
       m.programs.push_back(p);
     }
+    if (m.costOnly && ctx.overMemory) planMemory(m, m.programs[0], nullptr); // its one program
     if (!m.costOnly) checkCommunication(m, true, false);
     return true;
   }

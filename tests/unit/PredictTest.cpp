@@ -764,6 +764,46 @@ TEST_CASE("a cost-only plan predicts what the plan of every rank predicts") {
   }
 }
 
+TEST_CASE("a cost-only plan stops at the first stage that does not fit, its stages before "
+          "as planned whole") {
+  // What the search does with a plan that does not fit (PlanOptions::overMemory): each
+  // stage's memory planned as it is made, the later stages left out. The memory plan reads
+  // ZeRO's domains off the other stages' programs (Module::zeroApplies), made or not yet.
+  std::ifstream in(std::string(EPL_SOURCE_DIR) + "/examples/gpt_char.epl");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  REQUIRE(!text.empty());
+  for (std::string zero : {"0", "1", "2", "3"})
+    for (int over : {-1, 0, 1}) { // the stage over the limit, -1 none
+      INFO("zero " << zero << ", stage " << over << " does not fit");
+      auto plan = [&](bool stop) {
+        epl::PlanOptions options;
+        options.np = 8;
+        options.overrides = {"policy.zero=" + zero};
+        options.costOnly = true;
+        if (stop)
+          options.overMemory = [&](const epl::ir::Module&, const epl::ir::Program& p) {
+            return p.stage == over;
+          };
+        return epl::testing::planned("case.epl", text, options);
+      };
+      auto whole = plan(false), cut = plan(true);
+      REQUIRE(whole);
+      REQUIRE(cut);
+      REQUIRE(whole->programs.size() == 2);
+      CHECK(!whole->stoppedOver);
+      CHECK(cut->stoppedOver == (over >= 0));
+      REQUIRE(cut->programs.size() == (over == 0 ? 1u : 2u));
+      for (size_t s = 0; s < cut->programs.size(); ++s) {
+        const epl::ir::Program &a = whole->programs[s], &b = cut->programs[s];
+        CHECK(b.stage == a.stage);
+        CHECK(b.peakBytes() == a.peakBytes());
+        CHECK(b.optimizerBytes == a.optimizerBytes);
+        CHECK(b.arenaBytes == a.arenaBytes);
+        CHECK(b.offset == a.offset);
+      }
+    }
+}
+
 namespace {
 
 // Two kinds of device, `first` and `second` of each, memory all but free to move: each

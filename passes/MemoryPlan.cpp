@@ -195,8 +195,8 @@ public:
   const char* name() const override { return "memory-plan"; }
 
   bool run(ir::Module& m, PassContext& ctx) override {
-    // A cost-only plan's schedule planned each program as it made it (PassContext::overMemory).
-    if (!(m.costOnly && ctx.overMemory))
+    // The schedule planned each program as it made it (PassContext::plansMemoryAsMade).
+    if (!ctx.plansMemoryAsMade())
       for (size_t r = 0; r < m.programs.size(); ++r)
         planOne(m, m.programs[r], r > 0 ? &m.programs[r - 1] : nullptr);
     return !m.programs.empty();

@@ -25,6 +25,12 @@ struct PassContext {
   // first that does not fit (Module::stoppedOver). Not for recompute = auto's trials, whose
   // every stage's peak counts.
   std::function<bool(const ir::Module&, const ir::Program&)> overMemory = {};
+  // A cost-only plan: the pipeline positions whose programs to make, by position (empty:
+  // every one). recompute = auto's trials make those whose peak they do not know yet.
+  std::vector<char> positions = {};
+  // Whether the schedule pass plans each program's memory as it makes it (the memory-plan
+  // pass's work): a cost-only plan that stops (overMemory) or makes some positions alone.
+  bool plansMemoryAsMade() const { return costOnly && (overMemory || !positions.empty()); }
 };
 
 class Pass {

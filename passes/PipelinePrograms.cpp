@@ -474,7 +474,8 @@ std::vector<ir::Program> costOnlyOutlines(const ir::Module& m) {
 }
 
 std::vector<ir::Program> pipelinePrograms(const ir::Module& m,
-                                          const std::function<bool(ir::Program&)>& made) {
+                                          const std::function<bool(ir::Program&)>& made,
+                                          const std::function<bool(int)>& want) {
   const ir::Mesh& mesh = m.mesh;
   int depth = mesh.depth();
   int micros = static_cast<int>(m.policy.microBatches);
@@ -482,11 +483,13 @@ std::vector<ir::Program> pipelinePrograms(const ir::Module& m,
   ir::Schedule schedule = m.policy.schedule;
   EPL_ASSERT(ir::scheduleRequirement(schedule, shape).empty(),
              "mesh-assignment accepted a schedule that cannot order this pipeline");
+  EPL_ASSERT(!want || m.costOnly, "only a cost-only plan leaves positions out");
   std::vector<ir::Program> out;
   StageProgram stage(m);
   for (int r = 0; r < (m.costOnly ? 1 : mesh.dataParallel); ++r)
     for (int s = 0; s < depth; ++s)
-      for (int local = 0; local < (m.costOnly ? 1 : mesh.stages[s].group); ++local) {
+      for (int local = 0; local < (m.costOnly ? 1 : mesh.stages[s].group) && (!want || want(s));
+           ++local) {
         stage.at(r, local);
         int group = mesh.stages[s].group; // every chunk's block of this position has it
         int rank = mesh.rank(r, s, local);

@@ -15,9 +15,11 @@ namespace epl::passes {
 // schedule; each stage's gradient buckets are summed over its ranks in every replica.
 // A cost-only plan (Module::costOnly) gets each stage's first rank of replica 0 alone.
 // `made`, where set, sees each program once it is made, in rank order; when it returns
-// true, the programs after that one are not made.
+// true, the programs after that one are not made. `want`, where set, says which pipeline
+// positions' programs to make.
 std::vector<ir::Program> pipelinePrograms(const ir::Module& m,
-                                          const std::function<bool(ir::Program&)>& made = {});
+                                          const std::function<bool(ir::Program&)>& made = {},
+                                          const std::function<bool(int)>& want = {});
 
 // A cost-only plan's programs (one a pipeline position) as far as what the memory plan
 // reads of the others (Module::zeroApplies): their stage, data ranks and parameters.

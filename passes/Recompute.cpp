@@ -163,23 +163,51 @@ private:
     for (auto& list : byStage)
       std::stable_sort(list.begin(), list.end(),
                        [&](size_t a, size_t b) { return saves[a] > saves[b]; });
-    // The peak of each stage's ranks with the first k[s] blocks of each stage recomputed
-    // (each trial once: the last is often one tried before).
-    std::map<std::vector<size_t>, std::vector<int64_t>> tried;
-    PassContext trials = ctx; // every stage planned: a trial that does not fit still counts
+    // The peak of each stage's ranks with the first k[s] blocks of each stage recomputed.
+    // A rank's memory plan depends on the blocks recomputed on its own pipeline position
+    // alone, so each (position, its blocks' counts) is planned once: a trial of a cost-only
+    // plan makes the positions whose peak it needs and does not know yet (`need`, by stage
+    // block; empty: all), and every stage is planned in it (no stop at one that does not fit).
+    size_t depth = static_cast<size_t>(std::max(m.mesh.depth(), 1));
+    std::map<std::pair<size_t, std::vector<size_t>>, int64_t> known;
+    auto place = [&](const std::vector<size_t>& k, size_t position) {
+      std::vector<size_t> mine; // the counts of the position's blocks (chunks)
+      for (size_t s = position; s < stages; s += depth)
+        mine.push_back(k[s]);
+      return std::make_pair(position, mine);
+    };
+    PassContext trials = ctx;
     trials.overMemory = nullptr;
-    auto peaks = [&](const std::vector<size_t>& k) {
-      auto known = tried.find(k);
-      if (known != tried.end()) return known->second;
-      std::vector<Block> chosen = pick(all, byStage, k);
-      ir::Module trial = m;
-      apply(trial, chosen);
-      for (auto make : {createDataParallelPass, createSchedulePass, createMemoryPlanPass})
-        make()->run(trial, trials);
+    auto peaks = [&](const std::vector<size_t>& k, const std::vector<bool>& need) {
+      std::vector<char> missing(depth, 0);
+      bool any = false;
+      for (size_t s = 0; s < stages; ++s)
+        if ((need.empty() || need[s]) && !known.count(place(k, s % depth))) {
+          missing[s % depth] = 1;
+          any = true;
+        }
+      if (any) {
+        std::vector<Block> chosen = pick(all, byStage, k);
+        ir::Module trial = m;
+        apply(trial, chosen);
+        trials.positions = ctx.costOnly ? missing : std::vector<char>{};
+        for (auto make : {createDataParallelPass, createSchedulePass, createMemoryPlanPass})
+          make()->run(trial, trials);
+        std::vector<int64_t> made(depth, 0);
+        std::vector<char> seen(depth, 0);
+        for (const ir::Program& p : trial.programs) {
+          size_t s = static_cast<size_t>(p.stage);
+          made[s] = std::max(made[s], p.peakBytes());
+          seen[s] = 1;
+        }
+        for (size_t s = 0; s < depth; ++s)
+          if (seen[s]) known[place(k, s)] = made[s];
+      }
       std::vector<int64_t> out(stages, 0);
-      for (const ir::Program& p : trial.programs)
-        out[p.stage] = std::max(out[p.stage], p.peakBytes());
-      tried[k] = out;
+      for (size_t s = 0; s < stages && s < depth; ++s) {
+        auto at = known.find(place(k, s));
+        if (at != known.end()) out[s] = at->second;
+      }
       return out;
     };
     std::vector<size_t> lo(stages, 0), hi(stages);
@@ -187,9 +215,12 @@ private:
       hi[s] = byStage[s].size();
     // Recomputing no block, and every block, are the plans with none and every: the same
     // passes on the same module (nothing after this pass reads the policy's recompute).
-    if (ctx.peaksWithoutRecompute.size() == stages) tried[lo] = ctx.peaksWithoutRecompute;
-    if (ctx.peaksRecomputingEvery.size() == stages) tried[hi] = ctx.peaksRecomputingEvery;
-    std::vector<int64_t> none = peaks(lo), most = peaks(hi);
+    for (auto [given, k] : {std::make_pair(&ctx.peaksWithoutRecompute, &lo),
+                            std::make_pair(&ctx.peaksRecomputingEvery, &hi)})
+      if (given->size() == stages)
+        for (size_t s = 0; s < stages && s < depth; ++s)
+          known[place(*k, s)] = (*given)[s];
+    std::vector<int64_t> none = peaks(lo, {}), most = peaks(hi, {});
     if (none.empty() || std::all_of(none.begin(), none.end(), [](int64_t v) { return v == 0; }))
       return {}; // no rank programs to measure (a plan that does not run)
     choice.peakWithout = *std::max_element(none.begin(), none.end());
@@ -209,7 +240,10 @@ private:
         open = open || lo[s] < hi[s];
       }
       if (!open) break;
-      std::vector<int64_t> at = peaks(mid);
+      std::vector<bool> need(stages);
+      for (size_t s = 0; s < stages; ++s)
+        need[s] = lo[s] < hi[s];
+      std::vector<int64_t> at = peaks(mid, need);
       for (size_t s = 0; s < stages; ++s) {
         if (lo[s] >= hi[s]) continue;
         if (at[s] <= choice.budget)
@@ -218,7 +252,7 @@ private:
           lo[s] = mid[s] + 1;
       }
     }
-    std::vector<int64_t> with = peaks(hi);
+    std::vector<int64_t> with = peaks(hi, {});
     choice.peakWith = *std::max_element(with.begin(), with.end());
     std::vector<Block> chosen = pick(all, byStage, hi);
     choice.chosen = static_cast<int>(chosen.size());

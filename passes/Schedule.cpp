@@ -33,7 +33,8 @@
 // predicts thousands of devices' plans from them. With PassContext::overMemory it plans
 // each program's memory as it makes it (the memory-plan pass's work) and stops at the first
 // that does not fit its devices (Module::stoppedOver): a plan that does not fit is out of
-// the search whatever its other stages hold.
+// the search whatever its other stages hold. With PassContext::positions it makes only
+// those positions' programs (recompute = auto's trials), their memory planned likewise.
 #include "passes/Passes.h"
 #include "passes/PipelinePrograms.h"
 
@@ -57,14 +58,21 @@ public:
     if (!m.train.present || m.lossGrad < 0 || !m.planned) return false;
     if (!m.runRefusal().empty()) return false;
     if (m.mesh.stages.size() > 1) {
-      if (m.costOnly && ctx.overMemory) {
+      if (ctx.plansMemoryAsMade()) {
         // Each stage's memory planned as it is made, up to the first that does not fit; what
         // a memory plan reads of the other programs (ZeRO's domains) is in their outlines.
         m.programs = costOnlyOutlines(m);
-        m.programs = pipelinePrograms(m, [&](ir::Program& p) {
-          planMemory(m, p, nullptr); // one program a stage: no two alike
-          return m.stoppedOver = ctx.overMemory(m, p);
-        });
+        const std::vector<char>& wanted = ctx.positions;
+        m.programs = pipelinePrograms(
+            m,
+            [&](ir::Program& p) {
+              planMemory(m, p, nullptr); // one program a stage: no two alike
+              return m.stoppedOver = ctx.overMemory && ctx.overMemory(m, p);
+            },
+            [&](int position) {
+              return wanted.empty() || (static_cast<size_t>(position) < wanted.size() &&
+                                        wanted[static_cast<size_t>(position)]);
+            });
         return true;
       }
       m.programs = pipelinePrograms(m);
@@ -131,7 +139,7 @@ public:
       p.reader = r / share;
       m.programs.push_back(p);
     }
-    if (m.costOnly && ctx.overMemory) planMemory(m, m.programs[0], nullptr); // its one program
+    if (ctx.plansMemoryAsMade()) planMemory(m, m.programs[0], nullptr); // its one program
     if (!m.costOnly) checkCommunication(m, true, false);
     return true;
   }

@@ -249,3 +249,60 @@ train net {{ data = synthetic(samples = 64) batch = 32 }}
   CHECK(neither > 0);
   CHECK(open > 0);
 }
+
+// A cost-only plan's auto plans only the pipeline positions whose peak its bisection still
+// needs (each position's peak depends on its own blocks alone): it chooses what the plan of
+// every rank chooses, with the same peaks.
+TEST_CASE("recompute = auto in a cost-only plan chooses what the plan of every rank does") {
+  auto plan = [](const char* schedule, const char* zero, const std::string& recompute,
+                 bool costOnly) {
+    std::string text = fmt::format(R"(
+def ff(x: f32[B, T, D]) -> f32[B, T, D] {{
+  return x + mlp(layer_norm(x), 4 * D)
+}}
+model net(x: f32[B, 64, 16]) {{
+  replicate {{ h = repeat(2) ff(x) }}
+  replicate {{ h = ff(h) }}
+  replicate {{ h = repeat(3) ff(h) }}
+  return mse(linear(h, 16), x)
+}}
+policy {{ micro_batches = 4 schedule = {} zero = {} recompute = {} }}
+train net {{ data = synthetic(samples = 64) batch = 32 optimizer = adam(lr = 0.001) }}
+)",
+                                   schedule, zero, recompute);
+    epl::PlanOptions options;
+    options.np = 6;
+    options.costOnly = costOnly;
+    return epl::testing::planned("stages.epl", text, options);
+  };
+  int chose = 0;
+  for (const char* schedule : {"gpipe", "1f1b"})
+    for (const char* zero : {"0", "1"}) {
+      auto none = plan(schedule, zero, "none", true), every = plan(schedule, zero, "every", true);
+      REQUIRE(none);
+      REQUIRE(every);
+      int64_t low = 0, high = 0;
+      for (const epl::ir::Program& p : every->programs)
+        low = std::max(low, p.peakBytes());
+      for (const epl::ir::Program& p : none->programs)
+        high = std::max(high, p.peakBytes());
+      for (int step = 1; step < 8; ++step) {
+        int64_t kb = (low + (high - low) * step / 8) / 1000;
+        INFO(schedule << ", zero " << zero << ", budget " << kb << " KB");
+        std::string recompute = fmt::format("auto device_memory = {}KB", kb);
+        auto cheap = plan(schedule, zero, recompute, true),
+             whole = plan(schedule, zero, recompute, false);
+        REQUIRE(cheap);
+        REQUIRE(whole);
+        const epl::ir::Module::AutoRecompute &a = cheap->autoRecompute, &b = whole->autoRecompute;
+        CHECK(a.chosen == b.chosen);
+        CHECK(a.names == b.names);
+        CHECK(a.peakWith == b.peakWith);
+        CHECK(a.peakWithout == b.peakWithout);
+        for (const epl::ir::Program& p : cheap->programs)
+          CHECK(p.peakBytes() == whole->firstProgramOf(p.stage)->peakBytes());
+        chose += a.chosen > 0 && a.chosen < 6;
+      }
+    }
+  CHECK(chose > 0);
+}

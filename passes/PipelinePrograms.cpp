@@ -329,6 +329,10 @@ std::vector<std::vector<int>> reductionStarts(const ir::Module& m, int position,
     if (in.kind != ir::InstrKind::Run) continue;
     const ir::Op& op = m.ops[in.op];
     if (op.phase == ir::Phase::Optimizer) continue;
+    // Without ZeRO stage 2 only the last micro-batch's writes count: every schedule runs the
+    // micro-batches' backward ops (and W parts) in increasing micro-batch order, each
+    // micro-batch all of them, so the last write of a gradient is the last micro-batch's.
+    if (!perMicro && in.micro != last) continue;
     int micro = perMicro ? in.micro : 0;
     if ((perMicro || in.micro == last) && readies(in))
       for (int b : readyAfter[in.op])

@@ -26,6 +26,7 @@
 #endif
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <tuple>
@@ -545,19 +546,26 @@ int searchPolicy(const std::string& script, const PlanOptions& scriptOptions,
     bool same = none && (budget <= 0 || (!none->stopped && none->predicted.peakBytes <= budget));
     bool sameOpen = none && none->stopped && budget > 0 && none->predicted.peakBytes <= budget;
     bool tooBig = false, open = sameOpen;
+    Candidate* lacking = sameOpen ? none : nullptr;
+    // A stage's peak: not known past where a plan stopped; nothing past a whole plan's
+    // programs (one that makes none, Module::runRefusal).
+    auto peakAt = [](const Candidate* c, int s) -> std::optional<int64_t> {
+      if (s < static_cast<int>(c->stagePeaks.size())) return c->stagePeaks[s];
+      if (c->stopped) return std::nullopt;
+      return 0;
+    };
     for (int s = 0;
          !sameOpen && budget > 0 && none && every && s < std::max(none->stages, every->stages);
          ++s) {
-      bool knowNone = s < static_cast<int>(none->stagePeaks.size()),
-           knowEvery = s < static_cast<int>(every->stagePeaks.size());
-      bool overNone = !knowNone || none->stagePeaks[s] > budget, // or not known
-          overEvery = !knowEvery || every->stagePeaks[s] > budget;
-      tooBig |= knowNone && knowEvery && overNone && overEvery;
-      open |= overNone && overEvery && !(knowNone && knowEvery);
+      std::optional<int64_t> a = peakAt(none, s), b = peakAt(every, s);
+      bool overNone = !a || *a > budget, overEvery = !b || *b > budget; // or not known
+      tooBig |= a && b && overNone && overEvery;
+      if (overNone && overEvery && !(a && b) && !lacking) {
+        open = true;
+        lacking = !a ? none : every; // a twin that stopped: planned whole, it is known
+      }
     }
     if (!same && !tooBig && open) {
-      Candidate* lacking =
-          sameOpen || none->stagePeaks.size() < every->stagePeaks.size() ? none : every;
       ++jobs[k].pending;
       queue.push(
           [&, k, lacking] {

@@ -49,7 +49,7 @@ std::optional<ir::Module> runPasses(std::optional<ir::Module> m, Session& sessio
                           options.costOnly,
                           options.peaksWithoutRecompute,
                           options.peaksRecomputingEvery,
-                          options.costOnly ? options.overMemory : nullptr};
+                          options.overMemory};
   if (!pm.run(*m, ctx)) return std::nullopt;
   return m;
 }

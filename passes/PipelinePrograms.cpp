@@ -334,7 +334,7 @@ std::vector<std::vector<int>> reductionStarts(const ir::Module& m, int position,
     // micro-batch all of them, so the last write of a gradient is the last micro-batch's.
     if (!perMicro && in.micro != last) continue;
     int micro = perMicro ? in.micro : 0;
-    if ((perMicro || in.micro == last) && readies(in))
+    if (readies(in))
       for (int b : readyAfter[in.op])
         ready(micro, b, i);
     for (size_t k = 0; k < op.outputs.size(); ++k) {

@@ -181,12 +181,11 @@ train net {{ data = synthetic(samples = 64) batch = 8 }}
     if (in.kind == epl::ir::InstrKind::Send) CHECK_FALSE(b.isShared(in.tensor));
 }
 
-// `recompute = auto` chooses each stage's blocks between none and all of them, so where
-// some stage fits the budget neither with `none` nor with `every`, the auto plan does not
-// fit either: what `epl plan --search` relies on to leave such autos out.
-TEST_CASE("recompute = auto does not fit where a stage fits with neither none nor every") {
-  auto plan = [](int micros, const char* schedule, const std::string& recompute) {
-    std::string text = fmt::format(R"(
+namespace {
+
+// Three stages of 2, 1 and 3 blocks, with `policy` (its keys on one line) and `train`.
+std::string threeStages(const std::string& policy, const std::string& train) {
+  return fmt::format(R"(
 def ff(x: f32[B, T, D]) -> f32[B, T, D] {{
   return x + mlp(layer_norm(x), 4 * D)
 }}
@@ -196,10 +195,22 @@ model net(x: f32[B, 64, 16]) {{
   replicate {{ h = repeat(3) ff(h) }}
   return mse(linear(h, 16), x)
 }}
-policy {{ micro_batches = {} schedule = {} recompute = {} }}
-train net {{ data = synthetic(samples = 64) batch = 32 }}
+policy {{ {} }}
+train net {{ data = synthetic(samples = 64) batch = 32 {} }}
 )",
-                                   micros, schedule, recompute);
+                     policy, train);
+}
+
+} // namespace
+
+// `recompute = auto` chooses each stage's blocks between none and all of them, so where
+// some stage fits the budget neither with `none` nor with `every`, the auto plan does not
+// fit either: what `epl plan --search` relies on to leave such autos out.
+TEST_CASE("recompute = auto does not fit where a stage fits with neither none nor every") {
+  auto plan = [](int micros, const char* schedule, const std::string& recompute) {
+    std::string text = threeStages(
+        fmt::format("micro_batches = {} schedule = {} recompute = {}", micros, schedule, recompute),
+        "");
     epl::PlanOptions options;
     options.np = 3;
     options.costOnly = true;
@@ -256,20 +267,10 @@ train net {{ data = synthetic(samples = 64) batch = 32 }}
 TEST_CASE("recompute = auto in a cost-only plan chooses what the plan of every rank does") {
   auto plan = [](const char* schedule, const char* zero, const std::string& recompute,
                  bool costOnly) {
-    std::string text = fmt::format(R"(
-def ff(x: f32[B, T, D]) -> f32[B, T, D] {{
-  return x + mlp(layer_norm(x), 4 * D)
-}}
-model net(x: f32[B, 64, 16]) {{
-  replicate {{ h = repeat(2) ff(x) }}
-  replicate {{ h = ff(h) }}
-  replicate {{ h = repeat(3) ff(h) }}
-  return mse(linear(h, 16), x)
-}}
-policy {{ micro_batches = 4 schedule = {} zero = {} recompute = {} }}
-train net {{ data = synthetic(samples = 64) batch = 32 optimizer = adam(lr = 0.001) }}
-)",
-                                   schedule, zero, recompute);
+    std::string text =
+        threeStages(fmt::format("micro_batches = 4 schedule = {} zero = {} recompute = {}",
+                                schedule, zero, recompute),
+                    "optimizer = adam(lr = 0.001)");
     epl::PlanOptions options;
     options.np = 6;
     options.costOnly = costOnly;

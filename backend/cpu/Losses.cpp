@@ -6,6 +6,7 @@
 // Shape legend: N rows (every dim of the logits but the last), V classes, n elements.
 #include "backend/cpu/KernelUtil.h"
 #include "backend/cpu/Kernels.h"
+#include "backend/cpu/Lanes.h"
 #include "ir/Ops.h"
 
 #include <algorithm>
@@ -15,14 +16,12 @@ namespace epl::backend::cpu {
 
 namespace {
 
-// Log-sum-exp of one row of logits.
+// Log-sum-exp of one row of logits, in loops that vectorise (Lanes.h: one order for a
+// row's length, whatever the threads). A NaN anywhere in the row gives NaN, as does an
+// infinite logit.
 float rowLse(const float* x, int64_t v) {
-  float m = x[0];
-  for (int64_t j = 1; j < v; ++j)
-    m = std::max(m, x[j]);
-  double s = 0; // a double sum keeps large vocabularies accurate
-  for (int64_t j = 0; j < v; ++j)
-    s += expf32(x[j] - m);
+  float m = rowMaxOf(x, v);
+  double s = blockedSum(v, [x, m](int64_t j) { return expf32(x[j] - m); });
   return m + static_cast<float>(std::log(s));
 }
 
@@ -94,8 +93,16 @@ void crossEntropyBackward(const KernelCall& c) {
       } else {
         const float* xr = f32Run(logits, r * v, v, tx);
         float l = lse[r];
-        for (int64_t j = 0; j < v; ++j)
-          dx.put(j, g * expf32(xr[j] - l));
+        float* out = dx.p; // each element read and written at one index: vectorises
+        if (dx.acc) {
+#pragma omp simd
+          for (int64_t j = 0; j < v; ++j)
+            out[j] += g * expf32(xr[j] - l);
+        } else {
+#pragma omp simd
+          for (int64_t j = 0; j < v; ++j)
+            out[j] = g * expf32(xr[j] - l);
+        }
         int64_t k = targetColumn(c, t, r, v);
         if (k >= 0) dx.p[k] -= g;
       }

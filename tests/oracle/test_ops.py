@@ -1076,7 +1076,9 @@ def fam_slicing(probe, rep):
 
 
 def fam_losses(probe, rep):
-    for lead, V in [((4,), 5), ((2, 7), 13), ((3, 64), 256), ((1,), 1), ((2, 33), 1000)]:
+    # GPT-2's 50,257 classes: the exponentials' sum over many blocks and a tail (Lanes.h).
+    for lead, V in [((4,), 5), ((2, 7), 13), ((3, 64), 256), ((1,), 1), ((2, 33), 1000),
+                    ((3,), 50257)]:
         logits = rand(*lead, V) * 3
         tgt = torch.randint(0, V, lead, dtype=torch.int32)
         run_case(probe, rep, "cross_entropy[%s,V=%d]" % (lead, V), "cross_entropy", {},

@@ -136,11 +136,13 @@ private:
   }
 
   // Step 5, `recompute = auto`: the fewest of the model body's def calls to recompute so
-  // that every rank's memory plan fits `device_memory`. Each stage's blocks are taken in
-  // the order of what recomputing them saves (their tensors the backward reads, largest
-  // first), and each stage's count is bisected on trial plans (the data-parallel,
-  // schedule and memory-plan passes on a copy), all stages in the same trials: a stage's
-  // peak depends on its own blocks only. Without `device_memory`, nothing.
+  // that every rank's memory plan fits `device_memory`. A rank's memory plan depends on the
+  // blocks recomputed on its own pipeline position alone (every chunk of an interleaved
+  // schedule), so each position's blocks, of all its chunks, are taken in the order of what
+  // recomputing them saves (their tensors the backward reads, largest first), and each
+  // position's count is bisected on trial plans (the data-parallel, schedule and
+  // memory-plan passes on a copy), all positions in the same trials. Without
+  // `device_memory`, nothing.
   static std::vector<Block> chooseBlocks(ir::Module& m, PassContext& ctx) {
     ir::Module::AutoRecompute& choice = m.autoRecompute;
     choice.ran = true;
@@ -150,44 +152,36 @@ private:
     std::vector<Block> all = defBlocks(m, every);
     choice.blocks = static_cast<int>(all.size());
     if (choice.budget <= 0 || all.empty()) return {};
-    size_t stages = m.mesh.stages.size();
-    std::vector<std::vector<size_t>> byStage(stages); // indices into `all`, best first
+    size_t depth = static_cast<size_t>(std::max(m.mesh.depth(), 1));
+    std::vector<std::vector<size_t>> byPosition(depth); // indices into `all`, best first
     std::vector<int64_t> saves(all.size(), 0);
     for (size_t b = 0; b < all.size(); ++b) {
       for (int r : all[b].readers)
         for (int t : m.ops[r].inputs)
           if (t >= 0 && all[b].ops.count(m.tensors[t].producer))
             saves[b] += m.bytesOf(t).value_or(0);
-      byStage[all[b].stage].push_back(b);
+      byPosition[static_cast<size_t>(all[b].stage) % depth].push_back(b);
     }
-    for (auto& list : byStage)
+    for (auto& list : byPosition)
       std::stable_sort(list.begin(), list.end(),
                        [&](size_t a, size_t b) { return saves[a] > saves[b]; });
-    // The peak of each stage's ranks with the first k[s] blocks of each stage recomputed.
-    // A rank's memory plan depends on the blocks recomputed on its own pipeline position
-    // alone, so each (position, its blocks' counts) is planned once: a trial of a cost-only
-    // plan makes the positions whose peak it needs and does not know yet (`need`, by stage
-    // block; empty: all), and every stage is planned in it (no stop at one that does not fit).
-    size_t depth = static_cast<size_t>(std::max(m.mesh.depth(), 1));
-    std::map<std::pair<size_t, std::vector<size_t>>, int64_t> known;
-    auto place = [&](const std::vector<size_t>& k, size_t position) {
-      std::vector<size_t> mine; // the counts of the position's blocks (chunks)
-      for (size_t s = position; s < stages; s += depth)
-        mine.push_back(k[s]);
-      return std::make_pair(position, mine);
-    };
+    // The peak of each position's ranks with its first k[p] blocks recomputed, each
+    // (position, count) planned once: a trial of a cost-only plan makes the positions whose
+    // peak it needs and does not know yet (`need`, by position; empty: all), and every
+    // position is planned in it (no stop at one that does not fit).
+    std::map<std::pair<size_t, size_t>, int64_t> known;
     PassContext trials = ctx;
     trials.overMemory = nullptr;
     auto peaks = [&](const std::vector<size_t>& k, const std::vector<bool>& need) {
       std::vector<char> missing(depth, 0);
       bool any = false;
-      for (size_t s = 0; s < stages; ++s)
-        if ((need.empty() || need[s]) && !known.count(place(k, s % depth))) {
-          missing[s % depth] = 1;
+      for (size_t p = 0; p < depth; ++p)
+        if ((need.empty() || need[p]) && !known.count({p, k[p]})) {
+          missing[p] = 1;
           any = true;
         }
       if (any) {
-        std::vector<Block> chosen = pick(all, byStage, k);
+        std::vector<Block> chosen = pick(all, byPosition, k);
         ir::Module trial = m;
         apply(trial, chosen);
         trials.positions = ctx.costOnly ? missing : std::vector<char>{};
@@ -196,78 +190,79 @@ private:
         std::vector<int64_t> made(depth, 0);
         std::vector<char> seen(depth, 0);
         for (const ir::Program& p : trial.programs) {
-          size_t s = static_cast<size_t>(p.stage);
-          made[s] = std::max(made[s], p.peakBytes());
-          seen[s] = 1;
+          size_t at = static_cast<size_t>(p.stage);
+          made[at] = std::max(made[at], p.peakBytes());
+          seen[at] = 1;
         }
-        for (size_t s = 0; s < depth; ++s)
-          if (seen[s]) known[place(k, s)] = made[s];
+        for (size_t p = 0; p < depth; ++p)
+          if (seen[p]) known[{p, k[p]}] = made[p];
       }
-      std::vector<int64_t> out(stages, 0);
-      for (size_t s = 0; s < stages && s < depth; ++s) {
-        auto at = known.find(place(k, s));
-        if (at != known.end()) out[s] = at->second;
+      std::vector<int64_t> out(depth, 0);
+      for (size_t p = 0; p < depth; ++p) {
+        auto at = known.find({p, k[p]});
+        if (at != known.end()) out[p] = at->second;
       }
       return out;
     };
-    std::vector<size_t> lo(stages, 0), hi(stages);
-    for (size_t s = 0; s < stages; ++s)
-      hi[s] = byStage[s].size();
+    std::vector<size_t> lo(depth, 0), hi(depth);
+    for (size_t p = 0; p < depth; ++p)
+      hi[p] = byPosition[p].size();
     // Recomputing no block, and every block, are the plans with none and every: the same
     // passes on the same module (nothing after this pass reads the policy's recompute).
     for (auto [given, k] : {std::make_pair(&ctx.peaksWithoutRecompute, &lo),
                             std::make_pair(&ctx.peaksRecomputingEvery, &hi)})
-      if (given->size() == stages)
-        for (size_t s = 0; s < stages && s < depth; ++s)
-          known[place(*k, s)] = (*given)[s];
+      if (given->size() == depth)
+        for (size_t p = 0; p < depth; ++p)
+          known[{p, (*k)[p]}] = (*given)[p];
     std::vector<int64_t> none = peaks(lo, {}), most = peaks(hi, {});
-    if (none.empty() || std::all_of(none.begin(), none.end(), [](int64_t v) { return v == 0; }))
+    if (std::all_of(none.begin(), none.end(), [](int64_t v) { return v == 0; }))
       return {}; // no rank programs to measure (a plan that does not run)
     choice.peakWithout = *std::max_element(none.begin(), none.end());
-    // Stage s fits with lo[s] blocks once lo[s] = hi[s]. A stage that does not fit even
-    // with all of them recomputes all where that lowers its peak, else none (a stage of
-    // one block peaks in that block's backward either way).
-    for (size_t s = 0; s < stages; ++s) {
-      if (none[s] <= choice.budget || (most[s] > choice.budget && most[s] >= none[s])) hi[s] = 0;
-      if (most[s] > choice.budget) lo[s] = hi[s];
-      if (lo[s] < hi[s]) ++lo[s]; // 0 does not fit: at least one
+    // Position p fits with lo[p] blocks once lo[p] = hi[p]. A position that does not fit
+    // even with all of them recomputes all where that lowers its peak, else none (a
+    // position of one block peaks in that block's backward either way).
+    for (size_t p = 0; p < depth; ++p) {
+      if (none[p] <= choice.budget || (most[p] > choice.budget && most[p] >= none[p])) hi[p] = 0;
+      if (most[p] > choice.budget) lo[p] = hi[p];
+      if (lo[p] < hi[p]) ++lo[p]; // 0 does not fit: at least one
     }
     while (true) {
-      std::vector<size_t> mid(stages);
+      std::vector<size_t> mid(depth);
       bool open = false;
-      for (size_t s = 0; s < stages; ++s) {
-        mid[s] = lo[s] + (hi[s] - lo[s]) / 2;
-        open = open || lo[s] < hi[s];
+      for (size_t p = 0; p < depth; ++p) {
+        mid[p] = lo[p] + (hi[p] - lo[p]) / 2;
+        open = open || lo[p] < hi[p];
       }
       if (!open) break;
-      std::vector<bool> need(stages);
-      for (size_t s = 0; s < stages; ++s)
-        need[s] = lo[s] < hi[s];
+      std::vector<bool> need(depth);
+      for (size_t p = 0; p < depth; ++p)
+        need[p] = lo[p] < hi[p];
       std::vector<int64_t> at = peaks(mid, need);
-      for (size_t s = 0; s < stages; ++s) {
-        if (lo[s] >= hi[s]) continue;
-        if (at[s] <= choice.budget)
-          hi[s] = mid[s];
+      for (size_t p = 0; p < depth; ++p) {
+        if (lo[p] >= hi[p]) continue;
+        if (at[p] <= choice.budget)
+          hi[p] = mid[p];
         else
-          lo[s] = mid[s] + 1;
+          lo[p] = mid[p] + 1;
       }
     }
     std::vector<int64_t> with = peaks(hi, {});
     choice.peakWith = *std::max_element(with.begin(), with.end());
-    std::vector<Block> chosen = pick(all, byStage, hi);
+    std::vector<Block> chosen = pick(all, byPosition, hi);
     choice.chosen = static_cast<int>(chosen.size());
     for (const Block& b : chosen)
       choice.names.push_back(blockKey(every, m.ops[*b.ops.begin()].name));
     return chosen;
   }
 
-  // The first k[s] blocks of each stage's list, in program order.
+  // The first k[p] blocks of each position's list, in program order.
   static std::vector<Block> pick(const std::vector<Block>& all,
-                                 const std::vector<std::vector<size_t>>& byStage,
+                                 const std::vector<std::vector<size_t>>& byPosition,
                                  const std::vector<size_t>& k) {
     std::vector<size_t> ids;
-    for (size_t s = 0; s < byStage.size(); ++s)
-      ids.insert(ids.end(), byStage[s].begin(), byStage[s].begin() + static_cast<long>(k[s]));
+    for (size_t p = 0; p < byPosition.size(); ++p)
+      ids.insert(ids.end(), byPosition[p].begin(),
+                 byPosition[p].begin() + static_cast<long>(k[p]));
     std::sort(ids.begin(), ids.end());
     std::vector<Block> out;
     for (size_t b : ids)

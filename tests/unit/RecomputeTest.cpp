@@ -307,3 +307,59 @@ TEST_CASE("recompute = auto in a cost-only plan chooses what the plan of every r
     }
   CHECK(chose > 0);
 }
+
+// Under `interleaved`, a pipeline rank holds several stages (chunks), and its memory plan
+// depends on the blocks recomputed in all of them: `recompute = auto` chooses among every
+// chunk's blocks, so wherever recomputing every block fits the budget, its plan fits too,
+// and some budgets take blocks of the second chunks (stages 2 and 3).
+TEST_CASE("recompute = auto under interleaved chooses among every chunk's blocks") {
+  auto plan = [](const std::string& recompute) {
+    std::string text = fmt::format(R"(
+def ff(x: f32[B, T, D]) -> f32[B, T, D] {{
+  return x + mlp(layer_norm(x), 4 * D)
+}}
+model net(x: f32[B, 64, 16]) {{
+  replicate {{ h = repeat(2) ff(x) }}
+  replicate {{ h = repeat(2) ff(h) }}
+  replicate {{ h = repeat(2) ff(h) }}
+  replicate {{ h = repeat(2) ff(h) }}
+  return mse(linear(h, 16), x)
+}}
+policy {{ micro_batches = 4 schedule = interleaved chunks = 2 recompute = {} }}
+train net {{ data = synthetic(samples = 64) batch = 32 }}
+)",
+                                   recompute);
+    epl::PlanOptions options;
+    options.np = 2;
+    return epl::testing::planned("interleaved.epl", text, options);
+  };
+  auto peak = [](const epl::ir::Module& m) {
+    int64_t most = 0;
+    for (const epl::ir::Program& p : m.programs)
+      most = std::max(most, p.peakBytes());
+    return most;
+  };
+  auto none = plan("none"), every = plan("every");
+  REQUIRE(none);
+  REQUIRE(every);
+  REQUIRE(none->mesh.depth() == 2);
+  REQUIRE(none->mesh.stages.size() == 4);
+  int64_t low = peak(*every), high = peak(*none);
+  REQUIRE(low < high);
+  int secondChunks = 0;
+  for (int step = 0; step < 8; ++step) {
+    int64_t kb = (low + (high - low) * step / 8) / 1000 + 1;
+    INFO("budget " << kb << " KB");
+    auto chosen = plan(fmt::format("auto device_memory = {}KB", kb));
+    REQUIRE(chosen);
+    CHECK(peak(*chosen) <= kb * 1000);
+    CHECK(chosen->autoRecompute.peakWith == peak(*chosen));
+    for (const std::string& name : chosen->autoRecompute.names)
+      for (const epl::ir::Op& op : chosen->ops)
+        if (op.name.rfind(name + "/", 0) == 0 && op.stage >= 2) {
+          ++secondChunks;
+          break;
+        }
+  }
+  CHECK(secondChunks > 0);
+}
